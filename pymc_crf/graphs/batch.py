@@ -1,0 +1,301 @@
+"""`GraphBatch`: many pairwise graphs stored as one flat, block-diagonal batch.
+
+Node ids are global: graph ``g`` owns nodes ``node_offsets[g] : node_offsets[g + 1]`` and edges
+``edge_offsets[g] : edge_offsets[g + 1]``. An edge table ``edge_logpot[e, a, b]`` is indexed by the
+label ``a`` of ``edges[e, 0]`` and the label ``b`` of ``edges[e, 1]``: orientation matters and is the
+one the user gave.
+
+Everything is validated once, here, so that the numba engines below can trust their input.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from functools import cached_property
+from typing import Any
+
+import networkx as nx
+import numpy as np
+
+__all__ = ["GraphBatch", "GraphStructureError"]
+
+CHAIN, TREE, LOOPY = "chain", "tree", "loopy"
+
+
+class GraphStructureError(ValueError):
+    """A graph batch is malformed (self loop, duplicate edge, id out of range, empty graph...)."""
+
+
+class GraphBatch:
+    """A batch of undirected pairwise graphs, flattened into one block-diagonal graph.
+
+    Use the constructors :meth:`chains`, :meth:`from_edges`, :meth:`grid` and
+    :meth:`from_networkx` rather than ``__init__``.
+
+    Attributes
+    ----------
+    n_nodes : ndarray of int64, shape (G,)
+        Number of nodes of each graph (each at least 1).
+    edges : ndarray of int64, shape (E, 2)
+        Edges in global node ids, grouped by graph in graph order.
+    node_offsets, edge_offsets : ndarray of int64, shape (G + 1,)
+        Graph ``g`` owns nodes ``node_offsets[g]:node_offsets[g+1]`` and likewise edges.
+    node_graph, edge_graph : ndarray of int64
+        The graph each node / edge belongs to.
+    """
+
+    def __init__(self, n_nodes: Sequence[int] | np.ndarray, edges: np.ndarray, edge_counts):
+        n_nodes = np.asarray(n_nodes)
+        if n_nodes.ndim != 1 or n_nodes.size == 0:
+            raise GraphStructureError("a GraphBatch needs at least one graph (n_nodes is empty)")
+        if not np.issubdtype(n_nodes.dtype, np.integer):
+            raise GraphStructureError(f"n_nodes must be integers, got dtype {n_nodes.dtype}")
+        if (n_nodes < 1).any():
+            bad = np.flatnonzero(n_nodes < 1)[:5].tolist()
+            raise GraphStructureError(f"graphs {bad} have no nodes: every graph needs >= 1 node")
+        edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
+        edge_counts = np.asarray(edge_counts, dtype=np.int64)
+        if edge_counts.shape != n_nodes.shape or edge_counts.sum() != edges.shape[0]:
+            raise GraphStructureError("edge_counts must give one count per graph summing to len(edges)")
+        self.n_nodes = n_nodes.astype(np.int64)
+        self.node_offsets = np.concatenate([[0], np.cumsum(self.n_nodes)]).astype(np.int64)
+        self.edge_offsets = np.concatenate([[0], np.cumsum(edge_counts)]).astype(np.int64)
+        self.edges = np.ascontiguousarray(edges)
+        self.node_graph = np.repeat(np.arange(self.n_graphs, dtype=np.int64), self.n_nodes)
+        self.edge_graph = np.repeat(np.arange(self.n_graphs, dtype=np.int64), edge_counts)
+        self._cache: dict[str, Any] = {}
+        self._validate()
+        for a in (self.n_nodes, self.node_offsets, self.edge_offsets, self.edges,
+                  self.node_graph, self.edge_graph):
+            a.flags.writeable = False
+
+    # ------------------------------------------------------------------ constructors
+    @classmethod
+    def chains(cls, lengths: Iterable[int]) -> GraphBatch:
+        """Linear chains ``0 - 1 - ... - (n-1)`` of the given lengths (edges ``(i, i+1)`` in order)."""
+        lengths = np.asarray(list(lengths) if not isinstance(lengths, np.ndarray) else lengths)
+        if lengths.ndim != 1 or lengths.size == 0:
+            raise GraphStructureError("chains() needs a non-empty 1-d sequence of lengths")
+        if not np.issubdtype(lengths.dtype, np.integer):
+            raise GraphStructureError(f"chain lengths must be integers, got {lengths.dtype}")
+        if (lengths < 1).any():
+            raise GraphStructureError(
+                f"chain lengths must be >= 1; got {lengths[lengths < 1][:5].tolist()}")
+        offsets = np.concatenate([[0], np.cumsum(lengths)])
+        starts = np.repeat(offsets[:-1], lengths - 1)
+        within = np.arange(int((lengths - 1).sum())) - np.repeat(
+            np.concatenate([[0], np.cumsum(lengths - 1)])[:-1], lengths - 1)
+        src = starts + within
+        edges = np.stack([src, src + 1], axis=1)
+        return cls(lengths, edges, lengths - 1)
+
+    @classmethod
+    def from_edges(cls, edge_lists: Sequence[Any], n_nodes: Sequence[int]) -> GraphBatch:
+        """Graphs from per-graph edge arrays in *local* node ids ``0..n_nodes[g]-1``."""
+        n_nodes = np.asarray(n_nodes)
+        if len(edge_lists) != len(n_nodes):
+            raise GraphStructureError(
+                f"{len(edge_lists)} edge lists but {len(n_nodes)} node counts")
+        offsets = np.concatenate([[0], np.cumsum(n_nodes)])
+        parts, counts = [], []
+        for g, el in enumerate(edge_lists):
+            el = np.asarray(el, dtype=np.int64).reshape(-1, 2) if len(el) else np.zeros((0, 2), np.int64)
+            if el.size and (el.min() < 0 or el.max() >= n_nodes[g]):
+                raise GraphStructureError(
+                    f"graph {g}: node id out of range 0..{n_nodes[g] - 1} in its edge list")
+            parts.append(el + offsets[g])
+            counts.append(len(el))
+        edges = np.concatenate(parts) if parts else np.zeros((0, 2), np.int64)
+        return cls(n_nodes, edges, counts)
+
+    @classmethod
+    def grid(cls, rows: int, cols: int, n_graphs: int = 1) -> GraphBatch:
+        """``n_graphs`` copies of a ``rows x cols`` 4-connected grid, nodes in row-major order."""
+        if rows < 1 or cols < 1 or n_graphs < 1:
+            raise GraphStructureError("grid() needs rows, cols, n_graphs >= 1")
+        idx = np.arange(rows * cols).reshape(rows, cols)
+        horiz = np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], axis=1)
+        vert = np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], axis=1)
+        local = np.concatenate([horiz, vert])
+        return cls.from_edges([local] * n_graphs, [rows * cols] * n_graphs)
+
+    @classmethod
+    def from_networkx(cls, graphs: Sequence[nx.Graph] | nx.Graph) -> GraphBatch:
+        """Graphs from networkx graphs; nodes are numbered in ``G.nodes`` order."""
+        if isinstance(graphs, nx.Graph):
+            graphs = [graphs]
+        edge_lists, n_nodes = [], []
+        for g, G in enumerate(graphs):
+            if G.is_directed():
+                raise GraphStructureError(f"graph {g} is directed; CRF graphs are undirected")
+            index = {v: i for i, v in enumerate(G.nodes)}
+            edge_lists.append([(index[u], index[v]) for u, v in G.edges])
+            n_nodes.append(G.number_of_nodes())
+        return cls.from_edges(edge_lists, n_nodes)
+
+    # ------------------------------------------------------------------ sizes
+    @property
+    def n_graphs(self) -> int:
+        return int(self.n_nodes.shape[0])
+
+    @property
+    def n_total_nodes(self) -> int:
+        return int(self.node_offsets[-1])
+
+    @property
+    def n_edges(self) -> int:
+        return int(self.edges.shape[0])
+
+    def __len__(self) -> int:
+        return self.n_graphs
+
+    def __repr__(self) -> str:
+        kinds = {k: int((self.kinds == k).sum()) for k in (CHAIN, TREE, LOOPY)}
+        kinds = ", ".join(f"{v} {k}" for k, v in kinds.items() if v)
+        return (f"GraphBatch({self.n_graphs} graphs, {self.n_total_nodes} nodes, "
+                f"{self.n_edges} edges: {kinds})")
+
+    def local_edges(self, g: int) -> np.ndarray:
+        """Edges of graph ``g`` in local node ids."""
+        lo, hi = self.edge_offsets[g], self.edge_offsets[g + 1]
+        return self.edges[lo:hi] - self.node_offsets[g]
+
+    def to_networkx(self, g: int) -> nx.Graph:
+        G = nx.Graph()
+        G.add_nodes_from(range(int(self.n_nodes[g])))
+        G.add_edges_from(map(tuple, self.local_edges(g).tolist()))
+        return G
+
+    def subset(self, graphs: Sequence[int] | np.ndarray) -> GraphBatch:
+        """A new batch made of the listed graphs, in that order."""
+        graphs = np.asarray(graphs, dtype=np.int64)
+        return GraphBatch.from_edges([self.local_edges(g) for g in graphs], self.n_nodes[graphs])
+
+    def node_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Global node ids of the listed graphs (to slice node arrays consistently with `subset`)."""
+        graphs = np.asarray(graphs, dtype=np.int64)
+        return np.concatenate([np.arange(self.node_offsets[g], self.node_offsets[g + 1])
+                               for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
+
+    def edge_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
+        graphs = np.asarray(graphs, dtype=np.int64)
+        return np.concatenate([np.arange(self.edge_offsets[g], self.edge_offsets[g + 1])
+                               for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
+
+    # ------------------------------------------------------------------ structure
+    def structure_key(self, g: int) -> tuple:
+        """A hashable key equal for graphs of identical local structure (used to share caches)."""
+        return (int(self.n_nodes[g]), self.local_edges(g).tobytes())
+
+    @cached_property
+    def structure_groups(self) -> dict[tuple, np.ndarray]:
+        """Graph ids grouped by identical local structure (many batches repeat a few shapes)."""
+        groups: dict[tuple, list[int]] = {}
+        for g in range(self.n_graphs):
+            groups.setdefault(self.structure_key(g), []).append(g)
+        return {k: np.asarray(v, dtype=np.int64) for k, v in groups.items()}
+
+    @cached_property
+    def kinds(self) -> np.ndarray:
+        """Per graph: ``"chain"`` (edges exactly ``(i, i+1)`` in order), ``"tree"`` (a forest that is
+        not such a chain) or ``"loopy"``."""
+        out = np.empty(self.n_graphs, dtype=object)
+        for key, gs in self.structure_groups.items():
+            n, _ = key
+            local = self.local_edges(int(gs[0]))
+            if len(local) == n - 1 and (n == 1 or (
+                    np.array_equal(local[:, 0], np.arange(n - 1))
+                    and np.array_equal(local[:, 1], np.arange(1, n)))):
+                kind = CHAIN
+            elif nx.is_forest(self.to_networkx(int(gs[0]))):
+                kind = TREE
+            else:
+                kind = LOOPY
+            out[gs] = kind
+        return out
+
+    @property
+    def is_chain(self) -> bool:
+        """True when every graph is a chain in canonical order."""
+        return bool((self.kinds == CHAIN).all())
+
+    @property
+    def is_forest(self) -> bool:
+        return bool((self.kinds != LOOPY).all())
+
+    # ------------------------------------------------------------------ validation
+    def _validate(self) -> None:
+        e = self.edges
+        if e.shape[0] == 0:
+            return
+        if e.min() < 0 or e.max() >= self.n_total_nodes:
+            raise GraphStructureError(
+                f"edge node ids must lie in 0..{self.n_total_nodes - 1}; got "
+                f"min {int(e.min())}, max {int(e.max())}")
+        g0, g1 = self.node_graph[e[:, 0]], self.node_graph[e[:, 1]]
+        if not (np.array_equal(g0, self.edge_graph) and np.array_equal(g1, self.edge_graph)):
+            bad = int(np.flatnonzero((g0 != self.edge_graph) | (g1 != self.edge_graph))[0])
+            raise GraphStructureError(
+                f"edge {bad} {e[bad].tolist()} joins nodes outside its own graph "
+                f"{int(self.edge_graph[bad])}")
+        loops = np.flatnonzero(e[:, 0] == e[:, 1])
+        if loops.size:
+            g = int(self.edge_graph[loops[0]])
+            raise GraphStructureError(
+                f"graph {g} has a self loop on node {int(e[loops[0], 0] - self.node_offsets[g])}")
+        lo, hi = np.minimum(e[:, 0], e[:, 1]), np.maximum(e[:, 0], e[:, 1])
+        key = lo * self.n_total_nodes + hi
+        uniq, first, counts = np.unique(key, return_index=True, return_counts=True)
+        if (counts > 1).any():
+            dup = int(first[np.flatnonzero(counts > 1)[0]])
+            g = int(self.edge_graph[dup])
+            a, b = (e[dup] - self.node_offsets[g]).tolist()
+            raise GraphStructureError(
+                f"graph {g} has a duplicate edge between local nodes {a} and {b} "
+                "(pairwise CRFs take one table per node pair)")
+
+    # ------------------------------------------------------------------ data checks
+    def check_labels(self, labels: Any, n_labels: int | None = None) -> np.ndarray:
+        """Flatten and validate labels (one per node); returns an int64 array of shape (N,)."""
+        if isinstance(labels, list | tuple) and len(labels) and np.ndim(labels[0]) == 1:
+            lens = np.array([len(x) for x in labels])
+            if len(labels) != self.n_graphs or not np.array_equal(lens, self.n_nodes):
+                bad = next((g for g in range(min(len(labels), self.n_graphs))
+                            if lens[g] != self.n_nodes[g]), None)
+                raise ValueError(
+                    f"labels: got {len(labels)} label sequences for {self.n_graphs} graphs"
+                    if bad is None else
+                    f"labels: graph {bad} has {self.n_nodes[bad]} nodes but {lens[bad]} labels")
+            labels = np.concatenate([np.asarray(x) for x in labels])
+        arr = np.asarray(labels)
+        if arr.shape != (self.n_total_nodes,):
+            raise ValueError(f"labels must have one entry per node, shape ({self.n_total_nodes},); "
+                             f"got shape {arr.shape}")
+        if arr.dtype.kind == "f":
+            if not np.isfinite(arr).all():
+                raise ValueError("labels contain NaN or inf")
+            if not np.array_equal(arr, np.round(arr)):
+                raise ValueError("labels must be whole numbers (class indices)")
+        elif arr.dtype.kind not in "iub":
+            raise ValueError(f"labels must be integers, got dtype {arr.dtype}")
+        arr = arr.astype(np.int64)
+        if n_labels is not None and arr.size and (arr.min() < 0 or arr.max() >= n_labels):
+            i = int(np.flatnonzero((arr < 0) | (arr >= n_labels))[0])
+            g = int(self.node_graph[i])
+            raise ValueError(f"label {int(arr[i])} at node {i - int(self.node_offsets[g])} of "
+                             f"graph {g} is outside 0..{n_labels - 1}")
+        return arr
+
+    def check_features(self, x: Any, where: str) -> np.ndarray:
+        """Validate node (``where="node"``) or edge features: 2-d, one row per node/edge, finite."""
+        arr = np.asarray(x, dtype=np.float64)
+        rows = self.n_total_nodes if where == "node" else self.n_edges
+        if arr.ndim == 1:
+            arr = arr[:, None]
+        if arr.ndim != 2 or arr.shape[0] != rows:
+            raise ValueError(f"{where} features must have shape ({rows}, n_features) "
+                             f"(one row per {where}); got {np.shape(x)}")
+        if not np.isfinite(arr).all():
+            raise ValueError(f"{where} features contain NaN or inf "
+                             f"(first at row {int(np.flatnonzero(~np.isfinite(arr).all(1))[0])})")
+        return arr
