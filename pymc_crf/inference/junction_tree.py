@@ -1,0 +1,588 @@
+"""Exact inference on graphs of small treewidth by junction-tree (clique-tree) calibration.
+
+Each distinct graph shape is triangulated once (:mod:`pymc_crf.graphs.junction_tree`) and compiled,
+for a given label count ``K``, into flat index arrays:
+
+* clique tables: clique ``c`` owns entries ``tab_off[c]:tab_off[c+1]`` of one flat log-table, a
+  ``K ** |C|`` mixed-radix table over the clique's variables (first variable most significant);
+* factors: every node and edge potential is added into one "home" clique through an index array
+  mapping each clique entry to the factor's table entry (``a`` or ``a * K + b``); the same arrays
+  read node and edge marginals back out of the calibrated clique beliefs;
+* separators: a non-root clique lists its separator variables first, so the entries sharing a
+  separator value ``s`` are the contiguous block ``s * R : (s + 1) * R``; ``pmap`` maps each entry
+  of the parent clique to the child's separator value.
+
+The kernels then run over all graphs of a shape at once, in log space (log-sum-exp with a per-value
+max), with no Python loop over nodes or cliques: an upward (collect) pass gives log Z, a downward
+(distribute) pass in Hugin form calibrates every clique so that each belief is
+``log p(x_C) + log Z`` (003 eq. (3.2): the joint is the product of clique marginals over separator
+marginals). Max-product
+with backtracking gives the MAP labelling; forward sampling down the upward beliefs gives exact
+samples; forward-mode tangents of the same passes give exact Hessian-vector products of log Z.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numpy as np
+from numba import njit
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.junction_tree import (
+    HEURISTICS,
+    JunctionTreeStructure,
+    junction_tree,
+    treewidth,
+)
+from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
+
+__all__ = ["JunctionTree"]
+
+_NEG_INF = -np.inf
+
+
+class _Compiled(NamedTuple):
+    """Flat index arrays of one junction tree for one label count (see the module docstring)."""
+
+    tab_off: np.ndarray     # (m+1,) clique table offsets
+    parent: np.ndarray      # (m,) parent clique, -1 for roots; parents precede children
+    blk: np.ndarray         # (m,) block size R = K ** (|C| - |S|) (the whole table for a root)
+    msg_off: np.ndarray     # (m+1,) offsets of the K ** |S| upward messages (1 entry for a root)
+    pmap_off: np.ndarray    # (m+1,) offsets into pmap (parent table size for non-roots, else 0)
+    pmap: np.ndarray        # parent entry -> separator value of the child
+    cl_fac_off: np.ndarray  # (m+1,) factors of clique c: cl_fac_off[c]:cl_fac_off[c+1]
+    fac_off: np.ndarray     # (F+1,) offsets into fac_idx (each of length K ** |C| of its clique)
+    fac_idx: np.ndarray     # clique entry -> factor table entry
+    fac_kind: np.ndarray    # (F,) 0 node, 1 edge
+    fac_id: np.ndarray      # (F,) local node / edge id
+    croot: np.ndarray       # (m,) root clique of each clique's component
+    roots: np.ndarray       # root cliques
+    sep_len: np.ndarray     # (m,) |S| (0 for roots)
+    cvar_off: np.ndarray    # (m+1,) offsets into cvars
+    cvars: np.ndarray       # clique variables (local ids) in table order
+    max_tab: int            # largest clique table
+    max_msg: int            # largest separator table
+
+
+def _compile(jt: JunctionTreeStructure, edges_local: np.ndarray, K: int) -> _Compiled:
+    """Flatten a junction tree into the index arrays the kernels use (once per shape and K)."""
+    m = jt.n_cliques
+    sizes = np.array([len(c) for c in jt.cliques], dtype=np.int64)
+    sep_len = np.array([len(s) for s in jt.separators], dtype=np.int64)
+    tab = K ** sizes
+    tab_off = np.concatenate([[0], np.cumsum(tab)]).astype(np.int64)
+    blk = K ** (sizes - sep_len)
+    msg_off = np.concatenate([[0], np.cumsum(K ** sep_len)]).astype(np.int64)
+    parent = np.asarray(jt.parent, dtype=np.int64)
+
+    def digit(c: int, pos: int) -> np.ndarray:
+        # Digit of variable at position `pos` for every entry of clique c's table.
+        return (np.arange(tab[c], dtype=np.int64) // K ** (sizes[c] - 1 - pos)) % K
+
+    pmaps = []
+    for c in range(m):
+        p = int(parent[c])
+        if p < 0:
+            pmaps.append(np.zeros(0, np.int64))
+            continue
+        s = np.zeros(tab[p], np.int64)
+        for var in jt.separators[c]:
+            s = s * K + digit(p, jt.cliques[p].index(var))
+        pmaps.append(s)
+    pmap_off = np.concatenate([[0], np.cumsum([len(x) for x in pmaps])]).astype(np.int64)
+
+    # Factors grouped by home clique (nodes then edges within a clique).
+    per_clique: list[list[tuple[int, int]]] = [[] for _ in range(m)]
+    for i, c in enumerate(jt.node_clique):
+        per_clique[c].append((0, i))
+    for e, c in enumerate(jt.edge_clique):
+        per_clique[c].append((1, e))
+    idx_parts, kind, fid, cl_fac_off = [], [], [], [0]
+    for c in range(m):
+        cq = jt.cliques[c]
+        for k, i in per_clique[c]:
+            if k == 0:
+                idx_parts.append(digit(c, cq.index(i)))
+            else:
+                u, v = (int(x) for x in edges_local[i])
+                idx_parts.append(digit(c, cq.index(u)) * K + digit(c, cq.index(v)))
+            kind.append(k)
+            fid.append(i)
+        cl_fac_off.append(len(kind))
+    fac_off = np.concatenate([[0], np.cumsum([len(x) for x in idx_parts])]).astype(np.int64)
+    croot = np.empty(m, np.int64)
+    for c in range(m):
+        croot[c] = c if parent[c] < 0 else croot[parent[c]]
+    cvars = np.array([v for cq in jt.cliques for v in cq], dtype=np.int64)
+    return _Compiled(
+        tab_off=tab_off, parent=parent, blk=blk.astype(np.int64), msg_off=msg_off,
+        pmap_off=pmap_off,
+        pmap=np.concatenate(pmaps).astype(np.int64) if m else np.zeros(0, np.int64),
+        cl_fac_off=np.asarray(cl_fac_off, np.int64), fac_off=fac_off,
+        fac_idx=np.concatenate(idx_parts).astype(np.int64) if idx_parts else np.zeros(0, np.int64),
+        fac_kind=np.asarray(kind, np.int64), fac_id=np.asarray(fid, np.int64), croot=croot,
+        roots=np.flatnonzero(parent < 0).astype(np.int64), sep_len=sep_len,
+        cvar_off=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), cvars=cvars,
+        max_tab=int(tab.max()), max_msg=int((K ** sep_len).max()))
+
+
+# ============================================================================ numba kernels
+# Every kernel takes the arrays of one _Compiled (unpacked) plus, for the graphs of one shape, their
+# first global node id `n0s` and first global edge id `e0s`. Edge tables come flattened to (E, K*K);
+# with a shared table (E == 1) every edge reads row 0.
+
+@njit(cache=True)
+def _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id):
+    """Clique log-potentials: sum of the node / edge log-tables assigned to each clique."""
+    shared = edge2.shape[0] == 1
+    b[:] = 0.0
+    for c in range(tab_off.shape[0] - 1):
+        lo = tab_off[c]
+        for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
+            f0, f1 = fac_off[f], fac_off[f + 1]
+            if fac_kind[f] == 0:
+                row = node[n0 + fac_id[f]]
+            else:
+                row = edge2[0 if shared else e0 + fac_id[f]]
+            for j in range(f1 - f0):
+                b[lo + j] += row[fac_idx[f0 + j]]
+
+
+@njit(cache=True)
+def _assemble_tangent(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
+                      fac_id):
+    _assemble(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
+
+
+@njit(cache=True)
+def _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max):
+    """Collect pass (children before parents): msg[c, s] = logsumexp (or max) of clique c's block s;
+    added into the parent through pmap. A root's single message is its component's log Z."""
+    m = parent.shape[0]
+    for c in range(m - 1, -1, -1):
+        lo, R = tab_off[c], blk[c]
+        mo = msg_off[c]
+        for s in range(msg_off[c + 1] - mo):
+            base = lo + s * R
+            mx = _NEG_INF
+            for r in range(R):
+                if b[base + r] > mx:
+                    mx = b[base + r]
+            if use_max or mx == _NEG_INF:
+                msg[mo + s] = mx
+                continue
+            acc = 0.0
+            for r in range(R):
+                acc += np.exp(b[base + r] - mx)
+            msg[mo + s] = mx + np.log(acc)
+        p = parent[c]
+        if p >= 0:
+            plo = tab_off[p]
+            q0 = pmap_off[c]
+            for j in range(pmap_off[c + 1] - q0):
+                b[plo + j] += msg[mo + pmap[q0 + j]]
+
+
+@njit(cache=True)
+def _upward_tangent(b, db, msg, dmsg, tab_off, blk, msg_off, parent, pmap_off, pmap):
+    """Forward-mode derivative of the collect pass (d logsumexp = softmax-weighted tangents)."""
+    m = parent.shape[0]
+    for c in range(m - 1, -1, -1):
+        lo, R = tab_off[c], blk[c]
+        mo = msg_off[c]
+        for s in range(msg_off[c + 1] - mo):
+            base = lo + s * R
+            mx = _NEG_INF
+            for r in range(R):
+                if b[base + r] > mx:
+                    mx = b[base + r]
+            if mx == _NEG_INF:
+                msg[mo + s] = mx
+                dmsg[mo + s] = 0.0
+                continue
+            acc = 0.0
+            dacc = 0.0
+            for r in range(R):
+                w = np.exp(b[base + r] - mx)
+                acc += w
+                dacc += w * db[base + r]
+            msg[mo + s] = mx + np.log(acc)
+            dmsg[mo + s] = dacc / acc
+        p = parent[c]
+        if p >= 0:
+            plo = tab_off[p]
+            q0 = pmap_off[c]
+            for j in range(pmap_off[c + 1] - q0):
+                b[plo + j] += msg[mo + pmap[q0 + j]]
+                db[plo + j] += dmsg[mo + pmap[q0 + j]]
+
+
+@njit(cache=True)
+def _downward(b, db, msg, dmsg, smax, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
+              tangent):
+    """Distribute pass (parents before children), Hugin form: the child block s receives
+    log(parent marginal on s) - msg[c, s]. Where msg[c, s] = -inf the whole block is already -inf
+    and stays so (no inf - inf)."""
+    m = parent.shape[0]
+    for c in range(m):
+        p = parent[c]
+        if p < 0:
+            continue
+        plo = tab_off[p]
+        q0, q1 = pmap_off[c], pmap_off[c + 1]
+        mo = msg_off[c]
+        nS = msg_off[c + 1] - mo
+        for s in range(nS):
+            smax[s] = _NEG_INF
+            ssum[s] = 0.0
+            sdot[s] = 0.0
+        for j in range(q1 - q0):
+            s = pmap[q0 + j]
+            if b[plo + j] > smax[s]:
+                smax[s] = b[plo + j]
+        for j in range(q1 - q0):
+            s = pmap[q0 + j]
+            if smax[s] > _NEG_INF:
+                w = np.exp(b[plo + j] - smax[s])
+                ssum[s] += w
+                if tangent:
+                    sdot[s] += w * db[plo + j]
+        lo, R = tab_off[c], blk[c]
+        for s in range(nS):
+            up = msg[mo + s]
+            if up == _NEG_INF:
+                continue
+            if smax[s] == _NEG_INF:
+                d = _NEG_INF
+                dd = 0.0
+            else:
+                d = smax[s] + np.log(ssum[s]) - up
+                dd = sdot[s] / ssum[s] - dmsg[mo + s] if tangent else 0.0
+            base = lo + s * R
+            for r in range(R):
+                b[base + r] += d
+            if tangent:
+                for r in range(R):
+                    db[base + r] += dd
+
+
+@njit(cache=True)
+def _log_z_of(msg, msg_off, roots):
+    lz = 0.0
+    for r in roots:
+        lz += msg[msg_off[r]]
+    return lz
+
+
+@njit(cache=True)
+def _log_partition_kernel(n0s, e0s, node, edge2, tab_off, parent, blk, msg_off, pmap_off, pmap,
+                          cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, roots):
+    out = np.empty(n0s.shape[0])
+    b = np.empty(tab_off[-1])
+    msg = np.empty(msg_off[-1])
+    for g in range(n0s.shape[0]):
+        _assemble(b, n0s[g], e0s[g], node, edge2, tab_off, cl_fac_off, fac_off, fac_idx,
+                  fac_kind, fac_id)
+        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, False)
+        out[g] = _log_z_of(msg, msg_off, roots)
+    return out
+
+
+@njit(cache=True)
+def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, tab_off, parent, blk, msg_off, pmap_off,
+                      pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, croot, roots, max_tab,
+                      max_msg):
+    """log Z per graph; node / edge marginals accumulated into nm (N, K) and em2 (E or 1, K*K)."""
+    shared = em2.shape[0] == 1
+    out = np.empty(n0s.shape[0])
+    b = np.empty(tab_off[-1])
+    msg = np.empty(msg_off[-1])
+    smax = np.empty(max_msg)
+    ssum = np.empty(max_msg)
+    sdot = np.empty(max_msg)
+    pr = np.empty(max_tab)
+    for g in range(n0s.shape[0]):
+        n0, e0 = n0s[g], e0s[g]
+        _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
+        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, False)
+        out[g] = _log_z_of(msg, msg_off, roots)
+        _downward(b, b, msg, msg, smax, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
+                  False)
+        # Calibrated: b_c = log p(x_C) + log Z_component, so p = exp(b_c - log Z_component).
+        for c in range(parent.shape[0]):
+            if cl_fac_off[c] == cl_fac_off[c + 1]:
+                continue
+            lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
+            lz = msg[msg_off[croot[c]]]
+            for j in range(n):
+                pr[j] = np.exp(b[lo + j] - lz)
+            for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
+                f0 = fac_off[f]
+                if fac_kind[f] == 0:
+                    row = nm[n0 + fac_id[f]]
+                else:
+                    row = em2[0 if shared else e0 + fac_id[f]]
+                for j in range(n):
+                    row[fac_idx[f0 + j]] += pr[j]
+    return out
+
+
+@njit(cache=True)
+def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, tab_off, parent, blk, msg_off,
+                pmap_off, pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, croot, max_tab,
+                max_msg):
+    """Hessian of log Z applied to (vnode, vedge): the tangent of the marginals along v.
+
+    With b the calibrated log-beliefs and db their tangents, d mu = sum_j p_j (db_j - d log Z)."""
+    shared = ce2.shape[0] == 1
+    b = np.empty(tab_off[-1])
+    db = np.empty(tab_off[-1])
+    msg = np.empty(msg_off[-1])
+    dmsg = np.empty(msg_off[-1])
+    smax = np.empty(max_msg)
+    ssum = np.empty(max_msg)
+    sdot = np.empty(max_msg)
+    pr = np.empty(max_tab)
+    for g in range(n0s.shape[0]):
+        n0, e0 = n0s[g], e0s[g]
+        _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
+        _assemble_tangent(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx,
+                          fac_kind, fac_id)
+        _upward_tangent(b, db, msg, dmsg, tab_off, blk, msg_off, parent, pmap_off, pmap)
+        _downward(b, db, msg, dmsg, smax, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off,
+                  pmap, True)
+        for c in range(parent.shape[0]):
+            if cl_fac_off[c] == cl_fac_off[c + 1]:
+                continue
+            lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
+            rt = croot[c]
+            lz, dlz = msg[msg_off[rt]], dmsg[msg_off[rt]]
+            for j in range(n):
+                pr[j] = np.exp(b[lo + j] - lz) * (db[lo + j] - dlz)
+            for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
+                f0 = fac_off[f]
+                if fac_kind[f] == 0:
+                    row = cn[n0 + fac_id[f]]
+                else:
+                    row = ce2[0 if shared else e0 + fac_id[f]]
+                for j in range(n):
+                    row[fac_idx[f0 + j]] += pr[j]
+
+
+@njit(cache=True)
+def _map_kernel(n0s, node, edge2, e0s, labels, K, tab_off, parent, blk, msg_off, pmap_off, pmap,
+                cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, roots, sep_len, cvar_off, cvars):
+    """Max-product collect pass, then backtracking from the roots: each clique takes the best
+    entry of its block given the separator labels its parent already fixed."""
+    out = np.empty(n0s.shape[0])
+    b = np.empty(tab_off[-1])
+    msg = np.empty(msg_off[-1])
+    for g in range(n0s.shape[0]):
+        n0, e0 = n0s[g], e0s[g]
+        _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
+        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, True)
+        out[g] = _log_z_of(msg, msg_off, roots)
+        for c in range(parent.shape[0]):
+            v0, v1 = cvar_off[c], cvar_off[c + 1]
+            s = 0
+            for k in range(sep_len[c]):
+                s = s * K + labels[n0 + cvars[v0 + k]]
+            base = tab_off[c] + s * blk[c]
+            best, rbest = _NEG_INF, 0
+            for r in range(blk[c]):
+                if b[base + r] > best:
+                    best, rbest = b[base + r], r
+            for k in range(v1 - 1, v0 + sep_len[c] - 1, -1):
+                labels[n0 + cvars[k]] = rbest % K
+                rbest //= K
+    return out
+
+
+@njit(cache=True)
+def _sample_kernel(n0s, e0s, node, edge2, out, rng, K, tab_off, parent, blk, msg_off, pmap_off,
+                   pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, sep_len, cvar_off, cvars):
+    """Exact forward sampling: p(x_{C \\ S} | x_S) is proportional to clique C's collect-pass
+    belief on block x_S (it holds C's potentials and everything below C), so sampling the roots from
+    their beliefs and each child block given its parent's draw gives exact joint samples."""
+    b = np.empty(tab_off[-1])
+    msg = np.empty(msg_off[-1])
+    m = parent.shape[0]
+    for g in range(n0s.shape[0]):
+        n0, e0 = n0s[g], e0s[g]
+        _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
+        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, False)
+        # Turn each block into its cumulative conditional distribution (in place).
+        for c in range(m):
+            lo, R = tab_off[c], blk[c]
+            mo = msg_off[c]
+            for s in range(msg_off[c + 1] - mo):
+                base = lo + s * R
+                lz = msg[mo + s]
+                acc = 0.0
+                for r in range(R):
+                    if lz > _NEG_INF:
+                        acc += np.exp(b[base + r] - lz)
+                    b[base + r] = acc
+        for t in range(out.shape[0]):
+            for c in range(m):
+                v0, v1 = cvar_off[c], cvar_off[c + 1]
+                s = 0
+                for k in range(sep_len[c]):
+                    s = s * K + out[t, n0 + cvars[v0 + k]]
+                R = blk[c]
+                base = tab_off[c] + s * R
+                u = rng.random() * b[base + R - 1]
+                lo_, hi_ = 0, R - 1  # first r with cdf[r] > u
+                while lo_ < hi_:
+                    mid = (lo_ + hi_) // 2
+                    if b[base + mid] > u:
+                        hi_ = mid
+                    else:
+                        lo_ = mid + 1
+                r = lo_
+                for k in range(v1 - 1, v0 + sep_len[c] - 1, -1):
+                    out[t, n0 + cvars[k]] = r % K
+                    r //= K
+
+
+# ============================================================================ engine
+class JunctionTree(Engine):
+    """Exact inference by junction-tree calibration, for graphs of treewidth <= ``max_treewidth``.
+
+    Parameters
+    ----------
+    max_treewidth : int, default 10
+        Largest treewidth (of the heuristic triangulation) accepted; a clique table has
+        ``K ** (treewidth + 1)`` entries. Graphs above it raise a ValueError.
+    heuristic : {"min_fill", "min_weight"}
+        Greedy elimination heuristic of the triangulation.
+    max_table_entries : int, default 2**27
+        Refuse shapes whose clique tables together exceed this many entries (memory guard).
+    """
+
+    name = "junction_tree"
+    exact = True
+
+    def __init__(self, max_treewidth: int = 10, heuristic: str = "min_fill",
+                 max_table_entries: int = 2 ** 27):
+        if heuristic not in HEURISTICS:
+            raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of "
+                             f"{HEURISTICS}")
+        if max_treewidth < 0:
+            raise ValueError(f"max_treewidth must be >= 0, got {max_treewidth}")
+        self.max_treewidth = int(max_treewidth)
+        self.heuristic = heuristic
+        self.max_table_entries = int(max_table_entries)
+
+    def __repr__(self) -> str:
+        return f"JunctionTree(max_treewidth={self.max_treewidth}, heuristic={self.heuristic!r})"
+
+    def supports(self, batch: GraphBatch) -> bool:
+        return bool((treewidth(batch, self.heuristic) <= self.max_treewidth).all())
+
+    # ---------------------------------------------------------------- setup
+    def _groups(self, batch: GraphBatch, K: int):
+        """(compiled arrays, graph ids, first node ids, first edge ids) per distinct shape."""
+        tw = treewidth(batch, self.heuristic)
+        over = np.flatnonzero(tw > self.max_treewidth)
+        if over.size:
+            g = int(over[0])
+            raise ValueError(
+                f"junction_tree: graph {g} has treewidth {int(tw[g])} (of its {self.heuristic} "
+                f"triangulation), above max_treewidth={self.max_treewidth} "
+                f"({over.size} graph(s) over the limit); raise max_treewidth or use an "
+                "approximate engine")
+        cache = batch._cache.setdefault("junction_tree_compiled", {})
+        out = []
+        for key, gs in batch.structure_groups.items():
+            ckey = (self.heuristic, key, K)
+            comp = cache.get(ckey)
+            if comp is None:
+                jt = junction_tree(batch, int(gs[0]), self.heuristic)
+                total = sum(K ** len(c) for c in jt.cliques)
+                if total > self.max_table_entries:
+                    raise ValueError(
+                        f"junction_tree: graph {int(gs[0])} needs {total} clique-table entries "
+                        f"(treewidth {jt.treewidth}, K={K}), above max_table_entries="
+                        f"{self.max_table_entries}")
+                comp = _compile(jt, batch.local_edges(int(gs[0])), K)
+                cache[ckey] = comp
+            out.append((comp, gs, batch.node_offsets[gs], batch.edge_offsets[gs]))
+        return out
+
+    # ---------------------------------------------------------------- interface
+    def log_partition(self, batch, node_logpot, edge_logpot):
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        K = node.shape[1]
+        edge2 = edge.reshape(edge.shape[0], K * K)
+        log_z = np.empty(batch.n_graphs)
+        for c, gs, n0s, e0s in self._groups(batch, K):
+            log_z[gs] = _log_partition_kernel(
+                n0s, e0s, node, edge2, c.tab_off, c.parent, c.blk, c.msg_off, c.pmap_off, c.pmap,
+                c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id, c.roots)
+        return log_z
+
+    def marginals(self, batch, node_logpot, edge_logpot):
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        K = node.shape[1]
+        edge2 = edge.reshape(edge.shape[0], K * K)
+        nm = np.zeros_like(node)
+        em = np.zeros_like(edge)
+        em2 = em.reshape(edge.shape[0], K * K)
+        log_z = np.empty(batch.n_graphs)
+        for c, gs, n0s, e0s in self._groups(batch, K):
+            log_z[gs] = _marginals_kernel(
+                n0s, e0s, node, edge2, nm, em2, c.tab_off, c.parent, c.blk, c.msg_off, c.pmap_off,
+                c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id, c.croot,
+                c.roots, c.max_tab, c.max_msg)
+        return Marginals(log_z, nm, em)
+
+    def map_assignment(self, batch, node_logpot, edge_logpot):
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        K = node.shape[1]
+        edge2 = edge.reshape(edge.shape[0], K * K)
+        labels = np.zeros(batch.n_total_nodes, np.int64)
+        score = np.empty(batch.n_graphs)
+        for c, gs, n0s, e0s in self._groups(batch, K):
+            score[gs] = _map_kernel(
+                n0s, node, edge2, e0s, labels, K, c.tab_off, c.parent, c.blk, c.msg_off,
+                c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id,
+                c.roots, c.sep_len, c.cvar_off, c.cvars)
+        return MapResult(labels, score)
+
+    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        if int(n_samples) != n_samples or n_samples < 0:
+            raise ValueError(f"n_samples must be a non-negative integer, got {n_samples!r}")
+        rng = as_generator(rng)
+        K = node.shape[1]
+        edge2 = edge.reshape(edge.shape[0], K * K)
+        out = np.zeros((int(n_samples), batch.n_total_nodes), np.int64)
+        for c, _gs, n0s, e0s in self._groups(batch, K):
+            # numba draws from the caller's Generator itself: same seed, same samples.
+            _sample_kernel(n0s, e0s, node, edge2, out, rng, K, c.tab_off, c.parent, c.blk,
+                           c.msg_off, c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx,
+                           c.fac_kind, c.fac_id, c.sep_len, c.cvar_off, c.cvars)
+        return out
+
+    def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        K = node.shape[1]
+        v_node = np.ascontiguousarray(v_node, dtype=np.float64)
+        v_edge = np.ascontiguousarray(v_edge, dtype=np.float64)
+        if v_node.shape != node.shape or v_edge.shape != edge.shape:
+            raise ValueError(f"direction shapes {v_node.shape}, {v_edge.shape} must match the "
+                             f"potentials {node.shape}, {edge.shape}")
+        if not (np.isfinite(v_node).all() and np.isfinite(v_edge).all()):
+            raise ValueError("direction (v_node, v_edge) contains NaN or inf")
+        edge2 = edge.reshape(edge.shape[0], K * K)
+        vedge2 = v_edge.reshape(edge.shape[0], K * K)
+        cn = np.zeros_like(node)
+        ce = np.zeros_like(edge)
+        ce2 = ce.reshape(edge.shape[0], K * K)
+        for c, _gs, n0s, e0s in self._groups(batch, K):
+            _cvp_kernel(n0s, e0s, node, edge2, v_node, vedge2, cn, ce2, c.tab_off, c.parent,
+                        c.blk, c.msg_off, c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx,
+                        c.fac_kind, c.fac_id, c.croot, c.max_tab, c.max_msg)
+        return cn, ce
