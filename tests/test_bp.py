@@ -1,0 +1,170 @@
+"""Loopy BP engine: exact on trees and chains, Bethe gradient = beliefs, convergence reporting."""
+
+import warnings
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
+from pymc_crf.inference.brute_force import BruteForce
+
+
+def _ising(batch, field_sd, coupling_sd, rng):
+    th = rng.normal(0, field_sd, batch.n_total_nodes)
+    w = rng.normal(0, coupling_sd, batch.n_edges)
+    node = np.stack([th, -th], 1)
+    edge = np.stack([np.stack([w, -w], 1), np.stack([-w, w], 1)], 1)
+    return node, edge
+
+
+def _forest(seed, K):
+    rng = np.random.default_rng(seed)
+    graphs = [nx.random_labeled_tree(int(n), seed=int(s))
+              for n, s in zip(rng.integers(2, 7, 3), rng.integers(0, 10**6, 3), strict=True)]
+    graphs += [nx.path_graph(4), nx.empty_graph(1)]
+    b = GraphBatch.from_networkx(graphs)
+    node = rng.normal(0, 1.5, (b.n_total_nodes, K))
+    edge = rng.normal(0, 1.5, (b.n_edges, K, K))
+    return b, node, edge
+
+
+@settings(max_examples=8, deadline=None)
+@given(seed=st.integers(0, 10**6), K=st.integers(2, 3),
+       schedule=st.sampled_from(["parallel", "sequential"]), shared=st.booleans())
+def test_exact_on_trees_and_chains(seed, K, schedule, shared):
+    b, node, edge = _forest(seed, K)
+    if shared:
+        edge = edge[:1]
+    bp = BeliefPropagation(schedule=schedule, tol=1e-12)
+    m = bp.marginals(b, node, edge)
+    ex = BruteForce().marginals(b, node, edge)
+    assert m.report["converged"].all()
+    np.testing.assert_allclose(m.log_z, ex.log_z, atol=1e-8)
+    np.testing.assert_allclose(m.node, ex.node, atol=1e-8)
+    np.testing.assert_allclose(m.edge, ex.edge, atol=1e-8)
+    assert m.edge.shape == edge.shape
+
+
+def test_sequential_is_forward_backward_on_chains():
+    # Undamped, in-order messages: one sweep is exact, the second only confirms it.
+    rng = np.random.default_rng(0)
+    b = GraphBatch.chains([6, 3, 1])
+    node, edge = rng.normal(size=(10, 3)), rng.normal(size=(b.n_edges, 3, 3))
+    m = BeliefPropagation(damping=0.0, schedule="sequential").marginals(b, node, edge)
+    assert m.report["iterations"][:2].tolist() == [2, 2]
+    np.testing.assert_allclose(m.log_z, BruteForce().log_partition(b, node, edge), atol=1e-12)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10**6), K=st.integers(2, 3))
+def test_max_product_map_on_trees(seed, K):
+    b, node, edge = _forest(seed, K)
+    got = BeliefPropagation(damping=0.0, schedule="sequential").map_assignment(b, node, edge)
+    ex = BruteForce().map_assignment(b, node, edge)
+    np.testing.assert_allclose(got.score, ex.score, atol=1e-10)
+    np.testing.assert_array_equal(got.labels, ex.labels)
+
+
+def test_bethe_gradient_equals_beliefs_by_finite_differences():
+    rng = np.random.default_rng(3)
+    b = GraphBatch.from_networkx([nx.grid_2d_graph(3, 3), nx.complete_graph(4)])
+    K = 3
+    node = rng.normal(0, 1, (b.n_total_nodes, K))
+    edge = rng.normal(0, 0.4, (b.n_edges, K, K))
+    bp = BeliefPropagation(tol=1e-13, max_iter=5000)
+    m = bp.marginals(b, node, edge)
+    assert m.report["converged"].all()
+    exact = BruteForce().log_partition(b, node, edge)
+    assert np.abs(m.log_z - exact).max() > 1e-4  # loopy: the Bethe value is not log Z ...
+    h = 1e-5
+    for arr, grad in ((node, m.node), (edge, m.edge)):
+        for flat in rng.choice(arr.size, 6, replace=False):
+            idx = np.unravel_index(flat, arr.shape)
+            g = b.node_graph[idx[0]] if arr is node else b.edge_graph[idx[0]]
+            up, dn = arr.copy(), arr.copy()
+            up[idx] += h
+            dn[idx] -= h
+            args_up = (up, edge) if arr is node else (node, up)
+            args_dn = (dn, edge) if arr is node else (node, dn)
+            fd = (bp.log_partition(b, *args_up)[g] - bp.log_partition(b, *args_dn)[g]) / (2 * h)
+            assert abs(fd - grad[idx]) < 1e-7  # ... but its gradient is exactly the beliefs
+
+
+def test_bp_reasonably_close_on_weak_loopy_grid():
+    rng = np.random.default_rng(4)
+    b = GraphBatch.grid(3, 3, n_graphs=2)
+    node, edge = _ising(b, 1.0, 0.2, rng)
+    m = BeliefPropagation().marginals(b, node, edge)
+    ex = BruteForce().marginals(b, node, edge)
+    assert np.abs(m.node - ex.node).max() < 5e-3
+    assert np.abs(m.log_z - ex.log_z).max() < 5e-3
+
+
+def test_strong_couplings_do_not_converge_and_are_reported():
+    rng = np.random.default_rng(1)
+    b = GraphBatch.grid(4, 4, n_graphs=4)
+    node, edge = _ising(b, 1.0, 3.0, rng)
+    with pytest.warns(ConvergenceWarning, match=r"did not converge on 3 of 4 graphs"):
+        m = BeliefPropagation(damping=0.0, max_iter=300).marginals(b, node, edge)
+    rep = m.report
+    assert rep["converged"].tolist() == [False, True, False, False]
+    assert (rep["iterations"][~rep["converged"]] == 300).all()
+    assert (rep["max_change"][~rep["converged"]] > 1.0).all()
+    # The converged graph has its own, smaller, iteration count.
+    assert rep["iterations"][1] < 300 and rep["max_change"][1] < 1e-10
+
+
+def test_no_warning_when_converged_and_warning_can_be_disabled():
+    rng = np.random.default_rng(2)
+    b = GraphBatch.grid(3, 3)
+    node, edge = _ising(b, 1.0, 0.3, rng)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        BeliefPropagation().marginals(b, node, edge)
+        BeliefPropagation(max_iter=2, warn=False).marginals(b, node, edge)
+
+
+def test_graphs_without_edges():
+    b = GraphBatch.from_edges([[], [(0, 1)]], [2, 2])
+    node = np.log(np.array([[0.2, 0.8], [0.5, 0.5], [0.1, 0.9], [0.3, 0.7]]))
+    edge = np.zeros((1, 2, 2))
+    m = BeliefPropagation().marginals(b, node, edge)
+    np.testing.assert_allclose(m.log_z, BruteForce().log_partition(b, node, edge), atol=1e-12)
+    assert m.report["converged"].all()
+
+
+def test_bad_input():
+    b = GraphBatch.grid(2, 2)
+    with pytest.raises(ValueError, match="damping"):
+        BeliefPropagation(damping=1.0)
+    with pytest.raises(ValueError, match="schedule"):
+        BeliefPropagation(schedule="random")
+    with pytest.raises(ValueError, match="tol"):
+        BeliefPropagation(tol=0)
+    with pytest.raises(ValueError, match="max_iter"):
+        BeliefPropagation(max_iter=0)
+    with pytest.raises(ValueError, match="node log-potentials"):
+        BeliefPropagation().marginals(b, np.zeros((3, 2)), np.zeros((4, 2, 2)))
+    with pytest.raises(ValueError, match="edge log-potentials"):
+        BeliefPropagation().marginals(b, np.zeros((4, 2)), np.zeros((4, 3, 3)))
+    with pytest.raises(ValueError, match="NaN"):
+        BeliefPropagation().marginals(b, np.full((4, 2), np.nan), np.zeros((4, 2, 2)))
+    with pytest.raises(ValueError, match="messages"):
+        BeliefPropagation().run(b, np.zeros((4, 2)), np.zeros((4, 2, 2)), messages=np.zeros(3))
+
+
+def test_warm_start_and_hard_zeros():
+    rng = np.random.default_rng(5)
+    b = GraphBatch.grid(3, 3)
+    node, edge = _ising(b, 1.0, 0.5, rng)
+    node[0, 1] = -np.inf  # node 0 is clamped to label 0
+    bp = BeliefPropagation(tol=1e-12)
+    first = bp.run(b, node, edge)
+    again = bp.run(b, node, edge, messages=first.messages)
+    assert again.report["iterations"].max() <= 2
+    np.testing.assert_allclose(again.log_z, first.log_z, atol=1e-11)
+    assert np.exp(first.log_node[0, 1]) == 0.0 and np.isfinite(first.log_z).all()

@@ -1,0 +1,90 @@
+"""Linear-response covariance: exact on trees, symmetric PSD and = d(beliefs)/d(theta) on loops."""
+
+import networkx as nx
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.inference.brute_force import BruteForce
+from pymc_crf.inference.linear_response import (
+    linear_response_matrix,
+    linear_response_vector_product,
+)
+
+
+@settings(max_examples=6, deadline=None)
+@given(seed=st.integers(0, 10**6), K=st.integers(2, 3), shared=st.booleans())
+def test_dense_matrix_exact_on_trees(seed, K, shared):
+    rng = np.random.default_rng(seed)
+    b = GraphBatch.from_networkx([nx.random_labeled_tree(int(rng.integers(2, 7)), seed=seed),
+                                  nx.path_graph(4)])
+    node = rng.normal(0, 1.5, (b.n_total_nodes, K))
+    edge = rng.normal(0, 1.5, (1 if shared else b.n_edges, K, K))
+    for g in range(2):
+        got = linear_response_matrix(b, node, edge, graph=g, symmetrise=False)
+        exact = BruteForce().feature_covariance(b, node, edge, graph=g)
+        np.testing.assert_allclose(got, exact, atol=1e-8)
+
+
+def test_vector_product_exact_on_trees_whole_batch():
+    rng = np.random.default_rng(0)
+    b = GraphBatch.from_networkx([nx.random_labeled_tree(6, seed=1), nx.star_graph(4),
+                                  nx.path_graph(3), nx.empty_graph(1)])
+    K = 3
+    node = rng.normal(size=(b.n_total_nodes, K))
+    edge = rng.normal(size=(b.n_edges, K, K))
+    vn, ve = rng.normal(size=node.shape), rng.normal(size=edge.shape)
+    got = linear_response_vector_product(b, node, edge, vn, ve)
+    exact = BruteForce().covariance_vector_product(b, node, edge, vn, ve)
+    np.testing.assert_allclose(got[0], exact[0], atol=1e-8)
+    np.testing.assert_allclose(got[1], exact[1], atol=1e-8)
+    # The engine method is the same computation.
+    eng = BeliefPropagation(tol=1e-12).covariance_vector_product(b, node, edge, vn, ve)
+    np.testing.assert_allclose(eng[0], got[0], atol=1e-10)
+
+
+def _loopy(seed, K, coupling):
+    rng = np.random.default_rng(seed)
+    b = GraphBatch.from_networkx([nx.grid_2d_graph(3, 3), nx.complete_graph(4)])
+    node = rng.normal(0, 1, (b.n_total_nodes, K))
+    edge = rng.normal(0, coupling, (b.n_edges, K, K))
+    return b, node, edge
+
+
+@pytest.mark.parametrize("K", [2, 3])
+def test_loopy_symmetric_psd_and_close_to_exact(K):
+    b, node, edge = _loopy(7, K, 0.3)
+    for g in range(2):
+        raw = linear_response_matrix(b, node, edge, graph=g, symmetrise=False)
+        assert np.abs(raw - raw.T).max() < 1e-8  # Hessian of the Bethe free energy
+        assert np.linalg.eigvalsh(0.5 * (raw + raw.T)).min() > -1e-9
+        exact = BruteForce().feature_covariance(b, node, edge, graph=g)
+        err = np.abs(raw - exact).max()
+        assert 1e-7 < err < 2e-2  # an approximation on loops, but a close one
+
+
+def test_loopy_equals_finite_difference_of_bp_beliefs():
+    b, node, edge = _loopy(8, 3, 0.4)
+    rng = np.random.default_rng(1)
+    vn, ve = rng.normal(size=node.shape), rng.normal(size=edge.shape)
+    bp = BeliefPropagation(tol=1e-13, max_iter=5000)
+    dn, de = linear_response_vector_product(b, node, edge, vn, ve, bp=bp)
+    h = 1e-5
+    up = bp.marginals(b, node + h * vn, edge + h * ve)
+    lo = bp.marginals(b, node - h * vn, edge - h * ve)
+    np.testing.assert_allclose(dn, (up.node - lo.node) / (2 * h), atol=1e-7)
+    np.testing.assert_allclose(de, (up.edge - lo.edge) / (2 * h), atol=1e-7)
+
+
+def test_bad_direction():
+    b, node, edge = _loopy(0, 2, 0.3)
+    with pytest.raises(ValueError, match="direction"):
+        linear_response_vector_product(b, node, edge, np.zeros((3, 2)), np.zeros_like(edge))
+    with pytest.raises(ValueError, match="NaN"):
+        linear_response_vector_product(b, node, edge, np.full(node.shape, np.nan),
+                                       np.zeros_like(edge))
+    with pytest.raises(ValueError, match="out of range"):
+        linear_response_matrix(b, node, edge, graph=5)
