@@ -105,6 +105,29 @@ class Engine(ABC):
                rng: np.random.Generator | int | None = None) -> np.ndarray:
         """``n_samples`` labellings of every graph, shape (n_samples, N), int64."""
 
+    def weighted_marginals(self, batch: GraphBatch, node_logpot, edge_logpot,
+                           graph_weights) -> tuple[np.ndarray, np.ndarray]:
+        """Marginals of graph g times ``graph_weights[g]``: the vector-Jacobian product of log Z.
+
+        The generic version expands a shared edge table so the weights apply per edge before the
+        sum over edges; engines override it with a one-pass kernel.
+        """
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        w = np.asarray(graph_weights, dtype=np.float64)
+        shared = edge.shape[0] == 1 and batch.n_edges != 1
+        full = np.broadcast_to(edge, (batch.n_edges, *edge.shape[1:])) if shared else edge
+        m = self.marginals(batch, node, np.ascontiguousarray(full))
+        gn = m.node * w[batch.node_graph][:, None]
+        ge = m.edge * w[batch.edge_graph][:, None, None]
+        return gn, (ge.sum(axis=0, keepdims=True) if shared else ge)
+
+    def numba_kernels(self, batch: GraphBatch):
+        """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models.
+
+        None means the PyTensor Ops call this engine from numba's object mode.
+        """
+        return None
+
     def covariance_vector_product(self, batch: GraphBatch, node_logpot, edge_logpot,
                                   v_node, v_edge) -> tuple[np.ndarray, np.ndarray]:
         """Covariance of the sufficient statistics (Hessian of log Z) applied to ``(v_node, v_edge)``.

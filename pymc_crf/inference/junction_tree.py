@@ -219,50 +219,50 @@ def _upward_tangent(b, db, msg, dmsg, tab_off, blk, msg_off, parent, pmap_off, p
 
 
 @njit(cache=True)
-def _downward(b, db, msg, dmsg, smax, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
+def _downward(b, db, pr, msg, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
               tangent):
-    """Distribute pass (parents before children), Hugin form: the child block s receives
-    log(parent marginal on s) - msg[c, s]. Where msg[c, s] = -inf the whole block is already -inf
-    and stays so (no inf - inf)."""
+    """Distribute pass (parents before children), Hugin form, on probabilities.
+
+    Fills ``pr`` with the calibrated clique marginals p(x_C). A root gets exp(b - log Z); a child
+    block s gets p(x_{C \\ S} | x_S = s) * p(x_S = s), where the conditional is its collect-pass
+    belief exp(b - msg[c, s]) and p(x_S = s) is summed from the parent's marginal (003 eq. (3.2)).
+    Every exponent is <= 0 (no overflow); separator values whose probability underflows to 0 give
+    0, which is their value to double precision. With ``tangent``, ``db`` (the collect-pass
+    tangents) is turned into the tangents of the calibrated log-beliefs: d log p(x_S = s) -
+    d msg[c, s] is added to block s."""
     m = parent.shape[0]
     for c in range(m):
+        lo, R = tab_off[c], blk[c]
+        mo = msg_off[c]
+        nS = msg_off[c + 1] - mo
         p = parent[c]
         if p < 0:
+            lz = msg[mo]
+            for j in range(R):
+                pr[lo + j] = np.exp(b[lo + j] - lz) if lz > _NEG_INF else 0.0
             continue
         plo = tab_off[p]
         q0, q1 = pmap_off[c], pmap_off[c + 1]
-        mo = msg_off[c]
-        nS = msg_off[c + 1] - mo
         for s in range(nS):
-            smax[s] = _NEG_INF
             ssum[s] = 0.0
             sdot[s] = 0.0
         for j in range(q1 - q0):
-            s = pmap[q0 + j]
-            if b[plo + j] > smax[s]:
-                smax[s] = b[plo + j]
-        for j in range(q1 - q0):
-            s = pmap[q0 + j]
-            if smax[s] > _NEG_INF:
-                w = np.exp(b[plo + j] - smax[s])
-                ssum[s] += w
-                if tangent:
-                    sdot[s] += w * db[plo + j]
-        lo, R = tab_off[c], blk[c]
+            ssum[pmap[q0 + j]] += pr[plo + j]
+        if tangent:
+            for j in range(q1 - q0):
+                sdot[pmap[q0 + j]] += pr[plo + j] * db[plo + j]
         for s in range(nS):
-            up = msg[mo + s]
-            if up == _NEG_INF:
-                continue
-            if smax[s] == _NEG_INF:
-                d = _NEG_INF
-                dd = 0.0
-            else:
-                d = smax[s] + np.log(ssum[s]) - up
-                dd = sdot[s] / ssum[s] - dmsg[mo + s] if tangent else 0.0
             base = lo + s * R
+            up = msg[mo + s]
+            ps = ssum[s]
+            if up == _NEG_INF or ps == 0.0:
+                for r in range(R):
+                    pr[base + r] = 0.0
+                continue
             for r in range(R):
-                b[base + r] += d
+                pr[base + r] = np.exp(b[base + r] - up) * ps
             if tangent:
+                dd = sdot[s] / ps - dmsg[mo + s]
                 for r in range(R):
                     db[base + r] += dd
 
@@ -298,25 +298,17 @@ def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, tab_off, parent, blk, msg_
     out = np.empty(n0s.shape[0])
     b = np.empty(tab_off[-1])
     msg = np.empty(msg_off[-1])
-    smax = np.empty(max_msg)
     ssum = np.empty(max_msg)
-    sdot = np.empty(max_msg)
-    pr = np.empty(max_tab)
+    pr = np.empty(tab_off[-1])
     for g in range(n0s.shape[0]):
         n0, e0 = n0s[g], e0s[g]
         _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
         _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, False)
         out[g] = _log_z_of(msg, msg_off, roots)
-        _downward(b, b, msg, msg, smax, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
+        _downward(b, b, pr, msg, msg, ssum, ssum, tab_off, blk, msg_off, parent, pmap_off, pmap,
                   False)
-        # Calibrated: b_c = log p(x_C) + log Z_component, so p = exp(b_c - log Z_component).
         for c in range(parent.shape[0]):
-            if cl_fac_off[c] == cl_fac_off[c + 1]:
-                continue
             lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
-            lz = msg[msg_off[croot[c]]]
-            for j in range(n):
-                pr[j] = np.exp(b[lo + j] - lz)
             for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
                 f0 = fac_off[f]
                 if fac_kind[f] == 0:
@@ -324,7 +316,7 @@ def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, tab_off, parent, blk, msg_
                 else:
                     row = em2[0 if shared else e0 + fac_id[f]]
                 for j in range(n):
-                    row[fac_idx[f0 + j]] += pr[j]
+                    row[fac_idx[f0 + j]] += pr[lo + j]
     return out
 
 
@@ -340,26 +332,25 @@ def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, tab_off, parent, 
     db = np.empty(tab_off[-1])
     msg = np.empty(msg_off[-1])
     dmsg = np.empty(msg_off[-1])
-    smax = np.empty(max_msg)
     ssum = np.empty(max_msg)
     sdot = np.empty(max_msg)
-    pr = np.empty(max_tab)
+    pr = np.empty(tab_off[-1])
+    w = np.empty(max_tab)
     for g in range(n0s.shape[0]):
         n0, e0 = n0s[g], e0s[g]
         _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
         _assemble_tangent(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx,
                           fac_kind, fac_id)
         _upward_tangent(b, db, msg, dmsg, tab_off, blk, msg_off, parent, pmap_off, pmap)
-        _downward(b, db, msg, dmsg, smax, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off,
+        _downward(b, db, pr, msg, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off,
                   pmap, True)
         for c in range(parent.shape[0]):
             if cl_fac_off[c] == cl_fac_off[c + 1]:
                 continue
             lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
-            rt = croot[c]
-            lz, dlz = msg[msg_off[rt]], dmsg[msg_off[rt]]
+            dlz = dmsg[msg_off[croot[c]]]
             for j in range(n):
-                pr[j] = np.exp(b[lo + j] - lz) * (db[lo + j] - dlz)
+                w[j] = pr[lo + j] * (db[lo + j] - dlz)
             for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
                 f0 = fac_off[f]
                 if fac_kind[f] == 0:
@@ -367,7 +358,7 @@ def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, tab_off, parent, 
                 else:
                     row = ce2[0 if shared else e0 + fac_id[f]]
                 for j in range(n):
-                    row[fac_idx[f0 + j]] += pr[j]
+                    row[fac_idx[f0 + j]] += w[j]
 
 
 @njit(cache=True)

@@ -1,0 +1,273 @@
+"""The hidden CRF (HCRF) as a PyMC distribution: one class label per graph, hidden states summed out.
+
+For a graph ``g`` (usually a chain over the frames of a sequence) with node features ``x_t`` and a
+hidden state ``s_t in {0..S-1}`` per node, the score of class ``y`` and hidden states ``s`` is
+(004 eqs. (1)-(3), Quattoni et al.)::
+
+    score(y, s) = sum_t [x_t @ theta_x[:, s_t] + theta_y[s_t, y]] + sum_(u,v) theta_e[s_u, s_v, y]
+
+and ``p(y | X) = Z(y, X) / sum_y' Z(y', X)`` with ``Z(y, X) = sum_s exp score(y, s)``. Each
+``log Z(y, X)`` is the log partition function of an ordinary CRF over the hidden states with node
+log-potentials ``X @ theta_x + theta_y[:, y]`` and edge tables ``theta_e[:, :, y]``, so the whole
+likelihood is ONE call of :func:`pymc_crf.ops.log_partition` over a replicated batch of
+``C * G`` (class, graph) pairs (pair ``c * G + g``); no second forward-backward exists here.
+
+Edge orientation follows :class:`~pymc_crf.graphs.GraphBatch`: for an edge ``(u, v)`` (for chains
+``(t, t+1)``) the table entry ``theta_e[a, b, y]`` scores state ``a`` at ``u`` and ``b`` at ``v``, i.e.
+``theta_e[a, b, y]`` is the weight of the transition ``a -> b`` under class ``y``.
+
+Label switching
+---------------
+The hidden states are exchangeable: permuting the state index of ``theta_x`` columns, ``theta_y``
+rows and both state axes of ``theta_e`` leaves ``p(y | X)`` unchanged. With exchangeable priors the
+posterior therefore has ``S!`` symmetric copies of every mode, and MCMC chains usually settle in
+different copies (or, rarely, hop between them inside one chain). Consequences:
+
+* marginal posteriors of individual weights (``theta_x[:, 0]`` etc.) are not interpretable across
+  chains, and R-hat / ESS of those weights flag "non-convergence" that is only relabelling;
+* everything invariant under relabelling -- ``p(y | X)``, predictive accuracy, the per-graph
+  log-likelihood, ``az.loo`` -- is well defined and is what should be read and diagnosed;
+* to inspect states, post-process each draw (e.g. sort states by a chosen feature weight) or look
+  at one chain at a time.
+
+Weights are also only identified up to shifts (adding a constant to all of ``theta_y[:, y]`` for
+every ``y``, or to all entries of ``theta_e``, cancels in ``p(y | X)``), so use proper priors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+from scipy.special import log_softmax
+
+from pymc_crf.graphs.batch import GraphBatch
+
+__all__ = ["HCRF", "from_sequences", "replicate_batch", "pair_logpots", "class_log_probs",
+           "check_class_labels", "hcrf_logp"]
+
+
+# ---------------------------------------------------------------------------- helpers (numpy)
+def from_sequences(sequences: Sequence[Any]) -> tuple[GraphBatch, np.ndarray]:
+    """A chain batch and stacked node features from a list of per-sequence arrays (T_g, F).
+
+    Raises a ValueError naming the first empty sequence or a feature-size mismatch.
+    """
+    if len(sequences) == 0:
+        raise ValueError("from_sequences: need at least one sequence")
+    arrs = []
+    for g, s in enumerate(sequences):
+        a = np.asarray(s, dtype=np.float64)
+        if a.ndim == 1:
+            a = a[:, None]
+        if a.ndim != 2:
+            raise ValueError(f"sequence {g} must be a (T, F) array; got shape {np.shape(s)}")
+        if a.shape[0] == 0:
+            raise ValueError(f"sequence {g} has length 0; every sequence needs at least one frame")
+        if arrs and a.shape[1] != arrs[0].shape[1]:
+            raise ValueError(f"sequence {g} has {a.shape[1]} features, sequence 0 has "
+                             f"{arrs[0].shape[1]}")
+        arrs.append(a)
+    return GraphBatch.chains([len(a) for a in arrs]), np.concatenate(arrs)
+
+
+def replicate_batch(batch: GraphBatch, n_classes: int) -> GraphBatch:
+    """The batch of ``n_classes * G`` (class, graph) pairs, pair ``c * G + g`` (cached on batch)."""
+    key = ("hcrf_replicated", int(n_classes))
+    if key not in batch._cache:
+        if batch.is_chain:
+            rep = GraphBatch.chains(np.tile(batch.n_nodes, n_classes))
+        else:
+            rep = batch.subset(np.tile(np.arange(batch.n_graphs), n_classes))
+        batch._cache[key] = rep
+    return batch._cache[key]
+
+
+def check_class_labels(labels: Any, n_graphs: int, n_classes: int) -> np.ndarray:
+    """Validate one class label per graph; returns int64 array (G,)."""
+    arr = np.asarray(labels)
+    if arr.shape != (n_graphs,):
+        raise ValueError(f"HCRF labels must have one class per graph, shape ({n_graphs},); "
+                         f"got shape {arr.shape}")
+    if arr.dtype.kind == "f":
+        if not np.isfinite(arr).all() or not np.array_equal(arr, np.round(arr)):
+            raise ValueError("HCRF labels must be whole numbers (class indices)")
+    elif arr.dtype.kind not in "iub":
+        raise ValueError(f"HCRF labels must be integers, got dtype {arr.dtype}")
+    arr = arr.astype(np.int64)
+    bad = np.flatnonzero((arr < 0) | (arr >= n_classes))
+    if bad.size:
+        raise ValueError(f"HCRF label {int(arr[bad[0]])} of graph {int(bad[0])} is outside the "
+                         f"classes 0..{n_classes - 1}")
+    return arr
+
+
+def pair_logpots(node_features: np.ndarray, theta_x, theta_y, theta_e,
+                 batch: GraphBatch) -> tuple[np.ndarray, np.ndarray]:
+    """Numpy log-potential tables of the replicated (class, graph) batch.
+
+    Returns node ``(C * N, S)`` and edge ``(C * E, S, S)`` tables (pair ``c * G + g``).
+    """
+    theta_x, theta_y, theta_e = (np.asarray(a, dtype=np.float64)
+                                 for a in (theta_x, theta_y, theta_e))
+    C = theta_y.shape[1]
+    node = (node_features @ theta_x)[None, :, :] + theta_y.T[:, None, :]       # (C, N, S)
+    S = theta_y.shape[0]
+    edge = np.broadcast_to(np.moveaxis(theta_e, 2, 0)[:, None], (C, batch.n_edges, S, S))
+    return node.reshape(-1, S), edge.reshape(-1, S, S)
+
+
+def class_log_probs(batch: GraphBatch, node_features: np.ndarray, theta_x, theta_y, theta_e,
+                    inference: Any = "auto") -> np.ndarray:
+    """``log p(c | X_g)`` for every graph and class, shape (G, C), with numpy weights."""
+    from pymc_crf.inference.select import get_engine
+
+    C = np.shape(theta_y)[1]
+    rep = replicate_batch(batch, C)
+    node, edge = pair_logpots(node_features, theta_x, theta_y, theta_e, batch)
+    engine = get_engine(inference, rep, warn=False)
+    log_z = engine.log_partition(rep, node, edge).reshape(C, batch.n_graphs).T
+    return log_softmax(log_z, axis=1)
+
+
+# ---------------------------------------------------------------------------- PyTensor logp
+def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_features: np.ndarray,
+              n_classes: int, inference: Any = "auto"):
+    """Per-graph ``log p(y_g | X_g)`` as a PyTensor vector (G,) (one ``log_partition`` call)."""
+    from pymc_crf.ops.log_partition import log_partition
+
+    G, C = batch.n_graphs, n_classes
+    rep = replicate_batch(batch, C)
+    X = pt.as_tensor_variable(node_features)
+    theta_x, theta_y, theta_e = (pt.as_tensor_variable(a) for a in (theta_x, theta_y, theta_e))
+    S = theta_y.shape[0]
+    node = (pt.dot(X, theta_x)[None, :, :] + theta_y.T[:, None, :]).reshape((-1, S))
+    edge = pt.broadcast_to(pt.moveaxis(theta_e, 2, 0)[:, None],
+                           (C, batch.n_edges, S, S)).reshape((-1, S, S))
+    if batch.n_edges == 0:  # all graphs single nodes: a (1, S, S) shared table of zeros is unused
+        edge = pt.zeros((1, S, S))
+    log_z = log_partition(node, edge, rep, inference=inference).reshape((C, G))
+    y = pt.cast(value, "int64")
+    return log_z[y, pt.arange(G)] - pt.logsumexp(log_z, axis=0)
+
+
+# ---------------------------------------------------------------------------- distribution
+def _static_shape(x) -> tuple | None:
+    if isinstance(x, np.ndarray | list | tuple | float | int):
+        return np.shape(x)
+    shape = getattr(getattr(x, "type", None), "shape", None)
+    if shape is None or any(s is None for s in shape):
+        return None
+    return tuple(shape)
+
+
+class HCRF:
+    """Hidden CRF likelihood: one class per graph, hidden node states summed out (004 eqs. 1-3).
+
+    Use inside a ``pm.Model`` like any distribution::
+
+        with pm.Model(coords=train.coords | {"state": range(S)}) as model:
+            tx = pm.Normal("theta_x", 0, 1, dims=("feature", "state"))
+            ty = pm.Normal("theta_y", 0, 1, dims=("state", "class"))
+            te = pm.Normal("theta_e", 0, 1, dims=("state", "state_to", "class"))
+            pmc.HCRF("y", graphs=train.graphs, node_features=train.node_features,
+                     theta_x=tx, theta_y=ty, theta_e=te, observed=train.labels)
+
+    Parameters
+    ----------
+    name : str
+    graphs : GraphBatch
+        One graph per labelled example (``GraphBatch.chains(lengths)`` for sequences).
+    node_features : array (N, F)
+        Features of every node, graphs concatenated in batch order.
+    theta_x : tensor (F, S)
+        Feature-to-state weights.
+    theta_y : tensor (S, C)
+        State-class weights (added to every node of the graph).
+    theta_e : tensor (S, S, C)
+        Class-dependent edge weights; ``theta_e[a, b, c]`` scores state ``a`` at ``edges[e, 0]``
+        (chains: frame ``t``) and ``b`` at ``edges[e, 1]`` (frame ``t + 1``).
+    n_states, n_classes : int, optional
+        Needed only when the weights' static shapes are unknown.
+    inference : str or Engine
+        Engine for log Z of the hidden-state CRFs (``"auto"``: forward-backward on chains).
+    observed : array (G,) of int, optional
+        Class labels ``0 .. n_classes - 1``.
+
+    Notes
+    -----
+    The log-likelihood of graph ``g`` is ``log Z(y_g, X_g) - logsumexp_c log Z(c, X_g)``; it is
+    returned per graph, so ``pm.compute_log_likelihood`` gives a ``(chain, draw, graph)`` array
+    and ``az.loo`` works. ``random`` draws labels exactly from ``p(y | X)``. See the module
+    docstring about label switching of hidden states under MCMC.
+    """
+
+    def __new__(cls, name: str, graphs: GraphBatch, node_features, theta_x, theta_y, theta_e,
+                n_states: int | None = None, n_classes: int | None = None,
+                inference: Any = "auto", observed=None, **kwargs):
+        dist_kwargs, batch = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
+                                          n_states, n_classes, inference, observed)
+        if observed is not None:
+            observed = check_class_labels(observed, batch.n_graphs, dist_kwargs["n_classes"])
+        # The graph ids are passed as a 4th (constant) parameter so that the support shape (G,)
+        # follows from the signature.
+        return pm.CustomDist(name, theta_x, theta_y, theta_e, np.arange(batch.n_graphs),
+                             observed=observed, **cls._custom(dist_kwargs), **kwargs)
+
+    @classmethod
+    def dist(cls, graphs: GraphBatch, node_features, theta_x, theta_y, theta_e,
+             n_states: int | None = None, n_classes: int | None = None, inference: Any = "auto",
+             **kwargs):
+        """Unregistered HCRF variable (for ``pm.logp`` / ``pm.draw`` outside a model)."""
+        dist_kwargs, batch = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
+                                          n_states, n_classes, inference, None)
+        return pm.CustomDist.dist(theta_x, theta_y, theta_e, np.arange(batch.n_graphs),
+                                  **cls._custom(dist_kwargs), **kwargs)
+
+    # ------------------------------------------------------------------ internals
+    @staticmethod
+    def _prepare(graphs, node_features, theta_x, theta_y, theta_e, n_states, n_classes,
+                 inference, observed):
+        if not isinstance(graphs, GraphBatch):
+            raise ValueError(f"HCRF: graphs must be a GraphBatch, got {type(graphs).__name__}")
+        X = graphs.check_features(node_features, "node")
+        sx, sy, se = _static_shape(theta_x), _static_shape(theta_y), _static_shape(theta_e)
+        for nm, sh, nd in (("theta_x", sx, 2), ("theta_y", sy, 2), ("theta_e", se, 3)):
+            if sh is not None and len(sh) != nd:
+                raise ValueError(f"HCRF: {nm} must be {nd}-d; got shape {sh}")
+        S = n_states if n_states is not None else (sy[0] if sy else (sx[1] if sx else None))
+        C = n_classes if n_classes is not None else (sy[1] if sy else (se[2] if se else None))
+        if S is None or C is None:
+            raise ValueError("HCRF: cannot infer n_states / n_classes from the weights' shapes; "
+                             "pass n_states= and n_classes=")
+        S, C = int(S), int(C)
+        if S < 1 or C < 2:
+            raise ValueError(f"HCRF needs n_states >= 1 and n_classes >= 2; got {S}, {C}")
+        want = {"theta_x": (X.shape[1], S), "theta_y": (S, C), "theta_e": (S, S, C)}
+        for nm, sh in (("theta_x", sx), ("theta_y", sy), ("theta_e", se)):
+            if sh is not None and tuple(sh) != want[nm]:
+                raise ValueError(f"HCRF: {nm} must have shape {want[nm]} (features={X.shape[1]}, "
+                                 f"states={S}, classes={C}); got {tuple(sh)}")
+        return dict(batch=graphs, node_features=X, n_classes=C, n_states=S,
+                    inference=inference), graphs
+
+    @staticmethod
+    def _custom(kw: dict) -> dict:
+        batch, X, C, inference = kw["batch"], kw["node_features"], kw["n_classes"], kw["inference"]
+
+        def logp(value, theta_x, theta_y, theta_e, graph_ids):
+            return hcrf_logp(value, theta_x, theta_y, theta_e, batch=batch, node_features=X,
+                             n_classes=C, inference=inference)
+
+        def random(theta_x, theta_y, theta_e, graph_ids, rng=None, size=None):
+            logp_ = class_log_probs(batch, X, theta_x, theta_y, theta_e, inference)
+            p = np.exp(logp_)
+            cum = np.cumsum(p, axis=1)
+            u = rng.random(batch.n_graphs)[:, None] * cum[:, -1:]
+            return np.minimum((u > cum).sum(axis=1), C - 1).astype(np.int64)
+
+        return dict(logp=logp, random=random, dtype="int64",
+                    signature="(f,s),(s,c),(s,s,c),(g)->(g)")

@@ -1,0 +1,267 @@
+"""Flattened power EP / transformed (power) EP for the posterior over CRF weights.
+
+q(w) = p0(w) prod_k g~_k(w) / prod_k f~_k(w)   (000 eq. (51), thesis eq. (5.70))
+
+* g~_k: numerator term of factor k (its observed-label potential), standard EP with exact robust
+  probit (or lognormal) moments, rank 1 (000 eqs. (8)-(11), (29)-(48) with one configuration).
+* f~_k: denominator term of factor k, approximating
+  ``f_k(w) = sum_{t_i, t_j} g_k(t_i, t_j; w) q^{\\k}(t_i) q^{\\k}(t_j)`` (000 eq. (24), (30)),
+  rank n_c = K^2 (K for node factors), updated by transformed power EP with power n_k = -1 and
+  transform m_k (thesis eqs. (5.16)-(5.18)): the cavity is
+  ``q^{\\k} = q * f~_k^{1 - 2 m_k}`` (m_k = 1: power EP, ``q / f~_k``, 000 eq. (15) / (22);
+  m_k = 0: transformed EP, ``q * f~_k``), the new site is ``proj[f_k q^{\\k}] / q^{\\k}``
+  (000 eq. (25)), damped with step size lambda (thesis eqs. (5.57)-(5.58)), and q is replaced by
+  ``q * f~_k^old / f~_k^new`` (000 eq. (17); thesis eqs. (5.71)-(5.74) for PEP).
+* the inner label beliefs q(t_i) are fully factorised; each denominator update sets the new pair
+  belief to the responsibilities of the tilted mixture (000 eqs. (49)-(50)) and damps the label
+  messages with step size xi in log space (thesis eqs. (5.61)-(5.63), (5.68)-(5.69)).
+
+Each factor's numerator term is processed right before its denominator term (thesis sec. 5.3.4).
+All updates are rank-n_c Woodbury updates of (m, V) (:mod:`.gaussian`), O(d^2) per term; a term
+whose cavity or whose result is not positive definite is skipped and counted.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+from numba import njit
+
+from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
+from pymc_crf.fitters.ep.moments import LOGLINEAR, PROBIT, mixture_moments
+from pymc_crf.fitters.ep.terms import EPTerms
+
+__all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform"]
+
+#: skip counters: numerator cavity, numerator result, denominator cavity, denominator result,
+#: non-finite moments
+SKIP_NAMES = ("numerator_cavity", "numerator_update", "denominator_cavity",
+              "denominator_update", "nonfinite_moments")
+
+
+def variant_transform(variant: str, transform: float | None = None) -> float:
+    """The transform m_k of thesis eq. (5.16) for a variant name: pep -> 1, tep -> 0."""
+    if transform is not None:
+        t = float(transform)
+        if not 0.0 <= t <= 1.0:
+            raise ValueError(f"transform m_k must lie in [0, 1] (thesis eq. (5.16)); got {t}")
+        return t
+    if variant == "pep":
+        return 1.0
+    if variant == "tep":
+        return 0.0
+    raise ValueError(f"variant must be 'pep' (power EP) or 'tep' (transformed EP); got {variant!r}")
+
+
+@njit(cache=True)
+def _log_normalise(v):
+    hi = v.max()
+    return v - (hi + np.log(np.exp(v - hi).sum()))
+
+
+@njit(cache=True)
+def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_mu, den_h, den_mu,
+             logmsg, logq, K, potential, eps, lam, xi, c_del, skips):
+    """One sweep over all factors (numerator then denominator term of each), in place.
+
+    ``num_h, num_mu`` (n_fac,) are the rank-1 numerator sites; ``den_h`` (n_fac, K^2, K^2) and
+    ``den_mu`` (n_fac, K^2) the denominator sites (site = exp(-y^T h y / 2 + mu^T y), y = A_k^T w);
+    ``logmsg`` (n_fac, 2, K) the label messages f~_k(t_i), f~_k(t_j) and ``logq`` (N, K) the label
+    beliefs, both in log space. ``c_del = 1 - 2 m_k`` is the sign of the denominator deletion.
+    """
+    one = np.zeros(1)
+    for kk in range(order.shape[0]):
+        k = order[kk]
+        L = n_feat[k]
+        fk = feat[k, :L]
+        # ---------------- numerator term g~_k: standard EP, rank 1 ----------------
+        cfg = obs_cfg[k]
+        if cfg >= 0:
+            P, S, my = project(V, m, fk, idx[k, cfg:cfg + 1, :L], 1, L)
+            Bd = np.full((1, 1), -num_h[k])  # deletion q / g~_k   (000 eq. (8))
+            bd = np.full(1, -num_mu[k])
+            ok, Sc, myc, _ = low_rank_y(S, my, Bd, bd)
+            if not ok:
+                skips[0] += 1
+            else:
+                _, r, g, M = mixture_moments(Sc, myc, one, potential, eps)
+                ok, hh, mh = site_from_moments(Sc, myc, g, M)
+                if not ok:
+                    skips[4] += 1
+                else:
+                    h_new = lam * hh[0, 0] + (1.0 - lam) * num_h[k]
+                    mu_new = lam * mh[0] + (1.0 - lam) * num_mu[k]
+                    B = np.full((1, 1), h_new - num_h[k])
+                    b = np.full(1, mu_new - num_mu[k])
+                    ok, _, _, Kmat = low_rank_y(S, my, B, b)
+                    if not ok:
+                        skips[1] += 1
+                    else:
+                        low_rank_update(m, V, P, S, my, Kmat, b)
+                        num_h[k] = h_new
+                        num_mu[k] = mu_new
+        # ---------------- denominator term f~_k: transformed power EP, rank n_c ----------------
+        n = n_cfg[k]
+        P, S, my = project(V, m, fk, idx[k, :n, :L], n, L)
+        h_old = den_h[k, :n, :n].copy()
+        mu_old = den_mu[k, :n].copy()
+        # deletion: q^{\k} = q * f~_k^{c_del}  (thesis eq. (5.16) with n_k = -1)
+        ok, Sc, myc, _ = low_rank_y(S, my, c_del * h_old, c_del * mu_old)
+        if not ok:
+            skips[2] += 1
+            continue
+        i = nodes[k, 0]
+        j = nodes[k, 1]
+        lci = _log_normalise(logq[i] - logmsg[k, 0])  # 000 eq. (23)
+        if j >= 0:
+            lcj = _log_normalise(logq[j] - logmsg[k, 1])
+            log_pi = np.empty(n)
+            for a in range(K):
+                for bb in range(K):
+                    log_pi[a * K + bb] = lci[a] + lcj[bb]
+        else:
+            lcj = lci
+            log_pi = lci.copy()
+        _, r, g, M = mixture_moments(Sc, myc, log_pi, potential, eps)
+        ok, hh, mh = site_from_moments(Sc, myc, g, M)
+        if not ok:
+            skips[4] += 1
+            continue
+        h_new = lam * hh + (1.0 - lam) * h_old  # thesis eqs. (5.57)-(5.58)
+        mu_new = lam * mh + (1.0 - lam) * mu_old
+        # inclusion q_new = q * f~_old / f~_new: precision change -(h_new - h_old)
+        # (for PEP this is thesis eqs. (5.71)-(5.74) written relative to q instead of q^{\k})
+        B = -(h_new - h_old)
+        b = -(mu_new - mu_old)
+        ok, _, _, Kmat = low_rank_y(S, my, B, b)
+        if not ok:
+            skips[3] += 1
+            continue
+        low_rank_update(m, V, P, S, my, Kmat, b)
+        den_h[k, :n, :n] = h_new
+        den_mu[k, :n] = mu_new
+        # label beliefs: new pair belief r (000 eq. (49)), marginals (eq. (50)), damped messages
+        # f~_k(t) = fhat^xi f~_old^(1-xi) (thesis eqs. (5.61)-(5.63))
+        qi = np.zeros(K)
+        qj = np.zeros(K)
+        if j >= 0:
+            for a in range(K):
+                for bb in range(K):
+                    qi[a] += r[a * K + bb]
+                    qj[bb] += r[a * K + bb]
+        else:
+            qi[:] = r
+        msg = xi * (np.log(np.maximum(qi, 1e-300)) - lci) + (1.0 - xi) * logmsg[k, 0]
+        logmsg[k, 0] = msg - msg.max()
+        logq[i] = _log_normalise(lci + logmsg[k, 0])
+        if j >= 0:
+            msg = xi * (np.log(np.maximum(qj, 1e-300)) - lcj) + (1.0 - xi) * logmsg[k, 1]
+            logmsg[k, 1] = msg - msg.max()
+            logq[j] = _log_normalise(lcj + logmsg[k, 1])
+    # keep V exactly symmetric against round-off drift (O(d^2) once per sweep)
+    V[:, :] = 0.5 * (V + V.T)
+
+
+@dataclass
+class EPState:
+    """All EP state: q(w) = N(m, V), the sites and the label beliefs."""
+
+    m: np.ndarray
+    V: np.ndarray
+    num_h: np.ndarray
+    num_mu: np.ndarray
+    den_h: np.ndarray
+    den_mu: np.ndarray
+    logmsg: np.ndarray
+    logq: np.ndarray
+
+
+@dataclass
+class EPRun:
+    """Result of :func:`run_ep`."""
+
+    mean: np.ndarray
+    cov: np.ndarray
+    converged: bool
+    iterations: int
+    change_mean: np.ndarray  # per sweep, max |m_new - m_old|
+    change_cov: np.ndarray  # per sweep, max |V_new - V_old|
+    skips: np.ndarray  # per sweep, (n_sweeps, 5) counts in SKIP_NAMES order
+    not_pd_sweeps: int  # sweeps after which a Cholesky check of V failed
+    state: EPState
+    sweep_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+
+
+def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
+           potential: str = "probit", epsilon: float = 0.0, transform: float = 1.0,
+           step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
+           max_iter: int = 200, min_iter: int = 2) -> EPRun:
+    """Run flattened (transformed) power EP to convergence.
+
+    Parameters
+    ----------
+    terms : EPTerms
+        Factor arrays from :func:`.terms.build_terms` (with observed labels).
+    prior_mean, prior_var : (d,) arrays
+        Diagonal Gaussian prior p0(w).
+    potential : {"probit", "loglinear"}
+    epsilon : float
+        Robust-probit label noise (000 eq. (4)); 0 is the plain probit.
+    transform : float in [0, 1]
+        m_k of thesis eq. (5.16): 1 = power EP, 0 = transformed EP.
+    step_size : float in (0, 1]
+        lambda, the damping of the weight sites (thesis eqs. (5.57)-(5.58)).
+    damping : float in (0, 1] or None
+        xi, the step size of the label messages (thesis eq. (5.62)); default ``step_size / 2``
+        (the thesis asks for xi < lambda).
+    tol : float
+        Convergence when the max change of m and of V in one sweep are both below ``tol``.
+    """
+    for name, v in (("step_size", step_size), ("damping", damping)):
+        if v is not None and not (0.0 < float(v) <= 1.0):
+            raise ValueError(f"{name} must lie in (0, 1]; got {v}")
+    if damping is None:
+        damping = 0.5 * step_size
+    if potential not in ("probit", "loglinear"):
+        raise ValueError(f"potential must be 'probit' or 'loglinear'; got {potential!r}")
+    pot = PROBIT if potential == "probit" else LOGLINEAR
+    d, K = terms.d, terms.K
+    prior_mean = np.asarray(prior_mean, float).reshape(d)
+    prior_var = np.asarray(prior_var, float).reshape(d)
+    if not (prior_var > 0).all():
+        raise ValueError("prior variances must be positive")
+    n_fac = terms.nodes.shape[0]
+    N = int(terms.nodes.max()) + 1 if n_fac else 0
+    st = EPState(m=prior_mean.copy(), V=np.diag(prior_var).astype(float),
+                 num_h=np.zeros(n_fac), num_mu=np.zeros(n_fac),
+                 den_h=np.zeros((n_fac, K * K, K * K)), den_mu=np.zeros((n_fac, K * K)),
+                 logmsg=np.zeros((n_fac, 2, K)), logq=np.full((N, K), -np.log(K)))
+    c_del = 1.0 - 2.0 * float(transform)
+    dm, dv, sk, times = [], [], [], []
+    not_pd = 0
+    converged = False
+    for it in range(max_iter):
+        m0, V0 = st.m.copy(), st.V.copy()
+        skips = np.zeros(5, np.int64)
+        t0 = time.perf_counter()
+        ep_sweep(st.m, st.V, terms.order, terms.nodes, terms.n_cfg, terms.n_feat, terms.feat,
+                 terms.idx, terms.obs_cfg, st.num_h, st.num_mu, st.den_h, st.den_mu, st.logmsg,
+                 st.logq, K, pot, float(epsilon), float(step_size), float(damping), c_del, skips)
+        times.append(time.perf_counter() - t0)
+        if not (np.isfinite(st.m).all() and np.isfinite(st.V).all()):
+            raise FloatingPointError(f"EP produced non-finite moments in sweep {it + 1}")
+        try:  # one factorisation per sweep, as a check only
+            np.linalg.cholesky(st.V)
+        except np.linalg.LinAlgError:
+            not_pd += 1
+        dm.append(float(np.abs(st.m - m0).max()))
+        dv.append(float(np.abs(st.V - V0).max()))
+        sk.append(skips)
+        if it + 1 >= min_iter and dm[-1] < tol and dv[-1] < tol:
+            converged = True
+            break
+    return EPRun(mean=st.m.copy(), cov=st.V.copy(), converged=converged, iterations=len(dm),
+                 change_mean=np.array(dm), change_cov=np.array(dv), skips=np.array(sk),
+                 not_pd_sweeps=not_pd, state=st, sweep_times=np.array(times))

@@ -1,0 +1,206 @@
+"""PyTensor Ops for log Z of a graph batch: the only place where discrete sums happen.
+
+``LogPartition(node_logpot, edge_logpot) -> log Z per graph``. Its gradient is the
+``LogPartitionGrad`` Op (the marginals weighted by the output gradient, one engine pass), whose own
+gradient is ``LogPartitionHVP`` (covariance-vector products of the sufficient statistics), so second
+derivatives (Laplace approximations, Hessians) work too.
+
+Everything from features to log-potentials is ordinary PyTensor, so autodiff does the chain rule.
+
+Each Op registers a numba implementation. Engines that provide ``numba_kernels`` (the chain engine)
+are called directly from compiled code; the others run in numba's object mode through the engine's
+Python entry point (an explicit choice, so PyTensor does not warn about a silent fallback).
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import pytensor.tensor as pt
+from pytensor.gradient import DisconnectedType, grad_not_implemented
+from pytensor.graph.basic import Apply
+from pytensor.graph.op import Op
+from pytensor.link.numba.dispatch.basic import get_numba_type, register_funcify_and_cache_key
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import Engine
+from pymc_crf.inference.select import get_engine
+
+__all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "log_partition"]
+
+
+class _BatchOp(Op):
+    """An Op bound to one graph batch and one engine (compared by identity of both)."""
+
+    __props__ = ()
+
+    def __init__(self, batch: GraphBatch, engine: Engine):
+        self.batch = batch
+        self.engine = engine
+
+    def __eq__(self, other):
+        return (type(self) is type(other) and self.batch is other.batch
+                and self.engine is other.engine)
+
+    def __hash__(self):
+        return hash((type(self), id(self.batch), id(self.engine)))
+
+    def __str__(self):
+        return f"{type(self).__name__}{{{self.engine.name}, {self.batch.n_graphs} graphs}}"
+
+    def _inputs(self, node_logpot, edge_logpot):
+        node = pt.as_tensor_variable(node_logpot).astype("float64")
+        edge = pt.as_tensor_variable(edge_logpot).astype("float64")
+        if node.ndim != 2 or edge.ndim != 3:
+            raise ValueError(f"log-potentials must be (N, K) and (E, K, K) tensors; got ndim "
+                             f"{node.ndim} and {edge.ndim}")
+        return node, edge
+
+
+class LogPartition(_BatchOp):
+    """log Z per graph of ``batch`` from node (N, K) and edge (E, K, K) or (1, K, K) log-potentials."""
+
+    def make_node(self, node_logpot, edge_logpot):
+        node, edge = self._inputs(node_logpot, edge_logpot)
+        return Apply(self, [node, edge], [pt.dvector(shape=(self.batch.n_graphs,))])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.asarray(
+            self.engine.log_partition(self.batch, inputs[0], inputs[1]), dtype=np.float64)
+
+    def infer_shape(self, node, shapes):
+        return [(self.batch.n_graphs,)]
+
+    def pullback(self, inputs, outputs, output_grads):
+        gn, ge = LogPartitionGrad(self.batch, self.engine)(inputs[0], inputs[1], output_grads[0])
+        return [gn, ge]
+
+
+class LogPartitionGrad(_BatchOp):
+    """Vector-Jacobian product of log Z: marginals of graph g times the output gradient ``g[g]``."""
+
+    def make_node(self, node_logpot, edge_logpot, g):
+        node, edge = self._inputs(node_logpot, edge_logpot)
+        g = pt.as_tensor_variable(g).astype("float64")
+        return Apply(self, [node, edge, g], [node.type(), edge.type()])
+
+    def perform(self, node, inputs, output_storage):
+        gn, ge = self.engine.weighted_marginals(self.batch, inputs[0], inputs[1], inputs[2])
+        output_storage[0][0] = np.asarray(gn, dtype=np.float64)
+        output_storage[1][0] = np.asarray(ge, dtype=np.float64)
+
+    def infer_shape(self, node, shapes):
+        return [shapes[0], shapes[1]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        cn, ce = (pt.zeros_like(o) if isinstance(c.type, DisconnectedType) else c
+                  for c, o in zip(output_grads, outputs, strict=True))
+        hn, he, hg = LogPartitionHVP(self.batch, self.engine)(*inputs, cn, ce)
+        return [hn, he, hg]
+
+
+class LogPartitionHVP(_BatchOp):
+    """Second derivatives: for cotangents (cn, ce) of the weighted marginals, returns
+    ``(sum_g g_g H_g c, same for the edge table, per-graph <marginals_g, c>)``."""
+
+    def make_node(self, node_logpot, edge_logpot, g, cn, ce):
+        node, edge = self._inputs(node_logpot, edge_logpot)
+        ins = [node, edge] + [pt.as_tensor_variable(x).astype("float64") for x in (g, cn, ce)]
+        return Apply(self, ins, [node.type(), edge.type(), ins[2].type()])
+
+    def perform(self, node, inputs, output_storage):
+        b, eng = self.batch, self.engine
+        nlp, elp, g, cn, ce = inputs
+        shared = elp.shape[0] == 1 and b.n_edges != 1
+        E = b.n_edges
+        full = np.ascontiguousarray(np.broadcast_to(elp, (E, *elp.shape[1:]))) if shared else elp
+        cfull = np.ascontiguousarray(np.broadcast_to(ce, full.shape)) if shared else ce
+        m = eng.marginals(b, nlp, full)
+        hn, he = eng.covariance_vector_product(b, nlp, full, cn, cfull)
+        hn = hn * g[b.node_graph][:, None]
+        he = he * g[b.edge_graph][:, None, None]
+        hg = (np.bincount(b.node_graph, (m.node * cn).sum(1), minlength=b.n_graphs)
+              + np.bincount(b.edge_graph, (m.edge * cfull).sum((1, 2)), minlength=b.n_graphs))
+        output_storage[0][0] = hn
+        output_storage[1][0] = he.sum(0, keepdims=True) if shared else he
+        output_storage[2][0] = hg
+
+    def infer_shape(self, node, shapes):
+        return [shapes[0], shapes[1], shapes[2]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        # Third derivatives of log Z are not needed by any sampler or fitter here.
+        return [grad_not_implemented(self, i, x, "third derivatives of log Z")
+                for i, x in enumerate(inputs)]
+
+
+def log_partition(node_logpot, edge_logpot, batch: GraphBatch, inference: str | Engine = "auto",
+                  max_treewidth: int = 10):
+    """log Z per graph as a differentiable PyTensor vector of shape (G,).
+
+    Parameters
+    ----------
+    node_logpot : TensorLike, shape (N, K)
+    edge_logpot : TensorLike, shape (E, K, K), or (1, K, K) for one table shared by every edge
+    batch : GraphBatch
+    inference : {"auto", "chain", "junction_tree", "bp", "bethe", "tree_ep", "brute_force"} or Engine
+    max_treewidth : int
+        Limit for the junction tree (``"auto"`` falls back to BP above it).
+    """
+    engine = get_engine(inference, batch, max_treewidth=max_treewidth)
+    return LogPartition(batch, engine)(node_logpot, edge_logpot)
+
+
+# ---------------------------------------------------------------------------- numba backend
+def _objmode_impl(op, node):
+    """Call ``op.perform`` from numba's object mode (for engines without njit kernels)."""
+    outs = node.outputs
+    ret_sig = (get_numba_type(outs[0].type) if len(outs) == 1
+               else numba.types.Tuple([get_numba_type(o.type) for o in outs]))
+
+    def py_perform(inputs):
+        storage = [[None] for _ in outs]
+        op.perform(node, inputs, storage)
+        return storage[0][0] if len(outs) == 1 else tuple(s[0] for s in storage)
+
+    @numba.njit
+    def impl(*inputs):
+        with numba.objmode(ret=ret_sig):
+            ret = py_perform(inputs)
+        return ret
+
+    return impl
+
+
+@register_funcify_and_cache_key(LogPartition)
+def _numba_log_partition(op, node, **kwargs):
+    kernels = op.engine.numba_kernels(op.batch)
+    if kernels is None:
+        return _objmode_impl(op, node), None
+    log_z = kernels[0]
+
+    @numba.njit
+    def impl(node_logpot, edge_logpot):
+        return log_z(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot))
+
+    return impl, None
+
+
+@register_funcify_and_cache_key(LogPartitionGrad)
+def _numba_log_partition_grad(op, node, **kwargs):
+    kernels = op.engine.numba_kernels(op.batch)
+    if kernels is None:
+        return _objmode_impl(op, node), None
+    vjp = kernels[1]
+
+    @numba.njit
+    def impl(node_logpot, edge_logpot, g):
+        return vjp(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot),
+                   np.ascontiguousarray(g))
+
+    return impl, None
+
+
+@register_funcify_and_cache_key(LogPartitionHVP)
+def _numba_log_partition_hvp(op, node, **kwargs):
+    return _objmode_impl(op, node), None
