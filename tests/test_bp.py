@@ -168,3 +168,34 @@ def test_warm_start_and_hard_zeros():
     assert again.report["iterations"].max() <= 2
     np.testing.assert_allclose(again.log_z, first.log_z, atol=1e-11)
     assert np.exp(first.log_node[0, 1]) == 0.0 and np.isfinite(first.log_z).all()
+
+
+# ---------------------------------------------------------------- mean field (comparison baseline)
+def test_mean_field_bound_gap_is_the_kl_divergence():
+    from pymc_crf.inference.mean_field import MeanField
+
+    rng = np.random.default_rng(6)
+    b = GraphBatch.from_networkx([nx.grid_2d_graph(2, 3), nx.complete_graph(4)])
+    K = 3
+    node = rng.normal(size=(b.n_total_nodes, K))
+    edge = rng.normal(0, 0.7, (b.n_edges, K, K))
+    m = MeanField().marginals(b, node, edge)
+    assert m.report["converged"].all()
+    bf = BruteForce()
+    exact = bf.log_partition(b, node, edge)
+    for g in range(b.n_graphs):
+        configs, score, _, _ = bf._enumerate(b, node, edge, g)
+        lo = b.node_offsets[g]
+        logq = np.log(m.node[lo + np.arange(configs.shape[1]), configs]).sum(1)
+        q = np.exp(logq)
+        kl = np.sum(q * (logq - (score - exact[g])))
+        # log Z - bound = KL(q || p) >= 0, checked by enumeration
+        assert abs((exact[g] - m.log_z[g]) - kl) < 1e-10 and kl > 0
+    # fixed point of the mean-field equations
+    i = 4
+    nb = [(e, b.edges[e, 1] if b.edges[e, 0] == i else b.edges[e, 0]) for e in range(b.n_edges)
+          if i in b.edges[e]]
+    logit = node[i] + sum(edge[e] @ m.node[j] if b.edges[e, 0] == i else edge[e].T @ m.node[j]
+                          for e, j in nb)
+    np.testing.assert_allclose(m.node[i], np.exp(logit) / np.exp(logit).sum(), atol=1e-9)
+    np.testing.assert_allclose(m.edge[0], np.outer(m.node[b.edges[0, 0]], m.node[b.edges[0, 1]]))

@@ -16,7 +16,7 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, Marginals, MapResult, check_potentials
+from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
 from pymc_crf.inference.bp import ConvergenceWarning, bp_structure, labelling_score
 from pymc_crf.inference.gibbs import colour_order
 
