@@ -63,13 +63,15 @@ def _log_normalise(v):
 
 @njit(cache=True)
 def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_mu, den_h, den_mu,
-             logmsg, logq, K, potential, eps, lam, xi, c_del, skips):
+             logmsg, logq, K, potential, eps, lam, xi, c_del, denominators, skips):
     """One sweep over all factors (numerator then denominator term of each), in place.
 
     ``num_h, num_mu`` (n_fac,) are the rank-1 numerator sites; ``den_h`` (n_fac, K^2, K^2) and
     ``den_mu`` (n_fac, K^2) the denominator sites (site = exp(-y^T h y / 2 + mu^T y), y = A_k^T w);
     ``logmsg`` (n_fac, 2, K) the label messages f~_k(t_i), f~_k(t_j) and ``logq`` (N, K) the label
     beliefs, both in log space. ``c_del = 1 - 2 m_k`` is the sign of the denominator deletion.
+    ``denominators=False`` runs plain EP on the numerator terms only (a probit-regression posterior,
+    used to test the shared machinery).
     """
     one = np.zeros(1)
     for kk in range(order.shape[0]):
@@ -103,6 +105,8 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
                         num_h[k] = h_new
                         num_mu[k] = mu_new
         # ---------------- denominator term f~_k: transformed power EP, rank n_c ----------------
+        if not denominators:
+            continue
         n = n_cfg[k]
         P, S, my = project(V, m, fk, idx[k, :n, :L], n, L)
         h_old = den_h[k, :n, :n].copy()
@@ -197,7 +201,7 @@ class EPRun:
 def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
            potential: str = "probit", epsilon: float = 0.0, transform: float = 1.0,
            step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
-           max_iter: int = 200, min_iter: int = 2) -> EPRun:
+           max_iter: int = 200, min_iter: int = 2, denominators: bool = True) -> EPRun:
     """Run flattened (transformed) power EP to convergence.
 
     Parameters
@@ -218,6 +222,10 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         (the thesis asks for xi < lambda).
     tol : float
         Convergence when the max change of m and of V in one sweep are both below ``tol``.
+    max_iter, min_iter : int
+        Bounds on the number of sweeps.
+    denominators : bool
+        False drops the 1/Z(w) terms (plain EP on the numerator terms; for testing).
     """
     for name, v in (("step_size", step_size), ("damping", damping)):
         if v is not None and not (0.0 < float(v) <= 1.0):
@@ -248,7 +256,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         t0 = time.perf_counter()
         ep_sweep(st.m, st.V, terms.order, terms.nodes, terms.n_cfg, terms.n_feat, terms.feat,
                  terms.idx, terms.obs_cfg, st.num_h, st.num_mu, st.den_h, st.den_mu, st.logmsg,
-                 st.logq, K, pot, float(epsilon), float(step_size), float(damping), c_del, skips)
+                 st.logq, K, pot, float(epsilon), float(step_size), float(damping), c_del,
+                 bool(denominators), skips)
         times.append(time.perf_counter() - t0)
         if not (np.isfinite(st.m).all() and np.isfinite(st.V).all()):
             raise FloatingPointError(f"EP produced non-finite moments in sweep {it + 1}")
