@@ -263,11 +263,13 @@ class HCRF:
                              n_classes=C, inference=inference)
 
         def random(theta_x, theta_y, theta_e, graph_ids, rng=None, size=None):
-            logp_ = class_log_probs(batch, X, theta_x, theta_y, theta_e, inference)
-            p = np.exp(logp_)
-            cum = np.cumsum(p, axis=1)
-            u = rng.random(batch.n_graphs)[:, None] * cum[:, -1:]
-            return np.minimum((u > cum).sum(axis=1), C - 1).astype(np.int64)
+            cum = np.cumsum(np.exp(class_log_probs(batch, X, theta_x, theta_y, theta_e,
+                                                   inference)), axis=1)          # (G, C)
+            shape = tuple(np.atleast_1d(size)) if size is not None else ()
+            if shape and shape[-1] == batch.n_graphs:  # size may include the support dim
+                shape = shape[:-1]
+            u = rng.random(shape + (batch.n_graphs, 1)) * cum[:, -1:]
+            return np.minimum((u > cum).sum(axis=-1), C - 1).astype(np.int64)
 
         return dict(logp=logp, random=random, dtype="int64",
                     signature="(f,s),(s,c),(s,s,c),(g)->(g)")

@@ -77,7 +77,7 @@ def bp_structure(batch: GraphBatch) -> BPStructure:
 
 
 # ---------------------------------------------------------------------------- numba kernels
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cavity(node, msg, s, r, in_ptr, in_idx, out):
     """out = node[s] + messages into s except message r (summed directly: no -inf - -inf)."""
     K = node.shape[1]
@@ -90,31 +90,60 @@ def _cavity(node, msg, s, r, in_ptr, in_idx, out):
                 out[k] += msg[d2, k]
 
 
-@njit(cache=True)
-def _send(edge, tab, flip, cav, maxprod, damping, old, out):
-    """New normalised log message from the cavity ``cav`` of its source; returns max |change|."""
+@njit(cache=True, inline="always")
+def _send(edge, P, tab, flip, cav, maxprod, damping, old, a, out):
+    """New normalised log message from the cavity ``cav`` of its source; returns max |change|.
+
+    Sum-product goes through the linear domain with scaling, ``exp(cav - max cav)`` times the
+    precomputed ``P = exp(psi - max psi)``: both lie in [0, 1], so nothing overflows, and K
+    exponentials replace K^2. If a sum comes out too small to be accurate (extreme potentials)
+    the message is recomputed exactly in the log domain.
+    """
     K = cav.shape[0]
-    for xt in range(K):
-        m = -np.inf
-        for xs in range(K):
-            w = cav[xs] + (edge[tab, xt, xs] if flip else edge[tab, xs, xt])
-            if w > m:
-                m = w
-        if maxprod or m == -np.inf:
-            out[xt] = m
-        else:
+    cmax = -np.inf
+    for k in range(K):
+        if cav[k] > cmax:
+            cmax = cav[k]
+    exact_log = maxprod or cmax == -np.inf
+    if not exact_log:
+        for k in range(K):
+            a[k] = np.exp(cav[k] - cmax)
+        tot = 0.0
+        for xt in range(K):
             acc = 0.0
             for xs in range(K):
+                acc += a[xs] * (P[tab, xt, xs] if flip else P[tab, xs, xt])
+            out[xt] = acc
+            tot += acc
+        for xt in range(K):
+            if out[xt] < 1e-250 * tot:
+                exact_log = True
+        if not exact_log:
+            for xt in range(K):
+                out[xt] = np.log(out[xt] / tot)
+    if exact_log:
+        for xt in range(K):
+            m = -np.inf
+            for xs in range(K):
                 w = cav[xs] + (edge[tab, xt, xs] if flip else edge[tab, xs, xt])
-                acc += np.exp(w - m)
-            out[xt] = m + np.log(acc)
-    _normalise(out, maxprod)
+                if w > m:
+                    m = w
+            if maxprod or m == -np.inf:
+                out[xt] = m
+            else:
+                acc = 0.0
+                for xs in range(K):
+                    w = cav[xs] + (edge[tab, xt, xs] if flip else edge[tab, xs, xt])
+                    acc += np.exp(w - m)
+                out[xt] = m + np.log(acc)
+        _normalise(out, maxprod)
     if damping > 0.0:
         # Damping in the log domain (geometric mixture of the old and new messages, as libDAI).
+        # The mixture is not renormalised: the fixed points are the same (there old = new is
+        # normalised), every update normalises again, and it saves K exp and a log per message.
         for k in range(K):
             if out[k] != old[k]:
                 out[k] = (1.0 - damping) * out[k] + damping * old[k]
-        _normalise(out, maxprod)
     change = 0.0
     for k in range(K):
         if out[k] != old[k]:
@@ -124,7 +153,14 @@ def _send(edge, tab, flip, cav, maxprod, damping, old, out):
     return change
 
 
-@njit(cache=True)
+def _scaled_tables(edge: np.ndarray) -> np.ndarray:
+    """``exp(psi - max psi)`` per table, in [0, 1] (0 where psi = -inf)."""
+    m = edge.max(axis=(1, 2), keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    return np.exp(edge - m)
+
+
+@njit(cache=True, inline="always")
 def _normalise(x, maxprod):
     K = x.shape[0]
     m = -np.inf
@@ -145,7 +181,7 @@ def _normalise(x, maxprod):
 
 
 @njit(cache=True)
-def _run_parallel(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph, node_graph,
+def _run_parallel(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph, node_graph,
                   n_graphs, shared, damping, tol, max_iter, maxprod, iters, changes, converged):
     """Flooding schedule: every message of every active graph from the previous sweep's messages."""
     N, K = node.shape
@@ -154,6 +190,7 @@ def _run_parallel(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph
     S = np.empty((N, K))
     cav = np.empty(K)
     out = np.empty(K)
+    a = np.empty(K)
     active = ~converged
     for it in range(max_iter):
         n_active = 0
@@ -189,7 +226,7 @@ def _run_parallel(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph
             else:
                 _cavity(node, msg, s, r, in_ptr, in_idx, cav)
             tab = 0 if shared else edge_of[d]
-            c = _send(edge, tab, flip[d], cav, maxprod, damping, msg[d], out)
+            c = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg[d], a, out)
             for k in range(K):
                 new[d, k] = out[k]
             if not c <= step[g]:
@@ -208,12 +245,13 @@ def _run_parallel(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph
 
 
 @njit(cache=True)
-def _run_sequential(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph, order,
+def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph, order,
                     n_graphs, shared, damping, tol, max_iter, maxprod, iters, changes, converged):
     """Sequential schedule: messages updated in place in ``order`` (Gauss-Seidel)."""
     K = node.shape[1]
     cav = np.empty(K)
     out = np.empty(K)
+    a = np.empty(K)
     active = ~converged
     for it in range(max_iter):
         n_active = 0
@@ -230,7 +268,7 @@ def _run_sequential(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, msg_gra
                 continue
             _cavity(node, msg, src[d], d ^ 1, in_ptr, in_idx, cav)
             tab = 0 if shared else edge_of[d]
-            c = _send(edge, tab, flip[d], cav, maxprod, damping, msg[d], out)
+            c = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg[d], a, out)
             for k in range(K):
                 msg[d, k] = out[k]
             if not c <= step[g]:
@@ -388,14 +426,21 @@ class BeliefPropagation(Engine):
         # Graphs without edges are trivially at their fixed point.
         converged[np.bincount(batch.edge_graph, minlength=G) == 0] = True
         shared = edge.shape[0] == 1
+        P = _scaled_tables(edge)
         if self.schedule == "parallel":
-            _run_parallel(node, edge, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
+            _run_parallel(node, edge, P, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                           st.graph, batch.node_graph, G, shared, self.damping, self.tol,
                           self.max_iter, max_product, iters, changes, converged)
         else:
-            _run_sequential(node, edge, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
+            _run_sequential(node, edge, P, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                             st.graph, st.order, G, shared, self.damping, self.tol,
                             self.max_iter, max_product, iters, changes, converged)
+        if self.damping > 0.0:
+            for row in msg if max_product else ():
+                row -= row.max()
+            if not max_product and msg.size:
+                m = msg.max(axis=1, keepdims=True)
+                msg -= m + np.log(np.exp(msg - m).sum(axis=1, keepdims=True))
         lbn, lbe, neg_f = _beliefs(node, edge, msg, batch.edges, st.in_ptr, st.in_idx,
                                    batch.node_graph, batch.edge_graph, st.degree, G, shared,
                                    max_product)

@@ -150,15 +150,14 @@ def _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac
 
 
 @njit(cache=True)
-def _assemble_tangent(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
-                      fac_id):
-    _assemble(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
+def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max, store):
+    """Collect pass (children before parents).
 
-
-@njit(cache=True)
-def _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max):
-    """Collect pass (children before parents): msg[c, s] = logsumexp (or max) of clique c's block s;
-    added into the parent through pmap. A root's single message is its component's log Z."""
+    msg[c, s] = logsumexp (max with ``use_max``) of clique c's block s, added into the parent
+    through pmap; a root's single message is its component's log Z. With ``store``, ``cond`` gets
+    the conditional exp(b - msg[c, s]) = p(x_{C \\ S} | x_S = s, evidence below C) of every entry,
+    which the distribute pass and the sampler reuse, so each entry costs one exp in all. The largest
+    entry of a block is skipped (its weight is 1) and log1p keeps small corrections exact."""
     m = parent.shape[0]
     for c in range(m - 1, -1, -1):
         lo, R = tab_off[c], blk[c]
@@ -166,16 +165,32 @@ def _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max):
         for s in range(msg_off[c + 1] - mo):
             base = lo + s * R
             mx = _NEG_INF
+            imax = 0
             for r in range(R):
                 if b[base + r] > mx:
                     mx = b[base + r]
+                    imax = r
             if use_max or mx == _NEG_INF:
                 msg[mo + s] = mx
+                if store:
+                    for r in range(R):
+                        cond[base + r] = 0.0
                 continue
-            acc = 0.0
-            for r in range(R):
-                acc += np.exp(b[base + r] - mx)
-            msg[mo + s] = mx + np.log(acc)
+            rest = 0.0
+            if store:
+                for r in range(R):
+                    w = 1.0 if r == imax else np.exp(b[base + r] - mx)
+                    cond[base + r] = w
+                    rest += w
+                rest -= 1.0
+                inv = 1.0 / (1.0 + rest)
+                for r in range(R):
+                    cond[base + r] *= inv
+            else:
+                for r in range(R):
+                    if r != imax:
+                        rest += np.exp(b[base + r] - mx)
+            msg[mo + s] = mx + np.log1p(rest)
         p = parent[c]
         if p >= 0:
             plo = tab_off[p]
@@ -185,51 +200,38 @@ def _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max):
 
 
 @njit(cache=True)
-def _upward_tangent(b, db, msg, dmsg, tab_off, blk, msg_off, parent, pmap_off, pmap):
-    """Forward-mode derivative of the collect pass (d logsumexp = softmax-weighted tangents)."""
+def _upward_tangent(db, dmsg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap):
+    """Forward-mode derivative of the collect pass (after ``_upward`` with ``store``): the tangent
+    of a logsumexp is the conditional-weighted sum of the tangents."""
     m = parent.shape[0]
     for c in range(m - 1, -1, -1):
         lo, R = tab_off[c], blk[c]
         mo = msg_off[c]
         for s in range(msg_off[c + 1] - mo):
             base = lo + s * R
-            mx = _NEG_INF
-            for r in range(R):
-                if b[base + r] > mx:
-                    mx = b[base + r]
-            if mx == _NEG_INF:
-                msg[mo + s] = mx
-                dmsg[mo + s] = 0.0
-                continue
             acc = 0.0
-            dacc = 0.0
             for r in range(R):
-                w = np.exp(b[base + r] - mx)
-                acc += w
-                dacc += w * db[base + r]
-            msg[mo + s] = mx + np.log(acc)
-            dmsg[mo + s] = dacc / acc
+                acc += cond[base + r] * db[base + r]
+            dmsg[mo + s] = acc
         p = parent[c]
         if p >= 0:
             plo = tab_off[p]
             q0 = pmap_off[c]
             for j in range(pmap_off[c + 1] - q0):
-                b[plo + j] += msg[mo + pmap[q0 + j]]
                 db[plo + j] += dmsg[mo + pmap[q0 + j]]
 
 
 @njit(cache=True)
-def _downward(b, db, pr, msg, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
+def _downward(cond, pr, db, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
               tangent):
-    """Distribute pass (parents before children), Hugin form, on probabilities.
+    """Distribute pass (parents before children), Hugin form, on probabilities: no exp at all.
 
-    Fills ``pr`` with the calibrated clique marginals p(x_C). A root gets exp(b - log Z); a child
-    block s gets p(x_{C \\ S} | x_S = s) * p(x_S = s), where the conditional is its collect-pass
-    belief exp(b - msg[c, s]) and p(x_S = s) is summed from the parent's marginal (003 eq. (3.2)).
-    Every exponent is <= 0 (no overflow); separator values whose probability underflows to 0 give
-    0, which is their value to double precision. With ``tangent``, ``db`` (the collect-pass
-    tangents) is turned into the tangents of the calibrated log-beliefs: d log p(x_S = s) -
-    d msg[c, s] is added to block s."""
+    Fills ``pr`` with the calibrated clique marginals p(x_C): a root's conditional is its marginal;
+    a child block s gets p(x_{C \\ S} | x_S = s) * p(x_S = s), with p(x_S = s) summed from the
+    parent's marginal (003 eq. (3.2)). Separator values whose probability underflows to 0 give 0,
+    their value to double precision. With ``tangent``, ``db`` (the collect-pass tangents) is turned
+    into the tangents of the calibrated log-beliefs: d log p(x_S = s) - d msg[c, s] is added to
+    block s."""
     m = parent.shape[0]
     for c in range(m):
         lo, R = tab_off[c], blk[c]
@@ -237,9 +239,8 @@ def _downward(b, db, pr, msg, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, p
         nS = msg_off[c + 1] - mo
         p = parent[c]
         if p < 0:
-            lz = msg[mo]
             for j in range(R):
-                pr[lo + j] = np.exp(b[lo + j] - lz) if lz > _NEG_INF else 0.0
+                pr[lo + j] = cond[lo + j]
             continue
         plo = tab_off[p]
         q0, q1 = pmap_off[c], pmap_off[c + 1]
@@ -253,15 +254,10 @@ def _downward(b, db, pr, msg, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, p
                 sdot[pmap[q0 + j]] += pr[plo + j] * db[plo + j]
         for s in range(nS):
             base = lo + s * R
-            up = msg[mo + s]
             ps = ssum[s]
-            if up == _NEG_INF or ps == 0.0:
-                for r in range(R):
-                    pr[base + r] = 0.0
-                continue
             for r in range(R):
-                pr[base + r] = np.exp(b[base + r] - up) * ps
-            if tangent:
+                pr[base + r] = cond[base + r] * ps
+            if tangent and ps > 0.0:
                 dd = sdot[s] / ps - dmsg[mo + s]
                 for r in range(R):
                     db[base + r] += dd
@@ -284,81 +280,81 @@ def _log_partition_kernel(n0s, e0s, node, edge2, tab_off, parent, blk, msg_off, 
     for g in range(n0s.shape[0]):
         _assemble(b, n0s[g], e0s[g], node, edge2, tab_off, cl_fac_off, fac_off, fac_idx,
                   fac_kind, fac_id)
-        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, False)
+        _upward(b, msg, b, tab_off, blk, msg_off, parent, pmap_off, pmap, False, False)
         out[g] = _log_z_of(msg, msg_off, roots)
     return out
 
 
 @njit(cache=True)
-def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, tab_off, parent, blk, msg_off, pmap_off,
-                      pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, croot, roots, max_tab,
-                      max_msg):
-    """log Z per graph; node / edge marginals accumulated into nm (N, K) and em2 (E or 1, K*K)."""
+def _scatter_marginals(pr, n0, e0, nm, em2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
+                       fac_id):
+    """Add each clique's entries into the node / edge tables of the factors it is home to."""
     shared = em2.shape[0] == 1
+    for c in range(tab_off.shape[0] - 1):
+        lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
+        for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
+            f0 = fac_off[f]
+            if fac_kind[f] == 0:
+                row = nm[n0 + fac_id[f]]
+            else:
+                row = em2[0 if shared else e0 + fac_id[f]]
+            for j in range(n):
+                row[fac_idx[f0 + j]] += pr[lo + j]
+
+
+@njit(cache=True)
+def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, tab_off, parent, blk, msg_off, pmap_off,
+                      pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, roots, max_msg):
+    """log Z per graph; node / edge marginals accumulated into nm (N, K) and em2 (E or 1, K*K)."""
     out = np.empty(n0s.shape[0])
     b = np.empty(tab_off[-1])
+    cond = np.empty(tab_off[-1])
+    pr = np.empty(tab_off[-1])
     msg = np.empty(msg_off[-1])
     ssum = np.empty(max_msg)
-    pr = np.empty(tab_off[-1])
     for g in range(n0s.shape[0]):
         n0, e0 = n0s[g], e0s[g]
         _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
-        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, False)
+        _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, False, True)
         out[g] = _log_z_of(msg, msg_off, roots)
-        _downward(b, b, pr, msg, msg, ssum, ssum, tab_off, blk, msg_off, parent, pmap_off, pmap,
+        _downward(cond, pr, b, msg, ssum, ssum, tab_off, blk, msg_off, parent, pmap_off, pmap,
                   False)
-        for c in range(parent.shape[0]):
-            lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
-            for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
-                f0 = fac_off[f]
-                if fac_kind[f] == 0:
-                    row = nm[n0 + fac_id[f]]
-                else:
-                    row = em2[0 if shared else e0 + fac_id[f]]
-                for j in range(n):
-                    row[fac_idx[f0 + j]] += pr[lo + j]
+        _scatter_marginals(pr, n0, e0, nm, em2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
+                           fac_id)
     return out
 
 
 @njit(cache=True)
 def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, tab_off, parent, blk, msg_off,
-                pmap_off, pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, croot, max_tab,
-                max_msg):
+                pmap_off, pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, croot, max_msg):
     """Hessian of log Z applied to (vnode, vedge): the tangent of the marginals along v.
 
-    With b the calibrated log-beliefs and db their tangents, d mu = sum_j p_j (db_j - d log Z)."""
-    shared = ce2.shape[0] == 1
+    With p the calibrated clique marginals and db the tangents of the calibrated log-beliefs,
+    d mu = sum_j p_j (db_j - d log Z) over the entries of the factor's home clique."""
     b = np.empty(tab_off[-1])
     db = np.empty(tab_off[-1])
+    cond = np.empty(tab_off[-1])
+    pr = np.empty(tab_off[-1])
     msg = np.empty(msg_off[-1])
     dmsg = np.empty(msg_off[-1])
     ssum = np.empty(max_msg)
     sdot = np.empty(max_msg)
-    pr = np.empty(tab_off[-1])
-    w = np.empty(max_tab)
     for g in range(n0s.shape[0]):
         n0, e0 = n0s[g], e0s[g]
         _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
-        _assemble_tangent(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx,
-                          fac_kind, fac_id)
-        _upward_tangent(b, db, msg, dmsg, tab_off, blk, msg_off, parent, pmap_off, pmap)
-        _downward(b, db, pr, msg, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off,
-                  pmap, True)
+        _assemble(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
+                  fac_id)
+        _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, False, True)
+        _upward_tangent(db, dmsg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap)
+        _downward(cond, pr, db, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
+                  True)
         for c in range(parent.shape[0]):
-            if cl_fac_off[c] == cl_fac_off[c + 1]:
-                continue
-            lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
+            lo, hi = tab_off[c], tab_off[c + 1]
             dlz = dmsg[msg_off[croot[c]]]
-            for j in range(n):
-                w[j] = pr[lo + j] * (db[lo + j] - dlz)
-            for f in range(cl_fac_off[c], cl_fac_off[c + 1]):
-                f0 = fac_off[f]
-                if fac_kind[f] == 0:
-                    row = cn[n0 + fac_id[f]]
-                else:
-                    row = ce2[0 if shared else e0 + fac_id[f]]
-                for j in range(n):
-                    row[fac_idx[f0 + j]] += w[j]
+            for j in range(lo, hi):
+                pr[j] *= db[j] - dlz
+        _scatter_marginals(pr, n0, e0, cn, ce2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
+                           fac_id)
 
 
 @njit(cache=True)
@@ -372,7 +368,7 @@ def _map_kernel(n0s, node, edge2, e0s, labels, K, tab_off, parent, blk, msg_off,
     for g in range(n0s.shape[0]):
         n0, e0 = n0s[g], e0s[g]
         _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
-        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, True)
+        _upward(b, msg, b, tab_off, blk, msg_off, parent, pmap_off, pmap, True, False)
         out[g] = _log_z_of(msg, msg_off, roots)
         for c in range(parent.shape[0]):
             v0, v1 = cvar_off[c], cvar_off[c + 1]
@@ -393,28 +389,23 @@ def _map_kernel(n0s, node, edge2, e0s, labels, K, tab_off, parent, blk, msg_off,
 @njit(cache=True)
 def _sample_kernel(n0s, e0s, node, edge2, out, rng, K, tab_off, parent, blk, msg_off, pmap_off,
                    pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, sep_len, cvar_off, cvars):
-    """Exact forward sampling: p(x_{C \\ S} | x_S) is proportional to clique C's collect-pass
-    belief on block x_S (it holds C's potentials and everything below C), so sampling the roots from
-    their beliefs and each child block given its parent's draw gives exact joint samples."""
+    """Exact forward sampling: p(x_{C \\ S} | x_S) is clique C's collect-pass conditional (it holds
+    C's potentials and everything below C), so sampling the roots from their marginals and each
+    child block given its parent's draw gives exact joint samples."""
     b = np.empty(tab_off[-1])
+    cdf = np.empty(tab_off[-1])
     msg = np.empty(msg_off[-1])
     m = parent.shape[0]
     for g in range(n0s.shape[0]):
         n0, e0 = n0s[g], e0s[g]
         _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
-        _upward(b, msg, tab_off, blk, msg_off, parent, pmap_off, pmap, False)
-        # Turn each block into its cumulative conditional distribution (in place).
-        for c in range(m):
+        _upward(b, msg, cdf, tab_off, blk, msg_off, parent, pmap_off, pmap, False, True)
+        for c in range(m):  # conditionals -> cumulative distributions, block by block
             lo, R = tab_off[c], blk[c]
-            mo = msg_off[c]
-            for s in range(msg_off[c + 1] - mo):
+            for s in range(msg_off[c + 1] - msg_off[c]):
                 base = lo + s * R
-                lz = msg[mo + s]
-                acc = 0.0
-                for r in range(R):
-                    if lz > _NEG_INF:
-                        acc += np.exp(b[base + r] - lz)
-                    b[base + r] = acc
+                for r in range(1, R):
+                    cdf[base + r] += cdf[base + r - 1]
         for t in range(out.shape[0]):
             for c in range(m):
                 v0, v1 = cvar_off[c], cvar_off[c + 1]
@@ -423,11 +414,11 @@ def _sample_kernel(n0s, e0s, node, edge2, out, rng, K, tab_off, parent, blk, msg
                     s = s * K + out[t, n0 + cvars[v0 + k]]
                 R = blk[c]
                 base = tab_off[c] + s * R
-                u = rng.random() * b[base + R - 1]
+                u = rng.random() * cdf[base + R - 1]
                 lo_, hi_ = 0, R - 1  # first r with cdf[r] > u
                 while lo_ < hi_:
                     mid = (lo_ + hi_) // 2
-                    if b[base + mid] > u:
+                    if cdf[base + mid] > u:
                         hi_ = mid
                     else:
                         lo_ = mid + 1
@@ -525,8 +516,8 @@ class JunctionTree(Engine):
         for c, gs, n0s, e0s in self._groups(batch, K):
             log_z[gs] = _marginals_kernel(
                 n0s, e0s, node, edge2, nm, em2, c.tab_off, c.parent, c.blk, c.msg_off, c.pmap_off,
-                c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id, c.croot,
-                c.roots, c.max_tab, c.max_msg)
+                c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id, c.roots,
+                c.max_msg)
         return Marginals(log_z, nm, em)
 
     def map_assignment(self, batch, node_logpot, edge_logpot):
@@ -575,5 +566,5 @@ class JunctionTree(Engine):
         for c, _gs, n0s, e0s in self._groups(batch, K):
             _cvp_kernel(n0s, e0s, node, edge2, v_node, vedge2, cn, ce2, c.tab_off, c.parent,
                         c.blk, c.msg_off, c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx,
-                        c.fac_kind, c.fac_id, c.croot, c.max_tab, c.max_msg)
+                        c.fac_kind, c.fac_id, c.croot, c.max_msg)
         return cn, ce

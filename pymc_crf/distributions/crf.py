@@ -1,0 +1,305 @@
+"""The ``CRF`` distribution: labels of a batch of graphs given features and weights.
+
+Labels are a ``(G, L)`` integer matrix, one row per graph, padded with ``-1`` past each graph's
+``n_nodes`` (``L`` = the largest graph). One row is one observation, so ``logp`` returns one value per
+graph and ``pm.compute_log_likelihood`` / ``az.loo`` work per graph. Flat ``(N,)`` labels or a list of
+per-graph arrays are accepted as ``observed`` and padded for you.
+
+log p(t | x, w) = sum_i phi_i(t_i) + sum_e psi_e(t_u, t_v) - log Z(x, w), where the log-potentials come
+from linear scores through ``potential`` (000 eqs. (1)-(4)) and log Z from the ``LogPartition`` Op.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numba
+import numpy as np
+import pytensor.tensor as pt
+from pymc.distributions.distribution import Distribution, _support_point
+from pymc.logprob.abstract import _logprob
+from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
+from pytensor.tensor.random.op import RandomVariable
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import Engine
+from pymc_crf.inference.select import get_engine
+from pymc_crf.ops.log_partition import LogPartition
+from pymc_crf.potentials import check_potential, log_potential_pt
+
+__all__ = ["CRF", "CRFRV", "pad_labels", "unpad_labels", "crf_log_potentials"]
+
+
+def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None) -> np.ndarray:
+    """Labels (flat (N,), list of per-graph arrays, or padded (G, L)) as a validated padded matrix."""
+    arr = labels if isinstance(labels, list | tuple) else np.asarray(labels)
+    L = int(batch.n_nodes.max())
+    if not isinstance(arr, list | tuple) and arr.ndim == 2:
+        if arr.shape != (batch.n_graphs, L):
+            raise ValueError(f"padded labels must have shape ({batch.n_graphs}, {L}); got {arr.shape}")
+        pos = np.arange(L)[None, :] < batch.n_nodes[:, None]
+        if (arr[~pos] != -1).any():
+            raise ValueError("padded labels must be -1 past each graph's last node")
+        arr = arr[pos]
+    flat = batch.check_labels(arr, n_labels)
+    out = np.full((batch.n_graphs, L), -1, dtype=np.int64)
+    out[batch.node_graph, np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]] = flat
+    return out
+
+
+def unpad_labels(batch: GraphBatch, padded: np.ndarray) -> np.ndarray:
+    """Flat (..., N) labels from padded (..., G, L) ones."""
+    padded = np.asarray(padded)
+    pos = np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]
+    return padded[..., batch.node_graph, pos]
+
+
+def _static_last_dim(w) -> int | None:
+    n = w.type.shape[-1]
+    if n is not None:
+        return int(n)
+    try:
+        return int(w.shape[-1].eval())
+    except Exception:  # noqa: BLE001 - symbolic shape that needs inputs: the caller asks for n_labels
+        return None
+
+
+def crf_log_potentials(batch: GraphBatch, node_features=None, node_weights=None,
+                       edge_features=None, edge_weights=None, potential: str = "loglinear",
+                       epsilon: float = 0.0, n_labels: int | None = None):
+    """Node (N, K) and edge (E, K, K) or shared (1, K, K) log-potential tensors and K.
+
+    Node scores are ``node_features @ node_weights`` (F, K); edge scores
+    ``einsum("ef,fab->eab", edge_features, edge_weights)`` (Fe, K, K). ``edge_weights`` of shape
+    (K, K) without edge features is one transition table shared by every edge.
+    """
+    check_potential(potential, epsilon)
+    if node_weights is None and edge_weights is None:
+        raise ValueError("a CRF needs node_weights, edge_weights, or both")
+    if (node_features is None) != (node_weights is None):
+        raise ValueError("node_features and node_weights go together: give both or neither")
+    Wn = None if node_weights is None else pt.as_tensor_variable(node_weights)
+    We = None if edge_weights is None else pt.as_tensor_variable(edge_weights)
+    K = n_labels
+    for w in (Wn, We):
+        if w is not None and K is None:
+            K = _static_last_dim(w)
+    if K is None:
+        raise ValueError("cannot tell the number of labels from the weights' shapes: pass n_labels")
+    if Wn is not None:
+        X = batch.check_features(node_features, "node")
+        if Wn.ndim != 2:
+            raise ValueError(f"node_weights must be (n_node_features, K) = ({X.shape[1]}, {K}); "
+                             f"got a {Wn.ndim}-d tensor")
+        _check_static(Wn, (X.shape[1], K), "node_weights")
+        node = log_potential_pt(pt.dot(pt.as_tensor_variable(X), Wn), potential, epsilon)
+    else:
+        node = pt.zeros((batch.n_total_nodes, K))
+    if We is None:
+        edge = pt.zeros((1, K, K))
+    elif edge_features is None:
+        if We.ndim != 2:
+            raise ValueError("edge_weights without edge_features must be one (K, K) table; got a "
+                             f"{We.ndim}-d tensor (pass edge_features for per-edge scores)")
+        _check_static(We, (K, K), "edge_weights")
+        edge = log_potential_pt(We, potential, epsilon)[None, :, :]
+    else:
+        Xe = batch.check_features(edge_features, "edge")
+        if We.ndim != 3:
+            raise ValueError(f"edge_weights must be (n_edge_features, K, K) = ({Xe.shape[1]}, {K}, "
+                             f"{K}); got a {We.ndim}-d tensor")
+        _check_static(We, (Xe.shape[1], K, K), "edge_weights")
+        score = pt.dot(pt.as_tensor_variable(Xe), We.reshape((Xe.shape[1], K * K)))
+        edge = log_potential_pt(score.reshape((batch.n_edges, K, K)), potential, epsilon)
+    return node, edge, K
+
+
+def _shape_tuple(shape):
+    try:
+        return tuple(int(pt.get_underlying_scalar_constant_value(s)) if hasattr(s, "type")
+                     else int(s) for s in shape)
+    except Exception:  # noqa: BLE001 - symbolic shape (from coords that may change): not checkable
+        return None
+
+
+def _check_static(w, shape, name):
+    got = w.type.shape
+    for a, b in zip(got, shape, strict=True):
+        if a is not None and a != b:
+            raise ValueError(f"{name} must have shape {shape}; got {got}")
+
+
+class CRFRV(RandomVariable):
+    """Labels of a fixed graph batch drawn exactly (or by Gibbs on loopy graphs) from the CRF."""
+
+    name = "crf"
+    signature = "(n,k),(e,k,k)->(g,l)"
+    dtype = "int64"
+    _print_name = ("CRF", "\\operatorname{CRF}")
+    __props__ = ("name", "signature", "dtype", "inplace", "batch", "engine")
+
+    def __init__(self, batch: GraphBatch, engine: Engine, **kwargs):
+        self.batch = batch
+        self.engine = engine
+        super().__init__(**kwargs)
+
+    def _supp_shape_from_params(self, dist_params, param_shapes=None):
+        return (self.batch.n_graphs, int(self.batch.n_nodes.max()))
+
+    def rng_fn(self, rng, node_logpot, edge_logpot, size):
+        if size is not None and tuple(size) != ():
+            raise ValueError("CRF draws do not take a size: one draw is one labelling of the batch")
+        flat = self.engine.sample(self.batch, node_logpot, edge_logpot, 1, rng)[0]
+        return _pad(self.batch, flat)
+
+
+def _pad(batch, flat):
+    out = np.full((batch.n_graphs, int(batch.n_nodes.max())), -1, dtype=np.int64)
+    out[batch.node_graph, np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]] = flat
+    return out
+
+
+class CRF(Distribution):
+    r"""Conditional random field over the labels of a batch of graphs.
+
+    .. math::
+
+        \log p(t \mid x, w) = \sum_i \phi_i(t_i) + \sum_{(u,v)} \psi_{uv}(t_u, t_v) - \log Z(x, w)
+
+    with log-potentials from linear scores: ``"loglinear"`` (the score itself) or the robust probit
+    ``log(eps + (1 - 2 eps) Phi(score))`` of Qi, Szummer & Minka (2005), eq. (4).
+
+    Parameters
+    ----------
+    graphs : GraphBatch
+        The graphs; fixed data.
+    node_features : array (N, F), optional
+        One row per node (all graphs stacked).
+    node_weights : tensor (F, K), optional
+    edge_features : array (E, Fe), optional
+        One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no
+        edge features.
+    edge_weights : tensor (Fe, K, K) or (K, K), optional
+    potential : {"loglinear", "probit"}
+    epsilon : float
+        Label-noise level of the robust probit, in [0, 0.5).
+    inference : str or Engine
+        ``"auto"`` (chain -> junction tree -> loopy BP, with a warning when it must approximate),
+        ``"chain"``, ``"junction_tree"``, ``"bp"``/``"bethe"``, or an Engine instance.
+    max_treewidth : int
+        Junction-tree limit for ``"auto"`` / ``"junction_tree"``.
+    n_labels : int, optional
+        K, when it cannot be read from the weights' static shapes.
+
+    Notes
+    -----
+    The value is a (G, L) int64 matrix padded with -1 (``pad_labels``); ``observed`` may also be
+    flat (N,) labels or a list of per-graph arrays. Give ``dims=("graph", "position")`` to label it.
+
+    Examples
+    --------
+    >>> import numpy as np, pymc as pm, pymc_crf as pmc
+    >>> batch = pmc.GraphBatch.chains([5, 3])
+    >>> X = np.random.default_rng(0).normal(size=(8, 2))
+    >>> with pm.Model():
+    ...     W = pm.Normal("W", 0, 1, shape=(2, 3))
+    ...     T = pm.Normal("T", 0, 1, shape=(3, 3))
+    ...     y = pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+    ...                 observed=np.zeros(8, dtype=int))
+    """
+
+    rv_type = CRFRV
+
+    def __new__(cls, name, *args, observed=None, graphs=None, **kwargs):
+        if observed is not None and graphs is not None:
+            observed = _validated_observed(graphs, observed, kwargs)
+        return super().__new__(cls, name, *args, observed=observed, graphs=graphs, **kwargs)
+
+    @classmethod
+    def dist(cls, graphs: GraphBatch | None = None, node_features=None, node_weights=None,
+             edge_features=None, edge_weights=None, potential: str = "loglinear",
+             epsilon: float = 0.0, inference: str | Engine = "auto", max_treewidth: int = 10,
+             n_labels: int | None = None, **kwargs):
+        if not isinstance(graphs, GraphBatch):
+            raise TypeError(f"graphs must be a GraphBatch; got {type(graphs).__name__}")
+        expected = (graphs.n_graphs, int(graphs.n_nodes.max()))
+        shape = kwargs.pop("shape", None)
+        if kwargs.pop("size", None) is not None or (
+                shape is not None and _shape_tuple(shape) not in (expected, None)):
+            raise ValueError(f"a CRF over this batch has shape {expected} (graphs, max nodes); "
+                             "it takes no other size or shape")
+        node, edge, K = crf_log_potentials(graphs, node_features, node_weights, edge_features,
+                                           edge_weights, potential, epsilon, n_labels)
+        engine = get_engine(inference, graphs, max_treewidth=max_treewidth)
+        return super().dist([node, edge], batch=graphs, engine=engine, **kwargs)
+
+    @classmethod
+    def rv_op(cls, node_logpot, edge_logpot, *, batch, engine, size=None, rng=None):
+        if rng is None:
+            rng = pt.random.shared_rng(seed=None)
+        _, rv = CRFRV(batch, engine)(node_logpot, edge_logpot, size=size, rng=rng,
+                                     return_next_rng=True)
+        return rv
+
+
+def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:
+    """Pad and check observed labels against the batch and K before PyMC sees them."""
+    if hasattr(observed, "type"):  # a PyTensor variable (pm.Data): checked by logp at run time
+        return observed
+    K = kwargs.get("n_labels")
+    if K is None:
+        for key in ("node_weights", "edge_weights"):
+            w = kwargs.get(key)
+            if w is not None:
+                K = _static_last_dim(pt.as_tensor_variable(w))
+                if K is not None:
+                    break
+    return pad_labels(graphs, observed, K)
+
+
+@_logprob.register(CRFRV)
+def crf_logp(op: CRFRV, values, rng, size, node_logpot, edge_logpot, **kwargs):
+    """Per-graph log-likelihood: score of the labelling minus log Z (one value per graph)."""
+    [value] = values
+    batch = op.batch
+    G, N = batch.n_graphs, batch.n_total_nodes
+    L = int(batch.n_nodes.max())
+    K = node_logpot.shape[-1]
+    flat_pos = batch.node_graph * L + (np.arange(N) - batch.node_offsets[batch.node_graph])
+    t = value.reshape((G * L,))[flat_pos]
+    valid = pt.and_(pt.ge(t, 0), pt.lt(t, K))
+    t = pt.clip(t, 0, K - 1)
+    score = pt.zeros(G)[batch.node_graph].inc(node_logpot[np.arange(N), t])
+    if batch.n_edges:
+        u, v = batch.edges[:, 0], batch.edges[:, 1]
+        shared = edge_logpot.type.shape[0] == 1 and batch.n_edges != 1
+        rows = np.zeros(batch.n_edges, np.int64) if shared else np.arange(batch.n_edges)
+        score = score[batch.edge_graph].inc(edge_logpot[rows, t[u], t[v]])
+    log_z = LogPartition(batch, op.engine)(node_logpot, edge_logpot)
+    all_valid = pt.eq(pt.zeros(G)[batch.node_graph].inc(1 - valid), 0)
+    return pt.switch(all_valid, score - log_z, -np.inf)
+
+
+@_support_point.register(CRFRV)
+def crf_support_point(op: CRFRV, rv, *params):
+    return pt.as_tensor_variable(_pad(op.batch, np.zeros(op.batch.n_total_nodes, np.int64)))
+
+
+@numba_core_rv_funcify.register(CRFRV)
+def _numba_crf_rv(op: CRFRV, node):
+    """Draw in numba by calling the engine's sampler from object mode with a seed from the rng."""
+    out_type = numba.types.Array(numba.int64, 2, "C")
+    sample = op.engine.sample
+    batch = op.batch
+
+    def py_draw(seed, node_logpot, edge_logpot):
+        return _pad(batch, sample(batch, node_logpot, edge_logpot, 1, int(seed))[0])
+
+    @numba.njit
+    def random_fn(rng, node_logpot, edge_logpot):
+        seed = rng.integers(0, 2**62)
+        with numba.objmode(out=out_type):
+            out = py_draw(seed, node_logpot, edge_logpot)
+        return out
+
+    return random_fn
