@@ -54,6 +54,7 @@ class _Compiled(NamedTuple):
     cl_fac_off: np.ndarray  # (m+1,) factors of clique c: cl_fac_off[c]:cl_fac_off[c+1]
     fac_off: np.ndarray     # (F+1,) offsets into fac_idx (each of length K ** |C| of its clique)
     fac_idx: np.ndarray     # clique entry -> factor table entry
+    fac_perm: np.ndarray    # clique entries sorted by factor table entry (equal-size groups)
     fac_kind: np.ndarray    # (F,) 0 node, 1 edge
     fac_id: np.ndarray      # (F,) local node / edge id
     croot: np.ndarray       # (m,) root clique of each clique's component
@@ -121,6 +122,8 @@ def _compile(jt: JunctionTreeStructure, edges_local: np.ndarray, K: int) -> _Com
         pmap=np.concatenate(pmaps).astype(np.int64) if m else np.zeros(0, np.int64),
         cl_fac_off=np.asarray(cl_fac_off, np.int64), fac_off=fac_off,
         fac_idx=np.concatenate(idx_parts).astype(np.int64) if idx_parts else np.zeros(0, np.int64),
+        fac_perm=(np.concatenate([np.argsort(x, kind="stable") for x in idx_parts]).astype(np.int64)
+                  if idx_parts else np.zeros(0, np.int64)),
         fac_kind=np.asarray(kind, np.int64), fac_id=np.asarray(fid, np.int64), croot=croot,
         roots=np.flatnonzero(parent < 0).astype(np.int64), sep_len=sep_len,
         cvar_off=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), cvars=cvars,
@@ -157,7 +160,7 @@ def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max
     through pmap; a root's single message is its component's log Z. With ``store``, ``cond`` gets
     the conditional exp(b - msg[c, s]) = p(x_{C \\ S} | x_S = s, evidence below C) of every entry,
     which the distribute pass and the sampler reuse, so each entry costs one exp in all. The largest
-    entry of a block is skipped (its weight is 1) and log1p keeps small corrections exact."""
+    entry of a block is skipped (its weight is 1)."""
     m = parent.shape[0]
     for c in range(m - 1, -1, -1):
         lo, R = tab_off[c], blk[c]
@@ -190,7 +193,7 @@ def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max
                 for r in range(R):
                     if r != imax:
                         rest += np.exp(b[base + r] - mx)
-            msg[mo + s] = mx + np.log1p(rest)
+            msg[mo + s] = mx + np.log(1.0 + rest)
         p = parent[c]
         if p >= 0:
             plo = tab_off[p]
@@ -286,9 +289,12 @@ def _log_partition_kernel(n0s, e0s, node, edge2, tab_off, parent, blk, msg_off, 
 
 
 @njit(cache=True)
-def _scatter_marginals(pr, n0, e0, nm, em2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
+def _scatter_marginals(pr, n0, e0, nm, em2, K, tab_off, cl_fac_off, fac_off, fac_perm, fac_kind,
                        fac_id):
-    """Add each clique's entries into the node / edge tables of the factors it is home to."""
+    """Sum each clique's entries into the node / edge tables of the factors it is home to.
+
+    ``fac_perm`` lists the clique entries grouped by factor table entry (groups of equal size), so
+    each table entry is one register sum (no scatter into a tiny table)."""
     shared = em2.shape[0] == 1
     for c in range(tab_off.shape[0] - 1):
         lo, n = tab_off[c], tab_off[c + 1] - tab_off[c]
@@ -296,15 +302,23 @@ def _scatter_marginals(pr, n0, e0, nm, em2, tab_off, cl_fac_off, fac_off, fac_id
             f0 = fac_off[f]
             if fac_kind[f] == 0:
                 row = nm[n0 + fac_id[f]]
+                nk = K
             else:
                 row = em2[0 if shared else e0 + fac_id[f]]
-            for j in range(n):
-                row[fac_idx[f0 + j]] += pr[lo + j]
+                nk = K * K
+            gsz = n // nk
+            for a in range(nk):
+                acc = 0.0
+                q = f0 + a * gsz
+                for t in range(gsz):
+                    acc += pr[lo + fac_perm[q + t]]
+                row[a] += acc
 
 
 @njit(cache=True)
-def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, tab_off, parent, blk, msg_off, pmap_off,
-                      pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, roots, max_msg):
+def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, K, tab_off, parent, blk, msg_off, pmap_off,
+                      pmap, cl_fac_off, fac_off, fac_idx, fac_perm, fac_kind, fac_id, roots,
+                      max_msg):
     """log Z per graph; node / edge marginals accumulated into nm (N, K) and em2 (E or 1, K*K)."""
     out = np.empty(n0s.shape[0])
     b = np.empty(tab_off[-1])
@@ -319,14 +333,15 @@ def _marginals_kernel(n0s, e0s, node, edge2, nm, em2, tab_off, parent, blk, msg_
         out[g] = _log_z_of(msg, msg_off, roots)
         _downward(cond, pr, b, msg, ssum, ssum, tab_off, blk, msg_off, parent, pmap_off, pmap,
                   False)
-        _scatter_marginals(pr, n0, e0, nm, em2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
-                           fac_id)
+        _scatter_marginals(pr, n0, e0, nm, em2, K, tab_off, cl_fac_off, fac_off, fac_perm,
+                           fac_kind, fac_id)
     return out
 
 
 @njit(cache=True)
-def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, tab_off, parent, blk, msg_off,
-                pmap_off, pmap, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id, croot, max_msg):
+def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, K, tab_off, parent, blk, msg_off,
+                pmap_off, pmap, cl_fac_off, fac_off, fac_idx, fac_perm, fac_kind, fac_id, croot,
+                max_msg):
     """Hessian of log Z applied to (vnode, vedge): the tangent of the marginals along v.
 
     With p the calibrated clique marginals and db the tangents of the calibrated log-beliefs,
@@ -353,8 +368,8 @@ def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, tab_off, parent, 
             dlz = dmsg[msg_off[croot[c]]]
             for j in range(lo, hi):
                 pr[j] *= db[j] - dlz
-        _scatter_marginals(pr, n0, e0, cn, ce2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
-                           fac_id)
+        _scatter_marginals(pr, n0, e0, cn, ce2, K, tab_off, cl_fac_off, fac_off, fac_perm,
+                           fac_kind, fac_id)
 
 
 @njit(cache=True)
@@ -515,9 +530,9 @@ class JunctionTree(Engine):
         log_z = np.empty(batch.n_graphs)
         for c, gs, n0s, e0s in self._groups(batch, K):
             log_z[gs] = _marginals_kernel(
-                n0s, e0s, node, edge2, nm, em2, c.tab_off, c.parent, c.blk, c.msg_off, c.pmap_off,
-                c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id, c.roots,
-                c.max_msg)
+                n0s, e0s, node, edge2, nm, em2, K, c.tab_off, c.parent, c.blk, c.msg_off,
+                c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_perm, c.fac_kind,
+                c.fac_id, c.roots, c.max_msg)
         return Marginals(log_z, nm, em)
 
     def map_assignment(self, batch, node_logpot, edge_logpot):
@@ -564,7 +579,7 @@ class JunctionTree(Engine):
         ce = np.zeros_like(edge)
         ce2 = ce.reshape(edge.shape[0], K * K)
         for c, _gs, n0s, e0s in self._groups(batch, K):
-            _cvp_kernel(n0s, e0s, node, edge2, v_node, vedge2, cn, ce2, c.tab_off, c.parent,
+            _cvp_kernel(n0s, e0s, node, edge2, v_node, vedge2, cn, ce2, K, c.tab_off, c.parent,
                         c.blk, c.msg_off, c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx,
-                        c.fac_kind, c.fac_id, c.croot, c.max_msg)
+                        c.fac_perm, c.fac_kind, c.fac_id, c.croot, c.max_msg)
         return cn, ce
