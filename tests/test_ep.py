@@ -258,3 +258,133 @@ def test_loglinear_ep_runs_and_matches_exact_on_chain():
     assert ess > 1000
     err, lo, hi = errors(ep, mu, cov)
     assert err < 0.15 and 0.85 < lo and hi < 1.1, (err, lo, hi)
+
+
+@pytest.mark.parametrize("potential,eps", [("probit", 0.0), ("probit", 0.05), ("loglinear", 0.0)])
+def test_averaged_potentials_match_monte_carlo(potential, eps):
+    """000 eqs. (59)-(60): each averaged table entry is E_q[g]; checked with 400k draws of w."""
+    from pymc_crf.fitters.ep.average import averaged_log_potentials
+
+    rng = np.random.default_rng(7)
+    K, F, Fe, N, E = 3, 2, 2, 4, 3
+    d = F * K + Fe * K * K
+    X = rng.normal(size=(d, d))
+    V = 0.3 * X @ X.T / d + 0.1 * np.eye(d)
+    m = rng.normal(scale=0.5, size=d)
+    Xn, Xe = rng.normal(size=(N, F)), rng.normal(size=(E, Fe))
+    node, edge = averaged_log_potentials(m, V, K, N, Xn, Xe, potential, eps)
+    w = rng.multivariate_normal(m, V, size=400_000)
+    sn = np.einsum("if,sfa->sia", Xn, w[:, :F * K].reshape(-1, F, K))
+    se = np.einsum("ef,sfab->seab", Xe, w[:, F * K:].reshape(-1, Fe, K, K))
+    if potential == "loglinear":
+        gn, ge = np.exp(sn), np.exp(se)
+    else:
+        gn = eps + (1 - 2 * eps) * np.exp(sp_log_ndtr(sn))
+        ge = eps + (1 - 2 * eps) * np.exp(sp_log_ndtr(se))
+    np.testing.assert_allclose(node, np.log(gn.mean(0)), atol=0.02)
+    np.testing.assert_allclose(edge, np.log(ge.mean(0)), atol=0.02)
+
+
+@pytest.mark.parametrize("use_edge,tol_mean,sd_lo", [(False, 0.2, 0.7), (True, 0.35, 0.55)])
+def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
+    """Node potentials (d = F*K, plus a shared (K, K) edge table when ``use_edge``): PEP against IS
+    on 3-node chains with labels drawn from the model. Without edges every label has one factor,
+    so the inner label approximation is exact and only EP's projection error remains.
+    Measured: nodes only 0.108 / sd ratio [0.80, 0.89]; nodes + table 0.203 / [0.62, 0.82]. Power EP
+    with n_k = -1 minimises an alpha-divergence (alpha = -3) for the 1/Z terms (000 sec. 3), which
+    is zero-forcing, so EP's sds come out smaller than the exact ones here; that this is EP's fixed
+    point and not an implementation error is checked by ``test_fixed_point_conditions``."""
+    rng = np.random.default_rng(11)
+    batch = GraphBatch.chains([3] * 20)
+    K, F = 2, 2
+    N = batch.n_total_nodes
+    Xn = rng.normal(size=(N, F))
+    Xe = np.ones((batch.n_edges, 1)) if use_edge else None
+    cfgs = np.array(list(itertools.product(range(K), repeat=3)))
+    w_true = rng.normal(size=F * K + (K * K if use_edge else 0))
+
+    def log_lik(w, labels=None):
+        """(S,) exact log-likelihood, or (S, G, 8) configuration scores when labels is None."""
+        ln = sp_log_ndtr(np.einsum("if,sfa->sia", Xn, w[:, :F * K].reshape(-1, F, K)))
+        le = sp_log_ndtr(w[:, F * K:].reshape(-1, K, K)) if use_edge else None
+        scores = []
+        for g in range(batch.n_graphs):
+            o = batch.node_offsets[g]
+            sc = ln[:, o, cfgs[:, 0]] + ln[:, o + 1, cfgs[:, 1]] + ln[:, o + 2, cfgs[:, 2]]
+            if use_edge:
+                sc = sc + le[:, cfgs[:, 0], cfgs[:, 1]] + le[:, cfgs[:, 1], cfgs[:, 2]]
+            scores.append(sc)
+        scores = np.stack(scores, 1)
+        if labels is None:
+            return scores
+        t = labels.reshape(batch.n_graphs, 3)
+        obs = (t[:, 0] * K + t[:, 1]) * K + t[:, 2]
+        return (scores[:, np.arange(batch.n_graphs), obs] - logsumexp(scores, axis=2)).sum(1)
+
+    sc = log_lik(w_true[None])[0]
+    p = np.exp(sc - logsumexp(sc, axis=1, keepdims=True))
+    labels = np.concatenate([cfgs[rng.choice(len(cfgs), p=pg)] for pg in p])
+    terms = build_terms(batch, K, labels, Xn, Xe, use_node=True, use_edge=use_edge)
+    ep = run_ep(terms, np.zeros(terms.d), np.full(terms.d, PRIOR_VAR), tol=1e-6, max_iter=300)
+    assert ep.converged
+    w = rng.multivariate_normal(ep.mean, 1.5 * ep.cov, size=100_000)
+    diff = w - ep.mean
+    log_prop = -0.5 * np.sum(np.linalg.solve(1.5 * ep.cov, diff.T) * diff.T, 0)
+    lw = log_lik(w, labels) - 0.5 * np.sum(w**2, 1) / PRIOR_VAR - log_prop
+    wt = np.exp(lw - lw.max())
+    wt /= wt.sum()
+    assert 1.0 / np.sum(wt**2) > 1000
+    mu = wt @ w
+    sd = np.sqrt(wt @ (w - mu) ** 2)
+    err = np.max(np.abs(ep.mean - mu) / sd)
+    ratio = np.sqrt(np.diag(ep.cov)) / sd
+    assert err < tol_mean and ratio.min() > sd_lo and ratio.max() < 1.1, (err, ratio)
+
+
+@pytest.mark.parametrize("transform", [1.0, 0.0])
+def test_fixed_point_conditions(transform):
+    """At convergence each denominator site satisfies its defining equation, checked by Monte Carlo
+    in w-space with scipy's Phi (independent of :mod:`.moments`): the moments of
+    ``f_k(w) q^{\\k}(w)`` (000 eq. (24), cavity beliefs from the stored label messages) equal those
+    of ``q^{\\k}(w) f~_k(w)``; likewise for the numerator terms with ``g_k``. Measured errors are
+    about 0.002 sd with 10^6 draws; asserted < 0.01 sd with 4 x 10^5."""
+    batch, Xe, labels = make_data("chain", 10, seed=1, Fe=3)
+    K = 2
+    terms = build_terms(batch, K, labels, None, Xe, use_node=False, use_edge=True)
+    ep = run_ep(terms, np.zeros(terms.d), np.full(terms.d, PRIOR_VAR), tol=1e-10, max_iter=3000,
+                transform=transform, step_size=0.5)
+    assert ep.converged
+    st = ep.state
+    prec = np.linalg.inv(ep.cov)
+    lin = prec @ ep.mean
+    rng = np.random.default_rng(0)
+    c_del = 1.0 - 2.0 * transform
+    for k in (0, 13):
+        L = terms.n_feat[k]
+        A = np.zeros((terms.d, K * K))
+        for c in range(K * K):
+            A[terms.idx[k, c, :L], c] = terms.feat[k, :L]
+        checks = []
+        # denominator: cavity q * f~^(1 - 2 m_k); tilted f_k * cavity; target cavity * f~
+        h, mu = st.den_h[k], st.den_mu[k]
+        i, j = terms.nodes[k]
+        li = st.logq[i] - st.logmsg[k, 0]
+        lj = st.logq[j] - st.logmsg[k, 1]
+        pi = np.exp(li[:, None] + lj[None, :]).ravel()
+        checks.append((prec + c_del * A @ h @ A.T, lin + c_del * A @ mu, h, mu, A, pi))
+        # numerator: cavity q / g~; tilted g_k * cavity; target q
+        a = A[:, [terms.obs_cfg[k]]]
+        hn, mn = np.array([[st.num_h[k]]]), np.array([st.num_mu[k]])
+        checks.append((prec - a @ hn @ a.T, lin - a @ mn, hn, mn, a, np.ones(1)))
+        for P_c, l_c, h_, mu_, A_, pi_ in checks:
+            V_c = np.linalg.inv(P_c)
+            w = rng.multivariate_normal(V_c @ l_c, V_c, size=400_000)
+            f = np.exp(sp_log_ndtr(w @ A_)) @ pi_
+            f /= f.sum()
+            tm = f @ w
+            tsd = np.sqrt(f @ (w - tm) ** 2)
+            V_t = np.linalg.inv(P_c + A_ @ h_ @ A_.T)
+            m_t = V_t @ (l_c + A_ @ mu_)
+            sd = np.sqrt(np.diag(V_t))
+            assert np.max(np.abs(tm - m_t) / sd) < 0.01
+            assert np.max(np.abs(tsd / sd - 1)) < 0.01
