@@ -14,6 +14,7 @@ once per distinct shape and cached in ``batch._cache`` under :meth:`GraphBatch.s
 
 from __future__ import annotations
 
+import heapq
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,8 +92,8 @@ def _score(adj: list[set[int]], v: int, heuristic: str) -> tuple[int, int]:
     return len(nb), fill
 
 
-def elimination_order(n_nodes: int, edges: np.ndarray, heuristic: str = "min_fill"
-                      ) -> tuple[list[int], list[tuple[int, ...]]]:
+def elimination_order(n_nodes: int, edges: np.ndarray, heuristic: str = "min_fill",
+                      stop_above: int | None = None) -> tuple[list[int], list[tuple[int, ...]]]:
     """Greedy elimination order and the elimination cliques it produces.
 
     Parameters
@@ -105,6 +106,10 @@ def elimination_order(n_nodes: int, edges: np.ndarray, heuristic: str = "min_fil
         ``min_fill`` eliminates the vertex adding the fewest fill edges (ties: fewest neighbours);
         ``min_weight`` the vertex with the smallest elimination clique table (ties: least fill).
         Remaining ties go to the smallest node id, so the result is deterministic.
+    stop_above : int, optional
+        Stop as soon as an elimination clique has more than ``stop_above + 1`` nodes (the
+        triangulation's width is then known to exceed ``stop_above``); the returned lists are then
+        partial. Saves the full elimination of big graphs that are over a treewidth limit anyway.
 
     Returns
     -------
@@ -119,22 +124,30 @@ def elimination_order(n_nodes: int, edges: np.ndarray, heuristic: str = "min_fil
     for u, v in np.asarray(edges, dtype=np.int64).reshape(-1, 2).tolist():
         adj[u].add(v)
         adj[v].add(u)
-    alive = set(range(n_nodes))
-    score = {v: _score(adj, v, heuristic) for v in range(n_nodes)}
+    alive = [True] * n_nodes
+    score = [_score(adj, v, heuristic) for v in range(n_nodes)]
+    # A heap of (score, node) with lazy deletion: an entry is stale once its node is eliminated
+    # or rescored; the live minimum is the same (score, id) minimum as a full scan.
+    heap = [(score[v], v) for v in range(n_nodes)]
+    heapq.heapify(heap)
     order: list[int] = []
     cliques: list[tuple[int, ...]] = []
-    while alive:
-        v = min(alive, key=lambda w: (score[w], w))
+    while heap:
+        sc, v = heapq.heappop(heap)
+        if not alive[v] or sc != score[v]:
+            continue
         nb = adj[v]
         order.append(v)
         cliques.append(tuple(sorted(nb | {v})))
+        if stop_above is not None and len(nb) > stop_above:
+            break
         # Join the neighbours pairwise (fill edges), then drop v.
         nbl = list(nb)
         for a in nbl:
             adj[a].update(nb)
             adj[a].discard(a)
             adj[a].discard(v)
-        alive.discard(v)
+        alive[v] = False
         adj[v] = set()
         # Only the neighbours and their neighbours can change score (a fill edge a-b changes the
         # fill count of every common neighbour of a and b).
@@ -142,7 +155,10 @@ def elimination_order(n_nodes: int, edges: np.ndarray, heuristic: str = "min_fil
         for a in nbl:
             touched |= adj[a]
         for w in touched:
-            score[w] = _score(adj, w, heuristic)
+            new = _score(adj, w, heuristic)
+            if new != score[w]:
+                score[w] = new
+                heapq.heappush(heap, (new, w))
     return order, cliques
 
 
@@ -275,14 +291,42 @@ def junction_tree(batch: GraphBatch, g: int, heuristic: str = "min_fill") -> Jun
     return jt
 
 
-def treewidth(batch: GraphBatch, heuristic: str = "min_fill") -> np.ndarray:
+def treewidth(batch: GraphBatch, heuristic: str = "min_fill",
+              limit: int | None = None) -> np.ndarray:
     """Treewidth of each graph's triangulation (an upper bound, exact on trees and small grids).
+
+    Parameters
+    ----------
+    batch : GraphBatch
+    heuristic : {"min_fill", "min_weight"}
+    limit : int, optional
+        Only decide whether each width is <= ``limit``: the elimination of a shape stops as soon as
+        it exceeds the limit (unless its junction tree is already cached), and such graphs report
+        the width reached at that point, a value > ``limit`` but not necessarily the full width.
+        Graphs within the limit get their junction tree built and cached as usual.
 
     Returns
     -------
     ndarray of int64, shape (G,)
     """
+    if heuristic not in HEURISTICS:
+        raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of {HEURISTICS}")
     out = np.empty(batch.n_graphs, dtype=np.int64)
-    for gs in batch.structure_groups.values():
-        out[gs] = junction_tree(batch, int(gs[0]), heuristic).treewidth
+    cache = batch._cache.setdefault(_CACHE_KEY, {})
+    over = batch._cache.setdefault(_CACHE_KEY + "_over_limit", {})
+    for key, gs in batch.structure_groups.items():
+        g = int(gs[0])
+        if limit is not None and (heuristic, key) not in cache:
+            known = over.get((heuristic, key))
+            if known is not None and known > limit:
+                out[gs] = known
+                continue
+            _, elim = elimination_order(int(batch.n_nodes[g]), batch.local_edges(g), heuristic,
+                                        stop_above=limit)
+            width = max(len(c) for c in elim) - 1
+            if width > limit:
+                over[(heuristic, key)] = max(width, over.get((heuristic, key), width))
+                out[gs] = width
+                continue
+        out[gs] = junction_tree(batch, g, heuristic).treewidth
     return out

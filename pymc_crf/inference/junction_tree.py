@@ -476,18 +476,22 @@ class JunctionTree(Engine):
         return f"JunctionTree(max_treewidth={self.max_treewidth}, heuristic={self.heuristic!r})"
 
     def supports(self, batch: GraphBatch) -> bool:
-        return bool((treewidth(batch, self.heuristic) <= self.max_treewidth).all())
+        tw = treewidth(batch, self.heuristic, limit=self.max_treewidth)
+        return bool((tw <= self.max_treewidth).all())
 
     # ---------------------------------------------------------------- setup
     def _groups(self, batch: GraphBatch, K: int):
         """(compiled arrays, graph ids, first node ids, first edge ids) per distinct shape."""
-        tw = treewidth(batch, self.heuristic)
+        tw = treewidth(batch, self.heuristic, limit=self.max_treewidth)
         over = np.flatnonzero(tw > self.max_treewidth)
         if over.size:
             g = int(over[0])
+            # Big graphs stop eliminating at the limit, so their width may be a lower bound.
+            exact = (self.heuristic, batch.structure_key(g)) in batch._cache["junction_tree"]
             raise ValueError(
-                f"junction_tree: graph {g} has treewidth {int(tw[g])} (of its {self.heuristic} "
-                f"triangulation), above max_treewidth={self.max_treewidth} "
+                f"junction_tree: graph {g} has treewidth {'' if exact else 'at least '}"
+                f"{int(tw[g])} (of its {self.heuristic} triangulation), above max_treewidth="
+                f"{self.max_treewidth} "
                 f"({over.size} graph(s) over the limit); raise max_treewidth or use an "
                 "approximate engine")
         cache = batch._cache.setdefault("junction_tree_compiled", {})
