@@ -1,4 +1,4 @@
-"""The hidden CRF (HCRF) as a PyMC distribution: one class label per graph, hidden states summed out.
+"""The hidden CRF (HCRF) as a PyMC distribution: one class per graph, hidden states summed out.
 
 For a graph ``g`` (usually a chain over the frames of a sequence) with node features ``x_t`` and a
 hidden state ``s_t in {0..S-1}`` per node, the score of class ``y`` and hidden states ``s`` is
@@ -13,8 +13,8 @@ likelihood is ONE call of :func:`pymc_crf.ops.log_partition` over a replicated b
 ``C * G`` (class, graph) pairs (pair ``c * G + g``); no second forward-backward exists here.
 
 Edge orientation follows :class:`~pymc_crf.graphs.GraphBatch`: for an edge ``(u, v)`` (for chains
-``(t, t+1)``) the table entry ``theta_e[a, b, y]`` scores state ``a`` at ``u`` and ``b`` at ``v``, i.e.
-``theta_e[a, b, y]`` is the weight of the transition ``a -> b`` under class ``y``.
+``(t, t+1)``) the table entry ``theta_e[a, b, y]`` scores state ``a`` at ``u`` and ``b`` at ``v``,
+i.e. ``theta_e[a, b, y]`` is the weight of the transition ``a -> b`` under class ``y``.
 
 Label switching
 ---------------

@@ -1,0 +1,169 @@
+"""HCRF distribution: logp against brute-force enumeration, gradients, sampling, NUTS, bad input."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pymc as pm
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from scipy.special import logsumexp
+
+from pymc_crf.datasets.hmm_classes import HMM_TRANSITIONS, hmm_classes
+from pymc_crf.distributions.hcrf import HCRF, class_log_probs, from_sequences, hcrf_logp
+from pymc_crf.graphs.batch import GraphBatch, GraphStructureError
+
+
+def brute_force_log_probs(batch, X, tx, ty, te):
+    """log p(c | X_g) by enumerating every class and every hidden-state assignment (G, C)."""
+    S, C = ty.shape
+    out = np.empty((batch.n_graphs, C))
+    for g in range(batch.n_graphs):
+        lo, hi = batch.node_offsets[g], batch.node_offsets[g + 1]
+        edges = batch.local_edges(g)
+        n = hi - lo
+        for c in range(C):
+            scores = []
+            for s in itertools.product(range(S), repeat=int(n)):
+                s = np.array(s)
+                sc = sum(X[lo + t] @ tx[:, s[t]] + ty[s[t], c] for t in range(n))
+                sc += sum(te[s[u], s[v], c] for u, v in edges)
+                scores.append(sc)
+            out[g, c] = logsumexp(scores)
+        out[g] -= logsumexp(out[g])
+    return out
+
+
+def random_problem(rng, lengths, F=2, S=3, C=3, scale=1.0, loopy=False):
+    if loopy:
+        batch = GraphBatch.from_edges([[(0, 1), (1, 2), (2, 0)], [(0, 1)]], [3, 2])
+    else:
+        batch = GraphBatch.chains(lengths)
+    X = rng.normal(size=(batch.n_total_nodes, F))
+    tx = rng.normal(scale=scale, size=(F, S))
+    ty = rng.normal(scale=scale, size=(S, C))
+    te = rng.normal(scale=scale, size=(S, S, C))
+    return batch, X, tx, ty, te
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_logp_matches_brute_force(seed):
+    rng = np.random.default_rng(seed)
+    batch, X, tx, ty, te = random_problem(rng, [1, 3, 4], scale=1.5)
+    ref = brute_force_log_probs(batch, X, tx, ty, te)
+    y = rng.integers(0, 3, size=batch.n_graphs)
+    vy = pt.lvector("y")
+    f = pytensor.function([vy], hcrf_logp(vy, tx, ty, te, batch=batch, node_features=X,
+                                          n_classes=3))
+    np.testing.assert_allclose(f(y), ref[np.arange(batch.n_graphs), y], rtol=1e-9, atol=1e-10)
+    np.testing.assert_allclose(class_log_probs(batch, X, tx, ty, te), ref, atol=1e-10)
+
+
+def test_logp_loopy_graphs_match_brute_force():
+    rng = np.random.default_rng(5)
+    batch, X, tx, ty, te = random_problem(rng, None, S=2, C=2, loopy=True)
+    ref = brute_force_log_probs(batch, X, tx, ty, te)
+    np.testing.assert_allclose(class_log_probs(batch, X, tx, ty, te), ref, atol=1e-10)
+
+
+def test_model_logp_per_graph_and_total():
+    rng = np.random.default_rng(3)
+    batch, X, tx, ty, te = random_problem(rng, [2, 3], S=2, C=3)
+    y = np.array([2, 0])
+    with pm.Model() as model:
+        HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te, observed=y)
+    ref = brute_force_log_probs(batch, X, tx, ty, te)[np.arange(2), y]
+    per_graph = model.compile_logp(sum=False)({})[0]
+    np.testing.assert_allclose(per_graph, ref, atol=1e-10)
+
+
+def test_gradients_verify_grad():
+    rng = np.random.default_rng(4)
+    batch, X, tx, ty, te = random_problem(rng, [2, 3, 1], S=3, C=2)
+    y = np.array([1, 0, 1])
+
+    def f(a, b, c):
+        return hcrf_logp(y, a, b, c, batch=batch, node_features=X, n_classes=2).sum()
+
+    pytensor.gradient.verify_grad(f, [tx, ty, te], rng=np.random.default_rng(0), eps=1e-6)
+
+
+def test_random_matches_class_probabilities():
+    rng = np.random.default_rng(6)
+    batch, X, tx, ty, te = random_problem(rng, [3, 2], S=2, C=3, scale=1.0)
+    p = np.exp(brute_force_log_probs(batch, X, tx, ty, te))
+    rv = HCRF.dist(graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te)
+    draws = pm.draw(rv, draws=4000, random_seed=1)
+    assert draws.shape == (4000, 2)
+    for g in range(2):
+        freq = np.bincount(draws[:, g], minlength=3) / 4000
+        # 4000 draws: sd of a frequency <= 0.008
+        np.testing.assert_allclose(freq, p[g], atol=0.035)
+
+
+def test_bad_input_errors():
+    rng = np.random.default_rng(0)
+    batch, X, tx, ty, te = random_problem(rng, [2, 3], S=2, C=3)
+    kw = dict(graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te)
+    with pm.Model(), pytest.raises(ValueError, match="outside the classes 0..2"):
+        HCRF("y", observed=np.array([0, 3]), **kw)
+    with pm.Model(), pytest.raises(ValueError, match="one class per graph"):
+        HCRF("y", observed=np.array([0, 1, 2]), **kw)
+    with pm.Model(), pytest.raises(ValueError, match="theta_e must have shape"):
+        HCRF("y", observed=np.array([0, 1]), **(kw | {"theta_e": np.zeros((2, 2, 2))}))
+    with pm.Model(), pytest.raises(ValueError, match="theta_x must have shape"):
+        HCRF("y", observed=np.array([0, 1]), **(kw | {"theta_x": np.zeros((3, 2))}))
+    with pm.Model(), pytest.raises(ValueError, match="node features must have shape"):
+        HCRF("y", observed=np.array([0, 1]), **(kw | {"node_features": X[:-1]}))
+    with pytest.raises(ValueError, match="sequence 1 has length 0"):
+        from_sequences([np.zeros((3, 2)), np.zeros((0, 2))])
+    with pytest.raises(GraphStructureError, match=">= 1"):
+        GraphBatch.chains([3, 0])
+
+
+def test_from_sequences_round_trip():
+    seqs = [np.arange(6.0).reshape(3, 2), np.ones((1, 2))]
+    batch, X = from_sequences(seqs)
+    assert batch.is_chain and list(batch.n_nodes) == [3, 1]
+    np.testing.assert_array_equal(X[3], [1.0, 1.0])
+
+
+def test_hmm_classes_dataset():
+    train, test = hmm_classes(n_train_per_class=3, n_test_per_class=4, T=20, seed=1)
+    assert train.graphs.n_graphs == 9 and test.graphs.n_graphs == 12
+    assert train.node_features.shape == (180, 2) and train.n_classes == 3
+    np.testing.assert_array_equal(np.bincount(train.labels), [3, 3, 3])
+    for A in HMM_TRANSITIONS:
+        np.testing.assert_allclose(A.sum(axis=1), 1.0)
+    np.testing.assert_allclose(HMM_TRANSITIONS[1][1], np.array([1, 1, 7, 4]) / 13)
+    # each class only visits its own four states; h1, h2 are shared
+    allowed = [{0, 1, 2, 3}, {0, 1, 4, 5}, {0, 1, 6, 7}]
+    node_class = train.labels[train.graphs.node_graph]
+    for c in range(3):
+        assert set(np.unique(train.hidden_states[node_class == c])) <= allowed[c]
+    again, _ = hmm_classes(n_train_per_class=3, n_test_per_class=4, T=20, seed=1)
+    np.testing.assert_array_equal(again.raw, train.raw)
+    with pytest.raises(ValueError, match="T must be a positive integer"):
+        hmm_classes(T=0)
+    with pytest.raises(ValueError, match="features must be"):
+        hmm_classes(features="cubic")
+
+
+def test_nuts_small_hcrf_few_divergences():
+    train, _ = hmm_classes(n_train_per_class=2, n_test_per_class=1, T=6, seed=2)
+    with pm.Model():
+        tx = pm.Normal("tx", 0, 1, shape=(2, 2))
+        ty = pm.Normal("ty", 0, 1, shape=(2, 3))
+        te = pm.Normal("te", 0, 1, shape=(2, 2, 3))
+        HCRF("y", graphs=train.graphs, node_features=train.node_features, theta_x=tx,
+             theta_y=ty, theta_e=te, observed=train.labels)
+        idata = pm.sample(150, tune=150, chains=2, cores=1, progressbar=False, random_seed=3,
+                          nuts_sampler="pymc", compute_convergence_checks=False)
+        pm.compute_log_likelihood(idata, progressbar=False)
+        ppc = pm.sample_posterior_predictive(idata, progressbar=False, random_seed=4)
+    assert int(idata.sample_stats["diverging"].sum()) <= 5
+    assert idata.log_likelihood["y"].shape == (2, 150, 6)
+    assert ppc.posterior_predictive["y"].shape == (2, 150, 6)
+    assert np.isfinite(idata.log_likelihood["y"].values).all()
