@@ -119,11 +119,11 @@ def _compile(jt: JunctionTreeStructure, edges_local: np.ndarray, K: int) -> _Com
     return _Compiled(
         tab_off=tab_off, parent=parent, blk=blk.astype(np.int64), msg_off=msg_off,
         pmap_off=pmap_off,
-        pmap=np.concatenate(pmaps).astype(np.int64) if m else np.zeros(0, np.int64),
+        pmap=np.concatenate(pmaps).astype(np.int32) if m else np.zeros(0, np.int32),
         cl_fac_off=np.asarray(cl_fac_off, np.int64), fac_off=fac_off,
-        fac_idx=np.concatenate(idx_parts).astype(np.int64) if idx_parts else np.zeros(0, np.int64),
-        fac_perm=(np.concatenate([np.argsort(x, kind="stable") for x in idx_parts]).astype(np.int64)
-                  if idx_parts else np.zeros(0, np.int64)),
+        fac_idx=np.concatenate(idx_parts).astype(np.int32) if idx_parts else np.zeros(0, np.int32),
+        fac_perm=(np.concatenate([np.argsort(x, kind="stable") for x in idx_parts]).astype(np.int32)
+                  if idx_parts else np.zeros(0, np.int32)),
         fac_kind=np.asarray(kind, np.int64), fac_id=np.asarray(fid, np.int64), croot=croot,
         roots=np.flatnonzero(parent < 0).astype(np.int64), sep_len=sep_len,
         cvar_off=np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64), cvars=cvars,
@@ -454,15 +454,16 @@ class JunctionTree(Engine):
         ``K ** (treewidth + 1)`` entries. Graphs above it raise a ValueError.
     heuristic : {"min_fill", "min_weight"}
         Greedy elimination heuristic of the triangulation.
-    max_table_entries : int, default 2**27
-        Refuse shapes whose clique tables together exceed this many entries (memory guard).
+    max_table_entries : int, default 2**24
+        Refuse shapes whose clique tables together exceed this many entries (memory guard: the
+        kernels hold a few float64 buffers of that size plus int32 index maps).
     """
 
     name = "junction_tree"
     exact = True
 
     def __init__(self, max_treewidth: int = 10, heuristic: str = "min_fill",
-                 max_table_entries: int = 2 ** 27):
+                 max_table_entries: int = 2 ** 24):
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of "
                              f"{HEURISTICS}")
