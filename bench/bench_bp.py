@@ -1,9 +1,10 @@
 """Benchmark: loopy BP time to convergence on binary Ising grids, against plain vectorised numpy.
 
-Setting of issue 4: fields ~ N(0, 1), couplings ~ N(0, 0.5^2), flooding schedule, damping 0.5,
-tolerance 1e-9 on the largest log-message change. Both implementations run the same log-domain
-schedule from uniform messages, so they take the same number of sweeps; both timings include the
-final beliefs. Also times TreeEP on a 30x30 grid (libDAI's TreeEP takes ~1.1 s there).
+Setting of issue 4: fields ~ N(0, 1), couplings ~ N(0, 0.5^2), flooding schedule, damping 0.5
+(log domain), tolerance 1e-9 on the largest change of the max-normalised log messages. Both
+implementations run the same log-domain schedule from uniform messages, so they take the same
+number of sweeps; both timings include the final beliefs. Also times TreeEP on a 30x30 grid
+(libDAI's TreeEP takes ~1.1 s there).
 
 Run: ``.venv/bin/python bench/bench_bp.py [--repeats 3] [--seed 0]``
 """
@@ -50,14 +51,15 @@ def numpy_bp(batch: GraphBatch, node: np.ndarray, edge: np.ndarray, tol=TOL, dam
     in_idx = np.argsort(dst, kind="stable")
     starts = np.searchsorted(dst[in_idx], np.arange(batch.n_total_nodes))
     K = node.shape[1]
-    msg = np.full((2 * E, K), -np.log(K))
-    for it in range(1, max_iter + 1):
+    msg = np.zeros((2 * E, K))
+    it = 0
+    while it < max_iter:
+        it += 1
         S = node + np.add.reduceat(msg[in_idx], starts, axis=0)
         cav = S[src] - msg[d ^ 1]
         new = _lse(cav[:, :, None] + psi, axis=1)
-        new -= _lse(new, axis=1)[:, None]
+        new -= new.max(axis=1, keepdims=True)  # max-normalised, as the engine while iterating
         new = (1 - damping) * new + damping * msg
-        new -= _lse(new, axis=1)[:, None]
         change = np.abs(new - msg).max()
         msg = new
         if change < tol:

@@ -1,8 +1,9 @@
 """Loopy belief propagation (sum- and max-product) over a flat graph batch, in log space.
 
 Every undirected edge ``e = (u, v)`` carries two directed messages: ``d = 2e`` (``u -> v``) and
-``d = 2e + 1`` (``v -> u``); the reverse of ``d`` is ``d ^ 1``. Messages are log tables ``(2E, K)``
-normalised to log-sum-exp 0 (sum-product) or max 0 (max-product). One numba pass updates all the
+``d = 2e + 1`` (``v -> u``); the reverse of ``d`` is ``d ^ 1``. Messages are log tables ``(2E, K)``,
+kept normalised to max 0 while iterating (cheapest) and returned normalised to log-sum-exp 0
+(sum-product) or max 0 (max-product). One numba pass updates all the
 messages of the batch; graphs that have converged are frozen, so every graph gets its own
 iteration count and convergence flag.
 
@@ -21,7 +22,7 @@ import warnings
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
@@ -91,8 +92,10 @@ def _cavity(node, msg, s, r, in_ptr, in_idx, out):
 
 
 @njit(cache=True, inline="always")
-def _send(edge, P, tab, flip, cav, maxprod, damping, old, a, out):
-    """New normalised log message from the cavity ``cav`` of its source; returns max |change|.
+def _send(edge, P, tab, flip, cav, maxprod, damping, msg, d, a, out):
+    """New log message (normalised to max 0) from the cavity ``cav`` of its source; returns the
+    largest absolute change of its entries. The old message is ``msg[d]`` (passed as array and
+    row rather than a view: creating views in the hot loop costs reference counting).
 
     Sum-product goes through the linear domain with scaling, ``exp(cav - max cav)`` times the
     precomputed ``P = exp(psi - max psi)``: both lie in [0, 1], so nothing overflows, and K
@@ -100,27 +103,36 @@ def _send(edge, P, tab, flip, cav, maxprod, damping, old, a, out):
     the message is recomputed exactly in the log domain.
     """
     K = cav.shape[0]
+    if K == 2 and not maxprod and cav[0] > -np.inf and cav[1] > -np.inf:
+        r = _send_binary(P, tab, flip, cav[0], cav[1], damping, msg, d, out)
+        if r >= 0.0:
+            return r
     cmax = -np.inf
+    imax = 0
     for k in range(K):
         if cav[k] > cmax:
             cmax = cav[k]
+            imax = k
     exact_log = maxprod or cmax == -np.inf
     if not exact_log:
+        # Messages are normalised to max 0 inside the loop (no exp/log for the argmax entry:
+        # K-1 exponentials and K-1 logarithms per message); `run` renormalises at the end.
         for k in range(K):
-            a[k] = np.exp(cav[k] - cmax)
-        tot = 0.0
+            a[k] = 1.0 if k == imax else np.exp(cav[k] - cmax)
+        smax = 0.0
         for xt in range(K):
             acc = 0.0
             for xs in range(K):
                 acc += a[xs] * (P[tab, xt, xs] if flip else P[tab, xs, xt])
             out[xt] = acc
-            tot += acc
+            if acc > smax:
+                smax = acc
         for xt in range(K):
-            if out[xt] < 1e-250 * tot:
+            if out[xt] < 1e-250 * smax:
                 exact_log = True
         if not exact_log:
             for xt in range(K):
-                out[xt] = np.log(out[xt] / tot)
+                out[xt] = 0.0 if out[xt] == smax else np.log(out[xt] / smax)
     if exact_log:
         for xt in range(K):
             m = -np.inf
@@ -136,21 +148,55 @@ def _send(edge, P, tab, flip, cav, maxprod, damping, old, a, out):
                     w = cav[xs] + (edge[tab, xt, xs] if flip else edge[tab, xs, xt])
                     acc += np.exp(w - m)
                 out[xt] = m + np.log(acc)
-        _normalise(out, maxprod)
+        _normalise(out, True)
     if damping > 0.0:
         # Damping in the log domain (geometric mixture of the old and new messages, as libDAI).
         # The mixture is not renormalised: the fixed points are the same (there old = new is
         # normalised), every update normalises again, and it saves K exp and a log per message.
         for k in range(K):
-            if out[k] != old[k]:
-                out[k] = (1.0 - damping) * out[k] + damping * old[k]
+            if out[k] != msg[d, k]:
+                out[k] = (1.0 - damping) * out[k] + damping * msg[d, k]
     change = 0.0
     for k in range(K):
-        if out[k] != old[k]:
-            c = abs(out[k] - old[k])
+        if out[k] != msg[d, k]:
+            c = abs(out[k] - msg[d, k])
             if not c <= change:  # also catches inf / nan
                 change = c
     return change
+
+
+@njit(cache=True, inline="always")
+def _send_binary(P, tab, flip, c0, c1, damping, msg, d, out):
+    """`_send` for two labels in scalars (the common Ising case); returns -1 when the scaled
+    sums are too small to be accurate, so that the caller takes the exact log-domain route."""
+    if c0 >= c1:
+        a0, a1 = 1.0, np.exp(c1 - c0)
+    else:
+        a0, a1 = np.exp(c0 - c1), 1.0
+    if flip:
+        s0 = a0 * P[tab, 0, 0] + a1 * P[tab, 0, 1]
+        s1 = a0 * P[tab, 1, 0] + a1 * P[tab, 1, 1]
+    else:
+        s0 = a0 * P[tab, 0, 0] + a1 * P[tab, 1, 0]
+        s1 = a0 * P[tab, 0, 1] + a1 * P[tab, 1, 1]
+    if s0 >= s1:
+        if s1 < 1e-250 * s0:
+            return -1.0
+        o0, o1 = 0.0, np.log(s1 / s0)
+    else:
+        if s0 < 1e-250 * s1:
+            return -1.0
+        o0, o1 = np.log(s0 / s1), 0.0
+    m0, m1 = msg[d, 0], msg[d, 1]
+    if damping > 0.0:
+        o0 = (1.0 - damping) * o0 + damping * m0
+        o1 = (1.0 - damping) * o1 + damping * m1
+    out[0] = o0
+    out[1] = o1
+    ch0 = abs(o0 - m0) if o0 != m0 else 0.0
+    ch1 = abs(o1 - m1) if o1 != m1 else 0.0
+    ch = ch0 if ch0 > ch1 else ch1
+    return ch if ch == ch else np.inf  # nan (inf - inf) counts as not converged
 
 
 def _scaled_tables(edge: np.ndarray) -> np.ndarray:
@@ -182,15 +228,19 @@ def _normalise(x, maxprod):
 
 @njit(cache=True)
 def _run_parallel(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_graph, node_graph,
-                  n_graphs, shared, damping, tol, max_iter, maxprod, iters, changes, converged):
-    """Flooding schedule: every message of every active graph from the previous sweep's messages."""
+                  n_graphs, shared, damping, tol, max_iter, maxprod, iters, changes, converged,
+                  n_chunks):
+    """Flooding schedule: every message of every active graph from the previous sweep's messages.
+
+    Messages are independent within a sweep; the loops are written over ``n_chunks`` contiguous
+    ranges with their own work buffers so that they can run in threads (``parallel=True``). On
+    the shared 2-core machine threads did not pay off, so the kernel is compiled serially.
+    """
     N, K = node.shape
     D = msg.shape[0]
     new = msg.copy()
     S = np.empty((N, K))
-    cav = np.empty(K)
-    out = np.empty(K)
-    a = np.empty(K)
+    chg = np.zeros(D)
     active = ~converged
     for it in range(max_iter):
         n_active = 0
@@ -200,41 +250,46 @@ def _run_parallel(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_gr
         if n_active == 0:
             break
         # S[i] = node[i] + all incoming messages; the cavity is S[src] - msg[reverse].
-        for i in range(N):
-            if not active[node_graph[i]]:
-                continue
-            for k in range(K):
-                S[i, k] = node[i, k]
-            for p in range(in_ptr[i], in_ptr[i + 1]):
-                d2 = in_idx[p]
+        for c in prange(n_chunks):
+            for i in range(c * N // n_chunks, (c + 1) * N // n_chunks):
+                if not active[node_graph[i]]:
+                    continue
                 for k in range(K):
-                    S[i, k] += msg[d2, k]
+                    S[i, k] = node[i, k]
+                for p in range(in_ptr[i], in_ptr[i + 1]):
+                    d2 = in_idx[p]
+                    for k in range(K):
+                        S[i, k] += msg[d2, k]
+        for c in prange(n_chunks):
+            cav = np.empty(K)
+            out = np.empty(K)
+            a = np.empty(K)
+            for d in range(c * D // n_chunks, (c + 1) * D // n_chunks):
+                if not active[msg_graph[d]]:
+                    continue
+                s = src[d]
+                r = d ^ 1
+                ok = True
+                for k in range(K):
+                    if msg[r, k] == -np.inf:
+                        ok = False
+                if ok:
+                    for k in range(K):
+                        cav[k] = S[s, k] - msg[r, k]
+                else:
+                    _cavity(node, msg, s, r, in_ptr, in_idx, cav)
+                tab = 0 if shared else edge_of[d]
+                chg[d] = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg, d, a, out)
+                for k in range(K):
+                    new[d, k] = out[k]
         step = np.zeros(n_graphs)
         for d in range(D):
             g = msg_graph[d]
-            if not active[g]:
-                continue
-            s = src[d]
-            r = d ^ 1
-            ok = True
-            for k in range(K):
-                if msg[r, k] == -np.inf:
-                    ok = False
-            if ok:
-                for k in range(K):
-                    cav[k] = S[s, k] - msg[r, k]
-            else:
-                _cavity(node, msg, s, r, in_ptr, in_idx, cav)
-            tab = 0 if shared else edge_of[d]
-            c = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg[d], a, out)
-            for k in range(K):
-                new[d, k] = out[k]
-            if not c <= step[g]:
-                step[g] = c
-        for d in range(D):
-            if active[msg_graph[d]]:
+            if active[g]:
                 for k in range(K):
                     msg[d, k] = new[d, k]
+                if not chg[d] <= step[g]:
+                    step[g] = chg[d]
         for g in range(n_graphs):
             if active[g]:
                 iters[g] = it + 1
@@ -268,7 +323,7 @@ def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_
                 continue
             _cavity(node, msg, src[d], d ^ 1, in_ptr, in_idx, cav)
             tab = 0 if shared else edge_of[d]
-            c = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg[d], a, out)
+            c = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg, d, a, out)
             for k in range(K):
                 msg[d, k] = out[k]
             if not c <= step[g]:
@@ -414,12 +469,16 @@ class BeliefPropagation(Engine):
         K = node.shape[1]
         G = batch.n_graphs
         if messages is None:
-            msg = np.full((2 * batch.n_edges, K), -np.log(K) if not max_product else 0.0)
+            msg = np.zeros((2 * batch.n_edges, K))
         else:
             msg = np.array(messages, dtype=np.float64)
             if msg.shape != (2 * batch.n_edges, K):
                 raise ValueError(f"messages must have shape ({2 * batch.n_edges}, {K}); "
                                  f"got {msg.shape}")
+            if msg.size and not np.isfinite(msg.max(axis=1)).all():
+                raise ValueError("messages must have a finite maximum in every row")
+            if msg.size:
+                msg -= msg.max(axis=1, keepdims=True)
         iters = np.zeros(G, np.int64)
         changes = np.zeros(G)
         converged = np.zeros(G, np.bool_)
@@ -430,17 +489,20 @@ class BeliefPropagation(Engine):
         if self.schedule == "parallel":
             _run_parallel(node, edge, P, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                           st.graph, batch.node_graph, G, shared, self.damping, self.tol,
-                          self.max_iter, max_product, iters, changes, converged)
+                          self.max_iter, max_product, iters, changes, converged,
+                          1)
         else:
             _run_sequential(node, edge, P, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                             st.graph, st.order, G, shared, self.damping, self.tol,
                             self.max_iter, max_product, iters, changes, converged)
-        if self.damping > 0.0:
-            for row in msg if max_product else ():
-                row -= row.max()
-            if not max_product and msg.size:
-                m = msg.max(axis=1, keepdims=True)
-                msg -= m + np.log(np.exp(msg - m).sum(axis=1, keepdims=True))
+        if msg.size:
+            # messages are max-normalised inside the loop (see _send): normalise them once here
+            m = msg.max(axis=1, keepdims=True)
+            m = np.where(np.isfinite(m), m, 0.0)
+            if not max_product:
+                with np.errstate(divide="ignore"):
+                    m = m + np.log(np.exp(msg - m).sum(axis=1, keepdims=True))
+            msg -= m
         lbn, lbe, neg_f = _beliefs(node, edge, msg, batch.edges, st.in_ptr, st.in_idx,
                                    batch.node_graph, batch.edge_graph, st.degree, G, shared,
                                    max_product)
