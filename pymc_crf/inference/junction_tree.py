@@ -482,7 +482,14 @@ class JunctionTree(Engine):
 
     # ---------------------------------------------------------------- setup
     def _groups(self, batch: GraphBatch, K: int):
-        """(compiled arrays, graph ids, first node ids, first edge ids) per distinct shape."""
+        """(compiled arrays, graph ids, first node ids, first edge ids) per distinct shape.
+
+        The list is cached on the batch, so repeated evaluations (e.g. every log-density call of
+        a sampler) skip the Python loop over shapes."""
+        gkey = (self.heuristic, K, self.max_treewidth, self.max_table_entries)
+        ready = batch._cache.setdefault("junction_tree_groups", {}).get(gkey)
+        if ready is not None:
+            return ready
         tw = treewidth(batch, self.heuristic, limit=self.max_treewidth)
         over = np.flatnonzero(tw > self.max_treewidth)
         if over.size:
@@ -511,6 +518,7 @@ class JunctionTree(Engine):
                 comp = _compile(jt, batch.local_edges(int(gs[0])), K)
                 cache[ckey] = comp
             out.append((comp, gs, batch.node_offsets[gs], batch.edge_offsets[gs]))
+        batch._cache["junction_tree_groups"][gkey] = out
         return out
 
     # ---------------------------------------------------------------- interface
