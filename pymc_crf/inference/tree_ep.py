@@ -1,0 +1,643 @@
+"""Tree-structured expectation propagation (TreeEP; thesis = seed 003, ch. 3).
+
+The approximation ``q`` is a spanning-tree MRF (003 eq. (3.2)). The tree is the maximum spanning
+tree of the mutual information estimated from each edge's own factors (node potentials times the
+edge table, 003 sec. 3.4, after Chow & Liu). Tree edges enter ``q`` exactly; each off-tree edge
+``o = (u, v)`` is approximated by a term living on the tree path ``u = p_0, ..., p_L = v``
+(003 eq. (3.6)): pairwise log tables ``t_o[k](x_{p_k}, x_{p_{k+1}})``, the path's separator
+divisions folded into the pairwise tables. So ``q ∝ exp(node + Psi)`` with tree tables
+``Psi = psi_tree + sum_o t_o``.
+
+EP update of a term (003 sec. 3.3.2), with local propagation (sec. 3.3.4):
+
+1. *Local propagation*: the tree messages are kept valid towards a moving centre (one per tree
+   component). The centre walks along the tree to ``u``, recomputing only the messages on that
+   route, so every message pointing into the path is current.
+2. *Deletion* (003 eqs. (3.7)-(3.8)): the path's marginal under ``q`` is a chain whose node
+   potentials include the messages from the rest of the tree; removing ``t_o`` gives the cavity.
+3. *Incorporate evidence by cutset conditioning* (003 sec. 3.3.3): the cavity chain times
+   ``f_o(x_u, x_v)`` is a single loop; conditioning on ``x_u`` turns it into ``K`` chains whose
+   forward-backward passes, averaged by their scale factors, give the tilted path marginals.
+4. *Update* (003 eqs. (3.9)-(3.10)): new ``t_o`` = tilted / cavity pair marginals divided by the
+   inner node ratios, so that the new ``q`` has exactly the tilted marginals on every tree edge
+   (the rest of the tree only sees the path through it, so ``q`` matches the tilted distribution
+   everywhere on the tree). The messages along the path towards ``u`` are recomputed.
+
+The log Z estimate is the EP evidence ``log Z_q + sum_o log E_{q}[f_o / t_o]``, each expectation
+an exact computation on the path chain; it is exact when a single off-tree edge closes a single
+loop, and the engine reduces to exact tree inference when there is no off-tree edge.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+from numba import njit
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import minimum_spanning_tree
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
+from pymc_crf.inference.bp import ConvergenceWarning, labelling_score
+
+__all__ = ["TreeEP", "spanning_tree"]
+
+
+# ---------------------------------------------------------------------------- tree choice
+def _edge_tables(batch: GraphBatch, edge: np.ndarray) -> np.ndarray:
+    return edge if edge.shape[0] == batch.n_edges else np.broadcast_to(
+        edge, (batch.n_edges, *edge.shape[1:]))
+
+
+def edge_mutual_information(batch: GraphBatch, node: np.ndarray, edge: np.ndarray) -> np.ndarray:
+    """Mutual information of each edge's own two-node model ``exp(node_u + node_v + psi_e)``
+    (003 sec. 3.4), shape (E,)."""
+    if batch.n_edges == 0:
+        return np.zeros(0)
+    tab = _edge_tables(batch, edge)
+    lj = node[batch.edges[:, 0]][:, :, None] + node[batch.edges[:, 1]][:, None, :] + tab
+    m = lj.max(axis=(1, 2), keepdims=True)
+    m = np.where(np.isfinite(m), m, 0.0)
+    p = np.exp(lj - m)
+    p /= p.sum(axis=(1, 2), keepdims=True)
+    pu, pv = p.sum(2), p.sum(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        term = np.where(p > 0, p * (np.log(p) - np.log(pu[:, :, None]) - np.log(pv[:, None, :])),
+                        0.0)
+    return np.maximum(term.sum(axis=(1, 2)), 0.0)
+
+
+def spanning_tree(batch: GraphBatch, weights: np.ndarray) -> np.ndarray:
+    """Boolean mask (E,) of a maximum-weight spanning forest of the whole batch (Kruskal/Prim via
+    scipy on the block-diagonal graph; graphs never share edges, so it is per graph)."""
+    E, N = batch.n_edges, batch.n_total_nodes
+    mask = np.zeros(E, np.bool_)
+    if E == 0:
+        return mask
+    # scipy finds a *minimum* tree and drops zero weights: use positive, order-reversed weights.
+    w = (weights.max() - weights) + 1.0
+    lo = np.minimum(batch.edges[:, 0], batch.edges[:, 1])
+    hi = np.maximum(batch.edges[:, 0], batch.edges[:, 1])
+    T = minimum_spanning_tree(coo_matrix((w, (lo, hi)), shape=(N, N)).tocsr()).tocoo()
+    key = lo * N + hi
+    order = np.argsort(key)
+    tkey = np.minimum(T.row, T.col).astype(np.int64) * N + np.maximum(T.row, T.col)
+    mask[order[np.searchsorted(key[order], tkey)]] = True
+    return mask
+
+
+# ---------------------------------------------------------------------------- numba helpers
+@njit(cache=True)
+def _lse(x):
+    m = -np.inf
+    for v in x:
+        if v > m:
+            m = v
+    if m == -np.inf:
+        return -np.inf
+    acc = 0.0
+    for v in x:
+        acc += np.exp(v - m)
+    return m + np.log(acc)
+
+
+@njit(cache=True)
+def _forest(N, tu, tv, adj_ptr, adj_nbr, adj_te):
+    """BFS over the tree edges: parent, parent tree edge, depth, component root, BFS order, and a
+    DFS preorder (used to sort the off-tree edges so consecutive paths are close)."""
+    parent = np.full(N, -1, np.int64)
+    pte = np.full(N, -1, np.int64)
+    depth = np.zeros(N, np.int64)
+    comp = np.full(N, -1, np.int64)
+    order = np.empty(N, np.int64)
+    pre = np.empty(N, np.int64)
+    stack = np.empty(N, np.int64)
+    n = 0
+    npre = 0
+    for r in range(N):
+        if comp[r] >= 0:
+            continue
+        comp[r] = r
+        order[n] = r
+        head = n
+        n += 1
+        while head < n:
+            a = order[head]
+            head += 1
+            for p in range(adj_ptr[a], adj_ptr[a + 1]):
+                b = adj_nbr[p]
+                if comp[b] < 0:
+                    comp[b] = r
+                    parent[b] = a
+                    pte[b] = adj_te[p]
+                    depth[b] = depth[a] + 1
+                    order[n] = b
+                    n += 1
+        # DFS preorder of this component
+        top = 0
+        stack[0] = r
+        top = 1
+        while top > 0:
+            top -= 1
+            a = stack[top]
+            pre[a] = npre
+            npre += 1
+            for p in range(adj_ptr[a], adj_ptr[a + 1]):
+                b = adj_nbr[p]
+                if parent[b] == a and pte[b] == adj_te[p]:
+                    stack[top] = b
+                    top += 1
+    return parent, pte, depth, comp, order, pre
+
+
+@njit(cache=True)
+def _route(a, b, parent, depth, bufa, bufb, out):
+    """Tree path a -> b into ``out``; returns its number of nodes."""
+    na = 0
+    nb = 0
+    x = a
+    y = b
+    bufa[na] = x
+    na += 1
+    bufb[nb] = y
+    nb += 1
+    while depth[x] > depth[y]:
+        x = parent[x]
+        bufa[na] = x
+        na += 1
+    while depth[y] > depth[x]:
+        y = parent[y]
+        bufb[nb] = y
+        nb += 1
+    while x != y:
+        x = parent[x]
+        bufa[na] = x
+        na += 1
+        y = parent[y]
+        bufb[nb] = y
+        nb += 1
+    n = 0
+    for i in range(na):
+        out[n] = bufa[i]
+        n += 1
+    for i in range(nb - 2, -1, -1):
+        out[n] = bufb[i]
+        n += 1
+    return n
+
+
+@njit(cache=True)
+def _paths(off_u, off_v, parent, pte, depth, N):
+    """Flattened tree paths of the off-tree edges: nodes (ptr_n) and tree edges (ptr_e)."""
+    M = off_u.shape[0]
+    bufa = np.empty(N, np.int64)
+    bufb = np.empty(N, np.int64)
+    out = np.empty(N, np.int64)
+    lens = np.empty(M, np.int64)
+    for o in range(M):
+        lens[o] = _route(off_u[o], off_v[o], parent, depth, bufa, bufb, out)
+    ptr_n = np.zeros(M + 1, np.int64)
+    ptr_e = np.zeros(M + 1, np.int64)
+    for o in range(M):
+        ptr_n[o + 1] = ptr_n[o] + lens[o]
+        ptr_e[o + 1] = ptr_e[o] + lens[o] - 1
+    pn = np.empty(ptr_n[M], np.int64)
+    pe = np.empty(ptr_e[M], np.int64)
+    for o in range(M):
+        n = _route(off_u[o], off_v[o], parent, depth, bufa, bufb, out)
+        for k in range(n):
+            pn[ptr_n[o] + k] = out[k]
+        for k in range(n - 1):
+            a = out[k]
+            b = out[k + 1]
+            pe[ptr_e[o] + k] = pte[a] if parent[a] == b else pte[b]
+    return ptr_n, ptr_e, pn, pe
+
+
+@njit(cache=True)
+def _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col):
+    """Tree message a -> b over tree edge te (log, normalised), stored in ``msg``."""
+    K = node.shape[1]
+    for x in range(K):
+        buf[x] = node[a, x]
+    for p in range(adj_ptr[a], adj_ptr[a + 1]):
+        w = adj_nbr[p]
+        if w != b:
+            t2 = adj_te[p]
+            din = 2 * t2 if tu[t2] == w else 2 * t2 + 1
+            for x in range(K):
+                buf[x] += msg[din, x]
+    fwd = tu[te] == a
+    dout = 2 * te if fwd else 2 * te + 1
+    for y in range(K):
+        for x in range(K):
+            col[x] = buf[x] + (Psi[te, x, y] if fwd else Psi[te, y, x])
+        msg[dout, y] = _lse(col)
+    z = _lse(msg[dout])
+    if z == -np.inf:
+        for y in range(K):
+            msg[dout, y] = -np.log(K)
+    else:
+        for y in range(K):
+            msg[dout, y] -= z
+
+
+@njit(cache=True)
+def _move(c, target, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, bufa,
+          bufb, route, buf, col):
+    """Local propagation: move the centre c -> target, recomputing the messages on the route."""
+    n = _route(c, target, parent, depth, bufa, bufb, route)
+    for k in range(n - 1):
+        a = route[k]
+        b = route[k + 1]
+        te = pte[a] if parent[a] == b else pte[b]
+        _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col)
+
+
+@njit(cache=True)
+def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, adj_nbr, adj_te,
+                msg, t, phi, C, Cq, al, be, ac, bc, col, tmp):
+    """Build the path chain of term o (node potentials with incoming messages, cavity tables)
+    and run the conditioned (tilted) and plain (cavity) forward-backward passes.
+
+    Returns (log Z tilted, log Z cavity chain, log Z q chain), all relative to the same ``phi``.
+    """
+    K = node.shape[1]
+    for k in range(L + 1):
+        i = pn[n0 + k]
+        prev = pn[n0 + k - 1] if k > 0 else -1
+        nxt = pn[n0 + k + 1] if k < L else -1
+        for x in range(K):
+            phi[k, x] = node[i, x]
+        for p in range(adj_ptr[i], adj_ptr[i + 1]):
+            w = adj_nbr[p]
+            if w != prev and w != nxt:
+                t2 = adj_te[p]
+                din = 2 * t2 if tu[t2] == w else 2 * t2 + 1
+                for x in range(K):
+                    phi[k, x] += msg[din, x]
+    for k in range(L):
+        te = pe[e0 + k]
+        fwd = tu[te] == pn[n0 + k]
+        for x in range(K):
+            for y in range(K):
+                ps = Psi[te, x, y] if fwd else Psi[te, y, x]
+                Cq[k, x, y] = ps
+                tk = t[e0 + k, x, y]
+                C[k, x, y] = ps - tk if tk > -np.inf else ps
+    # tilted: condition on x_u = a; al[k, a, x], be[k, a, x]
+    for a in range(K):
+        for x in range(K):
+            al[0, a, x] = phi[0, a] if x == a else -np.inf
+        for k in range(1, L + 1):
+            for y in range(K):
+                for x in range(K):
+                    col[x] = al[k - 1, a, x] + C[k - 1, x, y]
+                al[k, a, y] = phi[k, y] + _lse(col)
+        for y in range(K):
+            be[L, a, y] = edge_tab[e_off, a, y]
+        for k in range(L - 1, -1, -1):
+            for x in range(K):
+                for y in range(K):
+                    col[y] = C[k, x, y] + phi[k + 1, y] + be[k + 1, a, y]
+                be[k, a, x] = _lse(col)
+    for a in range(K):
+        tmp[a] = phi[0, a] + be[0, a, a]
+    lzt = _lse(tmp)
+    # cavity chain and q chain (forward only for the latter)
+    for x in range(K):
+        ac[0, x] = phi[0, x]
+        bc[L, x] = 0.0
+    for k in range(1, L + 1):
+        for y in range(K):
+            for x in range(K):
+                col[x] = ac[k - 1, x] + C[k - 1, x, y]
+            ac[k, y] = phi[k, y] + _lse(col)
+    for k in range(L - 1, -1, -1):
+        for x in range(K):
+            for y in range(K):
+                col[y] = C[k, x, y] + phi[k + 1, y] + bc[k + 1, y]
+            bc[k, x] = _lse(col)
+    lzc = _lse(ac[L])
+    for x in range(K):
+        tmp[x] = phi[0, x]
+    fq = tmp.copy()
+    for k in range(1, L + 1):
+        for y in range(K):
+            for x in range(K):
+                col[x] = fq[x] + Cq[k - 1, x, y]
+            tmp[y] = phi[k, y] + _lse(col)
+        for y in range(K):
+            fq[y] = tmp[y]
+    lzq = _lse(fq)
+    return lzt, lzc, lzq
+
+
+@njit(cache=True)
+def _pair_logs(k, L, C, phi, al, be, ac, bc, lzt, lzc, lp, lc, col):
+    """Tilted and cavity log pair marginals of chain edge k into lp, lc (K, K)."""
+    K = phi.shape[1]
+    for x in range(K):
+        for y in range(K):
+            for a in range(K):
+                col[a] = al[k, a, x] + C[k, x, y] + phi[k + 1, y] + be[k + 1, a, y]
+            lp[x, y] = _lse(col) - lzt
+            lc[x, y] = ac[k, x] + C[k, x, y] + phi[k + 1, y] + bc[k + 1, y] - lzc
+
+
+@njit(cache=True)
+def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, pte, depth,
+                 comp, bfs, off_e, off_u, ptr_n, ptr_e, pn, pe, goff_ptr, damping, tol,
+                 max_iter, iters, changes, converged, log_s, off_marg):
+    """TreeEP for every graph of the batch. ``Psi`` (tree tables) is updated in place; returns
+    the calibrated tree messages."""
+    N, K = node.shape
+    T = tu.shape[0]
+    msg = np.zeros((2 * T, K))
+    buf = np.empty(K)
+    col = np.empty(K)
+    tmp = np.empty(K)
+    bufa = np.empty(N, np.int64)
+    bufb = np.empty(N, np.int64)
+    route = np.empty(N, np.int64)
+    Lmax = 1
+    for o in range(off_e.shape[0]):
+        Lmax = max(Lmax, ptr_e[o + 1] - ptr_e[o])
+    phi = np.empty((Lmax + 1, K))
+    C = np.empty((Lmax, K, K))
+    Cq = np.empty((Lmax, K, K))
+    al = np.empty((Lmax + 1, K, K))
+    be = np.empty((Lmax + 1, K, K))
+    ac = np.empty((Lmax + 1, K))
+    bc = np.empty((Lmax + 1, K))
+    lp = np.empty((K, K))
+    lc = np.empty((K, K))
+    lpn = np.empty(K)
+    lcn = np.empty(K)
+    tnew = np.empty((Lmax, K, K))
+    t = np.zeros((pe.shape[0], K, K))
+    centre = np.arange(N)  # centre of the component rooted at r is centre[r]
+    # initial collect: messages child -> parent are valid towards each root
+    for j in range(N - 1, -1, -1):
+        i = bfs[j]
+        if parent[i] >= 0:
+            _send(i, parent[i], pte[i], node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col)
+    G = goff_ptr.shape[0] - 1
+    for g in range(G):
+        lo, hi = goff_ptr[g], goff_ptr[g + 1]
+        if hi == lo:
+            converged[g] = True
+            continue
+        for it in range(max_iter + 1):
+            final = it == max_iter or converged[g]
+            step = 0.0
+            for o in range(lo, hi):
+                u = off_u[o]
+                r = comp[u]
+                _move(centre[r], u, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te,
+                      msg, bufa, bufb, route, buf, col)
+                centre[r] = u
+                n0, e0 = ptr_n[o], ptr_e[o]
+                L = ptr_e[o + 1] - e0
+                lzt, lzc, lzq = _chain_pass(o, off_e[o], edge_tab, pn, pe, n0, e0, L, node, Psi,
+                                            tu, adj_ptr, adj_nbr, adj_te, msg, t, phi, C, Cq, al,
+                                            be, ac, bc, col, tmp)
+                if final:
+                    # EP evidence term and the tilted marginal of the off-tree edge itself
+                    log_s[o] = lzt - lzq
+                    for a in range(K):
+                        for y in range(K):
+                            off_marg[o, a, y] = np.exp(al[L, a, y] + be[L, a, y] - lzt)
+                    continue
+                # new term: tilted / cavity pair ratios, inner node ratios divided out (3.9)-(3.10)
+                for k in range(L):
+                    _pair_logs(k, L, C, phi, al, be, ac, bc, lzt, lzc, lp, lc, col)
+                    if k < L - 1:
+                        for y in range(K):
+                            for a in range(K):
+                                tmp[a] = al[k + 1, a, y] + be[k + 1, a, y]
+                            lpn[y] = _lse(tmp) - lzt
+                            lcn[y] = ac[k + 1, y] + bc[k + 1, y] - lzc
+                    for x in range(K):
+                        for y in range(K):
+                            v = 0.0
+                            if lp[x, y] > -np.inf or lc[x, y] > -np.inf:
+                                v = lp[x, y] - lc[x, y]
+                            if k < L - 1 and (lpn[y] > -np.inf or lcn[y] > -np.inf):
+                                v -= lpn[y] - lcn[y]
+                            if v != v:
+                                v = 0.0
+                            old = t[e0 + k, x, y]
+                            if damping > 0.0 and v > -np.inf and old > -np.inf:
+                                v = (1.0 - damping) * v + damping * old
+                            tnew[k, x, y] = v
+                            if v != old:
+                                d = abs(v - old)
+                                if not d <= step:
+                                    step = d
+                for k in range(L):
+                    te = pe[e0 + k]
+                    fwd = tu[te] == pn[n0 + k]
+                    for x in range(K):
+                        for y in range(K):
+                            t[e0 + k, x, y] = tnew[k, x, y]
+                            v = C[k, x, y] + tnew[k, x, y]
+                            if fwd:
+                                Psi[te, x, y] = v
+                            else:
+                                Psi[te, y, x] = v
+                # the messages along the path towards u changed: recompute them (centre stays u)
+                for k in range(L - 1, -1, -1):
+                    _send(pn[n0 + k + 1], pn[n0 + k], pe[e0 + k], node, Psi, tu, adj_ptr,
+                          adj_nbr, adj_te, msg, buf, col)
+            if final:
+                break
+            iters[g] = it + 1
+            changes[g] = step
+            if step < tol:
+                converged[g] = True
+    # distribute from every centre so that all messages are valid
+    for r in range(N):
+        if comp[r] != r:
+            continue
+        c = centre[r]
+        # BFS from the centre over the tree, sending messages outwards
+        route[0] = c
+        n = 1
+        head = 0
+        bufa[c] = -1
+        while head < n:
+            a = route[head]
+            head += 1
+            for p in range(adj_ptr[a], adj_ptr[a + 1]):
+                b = adj_nbr[p]
+                if b != bufa[a]:
+                    bufa[b] = a
+                    _send(a, b, adj_te[p], node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf,
+                          col)
+                    route[n] = b
+                    n += 1
+    return msg
+
+
+@njit(cache=True)
+def _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg, node_graph, n_graphs):
+    """Node and tree-edge log beliefs of q and log Z_q per graph (exact on the tree)."""
+    N, K = node.shape
+    T = tu.shape[0]
+    lbn = np.empty((N, K))
+    lbe = np.empty((T, K, K))
+    logz = np.zeros(n_graphs)
+    cu = np.empty(K)
+    cv = np.empty(K)
+    for i in range(N):
+        for x in range(K):
+            lbn[i, x] = node[i, x]
+        for p in range(adj_ptr[i], adj_ptr[i + 1]):
+            t2 = adj_te[p]
+            din = 2 * t2 + 1 if tu[t2] == i else 2 * t2
+            for x in range(K):
+                lbn[i, x] += msg[din, x]
+        z = _lse(lbn[i])
+        deg = adj_ptr[i + 1] - adj_ptr[i]
+        for x in range(K):
+            lbn[i, x] -= z
+            if lbn[i, x] > -np.inf:
+                logz[node_graph[i]] += np.exp(lbn[i, x]) * (node[i, x] + (deg - 1) * lbn[i, x])
+    for te in range(T):
+        u = tu[te]
+        v = tv[te]
+        for x in range(K):
+            cu[x] = lbn[u, x] - msg[2 * te + 1, x] if msg[2 * te + 1, x] > -np.inf else -np.inf
+            cv[x] = lbn[v, x] - msg[2 * te, x] if msg[2 * te, x] > -np.inf else -np.inf
+        m = -np.inf
+        for a in range(K):
+            for b in range(K):
+                lbe[te, a, b] = Psi[te, a, b] + cu[a] + cv[b]
+                if lbe[te, a, b] > m:
+                    m = lbe[te, a, b]
+        z = 0.0
+        for a in range(K):
+            for b in range(K):
+                z += np.exp(lbe[te, a, b] - m)
+        z = m + np.log(z)
+        for a in range(K):
+            for b in range(K):
+                lbe[te, a, b] -= z
+                lb = lbe[te, a, b]
+                if lb > -np.inf:
+                    logz[node_graph[u]] += np.exp(lb) * (Psi[te, a, b] - lb)
+    return lbn, lbe, logz
+
+
+# ---------------------------------------------------------------------------- engine
+class TreeEP(Engine):
+    """Tree-structured EP with cutset conditioning and local propagation (003 ch. 3).
+
+    Parameters
+    ----------
+    tol : float
+        Convergence when no term table changed by more than ``tol`` (log scale) in a sweep.
+    max_iter : int
+        Cap on sweeps over the off-tree edges.
+    damping : float
+        Weight of the old term in the log-domain mixture (0: plain EP, as in the thesis).
+    warn : bool
+        Emit a :class:`~pymc_crf.inference.bp.ConvergenceWarning` on non-convergence.
+    """
+
+    name = "tree_ep"
+    exact = False
+
+    def __init__(self, tol: float = 1e-9, max_iter: int = 200, damping: float = 0.0,
+                 warn: bool = True):
+        if not 0.0 <= float(damping) < 1.0:
+            raise ValueError(f"damping must lie in [0, 1); got {damping}")
+        if not float(tol) > 0 or int(max_iter) < 1:
+            raise ValueError("tol must be positive and max_iter >= 1")
+        self.tol, self.max_iter, self.damping, self.warn = (float(tol), int(max_iter),
+                                                            float(damping), warn)
+
+    def run(self, batch: GraphBatch, node_logpot, edge_logpot, tree_mask: np.ndarray | None = None):
+        """Run TreeEP; returns ``(Marginals, tree_mask)`` (``tree_mask`` (E,) marks the edges of
+        the spanning tree used; pass one to override the mutual-information choice)."""
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        N, K = node.shape
+        E, G = batch.n_edges, batch.n_graphs
+        if tree_mask is None:
+            tree_mask = spanning_tree(batch, edge_mutual_information(batch, node, edge))
+        else:
+            tree_mask = np.asarray(tree_mask, dtype=np.bool_)
+            if tree_mask.shape != (E,):
+                raise ValueError(f"tree_mask must have shape ({E},); got {tree_mask.shape}")
+        tab = np.zeros(E, np.int64) if edge.shape[0] == 1 else np.arange(E)
+        tid = np.flatnonzero(tree_mask)
+        tu = batch.edges[tid, 0].copy()
+        tv = batch.edges[tid, 1].copy()
+        Psi = edge[tab[tid]].copy()
+        # tree adjacency (CSR)
+        ends = np.concatenate([tu, tv])
+        nbrs = np.concatenate([tv, tu])
+        tes = np.concatenate([np.arange(len(tid)), np.arange(len(tid))])
+        o = np.argsort(ends, kind="stable")
+        adj_ptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=N))]).astype(np.int64)
+        adj_nbr, adj_te = nbrs[o].astype(np.int64), tes[o].astype(np.int64)
+        parent, pte, depth, comp, bfs, pre = _forest(N, tu, tv, adj_ptr, adj_nbr, adj_te)
+        if (comp[batch.edges[:, 0]] != comp[batch.edges[:, 1]]).any():
+            raise ValueError("tree_mask is not a spanning forest of the batch (an edge joins two "
+                             "of its components)")
+        if len(tid) != N - len(np.unique(comp)):
+            raise ValueError("tree_mask contains a cycle: it must be a spanning forest")
+        off = np.flatnonzero(~tree_mask)
+        # sort the off-tree edges by graph, then by the DFS preorder of u (short centre moves)
+        off = off[np.lexsort((pre[batch.edges[off, 0]], batch.edge_graph[off]))]
+        off_u = batch.edges[off, 0].copy()
+        off_v = batch.edges[off, 1].copy()
+        ptr_n, ptr_e, pn, pe = _paths(off_u, off_v, parent, pte, depth, N)
+        goff_ptr = np.concatenate([[0], np.cumsum(np.bincount(batch.edge_graph[off],
+                                                               minlength=G))]).astype(np.int64)
+        iters, changes = np.zeros(G, np.int64), np.zeros(G)
+        converged = np.zeros(G, np.bool_)
+        log_s = np.zeros(len(off))
+        off_marg = np.zeros((len(off), K, K))
+        edge_tab = np.ascontiguousarray(edge[tab[off]])
+        msg = _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, pte,
+                           depth, comp, bfs, np.arange(len(off), dtype=np.int64), off_u, ptr_n,
+                           ptr_e, pn, pe, goff_ptr, self.damping, self.tol, self.max_iter, iters,
+                           changes, converged, log_s, off_marg)
+        lbn, lbe, logz_q = _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg,
+                                         batch.node_graph, G)
+        log_z = logz_q + np.bincount(batch.edge_graph[off], weights=log_s, minlength=G)
+        em = np.zeros((E, K, K))
+        em[tid] = np.exp(lbe)
+        em[off] = off_marg
+        if edge.shape[0] == 1:
+            em = em.sum(0, keepdims=True) if E else np.zeros_like(edge)
+        report = {"iterations": iters, "max_change": changes, "converged": converged}
+        if self.warn and not converged.all():
+            warnings.warn(f"TreeEP did not converge on {int((~converged).sum())} of {G} graphs "
+                          f"within max_iter={self.max_iter} (tol={self.tol:g}); try damping",
+                          ConvergenceWarning, stacklevel=3)
+        return Marginals(log_z, np.exp(lbn), em, report), tree_mask
+
+    # -------------------------------------------------------------- Engine interface
+    def marginals(self, batch, node_logpot, edge_logpot):
+        """EP log Z estimate, node marginals of q, pair marginals (q on tree edges, the tilted
+        distribution on off-tree edges) and the convergence report."""
+        return self.run(batch, node_logpot, edge_logpot)[0]
+
+    def log_partition(self, batch, node_logpot, edge_logpot):
+        return self.marginals(batch, node_logpot, edge_logpot).log_z
+
+    def map_assignment(self, batch, node_logpot, edge_logpot):
+        """Argmax of the TreeEP node marginals (a heuristic on loopy graphs)."""
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        labels = np.argmax(self.marginals(batch, node, edge).node, axis=1).astype(np.int64)
+        return MapResult(labels, labelling_score(batch, node, edge, labels))
+
+    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
+        """Samples from the model itself, delegated to the Gibbs engine."""
+        from pymc_crf.inference.gibbs import Gibbs
+
+        return Gibbs().sample(batch, node_logpot, edge_logpot, n_samples, rng)
