@@ -1,0 +1,15 @@
+"""Bayesian CRFs by flattened power EP / transformed EP (seed 000; thesis ch. 5).
+
+Importing this package registers the fitter ``method="ep"`` (and, when the prediction layer is
+present, the predictor ``"model_average"``).
+
+Modules: :mod:`.moments` (exact tilted moments), :mod:`.gaussian` (low-rank Gaussian updates),
+:mod:`.terms` (the factors of a batch), :mod:`.core` (the EP sweeps), :mod:`.average` (approximate
+model averaging), :mod:`.fitter` (the registered fitter).
+"""
+
+from pymc_crf.fitters.ep.core import EPRun, run_ep
+from pymc_crf.fitters.ep.fitter import fit_ep
+from pymc_crf.fitters.ep.terms import EPTerms, build_terms
+
+__all__ = ["EPRun", "EPTerms", "build_terms", "fit_ep", "run_ep"]

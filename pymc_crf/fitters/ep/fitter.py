@@ -1,0 +1,134 @@
+"""``method="ep"``: Bayesian CRF by flattened power EP / transformed EP (seed 000, thesis ch. 5).
+
+Reads the CRF likelihood and its fixed diagonal Gaussian weight prior out of the PyMC model, runs
+:func:`pymc_crf.fitters.ep.core.run_ep`, and returns the contract ``DataTree`` with draws from
+q(w) = N(m, V) in the model's dims.
+"""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pymc as pm
+
+from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
+from pymc_crf.fitters.ep.terms import build_terms
+from pymc_crf.fitters.registry import register
+from pymc_crf.fitters.results import build_result, draws_from_gaussian
+from pymc_crf.fitters.spec import CRFSpec, extract_crf, require_gaussian_prior
+
+__all__ = ["fit_ep", "ep_inputs"]
+
+
+def _check_unit_interval(name: str, value) -> float:
+    v = float(value)
+    if not (0.0 < v <= 1.0):
+        raise ValueError(f"{name} must lie in (0, 1] (thesis eqs. (5.57)-(5.62)); got {value}")
+    return v
+
+
+def _spec_for_ep(model: pm.Model) -> CRFSpec:
+    try:
+        spec = extract_crf(model)
+    except ValueError as err:
+        kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
+        raise ValueError(f"method='ep' fits the weights of a pmc.CRF likelihood with a Gaussian "
+                         f"prior; it does not handle HCRFs (hidden states) or other likelihoods "
+                         f"(this model observes {kinds}). Use method='nuts' or, for HCRFs, "
+                         f"'bp_hcrf_vi'. ({err})") from err
+    require_gaussian_prior(spec, "ep")
+    return spec
+
+
+def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: int | None = None):
+    """Node and edge feature arrays in the flat weight layout of :mod:`.terms` for a spec.
+
+    A shared (K, K) edge table becomes one constant edge feature. Features default to the spec's own
+    (training) features; pass others (and ``n_edges``) for test graphs.
+    """
+    xn = xe = None
+    if spec.node_weights is not None:
+        xn = np.asarray(spec.node_features if node_features is None else node_features, float)
+    if spec.edge_weights is not None:
+        if spec.shared_edge_table:
+            E = spec.batch.n_edges if n_edges is None else n_edges
+            xe = np.ones((E, 1))
+        else:
+            xe = np.asarray(spec.edge_features if edge_features is None else edge_features, float)
+    return xn, xe
+
+
+@register("ep")
+def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = None,
+           step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
+           max_iter: int = 200, n_draws: int = 1000, n_chains: int = 1, seed=None,
+           log_likelihood: bool = True):
+    """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
+
+    Parameters
+    ----------
+    model : pm.Model
+        A model whose only free variables are the CRF weights, each with a ``pm.Normal`` prior of
+        constant mean and sd, and one observed ``pmc.CRF`` (probit or log-linear potentials).
+    variant : {"pep", "tep"}
+        Power EP with n_k = -1 for the 1/Z terms (000 sec. 3), or transformed EP (m_k = 0, thesis
+        sec. 5.3.1).
+    transform : float in [0, 1], optional
+        m_k of transformed power EP (thesis eq. (5.16)); overrides ``variant`` (1 = PEP, 0 = TEP).
+    step_size : float in (0, 1]
+        lambda, damping of the weight sites (thesis eqs. (5.57)-(5.58)); the paper uses 0.8.
+    damping : float in (0, 1], optional
+        xi, the step size of the inner label beliefs (thesis eq. (5.62)); default ``step_size / 2``.
+    tol, max_iter
+        Convergence when the max change of the mean and of the covariance in a sweep < ``tol``.
+    n_draws, n_chains, seed
+        Draws from q(w) for the ``posterior`` group.
+    log_likelihood : bool
+        Compute the per-graph log-likelihood of the draws.
+
+    Returns
+    -------
+    xarray.DataTree
+        ``posterior`` (draws of q), ``fit`` (``mean_vector``, ``covariance_matrix``),
+        ``diagnostics`` (``change_mean`` / ``change_cov`` / ``skipped`` per sweep, ``iterations``,
+        ``converged``, skip counts by kind, ``sweep_time``), ``log_likelihood`` per graph, attrs.
+    """
+    t0 = time.perf_counter()
+    step_size = _check_unit_interval("step_size", step_size)
+    if damping is not None:
+        damping = _check_unit_interval("damping", damping)
+    m_k = variant_transform(variant, transform)
+    if transform is not None:
+        variant = "pep" if m_k == 1.0 else ("tep" if m_k == 0.0 else "tpep")
+    if int(n_draws) < 1 or int(n_chains) < 1:
+        raise ValueError("n_draws and n_chains must be >= 1")
+    spec = _spec_for_ep(model)
+    xn, xe = ep_inputs(spec)
+    terms = build_terms(spec.batch, spec.n_labels, spec.labels, xn, xe,
+                        use_node=xn is not None, use_edge=xe is not None)
+    prior_mean = np.concatenate([w.prior_mean.ravel() for w in spec.weights])
+    prior_var = np.concatenate([w.prior_sd.ravel() ** 2 for w in spec.weights])
+    run = run_ep(terms, prior_mean, prior_var, potential=spec.potential, epsilon=spec.epsilon,
+                 transform=m_k, step_size=step_size, damping=damping, tol=tol,
+                 max_iter=int(max_iter))
+    rng = np.random.default_rng(seed)
+    flat = draws_from_gaussian(run.mean, run.cov, int(n_draws), int(n_chains), rng)
+    draws = spec.unflatten(flat)
+    skips = run.skips
+    diagnostics = {
+        "change_mean": run.change_mean, "change_cov": run.change_cov,
+        "skipped": skips.sum(1), "sweep_time": run.sweep_times,
+        "iterations": np.int64(run.iterations), "converged": np.bool_(run.converged),
+        "not_pd_sweeps": np.int64(run.not_pd_sweeps),
+        **{f"skipped_{n}": np.int64(skips[:, i].sum()) for i, n in enumerate(SKIP_NAMES)},
+    }
+    settings = {"variant": variant, "transform": m_k, "step_size": step_size,
+                "damping": 0.5 * step_size if damping is None else damping, "tol": tol,
+                "max_iter": int(max_iter), "n_draws": int(n_draws), "n_chains": int(n_chains),
+                "seed": seed, "potential": spec.potential, "epsilon": spec.epsilon,
+                "n_labels": spec.n_labels}
+    wall = time.perf_counter() - t0
+    return build_result(model, draws, "ep", settings, wall, mean_vector=run.mean,
+                        covariance_matrix=run.cov, param_names=spec.param_names(),
+                        diagnostics=diagnostics, log_likelihood=log_likelihood)
