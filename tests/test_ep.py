@@ -421,3 +421,100 @@ def test_ep_vs_nuts(kind):
         ratio = np.sqrt(np.diag(ep.cov)) / sd
         assert z.max() < tol_max and z.mean() < tol_mean, (transform, z.max(), z.mean())
         assert lo < ratio.min() and ratio.max() < hi, (transform, ratio)
+
+
+# ----------------------------------------------------------------------------- the registered fitter
+def _crf_model(batch, Xe, labels, prior=None, extra=False, K=2):
+    import pymc as pm
+
+    from pymc_crf.distributions import CRF
+
+    Fe = Xe.shape[1]
+    with pm.Model(coords={"edge_feature": range(Fe), "label_i": range(K),
+                          "label_j": range(K)}) as model:
+        if prior == "laplace":
+            w = pm.Laplace("w", 0.0, 1.0, dims=("edge_feature", "label_i", "label_j"))
+        else:
+            s = pm.HalfNormal("s", 1.0) if extra else PRIOR_VAR**0.5
+            w = pm.Normal("w", 0.0, s, dims=("edge_feature", "label_i", "label_j"))
+        CRF("t", graphs=batch, edge_features=Xe, edge_weights=w, potential="probit",
+            observed=labels)
+    return model
+
+
+def test_fitter_result_matches_core():
+    from pymc_crf.fitters import fit
+
+    batch, Xe, labels = make_data("chain", 10, seed=1)
+    model = _crf_model(batch, Xe, labels)
+    for variant, transform in (("pep", 1.0), ("tep", 0.0)):
+        res = fit(model, method="ep", variant=variant, seed=3, n_draws=4000, tol=1e-6,
+                  log_likelihood=False)
+        ep = run(batch, Xe, labels, 2, transform=transform, tol=1e-6)
+        np.testing.assert_allclose(res["fit"]["mean_vector"].values, ep.mean, atol=1e-10)
+        np.testing.assert_allclose(res["fit"]["covariance_matrix"].values, ep.cov, atol=1e-10)
+        post = res["posterior"]["w"]
+        assert post.dims == ("chain", "draw", "edge_feature", "label_i", "label_j")
+        draws = post.values.reshape(-1, 24)
+        np.testing.assert_allclose(draws.mean(0), ep.mean, atol=5 * np.sqrt(ep.cov.diagonal().max()
+                                                                             / 4000))
+        diag = res["diagnostics"]
+        assert bool(diag["converged"]) and int(diag["iterations"]) == ep.iterations
+        assert diag["change_mean"].size == ep.iterations
+        assert res.attrs["method"] == "ep" and variant in res.attrs["settings"]
+
+
+def test_fitter_log_likelihood_per_graph():
+    from pymc_crf.fitters import fit
+
+    batch, Xe, labels = make_data("chain", 6, seed=1)
+    res = fit(_crf_model(batch, Xe, labels), method="ep", n_draws=20, seed=0)
+    ll = res["log_likelihood"]["t"].values
+    assert ll.shape == (1, 20, 6)
+    w = res["posterior"]["w"].values.reshape(20, 6, 2, 2)
+    lp = edge_logpot(Xe, w)  # brute force, per graph
+    cfgs = np.array(list(itertools.product(range(2), repeat=3)))
+    for g in range(6):
+        e0, o = batch.edge_offsets[g], batch.node_offsets[g]
+        t = labels[o:o + 3]
+        obs = lp[:, e0, t[0], t[1]] + lp[:, e0 + 1, t[1], t[2]]
+        sc = lp[:, e0][:, cfgs[:, 0], cfgs[:, 1]] + lp[:, e0 + 1][:, cfgs[:, 1], cfgs[:, 2]]
+        np.testing.assert_allclose(ll[0, :, g], obs - logsumexp(sc, axis=1), atol=1e-8)
+
+
+def test_fitter_bad_input():
+    from pymc_crf.fitters import fit
+
+    batch, Xe, labels = make_data("chain", 4, seed=1)
+    with pytest.raises(ValueError, match="Gaussian prior"):
+        fit(_crf_model(batch, Xe, labels, prior="laplace"), method="ep")
+    with pytest.raises(ValueError, match="also has"):
+        fit(_crf_model(batch, Xe, labels, extra=True), method="ep")
+    model = _crf_model(batch, Xe, labels)
+    for bad in (0.0, -0.5, 1.01):
+        with pytest.raises(ValueError, match=r"step_size must lie in \(0, 1\]"):
+            fit(model, method="ep", step_size=bad)
+        with pytest.raises(ValueError, match=r"damping must lie in \(0, 1\]"):
+            fit(model, method="ep", damping=bad)
+    with pytest.raises(ValueError, match="transform"):
+        fit(model, method="ep", transform=1.5)
+    with pytest.raises(ValueError, match="variant"):
+        fit(model, method="ep", variant="ep")
+
+
+def test_fitter_refuses_hcrf():
+    import pymc as pm
+
+    from pymc_crf.distributions.hcrf import HCRF
+    from pymc_crf.fitters import fit
+
+    batch = GraphBatch.chains([3, 4])
+    X = np.random.default_rng(0).normal(size=(7, 2))
+    with pm.Model() as model:
+        tx = pm.Normal("theta_x", 0, 1, shape=(2, 2))
+        ty = pm.Normal("theta_y", 0, 1, shape=(2, 2))
+        te = pm.Normal("theta_e", 0, 1, shape=(2, 2, 2))
+        HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
+             observed=np.array([0, 1]))
+    with pytest.raises(ValueError, match="HCRF"):
+        fit(model, method="ep")

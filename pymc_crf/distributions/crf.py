@@ -11,6 +11,7 @@ from linear scores through ``potential`` (000 eqs. (1)-(4)) and log Z from the `
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numba
@@ -27,7 +28,7 @@ from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition
 from pymc_crf.potentials import check_potential, log_potential_pt
 
-__all__ = ["CRF", "CRFRV", "pad_labels", "unpad_labels", "crf_log_potentials"]
+__all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
 
 
 def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None) -> np.ndarray:
@@ -127,6 +128,22 @@ def _check_static(w, shape, name):
     for a, b in zip(got, shape, strict=True):
         if a is not None and a != b:
             raise ValueError(f"{name} must have shape {shape}; got {got}")
+
+
+@dataclass(frozen=True)
+class CRFInfo:
+    """How a CRF variable was built (read by fitters through ``extract_crf``)."""
+
+    batch: GraphBatch
+    n_labels: int
+    potential: str
+    epsilon: float
+    node_features: np.ndarray | None
+    node_weights: Any
+    edge_features: np.ndarray | None
+    edge_weights: Any
+    inference: Any
+    max_treewidth: int
 
 
 class CRFRV(RandomVariable):
@@ -231,7 +248,18 @@ class CRF(Distribution):
         node, edge, K = crf_log_potentials(graphs, node_features, node_weights, edge_features,
                                            edge_weights, potential, epsilon, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth)
-        return super().dist([node, edge], batch=graphs, engine=engine, **kwargs)
+        rv = super().dist([node, edge], batch=graphs, engine=engine, **kwargs)
+        # What fitters need to read the model back (features, weight tensors, potential).
+        rv.owner.op.crf_info = CRFInfo(
+            batch=graphs, n_labels=K, potential=potential, epsilon=float(epsilon),
+            node_features=None if node_features is None
+            else graphs.check_features(node_features, "node"),
+            node_weights=None if node_weights is None else pt.as_tensor_variable(node_weights),
+            edge_features=None if edge_features is None
+            else graphs.check_features(edge_features, "edge"),
+            edge_weights=None if edge_weights is None else pt.as_tensor_variable(edge_weights),
+            inference=inference, max_treewidth=max_treewidth)
+        return rv
 
     @classmethod
     def rv_op(cls, node_logpot, edge_logpot, *, batch, engine, size=None, rng=None):
@@ -302,4 +330,5 @@ def _numba_crf_rv(op: CRFRV, node):
             out = py_draw(seed, node_logpot, edge_logpot)
         return out
 
-    return random_fn
+    # Not cacheable across processes: it calls back into Python objects.
+    return random_fn, None

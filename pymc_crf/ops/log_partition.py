@@ -14,6 +14,8 @@ Python entry point (an explicit choice, so PyTensor does not warn about a silent
 
 from __future__ import annotations
 
+import hashlib
+
 import numba
 import numpy as np
 import pytensor.tensor as pt
@@ -172,6 +174,18 @@ def _objmode_impl(op, node):
     return impl
 
 
+_KERNEL_VERSION = 1
+
+
+def _cache_key(op, which: str) -> str:
+    """Numba cache key: the kernels close over the batch's offsets, so those are part of it."""
+    b = op.batch
+    h = hashlib.sha256()
+    for a in (b.node_offsets, b.edge_offsets, b.edges):
+        h.update(np.ascontiguousarray(a).tobytes())
+    return f"pymc_crf.{which}.{op.engine.name}.v{_KERNEL_VERSION}.{h.hexdigest()}"
+
+
 @register_funcify_and_cache_key(LogPartition)
 def _numba_log_partition(op, node, **kwargs):
     kernels = op.engine.numba_kernels(op.batch)
@@ -183,7 +197,7 @@ def _numba_log_partition(op, node, **kwargs):
     def impl(node_logpot, edge_logpot):
         return log_z(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot))
 
-    return impl, None
+    return impl, _cache_key(op, "log_z")
 
 
 @register_funcify_and_cache_key(LogPartitionGrad)
@@ -198,7 +212,7 @@ def _numba_log_partition_grad(op, node, **kwargs):
         return vjp(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot),
                    np.ascontiguousarray(g))
 
-    return impl, None
+    return impl, _cache_key(op, "vjp")
 
 
 @register_funcify_and_cache_key(LogPartitionHVP)

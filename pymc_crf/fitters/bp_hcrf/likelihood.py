@@ -1,0 +1,119 @@
+"""The data term of the BP-HCRF bound and its gradients (004 eqs. (14), (26), (30)-(33)).
+
+With the mean-field factors fixed, every (class ``c``, sequence ``n``) pair is an ordinary chain CRF
+over hidden states whose log-potentials are the *expected* log-potentials of 004 eq. (14)::
+
+    node(n, c, t, k) = rho_nk * (sum_i f_nt(i) Wx[i, k] + Wy[k, c])
+    edge(n, c, j, k) = We[j, k, c] * E[z_nj z_nk]            (transition j -> k)
+
+with effective weights ``W = theta * E_q[log pi]`` (elementwise) and ``E[z_j z_k] = rho_j rho_k``
+(``rho_k`` when ``j = k``). The data term is
+
+    ell = sum_n log Z(y_n, n) - log sum_c Z(c, n)
+
+(004 eq. (30) with the geometric mean ``exp E log F`` in place of ``E F``: the form whose gradients
+are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clamped chain posterior, which is
+optimal, so its entropy and expected potential add up to ``log Z(y_n, n)``). All ``C * G`` pairs go
+through ONE call of the inference engine (the lead's chain forward-backward).
+
+Gradients with respect to the effective weights and to ``rho`` use the marginals weighted by
+``[c = y_n] - p(c | n)`` (clamped minus free).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+from scipy.special import log_softmax
+
+from pymc_crf.distributions.hcrf import replicate_batch
+from pymc_crf.graphs.batch import GraphBatch
+
+__all__ = ["HCRFData", "LikelihoodGrad", "data_term"]
+
+
+@dataclass
+class HCRFData:
+    """Sequences in the form the BP-HCRF fitter uses (features already sign-split)."""
+
+    batch: GraphBatch
+    X: np.ndarray          # (N, F)
+    labels: np.ndarray     # (G,) or None for unlabelled sequences
+    n_classes: int
+
+    def __post_init__(self):
+        self.rep = replicate_batch(self.batch, self.n_classes)
+
+
+@dataclass
+class LikelihoodGrad:
+    """Value of ``ell`` and its gradients."""
+
+    value: float
+    per_graph: np.ndarray   # (G,) log p(y_n | X_n)
+    log_probs: np.ndarray   # (G, C) log p(c | X_n)
+    g_wx: np.ndarray        # (F, S)
+    g_wy: np.ndarray        # (S, C)
+    g_we: np.ndarray        # (S, S, C)
+    g_rho: np.ndarray       # (G, S)
+
+
+def pair_tables(data: HCRFData, wx, wy, we, rho):
+    """Expected log-potential tables of the (class, sequence) pairs: (C*N, S), (C*E, S, S)."""
+    b = data.batch
+    C, S = data.n_classes, wy.shape[0]
+    U = data.X @ wx                                             # (N, S)
+    rho_n = rho[b.node_graph]                                   # (N, S)
+    node = rho_n[None] * (U[None] + wy.T[:, None, :])           # (C, N, S)
+    ezz = rho[:, :, None] * rho[:, None, :]                     # (G, S, S)
+    idx = np.arange(S)
+    ezz[:, idx, idx] = rho
+    tables = np.moveaxis(we, 2, 0)[:, None] * ezz[None]         # (C, G, S, S)
+    if b.n_edges:
+        edge = tables[:, b.edge_graph].reshape(-1, S, S)
+    else:
+        edge = np.zeros((1, S, S))
+    return node.reshape(-1, S), edge, U, ezz
+
+
+def _per_graph_sum(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """Sum of rows ``offsets[g]:offsets[g+1]`` along axis 1 for every g (empty ranges give 0)."""
+    cs = np.concatenate([np.zeros_like(values[:, :1]), np.cumsum(values, axis=1)], axis=1)
+    return cs[:, offsets[1:]] - cs[:, offsets[:-1]]
+
+
+def data_term(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool = True) -> LikelihoodGrad:
+    """``ell`` and its gradients w.r.t. the effective weights and ``rho``."""
+    b, rep = data.batch, data.rep
+    C, G, S = data.n_classes, b.n_graphs, wy.shape[0]
+    node, edge, U, ezz = pair_tables(data, wx, wy, we, rho)
+    if not want_grad:
+        log_z = engine.log_partition(rep, node, edge).reshape(C, G).T
+        lp = log_softmax(log_z, axis=1)
+        per = lp[np.arange(G), data.labels] if data.labels is not None else np.zeros(G)
+        return LikelihoodGrad(float(per.sum()), per, lp, None, None, None, None)
+    m = engine.marginals(rep, node, edge)
+    log_z = m.log_z.reshape(C, G).T
+    lp = log_softmax(log_z, axis=1)
+    per = lp[np.arange(G), data.labels]
+    w = -np.exp(lp)                                             # (G, C): [c = y] - p(c | n)
+    w[np.arange(G), data.labels] += 1.0
+    dn = m.node.reshape(C, -1, S) * w.T[:, b.node_graph, None]  # (C, N, S)
+    rho_n = rho[b.node_graph]
+    A = dn.sum(axis=0)
+    g_wx = data.X.T @ (A * rho_n)
+    g_wy = np.einsum("cnk,nk->kc", dn, rho_n)
+    node_val = A * U + np.einsum("cnk,kc->nk", dn, wy)
+    g_rho = _per_graph_sum(node_val[None], b.node_offsets)[0]   # (G, S)
+    if b.n_edges:
+        de = m.edge.reshape(C, -1, S, S) * w.T[:, b.edge_graph, None, None]
+        de_g = _per_graph_sum(de, b.edge_offsets)               # (C, G, S, S)
+        g_we = np.einsum("cgij,gij->ijc", de_g, ezz)
+        B = np.einsum("cgij,ijc->gij", de_g, we)                # (G, S, S)
+        diag = np.einsum("gkk->gk", B)
+        g_rho += (np.einsum("gkj,gj->gk", B, rho) + np.einsum("gik,gi->gk", B, rho)
+                  - 2.0 * diag * rho + diag)
+    else:
+        g_we = np.zeros_like(we)
+    return LikelihoodGrad(float(per.sum()), per, lp, g_wx, g_wy, g_we, g_rho)

@@ -1,0 +1,26 @@
+"""``method="nuts"``: a thin call of ``pm.sample`` (NUTS on the exact posterior)."""
+
+from __future__ import annotations
+
+import time
+
+import pymc as pm
+
+from pymc_crf.fitters.registry import register
+
+__all__ = ["fit_nuts"]
+
+
+@register("nuts")
+def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
+             random_seed=None, progressbar: bool = False, **sample_kwargs):
+    """NUTS via ``pm.sample`` (nutpie when installed, as PyMC's default), plus the per-graph
+    log-likelihood, and attrs ``method``/``wall_time`` like every other fitter."""
+    t0 = time.perf_counter()
+    with model:
+        idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
+                          progressbar=progressbar, **sample_kwargs)
+        pm.compute_log_likelihood(idata, model=model, progressbar=False)
+    idata.attrs.update({"method": "nuts", "wall_time": time.perf_counter() - t0,
+                        "settings": f'{{"draws": {draws}, "tune": {tune}, "chains": {chains}}}'})
+    return idata

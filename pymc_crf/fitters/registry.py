@@ -1,0 +1,73 @@
+"""The fitter registry: ``pmc.fit(model, method=...)`` and ``register(name)``.
+
+A fitter is a function ``fn(model, **options) -> xarray.DataTree`` following the result contract of
+``docs/fit_contract.md`` (build it with :func:`pymc_crf.fitters.results.build_result`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pymc as pm
+from xarray import DataTree
+
+__all__ = ["available", "fit", "register"]
+
+_FITTERS: dict[str, Callable[..., DataTree]] = {}
+
+
+def register(name: str) -> Callable[[Callable[..., DataTree]], Callable[..., DataTree]]:
+    """Decorator registering ``fn(model, **options) -> DataTree`` as ``pmc.fit(method=name)``."""
+
+    def decorator(fn: Callable[..., DataTree]) -> Callable[..., DataTree]:
+        if name in _FITTERS and _FITTERS[name] is not fn:
+            raise ValueError(f"a fitter named {name!r} is already registered")
+        _FITTERS[name] = fn
+        return fn
+
+    return decorator
+
+
+def available() -> list[str]:
+    """Names of the registered fitters."""
+    _load_builtin()
+    return sorted(_FITTERS)
+
+
+def _load_builtin() -> None:
+    # Importing a fitter module registers it; optional ones may be absent in a partial install.
+    import importlib
+
+    for mod in ("map", "nuts", "ep", "bethe_laplace", "bp_hcrf_vi"):
+        try:
+            importlib.import_module(f"pymc_crf.fitters.{mod}")
+        except ModuleNotFoundError as err:
+            if err.name != f"pymc_crf.fitters.{mod}":
+                raise
+
+
+def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTree:
+    """Fit the CRF model by ``method`` and return an ArviZ ``DataTree``.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        The model; taken from the ``with`` context when omitted.
+    method : str
+        A registered fitter: ``"map"``, ``"nuts"``, ``"ep"``, ``"bethe_laplace"``, ``"bp_hcrf_vi"``
+        (see :func:`available`).
+    **options
+        Passed to the fitter (see each fitter's docstring).
+
+    Returns
+    -------
+    xarray.DataTree
+        Groups ``posterior``, ``log_likelihood`` (one value per graph), ``observed_data``,
+        ``constant_data``, and method-specific ones (``fit``, ``optimizer_result``,
+        ``diagnostics``, ``sample_stats``); attrs ``method``, ``settings`` and ``wall_time``.
+    """
+    model = pm.modelcontext(model)
+    _load_builtin()
+    if method not in _FITTERS:
+        raise ValueError(f"unknown method {method!r}; available: {sorted(_FITTERS)}")
+    return _FITTERS[method](model, **options)

@@ -1,0 +1,121 @@
+"""Building the ArviZ ``DataTree`` every fitter returns (the contract of ``docs/fit_contract.md``)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import xarray as xr
+from pymc.backends.arviz import coords_and_dims_for_inferencedata, find_constants, find_observations
+
+__all__ = ["build_result", "gaussian_fit_group", "draws_from_gaussian"]
+
+
+def _jsonable(settings: Mapping[str, Any]) -> str:
+    def conv(v):
+        if isinstance(v, np.generic):
+            return v.item()
+        if isinstance(v, np.ndarray):
+            return v.tolist()
+        if isinstance(v, int | float | str | bool | type(None) | list | tuple | dict):
+            return v
+        return repr(v)
+
+    return json.dumps({k: conv(v) for k, v in settings.items()})
+
+
+def gaussian_fit_group(mean_vector: np.ndarray, covariance_matrix: np.ndarray,
+                       names: Sequence[str]) -> xr.Dataset:
+    """The ``fit`` group of a Gaussian approximation, labelled by parameter names (as pymc-extras)."""
+    names = list(names)
+    return xr.Dataset(
+        {"mean_vector": (("rows",), np.asarray(mean_vector)),
+         "covariance_matrix": (("rows", "columns"), np.asarray(covariance_matrix))},
+        coords={"rows": names, "columns": names})
+
+
+def draws_from_gaussian(mean: np.ndarray, cov: np.ndarray, n_draws: int, n_chains: int,
+                        rng: np.random.Generator) -> np.ndarray:
+    """(chains, draws, d) draws from N(mean, cov) via an eigendecomposition (PSD-safe)."""
+    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
+    root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+    z = rng.standard_normal((n_chains, n_draws, mean.size))
+    return mean + z @ root.T
+
+
+def _dataset(values: Mapping[str, Any], dim: str) -> xr.Dataset:
+    out = {}
+    for k, v in values.items():
+        a = np.asarray(v)
+        out[k] = ((dim,) if a.ndim == 1 else (() if a.ndim == 0 else
+                  (dim, *[f"{k}_dim_{i}" for i in range(a.ndim - 1)])), a)
+    return xr.Dataset(out)
+
+
+def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
+                 settings: Mapping[str, Any], wall_time: float, *,
+                 mean_vector: np.ndarray | None = None,
+                 covariance_matrix: np.ndarray | None = None,
+                 param_names: Sequence[str] | None = None,
+                 diagnostics: Mapping[str, Any] | None = None,
+                 diagnostics_group: str = "diagnostics",
+                 log_marginal_likelihood: float | None = None,
+                 sample_stats: Mapping[str, np.ndarray] | None = None,
+                 log_likelihood: bool = True,
+                 extra_groups: Mapping[str, xr.Dataset] | None = None) -> xr.DataTree:
+    """Assemble a fitter's result.
+
+    Parameters
+    ----------
+    model : pm.Model
+    draws : dict name -> array (chains, draws, *shape)
+        Posterior draws of every free variable of the model (constrained space).
+    method, settings, wall_time
+        Stored as attrs (``settings`` as JSON).
+    mean_vector, covariance_matrix, param_names
+        For Gaussian approximations: the ``fit`` group.
+    diagnostics : dict, optional
+        Method-specific diagnostics; 1-d arrays get an ``iteration`` dimension.
+    diagnostics_group : str
+        Name of that group (``"optimizer_result"`` for MAP).
+    log_marginal_likelihood : float, optional
+        Evidence estimate, stored as ``sample_stats["log_marginal_likelihood"]`` per chain.
+    sample_stats : dict, optional
+        Extra per-draw statistics (chains, draws).
+    log_likelihood : bool
+        Compute the pointwise (per graph) log-likelihood of the draws.
+    extra_groups : dict, optional
+        Further groups to attach as they are.
+    """
+    coords, dims = coords_and_dims_for_inferencedata(model)
+    post = {k: np.asarray(v) for k, v in draws.items()}
+    n_chains = next(iter(post.values())).shape[0] if post else 1
+    stats = dict(sample_stats or {})
+    if log_marginal_likelihood is not None:
+        stats["log_marginal_likelihood"] = np.full((n_chains, next(iter(post.values())).shape[1]),
+                                                   float(log_marginal_likelihood))
+    groups: dict[str, dict] = {"posterior": post, "observed_data": find_observations(model)}
+    constants = find_constants(model)
+    if constants:
+        groups["constant_data"] = constants
+    if stats:
+        groups["sample_stats"] = stats
+    idata = az.from_dict(groups, coords=coords, dims=dims)
+    if log_likelihood:
+        pm.compute_log_likelihood(idata, model=model, progressbar=False)
+    if mean_vector is not None and covariance_matrix is not None:
+        idata["fit"] = gaussian_fit_group(mean_vector, covariance_matrix, param_names or
+                                          [f"w[{i}]" for i in range(len(mean_vector))])
+    if diagnostics:
+        idata[diagnostics_group] = _dataset(diagnostics, "iteration")
+    for name, ds in (extra_groups or {}).items():
+        idata[name] = ds
+    idata.attrs.update({"method": method, "settings": _jsonable(settings),
+                        "wall_time": float(wall_time)})
+    if log_marginal_likelihood is not None:
+        idata.attrs["log_marginal_likelihood"] = float(log_marginal_likelihood)
+    return idata

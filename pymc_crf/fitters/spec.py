@@ -1,0 +1,152 @@
+"""Reading a CRF model back out of a PyMC model, for fitters that work on the weights directly."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pymc as pm
+from pytensor.tensor.random.basic import NormalRV
+
+from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
+from pymc_crf.graphs.batch import GraphBatch
+
+__all__ = ["CRFSpec", "WeightSpec", "extract_crf", "require_gaussian_prior"]
+
+
+@dataclass(frozen=True)
+class WeightSpec:
+    """One weight tensor of the CRF: its PyMC variable and prior.
+
+    ``prior`` is ``"normal"`` when the tensor is a free ``pm.Normal`` with constant mu and sigma
+    (then ``prior_mean`` / ``prior_sd`` are arrays of the weight's shape), else ``"other"``.
+    """
+
+    name: str | None
+    shape: tuple[int, ...]
+    dims: tuple[str, ...] | None
+    prior: str
+    prior_mean: np.ndarray | None = None
+    prior_sd: np.ndarray | None = None
+    reason: str = ""
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+
+@dataclass(frozen=True)
+class CRFSpec:
+    """Everything a weight-space fitter needs about one CRF likelihood in a model.
+
+    The flat weight vector is ``concat(node_weights.ravel(), edge_weights.ravel())``.
+    """
+
+    model: pm.Model
+    observed_name: str
+    batch: GraphBatch
+    labels: np.ndarray
+    n_labels: int
+    potential: str
+    epsilon: float
+    node_features: np.ndarray | None
+    edge_features: np.ndarray | None
+    node_weights: WeightSpec | None
+    edge_weights: WeightSpec | None
+    free_vars: tuple[str, ...]
+    info: CRFInfo = field(repr=False)
+
+    @property
+    def weights(self) -> list[WeightSpec]:
+        return [w for w in (self.node_weights, self.edge_weights) if w is not None]
+
+    @property
+    def flat_size(self) -> int:
+        return sum(w.size for w in self.weights)
+
+    @property
+    def shared_edge_table(self) -> bool:
+        """True when the edge weights are one (K, K) table shared by all edges."""
+        return self.edge_weights is not None and self.edge_features is None
+
+    def unflatten(self, w_flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Split a flat weight vector (..., d) into named arrays of the weights' shapes."""
+        w_flat = np.asarray(w_flat)
+        out, i = {}, 0
+        for w in self.weights:
+            out[w.name] = w_flat[..., i:i + w.size].reshape(*w_flat.shape[:-1], *w.shape)
+            i += w.size
+        return out
+
+    def flatten(self, values: dict[str, np.ndarray]) -> np.ndarray:
+        return np.concatenate([np.asarray(values[w.name]).reshape(-1) for w in self.weights])
+
+    def param_names(self) -> list[str]:
+        """``"W[0, 1]"``-style names of the flat weight entries, in flat order."""
+        names = []
+        for w in self.weights:
+            names += [f"{w.name}[{', '.join(map(str, idx))}]" for idx in np.ndindex(*w.shape)]
+        return names
+
+
+def _weight_spec(model: pm.Model, tensor) -> WeightSpec | None:
+    if tensor is None:
+        return None
+    shape = tuple(int(s) for s in tensor.shape.eval()) if tensor.type.shape.count(None) \
+        else tuple(int(s) for s in tensor.type.shape)
+    if tensor not in model.free_RVs:
+        return WeightSpec(None, shape, None, "other",
+                          reason="the weights are an expression, not a free PyMC variable")
+    dims = model.named_vars_to_dims.get(tensor.name)
+    op = tensor.owner.op
+    if not isinstance(op, NormalRV):
+        return WeightSpec(tensor.name, shape, dims, "other",
+                          reason=f"its prior is {type(op).__name__.removesuffix('RV')}, not Normal")
+    mu, sigma = op.dist_params(tensor.owner)
+    try:
+        mu_v = np.broadcast_to(np.asarray(mu.eval(), dtype=np.float64), shape).copy()
+        sd_v = np.broadcast_to(np.asarray(sigma.eval(), dtype=np.float64), shape).copy()
+    except Exception:  # noqa: BLE001 - depends on other free variables (hierarchical)
+        return WeightSpec(tensor.name, shape, dims, "other",
+                          reason="its Normal prior's mu/sigma depend on other random variables")
+    if model.rvs_to_transforms.get(tensor) is not None:
+        return WeightSpec(tensor.name, shape, dims, "other", reason="it has a transform")
+    return WeightSpec(tensor.name, shape, dims, "normal", mu_v, sd_v)
+
+
+def extract_crf(model: pm.Model | None = None) -> CRFSpec:
+    """The single CRF likelihood of ``model`` and its weights (raises if there is none or several)."""
+    model = pm.modelcontext(model)
+    crfs = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, CRFRV)]
+    if not crfs:
+        others = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
+        raise ValueError("this fitter needs a model with an observed pmc.CRF likelihood; found "
+                         f"{others or 'no observed variables'}")
+    if len(crfs) > 1:
+        raise ValueError(f"the model has {len(crfs)} CRF likelihoods; fitters take exactly one")
+    rv = crfs[0]
+    info: CRFInfo = rv.owner.op.crf_info
+    obs = model.rvs_to_values[rv]
+    padded = np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
+    labels = unpad_labels(info.batch, padded)
+    nw = _weight_spec(model, info.node_weights)
+    ew = _weight_spec(model, info.edge_weights)
+    weight_names = {w.name for w in (nw, ew) if w is not None and w.name is not None}
+    free = tuple(v.name for v in model.free_RVs if v.name not in weight_names)
+    return CRFSpec(model, rv.name, info.batch, labels, info.n_labels, info.potential,
+                   info.epsilon, info.node_features, info.edge_features, nw, ew, free, info)
+
+
+def require_gaussian_prior(spec: CRFSpec, method: str) -> None:
+    """Raise a clear error unless every weight has a fixed Normal prior and nothing else is free."""
+    for w in spec.weights:
+        if w.prior != "normal":
+            raise ValueError(f"method={method!r} needs a fixed Gaussian prior on the CRF weights "
+                             f"({w.name or 'weights'}): {w.reason}. Use method='nuts' or 'map' "
+                             "for other priors.")
+    if spec.free_vars:
+        raise ValueError(f"method={method!r} handles models whose only free variables are the CRF "
+                         f"weights; this model also has {list(spec.free_vars)}")
+
+
