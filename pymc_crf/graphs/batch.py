@@ -223,6 +223,21 @@ class GraphBatch:
     def is_forest(self) -> bool:
         return bool((self.kinds != LOOPY).all())
 
+    def junction_tree(self, g: int, heuristic: str = "min_fill"):
+        """The junction tree of graph ``g`` (cached per distinct structure)."""
+        from pymc_crf.graphs.junction_tree import junction_tree
+
+        return junction_tree(self, g, heuristic=heuristic)
+
+    def treewidth(self, heuristic: str = "min_fill", limit: int | None = None) -> np.ndarray:
+        """Treewidth per graph from the elimination heuristic (an upper bound on the true one).
+
+        With ``limit``, elimination stops once a graph is known to exceed it.
+        """
+        from pymc_crf.graphs.junction_tree import treewidth
+
+        return treewidth(self, heuristic=heuristic, limit=limit)
+
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:
         e = self.edges

@@ -63,7 +63,7 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
             if inference == "junction_tree":
                 from pymc_crf.graphs.junction_tree import treewidth
 
-                tw = treewidth(batch)
+                tw = treewidth(batch, limit=max_treewidth)
                 g = int(tw.argmax())
                 raise ValueError(f"junction_tree: graph {g} has treewidth {int(tw[g])} above "
                                  f"max_treewidth={max_treewidth}; raise the limit or use "
