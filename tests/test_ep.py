@@ -423,7 +423,7 @@ def test_ep_vs_nuts(kind):
         assert lo < ratio.min() and ratio.max() < hi, (transform, ratio)
 
 
-# ----------------------------------------------------------------------------- the registered fitter
+# ------------------------------------------------------------------------- the registered fitter
 def _crf_model(batch, Xe, labels, prior=None, extra=False, K=2):
     import pymc as pm
 
