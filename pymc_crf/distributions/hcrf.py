@@ -37,6 +37,7 @@ every ``y``, or to all entries of ``theta_e``, cancels in ``p(y | X)``), so use 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -46,8 +47,8 @@ from scipy.special import log_softmax
 
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["HCRF", "from_sequences", "replicate_batch", "pair_logpots", "class_log_probs",
-           "check_class_labels", "hcrf_logp"]
+__all__ = ["HCRF", "HCRFInfo", "find_hcrf", "from_sequences", "replicate_batch", "pair_logpots",
+           "class_log_probs", "check_class_labels", "hcrf_logp"]
 
 
 # ---------------------------------------------------------------------------- helpers (numpy)
@@ -164,6 +165,28 @@ def _static_shape(x) -> tuple | None:
     return tuple(shape)
 
 
+@dataclass(frozen=True)
+class HCRFInfo:
+    """What fitters need to know about an HCRF likelihood (attached to its Op)."""
+
+    batch: GraphBatch
+    node_features: np.ndarray
+    n_classes: int
+    n_states: int
+    inference: Any
+
+
+def find_hcrf(model: pm.Model):
+    """The single observed HCRF variable of ``model``, its info and labels (G,)."""
+    found = [rv for rv in model.observed_RVs if hasattr(rv.owner.op, "hcrf_info")]
+    if len(found) != 1:
+        raise ValueError(f"this fitter needs a model with exactly one observed pmc.HCRF "
+                         f"likelihood; found {len(found)}")
+    rv = found[0]
+    labels = np.asarray(model.rvs_to_values[rv].data).astype(np.int64)
+    return rv, rv.owner.op.hcrf_info, labels
+
+
 class HCRF:
     """Hidden CRF likelihood: one class per graph, hidden node states summed out (004 eqs. 1-3).
 
@@ -214,8 +237,11 @@ class HCRF:
             observed = check_class_labels(observed, batch.n_graphs, dist_kwargs["n_classes"])
         # The graph ids are passed as a 4th (constant) parameter so that the support shape (G,)
         # follows from the signature.
-        return pm.CustomDist(name, theta_x, theta_y, theta_e, np.arange(batch.n_graphs),
-                             observed=observed, **cls._custom(dist_kwargs), **kwargs)
+        rv = pm.CustomDist(name, theta_x, theta_y, theta_e, np.arange(batch.n_graphs),
+                           observed=observed, **cls._custom(dist_kwargs), **kwargs)
+        # Fitters find the HCRF likelihood of a model and its data through this attribute.
+        rv.owner.op.hcrf_info = HCRFInfo(**dist_kwargs)
+        return rv
 
     @classmethod
     def dist(cls, graphs: GraphBatch, node_features, theta_x, theta_y, theta_e,

@@ -1,0 +1,86 @@
+"""`CRFData`: one labelled (or unlabelled) batch of graphs with its features."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pymc_crf.distributions.crf import pad_labels
+from pymc_crf.graphs.batch import GraphBatch
+
+__all__ = ["CRFData"]
+
+
+@dataclass
+class CRFData:
+    """Graphs, features and labels of a CRF data set.
+
+    Attributes
+    ----------
+    graphs : GraphBatch
+    labels : ndarray (N,) int or None
+        One label per node (flat, graph after graph).
+    node_features : ndarray (N, F) or None
+    edge_features : ndarray (E, Fe) or None
+    n_labels : int
+    coords : dict
+        Coordinates for ``pm.Model(coords=...)``: ``graph``, ``position``, ``label``, ``label_i``,
+        ``label_j`` and ``node_feature`` / ``edge_feature`` where present.
+    true_weights : dict of name -> ndarray, optional
+        The weights the labels were generated from (synthetic data).
+    potential, epsilon
+        The potential the data were generated with.
+    """
+
+    graphs: GraphBatch
+    labels: np.ndarray | None
+    node_features: np.ndarray | None = None
+    edge_features: np.ndarray | None = None
+    n_labels: int = 2
+    true_weights: dict = field(default_factory=dict)
+    potential: str = "loglinear"
+    epsilon: float = 0.0
+    description: str = ""
+
+    def __post_init__(self):
+        if self.labels is not None:
+            self.labels = self.graphs.check_labels(self.labels, self.n_labels)
+        if self.node_features is not None:
+            self.node_features = self.graphs.check_features(self.node_features, "node")
+        if self.edge_features is not None:
+            self.edge_features = self.graphs.check_features(self.edge_features, "edge")
+
+    @property
+    def coords(self) -> dict:
+        c = {"graph": np.arange(self.graphs.n_graphs),
+             "position": np.arange(int(self.graphs.n_nodes.max())),
+             "label": np.arange(self.n_labels), "label_i": np.arange(self.n_labels),
+             "label_j": np.arange(self.n_labels)}
+        if self.node_features is not None:
+            c["node_feature"] = np.arange(self.node_features.shape[1])
+        if self.edge_features is not None:
+            c["edge_feature"] = np.arange(self.edge_features.shape[1])
+        return c
+
+    @property
+    def padded_labels(self) -> np.ndarray:
+        """Labels as the (G, L) matrix a ``pmc.CRF`` variable holds (-1 past each graph's end)."""
+        return pad_labels(self.graphs, self.labels, self.n_labels)
+
+    def subset(self, graphs) -> CRFData:
+        """The listed graphs as a new data set."""
+        graphs = np.asarray(graphs, dtype=np.int64)
+        nidx = self.graphs.node_index(graphs)
+        eidx = self.graphs.edge_index(graphs)
+        return CRFData(self.graphs.subset(graphs),
+                       None if self.labels is None else self.labels[nidx],
+                       None if self.node_features is None else self.node_features[nidx],
+                       None if self.edge_features is None else self.edge_features[eidx],
+                       self.n_labels, self.true_weights, self.potential, self.epsilon,
+                       self.description)
+
+    def __repr__(self) -> str:
+        return (f"CRFData({self.graphs!r}, K={self.n_labels}, node_features="
+                f"{None if self.node_features is None else self.node_features.shape}, "
+                f"edge_features={None if self.edge_features is None else self.edge_features.shape})")
