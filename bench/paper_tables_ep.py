@@ -1,7 +1,8 @@
 """Thesis tables 5.1 / 5.2 (seed 003 sec. 5.5.1; seed 000 sec. 8.1) on our synthetic generator.
 
 For each trial: sample training and 1000 test 3-node loops (table 5.1) or chains (table 5.2) from a
-probit CRF with 24 weights (6 edge features x 2 x 2 labels), then compare test error (all test
+probit CRF with 24 weights (6 edge features x 2 x 2 labels) with ``pmc.datasets.bcrf_synthetic``
+(seed = trial), then compare test error (all test
 nodes, maximum-marginal labels):
 
 * ML-CRF   -- maximum likelihood (L-BFGS, exact log Z), exact marginals at the estimate;
@@ -9,6 +10,7 @@ nodes, maximum-marginal labels):
 * BPE-EP   -- EP (power EP, step size 0.8) posterior mean, exact marginals there (thesis 5.4.1);
 * BCRF-PEP / BCRF-TEP -- EP + approximate model averaging (000 eqs. (57)-(63): q-averaged
   potential tables, then exact marginals of the averaged tables);
+* true w   -- the weights that generated the data (an oracle, for scale);
 * NUTS     -- gold row: Monte Carlo model averaging of p(t_i | x, w) over NUTS draws from the exact
   posterior of the pmc.CRF model (``pm.sample``, 2 chains x 500 draws after 500 tuning steps).
 
@@ -28,10 +30,10 @@ from scipy.optimize import minimize
 from scipy.special import log_ndtr, logsumexp
 from scipy.stats import ttest_rel
 
+from pymc_crf.datasets import bcrf_synthetic
 from pymc_crf.fitters.ep.average import averaged_log_potentials
 from pymc_crf.fitters.ep.core import run_ep
 from pymc_crf.fitters.ep.terms import build_terms
-from pymc_crf.graphs.batch import GraphBatch
 
 K, FE, N_NODES, PRIOR_VAR = 2, 6, 3, 5.0
 CFGS = np.array(list(itertools.product(range(K), repeat=N_NODES)))
@@ -42,19 +44,11 @@ def local_edges(kind):
 
 
 def generator(kind: str, n_train: int, n_test: int, seed: int):
-    """(train, test) as (batch, edge_features, labels); 000 sec. 8.1: features from one of four
-    Gaussians, a true weight vector of 24 elements, labels sampled exactly from the probit CRF."""
-    rng = np.random.default_rng(seed)
-    w = rng.normal(0.0, 1.0, (FE, K, K))
-    centers = rng.normal(0.0, 1.0, (4, FE))
-    out = []
-    for n in (n_train, n_test):
-        batch = GraphBatch.from_edges([local_edges(kind)] * n, [N_NODES] * n)
-        Xe = centers[rng.integers(0, 4, batch.n_edges)] + rng.normal(0, 0.5, (batch.n_edges, FE))
-        p = node_config_probs(kind, Xe, w[None])[0]  # (G, 8)
-        idx = (p.cumsum(1) > rng.random((n, 1))).argmax(1)
-        out.append((batch, Xe, CFGS[idx].ravel()))
-    return out
+    """(train, test) as (batch, edge_features, labels) from ``pmc.datasets.bcrf_synthetic`` (the
+    project's generator for 000 sec. 8.1), plus the true weights."""
+    train, test = bcrf_synthetic(kind, n_train=n_train, n_test=n_test, seed=seed)
+    return ((train.graphs, train.edge_features, train.labels),
+            (test.graphs, test.edge_features, test.labels), train.true_weights["w"])
 
 
 def config_scores(kind, Xe, W):
@@ -62,7 +56,8 @@ def config_scores(kind, Xe, W):
     lp = log_ndtr(np.einsum("ef,sfab->seab", Xe, W))  # (S, E, K, K)
     ne = len(local_edges(kind))
     lp = lp.reshape(lp.shape[0], -1, ne, K, K)
-    return sum(lp[:, :, i][:, :, CFGS[:, a], CFGS[:, b]] for i, (a, b) in enumerate(local_edges(kind)))
+    return sum(lp[:, :, i][:, :, CFGS[:, a], CFGS[:, b]]
+               for i, (a, b) in enumerate(local_edges(kind)))
 
 
 def node_config_probs(kind, Xe, W):
@@ -128,8 +123,9 @@ def nuts_draws(batch, Xe, labels, seed):
 
 
 def trial(kind, n_train, seed, use_nuts):
-    (tr_b, tr_x, tr_t), (te_b, te_x, te_t) = generator(kind, n_train, 1000, seed)
-    row = {}
+    (tr_b, tr_x, tr_t), (te_b, te_x, te_t), w_true = generator(kind, n_train, 1000, seed)
+    row = {"true w (oracle)": error(node_marginals_from_config(
+        node_config_probs(kind, te_x, w_true[None])[0]), te_t)}
     for name, pv in (("ML-CRF", None), ("MAP-CRF", PRIOR_VAR)):
         W = point_estimate(kind, tr_b, tr_x, tr_t, pv)
         row[name] = error(node_marginals_from_config(node_config_probs(kind, te_x, W[None])[0]),
@@ -139,6 +135,8 @@ def trial(kind, n_train, seed, use_nuts):
     for variant, transform in (("PEP", 1.0), ("TEP", 0.0)):
         ep = run_ep(terms, np.zeros(d), np.full(d, PRIOR_VAR), transform=transform,
                     step_size=0.8, tol=1e-4, max_iter=300)
+        row[f"_{variant} converged"] = float(ep.converged)
+        row[f"_{variant} skipped per sweep"] = float(ep.skips.sum() / ep.iterations)
         if variant == "PEP":
             p = node_config_probs(kind, te_x, ep.mean.reshape(1, FE, K, K))[0]
             row["BPE-CRF-PEP"] = error(node_marginals_from_config(p), te_t)
@@ -179,12 +177,20 @@ def main():
         print("| algorithm | " + " | ".join(f"{n} train" for n in args.train) + " |")
         print("|---|" + "---|" * len(args.train))
         for name in results[args.train[0]]:
+            if name.startswith("_"):
+                continue
             cells = []
             for n in args.train:
                 e = 100 * results[n][name]
                 cells.append(f"{e.mean():.2f} +- {e.std(ddof=1) / np.sqrt(len(e)):.2f}")
             print(f"| {name} | " + " | ".join(cells) + " |")
-        for other in ("ML-CRF", "MAP-CRF", "BPE-CRF-PEP"):
+        for name in results[args.train[0]]:
+            if name.startswith("_"):
+                print(f"EP{name[1:]}: " + ", ".join(
+                    f"{n} train: {results[n][name].mean():.2f}" for n in args.train))
+        for other in ("ML-CRF", "MAP-CRF", "BPE-CRF-PEP", "NUTS (gold)"):
+            if other not in results[args.train[0]]:
+                continue
             ps = []
             for n in args.train:
                 t = ttest_rel(results[n]["BCRF-PEP"], results[n][other])
