@@ -15,6 +15,7 @@ import argparse
 import time
 
 import numpy as np
+from numba import get_num_threads
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.bp import BeliefPropagation, bp_structure
@@ -84,24 +85,32 @@ def main(argv=None) -> None:
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
     rng = np.random.default_rng(args.seed)
-    bp = BeliefPropagation(damping=DAMPING, schedule="parallel", tol=TOL, max_iter=10000)
+    engines = {
+        "numba serial": BeliefPropagation(damping=DAMPING, schedule="parallel", tol=TOL,
+                                          max_iter=10000, threads=False),
+        f"numba {get_num_threads()} threads": BeliefPropagation(
+            damping=DAMPING, schedule="parallel", tol=TOL, max_iter=10000, threads=True),
+    }
     warm = ising_grid(4, rng)
-    bp.marginals(*warm)  # numba compilation (cached on disk after the first run)
+    for bp in engines.values():
+        bp.marginals(*warm)  # numba compilation (cached on disk after the first run)
 
     print(f"BP flooding, damping {DAMPING}, tol {TOL:g}; best of {args.repeats}")
-    print(f"{'grid':>9} {'iters':>6} {'numba [s]':>10} {'numpy [s]':>10} {'speed-up':>9} "
-          f"{'max |db|':>9}")
+    print(f"{'grid':>9} {'engine':>17} {'iters':>6} {'numba [s]':>10} {'numpy [s]':>10} "
+          f"{'speed-up':>9} {'max |db|':>9}")
     for n in (30, 100):
         b, node, edge = ising_grid(n, rng)
         bp_structure(b)  # structure is cached per batch, as in repeated use
-        t_nb, m = best_time(lambda b=b, node=node, edge=edge: bp.marginals(b, node, edge),
-                            args.repeats)
         t_np, (bel, it_np) = best_time(
             lambda b=b, node=node, edge=edge: numpy_bp(b, node, edge), args.repeats)
-        it = int(m.report["iterations"][0])
-        assert it == it_np, (it, it_np)
-        print(f"{n:>4}x{n:<4} {it:>6} {t_nb:>10.4f} {t_np:>10.4f} {t_np / t_nb:>8.1f}x "
-              f"{np.abs(bel - m.node).max():>9.1e}")
+        for label, bp in engines.items():
+            t_nb, m = best_time(
+                lambda b=b, node=node, edge=edge, bp=bp: bp.marginals(b, node, edge),
+                args.repeats)
+            it = int(m.report["iterations"][0])
+            assert it == it_np, (it, it_np)
+            print(f"{n:>4}x{n:<4} {label:>17} {it:>6} {t_nb:>10.4f} {t_np:>10.4f} "
+                  f"{t_np / t_nb:>8.1f}x {np.abs(bel - m.node).max():>9.1e}")
 
     try:
         from pymc_crf.inference.tree_ep import TreeEP

@@ -199,3 +199,13 @@ def test_mean_field_bound_gap_is_the_kl_divergence():
                           for e, j in nb)
     np.testing.assert_allclose(m.node[i], np.exp(logit) / np.exp(logit).sum(), atol=1e-9)
     np.testing.assert_allclose(m.edge[0], np.outer(m.node[b.edges[0, 0]], m.node[b.edges[0, 1]]))
+
+
+def test_threaded_flooding_gives_identical_results():
+    rng = np.random.default_rng(9)
+    b = GraphBatch.grid(4, 5, n_graphs=3)
+    node, edge = _ising(b, 1.0, 0.5, rng)
+    a = BeliefPropagation(threads=False).run(b, node, edge)
+    t = BeliefPropagation(threads=True).run(b, node, edge)
+    np.testing.assert_array_equal(a.messages, t.messages)
+    np.testing.assert_array_equal(a.report["iterations"], t.report["iterations"])
