@@ -518,3 +518,48 @@ def test_fitter_refuses_hcrf():
              observed=np.array([0, 1]))
     with pytest.raises(ValueError, match="HCRF"):
         fit(model, method="ep")
+
+
+# ------------------------------------------------------------------------- prediction
+def test_model_average_prediction():
+    """predict(method="model_average") equals brute-force marginals of the q-averaged tables
+    (000 eqs. (59)-(63) with exact label marginals), and its error rate is that of its labels."""
+    import pymc as pm
+
+    from pymc_crf.datasets import bcrf_synthetic
+    from pymc_crf.distributions import CRF
+    from pymc_crf.fitters import fit
+    from pymc_crf.predict import predict
+
+    train, test = bcrf_synthetic("loop", n_train=10, n_test=50, seed=0)
+    with pm.Model(coords=train.coords) as model:
+        w = pm.Normal("w", 0.0, PRIOR_VAR**0.5, dims=("edge_feature", "label_i", "label_j"))
+        CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
+            potential="probit", observed=train.labels)
+    res = fit(model, method="ep", log_likelihood=False, n_draws=200, seed=0)
+    pred = predict(res, test, method="model_average")
+    m = res["fit"]["mean_vector"].values
+    V = res["fit"]["covariance_matrix"].values
+    # q-averaged tables by hand: Phi(phi^T m / sqrt(1 + phi^T V phi)) per entry
+    Xe = test.edge_features
+    mu = np.einsum("ef,fc->ec", Xe, m.reshape(6, 4))
+    Vb = V.reshape(6, 4, 6, 4)
+    var = np.einsum("ef,fcgc,eg->ec", Xe, Vb, Xe)
+    lp = sp_log_ndtr(mu / np.sqrt(1 + var)).reshape(-1, 3, 2, 2)
+    cfgs = np.array(list(itertools.product(range(2), repeat=3)))
+    ring = [(0, 1), (1, 2), (2, 0)]
+    sc = sum(lp[:, i][:, cfgs[:, a], cfgs[:, b]] for i, (a, b) in enumerate(ring))
+    p = np.exp(sc - logsumexp(sc, axis=1, keepdims=True))
+    marg = np.stack([np.stack([p[:, cfgs[:, i] == a].sum(1) for a in range(2)], -1)
+                     for i in range(3)], 1).reshape(-1, 2)
+    np.testing.assert_allclose(pred.marginals, marg, atol=1e-10)
+    assert pred.error_rate == pytest.approx(np.mean(marg.argmax(1) != test.labels))
+    # the averaged prediction approximates Monte Carlo averaging over q's draws (an approximation:
+    # measured mean |difference| of the node marginals 0.037, max 0.24)
+    mc = predict(res, test, method="average", n_draws=200)
+    diff = np.abs(mc.marginals - pred.marginals)
+    assert diff.mean() < 0.08
+    with pytest.raises(ValueError, match="Gaussian posterior"):
+        bad = res.copy()
+        del bad["fit"]
+        predict(bad, test, method="model_average")

@@ -1,15 +1,17 @@
 """Bayesian CRFs by flattened power EP / transformed EP (seed 000; thesis ch. 5).
 
-Importing this package registers the fitter ``method="ep"`` (and, when the prediction layer is
-present, the predictor ``"model_average"``).
+Importing this package registers the fitter ``method="ep"`` and the predictor
+``predict(..., method="model_average")``.
 
 Modules: :mod:`.moments` (exact tilted moments), :mod:`.gaussian` (low-rank Gaussian updates),
 :mod:`.terms` (the factors of a batch), :mod:`.core` (the EP sweeps), :mod:`.average` (approximate
-model averaging), :mod:`.fitter` (the registered fitter).
+model averaging), :mod:`.fitter` (the registered fitter), :mod:`.predictor` (the registered
+predictor).
 """
 
 from pymc_crf.fitters.ep.core import EPRun, run_ep
 from pymc_crf.fitters.ep.fitter import fit_ep
+from pymc_crf.fitters.ep.predictor import predict_model_average
 from pymc_crf.fitters.ep.terms import EPTerms, build_terms
 
-__all__ = ["EPRun", "EPTerms", "build_terms", "fit_ep", "run_ep"]
+__all__ = ["EPRun", "EPTerms", "build_terms", "fit_ep", "predict_model_average", "run_ep"]
