@@ -10,7 +10,8 @@ as ``max_j |m_EP - m_exact| / sd_exact`` and the range of ``sd_EP / sd_exact`` (
 machine with the seeds used below; the asserted tolerances in brackets):
 
 * one-edge two-label CRF (4-class probit classification), 40 graphs, 3 features (d = 12), IS truth
-  (ESS 12453 / 5612): PEP 0.065 / [0.86, 0.94], TEP 0.267 / [0.88, 1.07]
+  (ESS 12453 / 5612 of 10^5 draws; the test uses 4 x 10^4):
+  PEP 0.065 / [0.86, 0.94], TEP 0.267 / [0.88, 1.07]
   [PEP < 0.15, TEP < 0.35; sd ratio in [0.8, 1.15]]
 * 3-node chains, 10 graphs, 6 features (d = 24), IS truth (ESS 1311 / 752):
   PEP 0.237 / [0.91, 1.01], TEP 0.302 / [0.92, 1.07]   [< 0.35 / < 0.4; sd ratio in [0.85, 1.15]]
@@ -231,7 +232,8 @@ def test_ep_close_to_exact_posterior(kind, n_graphs, Fe, variant, tol_mean, sd_l
     ep = run(batch, Xe, labels, K, transform=1.0 if variant == "pep" else 0.0, step_size=0.8,
              tol=1e-5, max_iter=300)
     assert ep.converged and ep.not_pd_sweeps == 0
-    mu, cov, ess = importance_posterior(batch, Xe, labels, K, ep.mean, ep.cov)
+    mu, cov, ess = importance_posterior(batch, Xe, labels, K, ep.mean, ep.cov,
+                                        n=40_000 if kind == "edge" else 100_000)
     assert ess > 500
     err, lo, hi = errors(ep, mu, cov)
     assert err < tol_mean and sd_lo < lo and hi < 1.15, (err, lo, hi)
@@ -267,7 +269,7 @@ def test_loglinear_ep_runs_and_matches_exact_on_chain():
 
 @pytest.mark.parametrize("potential,eps", [("probit", 0.0), ("probit", 0.05), ("loglinear", 0.0)])
 def test_averaged_potentials_match_monte_carlo(potential, eps):
-    """000 eqs. (59)-(60): each averaged table entry is E_q[g]; checked with 400k draws of w."""
+    """000 eqs. (59)-(60): each averaged table entry is E_q[g]; checked with 150k draws of w."""
     from pymc_crf.fitters.ep.average import averaged_log_potentials
 
     rng = np.random.default_rng(7)
@@ -278,7 +280,7 @@ def test_averaged_potentials_match_monte_carlo(potential, eps):
     m = rng.normal(scale=0.5, size=d)
     Xn, Xe = rng.normal(size=(N, F)), rng.normal(size=(E, Fe))
     node, edge = averaged_log_potentials(m, V, K, N, Xn, Xe, potential, eps)
-    w = rng.multivariate_normal(m, V, size=400_000)
+    w = rng.multivariate_normal(m, V, size=150_000)
     sn = np.einsum("if,sfa->sia", Xn, w[:, :F * K].reshape(-1, F, K))
     se = np.einsum("ef,sfab->seab", Xe, w[:, F * K:].reshape(-1, Fe, K, K))
     if potential == "loglinear":
@@ -286,8 +288,8 @@ def test_averaged_potentials_match_monte_carlo(potential, eps):
     else:
         gn = eps + (1 - 2 * eps) * np.exp(sp_log_ndtr(sn))
         ge = eps + (1 - 2 * eps) * np.exp(sp_log_ndtr(se))
-    np.testing.assert_allclose(node, np.log(gn.mean(0)), atol=0.02)
-    np.testing.assert_allclose(edge, np.log(ge.mean(0)), atol=0.02)
+    np.testing.assert_allclose(node, np.log(gn.mean(0)), atol=0.03)
+    np.testing.assert_allclose(edge, np.log(ge.mean(0)), atol=0.03)
 
 
 @pytest.mark.parametrize("use_edge,tol_mean,sd_lo", [(False, 0.2, 0.7), (True, 0.35, 0.55)])
@@ -332,7 +334,7 @@ def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
     terms = build_terms(batch, K, labels, Xn, Xe, use_node=True, use_edge=use_edge)
     ep = run_ep(terms, np.zeros(terms.d), np.full(terms.d, PRIOR_VAR), tol=1e-6, max_iter=300)
     assert ep.converged
-    w = rng.multivariate_normal(ep.mean, 1.5 * ep.cov, size=100_000)
+    w = rng.multivariate_normal(ep.mean, 1.5 * ep.cov, size=40_000)
     diff = w - ep.mean
     log_prop = -0.5 * np.sum(np.linalg.solve(1.5 * ep.cov, diff.T) * diff.T, 0)
     lw = log_lik(w, labels) - 0.5 * np.sum(w**2, 1) / PRIOR_VAR - log_prop
@@ -352,7 +354,7 @@ def test_fixed_point_conditions(transform):
     in w-space with scipy's Phi (independent of :mod:`.moments`): the moments of
     ``f_k(w) q^{\\k}(w)`` (000 eq. (24), cavity beliefs from the stored label messages) equal those
     of ``q^{\\k}(w) f~_k(w)``; likewise for the numerator terms with ``g_k``. Measured errors are
-    about 0.002 sd with 10^6 draws; asserted < 0.01 sd with 4 x 10^5."""
+    about 0.002 sd with 10^6 draws; asserted < 0.015 sd with 2 x 10^5."""
     batch, Xe, labels = make_data("chain", 10, seed=1, Fe=3)
     K = 2
     terms = build_terms(batch, K, labels, None, Xe, use_node=False, use_edge=True)
@@ -383,7 +385,7 @@ def test_fixed_point_conditions(transform):
         checks.append((prec - a @ hn @ a.T, lin - a @ mn, hn, mn, a, np.ones(1)))
         for P_c, l_c, h_, mu_, A_, pi_ in checks:
             V_c = np.linalg.inv(P_c)
-            w = rng.multivariate_normal(V_c @ l_c, V_c, size=400_000)
+            w = rng.multivariate_normal(V_c @ l_c, V_c, size=200_000)
             f = np.exp(sp_log_ndtr(w @ A_)) @ pi_
             f /= f.sum()
             tm = f @ w
@@ -391,8 +393,8 @@ def test_fixed_point_conditions(transform):
             V_t = np.linalg.inv(P_c + A_ @ h_ @ A_.T)
             m_t = V_t @ (l_c + A_ @ mu_)
             sd = np.sqrt(np.diag(V_t))
-            assert np.max(np.abs(tm - m_t) / sd) < 0.01
-            assert np.max(np.abs(tsd / sd - 1)) < 0.01
+            assert np.max(np.abs(tm - m_t) / sd) < 0.015
+            assert np.max(np.abs(tsd / sd - 1)) < 0.015
 
 
 @pytest.mark.slow
