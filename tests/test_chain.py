@@ -1,0 +1,227 @@
+"""ChainEngine against brute-force enumeration on random chains (hypothesis property tests)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy.stats import chisquare
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.brute_force import BruteForce
+from pymc_crf.inference.chain import ChainEngine, _exp_nonpos, _forward_backward
+
+BF = BruteForce()
+CH = ChainEngine()
+SETTINGS = settings(max_examples=25, deadline=None)
+
+
+@st.composite
+def chain_problems(draw, max_scale=20.0, max_len=6):
+    """A batch of 1-3 chains (lengths 1..max_len), K in 2..4, shared or per-edge tables."""
+    K = draw(st.integers(2, 4))
+    lengths = draw(st.lists(st.integers(1, max_len), min_size=1, max_size=3))
+    scale = draw(st.floats(0.1, max_scale))
+    shared = draw(st.booleans())
+    seed = draw(st.integers(0, 2**31 - 1))
+    rng = np.random.default_rng(seed)
+    batch = GraphBatch.chains(lengths)
+    node = scale * rng.normal(size=(batch.n_total_nodes, K))
+    edge = scale * rng.normal(size=(1 if shared else batch.n_edges, K, K))
+    return batch, node, edge
+
+
+def _rel(a, b):
+    if np.size(b) == 0:
+        return 0.0 if np.size(a) == 0 else np.inf
+    return np.max(np.abs(np.asarray(a) - np.asarray(b)) / np.maximum(1.0, np.abs(np.asarray(b))))
+
+
+@SETTINGS
+@given(chain_problems())
+def test_log_partition_and_marginals_match_brute_force(problem):
+    batch, node, edge = problem
+    ref = BF.marginals(batch, node, edge)
+    lz = CH.log_partition(batch, node, edge)
+    m = CH.marginals(batch, node, edge)
+    np.testing.assert_allclose(lz, ref.log_z, rtol=1e-9, atol=1e-12)
+    np.testing.assert_allclose(m.log_z, ref.log_z, rtol=1e-9, atol=1e-12)
+    assert _rel(m.node, ref.node) < 1e-9
+    assert m.edge.shape == ref.edge.shape
+    assert _rel(m.edge, ref.edge) < 1e-9
+
+
+@SETTINGS
+@given(chain_problems(), st.integers(0, 2**31 - 1))
+def test_weighted_marginals(problem, seed):
+    batch, node, edge = problem
+    w = np.random.default_rng(seed).normal(size=batch.n_graphs)
+    ref = BF.weighted_marginals(batch, node, edge, w)  # generic version: per-edge weights, then sum
+    gn, ge = CH.weighted_marginals(batch, node, edge, w)
+    assert _rel(gn, ref[0]) < 1e-9 and _rel(ge, ref[1]) < 1e-9
+
+
+def test_numba_kernels():
+    """The njit closures used by the PyTensor Ops (compiled once: a fixed batch, several tables)."""
+    batch = GraphBatch.chains([4, 1, 3, 5])
+    log_z, vjp = CH.numba_kernels(batch)
+    rng = np.random.default_rng(7)
+    for scale, shared in [(1.0, True), (20.0, False), (20.0, True), (500.0, False)]:
+        node = scale * rng.normal(size=(batch.n_total_nodes, 3))
+        edge = scale * rng.normal(size=(1 if shared else batch.n_edges, 3, 3))
+        w = rng.normal(size=batch.n_graphs)
+        ref = BF.weighted_marginals(batch, node, edge, w)
+        np.testing.assert_allclose(log_z(node, edge), BF.log_partition(batch, node, edge),
+                                   rtol=1e-9)
+        kn, ke = vjp(node, edge, w)
+        assert _rel(kn, ref[0]) < 1e-9 and _rel(ke, ref[1]) < 1e-9
+
+
+@SETTINGS
+@given(chain_problems())
+def test_map_assignment_matches_brute_force(problem):
+    batch, node, edge = problem
+    ref = BF.map_assignment(batch, node, edge)
+    got = CH.map_assignment(batch, node, edge)
+    np.testing.assert_allclose(got.score, ref.score, rtol=1e-12, atol=1e-9)
+    # The labels may differ on exact ties; their score must be the best one.
+    t = got.labels
+    score = np.zeros(batch.n_graphs)
+    np.add.at(score, batch.node_graph, node[np.arange(batch.n_total_nodes), t])
+    rows = np.zeros(batch.n_edges, np.int64) if edge.shape[0] == 1 else np.arange(batch.n_edges)
+    u, v = batch.edges[:, 0], batch.edges[:, 1]
+    np.add.at(score, batch.edge_graph, edge[rows, t[u], t[v]])
+    np.testing.assert_allclose(score, ref.score, rtol=1e-12, atol=1e-9)
+
+
+@settings(max_examples=15, deadline=None)
+@given(chain_problems(max_scale=3.0, max_len=4), st.integers(0, 2**31 - 1))
+def test_covariance_dense_and_products(problem, seed):
+    batch, node, edge = problem
+    g = int(np.random.default_rng(seed).integers(batch.n_graphs))
+    ref = BF.feature_covariance(batch, node, edge, graph=g)
+    got = CH.feature_covariance(batch, node, edge, graph=g)
+    np.testing.assert_allclose(got, ref, rtol=1e-8, atol=1e-10)
+    rng = np.random.default_rng(seed + 1)
+    vn, ve = rng.normal(size=node.shape), rng.normal(size=edge.shape)
+    rn, re = BF.covariance_vector_product(batch, node, edge, vn, ve)
+    cn, ce = CH.covariance_vector_product(batch, node, edge, vn, ve)
+    np.testing.assert_allclose(cn, rn, rtol=1e-8, atol=1e-10)
+    np.testing.assert_allclose(ce, re, rtol=1e-8, atol=1e-10)
+
+
+@settings(max_examples=8, deadline=None)
+@given(chain_problems(max_scale=2.0, max_len=4), st.integers(0, 2**31 - 1))
+def test_ffbs_frequencies_chi_square(problem, seed):
+    batch, node, edge = problem
+    g = 0
+    sub = batch.subset([g])
+    nn = node[batch.node_index([g])]
+    ee = edge if edge.shape[0] == 1 else edge[batch.edge_index([g])]
+    K, n = node.shape[1], int(sub.n_total_nodes)
+    S = 20000
+    draws = CH.sample(sub, nn, ee, S, rng=seed)
+    codes = draws @ (K ** np.arange(n)[::-1])
+    counts = np.bincount(codes, minlength=K**n)
+    # Exact probabilities in the same code order (brute force enumerates with np.indices).
+    configs = np.indices((K,) * n).reshape(n, -1).T
+    lp = nn[np.arange(n), configs].sum(1)
+    if n > 1:
+        rows = np.zeros(n - 1, np.int64) if ee.shape[0] == 1 else np.arange(n - 1)
+        lp = lp + ee[rows, configs[:, :-1], configs[:, 1:]].sum(1)
+    p = np.exp(lp - lp.max())
+    p /= p.sum()
+    expected = S * p
+    keep = expected > 5  # pool the rare cells so the chi-square approximation holds
+    obs = np.append(counts[keep], counts[~keep].sum())
+    exp = np.append(expected[keep], expected[~keep].sum())
+    if exp[-1] == 0:
+        obs, exp = obs[:-1], exp[:-1]
+        assert counts[~keep].sum() == 0
+    if obs.size > 1:
+        assert chisquare(obs, exp).pvalue > 1e-4
+
+
+def test_underflow_falls_back_to_log_space():
+    """Scale 500: the scaled recursion underflows; the log-space fallback must still be exact."""
+    rng = np.random.default_rng(3)
+    batch = GraphBatch.chains([5, 3, 4])
+    for shared in (True, False):
+        node = 500 * rng.normal(size=(batch.n_total_nodes, 3))
+        edge = 500 * rng.normal(size=(1 if shared else batch.n_edges, 3, 3))
+        # Force a node row whose useful labels are ~1e-300 below its best one (scale underflow).
+        node[1] = [0.0, -800.0, -800.0]
+        edge_pen = edge.copy()
+        edge_pen[0, :, 0] = 1000.0
+        for e in (edge, edge_pen):
+            ref = BF.marginals(batch, node, e)
+            m = CH.marginals(batch, node, e)
+            np.testing.assert_allclose(m.log_z, ref.log_z, rtol=1e-9)
+            assert _rel(m.node, ref.node) < 1e-9 and _rel(m.edge, ref.edge) < 1e-9
+
+
+def test_forbidden_transitions():
+    """-inf log-potentials (forbidden transitions / labels) are exact, incl. an impossible chain."""
+    rng = np.random.default_rng(4)
+    batch = GraphBatch.chains([4, 3])
+    K = 3
+    node = rng.normal(size=(batch.n_total_nodes, K))
+    edge = rng.normal(size=(1, K, K))
+    edge[0, 0, 1] = edge[0, 2, 0] = -np.inf  # a sparse transition structure
+    node[2, 1] = -np.inf
+    for e in (edge, np.repeat(edge, batch.n_edges, 0)):
+        ref = BF.marginals(batch, node, e)
+        m = CH.marginals(batch, node, e)
+        np.testing.assert_allclose(m.log_z, ref.log_z, rtol=1e-9)
+        assert _rel(m.node, ref.node) < 1e-9 and _rel(m.edge, ref.edge) < 1e-9
+        assert np.all(m.edge[..., 0, 1] == 0)
+        mp = CH.map_assignment(batch, node, e)
+        np.testing.assert_allclose(mp.score, BF.map_assignment(batch, node, e).score)
+    # No allowed path at all in graph 1: log Z = -inf there, graph 0 unaffected.
+    imp = np.full((1, K, K), -np.inf)
+    e_full = np.repeat(edge, batch.n_edges, 0)
+    e_full[3:] = imp
+    lz = CH.log_partition(batch, node, e_full)
+    assert lz[1] == -np.inf
+    np.testing.assert_allclose(lz[0], BF.log_partition(batch, node, e_full)[0], rtol=1e-9)
+
+
+def test_exp_kernel_accuracy():
+    x = np.concatenate([[-np.inf, 0.0, -1e-300, -707.9, -709.0],
+                        -np.abs(np.random.default_rng(0).normal(scale=50, size=10000))])
+    out = np.empty_like(x)
+    _exp_nonpos(x, out, np.empty_like(x), x.size)
+    ref = np.exp(x)
+    big = ref > 1e-300
+    assert np.max(np.abs(out[big] - ref[big]) / ref[big]) < 1e-15
+    assert out[0] == 0.0 and out[4] == 0.0
+
+
+def test_long_chain_log_z_without_overflow():
+    """A chain of 5000 positions: the scale product is flushed into the log, no overflow."""
+    rng = np.random.default_rng(5)
+    batch = GraphBatch.chains([5000])
+    node = 3 * rng.normal(size=(5000, 4))
+    edge = rng.normal(size=(1, 4, 4))
+    lz = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
+                           np.zeros(0))[0]
+    # Log-space reference through the fallback kernel of the same module.
+    la = node[0].copy()
+    for t in range(1, 5000):
+        m = la[:, None] + edge[0]
+        mx = m.max(0)
+        la = node[t] + mx + np.log(np.exp(m - mx).sum(0))
+    ref = la.max() + np.log(np.exp(la - la.max()).sum())
+    np.testing.assert_allclose(lz[0], ref, rtol=1e-11)
+
+
+def test_rejects_bad_input():
+    batch = GraphBatch.chains([3])
+    with pytest.raises(ValueError, match="NaN"):
+        CH.log_partition(batch, np.full((3, 2), np.nan), np.zeros((1, 2, 2)))
+    with pytest.raises(ValueError, match="shape"):
+        CH.marginals(batch, np.zeros((4, 2)), np.zeros((1, 2, 2)))
+    loop = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [0, 2]])], [3])
+    with pytest.raises(ValueError, match="not a canonical"):
+        CH.log_partition(loop, np.zeros((3, 2)), np.zeros((3, 2, 2)))
