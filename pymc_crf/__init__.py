@@ -1,6 +1,37 @@
-"""pymc_crf: Bayesian conditional random fields for PyMC."""
+"""pymc_crf: Bayesian conditional random fields for PyMC.
 
+Likelihoods (``CRF``) backed by differentiable log-partition Ops over flat graph batches, exact and
+approximate inference engines, registered fitters (``fit``), prediction (``predict``) and
+comparison (``compare``) of posteriors.
+"""
+
+from pymc_crf import datasets, fitters, inference
+from pymc_crf.compare import compare, cvm_score
+from pymc_crf.datasets import CRFData
+from pymc_crf.distributions import CRF, pad_labels, unpad_labels
+from pymc_crf.fitters import fit
 from pymc_crf.graphs import GraphBatch, GraphStructureError
+from pymc_crf.inference import ApproximateInferenceWarning
+from pymc_crf.ops import log_partition
+from pymc_crf.predict import Prediction, predict
 
 __version__ = "0.1.0"
-__all__ = ["GraphBatch", "GraphStructureError", "__version__"]
+__all__ = [
+    "CRF",
+    "ApproximateInferenceWarning",
+    "CRFData",
+    "GraphBatch",
+    "GraphStructureError",
+    "Prediction",
+    "__version__",
+    "compare",
+    "cvm_score",
+    "datasets",
+    "fit",
+    "fitters",
+    "inference",
+    "log_partition",
+    "pad_labels",
+    "predict",
+    "unpad_labels",
+]

@@ -15,6 +15,10 @@ from pymc_crf.datasets.hmm_classes import HMM_TRANSITIONS, hmm_classes
 from pymc_crf.distributions.hcrf import HCRF, class_log_probs, from_sequences, hcrf_logp
 from pymc_crf.graphs.batch import GraphBatch, GraphStructureError
 
+# The Python linker calls the Op's perform (the engine's cached numba kernels) and skips compiling
+# the whole graph with numba, which dominates the run time of these small tests.
+FAST = "FAST_COMPILE"
+
 
 def brute_force_log_probs(batch, X, tx, ty, te):
     """log p(c | X_g) by enumerating every class and every hidden-state assignment (G, C)."""
@@ -56,7 +60,7 @@ def test_logp_matches_brute_force(seed):
     y = rng.integers(0, 3, size=batch.n_graphs)
     vy = pt.lvector("y")
     f = pytensor.function([vy], hcrf_logp(vy, tx, ty, te, batch=batch, node_features=X,
-                                          n_classes=3))
+                                          n_classes=3), mode=FAST)
     np.testing.assert_allclose(f(y), ref[np.arange(batch.n_graphs), y], rtol=1e-9, atol=1e-10)
     np.testing.assert_allclose(class_log_probs(batch, X, tx, ty, te), ref, atol=1e-10)
 
@@ -75,7 +79,7 @@ def test_model_logp_per_graph_and_total():
     with pm.Model() as model:
         HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te, observed=y)
     ref = brute_force_log_probs(batch, X, tx, ty, te)[np.arange(2), y]
-    per_graph = model.compile_logp(sum=False)({})[0]
+    per_graph = model.compile_logp(sum=False, mode=FAST)({})[0]
     np.testing.assert_allclose(per_graph, ref, atol=1e-10)
 
 
@@ -87,7 +91,8 @@ def test_gradients_verify_grad():
     def f(a, b, c):
         return hcrf_logp(y, a, b, c, batch=batch, node_features=X, n_classes=2).sum()
 
-    pytensor.gradient.verify_grad(f, [tx, ty, te], rng=np.random.default_rng(0), eps=1e-6)
+    pytensor.gradient.verify_grad(f, [tx, ty, te], rng=np.random.default_rng(0), eps=1e-6,
+                                  mode=FAST)
 
 
 def test_random_matches_class_probabilities():
@@ -159,11 +164,12 @@ def test_nuts_small_hcrf_few_divergences():
         te = pm.Normal("te", 0, 1, shape=(2, 2, 3))
         HCRF("y", graphs=train.graphs, node_features=train.node_features, theta_x=tx,
              theta_y=ty, theta_e=te, observed=train.labels)
-        idata = pm.sample(150, tune=150, chains=2, cores=1, progressbar=False, random_seed=3,
-                          nuts_sampler="pymc", compute_convergence_checks=False)
+        idata = pm.sample(100, tune=100, chains=2, cores=1, progressbar=False, random_seed=3,
+                          nuts_sampler="pymc", compute_convergence_checks=False,
+                          compile_kwargs={"mode": FAST})
         pm.compute_log_likelihood(idata, progressbar=False)
         ppc = pm.sample_posterior_predictive(idata, progressbar=False, random_seed=4)
     assert int(idata.sample_stats["diverging"].sum()) <= 5
-    assert idata.log_likelihood["y"].shape == (2, 150, 6)
-    assert ppc.posterior_predictive["y"].shape == (2, 150, 6)
+    assert idata.log_likelihood["y"].shape == (2, 100, 6)
+    assert ppc.posterior_predictive["y"].shape == (2, 100, 6)
     assert np.isfinite(idata.log_likelihood["y"].values).all()

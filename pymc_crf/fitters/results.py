@@ -12,7 +12,19 @@ import pymc as pm
 import xarray as xr
 from pymc.backends.arviz import coords_and_dims_for_inferencedata, find_constants, find_observations
 
-__all__ = ["build_result", "gaussian_fit_group", "draws_from_gaussian"]
+__all__ = ["build_result", "draws_from_gaussian", "gaussian_fit_group", "record_crf_layout"]
+
+
+def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
+    """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model."""
+    from pymc_crf.fitters.spec import extract_crf
+    from pymc_crf.predict import crf_attrs
+
+    try:
+        spec = extract_crf(model)
+    except ValueError:  # not a CRF model (e.g. an HCRF): its fitter records its own layout
+        return
+    idata.attrs["crf"] = crf_attrs(spec)
 
 
 def _jsonable(settings: Mapping[str, Any]) -> str:
@@ -116,6 +128,7 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
         idata[name] = ds
     idata.attrs.update({"method": method, "settings": _jsonable(settings),
                         "wall_time": float(wall_time)})
+    record_crf_layout(idata, model)
     if log_marginal_likelihood is not None:
         idata.attrs["log_marginal_likelihood"] = float(log_marginal_likelihood)
     return idata

@@ -9,7 +9,8 @@ from pymc_crf.inference.base import Engine
 
 __all__ = ["ENGINE_NAMES", "ApproximateInferenceWarning", "get_engine"]
 
-ENGINE_NAMES = ("auto", "chain", "junction_tree", "bp", "bethe", "tree_ep", "brute_force")
+ENGINE_NAMES = ("auto", "chain", "junction_tree", "bp", "bethe", "tree_ep", "mean_field", "gibbs",
+                "brute_force")
 DEFAULT_MAX_TREEWIDTH = 10
 
 
@@ -34,6 +35,14 @@ def _make(name: str, max_treewidth: int) -> Engine:
         from pymc_crf.inference.bp import BeliefPropagation
 
         return BeliefPropagation()
+    if name == "mean_field":
+        from pymc_crf.inference.mean_field import MeanField
+
+        return MeanField()
+    if name == "gibbs":
+        from pymc_crf.inference.gibbs import Gibbs
+
+        return Gibbs()
     if name == "tree_ep":
         from pymc_crf.inference.tree_ep import TreeEP
 

@@ -62,7 +62,7 @@ class LikelihoodGrad:
 def pair_tables(data: HCRFData, wx, wy, we, rho):
     """Expected log-potential tables of the (class, sequence) pairs: (C*N, S), (C*E, S, S)."""
     b = data.batch
-    C, S = data.n_classes, wy.shape[0]
+    S = wy.shape[0]
     U = data.X @ wx                                             # (N, S)
     rho_n = rho[b.node_graph]                                   # (N, S)
     node = rho_n[None] * (U[None] + wy.T[:, None, :])           # (C, N, S)

@@ -1,0 +1,92 @@
+"""Comparing fitted posteriors: one table (and a plot) for NUTS and the approximate fitters."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import arviz as az
+import numpy as np
+import pandas as pd
+import xarray as xr
+
+from pymc_crf.datasets.base import CRFData
+from pymc_crf.predict import predict
+
+__all__ = ["compare", "cvm_score", "posterior_matrix"]
+
+
+def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
+    """Cramer-von Mises score between two sample sets (002 eq. (23)), summed over dimensions.
+
+    ``sum_i (F_1(X_i) - F_2(X_i))^2`` over all samples ``X_i`` of both sets, with empirical CDFs;
+    for (n, d) arrays the per-dimension scores are summed (002 sec. 7). With ``normalize`` it is
+    divided by ``N1 + N2`` (a mean squared CDF difference, comparable across sample sizes).
+    """
+    s1 = np.asarray(s1, dtype=np.float64)
+    s2 = np.asarray(s2, dtype=np.float64)
+    if s1.ndim == 1:
+        s1, s2 = s1[:, None], s2[:, None]
+    if s1.ndim != 2 or s2.ndim != 2 or s1.shape[1] != s2.shape[1]:
+        raise ValueError(f"sample sets must be (n, d) with the same d; got {s1.shape}, {s2.shape}")
+    total = 0.0
+    for j in range(s1.shape[1]):
+        a, b = np.sort(s1[:, j]), np.sort(s2[:, j])
+        x = np.concatenate([a, b])
+        f1 = np.searchsorted(a, x, side="right") / a.size
+        f2 = np.searchsorted(b, x, side="right") / b.size
+        total += float(((f1 - f2) ** 2).sum()) / (x.size if normalize else 1.0)
+    return total
+
+
+def posterior_matrix(result: xr.DataTree, var_names: list[str] | None = None) -> np.ndarray:
+    """Posterior draws as an (S, d) matrix of the listed (default: all) variables."""
+    post = result["posterior"]
+    names = var_names or list(post.data_vars)
+    cols = [post[n].values.reshape(post[n].shape[0] * post[n].shape[1], -1) for n in names]
+    return np.concatenate(cols, axis=1)
+
+
+def _as_dataset(x) -> xr.Dataset:
+    if isinstance(x, xr.DataTree):
+        x = x["posterior"] if "posterior" in x.children else x
+        return x.to_dataset()
+    return x
+
+
+def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
+            test: CRFData | None = None, var_names: list[str] | None = None,
+            predict_method: str = "average", n_draws: int = 100, model=None) -> pd.DataFrame:
+    """One row per method: run time, posterior accuracy against ``reference``, test error.
+
+    Columns: ``wall_time`` (s), ``mean_abs_err`` and ``sd_ratio`` (posterior means' mean absolute
+    difference and mean ratio of marginal sds against the reference), ``cvm`` (002 eq. (23),
+    normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
+    (for results with several MCMC chains), ``log_marginal_likelihood`` where the method gives
+    one, and ``test_error`` of ``predict(..., method=predict_method)`` when ``test`` is given.
+    """
+    if reference is not None and reference not in results:
+        raise ValueError(f"reference {reference!r} is not one of {list(results)}")
+    ref = posterior_matrix(results[reference], var_names) if reference else None
+    rows = []
+    for name, res in results.items():
+        row: dict = {"method": name, "wall_time": float(res.attrs.get("wall_time", np.nan))}
+        mat = posterior_matrix(res, var_names)
+        if ref is not None and mat.shape[1] == ref.shape[1]:
+            row["mean_abs_err"] = float(np.abs(mat.mean(0) - ref.mean(0)).mean())
+            sd_ref = ref.std(0)
+            row["sd_ratio"] = float(np.mean(mat.std(0) / np.where(sd_ref > 0, sd_ref, np.nan))) \
+                if mat.shape[0] > 1 else np.nan
+            row["cvm"] = cvm_score(mat, ref, normalize=True) if mat.shape[0] > 1 else np.nan
+        post = res["posterior"]
+        if post.sizes.get("chain", 1) > 1 and post.sizes.get("draw", 1) > 3:
+            ess = _as_dataset(az.ess(res, var_names=var_names))
+            rhat = _as_dataset(az.rhat(res, var_names=var_names))
+            row["min_ess"] = float(min(np.min(ess[v].values) for v in ess.data_vars))
+            row["max_rhat"] = float(max(np.max(rhat[v].values) for v in rhat.data_vars))
+        if "log_marginal_likelihood" in res.attrs:
+            row["log_marginal_likelihood"] = float(res.attrs["log_marginal_likelihood"])
+        if test is not None:
+            row["test_error"] = predict(res, test, method=predict_method, n_draws=n_draws,
+                                        model=model).error_rate
+        rows.append(row)
+    return pd.DataFrame(rows).set_index("method")

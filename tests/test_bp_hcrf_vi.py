@@ -1,0 +1,204 @@
+"""BP-HCRF variational inference (seed 004): prior terms, data term, monotone bound, accuracy."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy import integrate, stats
+from scipy.special import logsumexp
+
+from pymc_crf.datasets.hmm_classes import hmm_classes
+from pymc_crf.distributions.hcrf import HCRF
+from pymc_crf.fitters.bp_hcrf.likelihood import HCRFData, data_term
+from pymc_crf.fitters.bp_hcrf.stick_breaking import (
+    BPFactors,
+    _series,
+    kl_beta,
+    kl_gamma,
+    log_prior_rounds,
+)
+from pymc_crf.fitters.bp_hcrf.vi import VISettings, init_state, run_vi
+from pymc_crf.fitters.bp_hcrf_vi import predict_bp_hcrf, sign_split
+from pymc_crf.fitters.registry import fit
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.chain import ChainEngine
+
+
+# ---------------------------------------------------------------------------- prior terms
+def test_round_prior_matches_simulation():
+    K, R, gamma = 6, 3, 1.5
+    p = np.exp(log_prior_rounds(K, R, gamma))
+    np.testing.assert_allclose(p.sum(axis=1), 1.0, atol=1e-12)
+    rng = np.random.default_rng(0)
+    n = 40000
+    counts = rng.poisson(gamma, size=(n, R))
+    counts[:, -1] = 10**6                       # round R takes every later atom
+    ends = np.cumsum(counts, axis=1)            # atom k (1-based) is in round r iff S_{r-1} < k <= S_r
+    freq = np.stack([np.bincount((ends < k).sum(axis=1), minlength=R)[:R] / n
+                     for k in range(1, K + 1)])
+    np.testing.assert_allclose(p, freq, atol=0.01)
+
+
+def test_taylor_series_matches_monte_carlo():
+    a, b, u, v = np.array([2.0]), np.array([3.0]), np.array([2.0]), np.array([1.5])
+    rng = np.random.default_rng(1)
+    V = rng.beta(a[0], b[0], 400000)
+    T = rng.gamma(u[0], 1.0 / v[0], 400000)
+    mc = np.log1p(-V * np.exp(-T)).mean()
+    np.testing.assert_allclose(_series(a, b, u, v, 60)[0], mc, atol=3e-3)
+
+
+def test_kl_closed_forms_match_quadrature():
+    a, b, a0, b0 = 2.5, 0.7, 1.0, 2.0
+    q, p = stats.beta(a, b), stats.beta(a0, b0)
+    ref = integrate.quad(lambda x: q.pdf(x) * (q.logpdf(x) - p.logpdf(x)), 0, 1, limit=200)[0]
+    np.testing.assert_allclose(kl_beta(a, b, a0, b0), ref, rtol=1e-5)
+    u, v, u0, v0 = 3.0, 2.0, 1.5, 0.5
+    q, p = stats.gamma(u, scale=1 / v), stats.gamma(u0, scale=1 / v0)
+    ref = integrate.quad(lambda x: q.pdf(x) * (q.logpdf(x) - p.logpdf(x)), 0, np.inf)[0]
+    np.testing.assert_allclose(kl_gamma(u, v, u0, v0), ref, rtol=1e-6)
+
+
+# ---------------------------------------------------------------------------- data term
+def _brute_ell(batch, X, y, wx, wy, we, rho):
+    """sum_n log p(y_n | X_n) of the expected-potential HCRF, by enumeration."""
+    S, C = wy.shape
+    total = 0.0
+    for g in range(batch.n_graphs):
+        lo, hi = batch.node_offsets[g], batch.node_offsets[g + 1]
+        r = rho[g]
+        ezz = np.outer(r, r)
+        ezz[np.arange(S), np.arange(S)] = r
+        lz = np.empty(C)
+        for c in range(C):
+            sc = []
+            for s in itertools.product(range(S), repeat=int(hi - lo)):
+                val = sum(r[k] * (X[lo + t] @ wx[:, k] + wy[k, c]) for t, k in enumerate(s))
+                val += sum(we[s[t], s[t + 1], c] * ezz[s[t], s[t + 1]] for t in range(len(s) - 1))
+                sc.append(val)
+            lz[c] = logsumexp(sc)
+        total += lz[y[g]] - logsumexp(lz)
+    return total
+
+
+@pytest.fixture(scope="module")
+def small_problem():
+    rng = np.random.default_rng(2)
+    batch = GraphBatch.chains([3, 1, 4])
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = np.array([1, 0, 2])
+    S, C = 3, 3
+    wx, wy, we = rng.normal(size=(2, S)), rng.normal(size=(S, C)), rng.normal(size=(S, S, C))
+    rho = rng.uniform(0.1, 0.9, size=(3, S))
+    return HCRFData(batch, X, y, C), wx, wy, we, rho
+
+
+def test_data_term_matches_brute_force(small_problem):
+    data, wx, wy, we, rho = small_problem
+    lg = data_term(data, ChainEngine(), wx, wy, we, rho)
+    ref = _brute_ell(data.batch, data.X, data.labels, wx, wy, we, rho)
+    np.testing.assert_allclose(lg.value, ref, rtol=1e-10)
+
+
+def test_data_term_gradients_match_finite_differences(small_problem):
+    data, wx, wy, we, rho = small_problem
+    eng = ChainEngine()
+    lg = data_term(data, eng, wx, wy, we, rho)
+    args = {"wx": wx, "wy": wy, "we": we, "rho": rho}
+    grads = {"wx": lg.g_wx, "wy": lg.g_wy, "we": lg.g_we, "rho": lg.g_rho}
+    h = 1e-6
+    for name, arr in args.items():
+        num = np.zeros_like(arr)
+        for idx in np.ndindex(arr.shape):
+            plus, minus = arr.copy(), arr.copy()
+            plus[idx] += h
+            minus[idx] -= h
+            fp = data_term(data, eng, **(args | {name: plus}), want_grad=False).value
+            fm = data_term(data, eng, **(args | {name: minus}), want_grad=False).value
+            num[idx] = (fp - fm) / (2 * h)
+        np.testing.assert_allclose(grads[name], num, atol=1e-6, err_msg=name)
+
+
+# ---------------------------------------------------------------------------- the VI loop
+@pytest.fixture(scope="module")
+def hmm_small():
+    return hmm_classes(n_train_per_class=3, n_test_per_class=20, T=40, seed=3)
+
+
+def test_bound_increases_monotonically(hmm_small):
+    train, _ = hmm_small
+    data = HCRFData(train.graphs, sign_split(train.node_features), train.labels, 3)
+    s = VISettings(truncation=5, rounds=3, max_iter=6, theta_maxiter=15)
+    st = run_vi(data, ChainEngine(), s, init_state(data, s, np.random.default_rng(0)))
+    bounds = np.array([v for _, v in st.trace])
+    assert len(bounds) > 10
+    assert np.all(np.diff(bounds) >= -1e-8 * np.abs(bounds[1:])), np.diff(bounds).min()
+    assert bounds[-1] > bounds[0] + 10.0   # it actually moved
+
+
+def _model(data, S):
+    with pm.Model() as model:
+        tx = pm.Normal("theta_x", 0, 3, shape=(data.node_features.shape[1], S))
+        ty = pm.Normal("theta_y", 0, 3, shape=(S, data.n_classes))
+        te = pm.Normal("theta_e", 0, 3, shape=(S, S, data.n_classes))
+        HCRF("y", graphs=data.graphs, node_features=data.node_features, theta_x=tx,
+             theta_y=ty, theta_e=te, observed=data.labels)
+    return model
+
+
+def test_vi_fit_beats_chance_and_follows_contract(hmm_small):
+    train, test = hmm_small
+    res = fit(_model(train, 6), method="bp_hcrf_vi", truncation=6, rounds=3, n_restarts=2,
+              max_iter=10, n_draws=20, random_seed=1)
+    acc = 1.0 - predict_bp_hcrf(res, test).error_rate
+    assert acc > 0.8, acc                                       # chance is 1/3
+    for group in ("posterior", "log_likelihood", "observed_data", "diagnostics",
+                  "bp_hcrf_point", "variational_posterior"):
+        assert group in res.children, group
+    assert res["posterior"]["theta_e"].shape == (1, 20, 6, 6, 3)
+    assert res["log_likelihood"]["y"].shape == (1, 20, train.graphs.n_graphs)
+    point = res["bp_hcrf_point"]
+    usage = point["usage"].values
+    assert usage.shape == (6,) and ((usage > 0) & (usage < 1)).all()
+    np.testing.assert_allclose(float(point["expected_active_states"]), usage.sum())
+    assert point["restart_final_bounds"].shape == (2,)
+    np.testing.assert_allclose(float(res["diagnostics"]["final_bound"]),
+                               point["restart_final_bounds"].values.max())
+    assert res.attrs["method"] == "bp_hcrf_vi" and res.attrs["wall_time"] > 0
+
+
+def test_bad_input_errors(hmm_small):
+    train, _ = hmm_small
+    model = _model(train, 4)
+    with pytest.raises(ValueError, match="truncation must be an integer >= 1"):
+        fit(model, method="bp_hcrf_vi", truncation=0)
+    with pytest.raises(ValueError, match="truncation=5 but the model's HCRF has n_states=4"):
+        fit(model, method="bp_hcrf_vi", truncation=5)
+    with pytest.raises(ValueError, match="rounds must be"):
+        fit(model, method="bp_hcrf_vi", rounds=0)
+    with pm.Model() as no_hcrf:
+        pm.Normal("x", 0, 1, observed=np.zeros(3))
+    with pytest.raises(ValueError, match="exactly one observed pmc.HCRF"):
+        fit(no_hcrf, method="bp_hcrf_vi")
+    extra = _model(train, 4)
+    with extra:
+        pm.HalfNormal("scale", 1.0)
+    with pytest.raises(ValueError, match="only free variables are the HCRF weights"):
+        fit(extra, method="bp_hcrf_vi")
+    loopy = GraphBatch.from_edges([[(0, 1), (1, 2), (2, 0)]], [3])
+    with pm.Model() as loopy_model:
+        HCRF("y", graphs=loopy, node_features=np.zeros((3, 1)), theta_x=np.zeros((1, 2)),
+             theta_y=pm.Normal("ty", 0, 1, shape=(2, 2)), theta_e=np.zeros((2, 2, 2)),
+             observed=np.array([1]))
+    with pytest.raises(ValueError, match="needs every graph to be a chain"):
+        fit(loopy_model, method="bp_hcrf_vi")
+
+
+def test_crf_only_fitter_refuses_hcrf(hmm_small):
+    train, _ = hmm_small
+    pytest.importorskip("pymc_crf.fitters.ep")
+    with pytest.raises(ValueError, match="CRF"):
+        fit(_model(train, 3), method="ep")

@@ -1,0 +1,85 @@
+import networkx as nx
+import numpy as np
+import pytest
+
+from pymc_crf import GraphBatch, GraphStructureError
+
+
+def test_chains_layout():
+    b = GraphBatch.chains([3, 1, 2])
+    assert b.n_graphs == 3 and b.n_total_nodes == 6 and b.n_edges == 3
+    assert b.edges.tolist() == [[0, 1], [1, 2], [4, 5]]
+    assert b.node_graph.tolist() == [0, 0, 0, 1, 2, 2]
+    assert b.edge_graph.tolist() == [0, 0, 2]
+    assert b.node_offsets.tolist() == [0, 3, 4, 6] and b.edge_offsets.tolist() == [0, 2, 2, 3]
+    assert list(b.kinds) == ["chain"] * 3 and b.is_chain
+
+
+def test_kinds_tree_loop_forest():
+    b = GraphBatch.from_edges([[(0, 1), (0, 2)], [(0, 1), (1, 2), (2, 0)], [(0, 1)], [(1, 0)]],
+                              [3, 3, 4, 2])
+    assert list(b.kinds) == ["tree", "loopy", "tree", "tree"]  # reversed edge is not canonical
+    assert not b.is_chain and not b.is_forest
+
+
+def test_grid_and_networkx_roundtrip():
+    g = GraphBatch.grid(3, 4, n_graphs=2)
+    assert g.n_total_nodes == 24 and g.n_edges == 2 * (3 * 3 + 2 * 4)
+    G = g.to_networkx(1)
+    assert nx.is_isomorphic(G, nx.grid_2d_graph(3, 4))
+    b = GraphBatch.from_networkx([nx.cycle_graph(5), nx.path_graph(3)])
+    assert list(b.kinds) == ["loopy", "chain"]
+    assert list(b.treewidth()) == [2, 1]
+
+
+def test_subset_and_indices():
+    b = GraphBatch.from_edges([[(0, 1)], [(0, 1), (1, 2), (0, 2)], []], [2, 3, 1])
+    s = b.subset([2, 1])
+    assert s.n_nodes.tolist() == [1, 3] and s.n_edges == 3
+    assert b.node_index([2, 1]).tolist() == [5, 2, 3, 4]
+    assert b.edge_index([1]).tolist() == [1, 2, 3]
+
+
+def test_structure_groups_share_shapes():
+    b = GraphBatch.chains([3] * 5 + [4] * 2)
+    assert sorted(len(v) for v in b.structure_groups.values()) == [2, 5]
+
+
+@pytest.mark.parametrize("edges,n,msg", [
+    ([[(0, 0)]], [2], "self loop"),
+    ([[(0, 1), (1, 0)]], [2], "duplicate edge"),
+    ([[(0, 1), (0, 1)]], [2], "duplicate edge"),
+    ([[(0, 5)]], [3], "out of range"),
+    ([[]], [0], "no nodes"),
+])
+def test_invalid_graphs(edges, n, msg):
+    with pytest.raises(GraphStructureError, match=msg):
+        GraphBatch.from_edges(edges, n)
+
+
+def test_invalid_constructors():
+    with pytest.raises(GraphStructureError, match="no nodes|>= 1"):
+        GraphBatch.chains([3, 0])
+    with pytest.raises(GraphStructureError, match="at least one graph|non-empty"):
+        GraphBatch.chains([])
+    with pytest.raises(GraphStructureError, match="outside its own graph"):
+        GraphBatch(np.array([2, 2]), np.array([[1, 2]]), [1, 0])
+    with pytest.raises(GraphStructureError, match="directed"):
+        GraphBatch.from_networkx([nx.DiGraph([(0, 1)])])
+
+
+def test_label_and_feature_checks():
+    b = GraphBatch.chains([2, 3])
+    assert b.check_labels([[0, 1], [1, 1, 0]], 2).tolist() == [0, 1, 1, 1, 0]
+    with pytest.raises(ValueError, match="graph 1 has 3 nodes but 2 labels"):
+        b.check_labels([[0, 1], [1, 1]], 2)
+    with pytest.raises(ValueError, match="outside 0..1"):
+        b.check_labels([0, 1, 2, 0, 0], 2)
+    with pytest.raises(ValueError, match="shape"):
+        b.check_labels([0, 1, 1], 2)
+    with pytest.raises(ValueError, match="NaN"):
+        b.check_labels(np.array([0, 1, np.nan, 0, 0]), 2)
+    with pytest.raises(ValueError, match="NaN or inf"):
+        b.check_features(np.array([[0.0], [np.inf], [1], [1], [1]]), "node")
+    with pytest.raises(ValueError, match="one row per node"):
+        b.check_features(np.zeros((4, 2)), "node")

@@ -1,0 +1,67 @@
+import warnings
+
+import numpy as np
+import pytensor
+import pytensor.tensor as pt
+import pytest
+from pytensor.compile.mode import Mode
+from pytensor.gradient import verify_grad
+
+from pymc_crf import GraphBatch, log_partition
+from pymc_crf.inference import BruteForce
+
+BATCHES = {
+    "chains": GraphBatch.chains([3, 1, 4]),
+    "tree+loop": GraphBatch.from_edges([[(0, 1), (0, 2)], [(0, 1), (1, 2), (2, 0)]], [3, 3]),
+}
+MODES = {"numba": "NUMBA", "c": Mode(linker="cvm"), "python": Mode(linker="py")}
+
+
+@pytest.mark.parametrize("bname", list(BATCHES))
+@pytest.mark.parametrize("shared", [False, True])
+@pytest.mark.parametrize("mode", list(MODES))
+def test_log_partition_value_and_gradient_all_backends(bname, shared, mode, rng):
+    b = BATCHES[bname]
+    K = 3
+    node = rng.normal(size=(b.n_total_nodes, K)) * 3
+    edge = rng.normal(size=(1 if shared else b.n_edges, K, K)) * 3
+    N, E = pt.dmatrix(), pt.tensor3()
+    lz = log_partition(N, E, b)
+    weights = np.arange(1.0, b.n_graphs + 1)
+    gn, ge = pytensor.grad((lz * weights).sum(), [N, E])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no silent object-mode fallback warning
+        f = pytensor.function([N, E], [lz, gn, ge], mode=MODES[mode])
+    val, g1, g2 = f(node, edge)
+    bf = BruteForce()
+    np.testing.assert_allclose(val, bf.log_partition(b, node, edge), rtol=1e-12)
+    exp_n, exp_e = bf.weighted_marginals(b, node, edge, weights)
+    np.testing.assert_allclose(g1, exp_n, atol=1e-12)
+    np.testing.assert_allclose(g2, exp_e, atol=1e-12)
+
+
+@pytest.mark.parametrize("bname", list(BATCHES))
+@pytest.mark.parametrize("shared", [False, True])
+def test_verify_grad_first_and_second_order(bname, shared, rng):
+    b = BATCHES[bname]
+    K = 2
+    node = rng.normal(size=(b.n_total_nodes, K))
+    edge = rng.normal(size=(1 if shared else b.n_edges, K, K))
+    w = np.arange(1.0, b.n_graphs + 1)
+    verify_grad(lambda n, e: (log_partition(n, e, b) * w).sum(), [node, edge], rng=rng)
+    # second order: gradient of a function of the marginals goes through LogPartitionHVP
+    verify_grad(lambda n, e: sum((g**2).sum() for g in pytensor.grad(
+        (log_partition(n, e, b) * w).sum(), [n, e])), [node, edge], rng=rng)
+
+
+def test_hessian_equals_brute_force_covariance(rng):
+    b = GraphBatch.from_edges([[(0, 1), (1, 2), (2, 0)]], [3])
+    K = 2
+    node = rng.normal(size=(3, K))
+    edge = rng.normal(size=(3, K, K))
+    x = pt.dvector()
+    n_ = x[:6].reshape((3, K))
+    e_ = x[6:].reshape((3, K, K))
+    H = pytensor.function([x], pytensor.gradient.hessian(log_partition(n_, e_, b).sum(), x))(
+        np.concatenate([node.ravel(), edge.ravel()]))
+    np.testing.assert_allclose(H, BruteForce().feature_covariance(b, node, edge), atol=1e-10)
