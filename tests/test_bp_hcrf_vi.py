@@ -14,7 +14,6 @@ from pymc_crf.datasets.hmm_classes import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
 from pymc_crf.fitters.bp_hcrf.likelihood import HCRFData, data_term
 from pymc_crf.fitters.bp_hcrf.stick_breaking import (
-    BPFactors,
     _series,
     kl_beta,
     kl_gamma,
@@ -36,7 +35,8 @@ def test_round_prior_matches_simulation():
     n = 40000
     counts = rng.poisson(gamma, size=(n, R))
     counts[:, -1] = 10**6                       # round R takes every later atom
-    ends = np.cumsum(counts, axis=1)            # atom k (1-based) is in round r iff S_{r-1} < k <= S_r
+    # atom k (1-based) is in round r iff S_{r-1} < k <= S_r
+    ends = np.cumsum(counts, axis=1)
     freq = np.stack([np.bincount((ends < k).sum(axis=1), minlength=R)[:R] / n
                      for k in range(1, K + 1)])
     np.testing.assert_allclose(p, freq, atol=0.01)
@@ -152,7 +152,7 @@ def _model(data, S):
 def test_vi_fit_beats_chance_and_follows_contract(hmm_small):
     train, test = hmm_small
     res = fit(_model(train, 6), method="bp_hcrf_vi", truncation=6, rounds=3, n_restarts=2,
-              max_iter=10, n_draws=20, random_seed=1)
+              max_iter=8, n_draws=20, random_seed=1)
     acc = 1.0 - predict_bp_hcrf(res, test).error_rate
     assert acc > 0.8, acc                                       # chance is 1/3
     for group in ("posterior", "log_likelihood", "observed_data", "diagnostics",
