@@ -8,6 +8,7 @@ q(w) = N(m, V) in the model's dims.
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -112,6 +113,11 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     run = run_ep(terms, prior_mean, prior_var, potential=spec.potential, epsilon=spec.epsilon,
                  transform=m_k, step_size=step_size, damping=damping, tol=tol,
                  max_iter=int(max_iter))
+    if not run.converged:
+        warnings.warn(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
+                      f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "
+                      f"figs. 5-6, 5-7): try a smaller step_size (e.g. 0.5), variant='tep', or "
+                      f"more max_iter", RuntimeWarning, stacklevel=2)
     rng = np.random.default_rng(seed)
     flat = draws_from_gaussian(run.mean, run.cov, int(n_draws), int(n_chains), rng)
     draws = spec.unflatten(flat)
