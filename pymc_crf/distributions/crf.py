@@ -25,7 +25,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
-from pymc_crf.ops.log_partition import LogPartition
+from pymc_crf.ops.log_partition import LogPartition, content_key
 from pymc_crf.potentials import check_potential, log_potential_pt
 
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
@@ -313,22 +313,31 @@ def crf_support_point(op: CRFRV, rv, *params):
     return pt.as_tensor_variable(_pad(op.batch, np.zeros(op.batch.n_total_nodes, np.int64)))
 
 
+_RV_REGISTRY: dict[int, CRFRV] = {}
+
+
+def _draw_registered(key, seed, node_logpot, edge_logpot):
+    op = _RV_REGISTRY[key]
+    return _pad(op.batch, op.engine.sample(op.batch, node_logpot, edge_logpot, 1, int(seed))[0])
+
+
 @numba_core_rv_funcify.register(CRFRV)
 def _numba_crf_rv(op: CRFRV, node):
-    """Draw in numba by calling the engine's sampler from object mode with a seed from the rng."""
-    out_type = numba.types.Array(numba.int64, 2, "C")
-    sample = op.engine.sample
-    batch = op.batch
+    """Draw in numba by calling the engine's sampler from object mode with a seed from the rng.
 
-    def py_draw(seed, node_logpot, edge_logpot):
-        return _pad(batch, sample(batch, node_logpot, edge_logpot, 1, int(seed))[0])
+    The object-mode block names the Op by a content key (batch structure + engine settings) in a
+    per-process registry, so the compiled function can be cached across processes.
+    """
+    out_type = numba.types.Array(numba.int64, 2, "C")
+    key = content_key(op.batch, op.engine, "CRFRV")
+    _RV_REGISTRY[key] = op
 
     @numba.njit
     def random_fn(rng, node_logpot, edge_logpot):
         seed = rng.integers(0, 2**62)
         with numba.objmode(out=out_type):
-            out = py_draw(seed, node_logpot, edge_logpot)
+            out = _draw_registered(key, seed, node_logpot, edge_logpot)
         return out
 
-    # Not cacheable across processes: it calls back into Python objects.
-    return random_fn, None
+    # numba_core_rv_funcify takes an int cache salt; the props hash adds the rest.
+    return random_fn, key

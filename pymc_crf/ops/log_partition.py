@@ -154,24 +154,46 @@ def log_partition(node_logpot, edge_logpot, batch: GraphBatch, inference: str | 
 
 
 # ---------------------------------------------------------------------------- numba backend
+# Engines without njit kernels run in numba's object mode. To keep the compiled graph cacheable
+# across processes, the object-mode block calls one module-level function with an integer key
+# derived from the batch's content and the engine's settings; the Op is looked up in a per-process
+# registry filled when the graph is compiled, so a key always names the same computation.
+_OBJMODE_OPS: dict[int, tuple[Op, Apply]] = {}
+
+
+def content_key(batch: GraphBatch, engine: Engine, *extra) -> int:
+    """A 63-bit key naming a computation by the batch's structure and the engine's settings."""
+    h = hashlib.sha256()
+    for a in (batch.node_offsets, batch.edge_offsets, batch.edges):
+        h.update(np.ascontiguousarray(a).tobytes())
+    settings = sorted((k, v) for k, v in vars(engine).items()
+                      if isinstance(v, int | float | str | bool | type(None)))
+    h.update(repr((type(engine).__module__, type(engine).__qualname__, settings, extra)).encode())
+    return int.from_bytes(h.digest()[:8], "little") & (2**63 - 1)
+
+
+def _perform_registered(key, inputs):
+    op, node = _OBJMODE_OPS[key]
+    storage = [[None] for _ in node.outputs]
+    op.perform(node, list(inputs), storage)
+    return storage[0][0] if len(storage) == 1 else tuple(s[0] for s in storage)
+
+
 def _objmode_impl(op, node):
-    """Call ``op.perform`` from numba's object mode (for engines without njit kernels)."""
+    """Call ``op.perform`` from numba's object mode, cacheably (see above)."""
     outs = node.outputs
     ret_sig = (get_numba_type(outs[0].type) if len(outs) == 1
                else numba.types.Tuple([get_numba_type(o.type) for o in outs]))
-
-    def py_perform(inputs):
-        storage = [[None] for _ in outs]
-        op.perform(node, inputs, storage)
-        return storage[0][0] if len(outs) == 1 else tuple(s[0] for s in storage)
+    key = content_key(op.batch, op.engine, type(op).__name__)
+    _OBJMODE_OPS[key] = (op, node)
 
     @numba.njit
     def impl(*inputs):
         with numba.objmode(ret=ret_sig):
-            ret = py_perform(inputs)
+            ret = _perform_registered(key, inputs)
         return ret
 
-    return impl
+    return impl, f"pymc_crf.objmode.{type(op).__name__}.v{_KERNEL_VERSION}.{key}"
 
 
 _KERNEL_VERSION = 1
@@ -190,7 +212,7 @@ def _cache_key(op, which: str) -> str:
 def _numba_log_partition(op, node, **kwargs):
     kernels = op.engine.numba_kernels(op.batch)
     if kernels is None:
-        return _objmode_impl(op, node), None
+        return _objmode_impl(op, node)
     log_z = kernels[0]
 
     @numba.njit
@@ -204,7 +226,7 @@ def _numba_log_partition(op, node, **kwargs):
 def _numba_log_partition_grad(op, node, **kwargs):
     kernels = op.engine.numba_kernels(op.batch)
     if kernels is None:
-        return _objmode_impl(op, node), None
+        return _objmode_impl(op, node)
     vjp = kernels[1]
 
     @numba.njit
@@ -217,4 +239,4 @@ def _numba_log_partition_grad(op, node, **kwargs):
 
 @register_funcify_and_cache_key(LogPartitionHVP)
 def _numba_log_partition_hvp(op, node, **kwargs):
-    return _objmode_impl(op, node), None
+    return _objmode_impl(op, node)
