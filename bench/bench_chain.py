@@ -1,4 +1,4 @@
-"""Chain engine: log Z + marginals, and a whole log-likelihood + gradient, against two BLAS products.
+"""Chain engine: log Z + marginals, and a log-likelihood + gradient, against two BLAS products.
 
 Run:  .venv/bin/python bench/bench_chain.py [--repeats 30]
 

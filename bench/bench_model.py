@@ -151,7 +151,7 @@ def crfsuite_train(xseqs, yseqs, c2: float, path: str):
     for xs, ys in zip(xseqs, yseqs, strict=True):
         tr.append(xs, ys)
     tr.select("lbfgs")
-    tr.set_params({"c1": 0.0, "c2": c2, "feature.minfreq": 0.0,
+    tr.set_params({"c1": 0.0, "c2": c2, "feature.minfreq": -1e300,
                    "feature.possible_states": True, "feature.possible_transitions": True})
     t0 = time.perf_counter()
     tr.train(path)
