@@ -7,7 +7,8 @@ nodes, maximum-marginal labels):
 
 * ML-CRF   -- maximum likelihood (L-BFGS, exact log Z), exact marginals at the estimate;
 * MAP-CRF  -- MAP with the prior N(0, 5 I), exact marginals at the estimate;
-* BPE-EP   -- EP (power EP, step size 0.8) posterior mean, exact marginals there (thesis 5.4.1);
+* BPE-EP   -- EP (power EP, step size 0.8 or --step-size) posterior mean, exact marginals
+  there (thesis 5.4.1);
 * BCRF-PEP / BCRF-TEP -- EP + approximate model averaging (000 eqs. (57)-(63): q-averaged
   potential tables, then exact marginals of the averaged tables);
 * true w   -- the weights that generated the data (an oracle, for scale);
@@ -122,7 +123,7 @@ def nuts_draws(batch, Xe, labels, seed):
     return idata.posterior["w"].values.reshape(-1, FE, K, K)
 
 
-def trial(kind, n_train, seed, use_nuts):
+def trial(kind, n_train, seed, use_nuts, step_size=0.8):
     (tr_b, tr_x, tr_t), (te_b, te_x, te_t), w_true = generator(kind, n_train, 1000, seed)
     row = {"true w (oracle)": error(node_marginals_from_config(
         node_config_probs(kind, te_x, w_true[None])[0]), te_t)}
@@ -134,7 +135,7 @@ def trial(kind, n_train, seed, use_nuts):
     d = terms.d
     for variant, transform in (("PEP", 1.0), ("TEP", 0.0)):
         ep = run_ep(terms, np.zeros(d), np.full(d, PRIOR_VAR), transform=transform,
-                    step_size=0.8, tol=1e-4, max_iter=300)
+                    step_size=step_size, tol=1e-4, max_iter=300)
         row[f"_{variant} converged"] = float(ep.converged)
         row[f"_{variant} skipped per sweep"] = float(ep.skips.sum() / ep.iterations)
         if variant == "PEP":
@@ -164,12 +165,15 @@ def main():
     ap.add_argument("--train", type=int, nargs="+", default=[10, 30])
     ap.add_argument("--kinds", nargs="+", default=["loop", "chain"])
     ap.add_argument("--no-nuts", action="store_true")
+    ap.add_argument("--step-size", type=float, default=0.8,
+                    help="EP step size lambda (the paper's 0.8 by default)")
     args = ap.parse_args()
     for kind in args.kinds:
         results = {}
         t0 = time.perf_counter()
         for n in args.train:
-            rows = [trial(kind, n, 1000 * n + s, not args.no_nuts) for s in range(args.trials)]
+            rows = [trial(kind, n, 1000 * n + s, not args.no_nuts, args.step_size)
+                    for s in range(args.trials)]
             results[n] = {k: np.array([r[k] for r in rows]) for k in rows[0]}
         table = "5.1 (loops)" if kind == "loop" else "5.2 (chains)"
         print(f"\nThesis table {table}: test error % (mean over {args.trials} trials, "
