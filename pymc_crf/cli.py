@@ -28,11 +28,13 @@ def build_bcrf_model(train, prior_sd: float = 5**0.5):
 
 def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: int = 0,
              methods: tuple[str, ...] = ("map", "nuts"), draws: int = 1000, tune: int = 1000,
-             chains: int = 2, out=sys.stdout):
+             chains: int = 2, out=None):
     """Fit the synthetic BCRF data by each method and print one comparison table."""
     import pandas as pd
 
     import pymc_crf as pmc
+
+    out = sys.stdout if out is None else out
 
     train, test = pmc.datasets.bcrf_synthetic(kind, n_train=n_train, n_test=n_test, seed=seed)
     model = build_bcrf_model(train)

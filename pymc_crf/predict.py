@@ -50,7 +50,8 @@ def crf_attrs(spec) -> str:
         "node_weights": spec.node_weights.name if spec.node_weights else None,
         "edge_weights": spec.edge_weights.name if spec.edge_weights else None,
         "shared_edge_table": bool(spec.shared_edge_table), "potential": spec.potential,
-        "epsilon": spec.epsilon, "n_labels": spec.n_labels})
+        "epsilon": spec.epsilon, "n_labels": spec.n_labels, "engine": spec.info.engine_name,
+        "exact_log_z": spec.info.exact})
 
 
 def _crf_info(result: xr.DataTree, model: pm.Model | None) -> dict:

@@ -144,6 +144,8 @@ class CRFInfo:
     edge_weights: Any
     inference: Any
     max_treewidth: int
+    engine_name: str = ""
+    exact: bool = True
 
 
 class CRFRV(RandomVariable):
@@ -258,7 +260,8 @@ class CRF(Distribution):
             edge_features=None if edge_features is None
             else graphs.check_features(edge_features, "edge"),
             edge_weights=None if edge_weights is None else pt.as_tensor_variable(edge_weights),
-            inference=inference, max_treewidth=max_treewidth)
+            inference=inference, max_treewidth=max_treewidth, engine_name=engine.name,
+            exact=bool(engine.exact))
         return rv
 
     @classmethod

@@ -25,6 +25,9 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
     except ValueError:  # not a CRF model (e.g. an HCRF): its fitter records its own layout
         return
     idata.attrs["crf"] = crf_attrs(spec)
+    # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.
+    idata.attrs["log_z"] = ("exact" if spec.info.exact
+                            else f"approximate ({spec.info.engine_name})")
 
 
 def _jsonable(settings: Mapping[str, Any]) -> str:

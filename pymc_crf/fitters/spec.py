@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import pymc as pm
+from pytensor.graph.traversal import ancestors
 from pytensor.tensor.random.basic import NormalRV
+from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
 from pymc_crf.graphs.batch import GraphBatch
@@ -104,6 +105,10 @@ def _weight_spec(model: pm.Model, tensor) -> WeightSpec | None:
         return WeightSpec(tensor.name, shape, dims, "other",
                           reason=f"its prior is {type(op).__name__.removesuffix('RV')}, not Normal")
     mu, sigma = op.dist_params(tensor.owner)
+    if any(v.owner is not None and isinstance(v.owner.op, RandomVariable)
+           for v in ancestors([mu, sigma])):
+        return WeightSpec(tensor.name, shape, dims, "other",
+                          reason="its Normal prior's mu/sigma depend on other random variables")
     try:
         mu_v = np.broadcast_to(np.asarray(mu.eval(), dtype=np.float64), shape).copy()
         sd_v = np.broadcast_to(np.asarray(sigma.eval(), dtype=np.float64), shape).copy()

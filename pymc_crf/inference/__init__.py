@@ -1,6 +1,6 @@
 """Discrete inference engines behind one interface (see :mod:`pymc_crf.inference.base`)."""
 
-from pymc_crf.inference.base import Engine, Marginals, MapResult, check_potentials
+from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.chain import ChainEngine

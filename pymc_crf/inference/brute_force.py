@@ -10,7 +10,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, Marginals, MapResult, as_generator, check_potentials
+from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
 
 __all__ = ["BruteForce"]
 
