@@ -202,3 +202,17 @@ def test_crf_only_fitter_refuses_hcrf(hmm_small):
     pytest.importorskip("pymc_crf.fitters.ep")
     with pytest.raises(ValueError, match="CRF"):
         fit(_model(train, 3), method="ep")
+
+
+@pytest.mark.slow
+def test_map_fitter_on_hcrf_from_random_start(hmm_small):
+    """The generic MAP fitter handles an HCRF (from a random start: zero is a symmetric saddle)."""
+    from pymc_crf.fitters.bp_hcrf_vi import predict_hcrf_average
+
+    train, test = hmm_small
+    model = _model(train, 4)
+    rng = np.random.default_rng(0)
+    start = {v.name: rng.normal(0, 0.5, size=model.initial_point()[v.name].shape)
+             for v in model.value_vars}
+    res = fit(model, method="map", start=start, maxiter=300)
+    assert 1.0 - predict_hcrf_average(res, test).error_rate > 0.8
