@@ -594,11 +594,11 @@ def test_paper_table_chains_reduced():
 def test_three_labels_and_robust_probit(eps):
     """K = 3 (9 label pairs per edge, rank-9 denominator sites) and the robust probit (000 eq. (4)):
     PEP against IS on 15 chains, d = 18. Measured (step size 0.5): eps 0: 0.093 / [0.90, 1.00];
-    eps 0.1: 0.057 / [0.93, 1.04]; asserted < 0.2 and sd ratio in [0.85, 1.1]."""
+    eps 0.1: 0.057 / [0.93, 1.04] (10^5 IS draws); asserted < 0.2 and sd ratio in [0.8, 1.1]."""
     batch, Xe, labels = make_data("chain", 15, seed=3, K=3, Fe=2)
     ep = run(batch, Xe, labels, 3, step_size=0.5, epsilon=eps, tol=1e-5, max_iter=500)
     assert ep.converged and ep.skips.sum() == 0
-    mu, cov, ess = importance_posterior(batch, Xe, labels, 3, ep.mean, ep.cov, n=50_000, eps=eps)
+    mu, cov, ess = importance_posterior(batch, Xe, labels, 3, ep.mean, ep.cov, eps=eps)
     assert ess > 1000
     err, lo, hi = errors(ep, mu, cov)
-    assert err < 0.2 and 0.85 < lo and hi < 1.1, (err, lo, hi)
+    assert err < 0.2 and 0.8 < lo and hi < 1.1, (err, lo, hi)
