@@ -8,7 +8,7 @@ comparison (``compare``) of posteriors.
 from pymc_crf import datasets, fitters, inference
 from pymc_crf.compare import compare, cvm_score
 from pymc_crf.datasets import CRFData
-from pymc_crf.distributions import CRF, pad_labels, unpad_labels
+from pymc_crf.distributions import CRF, HCRF, pad_labels, unpad_labels
 from pymc_crf.fitters import fit
 from pymc_crf.graphs import GraphBatch, GraphStructureError
 from pymc_crf.inference import ApproximateInferenceWarning
@@ -18,6 +18,7 @@ from pymc_crf.predict import Prediction, predict
 __version__ = "0.1.0"
 __all__ = [
     "CRF",
+    "HCRF",
     "ApproximateInferenceWarning",
     "CRFData",
     "GraphBatch",
