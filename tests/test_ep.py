@@ -443,7 +443,9 @@ def _crf_model(batch, Xe, labels, prior=None, extra=False, K=2):
         if prior == "laplace":
             w = pm.Laplace("w", 0.0, 1.0, dims=("edge_feature", "label_i", "label_j"))
         else:
-            s = pm.HalfNormal("s", 1.0) if extra else PRIOR_VAR**0.5
+            s = pm.HalfNormal("s", 1.0) if extra == "hierarchical" else PRIOR_VAR**0.5
+            if extra == "independent":
+                pm.Normal("b", 0.0, 1.0)
             w = pm.Normal("w", 0.0, s, dims=("edge_feature", "label_i", "label_j"))
         CRF("t", graphs=batch, edge_features=Xe, edge_weights=w, potential="probit",
             observed=labels)
@@ -496,8 +498,10 @@ def test_fitter_bad_input():
     batch, Xe, labels = make_data("chain", 4, seed=1)
     with pytest.raises(ValueError, match="Gaussian prior"):
         fit(_crf_model(batch, Xe, labels, prior="laplace"), method="ep")
-    with pytest.raises(ValueError, match="also has"):
-        fit(_crf_model(batch, Xe, labels, extra=True), method="ep")
+    with pytest.raises(ValueError, match="Gaussian prior"):
+        fit(_crf_model(batch, Xe, labels, extra="hierarchical"), method="ep")
+    with pytest.raises(ValueError, match=r"also has \['b'\]"):
+        fit(_crf_model(batch, Xe, labels, extra="independent"), method="ep")
     model = _crf_model(batch, Xe, labels)
     for bad in (0.0, -0.5, 1.01):
         with pytest.raises(ValueError, match=r"step_size must lie in \(0, 1\]"):
