@@ -100,6 +100,16 @@ def log_potentials_for(data: CRFData, info: dict, node_w, edge_w):
     return node, edge
 
 
+def _model_has_hcrf(model) -> bool:
+    from pymc_crf.distributions.hcrf import find_hcrf
+
+    try:
+        find_hcrf(pm.modelcontext(model))
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 def _finish(data: CRFData, marginals: np.ndarray, labels: np.ndarray, method: str) -> Prediction:
     err = None
     if data.labels is not None:
@@ -122,7 +132,8 @@ def predict(result: xr.DataTree, data: CRFData, method: str = "average", *,
         ``"average"``: exact marginals averaged over ``n_draws`` posterior draws (Monte Carlo model
         averaging); ``"bpe"``: exact marginals at the posterior mean (the Bayes point estimate);
         ``"map"``: MAP labelling at the posterior mean (Viterbi / max-product); or a method a fitter
-        registered (e.g. ``"model_average"`` for EP results).
+        registered (e.g. ``"model_average"`` for EP results). Results of hidden-CRF models
+        (``pmc.HCRF``) are sent to the HCRF predictors (class probabilities per graph).
     n_draws : int or None
         Draws used by ``"average"`` (None: all).
     model : pm.Model, optional
@@ -136,6 +147,15 @@ def predict(result: xr.DataTree, data: CRFData, method: str = "average", *,
         ``marginals`` (N, K), ``labels`` (N,) (max-marginal labels, or MAP for ``"map"``),
         ``error_rate`` when ``data`` has labels.
     """
+    from pymc_crf.fitters.registry import _load_builtin
+
+    _load_builtin()  # fitter modules register their predictors on import
+    if method in ("average", "bpe", "map") and "crf" not in result.attrs:
+        # Hidden-CRF results predict a class per graph with their own predictors.
+        if result.attrs.get("method") == "bp_hcrf_vi":
+            method = "bp_hcrf"
+        elif "hcrf_weights" in result.attrs or _model_has_hcrf(model):
+            method = "hcrf_average"
     if method in _PREDICTORS:
         return _PREDICTORS[method](result, data, n_draws=n_draws, model=model,
                                    inference=inference, seed=seed, **options)

@@ -15,6 +15,19 @@ from pymc.backends.arviz import coords_and_dims_for_inferencedata, find_constant
 __all__ = ["build_result", "draws_from_gaussian", "gaussian_fit_group", "record_crf_layout"]
 
 
+def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
+    from pymc_crf.distributions.hcrf import find_hcrf
+
+    try:
+        rv, _, _ = find_hcrf(model)
+    except ValueError:
+        return
+    params = rv.owner.op.dist_params(rv.owner)[:3]
+    names = [getattr(p, "name", None) for p in params]
+    if all(n in idata["posterior"] for n in names if n) and all(names):
+        idata.attrs["hcrf_weights"] = names
+
+
 def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
     """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model."""
     from pymc_crf.fitters.spec import extract_crf
@@ -22,7 +35,8 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
 
     try:
         spec = extract_crf(model)
-    except ValueError:  # not a CRF model (e.g. an HCRF): its fitter records its own layout
+    except ValueError:  # not a CRF model: an HCRF records the names of its three weight tensors
+        _record_hcrf_layout(idata, model)
         return
     idata.attrs["crf"] = crf_attrs(spec)
     # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.

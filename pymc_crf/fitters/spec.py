@@ -145,11 +145,13 @@ def extract_crf(model: pm.Model | None = None) -> CRFSpec:
 
 def require_gaussian_prior(spec: CRFSpec, method: str) -> None:
     """Raise a clear error unless every weight has a fixed Normal prior and nothing else is free."""
+    extra = (f"; this model also has free variables {list(spec.free_vars)}"
+             if spec.free_vars else "")
     for w in spec.weights:
         if w.prior != "normal":
             raise ValueError(f"method={method!r} needs a fixed Gaussian prior on the CRF weights "
-                             f"({w.name or 'weights'}): {w.reason}. Use method='nuts' or 'map' "
-                             "for other priors.")
+                             f"({w.name or 'weights'}): {w.reason}{extra}. Use method='nuts' or "
+                             "'map' for other priors.")
     if spec.free_vars:
         raise ValueError(f"method={method!r} handles models whose only free variables are the CRF "
                          f"weights; this model also has {list(spec.free_vars)}")

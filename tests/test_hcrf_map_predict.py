@@ -1,0 +1,25 @@
+"""MAP on an HCRF model (with a jittered start) and the default predict routing to class probabilities."""
+
+import numpy as np
+import pymc as pm
+
+import pymc_crf as pmc
+
+
+def test_map_with_jitter_then_predict_routes_to_hcrf():
+    tr, te = pmc.datasets.hmm_classes(n_train_per_class=4, n_test_per_class=10, T=20, seed=0)
+    F, S, C = tr.node_features.shape[1], 4, tr.n_classes
+    with pm.Model() as model:
+        tx = pm.Normal("theta_x", 0, 3, shape=(F, S))
+        ty = pm.Normal("theta_y", 0, 3, shape=(S, C))
+        te_ = pm.Normal("theta_e", 0, 3, shape=(S, S, C))
+        pmc.HCRF("y", graphs=tr.graphs, node_features=tr.node_features, theta_x=tx, theta_y=ty,
+                 theta_e=te_, observed=tr.labels)
+    res = pmc.fit(model, method="map", jitter=0.5, random_seed=1, maxiter=300)
+    assert res.attrs["hcrf_weights"] == ["theta_x", "theta_y", "theta_e"]
+    pred = pmc.predict(res, te)  # no model needed: routed to the HCRF predictor
+    assert pred.method == "hcrf_average"
+    assert pred.marginals.shape == (te.graphs.n_graphs, C)
+    np.testing.assert_allclose(pred.marginals.sum(1), 1.0)
+    assert pred.error_rate == np.mean(pred.labels != te.labels)
+    assert pred.error_rate < 0.5  # 3 well-separated HMM classes; chance is 2/3
