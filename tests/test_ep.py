@@ -548,7 +548,7 @@ def test_model_average_prediction():
         w = pm.Normal("w", 0.0, PRIOR_VAR**0.5, dims=("edge_feature", "label_i", "label_j"))
         CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
             potential="probit", observed=train.labels)
-    res = fit(model, method="ep", log_likelihood=False, n_draws=200, seed=0)
+    res = fit(model, method="ep", step_size=0.5, log_likelihood=False, n_draws=200, seed=0)
     pred = predict(res, test, method="model_average")
     m = res["fit"]["mean_vector"].values
     V = res["fit"]["covariance_matrix"].values
