@@ -100,6 +100,24 @@ def log_potentials_for(data: CRFData, info: dict, node_w, edge_w):
     return node, edge
 
 
+def _posterior_mean(result: xr.DataTree, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The posterior mean of the weights: a Gaussian fit's exact ``mean_vector`` when the result
+    has one (flat order: node weights, then edge weights), else the mean of the draws."""
+    if "fit" not in result.children:
+        return {k: v.mean(axis=0) for k, v in draws.items()}
+    flat = np.asarray(result["fit"]["mean_vector"].values)
+    out, i = {}, 0
+    for key in ("node_weights", "edge_weights"):
+        if key in draws:
+            shape = draws[key].shape[1:]
+            size = int(np.prod(shape))
+            out[key] = flat[i:i + size].reshape(shape)
+            i += size
+    if i != flat.size:  # the fit covers other parameters too: fall back to the draws
+        return {k: v.mean(axis=0) for k, v in draws.items()}
+    return out
+
+
 def _model_has_hcrf(model) -> bool:
     from pymc_crf.distributions.hcrf import find_hcrf
 
@@ -166,7 +184,7 @@ def predict(result: xr.DataTree, data: CRFData, method: str = "average", *,
     draws = weight_draws(result, info)
     engine = get_engine(inference, data.graphs)
     if method in ("bpe", "map"):
-        mean = {k: v.mean(axis=0) for k, v in draws.items()}
+        mean = _posterior_mean(result, draws)
         node, edge = log_potentials_for(data, info, mean.get("node_weights"),
                                         mean.get("edge_weights"))
         marg = engine.marginals(data.graphs, node, edge).node
