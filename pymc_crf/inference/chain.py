@@ -22,6 +22,7 @@ from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
+from pymc_crf.inference.kernels import logsumexp_1d
 
 __all__ = ["ChainEngine"]
 
@@ -32,20 +33,6 @@ _NO_WEIGHTS = np.zeros(0)
 @njit(cache=True, inline="always")
 def _eidx(e, shared):
     return 0 if shared else e
-
-
-@njit(cache=True)
-def _logsumexp(x):
-    m = -np.inf
-    for v in x:
-        if v > m:
-            m = v
-    if m == -np.inf:
-        return -np.inf
-    s = 0.0
-    for v in x:
-        s += np.exp(v - m)
-    return m + np.log(s)
 
 
 @njit(cache=True)
@@ -62,14 +49,14 @@ def _fb_log_one(node, edge, shared, lo, elo, n, log_z, node_m, edge_m, want_marg
         for j in range(K):
             for i in range(K):
                 tmp[i] = la[t - 1, i] + edge[e, i, j]
-            la[t, j] = node[lo + t, j] + _logsumexp(tmp)
+            la[t, j] = node[lo + t, j] + logsumexp_1d(tmp)
     for t in range(n - 2, -1, -1):
         e = _eidx(elo + t, shared)
         for i in range(K):
             for j in range(K):
                 tmp[j] = edge[e, i, j] + node[lo + t + 1, j] + lb[t + 1, j]
-            lb[t, i] = _logsumexp(tmp)
-    lz = _logsumexp(la[n - 1])
+            lb[t, i] = logsumexp_1d(tmp)
+    lz = logsumexp_1d(la[n - 1])
     log_z[0] = lz
     if not want_marginals:
         return
@@ -368,7 +355,7 @@ def _log_forward(node, edge, node_off, edge_off):
             for j in range(K):
                 for i in range(K):
                     tmp[i] = la[lo + t - 1, i] + edge[e, i, j]
-                la[lo + t, j] = node[lo + t, j] + _logsumexp(tmp)
+                la[lo + t, j] = node[lo + t, j] + logsumexp_1d(tmp)
     return la
 
 
@@ -447,7 +434,7 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
             for j in range(K):
                 for i in range(K):
                     tmp[i] = la[t - 1, i] + edge[e, i, j]
-                m = _logsumexp(tmp)
+                m = logsumexp_1d(tmp)
                 la[t, j] = node[lo + t, j] + m
                 d = vn[lo + t, j]
                 if m > -np.inf:
@@ -459,14 +446,14 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
             for i in range(K):
                 for j in range(K):
                     tmp[j] = edge[e, i, j] + node[lo + t + 1, j] + lb[t + 1, j]
-                m = _logsumexp(tmp)
+                m = logsumexp_1d(tmp)
                 lb[t, i] = m
                 d = 0.0
                 if m > -np.inf:
                     for j in range(K):
                         d += np.exp(tmp[j] - m) * (ve[e, i, j] + vn[lo + t + 1, j] + db[t + 1, j])
                 db[t, i] = d
-        lz = _logsumexp(la[n - 1])
+        lz = logsumexp_1d(la[n - 1])
         dlz = 0.0
         for j in range(K):
             dlz += np.exp(la[n - 1, j] - lz) * da[n - 1, j]

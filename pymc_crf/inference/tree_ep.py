@@ -40,6 +40,7 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
 from pymc_crf.inference.bp import ConvergenceWarning, labelling_score
+from pymc_crf.inference.kernels import logsumexp_1d
 
 __all__ = ["TreeEP", "spanning_tree"]
 
@@ -88,20 +89,6 @@ def spanning_tree(batch: GraphBatch, weights: np.ndarray) -> np.ndarray:
 
 
 # ---------------------------------------------------------------------------- numba helpers
-@njit(cache=True)
-def _lse(x):
-    m = -np.inf
-    for v in x:
-        if v > m:
-            m = v
-    if m == -np.inf:
-        return -np.inf
-    acc = 0.0
-    for v in x:
-        acc += np.exp(v - m)
-    return m + np.log(acc)
-
-
 @njit(cache=True)
 def _forest(N, tu, tv, adj_ptr, adj_nbr, adj_te):
     """BFS over the tree edges: parent, parent tree edge, depth, component root, BFS order, and a
@@ -233,8 +220,8 @@ def _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col):
     for y in range(K):
         for x in range(K):
             col[x] = buf[x] + (Psi[te, x, y] if fwd else Psi[te, y, x])
-        msg[dout, y] = _lse(col)
-    z = _lse(msg[dout])
+        msg[dout, y] = logsumexp_1d(col)
+    z = logsumexp_1d(msg[dout])
     if z == -np.inf:
         for y in range(K):
             msg[dout, y] = -np.log(K)
@@ -294,17 +281,17 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
             for y in range(K):
                 for x in range(K):
                     col[x] = al[k - 1, a, x] + C[k - 1, x, y]
-                al[k, a, y] = phi[k, y] + _lse(col)
+                al[k, a, y] = phi[k, y] + logsumexp_1d(col)
         for y in range(K):
             be[L, a, y] = edge_tab[e_off, a, y]
         for k in range(L - 1, -1, -1):
             for x in range(K):
                 for y in range(K):
                     col[y] = C[k, x, y] + phi[k + 1, y] + be[k + 1, a, y]
-                be[k, a, x] = _lse(col)
+                be[k, a, x] = logsumexp_1d(col)
     for a in range(K):
         tmp[a] = phi[0, a] + be[0, a, a]
-    lzt = _lse(tmp)
+    lzt = logsumexp_1d(tmp)
     # cavity chain and q chain (forward only for the latter)
     for x in range(K):
         ac[0, x] = phi[0, x]
@@ -313,13 +300,13 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
         for y in range(K):
             for x in range(K):
                 col[x] = ac[k - 1, x] + C[k - 1, x, y]
-            ac[k, y] = phi[k, y] + _lse(col)
+            ac[k, y] = phi[k, y] + logsumexp_1d(col)
     for k in range(L - 1, -1, -1):
         for x in range(K):
             for y in range(K):
                 col[y] = C[k, x, y] + phi[k + 1, y] + bc[k + 1, y]
-            bc[k, x] = _lse(col)
-    lzc = _lse(ac[L])
+            bc[k, x] = logsumexp_1d(col)
+    lzc = logsumexp_1d(ac[L])
     for x in range(K):
         tmp[x] = phi[0, x]
     fq = tmp.copy()
@@ -327,10 +314,10 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
         for y in range(K):
             for x in range(K):
                 col[x] = fq[x] + Cq[k - 1, x, y]
-            tmp[y] = phi[k, y] + _lse(col)
+            tmp[y] = phi[k, y] + logsumexp_1d(col)
         for y in range(K):
             fq[y] = tmp[y]
-    lzq = _lse(fq)
+    lzq = logsumexp_1d(fq)
     return lzt, lzc, lzq
 
 
@@ -342,7 +329,7 @@ def _pair_logs(k, L, C, phi, al, be, ac, bc, lzt, lzc, lp, lc, col):
         for y in range(K):
             for a in range(K):
                 col[a] = al[k, a, x] + C[k, x, y] + phi[k + 1, y] + be[k + 1, a, y]
-            lp[x, y] = _lse(col) - lzt
+            lp[x, y] = logsumexp_1d(col) - lzt
             lc[x, y] = ac[k, x] + C[k, x, y] + phi[k + 1, y] + bc[k + 1, y] - lzc
 
 
@@ -417,7 +404,7 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
                         for y in range(K):
                             for a in range(K):
                                 tmp[a] = al[k + 1, a, y] + be[k + 1, a, y]
-                            lpn[y] = _lse(tmp) - lzt
+                            lpn[y] = logsumexp_1d(tmp) - lzt
                             lcn[y] = ac[k + 1, y] + bc[k + 1, y] - lzc
                     for x in range(K):
                         for y in range(K):
@@ -499,7 +486,7 @@ def _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg, node_graph, n_graphs)
             din = 2 * t2 + 1 if tu[t2] == i else 2 * t2
             for x in range(K):
                 lbn[i, x] += msg[din, x]
-        z = _lse(lbn[i])
+        z = logsumexp_1d(lbn[i])
         deg = adj_ptr[i + 1] - adj_ptr[i]
         for x in range(K):
             lbn[i, x] -= z
