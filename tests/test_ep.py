@@ -458,7 +458,7 @@ def test_fitter_result_matches_core():
     batch, Xe, labels = make_data("chain", 10, seed=1)
     model = _crf_model(batch, Xe, labels)
     for variant, transform in (("pep", 1.0), ("tep", 0.0)):
-        res = fit(model, method="ep", variant=variant, seed=3, n_draws=4000, tol=1e-6,
+        res = fit(model, method="ep", variant=variant, seed=3, n_draws=4000, tol=1e-6, step_size=0.8,
                   log_likelihood=False)
         ep = run(batch, Xe, labels, 2, transform=transform, tol=1e-6)
         np.testing.assert_allclose(res["fit"]["mean_vector"].values, ep.mean, atol=1e-10)
@@ -606,3 +606,15 @@ def test_three_labels_and_robust_probit(eps):
     assert ess > 1000
     err, lo, hi = errors(ep, mu, cov)
     assert err < 0.2 and 0.8 < lo and hi < 1.1, (err, lo, hi)
+
+
+def test_fixed_point_with_many_skipped_terms_is_flagged():
+    """PEP at the paper's step 0.8 on this data settles by skipping 90 of 120 term updates (the
+    result then ignores most of the data: mean ~6e3 away from MAP). It must warn, not pass silently."""
+    import pymc_crf as pmc
+    from pymc_crf.cli import build_bcrf_model
+
+    train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=30, n_test=0, seed=0)
+    with pytest.warns(RuntimeWarning, match="skipped .* of 120 term updates"):
+        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, seed=0, n_draws=10,
+            log_likelihood=False)
