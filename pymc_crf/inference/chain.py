@@ -10,9 +10,12 @@ equals the log-space recursion to rounding. If a scale ever underflows (log-pote
 hundreds, or forbidden transitions that leave no path), that graph is recomputed in log space,
 which never underflows.
 
-The kernels run serially over graphs (no ``prange``): they are called from compiled PyTensor
-functions, which may run in forked PyMC workers (GNU OpenMP is not fork-safe) or in nutpie's
-sampler threads (numba's workqueue layer is not thread-safe).
+With one shared edge table (the usual CRF transition matrix) up to 64 chains run in lockstep, the
+chain index innermost, so the K x K products vectorise across chains (see ``_fb_block``).
+
+The kernels run serially (no threads): they are called from compiled PyTensor functions, which
+run in forked PyMC workers or nutpie's sampler threads, one chain per core already; and right
+after a BLAS call OpenBLAS's spinning worker threads would compete with ours.
 """
 
 from __future__ import annotations
@@ -248,23 +251,196 @@ def _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, 
             node_m[lo + t - 1, i] = wg * alpha[a0 + i] * beta[i]
 
 
-@njit(cache=True)
-def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
-    """Scaled forward-backward over the batch. Returns log Z (G,), node (N,K), edge marginals.
+# Chains are processed LANES at a time in lockstep over positions, with the lane (graph) index
+# innermost in every buffer: the K x K products of one step are then independent across lanes and
+# vectorise, instead of one chain's step waiting on the latency of the previous one (the serial
+# recursion is latency-bound at ~200 cycles a step). Graphs are taken in order of length so the
+# lanes of a block have (nearly) equal lengths; positions past a lane's end carry phi = 1 and are
+# masked out of every output. Used for shared edge tables; per-edge tables differ per lane and go
+# through the per-graph kernels. Buffer offsets are unsigned (``_u``): numba adds a negative-index
+# check to every signed index, which stops LLVM from vectorising the lane loops (3x slower).
+LANES = 64  # lanes of a block (fewer for small batches: a multiple of 8 covering them)
+_BLOCK_ELEMS = 1 << 18  # max positions x K x lanes of one block's buffers (2 MB each)
 
-    With a non-empty ``gw`` (G,), the marginals of graph g are multiplied by ``gw[g]``: this is the
-    vector-Jacobian product of log Z, which a shared edge table needs inside the sum over edges.
+
+@njit(cache=True, inline="always")
+def _u(i):
+    return np.uint64(i)
+
+
+@njit(cache=True, fastmath=_FAST, inline="always")
+def _lane_matvec(M, src, so, dst, do, K, B):
+    """``dst[do + (j, b)] = sum_i M[i, j] src[so + (i, b)]`` for all lanes b (blocks of K x B).
+
+    Four source rows per pass over the destination: the destination row is loaded and stored
+    once per four multiply-adds (the loop is bound by stores, not arithmetic)."""
+    Bu = _u(B)
+    for j in range(K):
+        w = M[0, j]
+        dj = do + _u(j) * Bu
+        for b in range(B):
+            dst[dj + _u(b)] = src[so + _u(b)] * w
+    i = 1
+    while i + 3 < K:
+        a0 = so + _u(i) * Bu
+        a1 = a0 + Bu
+        a2 = a1 + Bu
+        a3 = a2 + Bu
+        for j in range(K):
+            w0, w1, w2, w3 = M[i, j], M[i + 1, j], M[i + 2, j], M[i + 3, j]
+            dj = do + _u(j) * Bu
+            for b in range(B):
+                bu = _u(b)
+                dst[dj + bu] += (src[a0 + bu] * w0 + src[a1 + bu] * w1 + src[a2 + bu] * w2
+                                 + src[a3 + bu] * w3)
+        i += 4
+    while i < K:
+        a0 = so + _u(i) * Bu
+        for j in range(K):
+            w0 = M[i, j]
+            dj = do + _u(j) * Bu
+            for b in range(B):
+                dst[dj + _u(b)] += src[a0 + _u(b)] * w0
+        i += 1
+
+
+@njit(cache=True, fastmath=_FAST)
+def _fb_block(node, psi, shift, lane_lo, lane_n, lane_w, want_marginals, phi, alpha, inv, xb, kb,
+              beta, tmp, macc, node_m, log_z_lane, bad):
+    """Scaled forward-backward of ``len(lane_n)`` chains in lockstep (buffers laid out
+    (t, j, lane)).
+
+    ``lane_n[b] = 0`` marks an unused lane. Writes ``log_z_lane``, the node marginals of each
+    lane's graph (times ``lane_w``) and adds sum over lanes and t of alpha_{t-1}(i)
+    (phi beta / s)_t(j) into ``macc`` (K, K); a lane whose scale underflows is flagged in ``bad``
+    and left to the caller.
     """
-    G = node_off.shape[0] - 1
-    N, K = node.shape
+    K = node.shape[1]
+    B = lane_n.shape[0]
+    Ku, Bu = _u(K), _u(B)
+    KB = Ku * Bu
+    Lb = 0
+    for b in range(B):
+        Lb = max(Lb, lane_n[b])
+    psi2 = psi[0]
+    psiT = np.ascontiguousarray(psi2.T)
+    acc = np.zeros(B)
+    prod = np.ones(B)
+    s = np.empty(B)
+    am = np.empty(B)
+    for b in range(B):
+        bad[b] = False
+    # exp of each row minus its maximum, gathered into (t, j, lane)
+    for t in range(Lb):
+        for b in range(B):
+            base = _u(t) * KB + _u(b)
+            if t < lane_n[b]:
+                row = lane_lo[b] + t
+                c = -np.inf
+                for j in range(K):
+                    c = max(c, node[row, j])
+                if c == -np.inf:
+                    bad[b] = True
+                    c = 0.0
+                acc[b] += c
+                for j in range(K):
+                    xb[base + _u(j) * Bu] = node[row, j] - c
+            else:
+                for j in range(K):
+                    xb[base + _u(j) * Bu] = 0.0
+    _exp_nonpos(xb, phi, kb, Lb * K * B)
+    # forward: alpha_t = (alpha_{t-1} psi) * phi_t / s_t  (Rabiner 1989 eqs. (91)-(92))
+    for t in range(Lb):
+        o = _u(t) * KB
+        if t == 0:
+            for x in range(K * B):
+                alpha[_u(x)] = phi[_u(x)]
+        else:
+            _lane_matvec(psi2, alpha, o - KB, alpha, o, K, B)
+            for x in range(K * B):
+                alpha[o + _u(x)] *= phi[o + _u(x)]
+        for b in range(B):
+            s[_u(b)] = 0.0
+        for j in range(K):
+            oj = o + _u(j) * Bu
+            for b in range(B):
+                s[_u(b)] += alpha[oj + _u(b)]
+        for b in range(B):
+            ok = s[b] > _TINY
+            inv[_u(t) * Bu + _u(b)] = 1.0 / s[b] if ok else 0.0
+            if t < lane_n[b]:
+                if not ok:
+                    bad[b] = True
+                elif s[b] < 1e-100:
+                    acc[b] += np.log(s[b])
+                else:
+                    prod[b] *= s[b]
+                    if prod[b] < 1e-200 or prod[b] > 1e200:
+                        acc[b] += np.log(prod[b])
+                        prod[b] = 1.0
+        it = _u(t) * Bu
+        for j in range(K):
+            oj = o + _u(j) * Bu
+            for b in range(B):
+                alpha[oj + _u(b)] *= inv[it + _u(b)]
+    for b in range(B):
+        log_z_lane[b] = acc[b] + np.log(prod[b]) + (lane_n[b] - 1) * shift[0]
+    if not want_marginals:
+        return
+    # backward: beta_{t-1} = psi (phi_t beta_t / s_t); lanes past their end keep beta = 1
+    wm = np.empty(B)
+    for b in range(B):
+        wm[b] = 0.0 if (bad[b] or lane_n[b] == 0) else lane_w[b]
+        for j in range(K):
+            beta[_u(j) * Bu + _u(b)] = 1.0
+        if lane_n[b] > 0 and not bad[b]:
+            n = lane_n[b]
+            for j in range(K):
+                node_m[lane_lo[b] + n - 1, j] = lane_w[b] * alpha[_u(n - 1) * KB + _u(j) * Bu + _u(b)]
+    for t in range(Lb - 1, 0, -1):
+        o = _u(t) * KB
+        p = o - KB
+        it = _u(t) * Bu
+        for j in range(K):
+            oj = o + _u(j) * Bu
+            tj = _u(j) * Bu
+            for b in range(B):
+                tmp[tj + _u(b)] = phi[oj + _u(b)] * beta[tj + _u(b)] * inv[it + _u(b)]
+        _lane_matvec(psiT, tmp, _u(0), beta, _u(0), K, B)
+        for b in range(B):
+            if t >= lane_n[b]:
+                for i in range(K):
+                    beta[_u(i) * Bu + _u(b)] = 1.0
+        for b in range(B):
+            s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
+        for i in range(K):
+            ai = p + _u(i) * Bu
+            for b in range(B):
+                am[_u(b)] = alpha[ai + _u(b)] * s[_u(b)]
+            for j in range(K):
+                tj = _u(j) * Bu
+                m = 0.0
+                for b in range(B):
+                    m += am[_u(b)] * tmp[tj + _u(b)]
+                macc[i, j] += m
+        for b in range(B):
+            if t < lane_n[b] and not bad[b]:
+                row = lane_lo[b] + t - 1
+                for i in range(K):
+                    node_m[row, i] = (lane_w[b] * alpha[p + _u(i) * Bu + _u(b)]
+                                      * beta[_u(i) * Bu + _u(b)])
+
+
+@njit(cache=True)
+def _fb_graphs(node, edge, psi, shift, node_off, edge_off, ids, want_marginals, gw, log_z, node_m,
+               edge_m):
+    """Scaled forward-backward of the graphs ``ids``, one at a time, written into ``log_z``,
+    ``node_m`` and ``edge_m`` (a shared table's summed edge marginals are added to ``edge_m[0]``).
+    A graph whose scale underflows is redone in log space."""
+    K = node.shape[1]
     shared = edge.shape[0] == 1
-    log_z = np.empty(G)
-    node_m = np.zeros((N, K)) if want_marginals else np.zeros((0, K))
-    n_edge_out = (1 if shared else edge.shape[0]) if want_marginals else 0
-    edge_m = np.zeros((n_edge_out, K, K))
-    psi, shift = _edge_tables(edge)
     L = 1
-    for g in range(G):
+    for g in ids:
         L = max(L, node_off[g + 1] - node_off[g])
     phi = np.empty(L * K)
     alpha = np.empty(L * K)
@@ -275,7 +451,7 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     bp = np.empty(K)
     macc = np.zeros((K, K))
     lz1 = np.empty(1)
-    for g in range(G):
+    for g in ids:
         lo = node_off[g]
         n = node_off[g + 1] - lo
         elo = edge_off[g]
@@ -293,19 +469,119 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
         for i in range(K):
             for j in range(K):
                 edge_m[0, i, j] += psi[0, i, j] * macc[i, j]
+
+
+@njit(cache=True)
+def _workspace(sizes):
+    """Buffers of the given sizes carved from one allocation, each starting at a different
+    offset modulo 4 KiB (multiples of 640 bytes). Separately allocated large buffers tend to be
+    page-aligned alike, and a load at the same address modulo 4 KiB as an earlier store stalls
+    ("4K aliasing"): that made the lane kernels 2.5x slower in about half of all processes."""
+    starts = []
+    pos = 0
+    for k in range(len(sizes)):
+        pos = ((pos + 511) // 512) * 512 + 80 * (k % 6)
+        starts.append(pos)
+        pos += sizes[k]
+    buf = np.empty(pos + 512)
+    base = ((4096 - buf.ctypes.data % 4096) % 4096) // 8  # the first buffer 4 KiB-aligned
+    return [buf[base + starts[k]: base + starts[k] + sizes[k]] for k in range(len(sizes))]
+
+
+@njit(cache=True)
+def _fb_shared_blocked(node, edge, psi, shift, node_off, edge_off, want_marginals, gw, log_z,
+                       node_m, edge_m):
+    """Forward-backward of a batch with one shared edge table, up to LANES graphs at a time (graphs in
+    order of length; any too long for the block buffers, or whose scale underflows, go through
+    the per-graph kernels)."""
+    K = node.shape[1]
+    G = node_off.shape[0] - 1
+    B = min(LANES, 8 * ((G + 7) // 8))
+    lengths = node_off[1:] - node_off[:-1]
+    order = np.argsort(lengths, kind="mergesort")
+    cap = max(1, _BLOCK_ELEMS // (K * B))
+    n_blocked = np.searchsorted(lengths[order], cap, side="right")
+    Lbuf = 1
+    if n_blocked > 0:
+        Lbuf = lengths[order[n_blocked - 1]]
+    ws = _workspace((Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * B, K * B,
+                     K * B))
+    phi, alpha, xb, kb, inv, beta, tmp = ws
+    macc = np.zeros((K, K))
+    lane_lo = np.zeros(B, np.int64)
+    lane_n = np.zeros(B, np.int64)
+    lane_w = np.ones(B)
+    lane_g = np.zeros(B, np.int64)
+    lz = np.empty(B)
+    bad = np.zeros(B, np.bool_)
+    lz1 = np.empty(1)
+    for start in range(0, n_blocked, B):
+        for b in range(B):
+            if start + b < n_blocked:
+                g = order[start + b]
+                lane_g[b] = g
+                lane_lo[b] = node_off[g]
+                lane_n[b] = lengths[g]
+                lane_w[b] = gw[g] if gw.shape[0] > 0 else 1.0
+            else:
+                lane_n[b] = 0
+        _fb_block(node, psi, shift, lane_lo, lane_n, lane_w, want_marginals, phi, alpha, inv, xb,
+                  kb, beta, tmp, macc, node_m, lz, bad)
+        for b in range(B):
+            if lane_n[b] == 0:
+                continue
+            g = lane_g[b]
+            if bad[b]:
+                _fb_log_one(node, edge, True, lane_lo[b], edge_off[g], lane_n[b], lz1, node_m,
+                            edge_m, want_marginals, lane_w[b])
+                log_z[g] = lz1[0]
+            else:
+                log_z[g] = lz[b]
+    if want_marginals:
+        for i in range(K):
+            for j in range(K):
+                edge_m[0, i, j] += psi[0, i, j] * macc[i, j]
+    if n_blocked < G:
+        _fb_graphs(node, edge, psi, shift, node_off, edge_off, order[n_blocked:], want_marginals,
+                   gw, log_z, node_m, edge_m)
+
+
+@njit(cache=True)
+def _fb_outputs(node, edge, want_marginals):
+    """Zeroed node and edge marginal outputs of forward-backward."""
+    N, K = node.shape
+    node_m = np.zeros((N, K)) if want_marginals else np.zeros((0, K))
+    n_edge_out = (1 if edge.shape[0] == 1 else edge.shape[0]) if want_marginals else 0
+    return node_m, np.zeros((n_edge_out, K, K))
+
+
+@njit(cache=True)
+def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
+    """Scaled forward-backward over the batch. Returns log Z (G,), node (N, K) and edge marginals
+    ((E, K, K), or (1, K, K) summed over edges for a shared table).
+
+    With a non-empty ``gw`` (G,), the marginals of graph g are multiplied by ``gw[g]``: this is the
+    vector-Jacobian product of log Z, which a shared edge table needs inside the sum over edges.
+    """
+    G = node_off.shape[0] - 1
+    log_z = np.empty(G)
+    node_m, edge_m = _fb_outputs(node, edge, want_marginals)
+    psi, shift = _edge_tables(edge)
+    if edge.shape[0] == 1 and G > 1:
+        _fb_shared_blocked(node, edge, psi, shift, node_off, edge_off, want_marginals, gw, log_z,
+                           node_m, edge_m)
+    else:
+        _fb_graphs(node, edge, psi, shift, node_off, edge_off, np.arange(G), want_marginals, gw,
+                   log_z, node_m, edge_m)
     return log_z, node_m, edge_m
 
 
 @njit(cache=True)
-def _viterbi(node, edge, node_off, edge_off):
-    G = node_off.shape[0] - 1
-    N, K = node.shape
+def _viterbi_graphs(node, edge, node_off, edge_off, g0, g1, labels, score, delta, back):
+    """Viterbi (max-product in log space) for graphs ``g0 .. g1-1``."""
+    K = node.shape[1]
     shared = edge.shape[0] == 1
-    labels = np.empty(N, np.int64)
-    score = np.empty(G)
-    delta = np.empty((N, K))
-    back = np.zeros((N, K), np.int64)
-    for g in range(G):
+    for g in range(g0, g1):
         lo = node_off[g]
         n = node_off[g + 1] - lo
         elo = edge_off[g]
@@ -334,6 +610,18 @@ def _viterbi(node, edge, node_off, edge_off):
         for t in range(n - 1, 0, -1):
             arg = back[lo + t, arg]
             labels[lo + t - 1] = arg
+
+
+@njit(cache=True)
+def _viterbi(node, edge, node_off, edge_off):
+    """MAP labels (N,) and their scores (G,) of every chain."""
+    N, K = node.shape
+    labels = np.empty(N, np.int64)
+    score = np.empty(node_off.shape[0] - 1)
+    delta = np.empty((N, K))
+    back = np.zeros((N, K), np.int64)
+    _viterbi_graphs(node, edge, node_off, edge_off, 0, node_off.shape[0] - 1, labels, score, delta,
+                    back)
     return labels, score
 
 
