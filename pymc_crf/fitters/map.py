@@ -10,8 +10,10 @@ from pymc.blocking import DictToArrayBijection
 from pymc.util import get_default_varnames
 from scipy.optimize import minimize
 
+from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
+from pymc_crf.fitters.spec import CRFSpec, extract_crf, require_gaussian_prior
 
 __all__ = ["fit_map"]
 
@@ -19,27 +21,58 @@ __all__ = ["fit_map"]
 @register("map")
 def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: float = 1e-12,
             start: dict | None = None, jacobian: bool = False, log_likelihood: bool = True,
-            jitter: float = 0.0, random_seed: int | None = None):
+            jitter: float = 0.0, random_seed: int | None = None,
+            engine_objective: bool | None = None):
     """MAP estimate of every free variable of ``model`` by L-BFGS-B.
 
     The objective is the model's log posterior in the unconstrained space (without the Jacobian of
     the transforms by default, i.e. the mode of the posterior density of the original variables),
     compiled with its gradient once.
 
-    ``jitter`` > 0 adds N(0, jitter^2) noise to the unconstrained starting point (seeded by
-    ``random_seed``): models with symmetric hidden states (``pmc.HCRF``) have a saddle at the
-    all-zero start that L-BFGS never leaves.
+    Parameters
+    ----------
+    maxiter, gtol, ftol
+        L-BFGS-B's iteration limit and stopping tolerances (scipy's meaning: projected gradient
+        norm, and relative decrease of the objective per iteration).
+    start : dict, optional
+        Starting values by variable name (default: the model's initial point).
+    jacobian : bool
+        Include the log-Jacobian of the transforms (the mode in the unconstrained space).
+    log_likelihood : bool
+        Add the per-graph ``log_likelihood`` group.
+    jitter, random_seed
+        ``jitter`` > 0 adds N(0, jitter^2) noise to the starting point (seeded by
+        ``random_seed``): models with symmetric hidden states (``pmc.HCRF``) have a saddle at the
+        all-zero start that L-BFGS never leaves.
+    engine_objective : bool, optional
+        Evaluate the log posterior and its gradient with the inference engine directly
+        (:class:`~pymc_crf.fitters.objective.CRFLogLikelihood`) instead of a compiled PyTensor
+        function: the same function (to rounding), with nothing to compile. Possible when the
+        model is one ``pmc.CRF`` likelihood with an exact engine and fixed Normal priors on its
+        weights and no other free variables. ``None`` (default): whenever possible; ``True``:
+        raise if it is not possible; ``False``: always compile the model.
 
-    Returns a one-draw ``posterior`` and an ``optimizer_result`` group (``n_iterations``,
-    ``n_evaluations``, ``success``, ``objective`` = -log posterior, ``grad_norm``) with the
-    objective per iteration.
+    Returns
+    -------
+    xarray.DataTree
+        A one-draw ``posterior`` and an ``optimizer_result`` group (``n_iterations``,
+        ``n_evaluations``, ``success``, ``objective`` = -log posterior, ``grad_norm``) with the
+        objective per iteration; ``attrs["settings"]`` records whether the engine objective was
+        used.
     """
     t0 = time.perf_counter()
+    if jitter < 0:
+        raise ValueError(f"jitter must be >= 0, got {jitter}")
+    settings = {"maxiter": maxiter, "gtol": gtol, "ftol": ftol, "jacobian": jacobian,
+                "jitter": jitter, "random_seed": random_seed}
+    spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model)
+    if engine_objective and spec is None:
+        raise ValueError(f"engine_objective=True is not possible for this model: {why}")
+    if spec is not None:
+        return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood)
     point = model.initial_point() if start is None else {**model.initial_point(), **start}
     value_vars = model.value_vars
     x0 = DictToArrayBijection.map({v.name: point[v.name] for v in value_vars})
-    if jitter < 0:
-        raise ValueError(f"jitter must be >= 0, got {jitter}")
     if jitter > 0:
         x0 = x0._replace(data=x0.data + jitter * np.random.default_rng(random_seed).standard_normal(
             x0.data.size))
@@ -54,21 +87,76 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
             return np.inf, np.zeros_like(x)
         return -float(lp), -np.asarray(g, dtype=np.float64)
 
-    trace: list[float] = []
-    res = minimize(objective, x0.data, jac=True, method="L-BFGS-B",
-                   callback=lambda intermediate_result: trace.append(float(intermediate_result.fun)),
-                   options={"maxiter": maxiter, "gtol": gtol, "ftol": ftol})
+    res, trace = _lbfgs(objective, x0.data, settings)
     mx = {**point, **DictToArrayBijection.rmap(x0._replace(data=res.x))}
     out_vars = get_default_varnames(model.unobserved_value_vars, include_transformed=False)
     values = model.compile_fn(out_vars)(mx)
     draws = {v.name: np.asarray(val)[None, None] for v, val in zip(out_vars, values, strict=True)}
-    wall = time.perf_counter() - t0
-    diagnostics = {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
-                   "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
-                   "objective": np.float64(res.fun),
-                   "grad_norm": np.float64(np.linalg.norm(res.jac)), "message": str(res.message)}
-    return build_result(model, draws, "map",
-                        {"maxiter": maxiter, "gtol": gtol, "ftol": ftol, "jacobian": jacobian,
-                         "jitter": jitter, "random_seed": random_seed},
-                        wall, diagnostics=diagnostics, diagnostics_group="optimizer_result",
-                        log_likelihood=log_likelihood)
+    return build_result(model, draws, "map", {**settings, "engine_objective": False},
+                        time.perf_counter() - t0, diagnostics=_diagnostics(res, trace),
+                        diagnostics_group="optimizer_result", log_likelihood=log_likelihood)
+
+
+def _lbfgs(objective, x0: np.ndarray, settings: dict):
+    """scipy's L-BFGS-B with the fitter's options; returns the result and the objective trace."""
+    trace: list[float] = []
+    res = minimize(objective, x0, jac=True, method="L-BFGS-B",
+                   callback=lambda intermediate_result: trace.append(float(intermediate_result.fun)),
+                   options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
+                            "ftol": settings["ftol"]})
+    return res, trace
+
+
+def _diagnostics(res, trace: list[float]) -> dict:
+    return {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
+            "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
+            "objective": np.float64(res.fun), "grad_norm": np.float64(np.linalg.norm(res.jac)),
+            "message": str(res.message)}
+
+
+def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
+    """The model's CRF spec when the engine objective applies, else (None, the reason)."""
+    try:
+        spec = extract_crf(model)
+        require_gaussian_prior(spec, "map")
+    except ValueError as err:
+        return None, str(err)
+    if not spec.info.exact:
+        return None, f"its CRF uses the approximate {spec.info.engine_name!r} engine"
+    if any(model.rvs_to_initial_values.get(rv) is not None for rv in model.free_RVs):
+        return None, "it sets initial values (initval); pass start= instead"
+    return spec, ""
+
+
+def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | None,
+                    log_likelihood: bool):
+    """fit_map on the engine objective: log-likelihood (CRFLogLikelihood) + Normal log prior.
+
+    The starting point is the prior mean, which is PyMC's initial point for a Normal."""
+    lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
+    x0 = prior.mean.copy()
+    if start:
+        unknown = set(start) - {w.name for w in spec.weights}
+        if unknown:
+            raise ValueError(f"start names unknown variables {sorted(unknown)}; the free "
+                             f"variables are {[w.name for w in spec.weights]}")
+        x0 = spec.flatten({**spec.unflatten(x0), **start})
+    if settings["jitter"] > 0:
+        rng = np.random.default_rng(settings["random_seed"])
+        x0 = x0 + settings["jitter"] * rng.standard_normal(x0.size)
+
+    def objective(x):
+        ll, g = lik(x)
+        lp, gp = prior(x)
+        if not np.isfinite(ll):
+            return np.inf, np.zeros_like(x)
+        return -(ll + lp), -(g + gp)
+
+    res, trace = _lbfgs(objective, x0, settings)
+    draws = {k: v[None, None] for k, v in spec.unflatten(res.x).items()}
+    pointwise = ({spec.observed_name: lik.pointwise(res.x)[None, None]}
+                 if log_likelihood else None)
+    return build_result(spec.model, draws, "map", {**settings, "engine_objective": True},
+                        time.perf_counter() - t0, diagnostics=_diagnostics(res, trace),
+                        diagnostics_group="optimizer_result", log_likelihood=False,
+                        pointwise_log_likelihood=pointwise)

@@ -10,7 +10,12 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import xarray as xr
-from pymc.backends.arviz import coords_and_dims_for_inferencedata, find_constants, find_observations
+from pymc.backends.arviz import (
+    coords_and_dims_for_inferencedata,
+    dict_to_dataset,
+    find_constants,
+    find_observations,
+)
 
 __all__ = ["build_result", "draws_from_gaussian", "gaussian_fit_group", "record_crf_layout"]
 
@@ -95,6 +100,7 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
                  log_marginal_likelihood: float | None = None,
                  sample_stats: Mapping[str, np.ndarray] | None = None,
                  log_likelihood: bool = True,
+                 pointwise_log_likelihood: Mapping[str, np.ndarray] | None = None,
                  extra_groups: Mapping[str, xr.Dataset] | None = None) -> xr.DataTree:
     """Assemble a fitter's result.
 
@@ -116,7 +122,11 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
     sample_stats : dict, optional
         Extra per-draw statistics (chains, draws).
     log_likelihood : bool
-        Compute the pointwise (per graph) log-likelihood of the draws.
+        Compute the pointwise (per graph) log-likelihood of the draws (with the model's compiled
+        elementwise logp, unless ``pointwise_log_likelihood`` gives it).
+    pointwise_log_likelihood : dict name -> array (chains, draws, graphs), optional
+        The pointwise log-likelihood already computed by the fitter (e.g. from the engine);
+        stored with the observed variable's dims, as ``pm.compute_log_likelihood`` would.
     extra_groups : dict, optional
         Further groups to attach as they are.
     """
@@ -134,7 +144,11 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
     if stats:
         groups["sample_stats"] = stats
     idata = az.from_dict(groups, coords=coords, dims=dims)
-    if log_likelihood:
+    if pointwise_log_likelihood is not None:
+        idata["log_likelihood"] = dict_to_dataset(
+            {k: np.asarray(v) for k, v in pointwise_log_likelihood.items()},
+            inference_library=pm, coords=coords, dims=dims, skip_event_dims=True)
+    elif log_likelihood:
         pm.compute_log_likelihood(idata, model=model, progressbar=False)
     if mean_vector is not None and covariance_matrix is not None:
         idata["fit"] = gaussian_fit_group(mean_vector, covariance_matrix, param_names or

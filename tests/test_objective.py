@@ -1,0 +1,110 @@
+"""The engine objective (weight-space log-likelihood) against the compiled PyMC model."""
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_crf as pmc
+from pymc_crf.fitters import extract_crf
+from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.graphs.batch import GraphBatch
+
+
+def _model(kind: str, potential: str, rng):
+    K = 3
+    if kind == "chain":
+        batch = GraphBatch.chains([4, 1, 6, 3])
+    else:  # a tree and a loop (junction tree engine)
+        batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
+                                       np.array([[0, 1], [1, 2], [2, 0]])], [4, 3])
+    N, E = batch.n_total_nodes, batch.n_edges
+    X = rng.normal(size=(N, 2))
+    Xe = rng.normal(size=(E, 2))
+    y = rng.integers(0, K, size=N)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.3, 1.5, shape=(2, K))
+        if kind == "chain":
+            T = pm.Normal("T", -0.2, 0.7, shape=(K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                    potential=potential, epsilon=0.05, observed=y)
+        else:
+            V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
+                    edge_weights=V, potential=potential, epsilon=0.05, observed=y)
+    return m
+
+
+@pytest.mark.parametrize("kind", ["chain", "tree_loop"])
+@pytest.mark.parametrize("potential", ["loglinear", "probit"])
+def test_engine_objective_equals_compiled_model(kind, potential):
+    rng = np.random.default_rng(0)
+    m = _model(kind, potential, rng)
+    spec = extract_crf(m)
+    lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
+    names = [w.name for w in spec.weights]
+    fn = m.compile_fn([m.logp(), m.dlogp(vars=[m[n] for n in names])], point_fn=False,
+                      inputs=[m.rvs_to_values[m[n]] for n in names])
+    fn_ll = m.compile_fn(m.logp(vars=m.observed_RVs, sum=False)[0], point_fn=False,
+                         inputs=[m.rvs_to_values[m[n]] for n in names])
+    # PyMC keeps a sigma that float32 represents exactly (1.5) as a float32 constant and takes
+    # its log in float32: the model's prior constant is off by ~1e-8 per weight, so the totals
+    # are compared at 1e-8 and the likelihood parts (pointwise, below) at 1e-10.
+    for _ in range(3):
+        w = 2.0 * rng.normal(size=spec.flat_size)
+        parts = spec.unflatten(w)
+        lp_ref, g_ref = fn(*[parts[n] for n in names])
+        ll, g = lik(w)
+        lp, gp = prior(w)
+        np.testing.assert_allclose(ll + lp, lp_ref, rtol=1e-8)
+        np.testing.assert_allclose(g + gp, g_ref, rtol=1e-8, atol=1e-10)
+        np.testing.assert_allclose(lik.pointwise(w), fn_ll(*[parts[n] for n in names]),
+                                   rtol=1e-10)
+        np.testing.assert_allclose(lik.pointwise(w).sum(), ll, rtol=1e-12)
+
+
+def test_engine_objective_gradient_by_finite_differences():
+    rng = np.random.default_rng(1)
+    spec = extract_crf(_model("tree_loop", "probit", rng))
+    lik = CRFLogLikelihood(spec)
+    w = rng.normal(size=spec.flat_size)
+    _, g = lik(w)
+    h = 1e-6
+    fd = np.array([(lik(w + h * e)[0] - lik(w - h * e)[0]) / (2 * h)
+                   for e in np.eye(spec.flat_size)])
+    np.testing.assert_allclose(g, fd, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("kind", ["chain", "tree_loop"])
+def test_map_engine_path_equals_compiled_path(kind):
+    rng = np.random.default_rng(2)
+    m = _model(kind, "loglinear", rng)
+    fast = pmc.fit(m, method="map")
+    slow = pmc.fit(m, method="map", engine_objective=False)
+    assert '"engine_objective": true' in fast.attrs["settings"]
+    assert '"engine_objective": false' in slow.attrs["settings"]
+    for name in fast["posterior"].data_vars:
+        np.testing.assert_allclose(fast["posterior"][name].values, slow["posterior"][name].values,
+                                   atol=1e-5)
+    np.testing.assert_allclose(fast["optimizer_result"]["objective"].item(),
+                               slow["optimizer_result"]["objective"].item(), rtol=1e-8)
+    ll_f, ll_s = fast["log_likelihood"]["y"], slow["log_likelihood"]["y"]
+    assert ll_f.dims == ll_s.dims
+    np.testing.assert_allclose(ll_f.values, ll_s.values, atol=1e-6)
+
+
+def test_map_engine_objective_refusals():
+    rng = np.random.default_rng(3)
+    batch = GraphBatch.chains([3, 3])
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0)
+        T = pm.Normal("T", 0.0, s, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, edge_weights=T, observed=rng.integers(0, 2, size=6))
+    with pytest.raises(ValueError, match="engine_objective=True is not possible.*depend on other"):
+        pmc.fit(m, method="map", engine_objective=True)
+    res = pmc.fit(m, method="map")  # falls back to the compiled model
+    assert '"engine_objective": false' in res.attrs["settings"]
+    with pm.Model() as m2:
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, edge_weights=T, observed=rng.integers(0, 2, size=6))
+    with pytest.raises(ValueError, match="start names unknown variables"):
+        pmc.fit(m2, method="map", start={"Q": 1.0})
