@@ -26,6 +26,7 @@ from numba import get_num_threads, njit, prange
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
+from pymc_crf.inference.kernels import record_sweep
 
 __all__ = ["BPState", "BPStructure", "BeliefPropagation", "ConvergenceWarning", "bp_structure"]
 
@@ -313,13 +314,7 @@ def _make_flooding(threaded: bool):
                         msg[d, k] = new[d, k]
                     if not chg[d] <= step[g]:
                         step[g] = chg[d]
-            for g in range(n_graphs):
-                if active[g]:
-                    iters[g] = it + 1
-                    changes[g] = step[g]
-                    if step[g] < tol:
-                        active[g] = False
-                        converged[g] = True
+            record_sweep(it, step, tol, active, iters, changes, converged)
 
     return run
 
@@ -357,13 +352,7 @@ def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_
                 msg[d, k] = out[k]
             if not c <= step[g]:
                 step[g] = c
-        for g in range(n_graphs):
-            if active[g]:
-                iters[g] = it + 1
-                changes[g] = step[g]
-                if step[g] < tol:
-                    active[g] = False
-                    converged[g] = True
+        record_sweep(it, step, tol, active, iters, changes, converged)
 
 
 @njit(cache=True)

@@ -577,11 +577,16 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
 
 
 @njit(cache=True)
-def _viterbi_graphs(node, edge, node_off, edge_off, g0, g1, labels, score, delta, back):
-    """Viterbi (max-product in log space) for graphs ``g0 .. g1-1``."""
-    K = node.shape[1]
+def _viterbi(node, edge, node_off, edge_off):
+    """MAP labels (N,) and their scores (G,) of every chain (max-product in log space)."""
+    N, K = node.shape
+    G = node_off.shape[0] - 1
     shared = edge.shape[0] == 1
-    for g in range(g0, g1):
+    labels = np.empty(N, np.int64)
+    score = np.empty(G)
+    delta = np.empty((N, K))
+    back = np.zeros((N, K), np.int64)
+    for g in range(G):
         lo = node_off[g]
         n = node_off[g + 1] - lo
         elo = edge_off[g]
@@ -610,18 +615,6 @@ def _viterbi_graphs(node, edge, node_off, edge_off, g0, g1, labels, score, delta
         for t in range(n - 1, 0, -1):
             arg = back[lo + t, arg]
             labels[lo + t - 1] = arg
-
-
-@njit(cache=True)
-def _viterbi(node, edge, node_off, edge_off):
-    """MAP labels (N,) and their scores (G,) of every chain."""
-    N, K = node.shape
-    labels = np.empty(N, np.int64)
-    score = np.empty(node_off.shape[0] - 1)
-    delta = np.empty((N, K))
-    back = np.zeros((N, K), np.int64)
-    _viterbi_graphs(node, edge, node_off, edge_off, 0, node_off.shape[0] - 1, labels, score, delta,
-                    back)
     return labels, score
 
 

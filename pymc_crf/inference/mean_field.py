@@ -19,6 +19,7 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
 from pymc_crf.inference.bp import ConvergenceWarning, bp_structure, labelling_score
 from pymc_crf.inference.gibbs import colour_order
+from pymc_crf.inference.kernels import record_sweep
 
 __all__ = ["MeanField"]
 
@@ -61,13 +62,7 @@ def _mf_run(node, edge, shared, q, order, src, edge_of, flip, in_ptr, in_idx, no
                 if c > step[g]:
                     step[g] = c
                 q[i, k] = new
-        for g in range(n_graphs):
-            if active[g]:
-                iters[g] = it + 1
-                changes[g] = step[g]
-                if step[g] < tol:
-                    active[g] = False
-                    converged[g] = True
+        record_sweep(it, step, tol, active, iters, changes, converged)
 
 
 def _bound(batch, node, edge, q):
