@@ -49,7 +49,7 @@ import pytensor.tensor as pt
 from pymc.blocking import DictToArrayBijection
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_chain import ChainLikelihood, make_problem, timeit  # noqa: E402
+from bench_chain import ChainLikelihood, interleaved, make_problem, timeit  # noqa: E402
 
 from pymc_crf.distributions import CRF  # noqa: E402
 from pymc_crf.fitters import fit  # noqa: E402
@@ -119,20 +119,18 @@ def part_a(repeats: int):
     assert abs(lp1 - (ll + prior)) < 1e-8 * abs(lp1), (lp1, ll + prior)
     assert abs(lp1 - lp2) < 1e-8 * abs(lp1) and np.allclose(g1, g2, rtol=1e-7, atol=1e-7)
     assert np.allclose(g1, np.concatenate([(gW - W).ravel(), (gT - T).ravel()]), atol=1e-7)
-    r_eng = timeit(lambda: lik(W, T), repeats)
-    r_ours = timeit(lambda: ours(W, T), repeats)
-    r_naive = timeit(lambda: naive(W, T), max(3, repeats // 5))
-    r_eng2 = timeit(lambda: lik(W, T), repeats)
-    eng = 0.5 * (r_eng[0] + r_eng2[0])
-    print("\n(a) logp + gradient, 1000 x 50, K=10, F=100 (ms: median, min)")
-    print(f"  engine log-lik + grad      {r_eng[0]:8.2f} {r_eng[1]:8.2f}  (again at end: "
-          f"{r_eng2[0]:.2f})")
+    rows = interleaved({"engine": lambda: lik(W, T), "ours": lambda: ours(W, T),
+                        "naive": lambda: naive(W, T)}, repeats)
+    r_eng, r_ours, r_naive = rows["engine"], rows["ours"], rows["naive"]
+    eng = r_eng[0]
+    print("\n(a) logp + gradient, 1000 x 50, K=10, F=100 (ms: median, min; timed in turn)")
+    print(f"  engine log-lik + grad      {r_eng[0]:8.2f} {r_eng[1]:8.2f}")
     print(f"  compiled PyMC model        {r_ours[0]:8.2f} {r_ours[1]:8.2f}  ratio to engine "
           f"{r_ours[0] / eng:.2f} (target <= 1.3)")
     print(f"  naive scan PyMC model      {r_naive[0]:8.2f} {r_naive[1]:8.2f}  scan / ours "
           f"{r_naive[0] / r_ours[0]:.1f} (target >= 3)")
     print(f"  compile time: ours {t_compile:.1f} s, scan {t_compile_naive:.1f} s")
-    return {"engine": r_eng, "ours": r_ours, "scan": r_naive}
+    return {"engine": r_eng[:2], "ours": r_ours[:2], "scan": r_naive[:2]}
 
 
 # ---------------------------------------------------------------------------- (b), (c)
