@@ -87,7 +87,7 @@ def test_map_engine_path_equals_compiled_path(kind):
                                    atol=1e-5)
     np.testing.assert_allclose(fast["optimizer_result"]["objective"].item(),
                                slow["optimizer_result"]["objective"].item(), rtol=1e-8)
-    ll_f, ll_s = fast["log_likelihood"]["y"], slow["log_likelihood"]["y"]
+    ll_f, ll_s = fast["log_likelihood"]["y"], slow["log_likelihood"]["y"]  # both from the engine
     assert ll_f.dims == ll_s.dims
     np.testing.assert_allclose(ll_f.values, ll_s.values, atol=1e-6)
 
@@ -108,3 +108,31 @@ def test_map_engine_objective_refusals():
         pmc.CRF("y", graphs=batch, edge_weights=T, observed=rng.integers(0, 2, size=6))
     with pytest.raises(ValueError, match="start names unknown variables"):
         pmc.fit(m2, method="map", start={"Q": 1.0})
+
+
+def test_engine_log_likelihood_group_equals_pymc():
+    """The engine's per-graph log-likelihood group (every fitter's default for CRF models) has
+    PyMC's values, dims and coords."""
+    import arviz as az
+
+    from pymc_crf.fitters.results import attach_log_likelihood
+
+    rng = np.random.default_rng(4)
+    batch = GraphBatch.chains([3, 5, 2])
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = rng.integers(0, 3, size=batch.n_total_nodes)
+    with pm.Model(coords={"graph": range(3), "position": range(5)}) as m:
+        s = pm.HalfNormal("s", 1.0)
+        W = pm.Normal("W", 0.0, s, shape=(2, 3))
+        T = pm.Normal("T", 0.0, 1.0, shape=(3, 3))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                observed=y, dims=("graph", "position"))
+    post = {"s": np.abs(rng.normal(size=(2, 4))), "W": rng.normal(size=(2, 4, 2, 3)),
+            "T": rng.normal(size=(2, 4, 3, 3))}
+    a = az.from_dict({"posterior": post})
+    b = az.from_dict({"posterior": post})
+    attach_log_likelihood(a, m)
+    pm.compute_log_likelihood(b, model=m, progressbar=False)
+    la, lb = a["log_likelihood"]["y"], b["log_likelihood"]["y"]
+    assert la.dims == lb.dims == ("chain", "draw", "graph")
+    np.testing.assert_allclose(la.values, lb.values, rtol=1e-10)

@@ -7,7 +7,7 @@ import time
 import pymc as pm
 
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import record_crf_layout
+from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
 
 __all__ = ["fit_nuts"]
 
@@ -21,7 +21,7 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
                           progressbar=progressbar, **sample_kwargs)
-        pm.compute_log_likelihood(idata, model=model, progressbar=False)
+    attach_log_likelihood(idata, model)
     record_crf_layout(idata, model)
     idata.attrs.update({"method": "nuts", "wall_time": time.perf_counter() - t0,
                         "settings": f'{{"draws": {draws}, "tune": {tune}, "chains": {chains}}}'})

@@ -17,7 +17,8 @@ from pymc.backends.arviz import (
     find_observations,
 )
 
-__all__ = ["build_result", "draws_from_gaussian", "gaussian_fit_group", "record_crf_layout"]
+__all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group",
+           "record_crf_layout"]
 
 
 def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
@@ -47,6 +48,27 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
     # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.
     idata.attrs["log_z"] = ("exact" if spec.info.exact
                             else f"approximate ({spec.info.engine_name})")
+
+
+def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
+                          pointwise: Mapping[str, np.ndarray] | None = None) -> None:
+    """Add the pointwise (per graph) ``log_likelihood`` group to ``idata``.
+
+    ``pointwise`` ({observed name: (chains, draws, graphs)}) when the caller has it; else from the
+    engine when the model is a CRF whose weights are free variables (nothing to compile); else
+    ``pm.compute_log_likelihood``. Dims and coords are the observed variable's, as PyMC sets them.
+    """
+    if pointwise is None:
+        from pymc_crf.fitters.objective import pointwise_log_likelihood
+
+        pointwise = pointwise_log_likelihood(model, idata["posterior"])
+    if pointwise is None:
+        pm.compute_log_likelihood(idata, model=model, progressbar=False)
+        return
+    coords, dims = coords_and_dims_for_inferencedata(model)
+    idata["log_likelihood"] = dict_to_dataset(
+        {k: np.asarray(v) for k, v in pointwise.items()}, inference_library=pm, coords=coords,
+        dims=dims, skip_event_dims=True)
 
 
 def _jsonable(settings: Mapping[str, Any]) -> str:
@@ -122,8 +144,10 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
     sample_stats : dict, optional
         Extra per-draw statistics (chains, draws).
     log_likelihood : bool
-        Compute the pointwise (per graph) log-likelihood of the draws (with the model's compiled
-        elementwise logp, unless ``pointwise_log_likelihood`` gives it).
+        Compute the pointwise (per graph) log-likelihood of the draws: from the engine for a CRF
+        model whose weights are free variables (``objective.pointwise_log_likelihood``, nothing to
+        compile), else with ``pm.compute_log_likelihood``; unless ``pointwise_log_likelihood``
+        gives it.
     pointwise_log_likelihood : dict name -> array (chains, draws, graphs), optional
         The pointwise log-likelihood already computed by the fitter (e.g. from the engine);
         stored with the observed variable's dims, as ``pm.compute_log_likelihood`` would.
@@ -144,12 +168,8 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
     if stats:
         groups["sample_stats"] = stats
     idata = az.from_dict(groups, coords=coords, dims=dims)
-    if pointwise_log_likelihood is not None:
-        idata["log_likelihood"] = dict_to_dataset(
-            {k: np.asarray(v) for k, v in pointwise_log_likelihood.items()},
-            inference_library=pm, coords=coords, dims=dims, skip_event_dims=True)
-    elif log_likelihood:
-        pm.compute_log_likelihood(idata, model=model, progressbar=False)
+    if log_likelihood or pointwise_log_likelihood is not None:
+        attach_log_likelihood(idata, model, pointwise_log_likelihood)
     if mean_vector is not None and covariance_matrix is not None:
         idata["fit"] = gaussian_fit_group(mean_vector, covariance_matrix, param_names or
                                           [f"w[{i}]" for i in range(len(mean_vector))])
