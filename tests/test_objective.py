@@ -14,6 +14,9 @@ def _model(kind: str, potential: str, rng):
     K = 3
     if kind == "chain":
         batch = GraphBatch.chains([4, 1, 6, 3])
+    elif kind == "tree_shared":  # one shared table on a tree and a loop (junction tree engine)
+        batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
+                                       np.array([[0, 1], [1, 2], [2, 0]])], [4, 3])
     else:  # a tree and a loop (junction tree engine)
         batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
                                        np.array([[0, 1], [1, 2], [2, 0]])], [4, 3])
@@ -23,7 +26,7 @@ def _model(kind: str, potential: str, rng):
     y = rng.integers(0, K, size=N)
     with pm.Model() as m:
         W = pm.Normal("W", 0.3, 1.5, shape=(2, K))
-        if kind == "chain":
+        if kind in ("chain", "tree_shared"):
             T = pm.Normal("T", -0.2, 0.7, shape=(K, K))
             pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
                     potential=potential, epsilon=0.05, observed=y)
@@ -34,7 +37,7 @@ def _model(kind: str, potential: str, rng):
     return m
 
 
-@pytest.mark.parametrize("kind", ["chain", "tree_loop"])
+@pytest.mark.parametrize("kind", ["chain", "tree_loop", "tree_shared"])
 @pytest.mark.parametrize("potential", ["loglinear", "probit"])
 def test_engine_objective_equals_compiled_model(kind, potential):
     rng = np.random.default_rng(0)
