@@ -139,3 +139,37 @@ def test_engine_log_likelihood_group_equals_pymc():
     la, lb = a["log_likelihood"]["y"], b["log_likelihood"]["y"]
     assert la.dims == lb.dims == ("chain", "draw", "graph")
     np.testing.assert_allclose(la.values, lb.values, rtol=1e-10)
+
+
+def test_map_engine_path_only_for_pure_crf_models():
+    """Other observed variables or potentials send fit_map to the compiled model (the engine
+    objective would leave them out); deterministics are kept; the log-likelihood group then
+    holds every observed variable."""
+    rng = np.random.default_rng(5)
+    batch = GraphBatch.chains([4, 3, 5])
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = rng.integers(0, 3, size=batch.n_total_nodes)
+
+    def build(extra):
+        with pm.Model() as m:
+            W = pm.Normal("W", 0.0, 1.0, shape=(2, 3))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+            extra(W)
+        return m
+
+    m_obs = build(lambda W: pm.Normal("z", W.sum(), 0.1, observed=5.0))
+    m_pot = build(lambda W: pm.Potential("pen", -50 * (W**2).sum()))
+    m_det = build(lambda W: pm.Deterministic("W2", 2 * W))
+    for m, why in ((m_obs, "observed variables besides the CRF"), (m_pot, "potentials")):
+        with pytest.raises(ValueError, match=why):
+            pmc.fit(m, method="map", engine_objective=True)
+        auto = pmc.fit(m, method="map")
+        ref = pmc.fit(m, method="map", engine_objective=False)
+        assert '"engine_objective": false' in auto.attrs["settings"]
+        np.testing.assert_allclose(auto["posterior"]["W"].values, ref["posterior"]["W"].values)
+    assert set(pmc.fit(m_obs, method="map")["log_likelihood"].data_vars) == {"y", "z"}
+    res = pmc.fit(m_det, method="map")
+    assert '"engine_objective": true' in res.attrs["settings"]
+    np.testing.assert_allclose(res["posterior"]["W2"].values, 2 * res["posterior"]["W"].values)
+    with pytest.raises(ValueError, match=r"start\['W'\] has shape"):
+        pmc.fit(m_det, method="map", start={"W": np.zeros(3)})

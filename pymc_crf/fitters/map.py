@@ -49,7 +49,8 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         (:class:`~pymc_crf.fitters.objective.CRFLogLikelihood`) instead of a compiled PyTensor
         function: the same function (to rounding), with nothing to compile. Possible when the
         model is one ``pmc.CRF`` likelihood with an exact engine and fixed Normal priors on its
-        weights and no other free variables. ``None`` (default): whenever possible; ``True``:
+        weights, and nothing else: no other free or observed variables and no potentials
+        (deterministics of the weights are fine). ``None`` (default): whenever possible; ``True``:
         raise if it is not possible; ``False``: always compile the model.
 
     Returns
@@ -123,6 +124,11 @@ def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
         return None, str(err)
     if not spec.info.exact:
         return None, f"its CRF uses the approximate {spec.info.engine_name!r} engine"
+    others = [rv.name for rv in model.observed_RVs if rv.name != spec.observed_name]
+    if others:
+        return None, f"it has observed variables besides the CRF: {others}"
+    if model.potentials:
+        return None, f"it has potentials: {[p.name for p in model.potentials]}"
     if any(model.rvs_to_initial_values.get(rv) is not None for rv in model.free_RVs):
         return None, "it sets initial values (initval); pass start= instead"
     return spec, ""
@@ -132,7 +138,9 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
                     log_likelihood: bool):
     """fit_map on the engine objective: log-likelihood (CRFLogLikelihood) + Normal log prior.
 
-    The starting point is the prior mean, which is PyMC's initial point for a Normal."""
+    The starting point is the prior mean, which is PyMC's initial point for a Normal. (``jitter``
+    draws its noise in the flat weight order, node weights first, so the same seed may give a
+    different start than the compiled path, which follows the model's variable order.)"""
     lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
     x0 = prior.mean.copy()
     if start:
@@ -140,6 +148,10 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
         if unknown:
             raise ValueError(f"start names unknown variables {sorted(unknown)}; the free "
                              f"variables are {[w.name for w in spec.weights]}")
+        for w in spec.weights:
+            if w.name in start and np.shape(start[w.name]) != w.shape:
+                raise ValueError(f"start[{w.name!r}] has shape {np.shape(start[w.name])}; the "
+                                 f"variable has shape {w.shape}")
         x0 = spec.flatten({**spec.unflatten(x0), **start})
     if settings["jitter"] > 0:
         rng = np.random.default_rng(settings["random_seed"])
@@ -154,6 +166,11 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
 
     res, trace = _lbfgs(objective, x0, settings)
     draws = {k: v[None, None] for k, v in spec.unflatten(res.x).items()}
+    if spec.model.deterministics:  # small graphs of the weights: compiled, without the CRF
+        out_vars = get_default_varnames(spec.model.unobserved_value_vars, include_transformed=False)
+        values = spec.model.compile_fn(out_vars)(spec.unflatten(res.x))
+        draws = {v.name: np.asarray(val)[None, None]
+                 for v, val in zip(out_vars, values, strict=True)}
     pointwise = ({spec.observed_name: lik.pointwise(res.x)[None, None]}
                  if log_likelihood else None)
     return build_result(spec.model, draws, "map", {**settings, "engine_objective": True},

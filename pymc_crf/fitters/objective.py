@@ -165,13 +165,15 @@ def pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
 
     ``draws`` maps variable names to arrays (chains, draws, *shape) (a dict, or a posterior
     ``Dataset``). Returns ``{observed name: (chains, draws, graphs)}``, or None when the model is
-    not one ``pmc.CRF`` likelihood whose weights are all free variables present in ``draws``
-    (then ``pm.compute_log_likelihood`` is the way). The values are the model's elementwise logp of
-    the CRF variable (same engine, tested to 1e-10).
+    not one ``pmc.CRF`` likelihood (and no other observed variable) whose weights are all free
+    variables present in ``draws`` (then ``pm.compute_log_likelihood`` is the way). The values
+    are the model's elementwise logp of the CRF variable (same engine, tested to 1e-10).
     """
     try:
         spec = extract_crf(model)
     except ValueError:
+        return None
+    if len(model.observed_RVs) > 1:  # PyMC computes every observed variable's group
         return None
     names = [w.name for w in spec.weights]
     if any(n is None or n not in draws for n in names):

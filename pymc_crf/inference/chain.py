@@ -7,8 +7,9 @@ The hot kernel (log Z and marginals) is forward-backward with per-step scaling (
 node row and edge table is exponentiated once after subtracting its maximum, and the forward
 messages are renormalised at every step, so no exp of an unbounded score is taken and the result
 equals the log-space recursion to rounding. If a scale ever underflows (log-potential ranges of
-hundreds, or forbidden transitions that leave no path), that graph is recomputed in log space,
-which never underflows.
+hundreds, or forbidden transitions that leave no path), or if the potentials' ranges could let a
+product underflow (``_SAFE_RANGE``), that graph is recomputed in log space, which never
+underflows.
 
 With one shared edge table (the usual CRF transition matrix) up to 64 chains run in lockstep, the
 chain index innermost, so the K x K products vectorise across chains (see ``_fb_block``).
@@ -125,10 +126,12 @@ def _exp_nonpos(x, out, kbuf, m):
 
 @njit(cache=True)
 def _edge_tables(edge):
-    """exp of each edge table shifted by its maximum (so every entry is in [0, 1])."""
+    """exp of each edge table shifted by its maximum (so every entry is in [0, 1]), the shifts,
+    and each table's range over its finite entries (see ``_SAFE_RANGE``)."""
     n_tab, K = edge.shape[0], edge.shape[1]
     psi = np.empty((n_tab, K, K))
     shift = np.empty(n_tab)
+    erange = np.zeros(n_tab)
     x = np.empty(K * K)
     kb = np.empty(K * K)
     out = np.empty(K * K)
@@ -140,14 +143,30 @@ def _edge_tables(edge):
         if m == -np.inf:
             m = 0.0
         shift[e] = m
+        lo = m
         for i in range(K):
             for j in range(K):
-                x[i * K + j] = edge[e, i, j] - m
+                v = edge[e, i, j]
+                x[i * K + j] = v - m
+                if v > -np.inf and v < lo:
+                    lo = v
+        erange[e] = m - lo
         _exp_nonpos(x, out, kb, K * K)
         for i in range(K):
             for j in range(K):
                 psi[e, i, j] = out[i * K + j]
-    return psi, shift
+    return psi, shift, erange
+
+
+# The scaled recursion is exact to rounding only while no product alpha_{t-1}(i) psi(i, j) phi_t(j)
+# underflows. With R the largest range of finite log-potentials in a node row (Rn) and an edge
+# table (Re), every normalised alpha_t(j) > 0 is at least exp(-(Rn + Re)) / K, so every product is
+# at least exp(-2 (Rn + Re)) / K: no underflow below 1e-290 while Rn + Re <= 300. Chains beyond
+# that (probit potentials with epsilon = 0 and large scores, log-potentials of hundreds) are done
+# in log space. (A product that is exactly 0 because of a -inf entry is exact; but with forbidden
+# entries a state reachable only through near-zero paths can shrink faster than the bound over
+# several steps: a scale that underflows still sends the chain to log space.)
+_SAFE_RANGE = 300.0
 
 
 # Flags that keep IEEE inf/nan semantics (-inf log-potentials are legitimate): reassociation lets
@@ -156,25 +175,38 @@ _FAST = {"reassoc", "contract", "arcp", "nsz"}
 
 
 @njit(cache=True, fastmath=_FAST)
-def _forward_one(node, lo, n, elo, psi, shift, shared, phi, alpha, inv, xb, kb):
+def _forward_one(node, lo, n, elo, psi, shift, erange, shared, phi, alpha, inv, xb, kb):
     """Scaled forward pass of one chain (Rabiner 1989, eqs. (91)-(92)).
 
     Fills ``phi`` (n*K, exp of each node row minus its maximum), ``alpha`` (n*K, normalised
     forward messages) and ``inv`` (n, reciprocal scales). Returns log Z, or NaN when a row or a
-    scale underflows (the caller then recomputes the graph in log space).
+    scale underflows or the potentials' ranges exceed ``_SAFE_RANGE`` (the caller then recomputes
+    the graph in log space).
     """
     K = node.shape[1]
     m = n * K
     acc = 0.0
+    rn = 0.0
     for t in range(n):
         c = -np.inf
+        low = np.inf
         for j in range(K):
-            c = max(c, node[lo + t, j])
+            v = node[lo + t, j]
+            c = max(c, v)
+            if v > -np.inf:
+                low = min(low, v)
         if c == -np.inf:
             return np.nan
+        rn = max(rn, c - low)
         acc += c
         for j in range(K):
             xb[t * K + j] = node[lo + t, j] - c
+    re = erange[0] if shared else 0.0
+    if not shared:
+        for t in range(1, n):
+            re = max(re, erange[elo + t - 1])
+    if rn + re > _SAFE_RANGE:
+        return np.nan
     _exp_nonpos(xb, phi, kb, m)
     # log Z = sum of row maxima + edge shifts + log of the product of the scales; the product is
     # flushed into the log only when it leaves [1e-200, 1e200], so about one log per chain.
@@ -305,8 +337,8 @@ def _lane_matvec(M, src, so, dst, do, K, B):
 
 
 @njit(cache=True, fastmath=_FAST)
-def _fb_block(node, psi, shift, lane_lo, lane_n, lane_w, want_marginals, phi, alpha, inv, xb, kb,
-              beta, tmp, macc, node_m, log_z_lane, bad):
+def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals, phi, alpha, inv,
+              xb, kb, beta, tmp, macc, node_m, log_z_lane, bad):
     """Scaled forward-backward of ``len(lane_n)`` chains in lockstep (buffers laid out
     (t, j, lane)).
 
@@ -337,11 +369,17 @@ def _fb_block(node, psi, shift, lane_lo, lane_n, lane_w, want_marginals, phi, al
             if t < lane_n[b]:
                 row = lane_lo[b] + t
                 c = -np.inf
+                low = np.inf
                 for j in range(K):
-                    c = max(c, node[row, j])
+                    v = node[row, j]
+                    c = max(c, v)
+                    if v > -np.inf:
+                        low = min(low, v)
                 if c == -np.inf:
                     bad[b] = True
                     c = 0.0
+                elif c - low + erange[0] > _SAFE_RANGE:
+                    bad[b] = True
                 acc[b] += c
                 for j in range(K):
                     xb[base + _u(j) * Bu] = node[row, j] - c
@@ -432,8 +470,8 @@ def _fb_block(node, psi, shift, lane_lo, lane_n, lane_w, want_marginals, phi, al
 
 
 @njit(cache=True)
-def _fb_graphs(node, edge, psi, shift, node_off, edge_off, ids, want_marginals, gw, log_z, node_m,
-               edge_m):
+def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_marginals, gw, log_z,
+               node_m, edge_m):
     """Scaled forward-backward of the graphs ``ids``, one at a time, written into ``log_z``,
     ``node_m`` and ``edge_m`` (a shared table's summed edge marginals are added to ``edge_m[0]``).
     A graph whose scale underflows is redone in log space."""
@@ -456,7 +494,7 @@ def _fb_graphs(node, edge, psi, shift, node_off, edge_off, ids, want_marginals, 
         n = node_off[g + 1] - lo
         elo = edge_off[g]
         wg = gw[g] if gw.shape[0] > 0 else 1.0
-        lz = _forward_one(node, lo, n, elo, psi, shift, shared, phi, alpha, inv, xb, kb)
+        lz = _forward_one(node, lo, n, elo, psi, shift, erange, shared, phi, alpha, inv, xb, kb)
         if np.isnan(lz):
             _fb_log_one(node, edge, shared, lo, elo, n, lz1, node_m, edge_m, want_marginals, wg)
             log_z[g] = lz1[0]
@@ -489,8 +527,8 @@ def _workspace(sizes):
 
 
 @njit(cache=True)
-def _fb_shared_blocked(node, edge, psi, shift, node_off, edge_off, want_marginals, gw, log_z,
-                       node_m, edge_m):
+def _fb_shared_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                       log_z, node_m, edge_m):
     """Forward-backward of a batch with one shared edge table, up to LANES graphs at a time (graphs in
     order of length; any too long for the block buffers, or whose scale underflows, go through
     the per-graph kernels)."""
@@ -525,8 +563,8 @@ def _fb_shared_blocked(node, edge, psi, shift, node_off, edge_off, want_marginal
                 lane_w[b] = gw[g] if gw.shape[0] > 0 else 1.0
             else:
                 lane_n[b] = 0
-        _fb_block(node, psi, shift, lane_lo, lane_n, lane_w, want_marginals, phi, alpha, inv, xb,
-                  kb, beta, tmp, macc, node_m, lz, bad)
+        _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals, phi, alpha,
+                  inv, xb, kb, beta, tmp, macc, node_m, lz, bad)
         for b in range(B):
             if lane_n[b] == 0:
                 continue
@@ -542,8 +580,8 @@ def _fb_shared_blocked(node, edge, psi, shift, node_off, edge_off, want_marginal
             for j in range(K):
                 edge_m[0, i, j] += psi[0, i, j] * macc[i, j]
     if n_blocked < G:
-        _fb_graphs(node, edge, psi, shift, node_off, edge_off, order[n_blocked:], want_marginals,
-                   gw, log_z, node_m, edge_m)
+        _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, order[n_blocked:],
+                   want_marginals, gw, log_z, node_m, edge_m)
 
 
 @njit(cache=True)
@@ -566,13 +604,13 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     G = node_off.shape[0] - 1
     log_z = np.empty(G)
     node_m, edge_m = _fb_outputs(node, edge, want_marginals)
-    psi, shift = _edge_tables(edge)
+    psi, shift, erange = _edge_tables(edge)
     if edge.shape[0] == 1 and G > 1:
-        _fb_shared_blocked(node, edge, psi, shift, node_off, edge_off, want_marginals, gw, log_z,
-                           node_m, edge_m)
+        _fb_shared_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                           log_z, node_m, edge_m)
     else:
-        _fb_graphs(node, edge, psi, shift, node_off, edge_off, np.arange(G), want_marginals, gw,
-                   log_z, node_m, edge_m)
+        _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, np.arange(G),
+                   want_marginals, gw, log_z, node_m, edge_m)
     return log_z, node_m, edge_m
 
 
