@@ -292,3 +292,21 @@ def test_wide_potential_ranges_go_to_log_space():
     got, ref = CH.marginals(batch, nd, ed), BF.marginals(batch, nd, ed)
     assert _rel(got.log_z, ref.log_z) < 1e-12
     assert np.abs(got.node - ref.node).max() < 1e-10
+
+
+def test_state_suppressed_through_forbidden_transitions_goes_to_log_space():
+    """State 0 is reachable only from itself and disfavoured for 150 steps (its alpha shrinks to
+    exp(-750) and would underflow to 0), then favoured for 150: its path is the best one. Every
+    range is small, so only the small-alpha guard catches it (the scaled recursion gave -900)."""
+    from pymc_crf.inference.junction_tree import JunctionTree
+
+    node = np.vstack([np.tile([-5.0, 0.0], (150, 1)), np.tile([0.0, -6.0], (150, 1))])
+    edge = np.array([[[0.0, 0.0], [-np.inf, 0.0]]])
+    for n_graphs in (1, 3):  # per-chain kernel; lockstep lanes
+        batch = GraphBatch.chains([300] * n_graphs)
+        nd = np.tile(node, (n_graphs, 1))
+        got = CH.marginals(batch, nd, edge)
+        ref = JunctionTree().marginals(batch, nd, edge)  # log-space calibration
+        assert _rel(got.log_z, ref.log_z) < 1e-12
+        assert np.abs(got.node - ref.node).max() < 1e-10
+        assert np.abs(got.edge - ref.edge).max() < 1e-8 * n_graphs * 300

@@ -163,10 +163,15 @@ def _edge_tables(edge):
 # table (Re), every normalised alpha_t(j) > 0 is at least exp(-(Rn + Re)) / K, so every product is
 # at least exp(-2 (Rn + Re)) / K: no underflow below 1e-290 while Rn + Re <= 300. Chains beyond
 # that (probit potentials with epsilon = 0 and large scores, log-potentials of hundreds) are done
-# in log space. (A product that is exactly 0 because of a -inf entry is exact; but with forbidden
-# entries a state reachable only through near-zero paths can shrink faster than the bound over
-# several steps: a scale that underflows still sends the chain to log space.)
+# in log space. (A product that is exactly 0 because of a -inf entry is exact.)
 _SAFE_RANGE = 300.0
+# Without -inf entries that bound also keeps every normalised alpha_t(j) above exp(-300) / K >
+# 1e-150. Forbidden (-inf) entries can let a state shrink over many steps (reachable only from
+# itself while the node potentials disfavour it) until it underflows to 0, and later steps can
+# make its path the dominant one (example in tests: log Z -900 instead of -750 on a 300-step
+# chain with ranges of 6): a positive alpha below _MIN_ALPHA sends the chain to log space before
+# that can happen (one step shrinks alpha by at most exp(-300), still far from underflow).
+_MIN_ALPHA = 1e-150
 
 
 # Flags that keep IEEE inf/nan semantics (-inf log-potentials are legitimate): reassociation lets
@@ -235,8 +240,13 @@ def _forward_one(node, lo, n, elo, psi, shift, erange, shared, phi, alpha, inv, 
             return np.nan
         r = 1.0 / s
         inv[t] = r
+        small = 1.0
         for j in range(K):
-            alpha[t * K + j] *= r
+            a = alpha[t * K + j] * r
+            alpha[t * K + j] = a
+            small = min(small, a if a > 0.0 else 1.0)
+        if small < _MIN_ALPHA:
+            return np.nan
         if s < 1e-100:
             acc += np.log(s)
         else:
@@ -417,10 +427,17 @@ def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals,
                         acc[b] += np.log(prod[b])
                         prod[b] = 1.0
         it = _u(t) * Bu
+        for b in range(B):
+            s[_u(b)] = 1.0  # smallest positive normalised alpha of the lane
         for j in range(K):
             oj = o + _u(j) * Bu
             for b in range(B):
-                alpha[oj + _u(b)] *= inv[it + _u(b)]
+                a = alpha[oj + _u(b)] * inv[it + _u(b)]
+                alpha[oj + _u(b)] = a
+                s[_u(b)] = min(s[_u(b)], a if a > 0.0 else 1.0)
+        for b in range(B):
+            if t < lane_n[b] and s[b] < _MIN_ALPHA:
+                bad[b] = True
     for b in range(B):
         log_z_lane[b] = acc[b] + np.log(prod[b]) + (lane_n[b] - 1) * shift[0]
     if not want_marginals:
@@ -429,8 +446,11 @@ def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals,
     wm = np.empty(B)
     for b in range(B):
         wm[b] = 0.0 if (bad[b] or lane_n[b] == 0) else lane_w[b]
+        # a bad lane (redone in log space by the caller) carries beta = 0: its scaled beta could
+        # overflow, and 0 * inf in the lane sums would spoil the other lanes
+        b0 = 0.0 if bad[b] else 1.0
         for j in range(K):
-            beta[_u(j) * Bu + _u(b)] = 1.0
+            beta[_u(j) * Bu + _u(b)] = b0
         if lane_n[b] > 0 and not bad[b]:
             n = lane_n[b]
             for j in range(K):
@@ -447,8 +467,9 @@ def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals,
         _lane_matvec(psiT, tmp, _u(0), beta, _u(0), K, B)
         for b in range(B):
             if t >= lane_n[b]:
+                b0 = 0.0 if bad[b] else 1.0
                 for i in range(K):
-                    beta[_u(i) * Bu + _u(b)] = 1.0
+                    beta[_u(i) * Bu + _u(b)] = b0
         for b in range(B):
             s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
         for i in range(K):
