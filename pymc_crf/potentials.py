@@ -17,7 +17,8 @@ import numpy as np
 import pytensor.tensor as pt
 from scipy.special import log_ndtr
 
-__all__ = ["POTENTIALS", "log_potential", "log_potential_pt", "log_ndtr_pt", "check_potential"]
+__all__ = ["POTENTIALS", "check_potential", "linear_scores", "log_ndtr_pt", "log_potential",
+           "log_potential_pt"]
 
 POTENTIALS = ("loglinear", "probit")
 
@@ -38,6 +39,19 @@ def log_potential(score: np.ndarray, potential: str = "loglinear", epsilon: floa
     if epsilon == 0.0:
         return log_ndtr(score)
     return np.logaddexp(np.log(epsilon), np.log1p(-2.0 * epsilon) + log_ndtr(score))
+
+
+def linear_scores(node_features, node_weights, edge_features, edge_weights):
+    """Numpy scores ``a = x w``: node (N, K) or None, and edge (1, K, K) for a shared table
+    (``edge_features`` None) or (E, K, K) from edge features (Fe, K, K) weights, or None."""
+    a_node = None if node_weights is None else np.asarray(node_features) @ np.asarray(node_weights)
+    if edge_weights is None:
+        a_edge = None
+    elif edge_features is None:
+        a_edge = np.asarray(edge_weights, dtype=np.float64)[None]
+    else:
+        a_edge = np.tensordot(np.asarray(edge_features), np.asarray(edge_weights), axes=(1, 0))
+    return a_node, a_edge
 
 
 def log_ndtr_pt(a):

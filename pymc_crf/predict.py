@@ -12,7 +12,7 @@ import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.inference.select import get_engine
-from pymc_crf.potentials import log_potential
+from pymc_crf.potentials import linear_scores, log_potential
 
 __all__ = ["Prediction", "crf_attrs", "log_potentials_for", "predict", "register_predictor",
            "weight_draws"]
@@ -83,20 +83,16 @@ def log_potentials_for(data: CRFData, info: dict, node_w, edge_w):
     """Numpy node (N, K) and edge (E, K, K) / (1, K, K) log-potentials of ``data`` for one weight
     set (the numpy twin of ``crf_log_potentials``)."""
     K, pot, eps = info["n_labels"], info["potential"], info["epsilon"]
-    if node_w is not None:
-        if data.node_features is None:
-            raise ValueError("the model has node weights but the data has no node features")
-        node = log_potential(data.node_features @ node_w, pot, eps)
-    else:
-        node = np.zeros((data.graphs.n_total_nodes, K))
-    if edge_w is None:
-        edge = np.zeros((1, K, K))
-    elif info["shared_edge_table"]:
-        edge = log_potential(np.asarray(edge_w), pot, eps)[None]
-    else:
-        if data.edge_features is None:
-            raise ValueError("the model has per-edge weights but the data has no edge features")
-        edge = log_potential(np.einsum("ef,fab->eab", data.edge_features, edge_w), pot, eps)
+    if node_w is not None and data.node_features is None:
+        raise ValueError("the model has node weights but the data has no node features")
+    shared = info["shared_edge_table"]
+    if edge_w is not None and not shared and data.edge_features is None:
+        raise ValueError("the model has per-edge weights but the data has no edge features")
+    a_node, a_edge = linear_scores(data.node_features, node_w,
+                                   None if shared else data.edge_features, edge_w)
+    node = (np.zeros((data.graphs.n_total_nodes, K)) if a_node is None
+            else log_potential(a_node, pot, eps))
+    edge = np.zeros((1, K, K)) if a_edge is None else log_potential(a_edge, pot, eps)
     return node, edge
 
 

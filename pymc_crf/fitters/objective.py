@@ -19,7 +19,7 @@ import numpy as np
 
 from pymc_crf.fitters.spec import CRFSpec, extract_crf
 from pymc_crf.inference.base import Engine
-from pymc_crf.potentials import log_potential
+from pymc_crf.potentials import linear_scores, log_potential
 
 __all__ = ["CRFLogLikelihood", "GaussianLogPrior", "pointwise_log_likelihood"]
 
@@ -77,23 +77,16 @@ class CRFLogLikelihood:
 
     # ------------------------------------------------------------------ potentials
     def _tables(self, w_flat: np.ndarray):
-        """Scores and log-potential tables: (node_score, node, edge_score, edge)."""
+        """Weights by name, scores and log-potential tables: (parts, a_node, node, a_edge, edge)."""
         parts = self.spec.unflatten(np.asarray(w_flat, dtype=np.float64))
+        nw, ew = self.spec.node_weights, self.spec.edge_weights
+        a_node, a_edge = linear_scores(self.X, None if nw is None else parts[nw.name],
+                                       self.Xe, None if ew is None else parts[ew.name])
         pot, eps = self.potential, self.epsilon
-        if self.X is not None:
-            a_node = self.X @ parts[self.spec.node_weights.name]
-            node = log_potential(a_node, pot, eps)
-        else:
-            a_node, node = None, np.zeros((self.batch.n_total_nodes, self.K))
-        if self.spec.edge_weights is None:
-            a_edge, edge = None, np.zeros((1, self.K, self.K))
-        elif self.Xe is None:
-            a_edge = parts[self.spec.edge_weights.name][None]
-            edge = log_potential(a_edge, pot, eps)
-        else:
-            a_edge = np.tensordot(self.Xe, parts[self.spec.edge_weights.name], axes=(1, 0))
-            edge = log_potential(a_edge, pot, eps)
-        return a_node, node, a_edge, edge
+        node = (np.zeros((self.batch.n_total_nodes, self.K)) if a_node is None
+                else log_potential(a_node, pot, eps))
+        edge = np.zeros((1, self.K, self.K)) if a_edge is None else log_potential(a_edge, pot, eps)
+        return parts, a_node, node, a_edge, edge
 
     def _observed_scores(self, node, edge) -> tuple[np.ndarray, np.ndarray]:
         """Per-node and per-edge log-potentials of the observed labels."""
@@ -104,7 +97,7 @@ class CRFLogLikelihood:
     # ------------------------------------------------------------------ public
     def pointwise(self, w_flat: np.ndarray) -> np.ndarray:
         """Per-graph log-likelihood (G,) at one weight vector."""
-        _, node, _, edge = self._tables(w_flat)
+        _, _, node, _, edge = self._tables(w_flat)
         b = self.batch
         s_node, s_edge = self._observed_scores(node, edge)
         score = (np.bincount(b.node_graph, s_node, minlength=b.n_graphs)
@@ -114,13 +107,13 @@ class CRFLogLikelihood:
     def __call__(self, w_flat: np.ndarray) -> tuple[float, np.ndarray]:
         """Total log-likelihood and its gradient (d,) in the flat weights."""
         w_flat = np.asarray(w_flat, dtype=np.float64)
-        a_node, node, a_edge, edge = self._tables(w_flat)
+        parts, a_node, node, a_edge, edge = self._tables(w_flat)
         m = self.engine.marginals(self.batch, node, edge)
         loglinear = self.potential == "loglinear"
         value = -float(np.sum(m.log_z))
         grads = []
         if self.X is not None:
-            W = self.spec.unflatten(w_flat)[self.spec.node_weights.name]
+            W = parts[self.spec.node_weights.name]
             if loglinear:
                 # sum_i a_i[y_i] = sum_fk W_fk (X^T onehot)_fk: no gather over the N rows
                 value += float(np.sum(self._xty * W))

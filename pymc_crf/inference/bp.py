@@ -293,11 +293,7 @@ def _make_flooding(threaded: bool):
         chg = np.zeros(D)
         active = ~converged
         for it in range(max_iter):
-            n_active = 0
-            for g in range(n_graphs):
-                if active[g]:
-                    n_active += 1
-            if n_active == 0:
+            if not active.any():
                 break
             for c in prange(n_chunks):
                 _node_sums(node, msg, in_ptr, in_idx, node_graph, active, S,
@@ -333,11 +329,7 @@ def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_
     a = np.empty(K)
     active = ~converged
     for it in range(max_iter):
-        n_active = 0
-        for g in range(n_graphs):
-            if active[g]:
-                n_active += 1
-        if n_active == 0:
+        if not active.any():
             break
         step = np.zeros(n_graphs)
         for j in range(order.shape[0]):
