@@ -173,3 +173,46 @@ def test_map_engine_path_only_for_pure_crf_models():
     np.testing.assert_allclose(res["posterior"]["W2"].values, 2 * res["posterior"]["W"].values)
     with pytest.raises(ValueError, match=r"start\['W'\] has shape"):
         pmc.fit(m_det, method="map", start={"W": np.zeros(3)})
+
+
+@pytest.mark.parametrize("potential", ["loglinear", "probit"])
+@pytest.mark.parametrize("shared", [True, False])
+def test_score_pullback_pushforward(potential, shared):
+    """score + (-log Z) is the log-likelihood; pullback of (statistics - marginals) is its
+    gradient; pushforward is the directional derivative of the tables (finite differences)."""
+    rng = np.random.default_rng(3)
+    batch = pmc.GraphBatch.from_edges([[(0, 1), (1, 2), (2, 3), (3, 0), (1, 3), (3, 4)]], [5])
+    K, F, Fe = 3, 2, 2
+    X = rng.normal(size=(5, F))
+    Xe = rng.normal(size=(batch.n_edges, Fe))
+    y = rng.integers(0, K, size=5)
+    with pm.Model() as model:
+        w = pm.Normal("w", 0.0, 1.0, shape=(F, K))
+        v = pm.Normal("v", 0.0, 1.0, shape=(K, K) if shared else (Fe, K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=w,
+                edge_features=None if shared else Xe, edge_weights=v, potential=potential,
+                epsilon=0.05 if potential == "probit" else 0.0, observed=y[None])
+    ll = CRFLogLikelihood(extract_crf(model))
+    w0 = rng.normal(size=ll.size)
+    value, grad = ll(w0)
+    s, sg = ll.score(w0)
+    node, edge = ll.log_potentials(w0)
+    m = ll.engine.marginals(batch, node, edge)
+    np.testing.assert_allclose(s - m.log_z.sum(), value, rtol=1e-12)
+    on, oe = ll.observed_statistics()
+    np.testing.assert_allclose(ll.pullback(w0, on - m.node, oe - m.edge), grad, atol=1e-10)
+    # score gradient by central differences
+    h = 1e-6
+    fd = np.array([(ll.score(w0 + h * e)[0] - ll.score(w0 - h * e)[0]) / (2 * h)
+                   for e in np.eye(ll.size)])
+    np.testing.assert_allclose(sg, fd, atol=1e-6)
+    d = rng.normal(size=ll.size)
+    jn, je = ll.pushforward(w0, d)
+    n1, e1 = ll.log_potentials(w0 + h * d)
+    n0, e0 = ll.log_potentials(w0 - h * d)
+    np.testing.assert_allclose(jn, (n1 - n0) / (2 * h), atol=1e-6)
+    np.testing.assert_allclose(je, (e1 - e0) / (2 * h), atol=1e-6)
+    # adjoint identity <J^T u, d> = <u, J d>
+    un, ue = rng.normal(size=jn.shape), rng.normal(size=je.shape)
+    np.testing.assert_allclose(ll.pullback(w0, un, ue) @ d, np.sum(un * jn) + np.sum(ue * je),
+                               rtol=1e-10)

@@ -95,6 +95,76 @@ class CRFLogLikelihood:
         return node[self.rows, self.y], edge[e_idx, self.yu, self.yv]
 
     # ------------------------------------------------------------------ public
+    def log_potentials(self, w_flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Engine tables at ``w_flat``: node (N, K) and edge (E, K, K), or (1, K, K) when shared."""
+        _, _, node, _, edge = self._tables(w_flat)
+        return node, edge
+
+    def score(self, w_flat: np.ndarray) -> tuple[float, np.ndarray]:
+        """Unnormalised observed log score ``sum_i phi_i[y_i] + sum_e phi_e[y_u, y_v]`` (the
+        log-likelihood without ``-log Z``) and its gradient (d,) in the flat weights."""
+        w_flat = np.asarray(w_flat, dtype=np.float64)
+        node, edge = self.log_potentials(w_flat)
+        s_node, s_edge = self._observed_scores(node, edge)
+        return float(s_node.sum() + s_edge.sum()), self.pullback(w_flat, *self.observed_statistics())
+
+    def observed_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sufficient statistics of the observed labels in table space: node one-hots (N, K) and
+        edge indicators (E, K, K), or transition counts (1, K, K) for a shared table."""
+        if self.spec.edge_weights is not None and self.Xe is None:
+            edge = self._trans_counts[None]
+        else:
+            edge = np.zeros((self.batch.n_edges, self.K, self.K))
+            edge[np.arange(self.batch.n_edges), self.yu, self.yv] = 1.0
+        return self._onehot, edge
+
+    def pullback(self, w_flat: np.ndarray, node_vec: np.ndarray | None,
+                 edge_vec: np.ndarray | None) -> np.ndarray:
+        """``J^T v``: a table-space cotangent (node (N, K), edge (E, K, K) or, for a shared
+        table, (1, K, K) summed over edges) mapped to the flat weights (d,), where ``J`` is the
+        Jacobian of the log-potential tables in the weights.
+
+        With ``v = statistics - marginals`` this is the log-likelihood gradient; with the
+        statistics of sampled labellings it is a contrastive-divergence gradient.
+        """
+        w_flat = np.asarray(w_flat, dtype=np.float64)
+        _, a_node, _, a_edge, _ = self._tables(w_flat)
+        grads = []
+        if self.X is not None:
+            r = np.asarray(node_vec, dtype=np.float64)
+            d = _dlog_potential(a_node, self.potential, self.epsilon)
+            grads.append(self.X.T @ (r if d is None else r * d))
+        if self.spec.edge_weights is not None:
+            r = np.asarray(edge_vec, dtype=np.float64)
+            d = _dlog_potential(a_edge, self.potential, self.epsilon)
+            if self.Xe is None:
+                r = r.sum(axis=0)
+                grads.append(r if d is None else r * d[0])
+            else:
+                grads.append(np.tensordot(self.Xe, r if d is None else r * d, axes=(0, 0)))
+        return np.concatenate([g.ravel() for g in grads])
+
+    def pushforward(self, w_flat: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``J v``: a weight-space direction (d,) mapped to table space, node (N, K) and edge
+        (E, K, K) or (1, K, K) for a shared table (zeros for parts without weights)."""
+        w_flat = np.asarray(w_flat, dtype=np.float64)
+        _, a_node, _, a_edge, _ = self._tables(w_flat)
+        parts = self.spec.unflatten(np.asarray(v, dtype=np.float64))
+        nw, ew = self.spec.node_weights, self.spec.edge_weights
+        b_node, b_edge = linear_scores(self.X, None if nw is None else parts[nw.name],
+                                       self.Xe, None if ew is None else parts[ew.name])
+        if b_node is None:
+            node = np.zeros((self.batch.n_total_nodes, self.K))
+        else:
+            d = _dlog_potential(a_node, self.potential, self.epsilon)
+            node = b_node if d is None else b_node * d
+        if b_edge is None:
+            edge = np.zeros((1, self.K, self.K))
+        else:
+            d = _dlog_potential(a_edge, self.potential, self.epsilon)
+            edge = b_edge if d is None else b_edge * d
+        return node, edge
+
     def pointwise(self, w_flat: np.ndarray) -> np.ndarray:
         """Per-graph log-likelihood (G,) at one weight vector."""
         _, _, node, _, edge = self._tables(w_flat)
