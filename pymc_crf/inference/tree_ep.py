@@ -30,17 +30,16 @@ loop, and the engine reduces to exact tree inference when there is no off-tree e
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from numba import njit
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import minimum_spanning_tree
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
-from pymc_crf.inference.bp import ConvergenceWarning, labelling_score
+from pymc_crf.inference.base import LoopyResult, check_potentials
+from pymc_crf.inference.bethe import bethe_log_z, normalise_log, pair_log_belief
 from pymc_crf.inference.kernels import logsumexp_1d
+from pymc_crf.inference.loopy import LoopyEngine
 
 __all__ = ["TreeEP", "spanning_tree"]
 
@@ -469,13 +468,12 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
 
 
 @njit(cache=True)
-def _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg, node_graph, n_graphs):
-    """Node and tree-edge log beliefs of q and log Z_q per graph (exact on the tree)."""
+def _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg):
+    """Normalised node and tree-edge log beliefs of q (exact on the tree) from its messages."""
     N, K = node.shape
     T = tu.shape[0]
     lbn = np.empty((N, K))
     lbe = np.empty((T, K, K))
-    logz = np.zeros(n_graphs)
     cu = np.empty(K)
     cv = np.empty(K)
     for i in range(N):
@@ -486,40 +484,19 @@ def _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg, node_graph, n_graphs)
             din = 2 * t2 + 1 if tu[t2] == i else 2 * t2
             for x in range(K):
                 lbn[i, x] += msg[din, x]
-        z = logsumexp_1d(lbn[i])
-        deg = adj_ptr[i + 1] - adj_ptr[i]
-        for x in range(K):
-            lbn[i, x] -= z
-            if lbn[i, x] > -np.inf:
-                logz[node_graph[i]] += np.exp(lbn[i, x]) * (node[i, x] + (deg - 1) * lbn[i, x])
+        normalise_log(lbn[i], False)
     for te in range(T):
-        u = tu[te]
-        v = tv[te]
         for x in range(K):
-            cu[x] = lbn[u, x] - msg[2 * te + 1, x] if msg[2 * te + 1, x] > -np.inf else -np.inf
-            cv[x] = lbn[v, x] - msg[2 * te, x] if msg[2 * te, x] > -np.inf else -np.inf
-        m = -np.inf
-        for a in range(K):
-            for b in range(K):
-                lbe[te, a, b] = Psi[te, a, b] + cu[a] + cv[b]
-                if lbe[te, a, b] > m:
-                    m = lbe[te, a, b]
-        z = 0.0
-        for a in range(K):
-            for b in range(K):
-                z += np.exp(lbe[te, a, b] - m)
-        z = m + np.log(z)
-        for a in range(K):
-            for b in range(K):
-                lbe[te, a, b] -= z
-                lb = lbe[te, a, b]
-                if lb > -np.inf:
-                    logz[node_graph[u]] += np.exp(lb) * (Psi[te, a, b] - lb)
-    return lbn, lbe, logz
+            m_in = msg[2 * te + 1, x]
+            cu[x] = lbn[tu[te], x] - m_in if m_in > -np.inf else -np.inf
+            m_in = msg[2 * te, x]
+            cv[x] = lbn[tv[te], x] - m_in if m_in > -np.inf else -np.inf
+        pair_log_belief(Psi, te, cu, cv, lbe[te], False)
+    return lbn, lbe
 
 
 # ---------------------------------------------------------------------------- engine
-class TreeEP(Engine):
+class TreeEP(LoopyEngine):
     """Tree-structured EP with cutset conditioning and local propagation (003 ch. 3).
 
     Parameters
@@ -531,24 +508,23 @@ class TreeEP(Engine):
     damping : float
         Weight of the old term in the log-domain mixture (0: plain EP, as in the thesis).
     warn : bool
-        Emit a :class:`~pymc_crf.inference.bp.ConvergenceWarning` on non-convergence.
+        Emit a :class:`~pymc_crf.inference.base.ConvergenceWarning` on non-convergence.
     """
 
     name = "tree_ep"
-    exact = False
+    approximation = "the TreeEP (tree-structured EP) estimate"
+    method = "TreeEP"
+    hint = "try damping"
 
     def __init__(self, tol: float = 1e-9, max_iter: int = 200, damping: float = 0.0,
                  warn: bool = True):
-        if not 0.0 <= float(damping) < 1.0:
-            raise ValueError(f"damping must lie in [0, 1); got {damping}")
-        if not float(tol) > 0 or int(max_iter) < 1:
-            raise ValueError("tol must be positive and max_iter >= 1")
-        self.tol, self.max_iter, self.damping, self.warn = (float(tol), int(max_iter),
-                                                            float(damping), warn)
+        super().__init__(tol, max_iter, damping, warn)
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot, tree_mask: np.ndarray | None = None):
-        """Run TreeEP; returns ``(Marginals, tree_mask)`` (``tree_mask`` (E,) marks the edges of
-        the spanning tree used; pass one to override the mutual-information choice)."""
+    def run(self, batch: GraphBatch, node_logpot, edge_logpot,
+            tree_mask: np.ndarray | None = None) -> LoopyResult:
+        """Run TreeEP: beliefs (q on tree edges, the tilted distribution on off-tree edges), the
+        EP log Z estimate, the report, and in ``tree_mask`` (E,) the spanning tree used (pass
+        one to override the mutual-information choice)."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         N, K = node.shape
         E, G = batch.n_edges, batch.n_graphs
@@ -568,7 +544,8 @@ class TreeEP(Engine):
         nbrs = np.concatenate([tv, tu])
         tes = np.concatenate([np.arange(len(tid)), np.arange(len(tid))])
         o = np.argsort(ends, kind="stable")
-        adj_ptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=N))]).astype(np.int64)
+        degree = np.bincount(ends, minlength=N)
+        adj_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
         adj_nbr, adj_te = nbrs[o].astype(np.int64), tes[o].astype(np.int64)
         parent, pte, depth, comp, bfs, pre = _forest(N, tu, tv, adj_ptr, adj_nbr, adj_te)
         if (comp[batch.edges[:, 0]] != comp[batch.edges[:, 1]]).any():
@@ -593,38 +570,14 @@ class TreeEP(Engine):
                            depth, comp, bfs, np.arange(len(off), dtype=np.int64), off_u, ptr_n,
                            ptr_e, pn, pe, goff_ptr, self.damping, self.tol, self.max_iter, iters,
                            changes, converged, log_s, off_marg)
-        lbn, lbe, logz_q = _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg,
-                                         batch.node_graph, G)
+        lbn, lbe = _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg)
+        # log Z_q: the Bethe free energy of the tree q is exact (003 eq. (3.2))
+        logz_q = bethe_log_z(node, Psi, False, lbn, lbe, degree, batch.node_graph,
+                             batch.edge_graph[tid], G)
         log_z = logz_q + np.bincount(batch.edge_graph[off], weights=log_s, minlength=G)
-        em = np.zeros((E, K, K))
-        em[tid] = np.exp(lbe)
-        em[off] = off_marg
-        if edge.shape[0] == 1:
-            em = em.sum(0, keepdims=True) if E else np.zeros_like(edge)
-        report = {"iterations": iters, "max_change": changes, "converged": converged}
-        if self.warn and not converged.all():
-            warnings.warn(f"TreeEP did not converge on {int((~converged).sum())} of {G} graphs "
-                          f"within max_iter={self.max_iter} (tol={self.tol:g}); try damping",
-                          ConvergenceWarning, stacklevel=3)
-        return Marginals(log_z, np.exp(lbn), em, report), tree_mask
-
-    # -------------------------------------------------------------- Engine interface
-    def marginals(self, batch, node_logpot, edge_logpot):
-        """EP log Z estimate, node marginals of q, pair marginals (q on tree edges, the tilted
-        distribution on off-tree edges) and the convergence report."""
-        return self.run(batch, node_logpot, edge_logpot)[0]
-
-    def log_partition(self, batch, node_logpot, edge_logpot):
-        return self.marginals(batch, node_logpot, edge_logpot).log_z
-
-    def map_assignment(self, batch, node_logpot, edge_logpot):
-        """Argmax of the TreeEP node marginals (a heuristic on loopy graphs)."""
-        node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        labels = np.argmax(self.marginals(batch, node, edge).node, axis=1).astype(np.int64)
-        return MapResult(labels, labelling_score(batch, node, edge, labels))
-
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
-        """Samples from the model itself, delegated to the Gibbs engine."""
-        from pymc_crf.inference.gibbs import Gibbs
-
-        return Gibbs().sample(batch, node_logpot, edge_logpot, n_samples, rng)
+        log_edge = np.empty((E, K, K))
+        log_edge[tid] = lbe
+        with np.errstate(divide="ignore"):
+            log_edge[off] = np.log(off_marg)
+        return LoopyResult(None, lbn, log_edge, log_z, self.report(iters, changes, converged),
+                           tree_mask=tree_mask)
