@@ -42,8 +42,8 @@ from pymc_crf.graphs.adjacency import message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_direction, check_potentials
 
-__all__ = ["bethe_covariance_matrix", "bethe_covariance_vector_product", "bethe_log_z",
-           "normalise_log", "pair_log_belief"]
+__all__ = ["beliefs", "bethe_covariance_matrix", "bethe_covariance_vector_product", "bethe_log_z",
+           "cavity", "normalise_log", "pair_log_belief"]
 
 
 # ---------------------------------------------------------------------------- beliefs, free energy
@@ -97,6 +97,44 @@ def pair_log_belief(edge, tab, cu, cv, out, maxprod):
             out[a, b] -= m + z
 
 
+@njit(cache=True, inline="always")
+def cavity(node, msg, s, r, in_ptr, in_idx, out):
+    """out = node[s] + the messages into s except message r (r = -1: all of them), summed
+    directly (no -inf - -inf)."""
+    K = node.shape[1]
+    for k in range(K):
+        out[k] = node[s, k]
+    for p in range(in_ptr[s], in_ptr[s + 1]):
+        d2 = in_idx[p]
+        if d2 != r:
+            for k in range(K):
+                out[k] += msg[d2, k]
+
+
+@njit(cache=True)
+def beliefs(node, edge, msg, edges, in_ptr, in_idx, shared, maxprod):
+    """Normalised log node and edge beliefs from log messages.
+
+    Message ``2e`` runs ``edges[e, 0] -> edges[e, 1]`` and ``2e + 1`` back; ``in_ptr``/``in_idx``
+    list the messages entering each node (CSR). BP passes its whole graph, TreeEP its tree.
+    """
+    N, K = node.shape
+    E = edges.shape[0]
+    lbn = np.empty((N, K))
+    lbe = np.empty((E, K, K))
+    cu = np.empty(K)
+    cv = np.empty(K)
+    for i in range(N):
+        cavity(node, msg, i, -1, in_ptr, in_idx, lbn[i])
+        normalise_log(lbn[i], maxprod)
+    for e in range(E):
+        # cavity of u without the message from v (message 2e+1 is v -> u) and vice versa
+        cavity(node, msg, edges[e, 0], 2 * e + 1, in_ptr, in_idx, cu)
+        cavity(node, msg, edges[e, 1], 2 * e, in_ptr, in_idx, cv)
+        pair_log_belief(edge, 0 if shared else e, cu, cv, lbe[e], maxprod)
+    return lbn, lbe
+
+
 @njit(cache=True)
 def bethe_log_z(node, edge, shared, lbn, lbe, degree, node_graph, edge_graph, n_graphs):
     """Minus the Bethe free energy per graph from normalised log beliefs ``lbn`` (N, K) and
@@ -133,14 +171,7 @@ def _conditionals(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, shared):
     q = np.exp(msg)
     cav = np.empty(K)
     for d in range(D):
-        s = src[d]
-        for k in range(K):
-            cav[k] = node[s, k]
-        for p in range(in_ptr[s], in_ptr[s + 1]):
-            d2 = in_idx[p]
-            if d2 != (d ^ 1):
-                for k in range(K):
-                    cav[k] += msg[d2, k]
+        cavity(node, msg, src[d], d ^ 1, in_ptr, in_idx, cav)
         tab = 0 if shared else edge_of[d]
         for xt in range(K):
             m = -np.inf
@@ -168,14 +199,8 @@ def _tangent_step(dm, vn, ve, W, q, src, edge_of, flip, in_ptr, in_idx, shared, 
     dc = np.empty(K)
     raw = np.empty(K)
     for d in range(D):
-        s = src[d]
-        for k in range(K):
-            dc[k] = vn[s, k]
-        for p in range(in_ptr[s], in_ptr[s + 1]):
-            d2 = in_idx[p]
-            if d2 != (d ^ 1):
-                for k in range(K):
-                    dc[k] += dm[d2, k]
+        # the tangent of the cavity: the same sum over the tangents of the messages
+        cavity(vn, dm, src[d], d ^ 1, in_ptr, in_idx, dc)
         tab = 0 if shared else edge_of[d]
         mean = 0.0
         for xt in range(K):
@@ -201,30 +226,15 @@ def _belief_tangents(dm, vn, ve, lbn, lbe, edges, in_ptr, in_idx, shared):
     dv = np.empty(K)
     dle = np.empty((K, K))
     for i in range(N):
-        for k in range(K):
-            dl[k] = vn[i, k]
-        for p in range(in_ptr[i], in_ptr[i + 1]):
-            for k in range(K):
-                dl[k] += dm[in_idx[p], k]
+        cavity(vn, dm, i, -1, in_ptr, in_idx, dl)  # tangent of the unnormalised log belief
         mean = 0.0
         for k in range(K):
             mean += np.exp(lbn[i, k]) * dl[k]
         for k in range(K):
             dbn[i, k] = np.exp(lbn[i, k]) * (dl[k] - mean)
     for e in range(E):
-        u = edges[e, 0]
-        v = edges[e, 1]
-        for k in range(K):
-            du[k] = vn[u, k]
-            dv[k] = vn[v, k]
-        for p in range(in_ptr[u], in_ptr[u + 1]):
-            if in_idx[p] != 2 * e + 1:
-                for k in range(K):
-                    du[k] += dm[in_idx[p], k]
-        for p in range(in_ptr[v], in_ptr[v + 1]):
-            if in_idx[p] != 2 * e:
-                for k in range(K):
-                    dv[k] += dm[in_idx[p], k]
+        cavity(vn, dm, edges[e, 0], 2 * e + 1, in_ptr, in_idx, du)
+        cavity(vn, dm, edges[e, 1], 2 * e, in_ptr, in_idx, dv)
         tab = 0 if shared else e
         mean = 0.0
         for a in range(K):
@@ -241,26 +251,12 @@ def bethe_covariance_vector_product(batch: GraphBatch, node_logpot, edge_logpot,
                                     engine, state: LoopyResult | None = None,
                                     rtol: float = 1e-12, maxiter: int = 2000
                                     ) -> tuple[np.ndarray, np.ndarray]:
-    """Linear-response covariance of the sufficient statistics applied to ``(v_node, v_edge)``.
-
-    Parameters
-    ----------
-    batch, node_logpot, edge_logpot
-        The model, as for any engine (``edge_logpot`` may be a shared ``(1, K, K)`` table).
-    v_node, v_edge
-        Direction, shaped like ``node_logpot`` and ``edge_logpot``.
-    engine : BeliefPropagation
-        The sum-product engine whose fixed point is used (its ``run`` gives the messages).
-    state
-        A fixed point already computed for these potentials (skips the run).
-    rtol, maxiter
-        GMRES settings for the linearised message equations.
-
-    Returns
-    -------
-    (d_node, d_edge)
-        Derivatives of the node beliefs (N, K) and edge beliefs (E, K, K) along the direction;
-        with a shared table, ``d_edge`` is summed over edges, shape (1, K, K).
+    """The Hessian of minus the Bethe free energy at ``engine``'s sum-product fixed point
+    applied to ``(v_node, v_edge)``: the derivatives of the beliefs along that direction, shaped
+    like the potentials (a shared table's summed over edges). ``state`` is a fixed point already
+    computed for these potentials (skips ``engine.run``); ``rtol``, ``maxiter`` are the GMRES
+    settings of the linearised message equations. The public entry point, with a default
+    engine, is :func:`pymc_crf.inference.linear_response.linear_response_vector_product`.
     """
     node, edge = check_potentials(batch, node_logpot, edge_logpot)
     vn, ve = check_direction(node, edge, v_node, v_edge)
@@ -300,12 +296,9 @@ def bethe_covariance_vector_product(batch: GraphBatch, node_logpot, edge_logpot,
 
 def bethe_covariance_matrix(batch: GraphBatch, node_logpot, edge_logpot, engine, graph: int = 0,
                             symmetrise: bool = True) -> np.ndarray:
-    """Dense linear-response covariance of one graph's sufficient statistics.
-
-    Order as :meth:`Engine.feature_covariance`: node indicators (node-major) then edge indicators
-    (edge-major, or the ``K*K`` summed statistics for a shared table). All columns are solved in
-    one batched system (the graph replicated once per column), so this is meant for small graphs.
-    ``engine`` is the sum-product engine whose fixed point is used.
+    """Dense linear-response covariance of graph ``graph``'s sufficient statistics at
+    ``engine``'s fixed point, ordered as :meth:`Engine.feature_covariance`. All columns are solved
+    in one batched system (the graph replicated once per column), so this is for small graphs.
     """
     node, edge = check_potentials(batch, node_logpot, edge_logpot)
     if not 0 <= graph < batch.n_graphs:

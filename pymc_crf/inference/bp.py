@@ -28,11 +28,12 @@ from pymc_crf.inference.base import (
     labelling_score,
 )
 from pymc_crf.inference.bethe import (
+    beliefs,
     bethe_covariance_matrix,
     bethe_covariance_vector_product,
     bethe_log_z,
+    cavity,
     normalise_log,
-    pair_log_belief,
 )
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine
@@ -50,19 +51,6 @@ bp_structure = message_layout  # graphs/adjacency.py (cached on the batch)
 
 
 # ---------------------------------------------------------------------------- numba kernels
-@njit(cache=True, inline="always")
-def _cavity(node, msg, s, r, in_ptr, in_idx, out):
-    """out = node[s] + messages into s except message r (summed directly: no -inf - -inf)."""
-    K = node.shape[1]
-    for k in range(K):
-        out[k] = node[s, k]
-    for p in range(in_ptr[s], in_ptr[s + 1]):
-        d2 = in_idx[p]
-        if d2 != r:
-            for k in range(K):
-                out[k] += msg[d2, k]
-
-
 @njit(cache=True, inline="always")
 def _send(edge, P, tab, flip, cav, maxprod, damping, msg, d, a, out):
     """New log message (normalised to max 0) from the cavity ``cav`` of its source; returns the
@@ -214,7 +202,7 @@ def _update_range(node, edge, P, msg, new, chg, S, src, edge_of, flip, in_ptr, i
             for k in range(K):
                 cav[k] = S[s, k] - msg[r, k]
         else:
-            _cavity(node, msg, s, r, in_ptr, in_idx, cav)
+            cavity(node, msg, s, r, in_ptr, in_idx, cav)
         tab = 0 if shared else edge_of[d]
         chg[d] = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg, d, a, out)
         for k in range(K):
@@ -288,7 +276,7 @@ def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_
             g = msg_graph[d]
             if not active[g]:
                 continue
-            _cavity(node, msg, src[d], d ^ 1, in_ptr, in_idx, cav)
+            cavity(node, msg, src[d], d ^ 1, in_ptr, in_idx, cav)
             tab = 0 if shared else edge_of[d]
             c = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg, d, a, out)
             for k in range(K):
@@ -296,31 +284,6 @@ def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_
             if not c <= step[g]:
                 step[g] = c
         record_sweep(it, step, tol, active, iters, changes, converged)
-
-
-@njit(cache=True)
-def _beliefs(node, edge, msg, edges, in_ptr, in_idx, shared, maxprod):
-    """Normalised log node and edge beliefs from the messages."""
-    N, K = node.shape
-    E = edges.shape[0]
-    lbn = np.empty((N, K))
-    lbe = np.empty((E, K, K))
-    cu = np.empty(K)
-    cv = np.empty(K)
-    for i in range(N):
-        for k in range(K):
-            lbn[i, k] = node[i, k]
-        for p in range(in_ptr[i], in_ptr[i + 1]):
-            d = in_idx[p]
-            for k in range(K):
-                lbn[i, k] += msg[d, k]
-        normalise_log(lbn[i], maxprod)
-    for e in range(E):
-        # cavity of u without the message from v (message 2e+1 is v -> u) and vice versa
-        _cavity(node, msg, edges[e, 0], 2 * e + 1, in_ptr, in_idx, cu)
-        _cavity(node, msg, edges[e, 1], 2 * e, in_ptr, in_idx, cv)
-        pair_log_belief(edge, 0 if shared else e, cu, cv, lbe[e], maxprod)
-    return lbn, lbe
 
 
 # ---------------------------------------------------------------------------- engine
@@ -427,8 +390,8 @@ class BeliefPropagation(LoopyEngine):
                 with np.errstate(divide="ignore"):
                     m = m + np.log(np.exp(msg - m).sum(axis=1, keepdims=True))
             msg -= m
-        lbn, lbe = _beliefs(node, edge, msg, batch.edges, st.in_ptr, st.in_idx, shared,
-                            max_product)
+        lbn, lbe = beliefs(node, edge, msg, batch.edges, st.in_ptr, st.in_idx, shared,
+                           max_product)
         log_z = np.zeros(G) if max_product else bethe_log_z(
             node, edge, shared, lbn, lbe, st.degree, batch.node_graph, batch.edge_graph, G)
         report = self.report(iters, changes, converged,

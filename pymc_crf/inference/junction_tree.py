@@ -30,7 +30,14 @@ from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.graphs.junction_tree import HEURISTICS, JunctionTreeStructure
-from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
+from pymc_crf.inference.base import (
+    Engine,
+    MapResult,
+    Marginals,
+    as_generator,
+    check_direction,
+    check_potentials,
+)
 
 __all__ = ["JunctionTree"]
 
@@ -577,13 +584,7 @@ class JunctionTree(Engine):
     def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
-        v_node = np.ascontiguousarray(v_node, dtype=np.float64)
-        v_edge = np.ascontiguousarray(v_edge, dtype=np.float64)
-        if v_node.shape != node.shape or v_edge.shape != edge.shape:
-            raise ValueError(f"direction shapes {v_node.shape}, {v_edge.shape} must match the "
-                             f"potentials {node.shape}, {edge.shape}")
-        if not (np.isfinite(v_node).all() and np.isfinite(v_edge).all()):
-            raise ValueError("direction (v_node, v_edge) contains NaN or inf")
+        v_node, v_edge = check_direction(node, edge, v_node, v_edge)
         edge2 = edge.reshape(edge.shape[0], K * K)
         vedge2 = v_edge.reshape(edge.shape[0], K * K)
         cn = np.zeros_like(node)

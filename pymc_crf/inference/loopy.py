@@ -77,7 +77,7 @@ class LoopyEngine(Engine):
         """The per-graph convergence report of a run; warns (if ``warn``) when some graphs did
         not converge. ``method`` overrides the class's name for the algorithm."""
         rep = convergence_report(iterations, max_change, converged)
-        if self.warn:
+        if self.warn and not converged.all():
             warn_unconverged(rep, method or self.method, self.stopping(), self.hint,
                              stacklevel=4)
         return rep

@@ -26,21 +26,21 @@ __all__ = ["MeanField"]
 @njit(cache=True)
 def _mf_run(node, edge, shared, q, order, ptr, src, edge_of, flip, in_ptr, in_idx, node_graph,
             n_graphs, damping, tol, max_iter, iters, changes, converged):
-    K = node.shape[1]
-    lq = np.empty(K)
+    """Sweeps of block coordinate ascent, one colour class at a time, until every graph has
+    converged (its largest marginal change in a sweep below ``tol``) or ``max_iter``."""
+    lq = np.empty(node.shape[1])
     active = ~converged
     for it in range(max_iter):
-        if not active.any():
-            break
         step = np.zeros(n_graphs)
         for c in range(ptr.shape[0] - 1):
             for j in range(ptr[c], ptr[c + 1]):
                 i = order[j]
-                g = node_graph[i]
-                if active[g]:
+                if active[node_graph[i]]:
                     _update_node(node, edge, shared, q, i, src, edge_of, flip, in_ptr, in_idx,
-                                 damping, lq, step, g)
+                                 damping, lq, step, node_graph[i])
         record_sweep(it, step, tol, active, iters, changes, converged)
+        if not active.any():
+            break
 
 
 @njit(cache=True, inline="always")

@@ -37,7 +37,7 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_potentials
-from pymc_crf.inference.bethe import bethe_log_z, normalise_log, pair_log_belief
+from pymc_crf.inference.bethe import beliefs, bethe_log_z, cavity
 from pymc_crf.inference.kernels import logsumexp_1d
 from pymc_crf.inference.loopy import LoopyEngine
 
@@ -202,20 +202,15 @@ def _paths(off_u, off_v, parent, pte, depth, N):
 
 
 @njit(cache=True)
-def _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col):
-    """Tree message a -> b over tree edge te (log, normalised), stored in ``msg``."""
+def _send(a, te, node, Psi, tu, adj_ptr, into, msg, buf, col):
+    """Tree message from ``a`` over tree edge te (log, normalised), stored in ``msg``.
+
+    Tree message ``2t`` runs ``tu[t] -> tv[t]`` and ``2t + 1`` back; ``into`` lists the messages
+    entering each node in adjacency order, so the cavity of ``a`` is BP's."""
     K = node.shape[1]
-    for x in range(K):
-        buf[x] = node[a, x]
-    for p in range(adj_ptr[a], adj_ptr[a + 1]):
-        w = adj_nbr[p]
-        if w != b:
-            t2 = adj_te[p]
-            din = 2 * t2 if tu[t2] == w else 2 * t2 + 1
-            for x in range(K):
-                buf[x] += msg[din, x]
     fwd = tu[te] == a
     dout = 2 * te if fwd else 2 * te + 1
+    cavity(node, msg, a, dout ^ 1, adj_ptr, into, buf)
     for y in range(K):
         for x in range(K):
             col[x] = buf[x] + (Psi[te, x, y] if fwd else Psi[te, y, x])
@@ -230,7 +225,7 @@ def _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col):
 
 
 @njit(cache=True)
-def _move(c, target, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, bufa,
+def _move(c, target, parent, pte, depth, node, Psi, tu, adj_ptr, into, msg, bufa,
           bufb, route, buf, col):
     """Local propagation: move the centre c -> target, recomputing the messages on the route."""
     n = _route(c, target, parent, depth, bufa, bufb, route)
@@ -238,7 +233,7 @@ def _move(c, target, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te
         a = route[k]
         b = route[k + 1]
         te = pte[a] if parent[a] == b else pte[b]
-        _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col)
+        _send(a, te, node, Psi, tu, adj_ptr, into, msg, buf, col)
 
 
 @njit(cache=True)
@@ -333,7 +328,7 @@ def _pair_logs(k, L, C, phi, al, be, ac, bc, lzt, lzc, lp, lc, col):
 
 
 @njit(cache=True)
-def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, pte, depth,
+def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, into, parent, pte, depth,
                  comp, bfs, off_e, off_u, ptr_n, ptr_e, pn, pe, goff_ptr, damping, tol,
                  max_iter, iters, changes, converged, log_s, off_marg):
     """TreeEP for every graph of the batch. ``Psi`` (tree tables) is updated in place; returns
@@ -368,7 +363,7 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
     for j in range(N - 1, -1, -1):
         i = bfs[j]
         if parent[i] >= 0:
-            _send(i, parent[i], pte[i], node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col)
+            _send(i, pte[i], node, Psi, tu, adj_ptr, into, msg, buf, col)
     G = goff_ptr.shape[0] - 1
     for g in range(G):
         lo, hi = goff_ptr[g], goff_ptr[g + 1]
@@ -381,7 +376,7 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
             for o in range(lo, hi):
                 u = off_u[o]
                 r = comp[u]
-                _move(centre[r], u, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te,
+                _move(centre[r], u, parent, pte, depth, node, Psi, tu, adj_ptr, into,
                       msg, bufa, bufb, route, buf, col)
                 centre[r] = u
                 n0, e0 = ptr_n[o], ptr_e[o]
@@ -435,8 +430,8 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
                                 Psi[te, y, x] = v
                 # the messages along the path towards u changed: recompute them (centre stays u)
                 for k in range(L - 1, -1, -1):
-                    _send(pn[n0 + k + 1], pn[n0 + k], pe[e0 + k], node, Psi, tu, adj_ptr,
-                          adj_nbr, adj_te, msg, buf, col)
+                    _send(pn[n0 + k + 1], pe[e0 + k], node, Psi, tu, adj_ptr, into, msg, buf,
+                          col)
             if final:
                 break
             iters[g] = it + 1
@@ -460,39 +455,10 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
                 b = adj_nbr[p]
                 if b != bufa[a]:
                     bufa[b] = a
-                    _send(a, b, adj_te[p], node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf,
-                          col)
+                    _send(a, adj_te[p], node, Psi, tu, adj_ptr, into, msg, buf, col)
                     route[n] = b
                     n += 1
     return msg
-
-
-@njit(cache=True)
-def _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg):
-    """Normalised node and tree-edge log beliefs of q (exact on the tree) from its messages."""
-    N, K = node.shape
-    T = tu.shape[0]
-    lbn = np.empty((N, K))
-    lbe = np.empty((T, K, K))
-    cu = np.empty(K)
-    cv = np.empty(K)
-    for i in range(N):
-        for x in range(K):
-            lbn[i, x] = node[i, x]
-        for p in range(adj_ptr[i], adj_ptr[i + 1]):
-            t2 = adj_te[p]
-            din = 2 * t2 + 1 if tu[t2] == i else 2 * t2
-            for x in range(K):
-                lbn[i, x] += msg[din, x]
-        normalise_log(lbn[i], False)
-    for te in range(T):
-        for x in range(K):
-            m_in = msg[2 * te + 1, x]
-            cu[x] = lbn[tu[te], x] - m_in if m_in > -np.inf else -np.inf
-            m_in = msg[2 * te, x]
-            cv[x] = lbn[tv[te], x] - m_in if m_in > -np.inf else -np.inf
-        pair_log_belief(Psi, te, cu, cv, lbe[te], False)
-    return lbn, lbe
 
 
 # ---------------------------------------------------------------------------- engine
@@ -547,6 +513,9 @@ class TreeEP(LoopyEngine):
         degree = np.bincount(ends, minlength=N)
         adj_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
         adj_nbr, adj_te = nbrs[o].astype(np.int64), tes[o].astype(np.int64)
+        # messages entering each node in adjacency order (tree message 2t runs tu[t] -> tv[t]
+        # and 2t + 1 back, as BP's messages on the tree)
+        into = np.where(tu[adj_te] == ends[o], 2 * adj_te + 1, 2 * adj_te).astype(np.int64)
         parent, pte, depth, comp, bfs, pre = _forest(N, tu, tv, adj_ptr, adj_nbr, adj_te)
         if (comp[batch.edges[:, 0]] != comp[batch.edges[:, 1]]).any():
             raise ValueError("tree_mask is not a spanning forest of the batch (an edge joins two "
@@ -566,11 +535,12 @@ class TreeEP(LoopyEngine):
         log_s = np.zeros(len(off))
         off_marg = np.zeros((len(off), K, K))
         edge_tab = np.ascontiguousarray(edge[tab[off]])
-        msg = _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, pte,
+        msg = _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, into, parent, pte,
                            depth, comp, bfs, np.arange(len(off), dtype=np.int64), off_u, ptr_n,
                            ptr_e, pn, pe, goff_ptr, self.damping, self.tol, self.max_iter, iters,
                            changes, converged, log_s, off_marg)
-        lbn, lbe = _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg)
+        lbn, lbe = beliefs(node, Psi, msg, np.stack([tu, tv], axis=1), adj_ptr, into, False,
+                           False)
         # log Z_q: the Bethe free energy of the tree q is exact (003 eq. (3.2))
         logz_q = bethe_log_z(node, Psi, False, lbn, lbe, degree, batch.node_graph,
                              batch.edge_graph[tid], G)
