@@ -4,7 +4,9 @@ Setting of issue 4: fields ~ N(0, 1), couplings ~ N(0, 0.5^2), flooding schedule
 (log domain), tolerance 1e-9 on the largest change of the max-normalised log messages. Both
 implementations run the same log-domain schedule from uniform messages, so they take the same
 number of sweeps; both timings include the final beliefs. Also times TreeEP on a 30x30 grid
-(libDAI's TreeEP takes ~1.1 s there).
+(libDAI's TreeEP takes ~1.1 s there), and warm-started BP calls on a 5x5 grid as a
+Metropolis-Hastings sampler on the Bethe likelihood makes them: from the fixed point of the
+previous parameter, against a cold start of the same call.
 
 Run: ``.venv/bin/python bench/bench_bp.py [--repeats 3] [--seed 0]``
 """
@@ -17,8 +19,10 @@ import time
 import numpy as np
 from numba import get_num_threads
 
+from pymc_crf.graphs.adjacency import message_layout
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.bp import BeliefPropagation, bp_structure
+from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.inference.tree_ep import TreeEP
 
 TOL = 1e-9
 DAMPING = 0.5
@@ -100,7 +104,7 @@ def main(argv=None) -> None:
           f"{'speed-up':>9} {'max |db|':>9}")
     for n in (30, 100):
         b, node, edge = ising_grid(n, rng)
-        bp_structure(b)  # structure is cached per batch, as in repeated use
+        message_layout(b)  # structure is cached per batch, as in repeated use
         t_np, (bel, it_np) = best_time(
             lambda b=b, node=node, edge=edge: numpy_bp(b, node, edge), args.repeats)
         for label, bp in engines.items():
@@ -112,17 +116,35 @@ def main(argv=None) -> None:
             print(f"{n:>4}x{n:<4} {label:>17} {it:>6} {t_nb:>10.4f} {t_np:>10.4f} "
                   f"{t_np / t_nb:>8.1f}x {np.abs(bel - m.node).max():>9.1e}")
 
-    try:
-        from pymc_crf.inference.tree_ep import TreeEP
-    except ImportError:
-        print("TreeEP not available")
-        return
     b, node, edge = ising_grid(30, rng)
     ep = TreeEP()
     ep.marginals(*ising_grid(4, rng))  # compile
     t_ep, m = best_time(lambda: ep.marginals(b, node, edge), args.repeats)
     print(f"TreeEP 30x30: {t_ep:.3f} s, {int(m.report['iterations'][0])} sweeps, converged "
           f"{bool(m.report['converged'][0])} (libDAI TreeEP: ~1.1 s)")
+    warm_starts(engines["numba serial"], rng, args.repeats)
+
+
+def warm_starts(bp: BeliefPropagation, rng: np.random.Generator, repeats: int,
+                calls: int = 200) -> None:
+    """Time per BP call on a 5x5 grid (K = 2), warm-started from the messages of the previous
+    parameter's fixed point, and cold; the parameter moves by 0 or 1% of the couplings."""
+    b, node, edge = ising_grid(5, rng)
+    start = bp.run(b, node, edge).messages
+    print(f"BP calls on a 5x5 grid, K = 2 (best of {repeats} blocks of {calls} calls)")
+    print(f"{'step':>6} {'warm [us]':>10} {'sweeps':>7} {'cold [us]':>10} {'sweeps':>7}")
+    for step in (0.0, 0.01):
+        near = edge * (1.0 + step)
+
+        def block(messages, near=near):
+            for _ in range(calls):
+                out = bp.run(b, node, near, messages=messages)
+            return out
+
+        t_warm, warm = best_time(lambda: block(start), repeats)
+        t_cold, cold = best_time(lambda: block(None), repeats)
+        print(f"{step:>6.0%} {t_warm / calls * 1e6:>10.1f} {int(warm.report['iterations'][0]):>7} "
+              f"{t_cold / calls * 1e6:>10.1f} {int(cold.report['iterations'][0]):>7}")
 
 
 if __name__ == "__main__":

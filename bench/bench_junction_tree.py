@@ -19,7 +19,7 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.graphs.junction_tree import JunctionTreeStructure, junction_tree
+from pymc_crf.graphs.junction_tree import JunctionTreeStructure
 from pymc_crf.inference.junction_tree import JunctionTree
 
 LIBDAI_MS = {5: 0.4, 10: 4.6}
@@ -112,7 +112,7 @@ def main() -> None:
     for n, reps, np_reps in ((5, 3000, 200), (8, 500, 40), (10, 200, 15)):
         batch = GraphBatch.grid(n, n)
         node, edge = ising_problem(batch, rng)
-        jt = junction_tree(batch, 0)
+        jt = batch.junction_tree(0)
         res = engine.marginals(batch, node, edge)
         ref = numpy_reference(jt, batch.local_edges(0), node, edge)
         err = max(abs(res.log_z[0] - ref[0]), np.abs(res.node - ref[1]).max(),

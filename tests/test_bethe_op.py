@@ -1,4 +1,4 @@
-"""``inference="bethe"`` through the LogPartition Op and the CRF distribution (issue 4, item 2)."""
+"""``inference="bethe"`` through the LogPartition Op and the CRF distribution."""
 
 import numpy as np
 import pymc as pm

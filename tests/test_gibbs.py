@@ -4,9 +4,10 @@ import networkx as nx
 import numpy as np
 import pytest
 
+from pymc_crf.graphs.adjacency import colour_classes
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
-from pymc_crf.inference.gibbs import Gibbs, colour_order
+from pymc_crf.inference.gibbs import Gibbs
 
 
 def _model(K=3, seed=0, shared=False):
@@ -15,16 +16,6 @@ def _model(K=3, seed=0, shared=False):
     node = rng.normal(size=(b.n_total_nodes, K))
     edge = rng.normal(size=(1 if shared else b.n_edges, K, K))
     return b, node, edge
-
-
-def test_colouring_is_proper_and_covers_every_node():
-    b, _, _ = _model()
-    order, ptr = colour_order(b)
-    assert np.array_equal(np.sort(order), np.arange(b.n_total_nodes))
-    colour = np.empty(b.n_total_nodes, int)
-    for c in range(len(ptr) - 1):
-        colour[order[ptr[c]:ptr[c + 1]]] = c
-    assert (colour[b.edges[:, 0]] != colour[b.edges[:, 1]]).all()
 
 
 @pytest.mark.parametrize("shared", [False, True])
@@ -76,8 +67,21 @@ def test_map_heuristic_finds_the_mode_of_a_small_graph():
 
 def test_init_and_bad_input():
     b, node, edge = _model(K=2)
-    s = Gibbs(burn_in=0).run(b, node, edge, 1, rng=0, init=np.zeros(b.n_total_nodes, int))[0]
-    assert s.shape == (1, b.n_total_nodes)
+    init = np.zeros(b.n_total_nodes, int)
+    chain = Gibbs(burn_in=0).run(b, node, edge, 1, rng=0, init=init)
+    assert chain.samples.shape == (1, b.n_total_nodes) and chain.node.shape == node.shape
+    # one sweep from the given labelling: the nodes of the first colour class are drawn given
+    # their neighbours' labels in init (all 0), so their stored conditionals are those
+    order, ptr = colour_classes(b)
+    for i in order[ptr[0]:ptr[1]]:
+        logit = node[i].copy()
+        for e, (u, v) in enumerate(b.edges):
+            if u == i:
+                logit += edge[e][:, 0]
+            elif v == i:
+                logit += edge[e][0, :]
+        np.testing.assert_allclose(chain.node[i], np.exp(logit) / np.exp(logit).sum(),
+                                   atol=1e-12)
     with pytest.raises(ValueError, match="labels"):
         Gibbs().run(b, node, edge, 1, init=np.zeros(3, int))
     with pytest.raises(ValueError, match="thin"):

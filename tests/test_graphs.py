@@ -83,3 +83,61 @@ def test_label_and_feature_checks():
         b.check_features(np.array([[0.0], [np.inf], [1], [1], [1]]), "node")
     with pytest.raises(ValueError, match="one row per node"):
         b.check_features(np.zeros((4, 2)), "node")
+
+
+def test_cached_computes_once_per_key():
+    b = GraphBatch.grid(2, 2)
+    calls = []
+
+    def factory():
+        calls.append(1)
+        return object()
+
+    assert not b.has_cached(("test", 1))
+    first = b.cached(("test", 1), factory)
+    assert b.cached(("test", 1), factory) is first and len(calls) == 1
+    assert b.has_cached(("test", 1))
+    assert b.cached(("test", 2), factory) is not first and len(calls) == 2
+
+
+def test_junction_tree_and_treewidth_are_cached_per_shape():
+    b = GraphBatch.grid(3, 3, n_graphs=3)
+    assert b.junction_tree(2) is b.junction_tree(0)
+    assert b.treewidth_is_exact(1)
+    big = GraphBatch.grid(12, 12)
+    assert big.treewidth(limit=3)[0] > 3 and not big.treewidth_is_exact(0)
+    with pytest.raises(ValueError, match="out of range"):
+        b.junction_tree(3)
+    with pytest.raises(ValueError, match="heuristic"):
+        b.treewidth("greedy")
+
+
+def test_message_layout_lists_every_directed_edge_once():
+    from pymc_crf.graphs.adjacency import message_layout
+
+    b = GraphBatch.from_edges([[(0, 1), (2, 1), (0, 2)], [], [(1, 0)]], [3, 1, 2])
+    st = message_layout(b)
+    assert message_layout(b) is st
+    E = b.n_edges
+    for d in range(2 * E):
+        u, v = b.edges[d // 2]
+        assert (st.src[d], st.dst[d]) == ((u, v) if d % 2 == 0 else (v, u))
+        assert st.flip[d] == (d % 2 == 1) and st.graph[d] == b.edge_graph[d // 2]
+    for i in range(b.n_total_nodes):
+        into = sorted(st.in_idx[st.in_ptr[i]:st.in_ptr[i + 1]].tolist())
+        assert into == [d for d in range(2 * E) if st.dst[d] == i]
+        assert st.degree[i] == len(into)
+    assert sorted(st.order.tolist()) == list(range(2 * E))
+
+
+def test_colour_classes_are_proper_and_cover_every_node():
+    from pymc_crf.graphs.adjacency import colour_classes
+
+    b = GraphBatch.from_networkx([nx.grid_2d_graph(3, 3), nx.complete_graph(4), nx.path_graph(3)])
+    order, ptr = colour_classes(b)
+    assert np.array_equal(np.sort(order), np.arange(b.n_total_nodes))
+    colour = np.empty(b.n_total_nodes, int)
+    for c in range(len(ptr) - 1):
+        colour[order[ptr[c]:ptr[c + 1]]] = c
+    assert (colour[b.edges[:, 0]] != colour[b.edges[:, 1]]).all()
+    assert len(ptr) - 1 == 4  # K4 needs four colours, and greedy largest-first finds four

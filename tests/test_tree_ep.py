@@ -84,7 +84,7 @@ def test_tree_choice_by_mutual_information():
     mi = edge_mutual_information(b, node, edge)
     assert mi[0] > mi[1] > mi[2] > 0
     assert spanning_tree(b, mi).tolist() == [True, True, False]
-    _, mask = TreeEP().run(b, node, edge)
+    mask = TreeEP().run(b, node, edge).tree_mask
     assert mask.tolist() == [True, True, False]
 
 

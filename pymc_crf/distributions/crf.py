@@ -249,7 +249,7 @@ class CRF(Distribution):
                              "it takes no other size or shape")
         node, edge, K = crf_log_potentials(graphs, node_features, node_weights, edge_features,
                                            edge_weights, potential, epsilon, n_labels)
-        engine = get_engine(inference, graphs, max_treewidth=max_treewidth)
+        engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
         rv = super().dist([node, edge], batch=graphs, engine=engine, **kwargs)
         # What fitters need to read the model back (features, weight tensors, potential).
         rv.owner.op.crf_info = CRFInfo(

@@ -77,14 +77,12 @@ def from_sequences(sequences: Sequence[Any]) -> tuple[GraphBatch, np.ndarray]:
 
 def replicate_batch(batch: GraphBatch, n_classes: int) -> GraphBatch:
     """The batch of ``n_classes * G`` (class, graph) pairs, pair ``c * G + g`` (cached on batch)."""
-    key = ("hcrf_replicated", int(n_classes))
-    if key not in batch._cache:
+    def build() -> GraphBatch:
         if batch.is_chain:
-            rep = GraphBatch.chains(np.tile(batch.n_nodes, n_classes))
-        else:
-            rep = batch.subset(np.tile(np.arange(batch.n_graphs), n_classes))
-        batch._cache[key] = rep
-    return batch._cache[key]
+            return GraphBatch.chains(np.tile(batch.n_nodes, n_classes))
+        return batch.subset(np.tile(np.arange(batch.n_graphs), n_classes))
+
+    return batch.cached(("hcrf_replicated", int(n_classes)), build)
 
 
 def check_class_labels(labels: Any, n_graphs: int, n_classes: int) -> np.ndarray:

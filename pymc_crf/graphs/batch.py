@@ -10,14 +10,23 @@ Everything is validated once, here, so that the numba engines below can trust th
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
 
 import networkx as nx
 import numpy as np
 
+from pymc_crf.graphs.junction_tree import (
+    HEURISTICS,
+    JunctionTreeStructure,
+    elimination_order,
+    junction_tree_from_edges,
+)
+
 __all__ = ["GraphBatch", "GraphStructureError"]
+
+T = TypeVar("T")
 
 CHAIN, TREE, LOOPY = "chain", "tree", "loopy"
 
@@ -63,7 +72,7 @@ class GraphBatch:
         self.edges = np.ascontiguousarray(edges)
         self.node_graph = np.repeat(np.arange(self.n_graphs, dtype=np.int64), self.n_nodes)
         self.edge_graph = np.repeat(np.arange(self.n_graphs, dtype=np.int64), edge_counts)
-        self._cache: dict[str, Any] = {}
+        self._cache: dict[Hashable, Any] = {}
         self._validate()
         for a in (self.n_nodes, self.node_offsets, self.edge_offsets, self.edges,
                   self.node_graph, self.edge_graph):
@@ -223,20 +232,93 @@ class GraphBatch:
     def is_forest(self) -> bool:
         return bool((self.kinds != LOOPY).all())
 
-    def junction_tree(self, g: int, heuristic: str = "min_fill"):
-        """The junction tree of graph ``g`` (cached per distinct structure)."""
-        from pymc_crf.graphs.junction_tree import junction_tree
+    # ------------------------------------------------------------------ derived-structure cache
+    def cached(self, key: Hashable, factory: Callable[[], T]) -> T:
+        """The structure cached under ``key``, computed by ``factory()`` on first use.
 
-        return junction_tree(self, g, heuristic=heuristic)
+        The batch is immutable, so anything derived from its structure alone (message layouts,
+        colourings, junction trees, compiled index arrays) can be computed once and reused by
+        every later call, e.g. every log-density evaluation of a sampler. Keys are tuples whose
+        first entry names the module that owns the entry (``("bp", "layout")``), so modules
+        never collide.
+        """
+        if key not in self._cache:
+            self._cache[key] = factory()
+        return self._cache[key]
+
+    def has_cached(self, key: Hashable) -> bool:
+        """Whether :meth:`cached` already holds an entry for ``key``."""
+        return key in self._cache
+
+    def junction_tree(self, g: int, heuristic: str = "min_fill") -> JunctionTreeStructure:
+        """The junction tree of graph ``g``, computed once per distinct graph shape.
+
+        Parameters
+        ----------
+        g : int
+            Graph index.
+        heuristic : {"min_fill", "min_weight"}
+            Greedy triangulation heuristic (see
+            :func:`~pymc_crf.graphs.junction_tree.elimination_order`).
+
+        Returns
+        -------
+        JunctionTreeStructure
+            Shared (frozen) by every graph of the batch with the same local structure.
+        """
+        if heuristic not in HEURISTICS:
+            raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of "
+                             f"{HEURISTICS}")
+        if not 0 <= g < self.n_graphs:
+            raise ValueError(f"graph index {g} out of range 0..{self.n_graphs - 1}")
+        return self.cached(
+            ("junction_tree", heuristic, self.structure_key(g)),
+            lambda: junction_tree_from_edges(int(self.n_nodes[g]), self.local_edges(g), heuristic))
 
     def treewidth(self, heuristic: str = "min_fill", limit: int | None = None) -> np.ndarray:
-        """Treewidth per graph from the elimination heuristic (an upper bound on the true one).
+        """Treewidth per graph of its triangulation (an upper bound, exact on trees and small grids).
 
-        With ``limit``, elimination stops once a graph is known to exceed it.
+        Parameters
+        ----------
+        heuristic : {"min_fill", "min_weight"}
+        limit : int, optional
+            Only decide whether each width is <= ``limit``: the elimination of a shape stops as
+            soon as it exceeds the limit (unless its junction tree is already cached), and such
+            graphs report the width reached at that point, a value > ``limit`` but not
+            necessarily the full width. Graphs within the limit get their junction tree built and
+            cached as usual.
+
+        Returns
+        -------
+        ndarray of int64, shape (G,)
         """
-        from pymc_crf.graphs.junction_tree import treewidth
+        if heuristic not in HEURISTICS:
+            raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of "
+                             f"{HEURISTICS}")
+        out = np.empty(self.n_graphs, dtype=np.int64)
+        # widths of shapes whose elimination stopped above some limit (a lower bound on the width)
+        over: dict[tuple, int] = self.cached(("treewidth_over_limit", heuristic), dict)
+        for key, gs in self.structure_groups.items():
+            g = int(gs[0])
+            if limit is not None and not self.has_cached(("junction_tree", heuristic, key)):
+                known = over.get(key)
+                if known is not None and known > limit:
+                    out[gs] = known
+                    continue
+                _, elim = elimination_order(int(self.n_nodes[g]), self.local_edges(g), heuristic,
+                                            stop_above=limit)
+                width = max(len(c) for c in elim) - 1
+                if width > limit:
+                    over[key] = max(width, over.get(key, width))
+                    out[gs] = width
+                    continue
+            out[gs] = self.junction_tree(g, heuristic).treewidth
+        return out
 
-        return treewidth(self, heuristic=heuristic, limit=limit)
+    def treewidth_is_exact(self, g: int, heuristic: str = "min_fill") -> bool:
+        """Whether :meth:`treewidth` gave graph ``g`` its full width (its junction tree was built)
+        rather than the width at which a ``limit`` stopped the elimination."""
+        return self.has_cached(("junction_tree", heuristic, self.structure_key(g)))
 
     # ------------------------------------------------------------------ validation
     def _validate(self) -> None:

@@ -8,24 +8,26 @@ chordal graph, joined by a maximum-weight spanning tree on separator sizes, form
 property), so the joint factorises as clique marginals over separator marginals (003 eq. (3.2)).
 
 Disconnected graphs give a forest of clique trees, one per connected component (separators of size
-0 are never used as tree edges). The structure depends only on the graph's shape, so it is computed
-once per distinct shape and cached in ``batch._cache`` under :meth:`GraphBatch.structure_key`.
+0 are never used as tree edges). The structure depends only on the graph's shape: this module works
+on one shape in local node ids, and :meth:`GraphBatch.junction_tree` caches one structure per
+distinct shape of a batch.
 """
 
 from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from pymc_crf.graphs.batch import GraphBatch
+if TYPE_CHECKING:  # annotations only: batch.py builds on this module, never the reverse
+    from pymc_crf.graphs.batch import GraphBatch
 
 __all__ = ["HEURISTICS", "JunctionTreeStructure", "elimination_order", "junction_tree",
            "junction_tree_from_edges", "treewidth"]
 
 HEURISTICS = ("min_fill", "min_weight")
-_CACHE_KEY = "junction_tree"
 
 
 @dataclass(frozen=True)
@@ -262,71 +264,13 @@ def junction_tree_from_edges(n_nodes: int, edges: np.ndarray,
 
 
 def junction_tree(batch: GraphBatch, g: int, heuristic: str = "min_fill") -> JunctionTreeStructure:
-    """The junction tree of graph ``g`` of ``batch``, computed once per distinct graph shape.
-
-    Parameters
-    ----------
-    batch : GraphBatch
-        The batch.
-    g : int
-        Graph index.
-    heuristic : {"min_fill", "min_weight"}
-        Greedy triangulation heuristic (see :func:`elimination_order`).
-
-    Returns
-    -------
-    JunctionTreeStructure
-        Shared (frozen) by every graph of ``batch`` with the same local structure.
-    """
-    if heuristic not in HEURISTICS:
-        raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of {HEURISTICS}")
-    if not 0 <= g < batch.n_graphs:
-        raise ValueError(f"graph index {g} out of range 0..{batch.n_graphs - 1}")
-    cache = batch._cache.setdefault(_CACHE_KEY, {})
-    key = (heuristic, batch.structure_key(g))
-    jt = cache.get(key)
-    if jt is None:
-        jt = junction_tree_from_edges(int(batch.n_nodes[g]), batch.local_edges(g), heuristic)
-        cache[key] = jt
-    return jt
+    """The junction tree of graph ``g`` of ``batch`` (the same as ``batch.junction_tree(g)``),
+    computed once per distinct graph shape."""
+    return batch.junction_tree(g, heuristic)
 
 
 def treewidth(batch: GraphBatch, heuristic: str = "min_fill",
               limit: int | None = None) -> np.ndarray:
-    """Treewidth of each graph's triangulation (an upper bound, exact on trees and small grids).
-
-    Parameters
-    ----------
-    batch : GraphBatch
-    heuristic : {"min_fill", "min_weight"}
-    limit : int, optional
-        Only decide whether each width is <= ``limit``: the elimination of a shape stops as soon as
-        it exceeds the limit (unless its junction tree is already cached), and such graphs report
-        the width reached at that point, a value > ``limit`` but not necessarily the full width.
-        Graphs within the limit get their junction tree built and cached as usual.
-
-    Returns
-    -------
-    ndarray of int64, shape (G,)
-    """
-    if heuristic not in HEURISTICS:
-        raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of {HEURISTICS}")
-    out = np.empty(batch.n_graphs, dtype=np.int64)
-    cache = batch._cache.setdefault(_CACHE_KEY, {})
-    over = batch._cache.setdefault(_CACHE_KEY + "_over_limit", {})
-    for key, gs in batch.structure_groups.items():
-        g = int(gs[0])
-        if limit is not None and (heuristic, key) not in cache:
-            known = over.get((heuristic, key))
-            if known is not None and known > limit:
-                out[gs] = known
-                continue
-            _, elim = elimination_order(int(batch.n_nodes[g]), batch.local_edges(g), heuristic,
-                                        stop_above=limit)
-            width = max(len(c) for c in elim) - 1
-            if width > limit:
-                over[(heuristic, key)] = max(width, over.get((heuristic, key), width))
-                out[gs] = width
-                continue
-        out[gs] = junction_tree(batch, g, heuristic).treewidth
-    return out
+    """Treewidth of each graph's triangulation (the same as ``batch.treewidth(heuristic, limit)``,
+    see :meth:`GraphBatch.treewidth`)."""
+    return batch.treewidth(heuristic, limit)

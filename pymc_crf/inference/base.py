@@ -19,6 +19,7 @@ table, edge marginals and edge directions are summed/broadcast over edges accord
 
 from __future__ import annotations
 
+import warnings
 from abc import ABC, abstractmethod
 from typing import NamedTuple
 
@@ -26,7 +27,19 @@ import numpy as np
 
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["Engine", "Marginals", "MapResult", "check_potentials"]
+__all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
+           "MapResult", "Marginals", "as_generator", "check_direction", "check_iteration_settings",
+           "check_potentials", "convergence_report", "decode", "labelling_score",
+           "warn_unconverged"]
+
+
+class ConvergenceWarning(UserWarning):
+    """An iterative approximate inference engine stopped before reaching its tolerance."""
+
+
+class ApproximateInferenceWarning(UserWarning):
+    """log Z is approximate (Bethe, TreeEP or mean field): the likelihood and its posterior are
+    approximate."""
 
 
 class Marginals(NamedTuple):
@@ -48,6 +61,32 @@ class MapResult(NamedTuple):
 
     labels: np.ndarray
     score: np.ndarray
+
+
+class LoopyResult(NamedTuple):
+    """What one run of an iterative approximate engine (BP, TreeEP, mean field) leaves behind.
+
+    ``log_node`` (N, K) and ``log_edge`` (E, K, K) normalised log beliefs (one table per edge,
+    also for a shared edge table), ``log_z`` (G,) the engine's estimate of log Z, ``report`` the
+    per-graph convergence report (:func:`convergence_report`). Engine-specific extras:
+    ``messages`` (2E, K) BP's normalised log messages (the warm start of a later run; None for
+    the other engines) and ``tree_mask`` (E,) TreeEP's spanning tree (None otherwise).
+    """
+
+    messages: np.ndarray | None
+    log_node: np.ndarray
+    log_edge: np.ndarray
+    log_z: np.ndarray
+    report: dict
+    tree_mask: np.ndarray | None = None
+
+    def marginals(self, shared_edge_table: bool) -> Marginals:
+        """The run as :class:`Marginals`: beliefs as probabilities, edge beliefs summed over edges
+        when the model has one shared edge table (its gradient)."""
+        edge = np.exp(self.log_edge)
+        if shared_edge_table:
+            edge = edge.sum(axis=0, keepdims=True)
+        return Marginals(self.log_z, np.exp(self.log_node), edge, self.report)
 
 
 def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.ndarray, np.ndarray]:
@@ -74,6 +113,78 @@ def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.nd
     return node, edge
 
 
+def check_direction(node: np.ndarray, edge: np.ndarray, v_node, v_edge
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Validate a direction ``(v_node, v_edge)`` for a covariance-vector product: shaped like the
+    (checked) potentials and finite. Returns contiguous float64 copies."""
+    vn = np.ascontiguousarray(v_node, dtype=np.float64)
+    ve = np.ascontiguousarray(v_edge, dtype=np.float64)
+    if vn.shape != node.shape or ve.shape != edge.shape:
+        raise ValueError(f"direction must be shaped like the potentials {node.shape}, "
+                         f"{edge.shape}; got {vn.shape}, {ve.shape}")
+    if not (np.isfinite(vn).all() and np.isfinite(ve).all()):
+        raise ValueError("direction (v_node, v_edge) contains NaN or inf")
+    return vn, ve
+
+
+def check_iteration_settings(tol: float, max_iter: int, damping: float
+                             ) -> tuple[float, int, float]:
+    """Validate the settings every iterative engine shares; returns them as (float, int, float).
+
+    ``tol`` > 0 is the per-sweep change below which a graph has converged, ``max_iter`` >= 1 caps
+    the sweeps, ``damping`` in [0, 1) is the weight of the old value in each update.
+    """
+    if not float(tol) > 0.0:
+        raise ValueError(f"tol must be positive; got {tol}")
+    if int(max_iter) < 1:
+        raise ValueError(f"max_iter must be >= 1; got {max_iter}")
+    if not 0.0 <= float(damping) < 1.0:
+        raise ValueError(f"damping must lie in [0, 1); got {damping}")
+    return float(tol), int(max_iter), float(damping)
+
+
+def convergence_report(iterations: np.ndarray, max_change: np.ndarray,
+                       converged: np.ndarray) -> dict:
+    """The per-graph convergence report of an iterative engine: sweeps run, largest change in
+    the last sweep, and whether that change fell below the tolerance."""
+    return {"iterations": iterations, "max_change": max_change, "converged": converged}
+
+
+def warn_unconverged(report: dict, method: str, settings: str, hint: str,
+                     stacklevel: int = 3) -> None:
+    """Emit one :class:`ConvergenceWarning` when some graphs of ``report`` did not converge.
+
+    ``method`` names the algorithm (``"sum-product BP"``, ``"TreeEP"``, ...), ``settings`` its
+    stopping settings and ``hint`` what to try instead.
+    """
+    bad = ~report["converged"]
+    if bad.any():
+        warnings.warn(
+            f"{method} did not converge on {int(bad.sum())} of {bad.size} graphs within "
+            f"{settings}; largest final change {report['max_change'][bad].max():.3g}. Results "
+            f"for those graphs are unreliable: {hint}.", ConvergenceWarning,
+            stacklevel=stacklevel + 1)
+
+
+def labelling_score(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
+                    labels: np.ndarray) -> np.ndarray:
+    """Unnormalised log score of a labelling (N,), per graph (G,)."""
+    s = np.bincount(batch.node_graph, weights=node[np.arange(node.shape[0]), labels],
+                    minlength=batch.n_graphs)
+    if batch.n_edges:
+        tab = np.zeros(batch.n_edges, np.int64) if edge.shape[0] == 1 else np.arange(batch.n_edges)
+        ew = edge[tab, labels[batch.edges[:, 0]], labels[batch.edges[:, 1]]]
+        s = s + np.bincount(batch.edge_graph, weights=ew, minlength=batch.n_graphs)
+    return s
+
+
+def decode(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
+           log_beliefs: np.ndarray) -> MapResult:
+    """The labelling maximising each node's belief, with its exact unnormalised log score."""
+    labels = np.argmax(log_beliefs, axis=1).astype(np.int64)
+    return MapResult(labels, labelling_score(batch, node, edge, labels))
+
+
 class Engine(ABC):
     """Base class of inference engines. Subclasses implement the abstract methods over a whole batch.
 
@@ -83,14 +194,30 @@ class Engine(ABC):
         Registry name (``"chain"``, ``"junction_tree"``, ``"bp"``, ...).
     exact : bool
         Whether ``log_partition`` and ``marginals`` are exact.
+    has_log_z : bool
+        Whether ``log_partition`` gives a value (exact or approximate), so that the engine can
+        define a likelihood; a pure sampler (Gibbs) has none.
+    approximation : str
+        For approximate engines, what their ``log_partition`` is (named in warnings).
     """
 
     name: str = "engine"
     exact: bool = True
+    has_log_z: bool = True
+    approximation: str = "exact"
 
     def supports(self, batch: GraphBatch) -> bool:
         """Whether this engine can run on every graph of ``batch``."""
         return True
+
+    def check_supported(self, batch: GraphBatch) -> None:
+        """Raise a ValueError saying why the engine cannot run on ``batch`` (engines override this
+        to name the offending graph)."""
+        if not self.supports(batch):
+            kinds = ", ".join(f"{int((batch.kinds == k).sum())} {k}"
+                              for k in ("chain", "tree", "loopy") if (batch.kinds == k).any())
+            raise ValueError(f"engine {self.name!r} cannot handle this graph batch ({kinds}); "
+                             "use inference='auto'")
 
     @abstractmethod
     def log_partition(self, batch: GraphBatch, node_logpot, edge_logpot) -> np.ndarray:

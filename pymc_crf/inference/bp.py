@@ -1,97 +1,56 @@
 """Loopy belief propagation (sum- and max-product) over a flat graph batch, in log space.
 
 Every undirected edge ``e = (u, v)`` carries two directed messages: ``d = 2e`` (``u -> v``) and
-``d = 2e + 1`` (``v -> u``); the reverse of ``d`` is ``d ^ 1``. Messages are log tables ``(2E, K)``,
-kept normalised to max 0 while iterating (cheapest) and returned normalised to log-sum-exp 0
-(sum-product) or max 0 (max-product). One numba pass updates all the
-messages of the batch; graphs that have converged are frozen, so every graph gets its own
-iteration count and convergence flag.
+``d = 2e + 1`` (``v -> u``); the reverse of ``d`` is ``d ^ 1`` (the layout of
+:func:`pymc_crf.graphs.adjacency.message_layout`, cached on the batch). Messages are log tables
+``(2E, K)``, kept normalised to max 0 while iterating (cheapest) and returned normalised to
+log-sum-exp 0 (sum-product) or max 0 (max-product). One numba pass updates all the messages of
+the batch; graphs that have converged are frozen, so every graph gets its own iteration count and
+convergence flag.
 
 The Bethe approximation of log Z is minus the Bethe free energy at the fixed point
-(Yedidia, Freeman & Weiss 2005; seed 001 sec. 2.1):
-
-    -F = sum_i <node_i>_{b_i} + sum_e <psi_e>_{b_e} + sum_e H(b_e) - sum_i (d_i - 1) H(b_i),
-
+(:mod:`pymc_crf.inference.bethe`; Yedidia, Freeman & Weiss 2005; Parise & Welling 2006 sec. 2.1),
 exact on trees, and at a fixed point its gradient with respect to the log-potentials is the
 beliefs (the BP fixed points are the stationary points of F; envelope theorem).
 """
 
 from __future__ import annotations
 
-import warnings
-from typing import NamedTuple
-
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from pymc_crf.graphs.adjacency import MessageLayout, message_layout
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
+from pymc_crf.inference.base import (
+    ConvergenceWarning,
+    LoopyResult,
+    check_potentials,
+    labelling_score,
+)
+from pymc_crf.inference.bethe import (
+    beliefs,
+    bethe_covariance_matrix,
+    bethe_covariance_vector_product,
+    bethe_log_z,
+    cavity,
+    normalise_log,
+)
 from pymc_crf.inference.kernels import record_sweep
+from pymc_crf.inference.loopy import LoopyEngine
 
-__all__ = ["BPState", "BPStructure", "BeliefPropagation", "ConvergenceWarning", "bp_structure"]
+__all__ = ["BPState", "BPStructure", "BeliefPropagation", "ConvergenceWarning", "bp_structure",
+           "labelling_score"]
 
 SCHEDULES = ("parallel", "sequential")
 
-
-class ConvergenceWarning(UserWarning):
-    """An iterative approximate inference engine stopped before reaching its tolerance."""
-
-
-class BPStructure(NamedTuple):
-    """Directed-message layout of a batch (cached on the batch).
-
-    ``src``/``dst``/``edge`` per message, ``flip[d]`` true when ``src`` is ``edges[e, 1]`` (so the
-    table is read transposed), ``in_ptr``/``in_idx`` the CSR list of messages entering each node,
-    ``graph`` the graph of each message and ``degree`` the node degrees.
-    """
-
-    src: np.ndarray
-    dst: np.ndarray
-    edge: np.ndarray
-    flip: np.ndarray
-    in_ptr: np.ndarray
-    in_idx: np.ndarray
-    graph: np.ndarray
-    degree: np.ndarray
-    order: np.ndarray  # sequential schedule: forward messages in edge order, then reverse ones
-
-
-def bp_structure(batch: GraphBatch) -> BPStructure:
-    """The directed-message layout of ``batch`` (computed once and cached on the batch)."""
-    cached = batch._cache.get("bp_structure")
-    if cached is not None:
-        return cached
-    E = batch.n_edges
-    d = np.arange(2 * E, dtype=np.int64)
-    edge = d // 2
-    flip = (d % 2).astype(np.bool_)
-    src = np.where(flip, batch.edges[edge, 1], batch.edges[edge, 0]).astype(np.int64)
-    dst = np.where(flip, batch.edges[edge, 0], batch.edges[edge, 1]).astype(np.int64)
-    in_idx = np.argsort(dst, kind="stable").astype(np.int64)
-    degree = np.bincount(dst, minlength=batch.n_total_nodes).astype(np.int64)
-    in_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
-    # On chains (edges (i, i+1) in order) this is exactly forward-backward: one sweep is exact.
-    order = np.concatenate([2 * np.arange(E), 2 * np.arange(E)[::-1] + 1]).astype(np.int64)
-    out = BPStructure(src, dst, edge, flip, in_ptr, in_idx,
-                      batch.edge_graph[edge].astype(np.int64), degree, order)
-    batch._cache["bp_structure"] = out
-    return out
+# Names importable from here for one release; the definitions are where the comments say.
+BPState = LoopyResult  # inference/base.py: the run result of every iterative engine
+BPStructure = MessageLayout  # graphs/adjacency.py
+bp_structure = message_layout  # graphs/adjacency.py (cached on the batch)
+# ConvergenceWarning and labelling_score: inference/base.py
 
 
 # ---------------------------------------------------------------------------- numba kernels
-@njit(cache=True, inline="always")
-def _cavity(node, msg, s, r, in_ptr, in_idx, out):
-    """out = node[s] + messages into s except message r (summed directly: no -inf - -inf)."""
-    K = node.shape[1]
-    for k in range(K):
-        out[k] = node[s, k]
-    for p in range(in_ptr[s], in_ptr[s + 1]):
-        d2 = in_idx[p]
-        if d2 != r:
-            for k in range(K):
-                out[k] += msg[d2, k]
-
-
 @njit(cache=True, inline="always")
 def _send(edge, P, tab, flip, cav, maxprod, damping, msg, d, a, out):
     """New log message (normalised to max 0) from the cavity ``cav`` of its source; returns the
@@ -149,7 +108,7 @@ def _send(edge, P, tab, flip, cav, maxprod, damping, msg, d, a, out):
                     w = cav[xs] + (edge[tab, xt, xs] if flip else edge[tab, xs, xt])
                     acc += np.exp(w - m)
                 out[xt] = m + np.log(acc)
-        _normalise(out, True)
+        normalise_log(out, True)
     if damping > 0.0:
         # Damping in the log domain (geometric mixture of the old and new messages, as libDAI).
         # The mixture is not renormalised: the fixed points are the same (there old = new is
@@ -208,26 +167,6 @@ def _scaled_tables(edge: np.ndarray) -> np.ndarray:
 
 
 @njit(cache=True, inline="always")
-def _normalise(x, maxprod):
-    K = x.shape[0]
-    m = -np.inf
-    for k in range(K):
-        if x[k] > m:
-            m = x[k]
-    if m == -np.inf:  # contradiction upstream: fall back to a uniform message
-        for k in range(K):
-            x[k] = -np.log(K)
-        return
-    if not maxprod:
-        acc = 0.0
-        for k in range(K):
-            acc += np.exp(x[k] - m)
-        m += np.log(acc)
-    for k in range(K):
-        x[k] -= m
-
-
-@njit(cache=True, inline="always")
 def _node_sums(node, msg, in_ptr, in_idx, node_graph, active, S, lo, hi):
     """S[i] = node[i] + all messages into i, for nodes lo..hi-1 of active graphs."""
     K = node.shape[1]
@@ -263,7 +202,7 @@ def _update_range(node, edge, P, msg, new, chg, S, src, edge_of, flip, in_ptr, i
             for k in range(K):
                 cav[k] = S[s, k] - msg[r, k]
         else:
-            _cavity(node, msg, s, r, in_ptr, in_idx, cav)
+            cavity(node, msg, s, r, in_ptr, in_idx, cav)
         tab = 0 if shared else edge_of[d]
         chg[d] = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg, d, a, out)
         for k in range(K):
@@ -337,7 +276,7 @@ def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_
             g = msg_graph[d]
             if not active[g]:
                 continue
-            _cavity(node, msg, src[d], d ^ 1, in_ptr, in_idx, cav)
+            cavity(node, msg, src[d], d ^ 1, in_ptr, in_idx, cav)
             tab = 0 if shared else edge_of[d]
             c = _send(edge, P, tab, flip[d], cav, maxprod, damping, msg, d, a, out)
             for k in range(K):
@@ -347,86 +286,8 @@ def _run_sequential(node, edge, P, msg, src, edge_of, flip, in_ptr, in_idx, msg_
         record_sweep(it, step, tol, active, iters, changes, converged)
 
 
-@njit(cache=True)
-def _beliefs(node, edge, msg, edges, in_ptr, in_idx, node_graph, edge_graph, degree, n_graphs,
-             shared, maxprod):
-    """Normalised log node and edge beliefs, and minus the Bethe free energy per graph."""
-    N, K = node.shape
-    E = edges.shape[0]
-    lbn = np.empty((N, K))
-    lbe = np.empty((E, K, K))
-    neg_f = np.zeros(n_graphs)
-    cu = np.empty(K)
-    cv = np.empty(K)
-    for i in range(N):
-        for k in range(K):
-            lbn[i, k] = node[i, k]
-        for p in range(in_ptr[i], in_ptr[i + 1]):
-            d = in_idx[p]
-            for k in range(K):
-                lbn[i, k] += msg[d, k]
-        _normalise(lbn[i], maxprod)
-        if not maxprod:
-            g = node_graph[i]
-            for k in range(K):
-                lb = lbn[i, k]
-                if lb > -np.inf:
-                    # <node_i> - (d_i - 1) H(b_i), with H(b) = -sum b log b
-                    neg_f[g] += np.exp(lb) * (node[i, k] + (degree[i] - 1) * lb)
-    for e in range(E):
-        u = edges[e, 0]
-        v = edges[e, 1]
-        # cavity of u without the message from v (message 2e+1 is v -> u) and vice versa
-        _cavity(node, msg, u, 2 * e + 1, in_ptr, in_idx, cu)
-        _cavity(node, msg, v, 2 * e, in_ptr, in_idx, cv)
-        tab = 0 if shared else e
-        m = -np.inf
-        for a in range(K):
-            for b in range(K):
-                w = edge[tab, a, b] + cu[a] + cv[b]
-                lbe[e, a, b] = w
-                if w > m:
-                    m = w
-        if m == -np.inf:
-            for a in range(K):
-                for b in range(K):
-                    lbe[e, a, b] = -np.log(K * K)
-        else:
-            z = 0.0
-            if not maxprod:
-                for a in range(K):
-                    for b in range(K):
-                        z += np.exp(lbe[e, a, b] - m)
-                z = np.log(z)
-            for a in range(K):
-                for b in range(K):
-                    lbe[e, a, b] -= m + z
-        if not maxprod:
-            g = edge_graph[e]
-            for a in range(K):
-                for b in range(K):
-                    lb = lbe[e, a, b]
-                    if lb > -np.inf:
-                        neg_f[g] += np.exp(lb) * (edge[tab, a, b] - lb)
-    return lbn, lbe, neg_f
-
-
 # ---------------------------------------------------------------------------- engine
-class BPState(NamedTuple):
-    """Everything a BP run leaves behind (used by linear response and warm starts).
-
-    ``messages`` (2E, K) normalised log messages, ``log_node`` (N, K) and ``log_edge`` (E, K, K)
-    normalised log beliefs, ``log_z`` (G,) minus the Bethe free energy, ``report`` per graph.
-    """
-
-    messages: np.ndarray
-    log_node: np.ndarray
-    log_edge: np.ndarray
-    log_z: np.ndarray
-    report: dict
-
-
-class BeliefPropagation(Engine):
+class BeliefPropagation(LoopyEngine):
     """Loopy sum-product / max-product belief propagation (approximate on loopy graphs).
 
     Parameters
@@ -442,7 +303,8 @@ class BeliefPropagation(Engine):
     max_iter : int
         Cap on sweeps.
     warn : bool
-        Emit a :class:`ConvergenceWarning` when some graphs did not converge.
+        Emit a :class:`~pymc_crf.inference.base.ConvergenceWarning` when some graphs did not
+        converge.
     threads : bool or None
         Run flooding sweeps in numba threads. Default False: on a busy machine (parallel tests,
         several MCMC chains) the threads' barrier waits make it slower; on an idle 2-core
@@ -451,24 +313,16 @@ class BeliefPropagation(Engine):
     """
 
     name = "bp"
+    approximation = "the Bethe approximation"
+    hint = "try more damping, a sequential schedule or another engine"
     THREAD_MIN_MESSAGES = 8192
-    exact = False
 
     def __init__(self, damping: float = 0.5, schedule: str = "parallel", tol: float = 1e-10,
                  max_iter: int = 2000, warn: bool = True, threads: bool | None = False):
-        if not 0.0 <= float(damping) < 1.0:
-            raise ValueError(f"damping must lie in [0, 1); got {damping}")
+        super().__init__(tol, max_iter, damping, warn)
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
-        if not float(tol) > 0.0:
-            raise ValueError(f"tol must be positive; got {tol}")
-        if int(max_iter) < 1:
-            raise ValueError(f"max_iter must be >= 1; got {max_iter}")
-        self.damping = float(damping)
         self.schedule = schedule
-        self.tol = float(tol)
-        self.max_iter = int(max_iter)
-        self.warn = warn
         self.threads = threads
 
     def _chunks(self, batch: GraphBatch) -> int:
@@ -480,40 +334,50 @@ class BeliefPropagation(Engine):
         return (f"BeliefPropagation(damping={self.damping}, schedule={self.schedule!r}, "
                 f"tol={self.tol:g}, max_iter={self.max_iter})")
 
+    def stopping(self) -> str:
+        return (f"max_iter={self.max_iter} (tol={self.tol:g}, damping={self.damping}, "
+                f"schedule={self.schedule!r})")
+
+    def _start(self, batch: GraphBatch, K: int, messages) -> np.ndarray:
+        """Initial messages: uniform, or a warm start checked and max-normalised."""
+        if messages is None:
+            return np.zeros((2 * batch.n_edges, K))
+        msg = np.array(messages, dtype=np.float64)
+        if msg.shape != (2 * batch.n_edges, K):
+            raise ValueError(f"messages must have shape ({2 * batch.n_edges}, {K}); "
+                             f"got {msg.shape}")
+        if msg.size:
+            top = msg.max(axis=1, keepdims=True)
+            if not np.isfinite(top).all():
+                raise ValueError("messages must have a finite maximum in every row")
+            msg -= top
+        return msg
+
     def run(self, batch: GraphBatch, node_logpot, edge_logpot, max_product: bool = False,
-            messages: np.ndarray | None = None) -> BPState:
+            messages: np.ndarray | None = None) -> LoopyResult:
         """Run BP to convergence (or ``max_iter``) and return messages, beliefs and report.
 
-        ``messages`` (2E, K) warm-starts the run (e.g. from a previous nearby parameter).
+        ``messages`` (2E, K) warm-starts the run (e.g. from a previous nearby parameter); the
+        message layout is cached on the batch, so a warm-started call costs only its sweeps.
+        ``log_z`` is minus the Bethe free energy (zeros for max-product).
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        st = bp_structure(batch)
+        st = message_layout(batch)
         K = node.shape[1]
         G = batch.n_graphs
-        if messages is None:
-            msg = np.zeros((2 * batch.n_edges, K))
-        else:
-            msg = np.array(messages, dtype=np.float64)
-            if msg.shape != (2 * batch.n_edges, K):
-                raise ValueError(f"messages must have shape ({2 * batch.n_edges}, {K}); "
-                                 f"got {msg.shape}")
-            if msg.size and not np.isfinite(msg.max(axis=1)).all():
-                raise ValueError("messages must have a finite maximum in every row")
-            if msg.size:
-                msg -= msg.max(axis=1, keepdims=True)
+        msg = self._start(batch, K, messages)
         iters = np.zeros(G, np.int64)
         changes = np.zeros(G)
-        converged = np.zeros(G, np.bool_)
         # Graphs without edges are trivially at their fixed point.
-        converged[np.bincount(batch.edge_graph, minlength=G) == 0] = True
+        converged = np.bincount(batch.edge_graph, minlength=G) == 0
         shared = edge.shape[0] == 1
         P = _scaled_tables(edge)
         if self.schedule == "parallel":
             chunks = self._chunks(batch)
             (_run_parallel_threads if chunks > 1 else _run_parallel)(
                 node, edge, P, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
-                          st.graph, batch.node_graph, G, shared, self.damping, self.tol,
-                          self.max_iter, max_product, iters, changes, converged, chunks)
+                st.graph, batch.node_graph, G, shared, self.damping, self.tol,
+                self.max_iter, max_product, iters, changes, converged, chunks)
         else:
             _run_sequential(node, edge, P, msg, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                             st.graph, st.order, G, shared, self.damping, self.tol,
@@ -526,71 +390,24 @@ class BeliefPropagation(Engine):
                 with np.errstate(divide="ignore"):
                     m = m + np.log(np.exp(msg - m).sum(axis=1, keepdims=True))
             msg -= m
-        lbn, lbe, neg_f = _beliefs(node, edge, msg, batch.edges, st.in_ptr, st.in_idx,
-                                   batch.node_graph, batch.edge_graph, st.degree, G, shared,
-                                   max_product)
-        report = {"iterations": iters, "max_change": changes, "converged": converged}
-        if self.warn and not converged.all():
-            bad = int((~converged).sum())
-            warnings.warn(
-                f"{'max' if max_product else 'sum'}-product BP did not converge on {bad} of {G} "
-                f"graphs within max_iter={self.max_iter} (tol={self.tol:g}, damping="
-                f"{self.damping}, schedule={self.schedule!r}); largest final message change "
-                f"{changes[~converged].max():.3g}. Results for those graphs are unreliable: "
-                "try more damping, a sequential schedule or another engine.",
-                ConvergenceWarning, stacklevel=3)
-        return BPState(msg, lbn, lbe, neg_f, report)
+        lbn, lbe = beliefs(node, edge, msg, batch.edges, st.in_ptr, st.in_idx, shared,
+                           max_product)
+        log_z = np.zeros(G) if max_product else bethe_log_z(
+            node, edge, shared, lbn, lbe, st.degree, batch.node_graph, batch.edge_graph, G)
+        report = self.report(iters, changes, converged,
+                             f"{'max' if max_product else 'sum'}-product BP")
+        return LoopyResult(msg, lbn, lbe, log_z, report)
 
     # -------------------------------------------------------------- Engine interface
-    def log_partition(self, batch, node_logpot, edge_logpot):
-        """Bethe approximation of log Z (minus the Bethe free energy at the fixed point)."""
-        return self.run(batch, node_logpot, edge_logpot).log_z
-
-    def marginals(self, batch, node_logpot, edge_logpot):
-        """Bethe log Z, BP node and pairwise beliefs, and the per-graph convergence report."""
-        state = self.run(batch, node_logpot, edge_logpot)
-        edge = np.exp(state.log_edge)
-        if np.shape(edge_logpot)[0] == 1 and batch.n_edges != 1:
-            edge = edge.sum(axis=0, keepdims=True)
-        elif batch.n_edges == 0:
-            edge = np.zeros_like(np.asarray(edge_logpot, dtype=np.float64))
-        return Marginals(state.log_z, np.exp(state.log_node), edge, state.report)
-
-    def map_assignment(self, batch, node_logpot, edge_logpot):
-        """Max-product BP, decoded by the argmax of the node max-beliefs (exact on trees without
-        ties); the score is the exact unnormalised log score of the decoded labelling."""
-        node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        state = self.run(batch, node, edge, max_product=True)
-        labels = np.argmax(state.log_node, axis=1).astype(np.int64)
-        return MapResult(labels, labelling_score(batch, node, edge, labels))
-
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
-        """Samples from the model itself (not from the beliefs), delegated to the Gibbs engine."""
-        from pymc_crf.inference.gibbs import Gibbs
-
-        return Gibbs().sample(batch, node_logpot, edge_logpot, n_samples, rng)
+    def decoding_run(self, batch, node, edge):
+        """Max-product BP: its max-beliefs decode to the MAP labelling on trees without ties."""
+        return self.run(batch, node, edge, max_product=True)
 
     def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
         """Linear-response covariance (derivative of the beliefs) applied to a direction."""
-        from pymc_crf.inference.linear_response import linear_response_vector_product
-
-        return linear_response_vector_product(batch, node_logpot, edge_logpot, v_node, v_edge,
-                                              bp=self)
+        return bethe_covariance_vector_product(batch, node_logpot, edge_logpot, v_node, v_edge,
+                                               self)
 
     def feature_covariance(self, batch, node_logpot, edge_logpot, graph=0):
         """Dense linear-response covariance of one graph's sufficient statistics."""
-        from pymc_crf.inference.linear_response import linear_response_matrix
-
-        return linear_response_matrix(batch, node_logpot, edge_logpot, graph=graph, bp=self)
-
-
-def labelling_score(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
-                    labels: np.ndarray) -> np.ndarray:
-    """Unnormalised log score of a labelling, per graph."""
-    s = np.bincount(batch.node_graph, weights=node[np.arange(node.shape[0]), labels],
-                    minlength=batch.n_graphs)
-    if batch.n_edges:
-        tab = np.zeros(batch.n_edges, np.int64) if edge.shape[0] == 1 else np.arange(batch.n_edges)
-        ew = edge[tab, labels[batch.edges[:, 0]], labels[batch.edges[:, 1]]]
-        s = s + np.bincount(batch.edge_graph, weights=ew, minlength=batch.n_graphs)
-    return s
+        return bethe_covariance_matrix(batch, node_logpot, edge_logpot, self, graph=graph)

@@ -13,35 +13,35 @@ gives no estimate of log Z (``log_z`` is NaN).
 
 from __future__ import annotations
 
-import networkx as nx
+from typing import NamedTuple
+
 import numpy as np
 from numba import njit
 
+from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
-from pymc_crf.inference.bp import bp_structure, labelling_score
+from pymc_crf.inference.base import (
+    Engine,
+    MapResult,
+    Marginals,
+    as_generator,
+    check_potentials,
+    labelling_score,
+)
+from pymc_crf.inference.conditionals import exp_normalise, slot_entry
 
-__all__ = ["Gibbs", "colour_order"]
+__all__ = ["Gibbs", "GibbsChain", "colour_order"]
+
+# The colour classes are graph structure (also used by mean field); this name stays importable.
+colour_order = colour_classes
 
 
-def colour_order(batch: GraphBatch) -> tuple[np.ndarray, np.ndarray]:
-    """Global node ids sorted by colour class and the class pointer (cached on the batch).
+class GibbsChain(NamedTuple):
+    """A Gibbs run: kept labellings ``samples`` (n_samples, N) and the Rao-Blackwellised node
+    marginals ``node`` (N, K) (the average of the full conditionals over the kept sweeps)."""
 
-    Returns ``(order, ptr)``: the nodes of class ``c`` (across all graphs) are
-    ``order[ptr[c]:ptr[c+1]]``.
-    """
-    cached = batch._cache.get("gibbs_colours")
-    if cached is not None:
-        return cached
-    colour = np.empty(batch.n_total_nodes, np.int64)
-    for gs in batch.structure_groups.values():
-        col = nx.greedy_color(batch.to_networkx(int(gs[0])), strategy="largest_first")
-        local = np.array([col[i] for i in range(int(batch.n_nodes[gs[0]]))], np.int64)
-        colour[batch.node_index(gs)] = np.tile(local, len(gs))
-    order = np.argsort(colour, kind="stable").astype(np.int64)
-    ptr = np.concatenate([[0], np.cumsum(np.bincount(colour))]).astype(np.int64)
-    batch._cache["gibbs_colours"] = (order, ptr)
-    return order, ptr
+    samples: np.ndarray
+    node: np.ndarray
 
 
 @njit(cache=True)
@@ -55,22 +55,13 @@ def _sweeps(node, edge, shared, x, order, src, edge_of, flip, in_ptr, in_idx, u,
         rec = keep[start + s] >= 0
         for j in range(order.shape[0]):
             i = order[j]
-            m = -np.inf
             for k in range(K):
                 lk = node[i, k]
                 for q in range(in_ptr[i], in_ptr[i + 1]):
                     d = in_idx[q]
-                    tab = 0 if shared else edge_of[d]
-                    xn = x[src[d]]
-                    # flip: i is edges[e, 0], so the table is read edge[e, x_i, x_nbr]
-                    lk += edge[tab, k, xn] if flip[d] else edge[tab, xn, k]
+                    lk += slot_entry(edge, shared, edge_of, flip, d, k, x[src[d]])
                 p[k] = lk
-                if lk > m:
-                    m = lk
-            tot = 0.0
-            for k in range(K):
-                p[k] = np.exp(p[k] - m) if p[k] > -np.inf else 0.0
-                tot += p[k]
+            tot = exp_normalise(p)
             target = u[s, i] * tot
             acc = 0.0
             choice = K - 1
@@ -110,6 +101,7 @@ class Gibbs(Engine):
 
     name = "gibbs"
     exact = False
+    has_log_z = False
 
     def __init__(self, burn_in: int = 200, thin: int = 1, n_samples: int = 2000, seed=None):
         if int(burn_in) < 0:
@@ -122,8 +114,11 @@ class Gibbs(Engine):
         self.seed = seed
 
     def run(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int, rng=None,
-            init: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Run the chain; returns ``(samples (n_samples, N), rao_blackwell_node_marginals)``.
+            init: np.ndarray | None = None) -> GibbsChain:
+        """Run the chain; returns the kept samples and the Rao-Blackwellised node marginals.
+
+        Gibbs is a sampler, not a fixed-point iteration: its run is a :class:`GibbsChain`, not
+        the :class:`~pymc_crf.inference.base.LoopyResult` of BP, TreeEP and mean field.
 
         ``init`` (N,) starts the chain from a given labelling (e.g. the data, for contrastive
         divergence); by default the start is drawn uniformly.
@@ -139,8 +134,8 @@ class Gibbs(Engine):
             raise ValueError(f"node {i} has log-potential -inf for every label")
         x = rng.integers(0, K, N) if init is None else batch.check_labels(init, K)
         x = x.astype(np.int64)
-        st = bp_structure(batch)
-        order, _ = colour_order(batch)
+        st = message_layout(batch)
+        order, _ = colour_classes(batch)
         total = self.burn_in + n_samples * self.thin
         keep = np.full(total, -1, np.int64)
         keep[self.burn_in + self.thin - 1::self.thin] = np.arange(n_samples)
@@ -152,12 +147,12 @@ class Gibbs(Engine):
             u = rng.random((min(chunk, total - start), N))
             _sweeps(node, edge, shared, x, order, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                     u, keep, samples, rb, start)
-        return samples, rb / n_samples
+        return GibbsChain(samples, rb / n_samples)
 
     # -------------------------------------------------------------- Engine interface
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         """``n_samples`` labellings (after burn-in, every ``thin``-th sweep), shape (n, N)."""
-        return self.run(batch, node_logpot, edge_logpot, n_samples, rng)[0]
+        return self.run(batch, node_logpot, edge_logpot, n_samples, rng).samples
 
     def marginals(self, batch, node_logpot, edge_logpot, rng=None):
         """Monte Carlo marginals: Rao-Blackwellised node marginals, edge pair frequencies.
@@ -176,13 +171,13 @@ class Gibbs(Engine):
         return Marginals(np.full(batch.n_graphs, np.nan), rb, em, None)
 
     def log_partition(self, batch, node_logpot, edge_logpot):
-        raise NotImplementedError("the gibbs engine gives no log Z estimate; use 'bp', 'tree_ep' "
-                                  "or an exact engine")
+        raise NotImplementedError("the gibbs engine gives no log Z estimate; use 'bp', 'tree_ep', "
+                                  "'mean_field' or an exact engine")
 
     def map_assignment(self, batch, node_logpot, edge_logpot, rng=None):
         """Heuristic: the highest-scoring labelling visited by the chain, per graph."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        samples = self.run(batch, node, edge, self.n_samples, rng)[0]
+        samples = self.run(batch, node, edge, self.n_samples, rng).samples
         scores = np.stack([labelling_score(batch, node, edge, s) for s in samples])  # (n, G)
         best = np.argmax(scores, axis=0)
         labels = samples[best[batch.node_graph], np.arange(batch.n_total_nodes)]

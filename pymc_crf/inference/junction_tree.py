@@ -29,13 +29,15 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.graphs.junction_tree import (
-    HEURISTICS,
-    JunctionTreeStructure,
-    junction_tree,
-    treewidth,
+from pymc_crf.graphs.junction_tree import HEURISTICS, JunctionTreeStructure
+from pymc_crf.inference.base import (
+    Engine,
+    MapResult,
+    Marginals,
+    as_generator,
+    check_direction,
+    check_potentials,
 )
-from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
 
 __all__ = ["JunctionTree"]
 
@@ -477,7 +479,7 @@ class JunctionTree(Engine):
         return f"JunctionTree(max_treewidth={self.max_treewidth}, heuristic={self.heuristic!r})"
 
     def supports(self, batch: GraphBatch) -> bool:
-        tw = treewidth(batch, self.heuristic, limit=self.max_treewidth)
+        tw = batch.treewidth(self.heuristic, limit=self.max_treewidth)
         return bool((tw <= self.max_treewidth).all())
 
     # ---------------------------------------------------------------- setup
@@ -486,40 +488,43 @@ class JunctionTree(Engine):
 
         The list is cached on the batch, so repeated evaluations (e.g. every log-density call of
         a sampler) skip the Python loop over shapes."""
-        gkey = (self.heuristic, K, self.max_treewidth, self.max_table_entries)
-        ready = batch._cache.setdefault("junction_tree_groups", {}).get(gkey)
-        if ready is not None:
-            return ready
-        tw = treewidth(batch, self.heuristic, limit=self.max_treewidth)
+        return batch.cached(
+            ("junction_tree_engine", "groups", self.heuristic, K, self.max_treewidth,
+             self.max_table_entries),
+            lambda: self._compile_groups(batch, K))
+
+    def _compile_groups(self, batch: GraphBatch, K: int):
+        self.check_supported(batch)
+        out = []
+        for key, gs in batch.structure_groups.items():
+            comp = batch.cached(("junction_tree_engine", "compiled", self.heuristic, key, K),
+                                lambda gs=gs: self._compile_shape(batch, int(gs[0]), K))
+            out.append((comp, gs, batch.node_offsets[gs], batch.edge_offsets[gs]))
+        return out
+
+    def _compile_shape(self, batch: GraphBatch, g: int, K: int) -> _Compiled:
+        jt = batch.junction_tree(g, self.heuristic)
+        total = sum(K ** len(c) for c in jt.cliques)
+        if total > self.max_table_entries:
+            raise ValueError(
+                f"junction_tree: graph {g} needs {total} clique-table entries "
+                f"(treewidth {jt.treewidth}, K={K}), above max_table_entries="
+                f"{self.max_table_entries}")
+        return _compile(jt, batch.local_edges(g), K)
+
+    def check_supported(self, batch: GraphBatch) -> None:
+        """Raise a ValueError naming the first graph whose treewidth exceeds the limit."""
+        tw = batch.treewidth(self.heuristic, limit=self.max_treewidth)
         over = np.flatnonzero(tw > self.max_treewidth)
         if over.size:
             g = int(over[0])
             # Big graphs stop eliminating at the limit, so their width may be a lower bound.
-            exact = (self.heuristic, batch.structure_key(g)) in batch._cache["junction_tree"]
+            exact = batch.treewidth_is_exact(g, self.heuristic)
             raise ValueError(
                 f"junction_tree: graph {g} has treewidth {'' if exact else 'at least '}"
                 f"{int(tw[g])} (of its {self.heuristic} triangulation), above max_treewidth="
-                f"{self.max_treewidth} "
-                f"({over.size} graph(s) over the limit); raise max_treewidth or use an "
-                "approximate engine")
-        cache = batch._cache.setdefault("junction_tree_compiled", {})
-        out = []
-        for key, gs in batch.structure_groups.items():
-            ckey = (self.heuristic, key, K)
-            comp = cache.get(ckey)
-            if comp is None:
-                jt = junction_tree(batch, int(gs[0]), self.heuristic)
-                total = sum(K ** len(c) for c in jt.cliques)
-                if total > self.max_table_entries:
-                    raise ValueError(
-                        f"junction_tree: graph {int(gs[0])} needs {total} clique-table entries "
-                        f"(treewidth {jt.treewidth}, K={K}), above max_table_entries="
-                        f"{self.max_table_entries}")
-                comp = _compile(jt, batch.local_edges(int(gs[0])), K)
-                cache[ckey] = comp
-            out.append((comp, gs, batch.node_offsets[gs], batch.edge_offsets[gs]))
-        batch._cache["junction_tree_groups"][gkey] = out
-        return out
+                f"{self.max_treewidth} ({over.size} graph(s) over the limit); raise "
+                "max_treewidth or use an approximate engine ('bp', 'tree_ep')")
 
     # ---------------------------------------------------------------- interface
     def log_partition(self, batch, node_logpot, edge_logpot):
@@ -579,13 +584,7 @@ class JunctionTree(Engine):
     def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
-        v_node = np.ascontiguousarray(v_node, dtype=np.float64)
-        v_edge = np.ascontiguousarray(v_edge, dtype=np.float64)
-        if v_node.shape != node.shape or v_edge.shape != edge.shape:
-            raise ValueError(f"direction shapes {v_node.shape}, {v_edge.shape} must match the "
-                             f"potentials {node.shape}, {edge.shape}")
-        if not (np.isfinite(v_node).all() and np.isfinite(v_edge).all()):
-            raise ValueError("direction (v_node, v_edge) contains NaN or inf")
+        v_node, v_edge = check_direction(node, edge, v_node, v_edge)
         edge2 = edge.reshape(edge.shape[0], K * K)
         vedge2 = v_edge.reshape(edge.shape[0], K * K)
         cn = np.zeros_like(node)

@@ -1,151 +1,31 @@
 """Linear-response covariance of the sufficient statistics from a BP fixed point.
 
-The covariance of the node and edge indicators is the Hessian of log Z; linear response
-approximates it by the Hessian of minus the Bethe free energy, i.e. by the derivative of the BP
-beliefs with respect to the log-potentials (seed 001 eq. (9) and appendix A; seed 002 eqs. (8)-(10);
-Welling & Teh 2004). It is exact on trees and symmetric at a fixed point (a Hessian).
-
-We propagate a tangent ``dm`` of the log messages through the fixed-point equations. For a message
-``d: s -> t`` over edge ``e`` with cavity
-``c(x_s) = node_s(x_s) + sum_{d' -> s, d' != rev(d)} m_d'``,
-
-    m_d(x_t) = log sum_{x_s} exp(c(x_s) + psi_e(x_s, x_t)) - log normaliser,
-    dm_d(x_t) = sum_{x_s} p_d(x_s | x_t) [dc(x_s) + dpsi_e(x_s, x_t)] - <same>_{exp m_d},
-
-which is linear in ``dm``: ``dm = J dm + c(v)``. We solve ``(I - J) dm = c(v)`` with GMRES over the
-whole batch (block diagonal), then differentiate the beliefs:
-``db_i = b_i (dlog b_i - <dlog b_i>)`` and likewise for the pairwise beliefs. Subtracting the
-message's own mean removes the constant directions that would make ``I - J`` singular on loops.
+The public entry points with a default BP engine; the computation (the Hessian of minus the Bethe
+free energy, Parise & Welling 2006 eq. (9); Welling & Parise 2006 eqs. (8)-(10)) is in
+:mod:`pymc_crf.inference.bethe`, which the BP engine's own ``covariance_vector_product`` uses.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
-from scipy.sparse.linalg import LinearOperator, gmres
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import check_potentials
-from pymc_crf.inference.bp import BeliefPropagation, BPState, bp_structure
+from pymc_crf.inference.base import LoopyResult
+from pymc_crf.inference.bethe import bethe_covariance_matrix, bethe_covariance_vector_product
+from pymc_crf.inference.bp import BeliefPropagation
 
 __all__ = ["linear_response_matrix", "linear_response_vector_product"]
 
 
-@njit(cache=True)
-def _conditionals(node, edge, msg, src, edge_of, flip, in_ptr, in_idx, shared):
-    """W[d, x_t, x_s] = p_d(x_s | x_t) at the fixed point, and q[d] = exp(m_d)."""
-    D, K = msg.shape
-    W = np.empty((D, K, K))
-    q = np.exp(msg)
-    cav = np.empty(K)
-    for d in range(D):
-        s = src[d]
-        for k in range(K):
-            cav[k] = node[s, k]
-        for p in range(in_ptr[s], in_ptr[s + 1]):
-            d2 = in_idx[p]
-            if d2 != (d ^ 1):
-                for k in range(K):
-                    cav[k] += msg[d2, k]
-        tab = 0 if shared else edge_of[d]
-        for xt in range(K):
-            m = -np.inf
-            for xs in range(K):
-                w = cav[xs] + (edge[tab, xt, xs] if flip[d] else edge[tab, xs, xt])
-                W[d, xt, xs] = w
-                if w > m:
-                    m = w
-            acc = 0.0
-            for xs in range(K):
-                if m == -np.inf:
-                    W[d, xt, xs] = 1.0 / K
-                else:
-                    W[d, xt, xs] = np.exp(W[d, xt, xs] - m)
-                acc += W[d, xt, xs]
-            for xs in range(K):
-                W[d, xt, xs] /= acc
-    return W, q
-
-
-@njit(cache=True)
-def _tangent_step(dm, vn, ve, W, q, src, edge_of, flip, in_ptr, in_idx, shared, out):
-    """out = J dm + c(v): one linearised message update for all messages of the batch."""
-    D, K = dm.shape
-    dc = np.empty(K)
-    raw = np.empty(K)
-    for d in range(D):
-        s = src[d]
-        for k in range(K):
-            dc[k] = vn[s, k]
-        for p in range(in_ptr[s], in_ptr[s + 1]):
-            d2 = in_idx[p]
-            if d2 != (d ^ 1):
-                for k in range(K):
-                    dc[k] += dm[d2, k]
-        tab = 0 if shared else edge_of[d]
-        mean = 0.0
-        for xt in range(K):
-            acc = 0.0
-            for xs in range(K):
-                dpsi = ve[tab, xt, xs] if flip[d] else ve[tab, xs, xt]
-                acc += W[d, xt, xs] * (dc[xs] + dpsi)
-            raw[xt] = acc
-            mean += q[d, xt] * acc
-        for xt in range(K):
-            out[d, xt] = raw[xt] - mean
-
-
-@njit(cache=True)
-def _belief_tangents(dm, vn, ve, lbn, lbe, edges, in_ptr, in_idx, shared):
-    """Derivatives of the normalised node and edge beliefs given the message tangent."""
-    N, K = lbn.shape
-    E = edges.shape[0]
-    dbn = np.empty((N, K))
-    dbe = np.empty((E, K, K))
-    dl = np.empty(K)
-    du = np.empty(K)
-    dv = np.empty(K)
-    dle = np.empty((K, K))
-    for i in range(N):
-        for k in range(K):
-            dl[k] = vn[i, k]
-        for p in range(in_ptr[i], in_ptr[i + 1]):
-            for k in range(K):
-                dl[k] += dm[in_idx[p], k]
-        mean = 0.0
-        for k in range(K):
-            mean += np.exp(lbn[i, k]) * dl[k]
-        for k in range(K):
-            dbn[i, k] = np.exp(lbn[i, k]) * (dl[k] - mean)
-    for e in range(E):
-        u = edges[e, 0]
-        v = edges[e, 1]
-        for k in range(K):
-            du[k] = vn[u, k]
-            dv[k] = vn[v, k]
-        for p in range(in_ptr[u], in_ptr[u + 1]):
-            if in_idx[p] != 2 * e + 1:
-                for k in range(K):
-                    du[k] += dm[in_idx[p], k]
-        for p in range(in_ptr[v], in_ptr[v + 1]):
-            if in_idx[p] != 2 * e:
-                for k in range(K):
-                    dv[k] += dm[in_idx[p], k]
-        tab = 0 if shared else e
-        mean = 0.0
-        for a in range(K):
-            for b in range(K):
-                dle[a, b] = ve[tab, a, b] + du[a] + dv[b]
-                mean += np.exp(lbe[e, a, b]) * dle[a, b]
-        for a in range(K):
-            for b in range(K):
-                dbe[e, a, b] = np.exp(lbe[e, a, b]) * (dle[a, b] - mean)
-    return dbn, dbe
+def _default_bp() -> BeliefPropagation:
+    # A tight tolerance: the response solves the linearised fixed-point equations, so it is only
+    # as accurate as the fixed point.
+    return BeliefPropagation(tol=1e-12)
 
 
 def linear_response_vector_product(batch: GraphBatch, node_logpot, edge_logpot, v_node, v_edge,
                                    bp: BeliefPropagation | None = None,
-                                   state: BPState | None = None, rtol: float = 1e-12,
+                                   state: LoopyResult | None = None, rtol: float = 1e-12,
                                    maxiter: int = 2000) -> tuple[np.ndarray, np.ndarray]:
     """Linear-response covariance of the sufficient statistics applied to ``(v_node, v_edge)``.
 
@@ -168,48 +48,9 @@ def linear_response_vector_product(batch: GraphBatch, node_logpot, edge_logpot, 
         Derivatives of the node beliefs (N, K) and edge beliefs (E, K, K) along the direction;
         with a shared table, ``d_edge`` is summed over edges, shape (1, K, K).
     """
-    node, edge = check_potentials(batch, node_logpot, edge_logpot)
-    vn = np.ascontiguousarray(v_node, dtype=np.float64)
-    ve = np.ascontiguousarray(v_edge, dtype=np.float64)
-    if vn.shape != node.shape or ve.shape != edge.shape:
-        raise ValueError(f"direction must be shaped like the potentials {node.shape}, "
-                         f"{edge.shape}; got {vn.shape}, {ve.shape}")
-    if not (np.isfinite(vn).all() and np.isfinite(ve).all()):
-        raise ValueError("direction contains NaN or inf")
-    if bp is None:
-        bp = BeliefPropagation(tol=1e-12)
-    if state is None:
-        state = bp.run(batch, node, edge)
-    st = bp_structure(batch)
-    shared = edge.shape[0] == 1
-    W, q = _conditionals(node, edge, state.messages, st.src, st.edge, st.flip, st.in_ptr,
-                         st.in_idx, shared)
-    D, K = state.messages.shape
-    dm = np.zeros((D, K))
-    if D:
-        zn, ze = np.zeros_like(vn), np.zeros_like(ve)
-        c = np.empty((D, K))
-        _tangent_step(dm, vn, ve, W, q, st.src, st.edge, st.flip, st.in_ptr, st.in_idx, shared, c)
-        buf = np.empty((D, K))
-
-        def matvec(x):
-            _tangent_step(np.ascontiguousarray(x).reshape(D, K), zn, ze, W, q, st.src, st.edge,
-                          st.flip, st.in_ptr, st.in_idx, shared, buf)
-            return x - buf.ravel()
-
-        op = LinearOperator((D * K, D * K), matvec=matvec, dtype=np.float64)
-        if np.abs(c).max() > 0:
-            sol, info = gmres(op, c.ravel(), rtol=rtol, atol=0.0, restart=min(D * K, 60),
-                              maxiter=maxiter)
-            if info != 0:
-                raise RuntimeError(f"linear response: GMRES did not converge (info={info}); the "
-                                   "BP fixed point is probably unstable")
-            dm = sol.reshape(D, K)
-    dbn, dbe = _belief_tangents(dm, vn, ve, state.log_node, state.log_edge, batch.edges,
-                                st.in_ptr, st.in_idx, shared)
-    if shared:
-        dbe = dbe.sum(axis=0, keepdims=True) if batch.n_edges else np.zeros_like(edge)
-    return dbn, dbe
+    return bethe_covariance_vector_product(batch, node_logpot, edge_logpot, v_node, v_edge,
+                                           bp if bp is not None else _default_bp(), state=state,
+                                           rtol=rtol, maxiter=maxiter)
 
 
 def linear_response_matrix(batch: GraphBatch, node_logpot, edge_logpot, graph: int = 0,
@@ -218,45 +59,9 @@ def linear_response_matrix(batch: GraphBatch, node_logpot, edge_logpot, graph: i
     """Dense linear-response covariance of one graph's sufficient statistics.
 
     Order as :meth:`Engine.feature_covariance`: node indicators (node-major) then edge indicators
-    (edge-major, or the ``K*K`` summed statistics for a shared table). All columns are solved in
-    one batched system (the graph replicated once per column), so this is meant for small graphs.
+    (edge-major, or the ``K*K`` summed statistics for a shared table). Meant for small graphs
+    (see :func:`pymc_crf.inference.bethe.bethe_covariance_matrix`).
     """
-    node, edge = check_potentials(batch, node_logpot, edge_logpot)
-    if not 0 <= graph < batch.n_graphs:
-        raise ValueError(f"graph {graph} out of range 0..{batch.n_graphs - 1}")
-    if bp is None:
-        bp = BeliefPropagation(tol=1e-12)
-    sub = batch.subset([graph])
-    node = node[batch.node_index([graph])]
-    shared = edge.shape[0] == 1
-    if not shared:
-        edge = edge[batch.edge_index([graph])]
-    state = bp.run(sub, node, edge)
-    dn, de = node.size, edge.size
-    cols = dn + de
-    # Replicate the graph once per column and reuse its fixed point for every copy.
-    rep = sub.subset(np.zeros(cols, np.int64))
-    eye = np.eye(cols)
-    vn = eye[:, :dn].reshape(cols * node.shape[0], node.shape[1])
-    rep_node = np.tile(node, (cols, 1))
-    if shared:
-        # A shared table cannot be varied per copy: use per-edge tables equal to it.
-        E1 = sub.n_edges
-        rep_edge = np.broadcast_to(edge, (cols * E1, *edge.shape[1:])).copy()
-        ve = np.repeat(eye[:, dn:].reshape(cols, 1, *edge.shape[1:]), E1, axis=1).reshape(
-            cols * E1, *edge.shape[1:])
-    else:
-        rep_edge = np.tile(edge, (cols, 1, 1))
-        ve = eye[:, dn:].reshape(cols * edge.shape[0], *edge.shape[1:])
-    rep_state = BPState(np.tile(state.messages, (cols, 1)), np.tile(state.log_node, (cols, 1)),
-                        np.tile(state.log_edge, (cols, 1, 1)), np.tile(state.log_z, cols),
-                        state.report)
-    dbn, dbe = linear_response_vector_product(rep, rep_node, rep_edge, vn, ve, bp=bp,
-                                              state=rep_state)
-    dbn = dbn.reshape(cols, dn)
-    if shared:
-        dbe = dbe.reshape(cols, -1, de).sum(axis=1)
-    else:
-        dbe = dbe.reshape(cols, de)
-    cov = np.concatenate([dbn, dbe], axis=1).T  # column j = response to direction j
-    return 0.5 * (cov + cov.T) if symmetrise else cov
+    return bethe_covariance_matrix(batch, node_logpot, edge_logpot,
+                                   bp if bp is not None else _default_bp(), graph=graph,
+                                   symmetrise=symmetrise)

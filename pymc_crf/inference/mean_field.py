@@ -3,66 +3,67 @@
     log Z >= sum_i <node_i>_{q_i} + sum_e <psi_e>_{q_u q_v} + sum_i H(q_i),
 
 by coordinate ascent ``q_i(x) ∝ exp(node_i(x) + sum_{j ~ i} sum_y q_j(y) psi_ij(x, y))``. Nodes are
-updated in colour-class order (the classes of :func:`pymc_crf.inference.gibbs.colour_order`), so a
-class is one exact block step and the bound never decreases. Used as a baseline in the comparison
-table of ``docs/loopy_inference.md``.
+updated class by class of the graph colouring (:func:`pymc_crf.graphs.adjacency.colour_classes`):
+the nodes of a class are not neighbours, so a class is one exact block step and the bound never
+decreases. Used as a baseline in the comparison table of ``docs/loopy_inference.md``.
 """
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from numba import njit
 
+from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
-from pymc_crf.inference.bp import ConvergenceWarning, bp_structure, labelling_score
-from pymc_crf.inference.gibbs import colour_order
+from pymc_crf.inference.base import LoopyResult, check_potentials
+from pymc_crf.inference.conditionals import exp_normalise, slot_entry
 from pymc_crf.inference.kernels import record_sweep
+from pymc_crf.inference.loopy import LoopyEngine
 
 __all__ = ["MeanField"]
 
 
 @njit(cache=True)
-def _mf_run(node, edge, shared, q, order, src, edge_of, flip, in_ptr, in_idx, node_graph,
+def _mf_run(node, edge, shared, q, order, ptr, src, edge_of, flip, in_ptr, in_idx, node_graph,
             n_graphs, damping, tol, max_iter, iters, changes, converged):
-    K = node.shape[1]
-    lq = np.empty(K)
+    """Sweeps of block coordinate ascent, one colour class at a time, until every graph has
+    converged (its largest marginal change in a sweep below ``tol``) or ``max_iter``."""
+    lq = np.empty(node.shape[1])
     active = ~converged
     for it in range(max_iter):
+        step = np.zeros(n_graphs)
+        for c in range(ptr.shape[0] - 1):
+            for j in range(ptr[c], ptr[c + 1]):
+                i = order[j]
+                if active[node_graph[i]]:
+                    _update_node(node, edge, shared, q, i, src, edge_of, flip, in_ptr, in_idx,
+                                 damping, lq, step, node_graph[i])
+        record_sweep(it, step, tol, active, iters, changes, converged)
         if not active.any():
             break
-        step = np.zeros(n_graphs)
-        for j in range(order.shape[0]):
-            i = order[j]
-            g = node_graph[i]
-            if not active[g]:
-                continue
-            m = -np.inf
-            for k in range(K):
-                acc = node[i, k]
-                for p in range(in_ptr[i], in_ptr[i + 1]):
-                    d = in_idx[p]
-                    tab = 0 if shared else edge_of[d]
-                    nb = src[d]
-                    for y in range(K):
-                        if q[nb, y] > 0.0:
-                            acc += q[nb, y] * (edge[tab, k, y] if flip[d] else edge[tab, y, k])
-                lq[k] = acc
-                if acc > m:
-                    m = acc
-            tot = 0.0
-            for k in range(K):
-                lq[k] = np.exp(lq[k] - m) if lq[k] > -np.inf else 0.0
-                tot += lq[k]
-            for k in range(K):
-                new = (1.0 - damping) * lq[k] / tot + damping * q[i, k]
-                c = abs(new - q[i, k])
-                if c > step[g]:
-                    step[g] = c
-                q[i, k] = new
-        record_sweep(it, step, tol, active, iters, changes, converged)
+
+
+@njit(cache=True, inline="always")
+def _update_node(node, edge, shared, q, i, src, edge_of, flip, in_ptr, in_idx, damping, lq, step,
+                 g):
+    """q_i <- (1 - damping) softmax(local field) + damping q_i; records the change in step[g]."""
+    K = node.shape[1]
+    for k in range(K):
+        acc = node[i, k]
+        for p in range(in_ptr[i], in_ptr[i + 1]):
+            d = in_idx[p]
+            nb = src[d]
+            for y in range(K):
+                if q[nb, y] > 0.0:
+                    acc += q[nb, y] * slot_entry(edge, shared, edge_of, flip, d, k, y)
+        lq[k] = acc
+    tot = exp_normalise(lq)
+    for k in range(K):
+        new = (1.0 - damping) * lq[k] / tot + damping * q[i, k]
+        c = abs(new - q[i, k])
+        if c > step[g]:
+            step[g] = c
+        q[i, k] = new
 
 
 def _bound(batch, node, edge, q):
@@ -80,7 +81,7 @@ def _bound(batch, node, edge, q):
     return out
 
 
-class MeanField(Engine):
+class MeanField(LoopyEngine):
     """Naive (fully factorised) mean field with a per-graph convergence report.
 
     Parameters
@@ -94,25 +95,23 @@ class MeanField(Engine):
     init : {"uniform", "node"}
         Start from uniform marginals or from the node potentials alone.
     warn : bool
-        Emit a :class:`~pymc_crf.inference.bp.ConvergenceWarning` on non-convergence.
+        Emit a :class:`~pymc_crf.inference.base.ConvergenceWarning` on non-convergence.
     """
 
     name = "mean_field"
-    exact = False
+    approximation = "the mean-field lower bound"
+    method = "mean field"
 
     def __init__(self, damping: float = 0.0, tol: float = 1e-10, max_iter: int = 1000,
                  init: str = "node", warn: bool = True):
-        if not 0.0 <= float(damping) < 1.0:
-            raise ValueError(f"damping must lie in [0, 1); got {damping}")
+        super().__init__(tol, max_iter, damping, warn)
         if init not in ("uniform", "node"):
             raise ValueError(f"init must be 'uniform' or 'node'; got {init!r}")
-        if not float(tol) > 0 or int(max_iter) < 1:
-            raise ValueError("tol must be positive and max_iter >= 1")
-        self.damping, self.tol, self.max_iter = float(damping), float(tol), int(max_iter)
-        self.init, self.warn = init, warn
+        self.init = init
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.ndarray, dict]:
-        """Fixed point marginals ``q`` (N, K) and the convergence report."""
+    def run(self, batch: GraphBatch, node_logpot, edge_logpot) -> LoopyResult:
+        """Coordinate ascent to a fixed point: log marginals ``log_node``, the products
+        ``q_u q_v`` as ``log_edge``, the lower bound as ``log_z``, and the report."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         N, K = node.shape
         if self.init == "uniform":
@@ -122,42 +121,16 @@ class MeanField(Engine):
                 q = np.exp(node - node.max(1, keepdims=True))
             q = np.nan_to_num(q, nan=1.0)
             q /= q.sum(1, keepdims=True)
-        st = bp_structure(batch)
-        order, _ = colour_order(batch)
+        st = message_layout(batch)
+        order, ptr = colour_classes(batch)
         G = batch.n_graphs
         iters, changes = np.zeros(G, np.int64), np.zeros(G)
         converged = np.zeros(G, np.bool_)
-        _mf_run(node, edge, edge.shape[0] == 1, q, order, st.src, st.edge, st.flip, st.in_ptr,
-                st.in_idx, batch.node_graph, G, self.damping, self.tol, self.max_iter, iters,
-                changes, converged)
-        report = {"iterations": iters, "max_change": changes, "converged": converged}
-        if self.warn and not converged.all():
-            warnings.warn(f"mean field did not converge on {int((~converged).sum())} of {G} "
-                          f"graphs within max_iter={self.max_iter}", ConvergenceWarning,
-                          stacklevel=3)
-        return q, report
-
-    def marginals(self, batch, node_logpot, edge_logpot):
-        """Lower bound on log Z, factorised node marginals and products as edge marginals."""
-        node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        q, report = self.run(batch, node, edge)
-        em = q[batch.edges[:, 0]][:, :, None] * q[batch.edges[:, 1]][:, None, :]
-        if edge.shape[0] == 1:
-            em = em.sum(0, keepdims=True) if batch.n_edges else np.zeros_like(edge)
-        return Marginals(_bound(batch, node, edge, q), q, em, report)
-
-    def log_partition(self, batch, node_logpot, edge_logpot):
-        """The mean-field lower bound on log Z."""
-        return self.marginals(batch, node_logpot, edge_logpot).log_z
-
-    def map_assignment(self, batch, node_logpot, edge_logpot):
-        """Argmax of the mean-field marginals (a heuristic on loopy graphs)."""
-        node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        labels = np.argmax(self.run(batch, node, edge)[0], axis=1).astype(np.int64)
-        return MapResult(labels, labelling_score(batch, node, edge, labels))
-
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
-        """Samples from the model itself, delegated to the Gibbs engine."""
-        from pymc_crf.inference.gibbs import Gibbs
-
-        return Gibbs().sample(batch, node_logpot, edge_logpot, n_samples, rng)
+        _mf_run(node, edge, edge.shape[0] == 1, q, order, ptr, st.src, st.edge, st.flip,
+                st.in_ptr, st.in_idx, batch.node_graph, G, self.damping, self.tol, self.max_iter,
+                iters, changes, converged)
+        pair = q[batch.edges[:, 0]][:, :, None] * q[batch.edges[:, 1]][:, None, :]
+        with np.errstate(divide="ignore"):
+            log_node, log_edge = np.log(q), np.log(pair)
+        return LoopyResult(None, log_node, log_edge, _bound(batch, node, edge, q),
+                           self.report(iters, changes, converged))

@@ -5,81 +5,85 @@ from __future__ import annotations
 import warnings
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine
+from pymc_crf.inference.base import ApproximateInferenceWarning, Engine
+from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.inference.brute_force import BruteForce
+from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.inference.gibbs import Gibbs
+from pymc_crf.inference.junction_tree import JunctionTree
+from pymc_crf.inference.mean_field import MeanField
+from pymc_crf.inference.tree_ep import TreeEP
 
-__all__ = ["ENGINE_NAMES", "ApproximateInferenceWarning", "get_engine"]
+__all__ = ["ENGINE_NAMES", "ApproximateInferenceWarning", "LOG_Z_ENGINE_NAMES", "get_engine",
+           "require_log_z"]
 
-ENGINE_NAMES = ("auto", "chain", "junction_tree", "bp", "bethe", "tree_ep", "mean_field", "gibbs",
-                "brute_force")
+# name -> engine class ("bethe" is loopy BP under the name of its log Z approximation)
+_ENGINES: dict[str, type[Engine]] = {
+    "chain": ChainEngine, "junction_tree": JunctionTree, "bp": BeliefPropagation,
+    "bethe": BeliefPropagation, "tree_ep": TreeEP, "mean_field": MeanField, "gibbs": Gibbs,
+    "brute_force": BruteForce}
+ENGINE_NAMES = ("auto", *_ENGINES)
+LOG_Z_ENGINE_NAMES = ("auto", *(n for n, cls in _ENGINES.items() if cls.has_log_z))
 DEFAULT_MAX_TREEWIDTH = 10
 
 
-class ApproximateInferenceWarning(UserWarning):
-    """log Z is approximate (Bethe / loopy BP): the likelihood and its posterior are approximate."""
-
-
 def _make(name: str, max_treewidth: int) -> Engine:
-    if name == "chain":
-        from pymc_crf.inference.chain import ChainEngine
+    cls = _ENGINES[name]
+    return cls(max_treewidth=max_treewidth) if cls is JunctionTree else cls()
 
-        return ChainEngine()
-    if name == "brute_force":
-        from pymc_crf.inference.brute_force import BruteForce
 
-        return BruteForce()
-    if name == "junction_tree":
-        from pymc_crf.inference.junction_tree import JunctionTree
+def require_log_z(engine: Engine, inference: str | Engine) -> None:
+    """Refuse an engine that gives no log Z where a likelihood needs one (e.g. Gibbs).
 
-        return JunctionTree(max_treewidth=max_treewidth)
-    if name in ("bp", "bethe"):
-        from pymc_crf.inference.bp import BeliefPropagation
-
-        return BeliefPropagation()
-    if name == "mean_field":
-        from pymc_crf.inference.mean_field import MeanField
-
-        return MeanField()
-    if name == "gibbs":
-        from pymc_crf.inference.gibbs import Gibbs
-
-        return Gibbs()
-    if name == "tree_ep":
-        from pymc_crf.inference.tree_ep import TreeEP
-
-        return TreeEP()
-    raise ValueError(f"unknown inference {name!r}; choose one of {ENGINE_NAMES} or pass an Engine")
+    Raises
+    ------
+    ValueError
+        Naming the engine and the ones that can define a likelihood.
+    """
+    if not engine.has_log_z:
+        raise ValueError(f"inference={inference!r} gives no estimate of log Z, so it cannot define "
+                         f"a likelihood; use one of {LOG_Z_ENGINE_NAMES}")
 
 
 def get_engine(inference: str | Engine, batch: GraphBatch,
-               max_treewidth: int = DEFAULT_MAX_TREEWIDTH, warn: bool = True) -> Engine:
+               max_treewidth: int = DEFAULT_MAX_TREEWIDTH, warn: bool = True,
+               need_log_z: bool = False) -> Engine:
     """The engine for ``inference`` on ``batch``.
 
     ``"auto"`` takes the chain engine when every graph is a canonical chain, else the junction tree
     when every graph's treewidth is at most ``max_treewidth``, else loopy BP with its Bethe
-    approximation of log Z (with an :class:`ApproximateInferenceWarning`). A named exact engine that
-    cannot handle the batch raises a ValueError saying why.
+    approximation of log Z (with an :class:`ApproximateInferenceWarning`). A named engine that
+    cannot handle the batch raises a ValueError saying why; a named approximate engine warns with
+    the name of its approximation (Bethe, TreeEP, mean field).
+
+    Parameters
+    ----------
+    inference : str or Engine
+        One of ``ENGINE_NAMES`` or an engine instance (used as it is).
+    batch : GraphBatch
+        The graphs the engine will run on.
+    max_treewidth : int
+        Limit for the junction tree (``"auto"`` falls back to BP above it).
+    warn : bool
+        Emit the :class:`ApproximateInferenceWarning`.
+    need_log_z : bool
+        The engine defines a likelihood (a ``CRF`` or the ``LogPartition`` Op): refuse engines
+        without a log Z estimate (Gibbs) with a ValueError, before any model is evaluated.
     """
     if isinstance(inference, Engine):
+        if need_log_z:
+            require_log_z(inference, inference.name)
         return inference
     if not isinstance(inference, str) or inference not in ENGINE_NAMES:
         raise ValueError(f"unknown inference {inference!r}; choose one of {ENGINE_NAMES} "
                          "or pass an Engine instance")
     if inference != "auto":
         engine = _make(inference, max_treewidth)
-        if not engine.supports(batch):
-            if inference == "chain":
-                engine._check(batch, None, None)  # raises with the offending graph
-            if inference == "junction_tree":
-                from pymc_crf.graphs.junction_tree import treewidth
-
-                tw = treewidth(batch, limit=max_treewidth)
-                g = int(tw.argmax())
-                raise ValueError(f"junction_tree: graph {g} has treewidth {int(tw[g])} above "
-                                 f"max_treewidth={max_treewidth}; raise the limit or use "
-                                 "inference='bp' (approximate)")
-            raise ValueError(f"engine {inference!r} cannot handle this graph batch")
-        if not engine.exact and warn:
-            warnings.warn(f"inference={inference!r}: log Z is the Bethe approximation, so the "
+        if need_log_z:
+            require_log_z(engine, inference)
+        engine.check_supported(batch)
+        if not engine.exact and warn and engine.has_log_z:
+            warnings.warn(f"inference={inference!r}: log Z is {engine.approximation}, so the "
                           "likelihood is approximate", ApproximateInferenceWarning, stacklevel=3)
         return engine
     if batch.is_chain:
@@ -87,8 +91,9 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
     jt = _make("junction_tree", max_treewidth)
     if jt.supports(batch):
         return jt
+    bp = _make("bp", max_treewidth)
     if warn:
         warnings.warn(f"inference='auto': some graphs have treewidth above {max_treewidth}; "
-                      "falling back to loopy BP, so log Z is the Bethe approximation",
+                      f"falling back to loopy BP, so log Z is {bp.approximation}",
                       ApproximateInferenceWarning, stacklevel=3)
-    return _make("bp", max_treewidth)
+    return bp

@@ -30,17 +30,16 @@ loop, and the engine reduces to exact tree inference when there is no off-tree e
 
 from __future__ import annotations
 
-import warnings
-
 import numpy as np
 from numba import njit
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import minimum_spanning_tree
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
-from pymc_crf.inference.bp import ConvergenceWarning, labelling_score
+from pymc_crf.inference.base import LoopyResult, check_potentials
+from pymc_crf.inference.bethe import beliefs, bethe_log_z, cavity
 from pymc_crf.inference.kernels import logsumexp_1d
+from pymc_crf.inference.loopy import LoopyEngine
 
 __all__ = ["TreeEP", "spanning_tree"]
 
@@ -203,20 +202,15 @@ def _paths(off_u, off_v, parent, pte, depth, N):
 
 
 @njit(cache=True)
-def _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col):
-    """Tree message a -> b over tree edge te (log, normalised), stored in ``msg``."""
+def _send(a, te, node, Psi, tu, adj_ptr, into, msg, buf, col):
+    """Tree message from ``a`` over tree edge te (log, normalised), stored in ``msg``.
+
+    Tree message ``2t`` runs ``tu[t] -> tv[t]`` and ``2t + 1`` back; ``into`` lists the messages
+    entering each node in adjacency order, so the cavity of ``a`` is BP's."""
     K = node.shape[1]
-    for x in range(K):
-        buf[x] = node[a, x]
-    for p in range(adj_ptr[a], adj_ptr[a + 1]):
-        w = adj_nbr[p]
-        if w != b:
-            t2 = adj_te[p]
-            din = 2 * t2 if tu[t2] == w else 2 * t2 + 1
-            for x in range(K):
-                buf[x] += msg[din, x]
     fwd = tu[te] == a
     dout = 2 * te if fwd else 2 * te + 1
+    cavity(node, msg, a, dout ^ 1, adj_ptr, into, buf)
     for y in range(K):
         for x in range(K):
             col[x] = buf[x] + (Psi[te, x, y] if fwd else Psi[te, y, x])
@@ -231,7 +225,7 @@ def _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col):
 
 
 @njit(cache=True)
-def _move(c, target, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, bufa,
+def _move(c, target, parent, pte, depth, node, Psi, tu, adj_ptr, into, msg, bufa,
           bufb, route, buf, col):
     """Local propagation: move the centre c -> target, recomputing the messages on the route."""
     n = _route(c, target, parent, depth, bufa, bufb, route)
@@ -239,7 +233,7 @@ def _move(c, target, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te
         a = route[k]
         b = route[k + 1]
         te = pte[a] if parent[a] == b else pte[b]
-        _send(a, b, te, node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col)
+        _send(a, te, node, Psi, tu, adj_ptr, into, msg, buf, col)
 
 
 @njit(cache=True)
@@ -334,7 +328,7 @@ def _pair_logs(k, L, C, phi, al, be, ac, bc, lzt, lzc, lp, lc, col):
 
 
 @njit(cache=True)
-def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, pte, depth,
+def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, into, parent, pte, depth,
                  comp, bfs, off_e, off_u, ptr_n, ptr_e, pn, pe, goff_ptr, damping, tol,
                  max_iter, iters, changes, converged, log_s, off_marg):
     """TreeEP for every graph of the batch. ``Psi`` (tree tables) is updated in place; returns
@@ -369,7 +363,7 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
     for j in range(N - 1, -1, -1):
         i = bfs[j]
         if parent[i] >= 0:
-            _send(i, parent[i], pte[i], node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf, col)
+            _send(i, pte[i], node, Psi, tu, adj_ptr, into, msg, buf, col)
     G = goff_ptr.shape[0] - 1
     for g in range(G):
         lo, hi = goff_ptr[g], goff_ptr[g + 1]
@@ -382,7 +376,7 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
             for o in range(lo, hi):
                 u = off_u[o]
                 r = comp[u]
-                _move(centre[r], u, parent, pte, depth, node, Psi, tu, adj_ptr, adj_nbr, adj_te,
+                _move(centre[r], u, parent, pte, depth, node, Psi, tu, adj_ptr, into,
                       msg, bufa, bufb, route, buf, col)
                 centre[r] = u
                 n0, e0 = ptr_n[o], ptr_e[o]
@@ -436,8 +430,8 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
                                 Psi[te, y, x] = v
                 # the messages along the path towards u changed: recompute them (centre stays u)
                 for k in range(L - 1, -1, -1):
-                    _send(pn[n0 + k + 1], pn[n0 + k], pe[e0 + k], node, Psi, tu, adj_ptr,
-                          adj_nbr, adj_te, msg, buf, col)
+                    _send(pn[n0 + k + 1], pe[e0 + k], node, Psi, tu, adj_ptr, into, msg, buf,
+                          col)
             if final:
                 break
             iters[g] = it + 1
@@ -461,65 +455,14 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, 
                 b = adj_nbr[p]
                 if b != bufa[a]:
                     bufa[b] = a
-                    _send(a, b, adj_te[p], node, Psi, tu, adj_ptr, adj_nbr, adj_te, msg, buf,
-                          col)
+                    _send(a, adj_te[p], node, Psi, tu, adj_ptr, into, msg, buf, col)
                     route[n] = b
                     n += 1
     return msg
 
 
-@njit(cache=True)
-def _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg, node_graph, n_graphs):
-    """Node and tree-edge log beliefs of q and log Z_q per graph (exact on the tree)."""
-    N, K = node.shape
-    T = tu.shape[0]
-    lbn = np.empty((N, K))
-    lbe = np.empty((T, K, K))
-    logz = np.zeros(n_graphs)
-    cu = np.empty(K)
-    cv = np.empty(K)
-    for i in range(N):
-        for x in range(K):
-            lbn[i, x] = node[i, x]
-        for p in range(adj_ptr[i], adj_ptr[i + 1]):
-            t2 = adj_te[p]
-            din = 2 * t2 + 1 if tu[t2] == i else 2 * t2
-            for x in range(K):
-                lbn[i, x] += msg[din, x]
-        z = logsumexp_1d(lbn[i])
-        deg = adj_ptr[i + 1] - adj_ptr[i]
-        for x in range(K):
-            lbn[i, x] -= z
-            if lbn[i, x] > -np.inf:
-                logz[node_graph[i]] += np.exp(lbn[i, x]) * (node[i, x] + (deg - 1) * lbn[i, x])
-    for te in range(T):
-        u = tu[te]
-        v = tv[te]
-        for x in range(K):
-            cu[x] = lbn[u, x] - msg[2 * te + 1, x] if msg[2 * te + 1, x] > -np.inf else -np.inf
-            cv[x] = lbn[v, x] - msg[2 * te, x] if msg[2 * te, x] > -np.inf else -np.inf
-        m = -np.inf
-        for a in range(K):
-            for b in range(K):
-                lbe[te, a, b] = Psi[te, a, b] + cu[a] + cv[b]
-                if lbe[te, a, b] > m:
-                    m = lbe[te, a, b]
-        z = 0.0
-        for a in range(K):
-            for b in range(K):
-                z += np.exp(lbe[te, a, b] - m)
-        z = m + np.log(z)
-        for a in range(K):
-            for b in range(K):
-                lbe[te, a, b] -= z
-                lb = lbe[te, a, b]
-                if lb > -np.inf:
-                    logz[node_graph[u]] += np.exp(lb) * (Psi[te, a, b] - lb)
-    return lbn, lbe, logz
-
-
 # ---------------------------------------------------------------------------- engine
-class TreeEP(Engine):
+class TreeEP(LoopyEngine):
     """Tree-structured EP with cutset conditioning and local propagation (003 ch. 3).
 
     Parameters
@@ -531,24 +474,23 @@ class TreeEP(Engine):
     damping : float
         Weight of the old term in the log-domain mixture (0: plain EP, as in the thesis).
     warn : bool
-        Emit a :class:`~pymc_crf.inference.bp.ConvergenceWarning` on non-convergence.
+        Emit a :class:`~pymc_crf.inference.base.ConvergenceWarning` on non-convergence.
     """
 
     name = "tree_ep"
-    exact = False
+    approximation = "the TreeEP (tree-structured EP) estimate"
+    method = "TreeEP"
+    hint = "try damping"
 
     def __init__(self, tol: float = 1e-9, max_iter: int = 200, damping: float = 0.0,
                  warn: bool = True):
-        if not 0.0 <= float(damping) < 1.0:
-            raise ValueError(f"damping must lie in [0, 1); got {damping}")
-        if not float(tol) > 0 or int(max_iter) < 1:
-            raise ValueError("tol must be positive and max_iter >= 1")
-        self.tol, self.max_iter, self.damping, self.warn = (float(tol), int(max_iter),
-                                                            float(damping), warn)
+        super().__init__(tol, max_iter, damping, warn)
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot, tree_mask: np.ndarray | None = None):
-        """Run TreeEP; returns ``(Marginals, tree_mask)`` (``tree_mask`` (E,) marks the edges of
-        the spanning tree used; pass one to override the mutual-information choice)."""
+    def run(self, batch: GraphBatch, node_logpot, edge_logpot,
+            tree_mask: np.ndarray | None = None) -> LoopyResult:
+        """Run TreeEP: beliefs (q on tree edges, the tilted distribution on off-tree edges), the
+        EP log Z estimate, the report, and in ``tree_mask`` (E,) the spanning tree used (pass
+        one to override the mutual-information choice)."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         N, K = node.shape
         E, G = batch.n_edges, batch.n_graphs
@@ -568,8 +510,12 @@ class TreeEP(Engine):
         nbrs = np.concatenate([tv, tu])
         tes = np.concatenate([np.arange(len(tid)), np.arange(len(tid))])
         o = np.argsort(ends, kind="stable")
-        adj_ptr = np.concatenate([[0], np.cumsum(np.bincount(ends, minlength=N))]).astype(np.int64)
+        degree = np.bincount(ends, minlength=N)
+        adj_ptr = np.concatenate([[0], np.cumsum(degree)]).astype(np.int64)
         adj_nbr, adj_te = nbrs[o].astype(np.int64), tes[o].astype(np.int64)
+        # messages entering each node in adjacency order (tree message 2t runs tu[t] -> tv[t]
+        # and 2t + 1 back, as BP's messages on the tree)
+        into = np.where(tu[adj_te] == ends[o], 2 * adj_te + 1, 2 * adj_te).astype(np.int64)
         parent, pte, depth, comp, bfs, pre = _forest(N, tu, tv, adj_ptr, adj_nbr, adj_te)
         if (comp[batch.edges[:, 0]] != comp[batch.edges[:, 1]]).any():
             raise ValueError("tree_mask is not a spanning forest of the batch (an edge joins two "
@@ -589,42 +535,19 @@ class TreeEP(Engine):
         log_s = np.zeros(len(off))
         off_marg = np.zeros((len(off), K, K))
         edge_tab = np.ascontiguousarray(edge[tab[off]])
-        msg = _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, parent, pte,
+        msg = _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, into, parent, pte,
                            depth, comp, bfs, np.arange(len(off), dtype=np.int64), off_u, ptr_n,
                            ptr_e, pn, pe, goff_ptr, self.damping, self.tol, self.max_iter, iters,
                            changes, converged, log_s, off_marg)
-        lbn, lbe, logz_q = _tree_beliefs(node, Psi, tu, tv, adj_ptr, adj_te, msg,
-                                         batch.node_graph, G)
+        lbn, lbe = beliefs(node, Psi, msg, np.stack([tu, tv], axis=1), adj_ptr, into, False,
+                           False)
+        # log Z_q: the Bethe free energy of the tree q is exact (003 eq. (3.2))
+        logz_q = bethe_log_z(node, Psi, False, lbn, lbe, degree, batch.node_graph,
+                             batch.edge_graph[tid], G)
         log_z = logz_q + np.bincount(batch.edge_graph[off], weights=log_s, minlength=G)
-        em = np.zeros((E, K, K))
-        em[tid] = np.exp(lbe)
-        em[off] = off_marg
-        if edge.shape[0] == 1:
-            em = em.sum(0, keepdims=True) if E else np.zeros_like(edge)
-        report = {"iterations": iters, "max_change": changes, "converged": converged}
-        if self.warn and not converged.all():
-            warnings.warn(f"TreeEP did not converge on {int((~converged).sum())} of {G} graphs "
-                          f"within max_iter={self.max_iter} (tol={self.tol:g}); try damping",
-                          ConvergenceWarning, stacklevel=3)
-        return Marginals(log_z, np.exp(lbn), em, report), tree_mask
-
-    # -------------------------------------------------------------- Engine interface
-    def marginals(self, batch, node_logpot, edge_logpot):
-        """EP log Z estimate, node marginals of q, pair marginals (q on tree edges, the tilted
-        distribution on off-tree edges) and the convergence report."""
-        return self.run(batch, node_logpot, edge_logpot)[0]
-
-    def log_partition(self, batch, node_logpot, edge_logpot):
-        return self.marginals(batch, node_logpot, edge_logpot).log_z
-
-    def map_assignment(self, batch, node_logpot, edge_logpot):
-        """Argmax of the TreeEP node marginals (a heuristic on loopy graphs)."""
-        node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        labels = np.argmax(self.marginals(batch, node, edge).node, axis=1).astype(np.int64)
-        return MapResult(labels, labelling_score(batch, node, edge, labels))
-
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
-        """Samples from the model itself, delegated to the Gibbs engine."""
-        from pymc_crf.inference.gibbs import Gibbs
-
-        return Gibbs().sample(batch, node_logpot, edge_logpot, n_samples, rng)
+        log_edge = np.empty((E, K, K))
+        log_edge[tid] = lbe
+        with np.errstate(divide="ignore"):
+            log_edge[off] = np.log(off_marg)
+        return LoopyResult(None, lbn, log_edge, log_z, self.report(iters, changes, converged),
+                           tree_mask=tree_mask)

@@ -26,7 +26,7 @@ from pytensor.link.numba.dispatch.basic import get_numba_type, register_funcify_
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
-from pymc_crf.inference.select import get_engine
+from pymc_crf.inference.select import get_engine, require_log_z
 
 __all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "log_partition"]
 
@@ -60,7 +60,15 @@ class _BatchOp(Op):
 
 
 class LogPartition(_BatchOp):
-    """log Z per graph of ``batch`` from node (N, K) and edge (E, K, K) or (1, K, K) log-potentials."""
+    """log Z per graph of ``batch`` from node (N, K) and edge (E, K, K) or (1, K, K) log-potentials.
+
+    The engine must give log Z (exact or approximate): a sampler such as Gibbs is refused here,
+    when the graph is built, not when it is evaluated.
+    """
+
+    def __init__(self, batch: GraphBatch, engine: Engine):
+        require_log_z(engine, engine.name)
+        super().__init__(batch, engine)
 
     def make_node(self, node_logpot, edge_logpot):
         node, edge = self._inputs(node_logpot, edge_logpot)
@@ -145,11 +153,13 @@ def log_partition(node_logpot, edge_logpot, batch: GraphBatch, inference: str | 
     node_logpot : TensorLike, shape (N, K)
     edge_logpot : TensorLike, shape (E, K, K), or (1, K, K) for one table shared by every edge
     batch : GraphBatch
-    inference : {"auto", "chain", "junction_tree", "bp", "bethe", "tree_ep", "brute_force"} or Engine
+    inference : {"auto", "chain", "junction_tree", "bp", "bethe", "tree_ep", "mean_field",
+        "brute_force"} or Engine
+        Any engine that gives log Z (``"gibbs"`` does not and is refused).
     max_treewidth : int
         Limit for the junction tree (``"auto"`` falls back to BP above it).
     """
-    engine = get_engine(inference, batch, max_treewidth=max_treewidth)
+    engine = get_engine(inference, batch, max_treewidth=max_treewidth, need_log_z=True)
     return LogPartition(batch, engine)(node_logpot, edge_logpot)
 
 
@@ -161,11 +171,17 @@ def log_partition(node_logpot, edge_logpot, batch: GraphBatch, inference: str | 
 _OBJMODE_OPS: dict[int, tuple[Op, Apply]] = {}
 
 
-def content_key(batch: GraphBatch, engine: Engine, *extra) -> int:
-    """A 63-bit key naming a computation by the batch's structure and the engine's settings."""
+def _structure_hash(batch: GraphBatch):
+    """sha256 of the batch's structure (offsets and edges), the part compiled kernels close over."""
     h = hashlib.sha256()
     for a in (batch.node_offsets, batch.edge_offsets, batch.edges):
         h.update(np.ascontiguousarray(a).tobytes())
+    return h
+
+
+def content_key(batch: GraphBatch, engine: Engine, *extra) -> int:
+    """A 63-bit key naming a computation by the batch's structure and the engine's settings."""
+    h = _structure_hash(batch)
     settings = sorted((k, v) for k, v in vars(engine).items()
                       if isinstance(v, int | float | str | bool | type(None)))
     h.update(repr((type(engine).__module__, type(engine).__qualname__, settings, extra)).encode())
@@ -201,10 +217,7 @@ _KERNEL_VERSION = 5
 
 def _cache_key(op, which: str) -> str:
     """Numba cache key: the kernels close over the batch's offsets, so those are part of it."""
-    b = op.batch
-    h = hashlib.sha256()
-    for a in (b.node_offsets, b.edge_offsets, b.edges):
-        h.update(np.ascontiguousarray(a).tobytes())
+    h = _structure_hash(op.batch)
     return f"pymc_crf.{which}.{op.engine.name}.v{_KERNEL_VERSION}.{h.hexdigest()}"
 
 

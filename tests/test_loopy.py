@@ -1,0 +1,112 @@
+"""The shared contract of the iterative engines (BP, TreeEP, mean field): one run type, one
+settings check, one convergence report and warning, decoding and Gibbs sampling."""
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference import (
+    BeliefPropagation,
+    BruteForce,
+    ConvergenceWarning,
+    Gibbs,
+    LoopyEngine,
+    LoopyResult,
+    MeanField,
+    TreeEP,
+)
+from pymc_crf.inference.base import labelling_score
+
+ENGINES = {"bp": BeliefPropagation, "tree_ep": TreeEP, "mean_field": MeanField}
+
+
+def _model(seed=0, K=3, coupling=0.5, shared=False):
+    rng = np.random.default_rng(seed)
+    b = GraphBatch.from_networkx([nx.grid_2d_graph(2, 3), nx.cycle_graph(4), nx.empty_graph(1),
+                                  nx.star_graph(3)])
+    node = rng.normal(size=(b.n_total_nodes, K))
+    edge = rng.normal(0, coupling, (1 if shared else b.n_edges, K, K))
+    return b, node, edge
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+@pytest.mark.parametrize("shared", [False, True])
+def test_one_run_type_and_the_interface_derived_from_it(name, shared):
+    b, node, edge = _model(shared=shared)
+    eng = ENGINES[name](tol=1e-12)
+    assert isinstance(eng, LoopyEngine) and not eng.exact and eng.has_log_z
+    r = eng.run(b, node, edge)
+    assert isinstance(r, LoopyResult)
+    N, K, E, G = b.n_total_nodes, 3, b.n_edges, b.n_graphs
+    assert r.log_node.shape == (N, K) and r.log_edge.shape == (E, K, K) and r.log_z.shape == (G,)
+    assert set(r.report) == {"iterations", "max_change", "converged"}
+    assert r.report["converged"].all()
+    # normalised beliefs whose pair beliefs agree with their node beliefs at the fixed point
+    np.testing.assert_allclose(np.exp(r.log_node).sum(1), 1.0, atol=1e-12)
+    pe = np.exp(r.log_edge)
+    np.testing.assert_allclose(pe.sum((1, 2)), 1.0, atol=1e-12)
+    np.testing.assert_allclose(pe.sum(2), np.exp(r.log_node[b.edges[:, 0]]), atol=1e-8)
+    np.testing.assert_allclose(pe.sum(1), np.exp(r.log_node[b.edges[:, 1]]), atol=1e-8)
+    assert (r.messages is not None) == (name == "bp")
+    assert (r.tree_mask is not None) == (name == "tree_ep")
+    m = eng.marginals(b, node, edge)
+    np.testing.assert_array_equal(m.node, np.exp(r.log_node))
+    np.testing.assert_array_equal(m.edge, pe.sum(0, keepdims=True) if shared else pe)
+    np.testing.assert_array_equal(eng.log_partition(b, node, edge), r.log_z)
+    # every estimate is close to the exact log Z on these weakly coupled graphs, and exact on
+    # the graph without edges
+    exact = BruteForce().marginals(b, node, edge)
+    assert np.abs(r.log_z - exact.log_z).max() < 0.5
+    assert r.log_z[2] == pytest.approx(exact.log_z[2], abs=1e-12)
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_settings_are_checked_in_one_place(name):
+    cls = ENGINES[name]
+    for kwargs, word in (({"tol": 0.0}, "tol"), ({"tol": np.nan}, "tol"),
+                         ({"max_iter": 0}, "max_iter"), ({"damping": 1.0}, "damping"),
+                         ({"damping": -0.1}, "damping")):
+        with pytest.raises(ValueError, match=word):
+            cls(**kwargs)
+
+
+@pytest.mark.parametrize(("name", "method"), [("bp", "sum-product BP"), ("tree_ep", "TreeEP"),
+                                              ("mean_field", "mean field")])
+def test_one_convergence_warning_naming_the_method(name, method):
+    rng = np.random.default_rng(1)
+    b = GraphBatch.grid(3, 3, n_graphs=2)
+    node = rng.normal(size=(18, 2))
+    edge = rng.normal(0, 2.0, (b.n_edges, 2, 2))
+    with pytest.warns(ConvergenceWarning) as rec:
+        r = ENGINES[name](max_iter=1, damping=0.0).run(b, node, edge)
+    assert len(rec) == 1
+    text = str(rec[0].message)
+    assert text.startswith(f"{method} did not converge on 2 of 2 graphs within max_iter=1")
+    assert (r.report["iterations"] == 1).all() and not r.report["converged"].any()
+    with pytest.warns(ConvergenceWarning, match="max-product BP"):
+        BeliefPropagation(max_iter=1).map_assignment(b, node, edge)
+
+
+@pytest.mark.parametrize("name", list(ENGINES))
+def test_decoding_scores_exactly_and_sampling_is_gibbs_on_the_model(name):
+    b, node, edge = _model(seed=2, K=2)
+    eng = ENGINES[name]()
+    got = eng.map_assignment(b, node, edge)
+    # the score is the labelling's own unnormalised log probability, summed by hand
+    by_hand = np.zeros(b.n_graphs)
+    for i, lab in enumerate(got.labels):
+        by_hand[b.node_graph[i]] += node[i, lab]
+    for e, (u, v) in enumerate(b.edges):
+        by_hand[b.edge_graph[e]] += edge[e, got.labels[u], got.labels[v]]
+    np.testing.assert_allclose(got.score, by_hand, atol=1e-12)
+    np.testing.assert_allclose(labelling_score(b, node, edge, got.labels), by_hand, atol=1e-12)
+    # the labels maximise the node beliefs of the decoding run (BP: max-product, so on the star
+    # and the lone node they are the exact MAP)
+    ref = eng.run(b, node, edge, max_product=True) if name == "bp" else eng.run(b, node, edge)
+    np.testing.assert_array_equal(got.labels, ref.log_node.argmax(1))
+    if name == "bp":
+        exact = BruteForce().map_assignment(b, node, edge)
+        np.testing.assert_allclose(got.score[2:], exact.score[2:], atol=1e-12)
+    s = eng.sample(b, node, edge, 20, rng=3)
+    np.testing.assert_array_equal(s, Gibbs().sample(b, node, edge, 20, rng=3))

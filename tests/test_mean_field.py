@@ -1,0 +1,105 @@
+"""Naive mean field: the bound gap is KL(q || p), q solves the mean-field equations, report."""
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import ConvergenceWarning
+from pymc_crf.inference.brute_force import BruteForce
+from pymc_crf.inference.mean_field import MeanField
+
+
+def _model(seed=6, K=3, coupling=0.7):
+    rng = np.random.default_rng(seed)
+    b = GraphBatch.from_networkx([nx.grid_2d_graph(2, 3), nx.complete_graph(4)])
+    node = rng.normal(size=(b.n_total_nodes, K))
+    edge = rng.normal(0, coupling, (b.n_edges, K, K))
+    return b, node, edge
+
+
+def _enumerate(b, node, edge, g):
+    """Every labelling of graph g and its unnormalised log score, by plain loops."""
+    K = node.shape[1]
+    n, lo = int(b.n_nodes[g]), int(b.node_offsets[g])
+    local = b.local_edges(g)
+    eids = range(int(b.edge_offsets[g]), int(b.edge_offsets[g + 1]))
+    configs = np.indices((K,) * n).reshape(n, -1).T
+    score = np.array([sum(node[lo + i, c[i]] for i in range(n))
+                      + sum(edge[e, c[u], c[v]] for e, (u, v) in zip(eids, local, strict=True))
+                      for c in configs])
+    return configs, score
+
+
+def test_bound_gap_is_the_kl_divergence_and_q_is_a_fixed_point():
+    b, node, edge = _model()
+    m = MeanField().marginals(b, node, edge)
+    assert m.report["converged"].all()
+    exact = BruteForce().log_partition(b, node, edge)
+    for g in range(b.n_graphs):
+        configs, score = _enumerate(b, node, edge, g)
+        lo = b.node_offsets[g]
+        logq = np.log(m.node[lo + np.arange(configs.shape[1]), configs]).sum(1)
+        q = np.exp(logq)
+        kl = np.sum(q * (logq - (score - exact[g])))
+        # log Z - bound = KL(q || p) >= 0, checked by enumeration
+        assert abs((exact[g] - m.log_z[g]) - kl) < 1e-10 and kl > 0
+    # fixed point of the mean-field equations
+    i = 4
+    nb = [(e, b.edges[e, 1] if b.edges[e, 0] == i else b.edges[e, 0]) for e in range(b.n_edges)
+          if i in b.edges[e]]
+    logit = node[i] + sum(edge[e] @ m.node[j] if b.edges[e, 0] == i else edge[e].T @ m.node[j]
+                          for e, j in nb)
+    np.testing.assert_allclose(m.node[i], np.exp(logit) / np.exp(logit).sum(), atol=1e-9)
+    np.testing.assert_allclose(m.edge[0], np.outer(m.node[b.edges[0, 0]], m.node[b.edges[0, 1]]))
+
+
+def test_exact_without_edges_and_shared_table_sums_edge_marginals():
+    rng = np.random.default_rng(1)
+    lone = GraphBatch.from_edges([[], []], [3, 2])
+    node = rng.normal(size=(5, 2))
+    m = MeanField().marginals(lone, node, np.zeros((0, 2, 2)))
+    exact = BruteForce().marginals(lone, node, np.zeros((0, 2, 2)))
+    np.testing.assert_allclose(m.log_z, exact.log_z, atol=1e-12)
+    np.testing.assert_allclose(m.node, exact.node, atol=1e-12)
+    b, node, edge = _model(seed=2)
+    shared = MeanField().marginals(b, node, edge[:1])
+    q = shared.node
+    pair = q[b.edges[:, 0]][:, :, None] * q[b.edges[:, 1]][:, None, :]
+    np.testing.assert_allclose(shared.edge, pair.sum(0, keepdims=True), atol=1e-12)
+    assert shared.edge.shape == (1, 3, 3)
+
+
+def test_map_is_the_argmax_of_q_with_its_exact_score():
+    b, node, edge = _model(seed=3)
+    mf = MeanField()
+    got = mf.map_assignment(b, node, edge)
+    q = mf.marginals(b, node, edge).node
+    np.testing.assert_array_equal(got.labels, q.argmax(1))
+    for g in range(b.n_graphs):
+        configs, score = _enumerate(b, node, edge, g)
+        lab = got.labels[b.node_offsets[g]:b.node_offsets[g + 1]]
+        assert got.score[g] == pytest.approx(score[(configs == lab).all(1)][0], abs=1e-12)
+
+
+def test_both_starts_reach_the_same_fixed_point_on_weak_couplings():
+    b, node, edge = _model(seed=4, coupling=0.2)
+    a = MeanField(init="node").marginals(b, node, edge)
+    c = MeanField(init="uniform").marginals(b, node, edge)
+    np.testing.assert_allclose(a.node, c.node, atol=1e-8)
+    np.testing.assert_allclose(a.log_z, c.log_z, atol=1e-10)
+
+
+def test_non_convergence_is_reported_and_bad_settings_rejected():
+    b, node, edge = _model(seed=5, coupling=3.0)
+    with pytest.warns(ConvergenceWarning, match=r"mean field did not converge on \d of 2 graphs"):
+        m = MeanField(max_iter=1).marginals(b, node, edge)
+    assert (m.report["iterations"] == 1).all() and not m.report["converged"].any()
+    with pytest.raises(ValueError, match="init"):
+        MeanField(init="random")
+    with pytest.raises(ValueError, match="damping"):
+        MeanField(damping=1.0)
+    with pytest.raises(ValueError, match="tol"):
+        MeanField(tol=0.0)
+    with pytest.raises(ValueError, match="max_iter"):
+        MeanField(max_iter=0)

@@ -1,0 +1,85 @@
+"""Engine selection: auto order, named engines, refusal of engines without log Z, warnings."""
+
+import warnings
+
+import networkx as nx
+import numpy as np
+import pymc as pm
+import pytensor.tensor as pt
+import pytest
+
+import pymc_crf as pmc
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference import (
+    ApproximateInferenceWarning,
+    BeliefPropagation,
+    ChainEngine,
+    Gibbs,
+    JunctionTree,
+    MeanField,
+    TreeEP,
+)
+from pymc_crf.inference.select import ENGINE_NAMES, LOG_Z_ENGINE_NAMES, get_engine
+from pymc_crf.ops.log_partition import LogPartition
+
+LOOPY = GraphBatch.grid(3, 3)
+
+
+def test_auto_picks_chain_then_junction_tree_then_bp():
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert isinstance(get_engine("auto", GraphBatch.chains([3, 4])), ChainEngine)
+        assert isinstance(get_engine("auto", LOOPY), JunctionTree)
+    with pytest.warns(ApproximateInferenceWarning, match="treewidth above 2.*Bethe"):
+        eng = get_engine("auto", GraphBatch.grid(4, 4), max_treewidth=2)
+    assert isinstance(eng, BeliefPropagation)
+
+
+@pytest.mark.parametrize(("name", "cls", "what", "absent"), [
+    ("bp", BeliefPropagation, "the Bethe approximation", ("TreeEP", "mean-field")),
+    ("bethe", BeliefPropagation, "the Bethe approximation", ("TreeEP", "mean-field")),
+    ("tree_ep", TreeEP, "the TreeEP", ("Bethe", "mean-field")),
+    ("mean_field", MeanField, "the mean-field lower bound", ("Bethe", "TreeEP")),
+])
+def test_approximate_engines_warn_with_the_name_of_their_approximation(name, cls, what, absent):
+    with pytest.warns(ApproximateInferenceWarning) as rec:
+        eng = get_engine(name, LOOPY)
+    assert isinstance(eng, cls)
+    text = str(rec[0].message)
+    assert len(rec) == 1 and f"log Z is {what}" in text
+    assert not any(a in text for a in absent)
+
+
+def test_engines_without_log_z_are_refused_for_likelihoods_only():
+    assert "gibbs" in ENGINE_NAMES and "gibbs" not in LOG_Z_ENGINE_NAMES
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a sampler says nothing about approximate log Z
+        assert isinstance(get_engine("gibbs", LOOPY), Gibbs)  # marginals / sampling are fine
+    msg = r"'gibbs' gives no estimate of log Z.*'bp'.*'tree_ep'"
+    with pytest.raises(ValueError, match=msg):
+        get_engine("gibbs", LOOPY, need_log_z=True)
+    with pytest.raises(ValueError, match="gives no estimate of log Z"):
+        get_engine(Gibbs(), LOOPY, need_log_z=True)
+    with pytest.raises(ValueError, match="gives no estimate of log Z"):
+        LogPartition(LOOPY, Gibbs())
+    with pytest.raises(ValueError, match="gives no estimate of log Z"):
+        pmc.log_partition(pt.dmatrix(), pt.tensor3(), LOOPY, inference="gibbs")
+
+
+def test_crf_with_gibbs_fails_when_the_model_is_built():
+    y = np.zeros(9, np.int64)
+    with pm.Model(), pytest.raises(ValueError, match="gives no estimate of log Z"):
+        w = pm.Normal("w", 0, 1, shape=(2, 2))
+        pmc.CRF("y", graphs=LOOPY, edge_weights=w, observed=y, inference="gibbs")
+
+
+def test_named_engines_that_cannot_run_say_why():
+    loop = GraphBatch.from_networkx([nx.path_graph(3), nx.cycle_graph(4)])
+    with pytest.raises(ValueError, match=r"'chain' cannot handle .*1 loopy"):
+        get_engine("chain", loop)
+    with pytest.raises(ValueError, match=r"graph 0 has treewidth (at least )?3 .*max_treewidth=2"):
+        get_engine("junction_tree", GraphBatch.grid(3, 3), max_treewidth=2)
+    with pytest.raises(ValueError, match="unknown inference"):
+        get_engine("loopy", loop)
+    eng = TreeEP()
+    assert get_engine(eng, loop) is eng
