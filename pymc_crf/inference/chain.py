@@ -26,7 +26,15 @@ from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
-from pymc_crf.inference.kernels import logsumexp_1d
+from pymc_crf.inference.kernels import (
+    MAX,
+    SUM,
+    TANGENT,
+    log_backward,
+    log_forward,
+    logsumexp_1d,
+    unused_arrays,
+)
 
 __all__ = ["ChainEngine"]
 
@@ -40,26 +48,25 @@ def _eidx(e, shared):
 
 
 @njit(cache=True)
+def _log_messages(node, edge, shared, lo, elo, n):
+    """Log-space forward and backward messages (n, K) of one chain (``log_forward`` /
+    ``log_backward`` in the sum-product semiring)."""
+    K = node.shape[1]
+    noi, no2, no3 = unused_arrays()
+    la = np.empty((n, K))
+    lb = np.zeros((n, K))
+    for j in range(K):
+        la[0, j] = node[lo, j]
+    log_forward(node, lo, n, edge, elo, shared, SUM, la, noi, no2, no3, no2)
+    log_backward(node, lo, n, edge, elo, shared, SUM, lb, no2, no3, no2)
+    return la, lb
+
+
+@njit(cache=True)
 def _fb_log_one(node, edge, shared, lo, elo, n, log_z, node_m, edge_m, want_marginals, w):
     """Log-space forward-backward for one chain (fallback path); writes into the outputs."""
     K = node.shape[1]
-    la = np.empty((n, K))
-    lb = np.zeros((n, K))
-    tmp = np.empty(K)
-    for j in range(K):
-        la[0, j] = node[lo, j]
-    for t in range(1, n):
-        e = _eidx(elo + t - 1, shared)
-        for j in range(K):
-            for i in range(K):
-                tmp[i] = la[t - 1, i] + edge[e, i, j]
-            la[t, j] = node[lo + t, j] + logsumexp_1d(tmp)
-    for t in range(n - 2, -1, -1):
-        e = _eidx(elo + t, shared)
-        for i in range(K):
-            for j in range(K):
-                tmp[j] = edge[e, i, j] + node[lo + t + 1, j] + lb[t + 1, j]
-            lb[t, i] = logsumexp_1d(tmp)
+    la, lb = _log_messages(node, edge, shared, lo, elo, n)
     lz = logsumexp_1d(la[n - 1])
     log_z[0] = lz
     if not want_marginals:
@@ -637,42 +644,30 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
 
 @njit(cache=True)
 def _viterbi(node, edge, node_off, edge_off):
-    """MAP labels (N,) and their scores (G,) of every chain (max-product in log space)."""
+    """MAP labels (N,) and their scores (G,) of every chain (``log_forward`` in the max-product
+    semiring, then the back-pointers)."""
     N, K = node.shape
     G = node_off.shape[0] - 1
     shared = edge.shape[0] == 1
     labels = np.empty(N, np.int64)
     score = np.empty(G)
-    delta = np.empty((N, K))
-    back = np.zeros((N, K), np.int64)
+    L = 1
+    for g in range(G):
+        L = max(L, node_off[g + 1] - node_off[g])
+    delta = np.empty((L, K))
+    back = np.zeros((L, K), np.int64)
+    _, no2, no3 = unused_arrays()
     for g in range(G):
         lo = node_off[g]
         n = node_off[g + 1] - lo
-        elo = edge_off[g]
         for j in range(K):
-            delta[lo, j] = node[lo, j]
-        for t in range(1, n):
-            e = _eidx(elo + t - 1, shared)
-            for j in range(K):
-                best = -np.inf
-                arg = 0
-                for i in range(K):
-                    v = delta[lo + t - 1, i] + edge[e, i, j]
-                    if v > best:
-                        best = v
-                        arg = i
-                delta[lo + t, j] = best + node[lo + t, j]
-                back[lo + t, j] = arg
-        best = -np.inf
-        arg = 0
-        for j in range(K):
-            if delta[lo + n - 1, j] > best:
-                best = delta[lo + n - 1, j]
-                arg = j
-        score[g] = best
+            delta[0, j] = node[lo, j]
+        log_forward(node, lo, n, edge, edge_off[g], shared, MAX, delta, back, no2, no3, no2)
+        arg = np.argmax(delta[n - 1])
+        score[g] = delta[n - 1, arg]
         labels[lo + n - 1] = arg
         for t in range(n - 1, 0, -1):
-            arg = back[lo + t, arg]
+            arg = back[t, arg]
             labels[lo + t - 1] = arg
     return labels, score
 
@@ -683,19 +678,16 @@ def _log_forward(node, edge, node_off, edge_off):
     N, K = node.shape
     shared = edge.shape[0] == 1
     la = np.empty((N, K))
-    tmp = np.empty(K)
+    noi, no2, no3 = unused_arrays()
     for g in range(node_off.shape[0] - 1):
         lo = node_off[g]
         n = node_off[g + 1] - lo
-        elo = edge_off[g]
+        la_g = np.empty((n, K))
         for j in range(K):
-            la[lo, j] = node[lo, j]
-        for t in range(1, n):
-            e = _eidx(elo + t - 1, shared)
-            for j in range(K):
-                for i in range(K):
-                    tmp[i] = la[lo + t - 1, i] + edge[e, i, j]
-                la[lo + t, j] = node[lo + t, j] + logsumexp_1d(tmp)
+            la_g[0, j] = node[lo, j]
+        log_forward(node, lo, n, edge, edge_off[g], shared, SUM, la_g, noi, no2, no3,
+                    no2)
+        la[lo:lo + n] = la_g
     return la
 
 
@@ -748,16 +740,17 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
     """Directional derivative of the marginals along (vn, ve): exact Hessian-vector product of
     log Z.
 
-    Forward-mode differentiation of the log-space recursions: with A_t = log alpha_t and
-    B_t = log beta_t, dA_t(j) = vn_t(j) + sum_i w_ij (dA_{t-1}(i) + ve(i,j)) where w_ij is the
-    backward-looking posterior p(t_{t-1}=i | t_t=j, past); likewise for dB. Then
-    dmu_t = mu_t (dA_t + dB_t - dlogZ) and dxi = xi (dA + ve + vn + dB - dlogZ).
+    Forward-mode differentiation of the log-space recursions (``log_forward`` / ``log_backward``
+    in the tangent semiring): with A_t = log alpha_t and B_t = log beta_t,
+    dA_t(j) = vn_t(j) + sum_i w_ij (dA_{t-1}(i) + ve(i,j)) where w_ij is the backward-looking
+    posterior p(t_{t-1}=i | t_t=j, past); likewise for dB. Then dmu_t = mu_t (dA_t + dB_t - dlogZ)
+    and dxi = xi (dA + ve + vn + dB - dlogZ).
     """
     N, K = node.shape
     shared = edge.shape[0] == 1
     out_n = np.zeros((N, K))
     out_e = np.zeros((1 if shared else edge.shape[0], K, K))
-    tmp = np.empty(K)
+    noi = unused_arrays()[0]
     for g in range(node_off.shape[0] - 1):
         lo = node_off[g]
         n = node_off[g + 1] - lo
@@ -769,30 +762,8 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
         for j in range(K):
             la[0, j] = node[lo, j]
             da[0, j] = vn[lo, j]
-        for t in range(1, n):
-            e = _eidx(elo + t - 1, shared)
-            for j in range(K):
-                for i in range(K):
-                    tmp[i] = la[t - 1, i] + edge[e, i, j]
-                m = logsumexp_1d(tmp)
-                la[t, j] = node[lo + t, j] + m
-                d = vn[lo + t, j]
-                if m > -np.inf:
-                    for i in range(K):
-                        d += np.exp(tmp[i] - m) * (da[t - 1, i] + ve[e, i, j])
-                da[t, j] = d
-        for t in range(n - 2, -1, -1):
-            e = _eidx(elo + t, shared)
-            for i in range(K):
-                for j in range(K):
-                    tmp[j] = edge[e, i, j] + node[lo + t + 1, j] + lb[t + 1, j]
-                m = logsumexp_1d(tmp)
-                lb[t, i] = m
-                d = 0.0
-                if m > -np.inf:
-                    for j in range(K):
-                        d += np.exp(tmp[j] - m) * (ve[e, i, j] + vn[lo + t + 1, j] + db[t + 1, j])
-                db[t, i] = d
+        log_forward(node, lo, n, edge, elo, shared, TANGENT, la, noi, vn, ve, da)
+        log_backward(node, lo, n, edge, elo, shared, TANGENT, lb, vn, ve, db)
         lz = logsumexp_1d(la[n - 1])
         dlz = 0.0
         for j in range(K):
