@@ -131,37 +131,45 @@ def _exp_nonpos(x, out, kbuf, m):
         out[k] *= kbuf[k]
 
 
+# Flags that keep IEEE inf/nan semantics (-inf log-potentials are legitimate): reassociation lets
+# the K-loops vectorise, contraction gives FMAs, arcp turns x / s into x * (1 / s).
+_FAST = {"reassoc", "contract", "arcp", "nsz"}
+
+
+@njit(cache=True, fastmath=_FAST)
+def _tables_into(edge, e0, m, psi, shift, erange, xbuf, kbuf):
+    """exp of the edge tables ``edge[e0:e0+m]``, each shifted by its maximum (so every entry is in
+    [0, 1]), into ``psi[:m]``; the shifts into ``shift[:m]`` and each table's range over its finite
+    entries into ``erange[:m]`` (see ``_SAFE_RANGE``). ``xbuf``, ``kbuf``: scratch of m K^2."""
+    KK = edge.shape[1] * edge.shape[2]
+    flat = edge.reshape(-1)
+    for e in range(m):
+        b = (e0 + e) * KK
+        mx = -np.inf
+        lo = np.inf
+        for x in range(KK):
+            v = flat[b + x]
+            mx = max(mx, v)
+            lo = min(lo, v if v > -np.inf else np.inf)
+        if mx == -np.inf:
+            mx = 0.0
+            lo = 0.0
+        shift[e] = mx
+        erange[e] = mx - lo
+        for x in range(KK):
+            xbuf[e * KK + x] = flat[b + x] - mx
+    _exp_nonpos(xbuf, psi.reshape(-1), kbuf, m * KK)
+
+
 @njit(cache=True)
 def _edge_tables(edge):
-    """exp of each edge table shifted by its maximum (so every entry is in [0, 1]), the shifts,
-    and each table's range over its finite entries (see ``_SAFE_RANGE``)."""
+    """``_tables_into`` of every edge table: (psi, shift, erange)."""
     n_tab, K = edge.shape[0], edge.shape[1]
     psi = np.empty((n_tab, K, K))
     shift = np.empty(n_tab)
-    erange = np.zeros(n_tab)
-    x = np.empty(K * K)
-    kb = np.empty(K * K)
-    out = np.empty(K * K)
-    for e in range(n_tab):
-        m = -np.inf
-        for i in range(K):
-            for j in range(K):
-                m = max(m, edge[e, i, j])
-        if m == -np.inf:
-            m = 0.0
-        shift[e] = m
-        lo = m
-        for i in range(K):
-            for j in range(K):
-                v = edge[e, i, j]
-                x[i * K + j] = v - m
-                if v > -np.inf and v < lo:
-                    lo = v
-        erange[e] = m - lo
-        _exp_nonpos(x, out, kb, K * K)
-        for i in range(K):
-            for j in range(K):
-                psi[e, i, j] = out[i * K + j]
+    erange = np.empty(n_tab)
+    _tables_into(edge, 0, n_tab, psi, shift, erange, np.empty(n_tab * K * K),
+                 np.empty(n_tab * K * K))
     return psi, shift, erange
 
 
@@ -179,11 +187,6 @@ _SAFE_RANGE = 300.0
 # chain with ranges of 6): a positive alpha below _MIN_ALPHA sends the chain to log space before
 # that can happen (one step shrinks alpha by at most exp(-300), still far from underflow).
 _MIN_ALPHA = 1e-150
-
-
-# Flags that keep IEEE inf/nan semantics (-inf log-potentials are legitimate): reassociation lets
-# the K-loops vectorise, contraction gives FMAs, arcp turns x / s into x * (1 / s).
-_FAST = {"reassoc", "contract", "arcp", "nsz"}
 
 
 @njit(cache=True, fastmath=_FAST)
@@ -276,7 +279,7 @@ def _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, 
         node_m[lo + n - 1, j] = wg * alpha[(n - 1) * K + j]
     for t in range(n - 1, 0, -1):
         e = elo + t - 1
-        et = 0 if shared else e
+        et = 0 if shared else t - 1
         r = inv[t]
         for j in range(K):
             bp[j] = phi[t * K + j] * beta[j] * r
@@ -502,7 +505,10 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
                node_m, edge_m):
     """Scaled forward-backward of the graphs ``ids``, one at a time, written into ``log_z``,
     ``node_m`` and ``edge_m`` (a shared table's summed edge marginals are added to ``edge_m[0]``).
-    A graph whose scale underflows is redone in log space."""
+    A shared table's ``psi, shift, erange`` come from ``_edge_tables``; per-edge tables are
+    exponentiated graph by graph into small buffers (the arguments are then not read), so no
+    temporary of the size of all the tables is made. A graph whose scale underflows is redone in
+    log space."""
     K = node.shape[1]
     shared = edge.shape[0] == 1
     L = 1
@@ -517,19 +523,28 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
     bp = np.empty(K)
     macc = np.zeros((K, K))
     lz1 = np.empty(1)
+    Lt = 1 if shared else L
+    psi_g = psi if shared else np.empty((Lt, K, K))
+    shift_g = shift if shared else np.empty(Lt)
+    erange_g = erange if shared else np.empty(Lt)
+    xt = np.empty(Lt * K * K)
+    kt = np.empty(Lt * K * K)
     for g in ids:
         lo = node_off[g]
         n = node_off[g + 1] - lo
         elo = edge_off[g]
         wg = gw[g] if gw.shape[0] > 0 else 1.0
-        lz = _forward_one(node, lo, n, elo, psi, shift, erange, shared, phi, alpha, inv, xb, kb)
+        if not shared:
+            _tables_into(edge, elo, n - 1, psi_g, shift_g, erange_g, xt, kt)
+        lz = _forward_one(node, lo, n, 0, psi_g, shift_g, erange_g, shared, phi, alpha, inv, xb,
+                          kb)
         if np.isnan(lz):
             _fb_log_one(node, edge, shared, lo, elo, n, lz1, node_m, edge_m, want_marginals, wg)
             log_z[g] = lz1[0]
             continue
         log_z[g] = lz
         if want_marginals:
-            _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, node_m,
+            _backward_one(lo, n, elo, psi_g, shared, wg, phi, alpha, inv, beta, bp, macc, node_m,
                           edge_m)
     if shared and want_marginals:
         for i in range(K):
@@ -632,7 +647,7 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     G = node_off.shape[0] - 1
     log_z = np.empty(G)
     node_m, edge_m = _fb_outputs(node, edge, want_marginals)
-    psi, shift, erange = _edge_tables(edge)
+    psi, shift, erange = _edge_tables(edge[:1])  # per-edge tables: made graph by graph
     if edge.shape[0] == 1 and G > 1:
         _fb_shared_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
                            log_z, node_m, edge_m)
