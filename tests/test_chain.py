@@ -310,3 +310,64 @@ def test_state_suppressed_through_forbidden_transitions_goes_to_log_space():
         assert _rel(got.log_z, ref.log_z) < 1e-12
         assert np.abs(got.node - ref.node).max() < 1e-10
         assert np.abs(got.edge - ref.edge).max() < 1e-8 * n_graphs * 300
+
+
+@st.composite
+def wide_range_problems(draw):
+    """Batches of 1-12 chains (several lanes of the lockstep kernel) whose log-potentials span
+    up to 1e4, with up to 30% forbidden (-inf) entries; label 0 and the transition 0 -> 0 stay
+    allowed, so every chain has a valid labelling."""
+    K = draw(st.integers(2, 4))
+    lengths = draw(st.lists(st.integers(1, 5), min_size=1, max_size=12))
+    scale = draw(st.sampled_from([1.0, 30.0, 300.0, 3000.0, 1e4]))
+    forbid = draw(st.floats(0.0, 0.3))
+    shared = draw(st.booleans())
+    rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
+    batch = GraphBatch.chains(lengths)
+    node = scale * rng.normal(size=(batch.n_total_nodes, K))
+    edge = scale * rng.normal(size=(1 if shared else batch.n_edges, K, K))
+    node[rng.random(node.shape) < forbid] = -np.inf
+    edge[rng.random(edge.shape) < forbid] = -np.inf
+    node[:, 0] = np.where(np.isfinite(node[:, 0]), node[:, 0], 0.0)
+    edge[:, 0, 0] = np.where(np.isfinite(edge[:, 0, 0]), edge[:, 0, 0], 0.0)
+    return batch, node, edge
+
+
+@settings(max_examples=40, deadline=None)
+@given(wide_range_problems())
+def test_wide_ranges_and_forbidden_entries_match_brute_force(problem):
+    """log Z, marginals, weighted marginals and MAP scores stay exact for ranges up to 1e4."""
+    batch, node, edge = problem
+    ref = BF.marginals(batch, node, edge)
+    m = CH.marginals(batch, node, edge)
+    np.testing.assert_allclose(m.log_z, ref.log_z, rtol=1e-11)
+    np.testing.assert_allclose(CH.log_partition(batch, node, edge), ref.log_z, rtol=1e-11)
+    assert np.abs(m.node - ref.node).max() < 1e-9
+    assert _rel(m.edge, ref.edge) < 1e-9
+    w = np.linspace(-1.0, 2.0, batch.n_graphs)
+    gn, ge = CH.weighted_marginals(batch, node, edge, w)
+    rn, re = BF.weighted_marginals(batch, node, edge, w)
+    assert _rel(gn, rn) < 1e-9 and _rel(ge, re) < 1e-9
+    np.testing.assert_allclose(CH.map_assignment(batch, node, edge).score,
+                               BF.map_assignment(batch, node, edge).score, rtol=1e-12)
+
+
+def test_per_edge_tables_in_graph_buffers_match_log_space():
+    """Per-edge tables are exponentiated graph by graph: a ragged batch of per-edge tables (with
+    one over-wide chain sent to log space) equals the log-space kernel graph by graph."""
+    from pymc_crf.inference.chain import _fb_log_one
+
+    rng = np.random.default_rng(11)
+    batch = GraphBatch.chains(list(rng.integers(1, 30, size=40)))
+    K = 5
+    node = rng.normal(size=(batch.n_total_nodes, K))
+    edge = 2.0 * rng.normal(size=(batch.n_edges, K, K))
+    edge[batch.edge_offsets[2]:batch.edge_offsets[3]] *= 300.0
+    m = CH.marginals(batch, node, edge)
+    ref_nm, ref_em, lz1 = np.zeros_like(node), np.zeros_like(edge), np.empty(1)
+    for g in range(batch.n_graphs):
+        lo, elo = batch.node_offsets[g], batch.edge_offsets[g]
+        n = batch.node_offsets[g + 1] - lo
+        _fb_log_one(node, edge, False, lo, elo, n, lz1, ref_nm, ref_em, True, 1.0)
+        np.testing.assert_allclose(m.log_z[g], lz1[0], rtol=1e-12)
+    assert _rel(m.node, ref_nm) < 1e-11 and _rel(m.edge, ref_em) < 1e-11

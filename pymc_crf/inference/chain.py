@@ -26,7 +26,15 @@ from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
-from pymc_crf.inference.kernels import logsumexp_1d
+from pymc_crf.inference.kernels import (
+    MAX,
+    SUM,
+    TANGENT,
+    log_backward,
+    log_forward,
+    logsumexp_1d,
+    unused_arrays,
+)
 
 __all__ = ["ChainEngine"]
 
@@ -40,26 +48,25 @@ def _eidx(e, shared):
 
 
 @njit(cache=True)
+def _log_messages(node, edge, shared, lo, elo, n):
+    """Log-space forward and backward messages (n, K) of one chain (``log_forward`` /
+    ``log_backward`` in the sum-product semiring)."""
+    K = node.shape[1]
+    noi, no2, no3 = unused_arrays()
+    la = np.empty((n, K))
+    lb = np.zeros((n, K))
+    for j in range(K):
+        la[0, j] = node[lo, j]
+    log_forward(node, lo, n, edge, elo, shared, SUM, la, noi, no2, no3, no2)
+    log_backward(node, lo, n, edge, elo, shared, SUM, lb, no2, no3, no2)
+    return la, lb
+
+
+@njit(cache=True)
 def _fb_log_one(node, edge, shared, lo, elo, n, log_z, node_m, edge_m, want_marginals, w):
     """Log-space forward-backward for one chain (fallback path); writes into the outputs."""
     K = node.shape[1]
-    la = np.empty((n, K))
-    lb = np.zeros((n, K))
-    tmp = np.empty(K)
-    for j in range(K):
-        la[0, j] = node[lo, j]
-    for t in range(1, n):
-        e = _eidx(elo + t - 1, shared)
-        for j in range(K):
-            for i in range(K):
-                tmp[i] = la[t - 1, i] + edge[e, i, j]
-            la[t, j] = node[lo + t, j] + logsumexp_1d(tmp)
-    for t in range(n - 2, -1, -1):
-        e = _eidx(elo + t, shared)
-        for i in range(K):
-            for j in range(K):
-                tmp[j] = edge[e, i, j] + node[lo + t + 1, j] + lb[t + 1, j]
-            lb[t, i] = logsumexp_1d(tmp)
+    la, lb = _log_messages(node, edge, shared, lo, elo, n)
     lz = logsumexp_1d(la[n - 1])
     log_z[0] = lz
     if not want_marginals:
@@ -124,37 +131,45 @@ def _exp_nonpos(x, out, kbuf, m):
         out[k] *= kbuf[k]
 
 
+# Flags that keep IEEE inf/nan semantics (-inf log-potentials are legitimate): reassociation lets
+# the K-loops vectorise, contraction gives FMAs, arcp turns x / s into x * (1 / s).
+_FAST = {"reassoc", "contract", "arcp", "nsz"}
+
+
+@njit(cache=True, fastmath=_FAST)
+def _tables_into(edge, e0, m, psi, shift, erange, xbuf, kbuf):
+    """exp of the edge tables ``edge[e0:e0+m]``, each shifted by its maximum (so every entry is in
+    [0, 1]), into ``psi[:m]``; the shifts into ``shift[:m]`` and each table's range over its finite
+    entries into ``erange[:m]`` (see ``_SAFE_RANGE``). ``xbuf``, ``kbuf``: scratch of m K^2."""
+    KK = edge.shape[1] * edge.shape[2]
+    flat = edge.reshape(-1)
+    for e in range(m):
+        b = (e0 + e) * KK
+        mx = -np.inf
+        lo = np.inf
+        for x in range(KK):
+            v = flat[b + x]
+            mx = max(mx, v)
+            lo = min(lo, v if v > -np.inf else np.inf)
+        if mx == -np.inf:
+            mx = 0.0
+            lo = 0.0
+        shift[e] = mx
+        erange[e] = mx - lo
+        for x in range(KK):
+            xbuf[e * KK + x] = flat[b + x] - mx
+    _exp_nonpos(xbuf, psi.reshape(-1), kbuf, m * KK)
+
+
 @njit(cache=True)
 def _edge_tables(edge):
-    """exp of each edge table shifted by its maximum (so every entry is in [0, 1]), the shifts,
-    and each table's range over its finite entries (see ``_SAFE_RANGE``)."""
+    """``_tables_into`` of every edge table: (psi, shift, erange)."""
     n_tab, K = edge.shape[0], edge.shape[1]
     psi = np.empty((n_tab, K, K))
     shift = np.empty(n_tab)
-    erange = np.zeros(n_tab)
-    x = np.empty(K * K)
-    kb = np.empty(K * K)
-    out = np.empty(K * K)
-    for e in range(n_tab):
-        m = -np.inf
-        for i in range(K):
-            for j in range(K):
-                m = max(m, edge[e, i, j])
-        if m == -np.inf:
-            m = 0.0
-        shift[e] = m
-        lo = m
-        for i in range(K):
-            for j in range(K):
-                v = edge[e, i, j]
-                x[i * K + j] = v - m
-                if v > -np.inf and v < lo:
-                    lo = v
-        erange[e] = m - lo
-        _exp_nonpos(x, out, kb, K * K)
-        for i in range(K):
-            for j in range(K):
-                psi[e, i, j] = out[i * K + j]
+    erange = np.empty(n_tab)
+    _tables_into(edge, 0, n_tab, psi, shift, erange, np.empty(n_tab * K * K),
+                 np.empty(n_tab * K * K))
     return psi, shift, erange
 
 
@@ -172,11 +187,6 @@ _SAFE_RANGE = 300.0
 # chain with ranges of 6): a positive alpha below _MIN_ALPHA sends the chain to log space before
 # that can happen (one step shrinks alpha by at most exp(-300), still far from underflow).
 _MIN_ALPHA = 1e-150
-
-
-# Flags that keep IEEE inf/nan semantics (-inf log-potentials are legitimate): reassociation lets
-# the K-loops vectorise, contraction gives FMAs, arcp turns x / s into x * (1 / s).
-_FAST = {"reassoc", "contract", "arcp", "nsz"}
 
 
 @njit(cache=True, fastmath=_FAST)
@@ -269,7 +279,7 @@ def _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, 
         node_m[lo + n - 1, j] = wg * alpha[(n - 1) * K + j]
     for t in range(n - 1, 0, -1):
         e = elo + t - 1
-        et = 0 if shared else e
+        et = 0 if shared else t - 1
         r = inv[t]
         for j in range(K):
             bp[j] = phi[t * K + j] * beta[j] * r
@@ -495,7 +505,10 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
                node_m, edge_m):
     """Scaled forward-backward of the graphs ``ids``, one at a time, written into ``log_z``,
     ``node_m`` and ``edge_m`` (a shared table's summed edge marginals are added to ``edge_m[0]``).
-    A graph whose scale underflows is redone in log space."""
+    A shared table's ``psi, shift, erange`` come from ``_edge_tables``; per-edge tables are
+    exponentiated graph by graph into small buffers (the arguments are then not read), so no
+    temporary of the size of all the tables is made. A graph whose scale underflows is redone in
+    log space."""
     K = node.shape[1]
     shared = edge.shape[0] == 1
     L = 1
@@ -510,19 +523,28 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
     bp = np.empty(K)
     macc = np.zeros((K, K))
     lz1 = np.empty(1)
+    Lt = 1 if shared else L
+    psi_g = psi if shared else np.empty((Lt, K, K))
+    shift_g = shift if shared else np.empty(Lt)
+    erange_g = erange if shared else np.empty(Lt)
+    xt = np.empty(Lt * K * K)
+    kt = np.empty(Lt * K * K)
     for g in ids:
         lo = node_off[g]
         n = node_off[g + 1] - lo
         elo = edge_off[g]
         wg = gw[g] if gw.shape[0] > 0 else 1.0
-        lz = _forward_one(node, lo, n, elo, psi, shift, erange, shared, phi, alpha, inv, xb, kb)
+        if not shared:
+            _tables_into(edge, elo, n - 1, psi_g, shift_g, erange_g, xt, kt)
+        lz = _forward_one(node, lo, n, 0, psi_g, shift_g, erange_g, shared, phi, alpha, inv, xb,
+                          kb)
         if np.isnan(lz):
             _fb_log_one(node, edge, shared, lo, elo, n, lz1, node_m, edge_m, want_marginals, wg)
             log_z[g] = lz1[0]
             continue
         log_z[g] = lz
         if want_marginals:
-            _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, node_m,
+            _backward_one(lo, n, elo, psi_g, shared, wg, phi, alpha, inv, beta, bp, macc, node_m,
                           edge_m)
     if shared and want_marginals:
         for i in range(K):
@@ -625,7 +647,7 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     G = node_off.shape[0] - 1
     log_z = np.empty(G)
     node_m, edge_m = _fb_outputs(node, edge, want_marginals)
-    psi, shift, erange = _edge_tables(edge)
+    psi, shift, erange = _edge_tables(edge[:1])  # per-edge tables: made graph by graph
     if edge.shape[0] == 1 and G > 1:
         _fb_shared_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
                            log_z, node_m, edge_m)
@@ -637,42 +659,30 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
 
 @njit(cache=True)
 def _viterbi(node, edge, node_off, edge_off):
-    """MAP labels (N,) and their scores (G,) of every chain (max-product in log space)."""
+    """MAP labels (N,) and their scores (G,) of every chain (``log_forward`` in the max-product
+    semiring, then the back-pointers)."""
     N, K = node.shape
     G = node_off.shape[0] - 1
     shared = edge.shape[0] == 1
     labels = np.empty(N, np.int64)
     score = np.empty(G)
-    delta = np.empty((N, K))
-    back = np.zeros((N, K), np.int64)
+    L = 1
+    for g in range(G):
+        L = max(L, node_off[g + 1] - node_off[g])
+    delta = np.empty((L, K))
+    back = np.zeros((L, K), np.int64)
+    _, no2, no3 = unused_arrays()
     for g in range(G):
         lo = node_off[g]
         n = node_off[g + 1] - lo
-        elo = edge_off[g]
         for j in range(K):
-            delta[lo, j] = node[lo, j]
-        for t in range(1, n):
-            e = _eidx(elo + t - 1, shared)
-            for j in range(K):
-                best = -np.inf
-                arg = 0
-                for i in range(K):
-                    v = delta[lo + t - 1, i] + edge[e, i, j]
-                    if v > best:
-                        best = v
-                        arg = i
-                delta[lo + t, j] = best + node[lo + t, j]
-                back[lo + t, j] = arg
-        best = -np.inf
-        arg = 0
-        for j in range(K):
-            if delta[lo + n - 1, j] > best:
-                best = delta[lo + n - 1, j]
-                arg = j
-        score[g] = best
+            delta[0, j] = node[lo, j]
+        log_forward(node, lo, n, edge, edge_off[g], shared, MAX, delta, back, no2, no3, no2)
+        arg = np.argmax(delta[n - 1])
+        score[g] = delta[n - 1, arg]
         labels[lo + n - 1] = arg
         for t in range(n - 1, 0, -1):
-            arg = back[lo + t, arg]
+            arg = back[t, arg]
             labels[lo + t - 1] = arg
     return labels, score
 
@@ -683,19 +693,16 @@ def _log_forward(node, edge, node_off, edge_off):
     N, K = node.shape
     shared = edge.shape[0] == 1
     la = np.empty((N, K))
-    tmp = np.empty(K)
+    noi, no2, no3 = unused_arrays()
     for g in range(node_off.shape[0] - 1):
         lo = node_off[g]
         n = node_off[g + 1] - lo
-        elo = edge_off[g]
+        la_g = np.empty((n, K))
         for j in range(K):
-            la[lo, j] = node[lo, j]
-        for t in range(1, n):
-            e = _eidx(elo + t - 1, shared)
-            for j in range(K):
-                for i in range(K):
-                    tmp[i] = la[lo + t - 1, i] + edge[e, i, j]
-                la[lo + t, j] = node[lo + t, j] + logsumexp_1d(tmp)
+            la_g[0, j] = node[lo, j]
+        log_forward(node, lo, n, edge, edge_off[g], shared, SUM, la_g, noi, no2, no3,
+                    no2)
+        la[lo:lo + n] = la_g
     return la
 
 
@@ -748,16 +755,17 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
     """Directional derivative of the marginals along (vn, ve): exact Hessian-vector product of
     log Z.
 
-    Forward-mode differentiation of the log-space recursions: with A_t = log alpha_t and
-    B_t = log beta_t, dA_t(j) = vn_t(j) + sum_i w_ij (dA_{t-1}(i) + ve(i,j)) where w_ij is the
-    backward-looking posterior p(t_{t-1}=i | t_t=j, past); likewise for dB. Then
-    dmu_t = mu_t (dA_t + dB_t - dlogZ) and dxi = xi (dA + ve + vn + dB - dlogZ).
+    Forward-mode differentiation of the log-space recursions (``log_forward`` / ``log_backward``
+    in the tangent semiring): with A_t = log alpha_t and B_t = log beta_t,
+    dA_t(j) = vn_t(j) + sum_i w_ij (dA_{t-1}(i) + ve(i,j)) where w_ij is the backward-looking
+    posterior p(t_{t-1}=i | t_t=j, past); likewise for dB. Then dmu_t = mu_t (dA_t + dB_t - dlogZ)
+    and dxi = xi (dA + ve + vn + dB - dlogZ).
     """
     N, K = node.shape
     shared = edge.shape[0] == 1
     out_n = np.zeros((N, K))
     out_e = np.zeros((1 if shared else edge.shape[0], K, K))
-    tmp = np.empty(K)
+    noi = unused_arrays()[0]
     for g in range(node_off.shape[0] - 1):
         lo = node_off[g]
         n = node_off[g + 1] - lo
@@ -769,30 +777,8 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
         for j in range(K):
             la[0, j] = node[lo, j]
             da[0, j] = vn[lo, j]
-        for t in range(1, n):
-            e = _eidx(elo + t - 1, shared)
-            for j in range(K):
-                for i in range(K):
-                    tmp[i] = la[t - 1, i] + edge[e, i, j]
-                m = logsumexp_1d(tmp)
-                la[t, j] = node[lo + t, j] + m
-                d = vn[lo + t, j]
-                if m > -np.inf:
-                    for i in range(K):
-                        d += np.exp(tmp[i] - m) * (da[t - 1, i] + ve[e, i, j])
-                da[t, j] = d
-        for t in range(n - 2, -1, -1):
-            e = _eidx(elo + t, shared)
-            for i in range(K):
-                for j in range(K):
-                    tmp[j] = edge[e, i, j] + node[lo + t + 1, j] + lb[t + 1, j]
-                m = logsumexp_1d(tmp)
-                lb[t, i] = m
-                d = 0.0
-                if m > -np.inf:
-                    for j in range(K):
-                        d += np.exp(tmp[j] - m) * (ve[e, i, j] + vn[lo + t + 1, j] + db[t + 1, j])
-                db[t, i] = d
+        log_forward(node, lo, n, edge, elo, shared, TANGENT, la, noi, vn, ve, da)
+        log_backward(node, lo, n, edge, elo, shared, TANGENT, lb, vn, ve, db)
         lz = logsumexp_1d(la[n - 1])
         dlz = 0.0
         for j in range(K):

@@ -38,7 +38,7 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_potentials
 from pymc_crf.inference.bethe import beliefs, bethe_log_z, cavity
-from pymc_crf.inference.kernels import logsumexp_1d
+from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
 from pymc_crf.inference.loopy import LoopyEngine
 
 __all__ = ["TreeEP", "spanning_tree"]
@@ -267,22 +267,18 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
                 Cq[k, x, y] = ps
                 tk = t[e0 + k, x, y]
                 C[k, x, y] = ps - tk if tk > -np.inf else ps
-    # tilted: condition on x_u = a; al[k, a, x], be[k, a, x]
+    # tilted: condition on x_u = a (003 sec. 3.3.3), one chain per a: al[k, a, x], be[k, a, x]
+    noi, no2, no3 = unused_arrays()
+    fw = np.empty((L + 1, K))
+    bw = np.empty((L + 1, K))
     for a in range(K):
         for x in range(K):
-            al[0, a, x] = phi[0, a] if x == a else -np.inf
-        for k in range(1, L + 1):
-            for y in range(K):
-                for x in range(K):
-                    col[x] = al[k - 1, a, x] + C[k - 1, x, y]
-                al[k, a, y] = phi[k, y] + logsumexp_1d(col)
-        for y in range(K):
-            be[L, a, y] = edge_tab[e_off, a, y]
-        for k in range(L - 1, -1, -1):
-            for x in range(K):
-                for y in range(K):
-                    col[y] = C[k, x, y] + phi[k + 1, y] + be[k + 1, a, y]
-                be[k, a, x] = logsumexp_1d(col)
+            fw[0, x] = phi[0, a] if x == a else -np.inf
+            bw[L, x] = edge_tab[e_off, a, x]
+        log_forward(phi, 0, L + 1, C, 0, False, SUM, fw, noi, no2, no3, no2)
+        log_backward(phi, 0, L + 1, C, 0, False, SUM, bw, no2, no3, no2)
+        al[:L + 1, a] = fw
+        be[:L + 1, a] = bw
     for a in range(K):
         tmp[a] = phi[0, a] + be[0, a, a]
     lzt = logsumexp_1d(tmp)
@@ -290,28 +286,12 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
     for x in range(K):
         ac[0, x] = phi[0, x]
         bc[L, x] = 0.0
-    for k in range(1, L + 1):
-        for y in range(K):
-            for x in range(K):
-                col[x] = ac[k - 1, x] + C[k - 1, x, y]
-            ac[k, y] = phi[k, y] + logsumexp_1d(col)
-    for k in range(L - 1, -1, -1):
-        for x in range(K):
-            for y in range(K):
-                col[y] = C[k, x, y] + phi[k + 1, y] + bc[k + 1, y]
-            bc[k, x] = logsumexp_1d(col)
+    log_forward(phi, 0, L + 1, C, 0, False, SUM, ac, noi, no2, no3, no2)
+    log_backward(phi, 0, L + 1, C, 0, False, SUM, bc, no2, no3, no2)
     lzc = logsumexp_1d(ac[L])
-    for x in range(K):
-        tmp[x] = phi[0, x]
-    fq = tmp.copy()
-    for k in range(1, L + 1):
-        for y in range(K):
-            for x in range(K):
-                col[x] = fq[x] + Cq[k - 1, x, y]
-            tmp[y] = phi[k, y] + logsumexp_1d(col)
-        for y in range(K):
-            fq[y] = tmp[y]
-    lzq = logsumexp_1d(fq)
+    fw[0] = phi[0]
+    log_forward(phi, 0, L + 1, Cq, 0, False, SUM, fw, noi, no2, no3, no2)
+    lzq = logsumexp_1d(fw[L])
     return lzt, lzc, lzq
 
 

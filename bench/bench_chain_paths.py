@@ -1,0 +1,134 @@
+"""Chain engine paths through the public entry points: shared table, per-edge tables, wide ranges.
+
+Run:  .venv/bin/python bench/bench_chain_paths.py [--repeats 20]
+
+Problem: 1000 sequences x 50 positions, K = 10 labels, F = 100 dense node features (as in
+``bench_chain.py``), labels drawn exactly from the CRF. Three ways of writing the model with
+``pmc.CRF`` in ``pm.Model`` (Normal priors):
+
+* ``shared``: node weights W (F, K) and one shared (K, K) transition table T;
+* ``per-edge``: the same CRF with per-edge tables from edge features (a column of ones, edge
+  weights (1, K, K) = T), so the engine gets (E, K, K) tables;
+* ``wide``: the shared model at weights scaled so that node-row plus table log-potential ranges
+  are several hundred (beyond the scaled recursion's safe range).
+
+For each, in one run and timed in turn round after round (``bench_chain.interleaved``; the VM
+has fast and slow modes): ``ChainEngine.log_partition`` and ``ChainEngine.marginals`` on the
+model's log-potential tables, the objective ``CRFLogLikelihood`` value + gradient (on
+``extract_crf(model)``), and the compiled model's logp + dlogp (``model.logp_dlogp_function``).
+Every time is given as a ratio to the two BLAS products ``X @ W`` and ``X.T @ G`` timed in the
+same rounds. Targets: objective <= 2x the BLAS products; compiled logp + dlogp <= 1.3x the
+objective.
+
+Last, a ragged batch: 600 chains of length 3-14, K = 26, log-potentials N(0, s^2) with s = 1 and
+s = 30 (ranges above the scaled recursion's safe range): ``ChainEngine.marginals`` time of each
+and their ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+import numpy as np
+import pymc as pm
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_chain import interleaved, make_problem  # noqa: E402
+
+import pymc_crf as pmc  # noqa: E402
+from pymc_crf.fitters.objective import CRFLogLikelihood  # noqa: E402
+from pymc_crf.fitters.spec import extract_crf  # noqa: E402
+from pymc_crf.graphs.batch import GraphBatch  # noqa: E402
+from pymc_crf.inference.chain import ChainEngine  # noqa: E402
+
+
+def build(batch, X, y, K, per_edge: bool):
+    """The chain CRF as a PyMC model: shared (K, K) table or per-edge tables from edge features."""
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, 1.0, shape=(X.shape[1], K))
+        if per_edge:
+            T = pm.Normal("T", 0.0, 1.0, shape=(1, K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W,
+                    edge_features=np.ones((batch.n_edges, 1)), edge_weights=T, observed=y)
+        else:
+            T = pm.Normal("T", 0.0, 1.0, shape=(K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                    observed=y)
+    return model
+
+
+def case(name, batch, X, y, W, T, per_edge):
+    """Timed callables of one model: engine log Z / marginals, objective, compiled logp+dlogp."""
+    K = W.shape[1]
+    model = build(batch, X, y, K, per_edge)
+    spec = extract_crf(model)
+    Tm = T[None] if per_edge else T
+    values = {"W": W, "T": Tm}
+    w_flat = np.concatenate([values[w.name].ravel() for w in spec.weights])
+    lik = CRFLogLikelihood(spec)
+    _, node, _, _, edge = lik._tables(w_flat)
+    eng = ChainEngine()
+    f = model.logp_dlogp_function(ravel_inputs=True)
+    f.set_extra_values({})
+    q = np.concatenate([values[v.name].ravel() for v in model.value_vars])
+    # the compiled model and the objective agree (value up to the Normal priors)
+    lp, g = f(q)
+    ll, gl = lik(w_flat)
+    prior = -0.5 * float(q @ q) - 0.5 * q.size * np.log(2.0 * np.pi)
+    assert abs(lp - (ll + prior)) < 1e-8 * abs(lp), (name, lp, ll + prior)
+    lo, hi = node.max(1) - np.where(np.isfinite(node), node, np.inf).min(1), np.ptp(edge, (1, 2))
+    print(f"{name}: node-row range up to {lo.max():.0f}, table range up to {hi.max():.0f}, "
+          f"edge tables {edge.shape}")
+    return {
+        f"{name}: log Z": lambda: eng.log_partition(batch, node, edge),
+        f"{name}: log Z + marginals": lambda: eng.marginals(batch, node, edge),
+        f"{name}: objective value + grad": lambda: lik(w_flat),
+        f"{name}: compiled logp + dlogp": lambda: f(q),
+    }
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args(argv)
+    batch, X, W, T, y = make_problem()
+    Gm = np.random.default_rng(1).normal(size=(X.shape[0], W.shape[1]))
+    ref_key = "reference: X @ W + X.T @ G"
+    cases = {ref_key: lambda: (X @ W, X.T @ Gm)}
+    cases.update(case("shared", batch, X, y, W, T, per_edge=False))
+    cases.update(case("per-edge", batch, X, y, W, T, per_edge=True))
+    cases.update(case("wide", batch, X, y, 30.0 * W, 40.0 * T, per_edge=False))
+    # the user's ragged batch: 600 chains of length 3-14, K = 26
+    rng = np.random.default_rng(0)
+    rb = GraphBatch.chains(rng.integers(3, 15, size=600))
+    rn, re = rng.normal(size=(rb.n_total_nodes, 26)), rng.normal(size=(1, 26, 26))
+    eng = ChainEngine()
+    cases["600 chains K=26, scale 1: marginals"] = lambda: eng.marginals(rb, rn, re)
+    cases["600 chains K=26, scale 30: marginals"] = lambda: eng.marginals(rb, 30 * rn, 30 * re)
+
+    rows = interleaved(cases, args.repeats)
+    ref = rows[ref_key][0]
+    print(f"\n{os.cpu_count()} cores, {args.repeats} rounds; ms (median, min) and ratio of "
+          "medians to the reference")
+    print(f"{'what':44s} {'median':>9s} {'min':>9s} {'ratio':>7s}")
+    for k, (med, mn, _) in rows.items():
+        print(f"{k:44s} {med:9.2f} {mn:9.2f} {med / ref:7.2f}")
+    print()
+    for name in ("shared", "per-edge", "wide"):
+        obj = rows[f"{name}: objective value + grad"][0]
+        comp = rows[f"{name}: compiled logp + dlogp"][0]
+        print(f"{name:9s} objective / BLAS = {obj / ref:5.2f} (target <= 2); "
+              f"compiled / objective = {comp / obj:5.2f} (target <= 1.3)")
+    for name in ("per-edge", "wide"):
+        r = rows[f"{name}: objective value + grad"][0] / rows["shared: objective value + grad"][0]
+        print(f"{name:9s} objective / shared objective = {r:5.2f}")
+    s1 = rows["600 chains K=26, scale 1: marginals"][0]
+    s30 = rows["600 chains K=26, scale 30: marginals"][0]
+    print(f"600 chains K=26: scale 30 / scale 1 = {s30 / s1:.2f}")
+    return rows
+
+
+if __name__ == "__main__":
+    main()
