@@ -41,10 +41,12 @@ from scipy.special import logsumexp
 
 from pymc_crf.fitters.ep.core import run_ep
 from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
-from pymc_crf.fitters.ep.moments import LOGLINEAR, PROBIT, log_ndtr, mixture_moments
+from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.potentials import get_potential, log_ndtr
 
+PROBIT, LOGLINEAR = get_potential("probit").code, get_potential("loglinear").code
 PRIOR_VAR = 5.0
 
 

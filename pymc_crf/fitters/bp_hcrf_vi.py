@@ -144,7 +144,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
     if not info.batch.is_chain:
         raise ValueError("bp_hcrf_vi needs every graph to be a chain (forward-backward); "
                          "use method='map' or 'nuts' for other graphs")
-    weights = list(rv.owner.inputs[-4:-1])
+    weights = rv.owner.op.weights(rv.owner)
     extra = [v for v in model.free_RVs if v not in weights]
     if extra or len([w for w in weights if w in model.free_RVs]) != 3:
         raise ValueError("bp_hcrf_vi needs a model whose only free variables are the HCRF weights "

@@ -28,7 +28,7 @@ def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
         rv, _, _ = find_hcrf(model)
     except ValueError:
         return
-    params = rv.owner.op.dist_params(rv.owner)[:3]
+    params = rv.owner.op.weights(rv.owner)
     names = [getattr(p, "name", None) for p in params]
     if all(n in idata["posterior"] for n in names if n) and all(names):
         idata.attrs["hcrf_weights"] = names

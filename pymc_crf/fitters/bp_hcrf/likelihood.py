@@ -29,6 +29,7 @@ from scipy.special import log_softmax
 
 from pymc_crf.distributions.hcrf import replicate_batch
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.potentials import hcrf_pair_tables
 
 __all__ = ["HCRFData", "LikelihoodGrad", "data_term"]
 
@@ -64,17 +65,12 @@ def pair_tables(data: HCRFData, wx, wy, we, rho):
     b = data.batch
     S = wy.shape[0]
     U = data.X @ wx                                             # (N, S)
-    rho_n = rho[b.node_graph]                                   # (N, S)
-    node = rho_n[None] * (U[None] + wy.T[:, None, :])           # (C, N, S)
     ezz = rho[:, :, None] * rho[:, None, :]                     # (G, S, S)
     idx = np.arange(S)
     ezz[:, idx, idx] = rho
-    tables = np.moveaxis(we, 2, 0)[:, None] * ezz[None]         # (C, G, S, S)
-    if b.n_edges:
-        edge = tables[:, b.edge_graph].reshape(-1, S, S)
-    else:
-        edge = np.zeros((1, S, S))
-    return node.reshape(-1, S), edge, U, ezz
+    node, edge = hcrf_pair_tables(data.X, wx, wy, we, b.n_edges, node_scale=rho[b.node_graph],
+                                  edge_scale=ezz[b.edge_graph])
+    return node, edge, U, ezz
 
 
 def _per_graph_sum(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

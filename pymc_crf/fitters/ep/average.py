@@ -17,18 +17,10 @@ where the graph allows it).
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import log_ndtr
+
+from pymc_crf.potentials import get_potential
 
 __all__ = ["averaged_log_potentials", "score_moments"]
-
-
-def _log_potential_of_moments(mu, var, potential: str, epsilon: float) -> np.ndarray:
-    if potential == "loglinear":
-        return mu + 0.5 * var
-    lp = log_ndtr(mu / np.sqrt(1.0 + var))
-    if epsilon == 0.0:
-        return lp
-    return np.logaddexp(np.log(epsilon), np.log1p(-2.0 * epsilon) + lp)
 
 
 def score_moments(mean: np.ndarray, cov: np.ndarray, K: int, node_features, edge_features):
@@ -71,8 +63,7 @@ def averaged_log_potentials(mean, cov, K: int, n_nodes: int, node_features=None,
     mean = np.asarray(mean, float)
     cov = np.asarray(cov, float)
     node_m, edge_m = score_moments(mean, cov, K, node_features, edge_features)
-    node = (np.zeros((n_nodes, K)) if node_m is None
-            else _log_potential_of_moments(*node_m, potential, epsilon))
-    edge = (np.zeros((1, K, K)) if edge_m is None
-            else _log_potential_of_moments(*edge_m, potential, epsilon))
+    pot = get_potential(potential)
+    node = np.zeros((n_nodes, K)) if node_m is None else pot.log_expected(*node_m, epsilon)
+    edge = np.zeros((1, K, K)) if edge_m is None else pot.log_expected(*edge_m, epsilon)
     return node, edge

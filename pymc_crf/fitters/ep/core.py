@@ -30,8 +30,9 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
-from pymc_crf.fitters.ep.moments import LOGLINEAR, PROBIT, mixture_moments
+from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import EPTerms
+from pymc_crf.potentials import get_potential
 
 __all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform"]
 
@@ -63,7 +64,7 @@ def _log_normalise(v):
 
 @njit(cache=True)
 def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_mu, den_h, den_mu,
-             logmsg, logq, K, potential, eps, lam, xi, c_del, denominators, skips):
+             logmsg, logq, K, code, eps, lam, xi, c_del, denominators, skips):
     """One sweep over all factors (numerator then denominator term of each), in place.
 
     ``num_h, num_mu`` (n_fac,) are the rank-1 numerator sites; ``den_h`` (n_fac, K^2, K^2) and
@@ -88,7 +89,7 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
             if not ok:
                 skips[0] += 1
             else:
-                _, r, g, M = mixture_moments(Sc, myc, one, potential, eps)
+                _, r, g, M = mixture_moments(Sc, myc, one, code, eps)
                 ok, hh, mh = site_from_moments(Sc, myc, g, M)
                 if not ok:
                     skips[4] += 1
@@ -128,7 +129,7 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         else:
             lcj = lci
             log_pi = lci.copy()
-        _, r, g, M = mixture_moments(Sc, myc, log_pi, potential, eps)
+        _, r, g, M = mixture_moments(Sc, myc, log_pi, code, eps)
         ok, hh, mh = site_from_moments(Sc, myc, g, M)
         if not ok:
             skips[4] += 1
@@ -232,9 +233,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
             raise ValueError(f"{name} must lie in (0, 1]; got {v}")
     if damping is None:
         damping = 0.5 * step_size
-    if potential not in ("probit", "loglinear"):
-        raise ValueError(f"potential must be 'probit' or 'loglinear'; got {potential!r}")
-    pot = PROBIT if potential == "probit" else LOGLINEAR
+    pot = get_potential(potential).code
     d, K = terms.d, terms.K
     prior_mean = np.asarray(prior_mean, float).reshape(d)
     prior_var = np.asarray(prior_var, float).reshape(d)

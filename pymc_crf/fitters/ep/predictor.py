@@ -42,9 +42,6 @@ def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str 
                          "mean_vector and covariance_matrix, e.g. from method='ep') and the CRF "
                          "layout attr of a pmc.fit result")
     info = json.loads(result.attrs["crf"])
-    if info["potential"] not in ("probit", "loglinear"):
-        raise ValueError(f"model averaging supports probit and loglinear potentials, "
-                         f"not {info['potential']!r}")
     mean = np.asarray(result["fit"]["mean_vector"].values, float)
     cov = np.asarray(result["fit"]["covariance_matrix"].values, float)
     K, graphs = int(info["n_labels"]), data.graphs
