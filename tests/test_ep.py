@@ -44,6 +44,7 @@ from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, s
 from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference import ConvergenceWarning
 from pymc_crf.potentials import get_potential, log_ndtr
 
 PROBIT, LOGLINEAR = get_potential("probit").code, get_potential("loglinear").code
@@ -460,7 +461,7 @@ def test_fitter_result_matches_core():
     batch, Xe, labels = make_data("chain", 10, seed=1)
     model = _crf_model(batch, Xe, labels)
     for variant, transform in (("pep", 1.0), ("tep", 0.0)):
-        res = fit(model, method="ep", variant=variant, seed=3, n_draws=4000, tol=1e-6, step_size=0.8,
+        res = fit(model, method="ep", variant=variant, random_seed=3, draws=4000, tol=1e-6, step_size=0.8,
                   log_likelihood=False)
         ep = run(batch, Xe, labels, 2, transform=transform, tol=1e-6)
         np.testing.assert_allclose(res["fit"]["mean_vector"].values, ep.mean, atol=1e-10)
@@ -480,7 +481,7 @@ def test_fitter_log_likelihood_per_graph():
     from pymc_crf.fitters import fit
 
     batch, Xe, labels = make_data("chain", 6, seed=1)
-    res = fit(_crf_model(batch, Xe, labels), method="ep", n_draws=20, seed=0)
+    res = fit(_crf_model(batch, Xe, labels), method="ep", draws=20, random_seed=0)
     ll = res["log_likelihood"]["t"].values
     assert ll.shape == (1, 20, 6)
     w = res["posterior"]["w"].values.reshape(20, 6, 2, 2)
@@ -550,7 +551,7 @@ def test_model_average_prediction():
         w = pm.Normal("w", 0.0, PRIOR_VAR**0.5, dims=("edge_feature", "label_i", "label_j"))
         CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
             potential="probit", observed=train.labels)
-    res = fit(model, method="ep", step_size=0.5, log_likelihood=False, n_draws=200, seed=0)
+    res = fit(model, method="ep", step_size=0.5, log_likelihood=False, draws=200, random_seed=0)
     pred = predict(res, test, method="model_average")
     m = res["fit"]["mean_vector"].values
     V = res["fit"]["covariance_matrix"].values
@@ -570,7 +571,7 @@ def test_model_average_prediction():
     assert pred.error_rate == pytest.approx(np.mean(marg.argmax(1) != test.labels))
     # the averaged prediction approximates Monte Carlo averaging over q's draws (an approximation:
     # measured mean |difference| of the node marginals 0.037, max 0.24)
-    mc = predict(res, test, method="average", n_draws=200)
+    mc = predict(res, test, method="average", draws=200)
     diff = np.abs(mc.marginals - pred.marginals)
     assert diff.mean() < 0.08
     with pytest.raises(ValueError, match="Gaussian posterior"):
@@ -617,6 +618,6 @@ def test_fixed_point_with_many_skipped_terms_is_flagged():
     from pymc_crf.cli import build_bcrf_model
 
     train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=30, n_test=0, seed=0)
-    with pytest.warns(RuntimeWarning, match="skipped .* of 120 term updates"):
-        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, seed=0, n_draws=10,
+    with pytest.warns(ConvergenceWarning, match="skipped .* of 120 term updates"):
+        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, random_seed=0, n_draws=10,
             log_likelihood=False)

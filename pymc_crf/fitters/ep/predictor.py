@@ -16,8 +16,8 @@ import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.ep.average import averaged_log_potentials
+from pymc_crf.fitters.predictors import Prediction, prediction, register_predictor
 from pymc_crf.inference.select import get_engine
-from pymc_crf.predict import Prediction, register_predictor
 
 __all__ = ["predict_model_average"]
 
@@ -60,6 +60,4 @@ def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str 
     node, edge = averaged_log_potentials(mean, cov, K, graphs.n_total_nodes, xn, xe,
                                          info["potential"], float(info["epsilon"]))
     marg = get_engine(inference, graphs).marginals(graphs, node, edge).node
-    labels = marg.argmax(axis=1)
-    err = None if data.labels is None else float(np.mean(labels != data.labels))
-    return Prediction(marg, labels, "model_average", err)
+    return prediction(marg, marg.argmax(axis=1), "model_average", data.labels)

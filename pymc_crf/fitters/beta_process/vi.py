@@ -43,8 +43,8 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import digamma, expit
 
-from pymc_crf.fitters.bp_hcrf.likelihood import HCRFData, data_term
-from pymc_crf.fitters.bp_hcrf.stick_breaking import (
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.stick_breaking import (
     BPFactors,
     bernoulli_entropy,
     bp_terms,
