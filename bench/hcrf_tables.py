@@ -1,4 +1,4 @@
-"""Seed 004 table V and the Japanese vowels speaker task: BP-HCRF VI vs MAP-HCRF.
+"""Luo, Sun & Zhao, table V and the Japanese vowels speaker task: BP-HCRF VI vs MAP-HCRF.
 
 Run::
 
@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pymc as pm
 
-from pymc_crf.datasets.hmm_classes import SequenceData, hmm_classes
+from pymc_crf.datasets.hmm import SequenceData, hmm_classes
 from pymc_crf.distributions.hcrf import HCRF, from_sequences
 from pymc_crf.fitters.beta_process import predict_bp_hcrf
 from pymc_crf.fitters.predictors import predict_hcrf_average

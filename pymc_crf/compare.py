@@ -17,10 +17,12 @@ __all__ = ["compare", "cvm_score", "posterior_matrix"]
 
 
 def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
-    """Cramer-von Mises score between two sample sets (002 eq. (23)), summed over dimensions.
+    """Cramer-von Mises score between two sample sets (Welling & Parise 2006, eq. (23)), summed over
+    dimensions.
 
     ``sum_i (F_1(X_i) - F_2(X_i))^2`` over all samples ``X_i`` of both sets, with empirical CDFs;
-    for (n, d) arrays the per-dimension scores are summed (002 sec. 7). With ``normalize`` it is
+    for (n, d) arrays the per-dimension scores are summed (Welling & Parise 2006, sec. 7). With
+    ``normalize`` it is
     divided by ``N1 + N2`` (a mean squared CDF difference, comparable across sample sizes).
     """
     s1 = np.asarray(s1, dtype=np.float64)
@@ -61,7 +63,8 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     """One row per method: run time, posterior accuracy against ``reference``, test error.
 
     Columns: ``wall_time`` (s), ``mean_abs_err`` and ``sd_ratio`` (posterior means' mean absolute
-    difference and mean ratio of marginal sds against the reference), ``cvm`` (002 eq. (23),
+    difference and mean ratio of marginal sds against the reference), ``cvm`` (Welling & Parise 2006, eq.
+    (23),
     normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
     (for results with several MCMC chains), ``log_marginal_likelihood`` where the method gives
     one, and ``test_error`` of ``predict(..., method=predict_method, draws=draws)`` when ``test``

@@ -4,14 +4,16 @@ Scores are linear in the weights: node scores ``x_i @ W_node`` (F, K) give a (N,
 scores ``x_e @ W_edge`` (Fe, K, K) give a (E, K, K) table (or one (K, K) table shared by every
 edge). A :class:`Potential` turns a score ``a`` into a log-potential ``log g(a)``:
 
-* ``"loglinear"``: ``a`` itself (000 eq. (3), the usual CRF);
-* ``"probit"``: the robust probit of 000 eq. (4), ``log(eps + (1 - 2 eps) Phi(a))``, bounded in
+* ``"loglinear"``: ``a`` itself (Qi, Szummer & Minka 2005, eq. (3), the usual CRF);
+* ``"probit"``: the robust probit of Qi, Szummer & Minka 2005, eq. (4), ``log(eps + (1 - 2 eps) Phi(a))``,
+bounded in
   ``[log eps, log(1 - eps)]``, computed as ``logaddexp(log eps, log1p(-2 eps) + log Phi(a))`` with a
   ``log Phi`` that is accurate in both tails, so no log of 0 and no overflow for any finite ``a``.
 
 Each kind is defined once here with everything the rest of the package needs: its numpy and
 PyTensor log-potential, its derivative in the score (for weight-space gradients), the log of its
-expectation under a Gaussian score (EP's model averaging, 000 eqs. (59)-(60)) and the tilted
+expectation under a Gaussian score (EP's model averaging, Qi, Szummer & Minka 2005, eqs. (59)-(60)) and the
+tilted
 moments of that expectation (EP's moment matching, :func:`gaussian_moments`). The table builders
 (:func:`log_potential_tables`, :func:`log_potential_tables_pt`, :func:`hcrf_pair_tables`) are the
 only code that maps weights to the engines' log-potential tables.
@@ -43,12 +45,13 @@ _PROBIT_CODE, _LOGLINEAR_CODE = 0, 1
 def log_ndtr(z):
     """``log Phi(z)`` of a scalar in numba, accurate in both tails.
 
-    ``log1p(-erfc(z / sqrt2) / 2)`` above 5 (no cancellation near Phi = 1), ``log(erfc(-z / sqrt2) / 2)``
-    down to -30 (erfc is relatively accurate there and far from underflow), and the asymptotic
+    ``log1p(-erfc(z / sqrt2) / 2)`` above -1 (no cancellation near Phi = 1, as ``log_ndtr_pt``),
+    ``log(erfc(-z / sqrt2) / 2)`` down to -30 (erfc is relatively accurate there and far from
+    underflow), and the asymptotic
     Mills-ratio series ``Phi(z) = N(z) / (-z) (1 - 1/z^2 + 3/z^4 - 15/z^6 + 105/z^8)`` below
     (relative error < 1e-12 there).
     """
-    if z > 5.0:
+    if z > -1.0:
         return math.log1p(-0.5 * math.erfc(z * _SQRT1_2))
     if z > -30.0:
         return math.log(0.5 * math.erfc(-z * _SQRT1_2))
@@ -107,7 +110,7 @@ class Potential:
 
 
 class LogLinear(Potential):
-    """``g(a) = exp(a)`` (000 eq. (3))."""
+    """``g(a) = exp(a)`` (Qi, Szummer & Minka 2005, eq. (3))."""
 
     name, code, identity = "loglinear", _LOGLINEAR_CODE, True
 
@@ -125,7 +128,7 @@ class LogLinear(Potential):
 
 
 class Probit(Potential):
-    """``g(a) = eps + (1 - 2 eps) Phi(a)``, the robust probit (000 eq. (4))."""
+    """``g(a) = eps + (1 - 2 eps) Phi(a)``, the robust probit (Qi, Szummer & Minka 2005, eq. (4))."""
 
     name, code = "probit", _PROBIT_CODE
 
@@ -148,7 +151,7 @@ class Probit(Potential):
         return np.exp(np.log1p(-2.0 * epsilon) + log_pdf - self.log(score, epsilon))
 
     def log_expected(self, mean, var, epsilon=0.0):
-        # E[Phi(y)] = Phi(mean / sqrt(1 + var))  (000 eqs. (59)-(60))
+        # E[Phi(y)] = Phi(mean / sqrt(1 + var))  (Qi, Szummer & Minka 2005, eqs. (59)-(60))
         return self.log(np.asarray(mean) / np.sqrt(1.0 + np.asarray(var)), epsilon)
 
 
@@ -202,9 +205,12 @@ def gaussian_moments(code, mu, s2, eps):
 
     ``alpha = d log Z / d mu`` and ``gamma = d^2 log Z / d mu^2``:
 
-    * robust probit: ``Z = eps + (1 - 2 eps) Phi(z)``, ``z = mu / sqrt(1 + s2)`` (000 eqs. (41),
-      (45)); ``alpha = (1 - 2 eps) N(z) / (Z sqrt(1 + s2))`` (000 eq. (42)'s ``rho``, which as
-      printed reads ``(1 - 2 eps N(z))``), ``gamma = -alpha (alpha + mu / (1 + s2))`` (000 eq. (48));
+    * robust probit: ``Z = eps + (1 - 2 eps) Phi(z)``, ``z = mu / sqrt(1 + s2)`` (Qi, Szummer & Minka 2005,
+    eqs. (41),
+      (45)); ``alpha = (1 - 2 eps) N(z) / (Z sqrt(1 + s2))`` (Qi, Szummer & Minka 2005, eq. (42)'s ``rho``,
+      which as
+      printed reads ``(1 - 2 eps N(z))``), ``gamma = -alpha (alpha + mu / (1 + s2))`` (Qi, Szummer & Minka
+      2005, eq. (48));
     * log-linear: ``Z = exp(mu + s2 / 2)`` (lognormal mean), ``alpha = 1``, ``gamma = 0``.
     """
     if code == _LOGLINEAR_CODE:
@@ -280,13 +286,13 @@ def log_potential_tables_pt(potential: str | Potential, epsilon: float, n_nodes:
 
 def hcrf_pair_tables(node_features, theta_x, theta_y, theta_e, n_edges: int, *, backend=np,
                      node_scale=None, edge_scale=None):
-    """Log-potential tables of the (class, graph) pairs of a hidden CRF (004 eqs. (1)-(3)).
+    """Log-potential tables of the (class, graph) pairs of a hidden CRF (Luo, Sun & Zhao, eqs. (1)-(3)).
 
     Pair ``c * G + g`` is the CRF over the hidden states of graph ``g`` under class ``c``: node
     ``(C * N, S)`` tables ``x_t @ theta_x + theta_y[:, c]`` and edge ``(C * E, S, S)`` tables
     ``theta_e[:, :, c]``. ``backend`` is ``numpy`` or ``pytensor.tensor`` (same expression in both).
     ``node_scale`` (N, S) and ``edge_scale`` (E, S, S) multiply the node and edge tables of every
-    class (the expected potentials of the beta-process HCRF, 004 eq. (14); numpy only).
+    class (the expected potentials of the beta-process HCRF, Luo, Sun & Zhao, eq. (14); numpy only).
     """
     xp = backend
     S = theta_y.shape[0]

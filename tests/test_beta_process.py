@@ -1,4 +1,4 @@
-"""BP-HCRF variational inference (seed 004): prior terms, data term, monotone bound, accuracy."""
+"""BP-HCRF variational inference (Luo, Sun & Zhao): prior terms, data term, monotone bound, accuracy."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import logsumexp
 
-from pymc_crf.datasets.hmm_classes import hmm_classes
+from pymc_crf.datasets.hmm import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
 from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
 from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term

@@ -1,4 +1,4 @@
-"""Tests of flattened power EP / transformed EP for Bayesian CRFs (seed 000, thesis ch. 5).
+"""Tests of flattened power EP / transformed EP for Bayesian CRFs (Qi, Szummer & Minka 2005, thesis ch. 5).
 
 Ground truth is independent of EP: dense linear algebra for the low-rank updates, Gauss-Hermite
 quadrature for the tilted moments, and for whole posteriors importance sampling with brute-force
@@ -53,7 +53,8 @@ PRIOR_VAR = 5.0
 
 # ----------------------------------------------------------------------------- ground truth helpers
 def make_data(kind: str, n_graphs: int, seed: int, K: int = 2, Fe: int = 6):
-    """Synthetic probit CRF data in the style of 000 sec. 8.1 (features from one of 4 Gaussians)."""
+    """Synthetic probit CRF data in the style of Qi, Szummer & Minka 2005, sec. 8.1 (features from one of 4
+    Gaussians)."""
     rng = np.random.default_rng(seed)
     if kind == "edge":
         local, n = [(0, 1)], 2
@@ -275,7 +276,8 @@ def test_loglinear_ep_runs_and_matches_exact_on_chain():
 
 @pytest.mark.parametrize("potential,eps", [("probit", 0.0), ("probit", 0.05), ("loglinear", 0.0)])
 def test_averaged_potentials_match_monte_carlo(potential, eps):
-    """000 eqs. (59)-(60): each averaged table entry is E_q[g]; checked with 150k draws of w."""
+    """Qi, Szummer & Minka 2005, eqs. (59)-(60): each averaged table entry is E_q[g]; checked with 150k
+    draws of w."""
     from pymc_crf.fitters.ep.average import averaged_log_potentials
 
     rng = np.random.default_rng(7)
@@ -304,7 +306,8 @@ def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
     on 3-node chains with labels drawn from the model. Without edges every label has one factor,
     so the inner label approximation is exact and only EP's projection error remains.
     Measured: nodes only 0.108 / sd ratio [0.80, 0.89]; nodes + table 0.203 / [0.62, 0.82]. Power EP
-    with n_k = -1 minimises an alpha-divergence (alpha = -3) for the 1/Z terms (000 sec. 3), which
+    with n_k = -1 minimises an alpha-divergence (alpha = -3) for the 1/Z terms (Qi, Szummer & Minka 2005,
+    sec. 3), which
     is zero-forcing, so EP's sds come out smaller than the exact ones here; that this is EP's fixed
     point and not an implementation error is checked by ``test_fixed_point_conditions``."""
     rng = np.random.default_rng(11)
@@ -358,9 +361,10 @@ def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
 def test_fixed_point_conditions(transform):
     """At convergence each denominator site satisfies its defining equation, checked by Monte Carlo
     in w-space with scipy's Phi (independent of :mod:`.moments`): the moments of
-    ``f_k(w) q^{\\k}(w)`` (000 eq. (24), cavity beliefs from the stored label messages) equal those
+    ``f_k(w) q^{\\k}(w)`` (Qi, Szummer & Minka 2005, eq. (24), cavity beliefs from the stored label
+    messages) equal those
     of ``q^{\\k}(w) f~_k(w)``; likewise for the numerator terms with ``g_k``. Measured errors are
-    about 0.002 sd with 10^6 draws; asserted < 0.015 sd with 2 x 10^5."""
+    about 0.Welling & Parise 2006 sd with 10^6 draws; asserted < 0.015 sd with 2 x 10^5."""
     batch, Xe, labels = make_data("chain", 10, seed=1, Fe=3)
     K = 2
     terms = build_terms(batch, K, labels, None, Xe, use_node=False, use_edge=True)
@@ -538,7 +542,8 @@ def test_fitter_refuses_hcrf():
 # ------------------------------------------------------------------------- prediction
 def test_model_average_prediction():
     """predict(method="model_average") equals brute-force marginals of the q-averaged tables
-    (000 eqs. (59)-(63) with exact label marginals), and its error rate is that of its labels."""
+    (Qi, Szummer & Minka 2005, eqs. (59)-(63) with exact label marginals), and its error rate is that of its
+    labels."""
     import pymc as pm
 
     from pymc_crf.datasets import bcrf_synthetic
@@ -599,7 +604,8 @@ def test_paper_table_chains_reduced():
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_three_labels_and_robust_probit(eps):
-    """K = 3 (9 label pairs per edge, rank-9 denominator sites) and the robust probit (000 eq. (4)):
+    """K = 3 (9 label pairs per edge, rank-9 denominator sites) and the robust probit (Qi, Szummer & Minka
+    2005, eq. (4)):
     PEP against IS on 15 chains, d = 18. Measured (step size 0.5): eps 0: 0.093 / [0.90, 1.00];
     eps 0.1: 0.057 / [0.93, 1.04] (10^5 IS draws); asserted < 0.2 and sd ratio in [0.8, 1.1]."""
     batch, Xe, labels = make_data("chain", 15, seed=3, K=3, Fe=2)

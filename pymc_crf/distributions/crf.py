@@ -6,7 +6,8 @@ graph and ``pm.compute_log_likelihood`` / ``az.loo`` work per graph. Flat ``(N,)
 per-graph arrays are accepted as ``observed`` and padded for you.
 
 log p(t | x, w) = sum_i phi_i(t_i) + sum_e psi_e(t_u, t_v) - log Z(x, w), where the log-potentials come
-from linear scores through ``potential`` (000 eqs. (1)-(4)) and log Z from the ``LogPartition`` Op.
+from linear scores through ``potential`` (Qi, Szummer & Minka 2005, eqs. (1)-(4)) and log Z from the
+``LogPartition`` Op.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The beta-process hidden CRF (004) by mean-field variational EM.
+"""The beta-process hidden CRF (Luo, Sun & Zhao) by mean-field variational EM.
 
 Importing this package registers the fitter ``method="bp_hcrf_vi"`` and the predictor
 ``predict(..., method="bp_hcrf")``.

@@ -1,9 +1,10 @@
-"""``method="bp_hcrf_vi"``: the beta-process hidden CRF of 004 by mean-field variational EM.
+"""``method="bp_hcrf_vi"``: the beta-process hidden CRF of Luo, Sun & Zhao by mean-field variational EM.
 
 The PyMC model supplies the data and the shapes: one observed :class:`pymc_crf.HCRF` likelihood
 whose weights ``theta_x`` (F, S), ``theta_y`` (S, C), ``theta_e`` (S, S, C) are the only free
 variables. The BP-HCRF *replaces* the model's priors on those weights by its own hierarchy
-(004 eqs. (5)-(14)): per-sequence state indicators ``z`` under a stick-breaking beta-process prior,
+(Luo, Sun & Zhao, eqs. (5)-(14)): per-sequence state indicators ``z`` under a stick-breaking beta-process
+prior,
 Beta compatibilities ``pi`` and positive weights ``theta``, with ``S`` = the truncation level.
 The updates and every decision taken where the paper is ambiguous are documented in
 :mod:`.vi`, :mod:`.likelihood` and :mod:`.stick_breaking`.
@@ -98,25 +99,25 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                    theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 30,
                    draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True,
                    n_draws: int | None = None):
-    """BP-HCRF (004) by variational EM with random restarts; the best final bound is kept.
+    """BP-HCRF (Luo, Sun & Zhao) by variational EM with random restarts; the best final bound is kept.
 
     Parameters
     ----------
     model : pm.Model
         One observed ``pmc.HCRF`` on chains; its free variables must be exactly the three weights.
     truncation : int, optional
-        Number of hidden states K of the truncated beta process (004: 10). Must equal the model's
+        Number of hidden states K of the truncated beta process (Luo, Sun & Zhao: 10). Must equal the model's
         ``n_states`` (the default takes it from the model).
     rounds : int
-        Stick-breaking rounds R (004: 4).
+        Stick-breaking rounds R (Luo, Sun & Zhao: 4).
     n_restarts : int
-        Random initialisations (004 sec. VI: "several"); the best final bound is returned.
+        Random initialisations (Luo, Sun & Zhao, sec. VI: "several"); the best final bound is returned.
     max_iter, tol
         Outer iterations and relative bound tolerance of each run.
     alpha, gamma
         Beta-process concentration and mass (fixed).
     alpha_pi
-        ``pi ~ Beta(1, alpha_pi)`` (004 eq. (11)).
+        ``pi ~ Beta(1, alpha_pi)`` (Luo, Sun & Zhao, eq. (11)).
     theta_prior_sd
         Half-normal prior scale of theta (``np.inf``: the paper's maximum likelihood).
     draws

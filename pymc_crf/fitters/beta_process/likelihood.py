@@ -1,7 +1,7 @@
-"""The data term of the BP-HCRF bound and its gradients (004 eqs. (14), (26), (30)-(33)).
+"""The data term of the BP-HCRF bound and its gradients (Luo, Sun & Zhao, eqs. (14), (26), (30)-(33)).
 
 With the mean-field factors fixed, every (class ``c``, sequence ``n``) pair is an ordinary chain CRF
-over hidden states whose log-potentials are the *expected* log-potentials of 004 eq. (14)::
+over hidden states whose log-potentials are the *expected* log-potentials of Luo, Sun & Zhao, eq. (14)::
 
     node(n, c, t, k) = rho_nk * (sum_i f_nt(i) Wx[i, k] + Wy[k, c])
     edge(n, c, j, k) = We[j, k, c] * E[z_nj z_nk]            (transition j -> k)
@@ -11,7 +11,8 @@ with effective weights ``W = theta * E_q[log pi]`` (elementwise) and ``E[z_j z_k
 
     ell = sum_n log Z(y_n, n) - log sum_c Z(c, n)
 
-(004 eq. (30) with the geometric mean ``exp E log F`` in place of ``E F``: the form whose gradients
+(Luo, Sun & Zhao, eq. (30) with the geometric mean ``exp E log F`` in place of ``E F``: the form whose
+gradients
 are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clamped chain posterior, which is
 optimal, so its entropy and expected potential add up to ``log Z(y_n, n)``). All ``C * G`` pairs go
 through ONE call of the inference engine (the lead's chain forward-backward).
