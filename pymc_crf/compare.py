@@ -21,9 +21,8 @@ def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
     dimensions.
 
     ``sum_i (F_1(X_i) - F_2(X_i))^2`` over all samples ``X_i`` of both sets, with empirical CDFs;
-    for (n, d) arrays the per-dimension scores are summed (Welling & Parise 2006, sec. 7). With
-    ``normalize`` it is
-    divided by ``N1 + N2`` (a mean squared CDF difference, comparable across sample sizes).
+    for (n, d) arrays the per-dimension scores are summed (Welling & Parise 2006, sec. 7). With ``normalize``
+    it is divided by ``N1 + N2`` (a mean squared CDF difference, comparable across sample sizes).
     """
     s1 = np.asarray(s1, dtype=np.float64)
     s2 = np.asarray(s2, dtype=np.float64)
@@ -64,8 +63,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
 
     Columns: ``wall_time`` (s), ``mean_abs_err`` and ``sd_ratio`` (posterior means' mean absolute
     difference and mean ratio of marginal sds against the reference), ``cvm`` (Welling & Parise 2006, eq.
-    (23),
-    normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
+    (23), normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
     (for results with several MCMC chains), ``log_marginal_likelihood`` where the method gives
     one, and ``test_error`` of ``predict(..., method=predict_method, draws=draws)`` when ``test``
     is given (``n_draws``: deprecated name of ``draws``).

@@ -13,8 +13,7 @@ bounded in
 Each kind is defined once here with everything the rest of the package needs: its numpy and
 PyTensor log-potential, its derivative in the score (for weight-space gradients), the log of its
 expectation under a Gaussian score (EP's model averaging, Qi, Szummer & Minka 2005, eqs. (59)-(60)) and the
-tilted
-moments of that expectation (EP's moment matching, :func:`gaussian_moments`). The table builders
+tilted moments of that expectation (EP's moment matching, :func:`gaussian_moments`). The table builders
 (:func:`log_potential_tables`, :func:`log_potential_tables_pt`, :func:`hcrf_pair_tables`) are the
 only code that maps weights to the engines' log-potential tables.
 """
@@ -208,8 +207,8 @@ def gaussian_moments(code, mu, s2, eps):
     * robust probit: ``Z = eps + (1 - 2 eps) Phi(z)``, ``z = mu / sqrt(1 + s2)`` (Qi, Szummer & Minka 2005,
     eqs. (41),
       (45)); ``alpha = (1 - 2 eps) N(z) / (Z sqrt(1 + s2))`` (Qi, Szummer & Minka 2005, eq. (42)'s ``rho``,
-      which as
-      printed reads ``(1 - 2 eps N(z))``), ``gamma = -alpha (alpha + mu / (1 + s2))`` (Qi, Szummer & Minka
+      which as printed reads ``(1 - 2 eps N(z))``), ``gamma = -alpha (alpha + mu / (1 + s2))`` (Qi, Szummer &
+      Minka
       2005, eq. (48));
     * log-linear: ``Z = exp(mu + s2 / 2)`` (lognormal mean), ``alpha = 1``, ``gamma = 0``.
     """

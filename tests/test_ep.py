@@ -2,8 +2,8 @@
 
 Ground truth is independent of EP: dense linear algebra for the low-rank updates, Gauss-Hermite
 quadrature for the tilted moments, and for whole posteriors importance sampling with brute-force
-log Z (every labelling enumerated in numpy) in the default run, NUTS on the same exact posterior in
-the slow run.
+log Z (every labelling enumerated in numpy) in the default run, NUTS on the same exact posterior in the slow
+run.
 
 Measured accuracy of EP against the exact posterior (step size 0.8, eps = 0, prior N(0, 5 I)),
 as ``max_j |m_EP - m_exact| / sd_exact`` and the range of ``sd_EP / sd_exact`` (measured on this
@@ -306,9 +306,8 @@ def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
     on 3-node chains with labels drawn from the model. Without edges every label has one factor,
     so the inner label approximation is exact and only EP's projection error remains.
     Measured: nodes only 0.108 / sd ratio [0.80, 0.89]; nodes + table 0.203 / [0.62, 0.82]. Power EP
-    with n_k = -1 minimises an alpha-divergence (alpha = -3) for the 1/Z terms (Qi, Szummer & Minka 2005,
-    sec. 3), which
-    is zero-forcing, so EP's sds come out smaller than the exact ones here; that this is EP's fixed
+    with n_k = -1 minimises an alpha-divergence (alpha = -3) for the 1/Z terms (Qi, Szummer & Minka 2005, sec.
+    3), which is zero-forcing, so EP's sds come out smaller than the exact ones here; that this is EP's fixed
     point and not an implementation error is checked by ``test_fixed_point_conditions``."""
     rng = np.random.default_rng(11)
     batch = GraphBatch.chains([3] * 20)
@@ -361,9 +360,8 @@ def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
 def test_fixed_point_conditions(transform):
     """At convergence each denominator site satisfies its defining equation, checked by Monte Carlo
     in w-space with scipy's Phi (independent of :mod:`.moments`): the moments of
-    ``f_k(w) q^{\\k}(w)`` (Qi, Szummer & Minka 2005, eq. (24), cavity beliefs from the stored label
-    messages) equal those
-    of ``q^{\\k}(w) f~_k(w)``; likewise for the numerator terms with ``g_k``. Measured errors are
+    ``f_k(w) q^{\\k}(w)`` (Qi, Szummer & Minka 2005, eq. (24), cavity beliefs from the stored label messages)
+    equal those of ``q^{\\k}(w) f~_k(w)``; likewise for the numerator terms with ``g_k``. Measured errors are
     about 0.Welling & Parise 2006 sd with 10^6 draws; asserted < 0.015 sd with 2 x 10^5."""
     batch, Xe, labels = make_data("chain", 10, seed=1, Fe=3)
     K = 2

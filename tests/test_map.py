@@ -3,23 +3,11 @@
 import json
 
 import numpy as np
-import pytest
 from scipy.optimize import minimize
 
 import pymc_crf as pmc
-from pymc_crf.cli import build_bcrf_model
 from pymc_crf.inference import BruteForce
 from pymc_crf.potentials import log_potential
-
-
-@pytest.fixture(scope="module")
-def loop_data():
-    return pmc.datasets.bcrf_synthetic("loop", n_train=8, n_test=50, seed=3)
-
-
-@pytest.fixture(scope="module")
-def loop_model(loop_data):
-    return build_bcrf_model(loop_data[0])
 
 
 def _brute_neg_log_post(w_flat, data, sd):

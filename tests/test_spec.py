@@ -7,18 +7,7 @@ import pytest
 from pymc.model.fgraph import clone_model
 
 import pymc_crf as pmc
-from pymc_crf.cli import build_bcrf_model
 from pymc_crf.fitters import extract_crf, require_gaussian_prior
-
-
-@pytest.fixture(scope="module")
-def loop_data():
-    return pmc.datasets.bcrf_synthetic("loop", n_train=8, n_test=50, seed=3)
-
-
-@pytest.fixture(scope="module")
-def loop_model(loop_data):
-    return build_bcrf_model(loop_data[0])
 
 
 def test_extract_crf_and_prior_checks(loop_data, loop_model):

@@ -269,8 +269,7 @@ class CRF(Distribution):
         One row per node (all graphs stacked).
     node_weights : tensor (F, K), optional
     edge_features : array (E, Fe), optional
-        One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no
-        edge features.
+        One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no edge features.
     edge_weights : tensor (Fe, K, K) or (K, K), optional
     potential : {"loglinear", "probit"}
     epsilon : float

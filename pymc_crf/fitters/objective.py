@@ -10,8 +10,7 @@ engine, with no compiled PyTensor function, so there is nothing to compile. With
 
 where ``mu`` are the (node and edge) marginals, the gradient of log Z in the log-potentials (the
 usual CRF gradient: observed minus expected feature counts; Qi, Szummer & Minka 2005, eq. (3)-(4) for the
-potentials).
-The values equal the PyMC model's ``logp`` (tested to 1e-9 against the compiled model).
+potentials). The values equal the PyMC model's ``logp`` (tested to 1e-9 against the compiled model).
 """
 
 from __future__ import annotations

@@ -4,8 +4,7 @@ The PyMC model supplies the data and the shapes: one observed :class:`pymc_crf.H
 whose weights ``theta_x`` (F, S), ``theta_y`` (S, C), ``theta_e`` (S, S, C) are the only free
 variables. The BP-HCRF *replaces* the model's priors on those weights by its own hierarchy
 (Luo, Sun & Zhao, eqs. (5)-(14)): per-sequence state indicators ``z`` under a stick-breaking beta-process
-prior,
-Beta compatibilities ``pi`` and positive weights ``theta``, with ``S`` = the truncation level.
+prior, Beta compatibilities ``pi`` and positive weights ``theta``, with ``S`` = the truncation level.
 The updates and every decision taken where the paper is ambiguous are documented in
 :mod:`.vi`, :mod:`.likelihood` and :mod:`.stick_breaking`.
 

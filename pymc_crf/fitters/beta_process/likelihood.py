@@ -12,8 +12,7 @@ with effective weights ``W = theta * E_q[log pi]`` (elementwise) and ``E[z_j z_k
     ell = sum_n log Z(y_n, n) - log sum_c Z(c, n)
 
 (Luo, Sun & Zhao, eq. (30) with the geometric mean ``exp E log F`` in place of ``E F``: the form whose
-gradients
-are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clamped chain posterior, which is
+gradients are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clamped chain posterior, which is
 optimal, so its entropy and expected potential add up to ``log Z(y_n, n)``). All ``C * G`` pairs go
 through ONE call of the inference engine (the lead's chain forward-backward).
 

@@ -2,16 +2,14 @@
 
 A test graph carries no label information about w, so q(w) is unchanged and only the label beliefs
 are updated (Qi, Szummer & Minka 2005, sec. 7). Each potential table entry is replaced by its exact
-expectation under q:
-with ``y = phi^T w ~ N(phi^T m, phi^T V phi)``,
+expectation under q: with ``y = phi^T w ~ N(phi^T m, phi^T V phi)``,
 
 * robust probit: ``E[eps + (1-2eps) Phi(y)] = eps + (1-2eps) Phi(phi^T m / sqrt(phi^T V phi + 1))``
   (Qi, Szummer & Minka 2005, eqs. (59)-(60), thesis eqs. (5.83)-(5.84));
 * log-linear: ``E[exp(y)] = exp(phi^T m + phi^T V phi / 2)`` (lognormal mean).
 
 Qi, Szummer & Minka 2005, eqs. (61)-(63) then run fully factorised EP over the labels with these averaged
-tables, which is
-loopy belief propagation on them; here the averaged tables go to any inference engine
+tables, which is loopy belief propagation on them; here the averaged tables go to any inference engine
 (``inference="bp"`` reproduces the paper's factorised updates, ``"auto"`` gives exact marginals
 where the graph allows it).
 """

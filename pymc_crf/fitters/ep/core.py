@@ -6,20 +6,17 @@ q(w) = p0(w) prod_k g~_k(w) / prod_k f~_k(w)   (Qi, Szummer & Minka 2005, eq. (5
   probit (or lognormal) moments, rank 1 (Qi, Szummer & Minka 2005, eqs. (8)-(11), (29)-(48) with one
   configuration).
 * f~_k: denominator term of factor k, approximating
-  ``f_k(w) = sum_{t_i, t_j} g_k(t_i, t_j; w) q^{\\k}(t_i) q^{\\k}(t_j)`` (Qi, Szummer & Minka 2005, eq.
-  (24), (30)),
-  rank n_c = K^2 (K for node factors), updated by transformed power EP with power n_k = -1 and
+  ``f_k(w) = sum_{t_i, t_j} g_k(t_i, t_j; w) q^{\\k}(t_i) q^{\\k}(t_j)`` (Qi, Szummer & Minka 2005, eq. (24),
+  (30)), rank n_c = K^2 (K for node factors), updated by transformed power EP with power n_k = -1 and
   transform m_k (thesis eqs. (5.16)-(5.18)): the cavity is
   ``q^{\\k} = q * f~_k^{1 - 2 m_k}`` (m_k = 1: power EP, ``q / f~_k``, Qi, Szummer & Minka 2005, eq. (15) /
-  (22);
-  m_k = 0: transformed EP, ``q * f~_k``), the new site is ``proj[f_k q^{\\k}] / q^{\\k}``
+  (22); m_k = 0: transformed EP, ``q * f~_k``), the new site is ``proj[f_k q^{\\k}] / q^{\\k}``
   (Qi, Szummer & Minka 2005, eq. (25)), damped with step size lambda (thesis eqs. (5.57)-(5.58)), and q is
-  replaced by
-  ``q * f~_k^old / f~_k^new`` (Qi, Szummer & Minka 2005, eq. (17); thesis eqs. (5.71)-(5.74) for PEP).
+  replaced by ``q * f~_k^old / f~_k^new`` (Qi, Szummer & Minka 2005, eq. (17); thesis eqs. (5.71)-(5.74) for
+  PEP).
 * the inner label beliefs q(t_i) are fully factorised; each denominator update sets the new pair
   belief to the responsibilities of the tilted mixture (Qi, Szummer & Minka 2005, eqs. (49)-(50)) and damps
-  the label
-  messages with step size xi in log space (thesis eqs. (5.61)-(5.63), (5.68)-(5.69)).
+  the label messages with step size xi in log space (thesis eqs. (5.61)-(5.63), (5.68)-(5.69)).
 
 Each factor's numerator term is processed right before its denominator term (thesis sec. 5.3.4).
 All updates are rank-n_c Woodbury updates of (m, V) (:mod:`.gaussian`), O(d^2) per term; a term
@@ -152,8 +149,8 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         low_rank_update(m, V, P, S, my, Kmat, b)
         den_h[k, :n, :n] = h_new
         den_mu[k, :n] = mu_new
-        # label beliefs: new pair belief r (Qi, Szummer & Minka 2005, eq. (49)), marginals (eq. (50)),
-        # damped messages
+        # label beliefs: new pair belief r (Qi, Szummer & Minka 2005, eq. (49)), marginals (eq. (50)), damped
+        # messages
         # f~_k(t) = fhat^xi f~_old^(1-xi) (thesis eqs. (5.61)-(5.63))
         qi = np.zeros(K)
         qj = np.zeros(K)

@@ -77,9 +77,8 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         A model whose only free variables are the CRF weights, each with a ``pm.Normal`` prior of
         constant mean and sd, and one observed ``pmc.CRF`` (probit or log-linear potentials).
     variant : {"pep", "tep"}
-        Power EP with n_k = -1 for the 1/Z terms (Qi, Szummer & Minka 2005, sec. 3), or transformed EP (m_k
-        = 0, thesis
-        sec. 5.3.1).
+        Power EP with n_k = -1 for the 1/Z terms (Qi, Szummer & Minka 2005, sec. 3), or transformed EP (m_k =
+        0, thesis sec. 5.3.1).
     transform : float in [0, 1], optional
         m_k of transformed power EP (thesis eq. (5.16)); overrides ``variant`` (1 = PEP, 0 = TEP).
     step_size : float in (0, 1]

@@ -2,23 +2,20 @@
 
 A term is a mixture over label configurations ``c`` of single-direction potentials
 ``g(y_c)`` with weights ``pi_c``: the numerator term g_k is one configuration (the observed labels)
-and the denominator term f_k of Qi, Szummer & Minka 2005, eq. (30) / thesis eq. (5.32) mixes all K^2 (edge)
-or K (node)
-configurations with the cavity label beliefs ``q^{\\k}(t_i) q^{\\k}(t_j)``.
+and the denominator term f_k of Qi, Szummer & Minka 2005, eq. (30) / thesis eq. (5.32) mixes all K^2 (edge) or
+K (node) configurations with the cavity label beliefs ``q^{\\k}(t_i) q^{\\k}(t_j)``.
 
 For one direction with cavity ``y_c ~ N(mu, s2)``, ``Z_c = E[g(y_c)]`` and its first two
 derivatives in ``mu`` come from the potential's own definition
 (:func:`pymc_crf.potentials.gaussian_moments`; exact for the robust probit, Qi, Szummer & Minka 2005, eqs.
-(41)-(48), and
-the log-linear potential).
+(41)-(48), and the log-linear potential).
 
 The mixture's moments follow in closed form (Qi, Szummer & Minka 2005, eqs. (35)-(40), (49)): with
-responsibilities
-``r_c = pi_c Z_c / Z`` (the new joint label belief, Qi, Szummer & Minka 2005, eq. (49)), ``g = r * alpha`` and
+responsibilities ``r_c = pi_c Z_c / Z`` (the new joint label belief, Qi, Szummer & Minka 2005, eq. (49)), ``g
+= r * alpha`` and
 ``M = diag(r (gamma + alpha^2)) - g g^T``, the tilted distribution in y-space has mean
 ``my + S g`` and covariance ``S + S M S``; i.e. Qi, Szummer & Minka 2005, eqs. (33)-(34) with ``c = g`` and
-``D = -M``,
-obtained without inverting ``S``.
+``D = -M``, obtained without inverting ``S``.
 """
 
 from __future__ import annotations

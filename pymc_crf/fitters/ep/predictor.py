@@ -4,8 +4,7 @@ sec. 7).
 Registered for any result with a Gaussian ``fit`` group (``mean_vector``, ``covariance_matrix``), in
 particular EP's: every potential table entry of the new graphs is replaced by its expectation under
 q(w) = N(m, V) (Qi, Szummer & Minka 2005, eqs. (59)-(60), :mod:`.average`) and the node marginals of those
-averaged tables
-are computed by the chosen engine (``inference="bp"`` is the paper's factorised update, eqs.
+averaged tables are computed by the chosen engine (``inference="bp"`` is the paper's factorised update, eqs.
 (61)-(63); ``"auto"`` is exact where the graphs allow).
 """
 
