@@ -199,7 +199,6 @@ def test_bad_input_errors(hmm_small):
 
 def test_crf_only_fitter_refuses_hcrf(hmm_small):
     train, _ = hmm_small
-    pytest.importorskip("pymc_crf.fitters.ep")
     with pytest.raises(ValueError, match="CRF"):
         fit(_model(train, 3), method="ep")
 
