@@ -1,4 +1,4 @@
-"""Seed 004 table V and the Japanese vowels speaker task: BP-HCRF VI vs MAP-HCRF.
+"""Luo, Sun & Zhao, table V and the Japanese vowels speaker task: BP-HCRF VI vs MAP-HCRF.
 
 Run::
 
@@ -6,8 +6,8 @@ Run::
                                           [--skip-vowels] [--skip-hmm]
 
 Prints markdown tables (accuracy per split, mean and sd, inferred active states, wall times).
-The vowels part is skipped with a message when ``/work/shared/data/japanese_vowels`` (or
-``$JAPANESE_VOWELS_DIR``) is absent.
+The vowels part reads ``../shared/data/japanese_vowels`` relative to the repository root (or
+``$JAPANESE_VOWELS_DIR``) and is skipped with a message when that folder is absent.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ from pathlib import Path
 import numpy as np
 import pymc as pm
 
-from pymc_crf.datasets.hmm_classes import SequenceData, hmm_classes
+from pymc_crf.datasets.hmm import SequenceData, hmm_classes
 from pymc_crf.distributions.hcrf import HCRF, from_sequences
-from pymc_crf.fitters.bp_hcrf_vi import predict_bp_hcrf, predict_hcrf_average
+from pymc_crf.fitters.beta_process import predict_bp_hcrf
+from pymc_crf.fitters.predictors import predict_hcrf_average
 from pymc_crf.fitters.registry import fit
 
-VOWELS = Path(os.environ.get("JAPANESE_VOWELS_DIR", "/work/shared/data/japanese_vowels"))
+REPO_ROOT = Path(__file__).resolve().parent.parent
+VOWELS = Path(os.environ.get("JAPANESE_VOWELS_DIR",
+                             REPO_ROOT.parent / "shared" / "data" / "japanese_vowels"))
 
 
 def hcrf_model(data: SequenceData, S: int, prior_sd: float = 3.0) -> pm.Model:
@@ -115,7 +118,7 @@ def vowels_table(restarts, max_iter, map_states, map_maxiter):
     data = vowels_data()
     if data is None:
         print(f"\nJapanese vowels: SKIPPED, data folder {VOWELS} not found "
-              "(set JAPANESE_VOWELS_DIR)")
+              "(put the data there or set JAPANESE_VOWELS_DIR)")
         return
     train, test = data
     vi, t_vi = run_vi(hcrf_model(train, 10), restarts, max_iter, 0)

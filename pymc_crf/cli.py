@@ -13,7 +13,8 @@ __all__ = ["build_bcrf_model", "main", "run_demo"]
 
 
 def build_bcrf_model(train, prior_sd: float = 5**0.5):
-    """The BCRF model of seed 000 sec. 8.1: probit edge potentials, w ~ N(0, 5 I) (24 weights)."""
+    """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1: probit edge potentials, w ~ N(0, 5 I) (24
+    weights)."""
     import pymc as pm
 
     import pymc_crf as pmc

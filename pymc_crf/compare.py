@@ -10,17 +10,19 @@ import pandas as pd
 import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
+from pymc_crf.fitters.options import renamed
 from pymc_crf.predict import predict
 
 __all__ = ["compare", "cvm_score", "posterior_matrix"]
 
 
 def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
-    """Cramer-von Mises score between two sample sets (002 eq. (23)), summed over dimensions.
+    """Cramer-von Mises score between two sample sets (Welling & Parise 2006, eq. (23)), summed over
+    dimensions.
 
     ``sum_i (F_1(X_i) - F_2(X_i))^2`` over all samples ``X_i`` of both sets, with empirical CDFs;
-    for (n, d) arrays the per-dimension scores are summed (002 sec. 7). With ``normalize`` it is
-    divided by ``N1 + N2`` (a mean squared CDF difference, comparable across sample sizes).
+    for (n, d) arrays the per-dimension scores are summed (Welling & Parise 2006, sec. 7). With ``normalize``
+    it is divided by ``N1 + N2`` (a mean squared CDF difference, comparable across sample sizes).
     """
     s1 = np.asarray(s1, dtype=np.float64)
     s2 = np.asarray(s2, dtype=np.float64)
@@ -55,15 +57,18 @@ def _as_dataset(x) -> xr.Dataset:
 
 def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             test: CRFData | None = None, var_names: list[str] | None = None,
-            predict_method: str = "average", n_draws: int = 100, model=None) -> pd.DataFrame:
+            predict_method: str = "average", draws: int = 100, model=None,
+            n_draws: int | None = None) -> pd.DataFrame:
     """One row per method: run time, posterior accuracy against ``reference``, test error.
 
     Columns: ``wall_time`` (s), ``mean_abs_err`` and ``sd_ratio`` (posterior means' mean absolute
-    difference and mean ratio of marginal sds against the reference), ``cvm`` (002 eq. (23),
-    normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
+    difference and mean ratio of marginal sds against the reference), ``cvm`` (Welling & Parise 2006, eq.
+    (23), normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
     (for results with several MCMC chains), ``log_marginal_likelihood`` where the method gives
-    one, and ``test_error`` of ``predict(..., method=predict_method)`` when ``test`` is given.
+    one, and ``test_error`` of ``predict(..., method=predict_method, draws=draws)`` when ``test``
+    is given (``n_draws``: deprecated name of ``draws``).
     """
+    draws = renamed(draws, n_draws, "n_draws", "draws")
     if reference is not None and reference not in results:
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")
     ref = posterior_matrix(results[reference], var_names) if reference else None
@@ -86,7 +91,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
         if "log_marginal_likelihood" in res.attrs:
             row["log_marginal_likelihood"] = float(res.attrs["log_marginal_likelihood"])
         if test is not None:
-            row["test_error"] = predict(res, test, method=predict_method, n_draws=n_draws,
+            row["test_error"] = predict(res, test, method=predict_method, draws=draws,
                                         model=model).error_rate
         rows.append(row)
     return pd.DataFrame(rows).set_index("method")

@@ -1,46 +1,237 @@
-"""Linear scores to log-potential tables, in numpy and in PyTensor.
+"""Potentials: what turns a linear score into a log-potential, in numpy, PyTensor and numba.
 
 Scores are linear in the weights: node scores ``x_i @ W_node`` (F, K) give a (N, K) table and edge
-scores ``x_e @ W_edge`` (Fe, K, K) give a (E, K, K) table. A potential turns a score ``a`` into a
-log-potential:
+scores ``x_e @ W_edge`` (Fe, K, K) give a (E, K, K) table (or one (K, K) table shared by every
+edge). A :class:`Potential` turns a score ``a`` into a log-potential ``log g(a)``:
 
-* ``"loglinear"``: ``a`` itself (000 eq. (3), the usual CRF);
-* ``"probit"``: the robust probit of 000 eq. (4),
-  ``log(eps + (1 - 2 eps) Phi(a))``, bounded in ``[log eps, log(1 - eps)]``, computed as
-  ``logaddexp(log eps, log1p(-2 eps) + log Phi(a))`` with a ``log Phi`` that is accurate for large
-  negative ``a`` (asymptotic erfcx form), so no log of 0 and no overflow for any finite ``a``.
+* ``"loglinear"``: ``a`` itself (Qi, Szummer & Minka 2005, eq. (3), the usual CRF);
+* ``"probit"``: the robust probit of Qi, Szummer & Minka 2005, eq. (4), ``log(eps + (1 - 2 eps) Phi(a))``,
+bounded in
+  ``[log eps, log(1 - eps)]``, computed as ``logaddexp(log eps, log1p(-2 eps) + log Phi(a))`` with a
+  ``log Phi`` that is accurate in both tails, so no log of 0 and no overflow for any finite ``a``.
+
+Each kind is defined once here with everything the rest of the package needs: its numpy and
+PyTensor log-potential, its derivative in the score (for weight-space gradients), the log of its
+expectation under a Gaussian score (EP's model averaging, Qi, Szummer & Minka 2005, eqs. (59)-(60)) and the
+tilted moments of that expectation (EP's moment matching, :func:`gaussian_moments`). The table builders
+(:func:`log_potential_tables`, :func:`log_potential_tables_pt`, :func:`hcrf_pair_tables`) are the
+only code that maps weights to the engines' log-potential tables.
 """
 
 from __future__ import annotations
 
+import math
+from typing import Any, ClassVar
+
 import numpy as np
 import pytensor.tensor as pt
-from scipy.special import log_ndtr
+from numba import njit
+from scipy.special import log_ndtr as _log_ndtr_np
 
-__all__ = ["POTENTIALS", "check_potential", "linear_scores", "log_ndtr_pt", "log_potential",
-           "log_potential_pt"]
+__all__ = ["POTENTIALS", "LogLinear", "Potential", "Probit", "check_potential", "gaussian_moments",
+           "get_potential", "hcrf_pair_tables", "linear_scores", "log_ndtr", "log_ndtr_pt",
+           "log_potential", "log_potential_pt", "log_potential_tables", "log_potential_tables_pt",
+           "register_potential"]
 
-POTENTIALS = ("loglinear", "probit")
+_LOG_SQRT_2PI = 0.5 * math.log(2.0 * math.pi)
+_SQRT1_2 = 1.0 / math.sqrt(2.0)
+# kind ids inside numba kernels (numba reads module constants, not class attributes)
+_PROBIT_CODE, _LOGLINEAR_CODE = 0, 1
 
 
-def check_potential(potential: str, epsilon: float) -> None:
-    if potential not in POTENTIALS:
-        raise ValueError(f"potential must be one of {POTENTIALS}, got {potential!r}")
+# ---------------------------------------------------------------------------- log Phi
+@njit(cache=True)
+def log_ndtr(z):
+    """``log Phi(z)`` of a scalar in numba, accurate in both tails.
+
+    ``log1p(-erfc(z / sqrt2) / 2)`` above -1 (no cancellation near Phi = 1, as ``log_ndtr_pt``),
+    ``log(erfc(-z / sqrt2) / 2)`` down to -30 (erfc is relatively accurate there and far from
+    underflow), and the asymptotic
+    Mills-ratio series ``Phi(z) = N(z) / (-z) (1 - 1/z^2 + 3/z^4 - 15/z^6 + 105/z^8)`` below
+    (relative error < 1e-12 there).
+    """
+    if z > -1.0:
+        return math.log1p(-0.5 * math.erfc(z * _SQRT1_2))
+    if z > -30.0:
+        return math.log(0.5 * math.erfc(-z * _SQRT1_2))
+    z2 = z * z
+    series = 1.0 - 1.0 / z2 + 3.0 / (z2 * z2) - 15.0 / (z2 * z2 * z2) + 105.0 / (z2 * z2 * z2 * z2)
+    return -0.5 * z2 - _LOG_SQRT_2PI - math.log(-z) + math.log(series)
+
+
+def log_ndtr_pt(a):
+    """``log Phi(a)`` in PyTensor, accurate in both tails.
+
+    For ``a < -1``: ``log(erfcx(-a/sqrt2) / 2) - a^2 / 2`` (no underflow of Phi); otherwise
+    ``log1p(-erfc(a/sqrt2) / 2)`` (no cancellation near Phi = 1).
+    """
+    a = pt.as_tensor_variable(a)
+    s = np.float64(_SQRT1_2)
+    # Keep both branches finite so the gradient of the unused one is not NaN.
+    a_neg = pt.minimum(a, -1.0)
+    a_pos = pt.maximum(a, -1.0)
+    neg = pt.log(pt.erfcx(-a_neg * s) / 2.0) - a_neg**2 / 2.0
+    pos = pt.log1p(-pt.erfc(a_pos * s) / 2.0)
+    return pt.switch(a < -1.0, neg, pos)
+
+
+# ---------------------------------------------------------------------------- the kinds
+class Potential:
+    """One kind of potential ``g``: score ``a`` -> log-potential ``log g(a)``.
+
+    Subclasses set ``name`` and ``code`` (the kind's id inside numba kernels, read only by
+    :func:`gaussian_moments`) and implement the methods below; ``identity`` is True when the
+    log-potential is the score itself (then ``dlog`` returns None and gradients skip the product).
+    """
+
+    name: ClassVar[str]
+    code: ClassVar[int]
+    identity: ClassVar[bool] = False
+
+    def log(self, score: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
+        """Numpy log-potential of a score array (any shape)."""
+        raise NotImplementedError
+
+    def log_pt(self, score, epsilon: float = 0.0):
+        """PyTensor log-potential of a score tensor (autodiff gives the chain rule)."""
+        raise NotImplementedError
+
+    def dlog(self, score: np.ndarray, epsilon: float = 0.0) -> np.ndarray | None:
+        """``d log g / d a`` (None when it is 1)."""
+        raise NotImplementedError
+
+    def log_expected(self, mean: np.ndarray, var: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
+        """``log E[g(y)]`` for ``y ~ N(mean, var)``, elementwise."""
+        raise NotImplementedError
+
+    def __repr__(self) -> str:
+        return f"<potential {self.name!r}>"
+
+
+class LogLinear(Potential):
+    """``g(a) = exp(a)`` (Qi, Szummer & Minka 2005, eq. (3))."""
+
+    name, code, identity = "loglinear", _LOGLINEAR_CODE, True
+
+    def log(self, score, epsilon=0.0):
+        return np.asarray(score, dtype=np.float64)
+
+    def log_pt(self, score, epsilon=0.0):
+        return score
+
+    def dlog(self, score, epsilon=0.0):
+        return None
+
+    def log_expected(self, mean, var, epsilon=0.0):
+        return np.asarray(mean) + 0.5 * np.asarray(var)  # lognormal mean
+
+
+class Probit(Potential):
+    """``g(a) = eps + (1 - 2 eps) Phi(a)``, the robust probit (Qi, Szummer & Minka 2005, eq. (4))."""
+
+    name, code = "probit", _PROBIT_CODE
+
+    def log(self, score, epsilon=0.0):
+        lp = _log_ndtr_np(np.asarray(score, dtype=np.float64))
+        if epsilon == 0.0:
+            return lp
+        return np.logaddexp(np.log(epsilon), np.log1p(-2.0 * epsilon) + lp)
+
+    def log_pt(self, score, epsilon=0.0):
+        lp = log_ndtr_pt(score)
+        if epsilon == 0.0:
+            return lp
+        return pt.logaddexp(np.log(epsilon), np.log1p(-2.0 * epsilon) + lp)
+
+    def dlog(self, score, epsilon=0.0):
+        # (1 - 2 eps) N(a) / g(a), formed in log space so it stays finite for any a
+        score = np.asarray(score, dtype=np.float64)
+        log_pdf = -0.5 * score**2 - _LOG_SQRT_2PI
+        return np.exp(np.log1p(-2.0 * epsilon) + log_pdf - self.log(score, epsilon))
+
+    def log_expected(self, mean, var, epsilon=0.0):
+        # E[Phi(y)] = Phi(mean / sqrt(1 + var))  (Qi, Szummer & Minka 2005, eqs. (59)-(60))
+        return self.log(np.asarray(mean) / np.sqrt(1.0 + np.asarray(var)), epsilon)
+
+
+_REGISTRY: dict[str, Potential] = {}
+
+
+def register_potential(cls: type[Potential]) -> type[Potential]:
+    """Class decorator adding a :class:`Potential` kind under its ``name``."""
+    _REGISTRY[cls.name] = cls()
+    return cls
+
+
+for _cls in (LogLinear, Probit):
+    register_potential(_cls)
+
+#: names of the registered kinds
+POTENTIALS = tuple(_REGISTRY)
+
+
+def get_potential(potential: str | Potential) -> Potential:
+    """The :class:`Potential` of a name (or the object itself); a clear error for unknown names."""
+    if isinstance(potential, Potential):
+        return potential
+    try:
+        return _REGISTRY[potential]
+    except (KeyError, TypeError):
+        raise ValueError(f"potential must be one of {tuple(_REGISTRY)}, got {potential!r}") from None
+
+
+def check_potential(potential: str, epsilon: float) -> Potential:
+    """Validate a potential name and its label-noise level; returns the :class:`Potential`."""
+    pot = get_potential(potential)
     if not (0.0 <= float(epsilon) < 0.5):
         raise ValueError(f"epsilon must lie in [0, 0.5), got {epsilon}")
+    return pot
 
 
 def log_potential(score: np.ndarray, potential: str = "loglinear", epsilon: float = 0.0):
     """Numpy log-potential of a score array (any shape)."""
-    check_potential(potential, epsilon)
-    score = np.asarray(score, dtype=np.float64)
-    if potential == "loglinear":
-        return score
-    if epsilon == 0.0:
-        return log_ndtr(score)
-    return np.logaddexp(np.log(epsilon), np.log1p(-2.0 * epsilon) + log_ndtr(score))
+    return check_potential(potential, epsilon).log(score, epsilon)
 
 
+def log_potential_pt(score, potential: str = "loglinear", epsilon: float = 0.0):
+    """PyTensor log-potential of a score tensor (autodiff gives the chain rule)."""
+    return check_potential(potential, epsilon).log_pt(score, epsilon)
+
+
+@njit(cache=True)
+def gaussian_moments(code, mu, s2, eps):
+    """``(log Z, alpha, gamma)`` of ``Z = E[g(y)]``, ``y ~ N(mu, s2)``, for the kind ``code``.
+
+    ``alpha = d log Z / d mu`` and ``gamma = d^2 log Z / d mu^2``:
+
+    * robust probit: ``Z = eps + (1 - 2 eps) Phi(z)``, ``z = mu / sqrt(1 + s2)`` (Qi, Szummer & Minka 2005,
+    eqs. (41),
+      (45)); ``alpha = (1 - 2 eps) N(z) / (Z sqrt(1 + s2))`` (Qi, Szummer & Minka 2005, eq. (42)'s ``rho``,
+      which as printed reads ``(1 - 2 eps N(z))``), ``gamma = -alpha (alpha + mu / (1 + s2))`` (Qi, Szummer &
+      Minka
+      2005, eq. (48));
+    * log-linear: ``Z = exp(mu + s2 / 2)`` (lognormal mean), ``alpha = 1``, ``gamma = 0``.
+    """
+    if code == _LOGLINEAR_CODE:
+        return mu + 0.5 * s2, 1.0, 0.0
+    sd = math.sqrt(1.0 + s2)
+    z = mu / sd
+    lphi = log_ndtr(z)
+    lpdf = -0.5 * z * z - _LOG_SQRT_2PI
+    if eps > 0.0:
+        a = math.log(eps)
+        b = math.log1p(-2.0 * eps) + lphi
+        hi = max(a, b)
+        logz = hi + math.log(math.exp(a - hi) + math.exp(b - hi))
+        alpha = math.exp(math.log1p(-2.0 * eps) + lpdf - logz) / sd
+    else:
+        logz = lphi
+        alpha = math.exp(lpdf - lphi) / sd
+    gamma = -alpha * (alpha + mu / (1.0 + s2))
+    return logz, alpha, gamma
+
+
+# ---------------------------------------------------------------------------- table builders
 def linear_scores(node_features, node_weights, edge_features, edge_weights):
     """Numpy scores ``a = x w``: node (N, K) or None, and edge (1, K, K) for a shared table
     (``edge_features`` None) or (E, K, K) from edge features (Fe, K, K) weights, or None."""
@@ -54,28 +245,65 @@ def linear_scores(node_features, node_weights, edge_features, edge_weights):
     return a_node, a_edge
 
 
-def log_ndtr_pt(a):
-    """``log Phi(a)`` in PyTensor, accurate in both tails.
+def log_potential_tables(potential: str | Potential, epsilon: float, n_nodes: int, K: int,
+                         node_features=None, node_weights=None, edge_features=None,
+                         edge_weights=None) -> tuple[np.ndarray, np.ndarray, Any, Any]:
+    """Numpy engine tables of one weight set: ``(node, edge, a_node, a_edge)``.
 
-    For ``a < -1``: ``log(erfcx(-a/sqrt2) / 2) - a^2 / 2`` (no underflow of Phi); otherwise
-    ``log1p(-erfc(a/sqrt2) / 2)`` (no cancellation near Phi = 1).
+    ``node`` (N, K) (zeros without node weights), ``edge`` (E, K, K), or (1, K, K) for a shared
+    table (``edge_features`` None) or zeros without edge weights; ``a_node`` / ``a_edge`` are the
+    scores (None where there are no weights), for derivatives through :meth:`Potential.dlog`.
     """
-    a = pt.as_tensor_variable(a)
-    s = np.float64(1.0 / np.sqrt(2.0))
-    # Keep both branches finite so the gradient of the unused one is not NaN.
-    a_neg = pt.minimum(a, -1.0)
-    a_pos = pt.maximum(a, -1.0)
-    neg = pt.log(pt.erfcx(-a_neg * s) / 2.0) - a_neg**2 / 2.0
-    pos = pt.log1p(-pt.erfc(a_pos * s) / 2.0)
-    return pt.switch(a < -1.0, neg, pos)
+    pot = get_potential(potential)
+    a_node, a_edge = linear_scores(node_features, node_weights, edge_features, edge_weights)
+    node = np.zeros((n_nodes, K)) if a_node is None else pot.log(a_node, epsilon)
+    edge = np.zeros((1, K, K)) if a_edge is None else pot.log(a_edge, epsilon)
+    return node, edge, a_node, a_edge
 
 
-def log_potential_pt(score, potential: str = "loglinear", epsilon: float = 0.0):
-    """PyTensor log-potential of a score tensor (autodiff gives the chain rule)."""
-    check_potential(potential, epsilon)
-    if potential == "loglinear":
-        return score
-    lp = log_ndtr_pt(score)
-    if epsilon == 0.0:
-        return lp
-    return pt.logaddexp(np.log(epsilon), np.log1p(-2.0 * epsilon) + lp)
+def log_potential_tables_pt(potential: str | Potential, epsilon: float, n_nodes: int, K: int,
+                            node_features=None, node_weights=None, edge_features=None,
+                            edge_weights=None):
+    """PyTensor engine tables ``(node, edge)`` with the layout of :func:`log_potential_tables`
+    (weights are tensors, features constant arrays)."""
+    pot = get_potential(potential)
+    if node_weights is None:
+        node = pt.zeros((n_nodes, K))
+    else:
+        node = pot.log_pt(pt.dot(pt.as_tensor_variable(node_features), node_weights), epsilon)
+    if edge_weights is None:
+        edge = pt.zeros((1, K, K))
+    elif edge_features is None:
+        edge = pot.log_pt(pt.as_tensor_variable(edge_weights), epsilon)[None, :, :]
+    else:
+        Xe = pt.as_tensor_variable(edge_features)
+        n_edges, n_feat = edge_features.shape
+        score = pt.dot(Xe, pt.as_tensor_variable(edge_weights).reshape((n_feat, K * K)))
+        edge = pot.log_pt(score.reshape((n_edges, K, K)), epsilon)
+    return node, edge
+
+
+def hcrf_pair_tables(node_features, theta_x, theta_y, theta_e, n_edges: int, *, backend=np,
+                     node_scale=None, edge_scale=None):
+    """Log-potential tables of the (class, graph) pairs of a hidden CRF (Luo, Sun & Zhao, eqs. (1)-(3)).
+
+    Pair ``c * G + g`` is the CRF over the hidden states of graph ``g`` under class ``c``: node
+    ``(C * N, S)`` tables ``x_t @ theta_x + theta_y[:, c]`` and edge ``(C * E, S, S)`` tables
+    ``theta_e[:, :, c]``. ``backend`` is ``numpy`` or ``pytensor.tensor`` (same expression in both).
+    ``node_scale`` (N, S) and ``edge_scale`` (E, S, S) multiply the node and edge tables of every
+    class (the expected potentials of the beta-process HCRF, Luo, Sun & Zhao, eq. (14); numpy only).
+    """
+    xp = backend
+    S = theta_y.shape[0]
+    C = theta_y.shape[1]
+    node = xp.dot(node_features, theta_x)[None, :, :] + theta_y.T[:, None, :]     # (C, N, S)
+    if node_scale is not None:
+        node = node_scale[None] * node
+    per_class = xp.moveaxis(theta_e, 2, 0)[:, None]                               # (C, 1, S, S)
+    if edge_scale is not None:
+        edge = per_class * edge_scale[None]
+    else:
+        edge = xp.broadcast_to(per_class, (C, n_edges, S, S))
+    if n_edges == 0:  # single-node graphs only: one unused shared table
+        edge = xp.zeros((1, S, S))
+    return node.reshape((-1, S)), edge.reshape((-1, S, S))

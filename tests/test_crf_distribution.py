@@ -74,7 +74,7 @@ def test_random_exact_frequencies_match_probabilities():
     sc = np.array([T[c[0], c[1]] + T[c[1], c[2]] + T[c[2], c[0]] for c in configs])
     p = np.exp(sc - np.log(np.exp(sc).sum()))
     chi2 = len(codes) * ((freq - p) ** 2 / p).sum()
-    assert chi2 < 24.3  # chi-square, 7 dof, p = 0.001
+    assert chi2 < 24.3  # chi-square, 7 dof, p = 0.Parise & Welling 2006
 
 
 def test_prior_and_posterior_predictive_and_loo(rng):

@@ -1,9 +1,9 @@
-"""Tests of flattened power EP / transformed EP for Bayesian CRFs (seed 000, thesis ch. 5).
+"""Tests of flattened power EP / transformed EP for Bayesian CRFs (Qi, Szummer & Minka 2005, thesis ch. 5).
 
 Ground truth is independent of EP: dense linear algebra for the low-rank updates, Gauss-Hermite
 quadrature for the tilted moments, and for whole posteriors importance sampling with brute-force
-log Z (every labelling enumerated in numpy) in the default run, NUTS on the same exact posterior in
-the slow run.
+log Z (every labelling enumerated in numpy) in the default run, NUTS on the same exact posterior in the slow
+run.
 
 Measured accuracy of EP against the exact posterior (step size 0.8, eps = 0, prior N(0, 5 I)),
 as ``max_j |m_EP - m_exact| / sd_exact`` and the range of ``sd_EP / sd_exact`` (measured on this
@@ -41,16 +41,20 @@ from scipy.special import logsumexp
 
 from pymc_crf.fitters.ep.core import run_ep
 from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
-from pymc_crf.fitters.ep.moments import LOGLINEAR, PROBIT, log_ndtr, mixture_moments
+from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference import ConvergenceWarning
+from pymc_crf.potentials import get_potential, log_ndtr
 
+PROBIT, LOGLINEAR = get_potential("probit").code, get_potential("loglinear").code
 PRIOR_VAR = 5.0
 
 
 # ----------------------------------------------------------------------------- ground truth helpers
 def make_data(kind: str, n_graphs: int, seed: int, K: int = 2, Fe: int = 6):
-    """Synthetic probit CRF data in the style of 000 sec. 8.1 (features from one of 4 Gaussians)."""
+    """Synthetic probit CRF data in the style of Qi, Szummer & Minka 2005, sec. 8.1 (features from one of 4
+    Gaussians)."""
     rng = np.random.default_rng(seed)
     if kind == "edge":
         local, n = [(0, 1)], 2
@@ -272,7 +276,8 @@ def test_loglinear_ep_runs_and_matches_exact_on_chain():
 
 @pytest.mark.parametrize("potential,eps", [("probit", 0.0), ("probit", 0.05), ("loglinear", 0.0)])
 def test_averaged_potentials_match_monte_carlo(potential, eps):
-    """000 eqs. (59)-(60): each averaged table entry is E_q[g]; checked with 150k draws of w."""
+    """Qi, Szummer & Minka 2005, eqs. (59)-(60): each averaged table entry is E_q[g]; checked with 150k
+    draws of w."""
     from pymc_crf.fitters.ep.average import averaged_log_potentials
 
     rng = np.random.default_rng(7)
@@ -301,8 +306,8 @@ def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
     on 3-node chains with labels drawn from the model. Without edges every label has one factor,
     so the inner label approximation is exact and only EP's projection error remains.
     Measured: nodes only 0.108 / sd ratio [0.80, 0.89]; nodes + table 0.203 / [0.62, 0.82]. Power EP
-    with n_k = -1 minimises an alpha-divergence (alpha = -3) for the 1/Z terms (000 sec. 3), which
-    is zero-forcing, so EP's sds come out smaller than the exact ones here; that this is EP's fixed
+    with n_k = -1 minimises an alpha-divergence (alpha = -3) for the 1/Z terms (Qi, Szummer & Minka 2005, sec.
+    3), which is zero-forcing, so EP's sds come out smaller than the exact ones here; that this is EP's fixed
     point and not an implementation error is checked by ``test_fixed_point_conditions``."""
     rng = np.random.default_rng(11)
     batch = GraphBatch.chains([3] * 20)
@@ -355,9 +360,9 @@ def test_node_factors_vs_exact_posterior(use_edge, tol_mean, sd_lo):
 def test_fixed_point_conditions(transform):
     """At convergence each denominator site satisfies its defining equation, checked by Monte Carlo
     in w-space with scipy's Phi (independent of :mod:`.moments`): the moments of
-    ``f_k(w) q^{\\k}(w)`` (000 eq. (24), cavity beliefs from the stored label messages) equal those
-    of ``q^{\\k}(w) f~_k(w)``; likewise for the numerator terms with ``g_k``. Measured errors are
-    about 0.002 sd with 10^6 draws; asserted < 0.015 sd with 2 x 10^5."""
+    ``f_k(w) q^{\\k}(w)`` (Qi, Szummer & Minka 2005, eq. (24), cavity beliefs from the stored label messages)
+    equal those of ``q^{\\k}(w) f~_k(w)``; likewise for the numerator terms with ``g_k``. Measured errors are
+    about 0.Welling & Parise 2006 sd with 10^6 draws; asserted < 0.015 sd with 2 x 10^5."""
     batch, Xe, labels = make_data("chain", 10, seed=1, Fe=3)
     K = 2
     terms = build_terms(batch, K, labels, None, Xe, use_node=False, use_edge=True)
@@ -458,7 +463,7 @@ def test_fitter_result_matches_core():
     batch, Xe, labels = make_data("chain", 10, seed=1)
     model = _crf_model(batch, Xe, labels)
     for variant, transform in (("pep", 1.0), ("tep", 0.0)):
-        res = fit(model, method="ep", variant=variant, seed=3, n_draws=4000, tol=1e-6, step_size=0.8,
+        res = fit(model, method="ep", variant=variant, random_seed=3, draws=4000, tol=1e-6, step_size=0.8,
                   log_likelihood=False)
         ep = run(batch, Xe, labels, 2, transform=transform, tol=1e-6)
         np.testing.assert_allclose(res["fit"]["mean_vector"].values, ep.mean, atol=1e-10)
@@ -478,7 +483,7 @@ def test_fitter_log_likelihood_per_graph():
     from pymc_crf.fitters import fit
 
     batch, Xe, labels = make_data("chain", 6, seed=1)
-    res = fit(_crf_model(batch, Xe, labels), method="ep", n_draws=20, seed=0)
+    res = fit(_crf_model(batch, Xe, labels), method="ep", draws=20, random_seed=0)
     ll = res["log_likelihood"]["t"].values
     assert ll.shape == (1, 20, 6)
     w = res["posterior"]["w"].values.reshape(20, 6, 2, 2)
@@ -535,7 +540,8 @@ def test_fitter_refuses_hcrf():
 # ------------------------------------------------------------------------- prediction
 def test_model_average_prediction():
     """predict(method="model_average") equals brute-force marginals of the q-averaged tables
-    (000 eqs. (59)-(63) with exact label marginals), and its error rate is that of its labels."""
+    (Qi, Szummer & Minka 2005, eqs. (59)-(63) with exact label marginals), and its error rate is that of its
+    labels."""
     import pymc as pm
 
     from pymc_crf.datasets import bcrf_synthetic
@@ -548,7 +554,7 @@ def test_model_average_prediction():
         w = pm.Normal("w", 0.0, PRIOR_VAR**0.5, dims=("edge_feature", "label_i", "label_j"))
         CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
             potential="probit", observed=train.labels)
-    res = fit(model, method="ep", step_size=0.5, log_likelihood=False, n_draws=200, seed=0)
+    res = fit(model, method="ep", step_size=0.5, log_likelihood=False, draws=200, random_seed=0)
     pred = predict(res, test, method="model_average")
     m = res["fit"]["mean_vector"].values
     V = res["fit"]["covariance_matrix"].values
@@ -568,7 +574,7 @@ def test_model_average_prediction():
     assert pred.error_rate == pytest.approx(np.mean(marg.argmax(1) != test.labels))
     # the averaged prediction approximates Monte Carlo averaging over q's draws (an approximation:
     # measured mean |difference| of the node marginals 0.037, max 0.24)
-    mc = predict(res, test, method="average", n_draws=200)
+    mc = predict(res, test, method="average", draws=200)
     diff = np.abs(mc.marginals - pred.marginals)
     assert diff.mean() < 0.08
     with pytest.raises(ValueError, match="Gaussian posterior"):
@@ -596,7 +602,8 @@ def test_paper_table_chains_reduced():
 
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_three_labels_and_robust_probit(eps):
-    """K = 3 (9 label pairs per edge, rank-9 denominator sites) and the robust probit (000 eq. (4)):
+    """K = 3 (9 label pairs per edge, rank-9 denominator sites) and the robust probit (Qi, Szummer & Minka
+    2005, eq. (4)):
     PEP against IS on 15 chains, d = 18. Measured (step size 0.5): eps 0: 0.093 / [0.90, 1.00];
     eps 0.1: 0.057 / [0.93, 1.04] (10^5 IS draws); asserted < 0.2 and sd ratio in [0.8, 1.1]."""
     batch, Xe, labels = make_data("chain", 15, seed=3, K=3, Fe=2)
@@ -615,6 +622,6 @@ def test_fixed_point_with_many_skipped_terms_is_flagged():
     from pymc_crf.cli import build_bcrf_model
 
     train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=30, n_test=0, seed=0)
-    with pytest.warns(RuntimeWarning, match="skipped .* of 120 term updates"):
-        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, seed=0, n_draws=10,
+    with pytest.warns(ConvergenceWarning, match="skipped .* of 120 term updates"):
+        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, random_seed=0, n_draws=10,
             log_likelihood=False)

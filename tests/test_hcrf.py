@@ -11,7 +11,7 @@ import pytensor.tensor as pt
 import pytest
 from scipy.special import logsumexp
 
-from pymc_crf.datasets.hmm_classes import HMM_TRANSITIONS, hmm_classes
+from pymc_crf.datasets.hmm import HMM_TRANSITIONS, hmm_classes
 from pymc_crf.distributions.hcrf import HCRF, class_log_probs, from_sequences, hcrf_logp
 from pymc_crf.graphs.batch import GraphBatch, GraphStructureError
 

@@ -17,9 +17,9 @@ def _model(kind: str, potential: str, rng):
     elif kind == "tree_shared":  # one shared table on a tree and a loop (junction tree engine)
         batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
                                        np.array([[0, 1], [1, 2], [2, 0]])], [4, 3])
-    else:  # a tree and a loop (junction tree engine)
-        batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
-                                       np.array([[0, 1], [1, 2], [2, 0]])], [4, 3])
+    else:  # a four-cycle with a chord and a single edge (junction tree engine)
+        batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]),
+                                       np.array([[0, 1]])], [4, 2])
     N, E = batch.n_total_nodes, batch.n_edges
     X = rng.normal(size=(N, 2))
     Xe = rng.normal(size=(E, 2))

@@ -5,13 +5,22 @@ import pytest
 from scipy.special import log_ndtr
 from scipy.stats import norm
 
-from pymc_crf.potentials import log_ndtr_pt, log_potential, log_potential_pt
+from pymc_crf.potentials import (
+    POTENTIALS,
+    gaussian_moments,
+    get_potential,
+    hcrf_pair_tables,
+    log_ndtr_pt,
+    log_potential,
+    log_potential_pt,
+)
+from pymc_crf.potentials import log_ndtr as log_ndtr_nb
 
 
 def test_probit_matches_definition_where_direct_formula_is_accurate():
     a = np.linspace(-6, 6, 101)
     for eps in (0.0, 0.01, 0.2):
-        direct = np.log(eps + (1 - 2 * eps) * norm.cdf(a))  # 000 eq. (4)
+        direct = np.log(eps + (1 - 2 * eps) * norm.cdf(a))  # Qi, Szummer & Minka 2005, eq. (4)
         np.testing.assert_allclose(log_potential(a, "probit", eps), direct, rtol=1e-12, atol=1e-15)
 
 
@@ -44,3 +53,61 @@ def test_bad_potential_arguments():
         log_potential(np.zeros(2), "softmax")
     with pytest.raises(ValueError, match="epsilon"):
         log_potential(np.zeros(2), "probit", 0.5)
+
+
+# ---------------------------------------------------------------------------- the Potential kinds
+@pytest.mark.parametrize("name,eps", [("loglinear", 0.0), ("probit", 0.0), ("probit", 0.1)])
+def test_each_kind_numpy_pytensor_derivative_and_expectation(name, eps):
+    """One definition per kind: the PyTensor form equals the numpy one, ``dlog`` equals central
+    differences, and ``log_expected`` equals Gauss-Hermite quadrature of ``E[g(y)]``."""
+    pot = get_potential(name)
+    a = np.linspace(-30.0, 8.0, 77)
+    x = pt.dvector()
+    np.testing.assert_allclose(pytensor.function([x], pot.log_pt(x, eps))(a), pot.log(a, eps),
+                               rtol=1e-12)
+    h = 1e-5
+    fd = (pot.log(a + h, eps) - pot.log(a - h, eps)) / (2 * h)
+    d = pot.dlog(a, eps)
+    np.testing.assert_allclose(np.ones_like(a) if d is None else d, fd, rtol=1e-6, atol=1e-9)
+    z, wq = np.polynomial.hermite_e.hermegauss(150)
+    for mean, var in ((0.3, 0.5), (-2.0, 2.0), (1.5, 0.1)):
+        y = mean + np.sqrt(var) * z
+        expect = np.log(np.sum(wq * np.exp(pot.log(y, eps))) / np.sqrt(2 * np.pi))
+        np.testing.assert_allclose(pot.log_expected(mean, var, eps), expect, rtol=1e-9)
+        # EP's moments: log Z and its first two derivatives in the mean, by quadrature
+        logz, alpha, gamma = gaussian_moments(pot.code, mean, var, eps)
+        np.testing.assert_allclose(logz, expect, rtol=1e-9)
+        dz = [np.log(np.sum(wq * np.exp(pot.log(y + s, eps)))) for s in (-1e-4, 0.0, 1e-4)]
+        np.testing.assert_allclose(alpha, (dz[2] - dz[0]) / 2e-4, rtol=1e-6)
+        np.testing.assert_allclose(gamma, (dz[2] - 2 * dz[1] + dz[0]) / 1e-8, rtol=1e-3, atol=1e-4)
+
+
+def test_numba_log_ndtr_matches_scipy_in_both_tails():
+    for z in (-1e3, -200.0, -38.0, -30.5, -29.5, -5.0, 0.0, 4.9, 5.1, 9.0, 40.0):
+        np.testing.assert_allclose(log_ndtr_nb(z), log_ndtr(np.float64(z)), rtol=1e-12)
+
+
+def test_unknown_kind_and_registry():
+    assert set(POTENTIALS) == {"loglinear", "probit"}
+    assert get_potential("probit") is get_potential(get_potential("probit"))
+    with pytest.raises(ValueError, match=r"potential must be one of \('loglinear', 'probit'\)"):
+        get_potential("softmax")
+
+
+def test_hcrf_pair_tables_numpy_equals_pytensor_and_definition():
+    """Pair ``c * G + g``: node ``x_t theta_x + theta_y[:, c]``, edge ``theta_e[:, :, c]``."""
+    rng = np.random.default_rng(0)
+    N, E, F, S, C = 5, 3, 2, 3, 2
+    X = rng.normal(size=(N, F))
+    tx, ty, te = rng.normal(size=(F, S)), rng.normal(size=(S, C)), rng.normal(size=(S, S, C))
+    node, edge = hcrf_pair_tables(X, tx, ty, te, E)
+    for c in range(C):
+        np.testing.assert_allclose(node[c * N:(c + 1) * N], X @ tx + ty[:, c])
+        for e in range(E):
+            np.testing.assert_allclose(edge[c * E + e], te[:, :, c])
+    a, b, d = pt.dmatrix(), pt.dmatrix(), pt.dtensor3()
+    f = pytensor.function([a, b, d], hcrf_pair_tables(X, a, b, d, E, backend=pt))
+    n2, e2 = f(tx, ty, te)
+    np.testing.assert_allclose(n2, node)
+    np.testing.assert_allclose(e2, edge)
+    assert hcrf_pair_tables(X, tx, ty, te, 0)[1].shape == (1, S, S)

@@ -6,7 +6,8 @@ graph and ``pm.compute_log_likelihood`` / ``az.loo`` work per graph. Flat ``(N,)
 per-graph arrays are accepted as ``observed`` and padded for you.
 
 log p(t | x, w) = sum_i phi_i(t_i) + sum_e psi_e(t_u, t_v) - log Z(x, w), where the log-potentials come
-from linear scores through ``potential`` (000 eqs. (1)-(4)) and log Z from the ``LogPartition`` Op.
+from linear scores through ``potential`` (Qi, Szummer & Minka 2005, eqs. (1)-(4)) and log Z from the
+``LogPartition`` Op.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
-from pymc_crf.potentials import check_potential, log_potential_pt
+from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
 
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
 
@@ -65,15 +66,9 @@ def _static_last_dim(w) -> int | None:
         return None
 
 
-def crf_log_potentials(batch: GraphBatch, node_features=None, node_weights=None,
-                       edge_features=None, edge_weights=None, potential: str = "loglinear",
-                       epsilon: float = 0.0, n_labels: int | None = None):
-    """Node (N, K) and edge (E, K, K) or shared (1, K, K) log-potential tensors and K.
-
-    Node scores are ``node_features @ node_weights`` (F, K); edge scores
-    ``einsum("ef,fab->eab", edge_features, edge_weights)`` (Fe, K, K). ``edge_weights`` of shape
-    (K, K) without edge features is one transition table shared by every edge.
-    """
+def _checked_inputs(batch: GraphBatch, node_features, node_weights, edge_features, edge_weights,
+                    potential: str, epsilon: float, n_labels: int | None):
+    """Validated ``(X, Wn, Xe, We, K)``: features as arrays, weights as tensors, K the labels."""
     check_potential(potential, epsilon)
     if node_weights is None and edge_weights is None:
         raise ValueError("a CRF needs node_weights, edge_weights, or both")
@@ -87,31 +82,39 @@ def crf_log_potentials(batch: GraphBatch, node_features=None, node_weights=None,
             K = _static_last_dim(w)
     if K is None:
         raise ValueError("cannot tell the number of labels from the weights' shapes: pass n_labels")
+    X = Xe = None
     if Wn is not None:
         X = batch.check_features(node_features, "node")
         if Wn.ndim != 2:
             raise ValueError(f"node_weights must be (n_node_features, K) = ({X.shape[1]}, {K}); "
                              f"got a {Wn.ndim}-d tensor")
         _check_static(Wn, (X.shape[1], K), "node_weights")
-        node = log_potential_pt(pt.dot(pt.as_tensor_variable(X), Wn), potential, epsilon)
-    else:
-        node = pt.zeros((batch.n_total_nodes, K))
-    if We is None:
-        edge = pt.zeros((1, K, K))
-    elif edge_features is None:
+    if We is not None and edge_features is None:
         if We.ndim != 2:
             raise ValueError("edge_weights without edge_features must be one (K, K) table; got a "
                              f"{We.ndim}-d tensor (pass edge_features for per-edge scores)")
         _check_static(We, (K, K), "edge_weights")
-        edge = log_potential_pt(We, potential, epsilon)[None, :, :]
-    else:
+    elif We is not None:
         Xe = batch.check_features(edge_features, "edge")
         if We.ndim != 3:
             raise ValueError(f"edge_weights must be (n_edge_features, K, K) = ({Xe.shape[1]}, {K}, "
                              f"{K}); got a {We.ndim}-d tensor")
         _check_static(We, (Xe.shape[1], K, K), "edge_weights")
-        score = pt.dot(pt.as_tensor_variable(Xe), We.reshape((Xe.shape[1], K * K)))
-        edge = log_potential_pt(score.reshape((batch.n_edges, K, K)), potential, epsilon)
+    return X, Wn, Xe, We, int(K)
+
+
+def crf_log_potentials(batch: GraphBatch, node_features=None, node_weights=None,
+                       edge_features=None, edge_weights=None, potential: str = "loglinear",
+                       epsilon: float = 0.0, n_labels: int | None = None):
+    """Node (N, K) and edge (E, K, K) or shared (1, K, K) log-potential tensors and K.
+
+    Node scores are ``node_features @ node_weights`` (F, K); edge scores
+    ``einsum("ef,fab->eab", edge_features, edge_weights)`` (Fe, K, K). ``edge_weights`` of shape
+    (K, K) without edge features is one transition table shared by every edge.
+    """
+    X, Wn, Xe, We, K = _checked_inputs(batch, node_features, node_weights, edge_features,
+                                       edge_weights, potential, epsilon, n_labels)
+    node, edge = log_potential_tables_pt(potential, epsilon, batch.n_total_nodes, K, X, Wn, Xe, We)
     return node, edge, K
 
 
@@ -132,7 +135,7 @@ def _check_static(w, shape, name):
 
 @dataclass(frozen=True)
 class CRFInfo:
-    """How a CRF variable was built (read by fitters through ``extract_crf``)."""
+    """How a CRF variable is built, read back from its node (:meth:`CRFRV.info`)."""
 
     batch: GraphBatch
     n_labels: int
@@ -148,27 +151,97 @@ class CRFInfo:
     exact: bool = True
 
 
+#: the CRF's parameters in input order; which are present is the Op's ``layout``
+_PARAM_NAMES = ("node_features", "node_weights", "edge_features", "edge_weights")
+_PARAM_SIGNATURES = {"node_features": "(n,f)", "node_weights": "(f,k)",
+                     "edge_features": "(e,h)", "edge_weights": "(h,k,k)"}
+
+
+def _constant_value(x) -> np.ndarray:
+    """The value of a constant input (a constant, shared data or a graph of them)."""
+    if isinstance(x, pt.TensorConstant):
+        return np.asarray(x.data)
+    if hasattr(x, "get_value"):
+        return np.asarray(x.get_value())
+    return np.asarray(x.eval())
+
+
 class CRFRV(RandomVariable):
-    """Labels of a fixed graph batch drawn exactly (or by Gibbs on loopy graphs) from the CRF."""
+    """Labels of a fixed graph batch drawn exactly (or by Gibbs on loopy graphs) from the CRF.
+
+    The parameters are the CRF's own inputs: the features and weights present in ``layout`` (a
+    tuple of names from ``node_features``, ``node_weights``, ``edge_features``, ``edge_weights``;
+    ``edge_weights`` without ``edge_features`` is one shared (K, K) table). Fitters read the model
+    back from them (:meth:`params`), so a model rebuilt by ``pm.do``, ``pm.observe`` or
+    ``clone_model`` still names its own weights.
+    """
 
     name = "crf"
-    signature = "(n,k),(e,k,k)->(g,l)"
     dtype = "int64"
     _print_name = ("CRF", "\\operatorname{CRF}")
-    __props__ = ("name", "signature", "dtype", "inplace", "batch", "engine")
+    __props__ = ("name", "signature", "dtype", "inplace", "batch", "engine", "potential",
+                 "epsilon", "n_labels", "layout", "inference", "max_treewidth")
 
-    def __init__(self, batch: GraphBatch, engine: Engine, **kwargs):
+    def __init__(self, batch: GraphBatch, engine: Engine, potential: str = "loglinear",
+                 epsilon: float = 0.0, n_labels: int = 2,
+                 layout: tuple[str, ...] = ("edge_weights",), inference: Any = "auto",
+                 max_treewidth: int = 10, **kwargs):
         self.batch = batch
         self.engine = engine
+        self.potential = potential
+        self.epsilon = float(epsilon)
+        self.n_labels = int(n_labels)
+        self.layout = tuple(layout)
+        self.inference = inference if isinstance(inference, str) else engine.name
+        self.max_treewidth = int(max_treewidth)
+        shared = "edge_weights" in self.layout and "edge_features" not in self.layout
+        sig = ",".join("(k,k)" if (p == "edge_weights" and shared) else _PARAM_SIGNATURES[p]
+                       for p in self.layout)
+        kwargs.setdefault("signature", f"{sig}->(g,l)")
         super().__init__(**kwargs)
 
     def _supp_shape_from_params(self, dist_params, param_shapes=None):
         return (self.batch.n_graphs, int(self.batch.n_nodes.max()))
 
-    def rng_fn(self, rng, node_logpot, edge_logpot, size):
+    def params(self, dist_params) -> dict[str, Any]:
+        """The CRF's inputs by name (None for absent parts) from the node's parameters."""
+        out = dict.fromkeys(_PARAM_NAMES)
+        out.update(zip(self.layout, dist_params, strict=True))
+        return out
+
+    def info(self, dist_params) -> CRFInfo:
+        """Everything about the CRF in one record: features as arrays, weights as the inputs."""
+        p = self.params(dist_params)
+        return CRFInfo(
+            batch=self.batch, n_labels=self.n_labels, potential=self.potential,
+            epsilon=self.epsilon,
+            node_features=None if p["node_features"] is None
+            else _constant_value(p["node_features"]),
+            node_weights=p["node_weights"],
+            edge_features=None if p["edge_features"] is None
+            else _constant_value(p["edge_features"]),
+            edge_weights=p["edge_weights"], inference=self.inference,
+            max_treewidth=self.max_treewidth, engine_name=self.engine.name,
+            exact=bool(self.engine.exact))
+
+    def log_potentials(self, dist_params):
+        """PyTensor node and edge log-potential tables of the parameters."""
+        return log_potential_tables_pt(self.potential, self.epsilon, self.batch.n_total_nodes,
+                                       self.n_labels, **self.params(dist_params))
+
+    def log_potentials_numpy(self, dist_params):
+        """Numpy node and edge log-potential tables of numeric parameters."""
+        node, edge, _, _ = log_potential_tables(self.potential, self.epsilon,
+                                                self.batch.n_total_nodes, self.n_labels,
+                                                **self.params(dist_params))
+        return node, edge
+
+    def rng_fn(self, rng, *args):
+        *params, size = args
         if size is not None and tuple(size) != ():
             raise ValueError("CRF draws do not take a size: one draw is one labelling of the batch")
-        flat = self.engine.sample(self.batch, node_logpot, edge_logpot, 1, rng)[0]
+        node, edge = self.log_potentials_numpy(params)
+        flat = self.engine.sample(self.batch, node, edge, 1, rng)[0]
         return _pad(self.batch, flat)
 
 
@@ -196,8 +269,7 @@ class CRF(Distribution):
         One row per node (all graphs stacked).
     node_weights : tensor (F, K), optional
     edge_features : array (E, Fe), optional
-        One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no
-        edge features.
+        One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no edge features.
     edge_weights : tensor (Fe, K, K) or (K, K), optional
     potential : {"loglinear", "probit"}
     epsilon : float
@@ -247,29 +319,24 @@ class CRF(Distribution):
                 shape is not None and _shape_tuple(shape) not in (expected, None)):
             raise ValueError(f"a CRF over this batch has shape {expected} (graphs, max nodes); "
                              "it takes no other size or shape")
-        node, edge, K = crf_log_potentials(graphs, node_features, node_weights, edge_features,
+        X, Wn, Xe, We, K = _checked_inputs(graphs, node_features, node_weights, edge_features,
                                            edge_weights, potential, epsilon, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
-        rv = super().dist([node, edge], batch=graphs, engine=engine, **kwargs)
-        # What fitters need to read the model back (features, weight tensors, potential).
-        rv.owner.op.crf_info = CRFInfo(
-            batch=graphs, n_labels=K, potential=potential, epsilon=float(epsilon),
-            node_features=None if node_features is None
-            else graphs.check_features(node_features, "node"),
-            node_weights=None if node_weights is None else pt.as_tensor_variable(node_weights),
-            edge_features=None if edge_features is None
-            else graphs.check_features(edge_features, "edge"),
-            edge_weights=None if edge_weights is None else pt.as_tensor_variable(edge_weights),
-            inference=inference, max_treewidth=max_treewidth, engine_name=engine.name,
-            exact=bool(engine.exact))
-        return rv
+        given = {"node_features": X, "node_weights": Wn, "edge_features": Xe,
+                 "edge_weights": We}
+        layout = tuple(k for k in _PARAM_NAMES if given[k] is not None)
+        return super().dist([given[k] for k in layout], batch=graphs, engine=engine,
+                            potential=potential, epsilon=float(epsilon), n_labels=K,
+                            layout=layout, inference=inference, max_treewidth=max_treewidth,
+                            **kwargs)
 
     @classmethod
-    def rv_op(cls, node_logpot, edge_logpot, *, batch, engine, size=None, rng=None):
+    def rv_op(cls, *params, batch, engine, potential, epsilon, n_labels, layout, inference,
+              max_treewidth, size=None, rng=None):
         if rng is None:
             rng = pt.random.shared_rng(seed=None)
-        _, rv = CRFRV(batch, engine)(node_logpot, edge_logpot, size=size, rng=rng,
-                                     return_next_rng=True)
+        op = CRFRV(batch, engine, potential, epsilon, n_labels, layout, inference, max_treewidth)
+        _, rv = op(*params, size=size, rng=rng, return_next_rng=True)
         return rv
 
 
@@ -289,9 +356,10 @@ def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:
 
 
 @_logprob.register(CRFRV)
-def crf_logp(op: CRFRV, values, rng, size, node_logpot, edge_logpot, **kwargs):
+def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     """Per-graph log-likelihood: score of the labelling minus log Z (one value per graph)."""
     [value] = values
+    node_logpot, edge_logpot = op.log_potentials(params)
     batch = op.batch
     G, N = batch.n_graphs, batch.n_total_nodes
     L = int(batch.n_nodes.max())
@@ -319,27 +387,30 @@ def crf_support_point(op: CRFRV, rv, *params):
 _RV_REGISTRY: dict[int, CRFRV] = {}
 
 
-def _draw_registered(key, seed, node_logpot, edge_logpot):
+def _draw_registered(key, seed, params):
     op = _RV_REGISTRY[key]
-    return _pad(op.batch, op.engine.sample(op.batch, node_logpot, edge_logpot, 1, int(seed))[0])
+    node, edge = op.log_potentials_numpy(params)
+    return _pad(op.batch, op.engine.sample(op.batch, node, edge, 1, int(seed))[0])
 
 
 @numba_core_rv_funcify.register(CRFRV)
 def _numba_crf_rv(op: CRFRV, node):
     """Draw in numba by calling the engine's sampler from object mode with a seed from the rng.
 
-    The object-mode block names the Op by a content key (batch structure + engine settings) in a
+    The object-mode block names the Op by a content key (batch structure, engine settings and
+    potential) in a
     per-process registry, so the compiled function can be cached across processes.
     """
     out_type = numba.types.Array(numba.int64, 2, "C")
-    key = content_key(op.batch, op.engine, "CRFRV")
+    key = content_key(op.batch, op.engine, "CRFRV", op.potential, op.epsilon, op.n_labels,
+                      op.layout)
     _RV_REGISTRY[key] = op
 
     @numba.njit
-    def random_fn(rng, node_logpot, edge_logpot):
+    def random_fn(rng, *params):
         seed = rng.integers(0, 2**62)
         with numba.objmode(out=out_type):
-            out = _draw_registered(key, seed, node_logpot, edge_logpot)
+            out = _draw_registered(key, seed, params)
         return out
 
     # numba_core_rv_funcify takes an int cache salt; the props hash adds the rest.

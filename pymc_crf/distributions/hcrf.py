@@ -2,7 +2,7 @@
 
 For a graph ``g`` (usually a chain over the frames of a sequence) with node features ``x_t`` and a
 hidden state ``s_t in {0..S-1}`` per node, the score of class ``y`` and hidden states ``s`` is
-(004 eqs. (1)-(3), Quattoni et al.)::
+(Luo, Sun & Zhao, eqs. (1)-(3), Quattoni et al.)::
 
     score(y, s) = sum_t [x_t @ theta_x[:, s_t] + theta_y[s_t, y]] + sum_(u,v) theta_e[s_u, s_v, y]
 
@@ -40,14 +40,20 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numba
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions.distribution import Distribution, _support_point
+from pymc.logprob.abstract import _logprob
+from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
+from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.potentials import hcrf_pair_tables
 
-__all__ = ["HCRF", "HCRFInfo", "find_hcrf", "from_sequences", "replicate_batch", "pair_logpots",
+__all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "from_sequences", "replicate_batch", "pair_logpots",
            "class_log_probs", "check_class_labels", "hcrf_logp"]
 
 
@@ -112,11 +118,7 @@ def pair_logpots(node_features: np.ndarray, theta_x, theta_y, theta_e,
     """
     theta_x, theta_y, theta_e = (np.asarray(a, dtype=np.float64)
                                  for a in (theta_x, theta_y, theta_e))
-    C = theta_y.shape[1]
-    node = (node_features @ theta_x)[None, :, :] + theta_y.T[:, None, :]       # (C, N, S)
-    S = theta_y.shape[0]
-    edge = np.broadcast_to(np.moveaxis(theta_e, 2, 0)[:, None], (C, batch.n_edges, S, S))
-    return node.reshape(-1, S), edge.reshape(-1, S, S)
+    return hcrf_pair_tables(node_features, theta_x, theta_y, theta_e, batch.n_edges)
 
 
 def class_log_probs(batch: GraphBatch, node_features: np.ndarray, theta_x, theta_y, theta_e,
@@ -140,14 +142,9 @@ def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_featu
 
     G, C = batch.n_graphs, n_classes
     rep = replicate_batch(batch, C)
-    X = pt.as_tensor_variable(node_features)
     theta_x, theta_y, theta_e = (pt.as_tensor_variable(a) for a in (theta_x, theta_y, theta_e))
-    S = theta_y.shape[0]
-    node = (pt.dot(X, theta_x)[None, :, :] + theta_y.T[:, None, :]).reshape((-1, S))
-    edge = pt.broadcast_to(pt.moveaxis(theta_e, 2, 0)[:, None],
-                           (C, batch.n_edges, S, S)).reshape((-1, S, S))
-    if batch.n_edges == 0:  # all graphs single nodes: a (1, S, S) shared table of zeros is unused
-        edge = pt.zeros((1, S, S))
+    node, edge = hcrf_pair_tables(pt.as_tensor_variable(node_features), theta_x, theta_y, theta_e,
+                                  batch.n_edges, backend=pt)
     log_z = log_partition(node, edge, rep, inference=inference).reshape((C, G))
     y = pt.cast(value, "int64")
     return log_z[y, pt.arange(G)] - pt.logsumexp(log_z, axis=0)
@@ -165,7 +162,7 @@ def _static_shape(x) -> tuple | None:
 
 @dataclass(frozen=True)
 class HCRFInfo:
-    """What fitters need to know about an HCRF likelihood (attached to its Op)."""
+    """What fitters need to know about an HCRF likelihood (read back by :meth:`HCRFRV.info`)."""
 
     batch: GraphBatch
     node_features: np.ndarray
@@ -174,19 +171,103 @@ class HCRFInfo:
     inference: Any
 
 
+class HCRFRV(RandomVariable):
+    """Class labels of a fixed graph batch drawn exactly from ``p(y | X)``.
+
+    Parameters (the node's inputs): node features (N, F) and the weights ``theta_x`` (F, S),
+    ``theta_y`` (S, C), ``theta_e`` (S, S, C); fitters read the model back from them.
+    """
+
+    name = "hcrf"
+    signature = "(n,f),(f,s),(s,c),(s,s,c)->(g)"
+    dtype = "int64"
+    _print_name = ("HCRF", "\\operatorname{HCRF}")
+    __props__ = ("name", "signature", "dtype", "inplace", "batch", "n_classes", "n_states",
+                 "inference")
+
+    def __init__(self, batch: GraphBatch, n_classes: int, n_states: int, inference: Any = "auto",
+                 **kwargs):
+        self.batch = batch
+        self.n_classes = int(n_classes)
+        self.n_states = int(n_states)
+        self.inference = inference
+        super().__init__(**kwargs)
+
+    def _supp_shape_from_params(self, dist_params, param_shapes=None):
+        return (self.batch.n_graphs,)
+
+    def weights(self, node) -> list:
+        """The ``theta_x``, ``theta_y``, ``theta_e`` inputs of an HCRF node."""
+        return list(self.dist_params(node)[1:])
+
+    def info(self, node) -> HCRFInfo:
+        X = self.dist_params(node)[0]
+        X = np.asarray(X.data if isinstance(X, pt.TensorConstant) else X.eval())
+        return HCRFInfo(self.batch, X, self.n_classes, self.n_states, self.inference)
+
+    def rng_fn(self, rng, X, theta_x, theta_y, theta_e, size):
+        cum = np.cumsum(np.exp(class_log_probs(self.batch, X, theta_x, theta_y, theta_e,
+                                               self.inference)), axis=1)          # (G, C)
+        shape = () if size is None else tuple(size)
+        u = rng.random(shape + (self.batch.n_graphs, 1)) * cum[:, -1:]
+        return np.minimum((u > cum).sum(axis=-1), self.n_classes - 1).astype(np.int64)
+
+
+@_logprob.register(HCRFRV)
+def _hcrf_logprob(op: HCRFRV, values, rng, size, X, theta_x, theta_y, theta_e, **kwargs):
+    [value] = values
+    return hcrf_logp(value, theta_x, theta_y, theta_e, batch=op.batch, node_features=X,
+                     n_classes=op.n_classes, inference=op.inference)
+
+
+@_support_point.register(HCRFRV)
+def _hcrf_support_point(op: HCRFRV, rv, *params):
+    return pt.zeros((op.batch.n_graphs,), dtype="int64")
+
+
+_RV_REGISTRY: dict[int, HCRFRV] = {}
+
+
+def _draw_registered(key, seed, X, theta_x, theta_y, theta_e):
+    return _RV_REGISTRY[key].rng_fn(np.random.default_rng(seed), X, theta_x, theta_y, theta_e,
+                                    None)
+
+
+@numba_core_rv_funcify.register(HCRFRV)
+def _numba_hcrf_rv(op: HCRFRV, node):
+    """Draw in numba through object mode, named by a content key (as the CRF's draws)."""
+    from pymc_crf.inference.select import get_engine
+    from pymc_crf.ops.log_partition import content_key
+
+    out_type = numba.types.Array(numba.int64, 1, "C")
+    engine = get_engine(op.inference, replicate_batch(op.batch, op.n_classes), warn=False)
+    key = content_key(op.batch, engine, "HCRFRV", op.n_classes, op.n_states)
+    _RV_REGISTRY[key] = op
+
+    @numba.njit
+    def random_fn(rng, X, theta_x, theta_y, theta_e):
+        seed = rng.integers(0, 2**62)
+        with numba.objmode(out=out_type):
+            out = _draw_registered(key, seed, X, theta_x, theta_y, theta_e)
+        return out
+
+    return random_fn, key
+
+
 def find_hcrf(model: pm.Model):
     """The single observed HCRF variable of ``model``, its info and labels (G,)."""
-    found = [rv for rv in model.observed_RVs if hasattr(rv.owner.op, "hcrf_info")]
+    found = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, HCRFRV)]
     if len(found) != 1:
         raise ValueError(f"this fitter needs a model with exactly one observed pmc.HCRF "
                          f"likelihood; found {len(found)}")
     rv = found[0]
-    labels = np.asarray(model.rvs_to_values[rv].data).astype(np.int64)
-    return rv, rv.owner.op.hcrf_info, labels
+    obs = model.rvs_to_values[rv]
+    labels = np.asarray(obs.data if hasattr(obs, "data") else obs.eval()).astype(np.int64)
+    return rv, rv.owner.op.info(rv.owner), labels
 
 
-class HCRF:
-    """Hidden CRF likelihood: one class per graph, hidden node states summed out (004 eqs. 1-3).
+class HCRF(Distribution):
+    """Hidden CRF likelihood: one class per graph, hidden node states summed out (Luo, Sun & Zhao, eqs. 1-3).
 
     Use inside a ``pm.Model`` like any distribution::
 
@@ -226,35 +307,36 @@ class HCRF:
     docstring about label switching of hidden states under MCMC.
     """
 
-    def __new__(cls, name: str, graphs: GraphBatch, node_features, theta_x, theta_y, theta_e,
-                n_states: int | None = None, n_classes: int | None = None,
-                inference: Any = "auto", observed=None, **kwargs):
-        dist_kwargs, batch = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
-                                          n_states, n_classes, inference, observed)
-        if observed is not None:
-            observed = check_class_labels(observed, batch.n_graphs, dist_kwargs["n_classes"])
-        # The graph ids are passed as a 4th (constant) parameter so that the support shape (G,)
-        # follows from the signature.
-        rv = pm.CustomDist(name, theta_x, theta_y, theta_e, np.arange(batch.n_graphs),
-                           observed=observed, **cls._custom(dist_kwargs), **kwargs)
-        # Fitters find the HCRF likelihood of a model and its data through this attribute.
-        rv.owner.op.hcrf_info = HCRFInfo(**dist_kwargs)
-        return rv
+    rv_type = HCRFRV
+
+    def __new__(cls, name: str, *args, observed=None, **kwargs):
+        if observed is not None and not hasattr(observed, "type"):
+            _, batch, C, _ = cls._prepare(*args, **kwargs)
+            observed = check_class_labels(observed, batch.n_graphs, C)
+        return super().__new__(cls, name, *args, observed=observed, **kwargs)
 
     @classmethod
     def dist(cls, graphs: GraphBatch, node_features, theta_x, theta_y, theta_e,
              n_states: int | None = None, n_classes: int | None = None, inference: Any = "auto",
              **kwargs):
         """Unregistered HCRF variable (for ``pm.logp`` / ``pm.draw`` outside a model)."""
-        dist_kwargs, batch = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
-                                          n_states, n_classes, inference, None)
-        return pm.CustomDist.dist(theta_x, theta_y, theta_e, np.arange(batch.n_graphs),
-                                  **cls._custom(dist_kwargs), **kwargs)
+        X, batch, C, S = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
+                                      n_states, n_classes)
+        return super().dist([X, theta_x, theta_y, theta_e], batch=batch, n_classes=C,
+                            n_states=S, inference=inference, **kwargs)
 
-    # ------------------------------------------------------------------ internals
+    @classmethod
+    def rv_op(cls, X, theta_x, theta_y, theta_e, *, batch, n_classes, n_states, inference,
+              size=None, rng=None):
+        if rng is None:
+            rng = pt.random.shared_rng(seed=None)
+        op = HCRFRV(batch, n_classes, n_states, inference)
+        _, rv = op(X, theta_x, theta_y, theta_e, size=size, rng=rng, return_next_rng=True)
+        return rv
+
     @staticmethod
-    def _prepare(graphs, node_features, theta_x, theta_y, theta_e, n_states, n_classes,
-                 inference, observed):
+    def _prepare(graphs, node_features, theta_x, theta_y, theta_e, n_states=None,
+                 n_classes=None, inference=None, **_ignored):
         if not isinstance(graphs, GraphBatch):
             raise ValueError(f"HCRF: graphs must be a GraphBatch, got {type(graphs).__name__}")
         X = graphs.check_features(node_features, "node")
@@ -275,25 +357,4 @@ class HCRF:
             if sh is not None and tuple(sh) != want[nm]:
                 raise ValueError(f"HCRF: {nm} must have shape {want[nm]} (features={X.shape[1]}, "
                                  f"states={S}, classes={C}); got {tuple(sh)}")
-        return dict(batch=graphs, node_features=X, n_classes=C, n_states=S,
-                    inference=inference), graphs
-
-    @staticmethod
-    def _custom(kw: dict) -> dict:
-        batch, X, C, inference = kw["batch"], kw["node_features"], kw["n_classes"], kw["inference"]
-
-        def logp(value, theta_x, theta_y, theta_e, graph_ids):
-            return hcrf_logp(value, theta_x, theta_y, theta_e, batch=batch, node_features=X,
-                             n_classes=C, inference=inference)
-
-        def random(theta_x, theta_y, theta_e, graph_ids, rng=None, size=None):
-            cum = np.cumsum(np.exp(class_log_probs(batch, X, theta_x, theta_y, theta_e,
-                                                   inference)), axis=1)          # (G, C)
-            shape = tuple(np.atleast_1d(size)) if size is not None else ()
-            if shape and shape[-1] == batch.n_graphs:  # size may include the support dim
-                shape = shape[:-1]
-            u = rng.random(shape + (batch.n_graphs, 1)) * cum[:, -1:]
-            return np.minimum((u > cum).sum(axis=-1), C - 1).astype(np.int64)
-
-        return dict(logp=logp, random=random, dtype="int64",
-                    signature="(f,s),(s,c),(s,s,c),(g)->(g)")
+        return X, graphs, C, S

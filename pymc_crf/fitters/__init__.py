@@ -1,10 +1,11 @@
-"""Registered fitters: ``pmc.fit(model, method=...)``."""
+"""Registered fitters (``pmc.fit(model, method=...)``) and their predictors."""
 
-from pymc_crf.fitters import map as _map  # noqa: F401  (registers "map")
-from pymc_crf.fitters import nuts as _nuts  # noqa: F401  (registers "nuts")
-from pymc_crf.fitters.registry import available, fit, register
+from pymc_crf.fitters import predictors  # noqa: F401  (registers "average", "bpe", "map", ...)
+from pymc_crf.fitters.registry import available, fit, load_builtin, register
 from pymc_crf.fitters.results import build_result
 from pymc_crf.fitters.spec import CRFSpec, WeightSpec, extract_crf, require_gaussian_prior
 
-__all__ = ["CRFSpec", "WeightSpec", "available", "build_result", "extract_crf", "fit", "register",
-           "require_gaussian_prior"]
+load_builtin()
+
+__all__ = ["CRFSpec", "WeightSpec", "available", "build_result", "extract_crf", "fit",
+           "load_builtin", "register", "require_gaussian_prior"]

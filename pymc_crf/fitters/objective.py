@@ -9,8 +9,8 @@ engine, with no compiled PyTensor function, so there is nothing to compile. With
     d/dw = x^T ((onehot(y) - mu) * phi'(a)),
 
 where ``mu`` are the (node and edge) marginals, the gradient of log Z in the log-potentials (the
-usual CRF gradient: observed minus expected feature counts; 000 eq. (3)-(4) for the potentials).
-The values equal the PyMC model's ``logp`` (tested to 1e-9 against the compiled model).
+usual CRF gradient: observed minus expected feature counts; Qi, Szummer & Minka 2005, eq. (3)-(4) for the
+potentials). The values equal the PyMC model's ``logp`` (tested to 1e-9 against the compiled model).
 """
 
 from __future__ import annotations
@@ -19,19 +19,9 @@ import numpy as np
 
 from pymc_crf.fitters.spec import CRFSpec, extract_crf
 from pymc_crf.inference.base import Engine
-from pymc_crf.potentials import linear_scores, log_potential
+from pymc_crf.potentials import get_potential, linear_scores, log_potential_tables
 
 __all__ = ["CRFLogLikelihood", "GaussianLogPrior", "pointwise_log_likelihood"]
-
-
-def _dlog_potential(score: np.ndarray, potential: str, epsilon: float) -> np.ndarray | None:
-    """d log-potential / d score (None for log-linear potentials, where it is 1)."""
-    if potential == "loglinear":
-        return None
-    # probit: log(eps + (1 - 2 eps) Phi(a)); derivative (1 - 2 eps) phi(a) / (eps + (1-2eps) Phi(a))
-    # formed in log space so it stays finite for any a
-    log_pdf = -0.5 * score**2 - 0.5 * np.log(2.0 * np.pi)
-    return np.exp(np.log1p(-2.0 * epsilon) + log_pdf - log_potential(score, potential, epsilon))
 
 
 class CRFLogLikelihood:
@@ -57,6 +47,7 @@ class CRFLogLikelihood:
         b = spec.batch
         self.batch, self.K = b, spec.n_labels
         self.potential, self.epsilon = spec.potential, float(spec.epsilon)
+        self._pot = get_potential(spec.potential)
         y = np.asarray(spec.labels, dtype=np.int64)
         self.y = y
         self.rows = np.arange(b.n_total_nodes)
@@ -80,12 +71,9 @@ class CRFLogLikelihood:
         """Weights by name, scores and log-potential tables: (parts, a_node, node, a_edge, edge)."""
         parts = self.spec.unflatten(np.asarray(w_flat, dtype=np.float64))
         nw, ew = self.spec.node_weights, self.spec.edge_weights
-        a_node, a_edge = linear_scores(self.X, None if nw is None else parts[nw.name],
-                                       self.Xe, None if ew is None else parts[ew.name])
-        pot, eps = self.potential, self.epsilon
-        node = (np.zeros((self.batch.n_total_nodes, self.K)) if a_node is None
-                else log_potential(a_node, pot, eps))
-        edge = np.zeros((1, self.K, self.K)) if a_edge is None else log_potential(a_edge, pot, eps)
+        node, edge, a_node, a_edge = log_potential_tables(
+            self._pot, self.epsilon, self.batch.n_total_nodes, self.K, self.X,
+            None if nw is None else parts[nw.name], self.Xe, None if ew is None else parts[ew.name])
         return parts, a_node, node, a_edge, edge
 
     def _observed_scores(self, node, edge) -> tuple[np.ndarray, np.ndarray]:
@@ -132,11 +120,11 @@ class CRFLogLikelihood:
         grads = []
         if self.X is not None:
             r = np.asarray(node_vec, dtype=np.float64)
-            d = _dlog_potential(a_node, self.potential, self.epsilon)
+            d = self._pot.dlog(a_node, self.epsilon)
             grads.append(self.X.T @ (r if d is None else r * d))
         if self.spec.edge_weights is not None:
             r = np.asarray(edge_vec, dtype=np.float64)
-            d = _dlog_potential(a_edge, self.potential, self.epsilon)
+            d = self._pot.dlog(a_edge, self.epsilon)
             if self.Xe is None:
                 r = r.sum(axis=0)
                 grads.append(r if d is None else r * d[0])
@@ -156,12 +144,12 @@ class CRFLogLikelihood:
         if b_node is None:
             node = np.zeros((self.batch.n_total_nodes, self.K))
         else:
-            d = _dlog_potential(a_node, self.potential, self.epsilon)
+            d = self._pot.dlog(a_node, self.epsilon)
             node = b_node if d is None else b_node * d
         if b_edge is None:
             edge = np.zeros((1, self.K, self.K))
         else:
-            d = _dlog_potential(a_edge, self.potential, self.epsilon)
+            d = self._pot.dlog(a_edge, self.epsilon)
             edge = b_edge if d is None else b_edge * d
         return node, edge
 
@@ -179,7 +167,7 @@ class CRFLogLikelihood:
         w_flat = np.asarray(w_flat, dtype=np.float64)
         parts, a_node, node, a_edge, edge = self._tables(w_flat)
         m = self.engine.marginals(self.batch, node, edge)
-        loglinear = self.potential == "loglinear"
+        loglinear = self._pot.identity
         value = -float(np.sum(m.log_z))
         grads = []
         if self.X is not None:
@@ -189,7 +177,7 @@ class CRFLogLikelihood:
                 value += float(np.sum(self._xty * W))
                 grads.append(self._xty - self.X.T @ m.node)
             else:
-                d = _dlog_potential(a_node, self.potential, self.epsilon)
+                d = self._pot.dlog(a_node, self.epsilon)
                 value += float(node[self.rows, self.y].sum())
                 grads.append(self.X.T @ ((self._onehot - m.node) * d))
         if self.spec.edge_weights is not None:
@@ -197,14 +185,14 @@ class CRFLogLikelihood:
                 value += float(np.sum(self._trans_counts * edge[0]))
                 g = self._trans_counts - m.edge[0]
                 if not loglinear:
-                    g = g * _dlog_potential(a_edge[0], self.potential, self.epsilon)
+                    g = g * self._pot.dlog(a_edge[0], self.epsilon)
             else:
                 e = np.arange(self.batch.n_edges)
                 value += float(edge[e, self.yu, self.yv].sum())
                 r = -m.edge
                 r[e, self.yu, self.yv] += 1.0
                 if not loglinear:
-                    r *= _dlog_potential(a_edge, self.potential, self.epsilon)
+                    r *= self._pot.dlog(a_edge, self.epsilon)
                 g = np.tensordot(self.Xe, r, axes=(0, 0))
             grads.append(g)
         return value, np.concatenate([g.ravel() for g in grads])

@@ -6,12 +6,13 @@ A fitter is a function ``fn(model, **options) -> xarray.DataTree`` following the
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Callable
 
 import pymc as pm
 from xarray import DataTree
 
-__all__ = ["available", "fit", "register"]
+__all__ = ["available", "fit", "load_builtin", "register"]
 
 _FITTERS: dict[str, Callable[..., DataTree]] = {}
 
@@ -28,22 +29,27 @@ def register(name: str) -> Callable[[Callable[..., DataTree]], Callable[..., Dat
     return decorator
 
 
+#: fitter modules (under ``pymc_crf.fitters``) that register fitters and predictors on import
+BUILTIN = ("map", "nuts", "ep", "beta_process", "bethe_laplace", "evidence")
+
+
 def available() -> list[str]:
     """Names of the registered fitters."""
-    _load_builtin()
+    load_builtin()
     return sorted(_FITTERS)
 
 
-def _load_builtin() -> None:
-    # Importing a fitter module registers it; optional ones may be absent in a partial install.
-    import importlib
-
-    for mod in ("map", "nuts", "ep", "bethe_laplace", "bp_hcrf_vi"):
+def load_builtin() -> None:
+    """Import the built-in fitter modules (each registers its fitters and predictors)."""
+    for mod in BUILTIN:
         try:
             importlib.import_module(f"pymc_crf.fitters.{mod}")
         except ModuleNotFoundError as err:
-            if err.name != f"pymc_crf.fitters.{mod}":
+            if err.name != f"pymc_crf.fitters.{mod}":  # a fitter this install does not have
                 raise
+
+
+_load_builtin = load_builtin
 
 
 def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTree:
@@ -54,8 +60,8 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
     model : pm.Model, optional
         The model; taken from the ``with`` context when omitted.
     method : str
-        A registered fitter: ``"map"``, ``"nuts"``, ``"ep"``, ``"bethe_laplace"``, ``"bp_hcrf_vi"``
-        (see :func:`available`).
+        A registered fitter: ``"map"``, ``"nuts"``, ``"ep"``, ``"bethe_laplace"``, ``"bp_hcrf_vi"`` (see
+        :func:`available`).
     **options
         Passed to the fitter (see each fitter's docstring).
 
@@ -67,7 +73,7 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
         ``diagnostics``, ``sample_stats``); attrs ``method``, ``settings`` and ``wall_time``.
     """
     model = pm.modelcontext(model)
-    _load_builtin()
+    load_builtin()
     if method not in _FITTERS:
         raise ValueError(f"unknown method {method!r}; available: {sorted(_FITTERS)}")
     return _FITTERS[method](model, **options)

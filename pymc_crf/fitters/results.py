@@ -17,18 +17,21 @@ from pymc.backends.arviz import (
     find_observations,
 )
 
+from pymc_crf.distributions.hcrf import find_hcrf
+from pymc_crf.fitters.objective import pointwise_log_likelihood
+from pymc_crf.fitters.predictors import crf_attrs
+from pymc_crf.fitters.spec import extract_crf
+
 __all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group",
            "record_crf_layout"]
 
 
 def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
-    from pymc_crf.distributions.hcrf import find_hcrf
-
     try:
         rv, _, _ = find_hcrf(model)
     except ValueError:
         return
-    params = rv.owner.op.dist_params(rv.owner)[:3]
+    params = rv.owner.op.weights(rv.owner)
     names = [getattr(p, "name", None) for p in params]
     if all(n in idata["posterior"] for n in names if n) and all(names):
         idata.attrs["hcrf_weights"] = names
@@ -36,9 +39,6 @@ def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
 
 def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
     """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model."""
-    from pymc_crf.fitters.spec import extract_crf
-    from pymc_crf.predict import crf_attrs
-
     try:
         spec = extract_crf(model)
     except ValueError:  # not a CRF model: an HCRF records the names of its three weight tensors
@@ -46,8 +46,7 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
         return
     idata.attrs["crf"] = crf_attrs(spec)
     # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.
-    idata.attrs["log_z"] = ("exact" if spec.info.exact
-                            else f"approximate ({spec.info.engine_name})")
+    idata.attrs["log_z"] = "exact" if spec.exact else f"approximate ({spec.info.engine_name})"
 
 
 def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
@@ -59,8 +58,6 @@ def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
     ``pm.compute_log_likelihood``. Dims and coords are the observed variable's, as PyMC sets them.
     """
     if pointwise is None:
-        from pymc_crf.fitters.objective import pointwise_log_likelihood
-
         pointwise = pointwise_log_likelihood(model, idata["posterior"])
     if pointwise is None:
         pm.compute_log_likelihood(idata, model=model, progressbar=False)

@@ -1,4 +1,9 @@
-"""Reading a CRF model back out of a PyMC model, for fitters that work on the weights directly."""
+"""Reading a CRF model back out of a PyMC model, for fitters that work on the weights directly.
+
+Everything comes from the CRF variable's own node (its Op's settings and its inputs: features and
+weight tensors) and from the model's ``rvs_to_values``, so a model rebuilt by ``pm.do``,
+``pm.observe`` or ``pymc.model.fgraph.clone_model`` reads back like the original.
+"""
 
 from __future__ import annotations
 
@@ -59,6 +64,16 @@ class CRFSpec:
     info: CRFInfo = field(repr=False)
 
     @property
+    def engine(self):
+        """The inference engine of the model's CRF variable."""
+        return self.model[self.observed_name].owner.op.engine
+
+    @property
+    def exact(self) -> bool:
+        """Whether the engine computes log Z exactly."""
+        return bool(self.info.exact)
+
+    @property
     def weights(self) -> list[WeightSpec]:
         return [w for w in (self.node_weights, self.edge_weights) if w is not None]
 
@@ -96,7 +111,7 @@ def _weight_spec(model: pm.Model, tensor) -> WeightSpec | None:
         return None
     shape = tuple(int(s) for s in tensor.shape.eval()) if tensor.type.shape.count(None) \
         else tuple(int(s) for s in tensor.type.shape)
-    if tensor not in model.free_RVs:
+    if tensor not in model.rvs_to_values or tensor in model.observed_RVs:
         return WeightSpec(None, shape, None, "other",
                           reason="the weights are an expression, not a free PyMC variable")
     dims = model.named_vars_to_dims.get(tensor.name)
@@ -131,14 +146,15 @@ def extract_crf(model: pm.Model | None = None) -> CRFSpec:
     if len(crfs) > 1:
         raise ValueError(f"the model has {len(crfs)} CRF likelihoods; fitters take exactly one")
     rv = crfs[0]
-    info: CRFInfo = rv.owner.op.crf_info
+    op: CRFRV = rv.owner.op
+    info: CRFInfo = op.info(op.dist_params(rv.owner))
     obs = model.rvs_to_values[rv]
     padded = np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
     labels = unpad_labels(info.batch, padded)
     nw = _weight_spec(model, info.node_weights)
     ew = _weight_spec(model, info.edge_weights)
-    weight_names = {w.name for w in (nw, ew) if w is not None and w.name is not None}
-    free = tuple(v.name for v in model.free_RVs if v.name not in weight_names)
+    weights = {info.node_weights, info.edge_weights}
+    free = tuple(v.name for v in model.free_RVs if v not in weights)
     return CRFSpec(model, rv.name, info.batch, labels, info.n_labels, info.potential,
                    info.epsilon, info.node_features, info.edge_features, nw, ew, free, info)
 

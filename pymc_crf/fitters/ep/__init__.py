@@ -1,4 +1,4 @@
-"""Bayesian CRFs by flattened power EP / transformed EP (seed 000; thesis ch. 5).
+"""Bayesian CRFs by flattened power EP / transformed EP (Qi, Szummer & Minka 2005; thesis ch. 5).
 
 Importing this package registers the fitter ``method="ep"`` and the predictor
 ``predict(..., method="model_average")``.

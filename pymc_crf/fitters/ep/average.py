@@ -1,15 +1,15 @@
-"""Approximate model averaging for prediction with q(w) = N(m, V) (000 eqs. (57)-(63)).
+"""Approximate model averaging for prediction with q(w) = N(m, V) (Qi, Szummer & Minka 2005, eqs. (57)-(63)).
 
 A test graph carries no label information about w, so q(w) is unchanged and only the label beliefs
-are updated (000 sec. 7). Each potential table entry is replaced by its exact expectation under q:
-with ``y = phi^T w ~ N(phi^T m, phi^T V phi)``,
+are updated (Qi, Szummer & Minka 2005, sec. 7). Each potential table entry is replaced by its exact
+expectation under q: with ``y = phi^T w ~ N(phi^T m, phi^T V phi)``,
 
 * robust probit: ``E[eps + (1-2eps) Phi(y)] = eps + (1-2eps) Phi(phi^T m / sqrt(phi^T V phi + 1))``
-  (000 eqs. (59)-(60), thesis eqs. (5.83)-(5.84));
+  (Qi, Szummer & Minka 2005, eqs. (59)-(60), thesis eqs. (5.83)-(5.84));
 * log-linear: ``E[exp(y)] = exp(phi^T m + phi^T V phi / 2)`` (lognormal mean).
 
-000 eqs. (61)-(63) then run fully factorised EP over the labels with these averaged tables, which is
-loopy belief propagation on them; here the averaged tables go to any inference engine
+Qi, Szummer & Minka 2005, eqs. (61)-(63) then run fully factorised EP over the labels with these averaged
+tables, which is loopy belief propagation on them; here the averaged tables go to any inference engine
 (``inference="bp"`` reproduces the paper's factorised updates, ``"auto"`` gives exact marginals
 where the graph allows it).
 """
@@ -17,18 +17,10 @@ where the graph allows it).
 from __future__ import annotations
 
 import numpy as np
-from scipy.special import log_ndtr
+
+from pymc_crf.potentials import get_potential
 
 __all__ = ["averaged_log_potentials", "score_moments"]
-
-
-def _log_potential_of_moments(mu, var, potential: str, epsilon: float) -> np.ndarray:
-    if potential == "loglinear":
-        return mu + 0.5 * var
-    lp = log_ndtr(mu / np.sqrt(1.0 + var))
-    if epsilon == 0.0:
-        return lp
-    return np.logaddexp(np.log(epsilon), np.log1p(-2.0 * epsilon) + lp)
 
 
 def score_moments(mean: np.ndarray, cov: np.ndarray, K: int, node_features, edge_features):
@@ -71,8 +63,7 @@ def averaged_log_potentials(mean, cov, K: int, n_nodes: int, node_features=None,
     mean = np.asarray(mean, float)
     cov = np.asarray(cov, float)
     node_m, edge_m = score_moments(mean, cov, K, node_features, edge_features)
-    node = (np.zeros((n_nodes, K)) if node_m is None
-            else _log_potential_of_moments(*node_m, potential, epsilon))
-    edge = (np.zeros((1, K, K)) if edge_m is None
-            else _log_potential_of_moments(*edge_m, potential, epsilon))
+    pot = get_potential(potential)
+    node = np.zeros((n_nodes, K)) if node_m is None else pot.log_expected(*node_m, epsilon)
+    edge = np.zeros((1, K, K)) if edge_m is None else pot.log_expected(*edge_m, epsilon)
     return node, edge

@@ -1,20 +1,22 @@
 """Flattened power EP / transformed (power) EP for the posterior over CRF weights.
 
-q(w) = p0(w) prod_k g~_k(w) / prod_k f~_k(w)   (000 eq. (51), thesis eq. (5.70))
+q(w) = p0(w) prod_k g~_k(w) / prod_k f~_k(w)   (Qi, Szummer & Minka 2005, eq. (51), thesis eq. (5.70))
 
 * g~_k: numerator term of factor k (its observed-label potential), standard EP with exact robust
-  probit (or lognormal) moments, rank 1 (000 eqs. (8)-(11), (29)-(48) with one configuration).
+  probit (or lognormal) moments, rank 1 (Qi, Szummer & Minka 2005, eqs. (8)-(11), (29)-(48) with one
+  configuration).
 * f~_k: denominator term of factor k, approximating
-  ``f_k(w) = sum_{t_i, t_j} g_k(t_i, t_j; w) q^{\\k}(t_i) q^{\\k}(t_j)`` (000 eq. (24), (30)),
-  rank n_c = K^2 (K for node factors), updated by transformed power EP with power n_k = -1 and
+  ``f_k(w) = sum_{t_i, t_j} g_k(t_i, t_j; w) q^{\\k}(t_i) q^{\\k}(t_j)`` (Qi, Szummer & Minka 2005, eq. (24),
+  (30)), rank n_c = K^2 (K for node factors), updated by transformed power EP with power n_k = -1 and
   transform m_k (thesis eqs. (5.16)-(5.18)): the cavity is
-  ``q^{\\k} = q * f~_k^{1 - 2 m_k}`` (m_k = 1: power EP, ``q / f~_k``, 000 eq. (15) / (22);
-  m_k = 0: transformed EP, ``q * f~_k``), the new site is ``proj[f_k q^{\\k}] / q^{\\k}``
-  (000 eq. (25)), damped with step size lambda (thesis eqs. (5.57)-(5.58)), and q is replaced by
-  ``q * f~_k^old / f~_k^new`` (000 eq. (17); thesis eqs. (5.71)-(5.74) for PEP).
+  ``q^{\\k} = q * f~_k^{1 - 2 m_k}`` (m_k = 1: power EP, ``q / f~_k``, Qi, Szummer & Minka 2005, eq. (15) /
+  (22); m_k = 0: transformed EP, ``q * f~_k``), the new site is ``proj[f_k q^{\\k}] / q^{\\k}``
+  (Qi, Szummer & Minka 2005, eq. (25)), damped with step size lambda (thesis eqs. (5.57)-(5.58)), and q is
+  replaced by ``q * f~_k^old / f~_k^new`` (Qi, Szummer & Minka 2005, eq. (17); thesis eqs. (5.71)-(5.74) for
+  PEP).
 * the inner label beliefs q(t_i) are fully factorised; each denominator update sets the new pair
-  belief to the responsibilities of the tilted mixture (000 eqs. (49)-(50)) and damps the label
-  messages with step size xi in log space (thesis eqs. (5.61)-(5.63), (5.68)-(5.69)).
+  belief to the responsibilities of the tilted mixture (Qi, Szummer & Minka 2005, eqs. (49)-(50)) and damps
+  the label messages with step size xi in log space (thesis eqs. (5.61)-(5.63), (5.68)-(5.69)).
 
 Each factor's numerator term is processed right before its denominator term (thesis sec. 5.3.4).
 All updates are rank-n_c Woodbury updates of (m, V) (:mod:`.gaussian`), O(d^2) per term; a term
@@ -30,8 +32,9 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
-from pymc_crf.fitters.ep.moments import LOGLINEAR, PROBIT, mixture_moments
+from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import EPTerms
+from pymc_crf.potentials import get_potential
 
 __all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform"]
 
@@ -63,7 +66,7 @@ def _log_normalise(v):
 
 @njit(cache=True)
 def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_mu, den_h, den_mu,
-             logmsg, logq, K, potential, eps, lam, xi, c_del, denominators, skips):
+             logmsg, logq, K, code, eps, lam, xi, c_del, denominators, skips):
     """One sweep over all factors (numerator then denominator term of each), in place.
 
     ``num_h, num_mu`` (n_fac,) are the rank-1 numerator sites; ``den_h`` (n_fac, K^2, K^2) and
@@ -82,13 +85,13 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         cfg = obs_cfg[k]
         if cfg >= 0:
             P, S, my = project(V, m, fk, idx[k, cfg:cfg + 1, :L], 1, L)
-            Bd = np.full((1, 1), -num_h[k])  # deletion q / g~_k   (000 eq. (8))
+            Bd = np.full((1, 1), -num_h[k])  # deletion q / g~_k   (Qi, Szummer & Minka 2005, eq. (8))
             bd = np.full(1, -num_mu[k])
             ok, Sc, myc, _ = low_rank_y(S, my, Bd, bd)
             if not ok:
                 skips[0] += 1
             else:
-                _, r, g, M = mixture_moments(Sc, myc, one, potential, eps)
+                _, r, g, M = mixture_moments(Sc, myc, one, code, eps)
                 ok, hh, mh = site_from_moments(Sc, myc, g, M)
                 if not ok:
                     skips[4] += 1
@@ -118,7 +121,7 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
             continue
         i = nodes[k, 0]
         j = nodes[k, 1]
-        lci = _log_normalise(logq[i] - logmsg[k, 0])  # 000 eq. (23)
+        lci = _log_normalise(logq[i] - logmsg[k, 0])  # Qi, Szummer & Minka 2005, eq. (23)
         if j >= 0:
             lcj = _log_normalise(logq[j] - logmsg[k, 1])
             log_pi = np.empty(n)
@@ -128,7 +131,7 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         else:
             lcj = lci
             log_pi = lci.copy()
-        _, r, g, M = mixture_moments(Sc, myc, log_pi, potential, eps)
+        _, r, g, M = mixture_moments(Sc, myc, log_pi, code, eps)
         ok, hh, mh = site_from_moments(Sc, myc, g, M)
         if not ok:
             skips[4] += 1
@@ -146,7 +149,8 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         low_rank_update(m, V, P, S, my, Kmat, b)
         den_h[k, :n, :n] = h_new
         den_mu[k, :n] = mu_new
-        # label beliefs: new pair belief r (000 eq. (49)), marginals (eq. (50)), damped messages
+        # label beliefs: new pair belief r (Qi, Szummer & Minka 2005, eq. (49)), marginals (eq. (50)), damped
+        # messages
         # f~_k(t) = fhat^xi f~_old^(1-xi) (thesis eqs. (5.61)-(5.63))
         qi = np.zeros(K)
         qj = np.zeros(K)
@@ -212,7 +216,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         Diagonal Gaussian prior p0(w).
     potential : {"probit", "loglinear"}
     epsilon : float
-        Robust-probit label noise (000 eq. (4)); 0 is the plain probit.
+        Robust-probit label noise (Qi, Szummer & Minka 2005, eq. (4)); 0 is the plain probit.
     transform : float in [0, 1]
         m_k of thesis eq. (5.16): 1 = power EP, 0 = transformed EP.
     step_size : float in (0, 1]
@@ -232,9 +236,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
             raise ValueError(f"{name} must lie in (0, 1]; got {v}")
     if damping is None:
         damping = 0.5 * step_size
-    if potential not in ("probit", "loglinear"):
-        raise ValueError(f"potential must be 'probit' or 'loglinear'; got {potential!r}")
-    pot = PROBIT if potential == "probit" else LOGLINEAR
+    pot = get_potential(potential).code
     d, K = terms.d, terms.K
     prior_mean = np.asarray(prior_mean, float).reshape(d)
     prior_var = np.asarray(prior_var, float).reshape(d)

@@ -1,4 +1,5 @@
-"""``method="ep"``: Bayesian CRF by flattened power EP / transformed EP (seed 000, thesis ch. 5).
+"""``method="ep"``: Bayesian CRF by flattened power EP / transformed EP (Qi, Szummer & Minka 2005, thesis
+ch. 5).
 
 Reads the CRF likelihood and its fixed diagonal Gaussian weight prior out of the PyMC model, runs
 :func:`pymc_crf.fitters.ep.core.run_ep`, and returns the contract ``DataTree`` with draws from
@@ -15,9 +16,11 @@ import pymc as pm
 
 from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
 from pymc_crf.fitters.ep.terms import build_terms
+from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.fitters.spec import CRFSpec, extract_crf, require_gaussian_prior
+from pymc_crf.inference.bp import ConvergenceWarning
 
 __all__ = ["fit_ep", "ep_inputs"]
 
@@ -63,8 +66,9 @@ def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: in
 @register("ep")
 def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = None,
            step_size: float = 0.5, damping: float | None = None, tol: float = 1e-4,
-           max_iter: int = 200, n_draws: int = 1000, n_chains: int = 1, seed=None,
-           log_likelihood: bool = True):
+           max_iter: int = 200, draws: int = 1000, chains: int = 1, random_seed=None,
+           log_likelihood: bool = True, n_draws: int | None = None, n_chains: int | None = None,
+           seed=None):
     """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
 
     Parameters
@@ -73,8 +77,8 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         A model whose only free variables are the CRF weights, each with a ``pm.Normal`` prior of
         constant mean and sd, and one observed ``pmc.CRF`` (probit or log-linear potentials).
     variant : {"pep", "tep"}
-        Power EP with n_k = -1 for the 1/Z terms (000 sec. 3), or transformed EP (m_k = 0, thesis
-        sec. 5.3.1).
+        Power EP with n_k = -1 for the 1/Z terms (Qi, Szummer & Minka 2005, sec. 3), or transformed EP (m_k =
+        0, thesis sec. 5.3.1).
     transform : float in [0, 1], optional
         m_k of transformed power EP (thesis eq. (5.16)); overrides ``variant`` (1 = PEP, 0 = TEP).
     step_size : float in (0, 1]
@@ -84,8 +88,9 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         xi, the step size of the inner label beliefs (thesis eq. (5.62)); default ``step_size / 2``.
     tol, max_iter
         Convergence when the max change of the mean and of the covariance in a sweep < ``tol``.
-    n_draws, n_chains, seed
-        Draws from q(w) for the ``posterior`` group.
+    draws, chains, random_seed
+        Draws from q(w) for the ``posterior`` group (PyMC's names; ``n_draws``, ``n_chains`` and
+        ``seed`` are their deprecated names).
     log_likelihood : bool
         Compute the per-graph log-likelihood of the draws.
 
@@ -97,14 +102,17 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``converged``, skip counts by kind, ``sweep_time``), ``log_likelihood`` per graph, attrs.
     """
     t0 = time.perf_counter()
+    draws = renamed(draws, n_draws, "n_draws", "draws")
+    chains = renamed(chains, n_chains, "n_chains", "chains")
+    random_seed = renamed(random_seed, seed, "seed", "random_seed")
     step_size = _check_unit_interval("step_size", step_size)
     if damping is not None:
         damping = _check_unit_interval("damping", damping)
     m_k = variant_transform(variant, transform)
     if transform is not None:
         variant = "pep" if m_k == 1.0 else ("tep" if m_k == 0.0 else "tpep")
-    if int(n_draws) < 1 or int(n_chains) < 1:
-        raise ValueError("n_draws and n_chains must be >= 1")
+    if int(draws) < 1 or int(chains) < 1:
+        raise ValueError(f"draws and chains must be >= 1; got {draws}, {chains}")
     spec = _spec_for_ep(model)
     xn, xe = ep_inputs(spec)
     terms = build_terms(spec.batch, spec.n_labels, spec.labels, xn, xe,
@@ -118,19 +126,19 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         warnings.warn(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
                       f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "
                       f"figs. 5-6, 5-7): try a smaller step_size (e.g. 0.3), variant='tep', or "
-                      f"more max_iter", RuntimeWarning, stacklevel=2)
+                      f"more max_iter", ConvergenceWarning, stacklevel=2)
     # A fixed point reached by skipping many terms has dropped that much of the data: the Gaussian
-    # is then not an approximation of this posterior (seen with power EP at step 0.8), so say so.
+    # is then not an approximation of this posterior, so say so.
     n_terms = 2 * ((xe is not None) * spec.batch.n_edges + (xn is not None) * spec.batch.n_total_nodes)
     last_skipped = int(run.skips[-1].sum()) if len(run.skips) else 0
     if n_terms and last_skipped > 0.1 * n_terms:
         warnings.warn(f"EP's last sweep skipped {last_skipped} of {n_terms} term updates (their "
                       "cavity or update was not positive definite), so the result ignores that "
                       "much of the data; try a smaller step_size or variant='tep'",
-                      RuntimeWarning, stacklevel=2)
-    rng = np.random.default_rng(seed)
-    flat = draws_from_gaussian(run.mean, run.cov, int(n_draws), int(n_chains), rng)
-    draws = spec.unflatten(flat)
+                      ConvergenceWarning, stacklevel=2)
+    rng = np.random.default_rng(random_seed)
+    flat = draws_from_gaussian(run.mean, run.cov, int(draws), int(chains), rng)
+    posterior = spec.unflatten(flat)
     skips = run.skips
     diagnostics = {
         "change_mean": run.change_mean, "change_cov": run.change_cov,
@@ -141,10 +149,10 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     }
     settings = {"variant": variant, "transform": m_k, "step_size": step_size,
                 "damping": 0.5 * step_size if damping is None else damping, "tol": tol,
-                "max_iter": int(max_iter), "n_draws": int(n_draws), "n_chains": int(n_chains),
-                "seed": seed, "potential": spec.potential, "epsilon": spec.epsilon,
+                "max_iter": int(max_iter), "draws": int(draws), "chains": int(chains),
+                "random_seed": random_seed, "potential": spec.potential, "epsilon": spec.epsilon,
                 "n_labels": spec.n_labels}
     wall = time.perf_counter() - t0
-    return build_result(model, draws, "ep", settings, wall, mean_vector=run.mean,
+    return build_result(model, posterior, "ep", settings, wall, mean_vector=run.mean,
                         covariance_matrix=run.cov, param_names=spec.param_names(),
                         diagnostics=diagnostics, log_likelihood=log_likelihood)

@@ -6,10 +6,10 @@ numerator term), so each update is a rank-n_c change of the precision,
 
     V_new^{-1} = V^{-1} + A B A^T,        V_new^{-1} m_new = V^{-1} m + A b,
 
-done in O(d^2 n_c) by the Woodbury identity, never an O(d^3) inverse (000 eqs. (31)-(32),
-(55)-(56); thesis eqs. (5.59)-(5.60), (5.64)-(5.67), (5.73)-(5.74)). ``A_k`` is stored sparsely:
+done in O(d^2 n_c) by the Woodbury identity, never an O(d^3) inverse (Qi, Szummer & Minka 2005, eqs.
+(31)-(32), (55)-(56); thesis eqs. (5.59)-(5.60), (5.64)-(5.67), (5.73)-(5.74)). ``A_k`` is stored sparsely:
 column ``c`` has the entries ``feat[l]`` at rows ``idx[c, l]`` (a feature vector placed in the
-weight block of label configuration ``c``, 000 eq. (29)).
+weight block of label configuration ``c``, Qi, Szummer & Minka 2005, eq. (29)).
 
 Positive definiteness: with ``S = A^T V A`` the new precision is positive definite iff
 ``C = I + S^{1/2} B S^{1/2}`` is (Sylvester's determinant identity plus congruence), so each update
@@ -60,6 +60,17 @@ def sqrt_psd(S):
 
 
 @njit(cache=True)
+def _pd_after(S, B):
+    """Whether ``I + S^{1/2} B S^{1/2}`` is finite and positive definite (beyond ``PD_TOL``): the
+    precision ``S^{-1} + B`` of a y-space update is then positive definite."""
+    R = sqrt_psd(S)
+    C = np.eye(S.shape[0]) + R @ B @ R
+    C = 0.5 * (C + C.T)
+    lam = np.linalg.eigvalsh(C)
+    return bool(lam[0] > PD_TOL) and bool(np.all(np.isfinite(lam)))
+
+
+@njit(cache=True)
 def low_rank_y(S, my, B, b):
     """The y-space view of the update ``V^{-1} += A B A^T, V^{-1} m += A b``.
 
@@ -69,11 +80,7 @@ def low_rank_y(S, my, B, b):
     definite (then the other outputs are meaningless).
     """
     n = S.shape[0]
-    R = sqrt_psd(S)
-    C = np.eye(n) + R @ B @ R
-    C = 0.5 * (C + C.T)
-    lam = np.linalg.eigvalsh(C)
-    if not (lam[0] > PD_TOL) or not np.all(np.isfinite(lam)):
+    if not _pd_after(S, B):
         return False, S, my, B
     K = np.linalg.solve(np.eye(n) + B @ S, B)
     K = 0.5 * (K + K.T)
@@ -89,7 +96,7 @@ def low_rank_update(m, V, P, S, my, K, b):
     """Apply ``V^{-1} += A B A^T, V^{-1} m += A b`` in place, given ``K = (I + B S)^{-1} B``.
 
     ``V_new = V - P K P^T`` and ``m_new = m + P [(I - K S) b - K my]`` with ``P = V A``:
-    O(d^2 n_c) (000 eqs. (55)-(56) in Woodbury form, valid also when B is singular).
+    O(d^2 n_c) (Qi, Szummer & Minka 2005, eqs. (55)-(56) in Woodbury form, valid also when B is singular).
     """
     n = S.shape[0]
     coef = (np.eye(n) - K @ S) @ b - K @ my
@@ -104,17 +111,14 @@ def site_from_moments(S_cav, my_cav, g, M):
 
     The tilted distribution has mean ``my_cav + S_cav g`` and covariance ``S_cav + S_cav M S_cav``
     (see :mod:`.moments`); the site is ``exp(-y^T h y / 2 + mu^T y)`` with
-    ``h = (D^{-1} - S_cav)^{-1} = -(I + M S_cav)^{-1} M`` (000 eq. (52), thesis eq. (5.54), with
-    ``D = -M``, written without ``D^{-1}`` so a singular D is fine) and ``mu = g + h * tilted mean``
-    (000 eq. (53), thesis eq. (5.56)). Returns ``(ok, h, mu)``; ``ok`` is False if the tilted
-    covariance is not positive definite (round-off) or anything is not finite.
+    ``h = (D^{-1} - S_cav)^{-1} = -(I + M S_cav)^{-1} M`` (Qi, Szummer & Minka 2005, eq. (52), thesis eq.
+    (5.54), with ``D = -M``, written without ``D^{-1}`` so a singular D is fine) and ``mu = g + h * tilted
+    mean`` (Qi, Szummer & Minka 2005, eq. (53), thesis eq. (5.56)). Returns ``(ok, h, mu)``; ``ok`` is False
+    if the
+    tilted covariance is not positive definite (round-off) or anything is not finite.
     """
     n = S_cav.shape[0]
-    R = sqrt_psd(S_cav)
-    C = np.eye(n) + R @ M @ R
-    C = 0.5 * (C + C.T)
-    lam = np.linalg.eigvalsh(C)
-    if not (lam[0] > PD_TOL) or not np.all(np.isfinite(lam)):
+    if not _pd_after(S_cav, M):
         return False, M, g
     h = -np.linalg.solve(np.eye(n) + M @ S_cav, M)
     h = 0.5 * (h + h.T)

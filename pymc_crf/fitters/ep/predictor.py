@@ -1,9 +1,10 @@
-"""``predict(result, data, method="model_average")``: approximate model averaging (000 sec. 7).
+"""``predict(result, data, method="model_average")``: approximate model averaging (Qi, Szummer & Minka 2005,
+sec. 7).
 
 Registered for any result with a Gaussian ``fit`` group (``mean_vector``, ``covariance_matrix``), in
 particular EP's: every potential table entry of the new graphs is replaced by its expectation under
-q(w) = N(m, V) (000 eqs. (59)-(60), :mod:`.average`) and the node marginals of those averaged tables
-are computed by the chosen engine (``inference="bp"`` is the paper's factorised update, eqs.
+q(w) = N(m, V) (Qi, Szummer & Minka 2005, eqs. (59)-(60), :mod:`.average`) and the node marginals of those
+averaged tables are computed by the chosen engine (``inference="bp"`` is the paper's factorised update, eqs.
 (61)-(63); ``"auto"`` is exact where the graphs allow).
 """
 
@@ -16,8 +17,8 @@ import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.ep.average import averaged_log_potentials
+from pymc_crf.fitters.predictors import Prediction, prediction, register_predictor
 from pymc_crf.inference.select import get_engine
-from pymc_crf.predict import Prediction, register_predictor
 
 __all__ = ["predict_model_average"]
 
@@ -42,9 +43,6 @@ def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str 
                          "mean_vector and covariance_matrix, e.g. from method='ep') and the CRF "
                          "layout attr of a pmc.fit result")
     info = json.loads(result.attrs["crf"])
-    if info["potential"] not in ("probit", "loglinear"):
-        raise ValueError(f"model averaging supports probit and loglinear potentials, "
-                         f"not {info['potential']!r}")
     mean = np.asarray(result["fit"]["mean_vector"].values, float)
     cov = np.asarray(result["fit"]["covariance_matrix"].values, float)
     K, graphs = int(info["n_labels"]), data.graphs
@@ -63,6 +61,4 @@ def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str 
     node, edge = averaged_log_potentials(mean, cov, K, graphs.n_total_nodes, xn, xe,
                                          info["potential"], float(info["epsilon"]))
     marg = get_engine(inference, graphs).marginals(graphs, node, edge).node
-    labels = marg.argmax(axis=1)
-    err = None if data.labels is None else float(np.mean(labels != data.labels))
-    return Prediction(marg, labels, "model_average", err)
+    return prediction(marg, marg.argmax(axis=1), "model_average", data.labels)

@@ -1,8 +1,8 @@
 """The EP terms of a CRF batch as flat arrays: one (numerator, denominator) pair per factor.
 
 A factor is an edge (label pairs ``c = a*K + b``, ``a`` at ``edges[e, 0]``) or, when node potentials
-are present, a node (``c = a``). Its projection matrix ``A_k`` (000 eq. (29)) has one column per
-configuration: the factor's feature vector placed in that configuration's block of the flat weight
+are present, a node (``c = a``). Its projection matrix ``A_k`` (Qi, Szummer & Minka 2005, eq. (29)) has one
+column per configuration: the factor's feature vector placed in that configuration's block of the flat weight
 vector. The flat weight order is node weights ``W (F, K)`` ravelled, then edge weights
 ``W_e (Fe, K, K)`` ravelled, i.e. node weight ``(f, a)`` sits at ``f*K + a`` and edge weight
 ``(f, a, b)`` at ``F*K + f*K*K + a*K + b``.

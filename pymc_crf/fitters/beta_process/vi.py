@@ -1,9 +1,9 @@
-"""Mean-field variational EM for the BP-HCRF (004 secs. IV-V), with random restarts.
+"""Mean-field variational EM for the BP-HCRF (Luo, Sun & Zhao, secs. IV-V), with random restarts.
 
 The bound (one objective for every step, so each step can be checked to increase it)::
 
     L = ell(theta, q(pi), q(z))                                   data term, see likelihood.py
-        - sum KL(q(pi) || Beta(1, alpha_pi))                       004 eqs. (11), (20)
+        - sum KL(q(pi) || Beta(1, alpha_pi))                       Luo, Sun & Zhao, eqs. (11), (20)
         + E log p(z, V, T, d) - E log q(z, V, T, d)                 stick-breaking BP, eq. (5)
         - sum theta^2 / (2 theta_prior_sd^2)                       (half-normal prior on theta)
 
@@ -24,7 +24,7 @@ Decisions where the paper's equations are ambiguous or inconsistent (each also n
    with the same per-sequence backtracking (the data term is not linear in rho).
 4. q(d) exact categorical update; q(V), q(T) by numerical maximisation of their terms (the Taylor
    term of eq. 25 has no closed-form optimum; [20] also uses gradient steps).
-5. theta: L-BFGS on ``log theta`` (004: "optimized through their logarithm", theta > 0), on the
+5. theta: L-BFGS on ``log theta`` (Luo, Sun & Zhao: "optimized through their logarithm", theta > 0), on the
    same bound (eq. 30 plus the prior term). Default ``theta_prior_sd = 10`` (a weak half-normal
    prior, MAP-EM) because with five sequences per class the ML weights diverge; ``np.inf``
    recovers the paper's ML.
@@ -43,8 +43,8 @@ import numpy as np
 from scipy.optimize import minimize
 from scipy.special import digamma, expit
 
-from pymc_crf.fitters.bp_hcrf.likelihood import HCRFData, data_term
-from pymc_crf.fitters.bp_hcrf.stick_breaking import (
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.stick_breaking import (
     BPFactors,
     bernoulli_entropy,
     bp_terms,
@@ -96,7 +96,7 @@ def elog_pi(state: VIState) -> dict:
 
 
 def effective_weights(state: VIState) -> dict:
-    """``W = theta * E[log pi]`` per block (004 eq. (14) with expectations)."""
+    """``W = theta * E[log pi]`` per block (Luo, Sun & Zhao, eq. (14) with expectations)."""
     el = elog_pi(state)
     return {k: np.exp(state.log_theta[k]) * el[k] for k in BLOCKS}
 
@@ -126,7 +126,7 @@ def _update_pi(data, engine, state, s, log_pd, current):
         W = effective_weights(state)
         lg = data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
         grad_w = {"x": lg.g_wx, "y": lg.g_wy, "e": lg.g_we}[k]
-        target1 = 1.0 + np.exp(state.log_theta[k]) * grad_w      # 004 eq. (21)-(23), see above
+        target1 = 1.0 + np.exp(state.log_theta[k]) * grad_w      # Luo, Sun & Zhao, eq. (21)-(23), see above
         target2 = np.full_like(target1, s.alpha_pi)
         old1, old2 = state.mu1[k], state.mu2[k]
         lam = 1.0
@@ -150,7 +150,7 @@ def _local_z_objective(lg_per, rho, prior_logit, e0):
 
 
 def _update_z(data, engine, state, s, log_pd, current):
-    """Per-sequence q(z_n) step with backtracking (decision 3, 004 eq. (24))."""
+    """Per-sequence q(z_n) step with backtracking (decision 3, Luo, Sun & Zhao, eq. (24))."""
     W = effective_weights(state)
     lg = data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
     prior_logit = z_natural_terms(state.bp, s.taylor_terms)       # (S,)
@@ -184,7 +184,7 @@ def _update_bp(data, engine, state, s, log_pd, current):
 
 
 def _update_theta(data, engine, state, s, log_pd, current):
-    """L-BFGS on log theta of the bound (004 eqs. (30)-(33), decision 5)."""
+    """L-BFGS on log theta of the bound (Luo, Sun & Zhao, eqs. (30)-(33), decision 5)."""
     el = elog_pi(state)
     shapes = [state.log_theta[k].shape for k in BLOCKS]
     sizes = [int(np.prod(sh)) for sh in shapes]
@@ -251,7 +251,8 @@ def run_vi(data: HCRFData, engine, s: VISettings, state: VIState) -> VIState:
 
 def fit_restarts(data: HCRFData, engine, s: VISettings, n_restarts: int,
                  rng: np.random.Generator) -> tuple[VIState, list[float], float]:
-    """Run from ``n_restarts`` random initialisations; keep the best final bound (004 sec. VI)."""
+    """Run from ``n_restarts`` random initialisations; keep the best final bound (Luo, Sun & Zhao, sec.
+    VI)."""
     t0 = time.perf_counter()
     best, finals = None, []
     for _ in range(n_restarts):

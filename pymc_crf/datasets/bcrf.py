@@ -17,7 +17,8 @@ PRIOR_VARIANCE = 5.0
 
 def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, seed: int = 0,
                    noise: float = 0.5, n_nodes: int = 3) -> tuple[CRFData, CRFData]:
-    """Train and test sets of small binary probit CRFs (000 sec. 8.1; thesis sec. 5.5.1).
+    """Train and test sets of small binary probit CRFs (Qi, Szummer & Minka 2005, sec. 8.1; thesis sec.
+    5.5.1).
 
     The paper fixes: binary labels, graphs of 3 vertices in a loop or a chain, w of 24 elements
     (6 edge features x 2 x 2 label pairs), edge feature vectors drawn from one of four Gaussians,

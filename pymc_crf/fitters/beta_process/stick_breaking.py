@@ -1,11 +1,13 @@
-"""Stick-breaking beta-process prior of 004 eq. (5) (Paisley, Carin & Blei 2011) and its VI terms.
+"""Stick-breaking beta-process prior of Luo, Sun & Zhao, eq. (5) (Paisley, Carin & Blei 2011) and its VI
+terms.
 
 Atom ``k`` (a hidden state) has weight ``V_k exp(-T_k)`` with ``V_k ~ Beta(1, alpha)``,
 ``T_k ~ Gamma(d_k - 1, alpha)`` (shape, rate; ``T_k = 0`` when ``d_k = 1``) and ``d_k`` the
 stick-breaking round that produced the atom, each round contributing ``Poisson(gamma)`` atoms.
-Every sequence ``n`` switches state ``k`` on with ``z_nk ~ Bernoulli(V_k exp(-T_k))`` (004 eq. (6)).
+Every sequence ``n`` switches state ``k`` on with ``z_nk ~ Bernoulli(V_k exp(-T_k))`` (Luo, Sun & Zhao, eq.
+(6)).
 
-Variational factors (004 eq. (20)): ``q(V_k) = Beta(a_k, b_k)``, ``q(T_k) = Gamma(u_k, v_k)``,
+Variational factors (Luo, Sun & Zhao, eq. (20)): ``q(V_k) = Beta(a_k, b_k)``, ``q(T_k) = Gamma(u_k, v_k)``,
 ``q(d_k) = Categorical(psi_k)`` over rounds ``1..R``, ``q(z_nk) = Bernoulli(rho_nk)``.
 
 Decisions (the paper defers these terms to [20] without formulas):
@@ -15,7 +17,7 @@ Decisions (the paper defers these terms to [20] without formulas):
   ``S_r = C_1 + ... + C_r ~ Poisson(r gamma)``, atom ``k`` (1-based, atoms ordered by round) is in
   round ``r`` iff ``S_{r-1} < k <= S_r``, so ``p(d_k = r) = P(S_{r-1} <= k-1) - P(S_r <= k-1)``;
   round ``R`` takes the remaining mass ``P(S_{R-1} <= k-1)``.
-* ``E log(1 - V e^{-T})`` uses the Taylor series of 004 eq. (25) truncated at ``M`` terms, with
+* ``E log(1 - V e^{-T})`` uses the Taylor series of Luo, Sun & Zhao, eq. (25) truncated at ``M`` terms, with
   ``E[V^m] = prod_j (a+j)/(a+b+j)`` and ``E[e^{-mT}] = (v / (v + m))^u``.
 * ``T_k`` is unused when ``d_k = 1``; there we let its "prior" equal ``q(T_k)`` (a dummy variable
   that contributes nothing), so the bound has ``-sum_{r>1} psi_kr KL(q(T_k) || Gamma(r-1, alpha))``.
@@ -78,7 +80,7 @@ def log_prior_rounds(K: int, R: int, gamma: float) -> np.ndarray:
 
 
 def _series(a, b, u, v, M):
-    """Taylor approximation of E log(1 - V exp(-T)) (004 eq. (25)), shape (K,)."""
+    """Taylor approximation of E log(1 - V exp(-T)) (Luo, Sun & Zhao, eq. (25)), shape (K,)."""
     m = np.arange(1, M + 1)[None, :]
     a_, b_, u_, v_ = (x[:, None] for x in (a, b, u, v))
     log_ev = gammaln(a_ + m) - gammaln(a_) - gammaln(a_ + b_ + m) + gammaln(a_ + b_)
@@ -128,7 +130,7 @@ def bp_terms(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray, M:
 
 
 def z_natural_terms(f: BPFactors, M: int) -> np.ndarray:
-    """``E_q[log p(z_k=1 | .)] - E_q[log p(z_k=0 | .)]`` per atom (K,): the prior logit of 004
+    """``E_q[log p(z_k=1 | .)] - E_q[log p(z_k=0 | .)]`` per atom (K,): the prior logit of Luo, Sun & Zhao
     eq. (24) (the data term ``log f1 - log f0`` is added by the caller)."""
     l1, l0 = _expectations(f, M)
     return np.sum(f.psi * (l1 - l0), axis=1)

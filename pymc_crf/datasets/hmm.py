@@ -1,4 +1,4 @@
-"""Synthetic three-class HMM sequences of seed 004 sec. VI (tables I-IV).
+"""Synthetic three-class HMM sequences of Luo, Sun & Zhao, sec. VI (tables I-IV).
 
 Each class is a 4-state Gaussian HMM over a subset of eight hidden states ``h1..h8``; ``h1`` and
 ``h2`` are shared by all classes. The task is to classify whole sequences.
@@ -15,7 +15,7 @@ from pymc_crf.graphs.batch import GraphBatch
 __all__ = ["SequenceData", "hmm_classes", "HMM_EMISSION_MEAN", "HMM_EMISSION_VAR",
            "HMM_CLASS_STATES", "HMM_TRANSITIONS"]
 
-# 004 table I: Gaussian emission (mean, variance) of h1..h8.
+# Luo, Sun & Zhao, table I: Gaussian emission (mean, variance) of h1..h8.
 HMM_EMISSION_MEAN = np.array([21.0, 23.0, 36.0, 26.0, 11.0, 8.0, 46.0, 1.0])
 HMM_EMISSION_VAR = np.array([0.4, 0.8, 0.6, 0.1, 0.8, 0.8, 0.2, 0.2])
 
@@ -27,7 +27,7 @@ def _row_normalise(m: np.ndarray) -> np.ndarray:
     return m / m.sum(axis=1, keepdims=True)
 
 
-# 004 tables II-IV (rows: current state, columns: next state). Table III's h2 row reads
+# Luo, Sun & Zhao, tables II-IV (rows: current state, columns: next state). Table III's h2 row reads
 # (0.10, 0.10, 0.70, 0.40), which sums to 1.3; it is renormalised to sum to one here (all other rows
 # already sum to one, so the normalisation leaves them unchanged).
 HMM_TRANSITIONS = (
@@ -142,11 +142,11 @@ def _make(rng, n_per_class: int, T: int, features: str) -> SequenceData:
 def hmm_classes(n_train_per_class: int = 5, n_test_per_class: int = 100, T: int = 100,
                 seed: int | np.random.Generator | None = 0,
                 features: str = "quadratic") -> tuple[SequenceData, SequenceData]:
-    """Three-class HMM sequence data of seed 004 sec. VI.
+    """Three-class HMM sequence data of Luo, Sun & Zhao, sec. VI.
 
     Class ``c`` is a Gaussian HMM over four of the eight hidden states ``h1..h8`` (class 1: h1-h4,
     class 2: h1, h2, h5, h6, class 3: h1, h2, h7, h8; h1 and h2 are shared), with the emission
-    means and variances of 004 table I and the transition matrices of tables II-IV.
+    means and variances of Luo, Sun & Zhao, table I and the transition matrices of tables II-IV.
 
     Choices the paper leaves open or gets wrong, made here:
 

@@ -1,4 +1,4 @@
-"""BP-HCRF variational inference (seed 004): prior terms, data term, monotone bound, accuracy."""
+"""BP-HCRF variational inference (Luo, Sun & Zhao): prior terms, data term, monotone bound, accuracy."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import logsumexp
 
-from pymc_crf.datasets.hmm_classes import hmm_classes
+from pymc_crf.datasets.hmm import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
-from pymc_crf.fitters.bp_hcrf.likelihood import HCRFData, data_term
-from pymc_crf.fitters.bp_hcrf.stick_breaking import (
+from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.stick_breaking import (
     _series,
     kl_beta,
     kl_gamma,
     log_prior_rounds,
 )
-from pymc_crf.fitters.bp_hcrf.vi import VISettings, init_state, run_vi
-from pymc_crf.fitters.bp_hcrf_vi import predict_bp_hcrf, sign_split
+from pymc_crf.fitters.beta_process.vi import VISettings, init_state, run_vi
 from pymc_crf.fitters.registry import fit
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.chain import ChainEngine
@@ -152,7 +152,7 @@ def _model(data, S):
 def test_vi_fit_beats_chance_and_follows_contract(hmm_small):
     train, test = hmm_small
     res = fit(_model(train, 6), method="bp_hcrf_vi", truncation=6, rounds=3, n_restarts=2,
-              max_iter=8, n_draws=20, random_seed=1)
+              max_iter=8, draws=20, random_seed=1)
     acc = 1.0 - predict_bp_hcrf(res, test).error_rate
     assert acc > 0.8, acc                                       # chance is 1/3
     for group in ("posterior", "log_likelihood", "observed_data", "diagnostics",
@@ -199,7 +199,6 @@ def test_bad_input_errors(hmm_small):
 
 def test_crf_only_fitter_refuses_hcrf(hmm_small):
     train, _ = hmm_small
-    pytest.importorskip("pymc_crf.fitters.ep")
     with pytest.raises(ValueError, match="CRF"):
         fit(_model(train, 3), method="ep")
 
@@ -207,7 +206,7 @@ def test_crf_only_fitter_refuses_hcrf(hmm_small):
 @pytest.mark.slow
 def test_map_fitter_on_hcrf_from_random_start(hmm_small):
     """The generic MAP fitter handles an HCRF (from a random start: zero is a symmetric saddle)."""
-    from pymc_crf.fitters.bp_hcrf_vi import predict_hcrf_average
+    from pymc_crf.fitters.predictors import predict_hcrf_average
 
     train, test = hmm_small
     model = _model(train, 4)

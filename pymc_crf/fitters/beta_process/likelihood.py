@@ -1,7 +1,7 @@
-"""The data term of the BP-HCRF bound and its gradients (004 eqs. (14), (26), (30)-(33)).
+"""The data term of the BP-HCRF bound and its gradients (Luo, Sun & Zhao, eqs. (14), (26), (30)-(33)).
 
 With the mean-field factors fixed, every (class ``c``, sequence ``n``) pair is an ordinary chain CRF
-over hidden states whose log-potentials are the *expected* log-potentials of 004 eq. (14)::
+over hidden states whose log-potentials are the *expected* log-potentials of Luo, Sun & Zhao, eq. (14)::
 
     node(n, c, t, k) = rho_nk * (sum_i f_nt(i) Wx[i, k] + Wy[k, c])
     edge(n, c, j, k) = We[j, k, c] * E[z_nj z_nk]            (transition j -> k)
@@ -11,8 +11,8 @@ with effective weights ``W = theta * E_q[log pi]`` (elementwise) and ``E[z_j z_k
 
     ell = sum_n log Z(y_n, n) - log sum_c Z(c, n)
 
-(004 eq. (30) with the geometric mean ``exp E log F`` in place of ``E F``: the form whose gradients
-are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clamped chain posterior, which is
+(Luo, Sun & Zhao, eq. (30) with the geometric mean ``exp E log F`` in place of ``E F``: the form whose
+gradients are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clamped chain posterior, which is
 optimal, so its entropy and expected potential add up to ``log Z(y_n, n)``). All ``C * G`` pairs go
 through ONE call of the inference engine (the lead's chain forward-backward).
 
@@ -29,6 +29,7 @@ from scipy.special import log_softmax
 
 from pymc_crf.distributions.hcrf import replicate_batch
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.potentials import hcrf_pair_tables
 
 __all__ = ["HCRFData", "LikelihoodGrad", "data_term"]
 
@@ -64,17 +65,12 @@ def pair_tables(data: HCRFData, wx, wy, we, rho):
     b = data.batch
     S = wy.shape[0]
     U = data.X @ wx                                             # (N, S)
-    rho_n = rho[b.node_graph]                                   # (N, S)
-    node = rho_n[None] * (U[None] + wy.T[:, None, :])           # (C, N, S)
     ezz = rho[:, :, None] * rho[:, None, :]                     # (G, S, S)
     idx = np.arange(S)
     ezz[:, idx, idx] = rho
-    tables = np.moveaxis(we, 2, 0)[:, None] * ezz[None]         # (C, G, S, S)
-    if b.n_edges:
-        edge = tables[:, b.edge_graph].reshape(-1, S, S)
-    else:
-        edge = np.zeros((1, S, S))
-    return node.reshape(-1, S), edge, U, ezz
+    node, edge = hcrf_pair_tables(data.X, wx, wy, we, b.n_edges, node_scale=rho[b.node_graph],
+                                  edge_scale=ezz[b.edge_graph])
+    return node, edge, U, ezz
 
 
 def _per_graph_sum(values: np.ndarray, offsets: np.ndarray) -> np.ndarray:

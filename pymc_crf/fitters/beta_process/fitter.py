@@ -1,13 +1,12 @@
-"""``method="bp_hcrf_vi"``: the beta-process hidden CRF of seed 004 by mean-field variational EM.
+"""``method="bp_hcrf_vi"``: the beta-process hidden CRF of Luo, Sun & Zhao by mean-field variational EM.
 
 The PyMC model supplies the data and the shapes: one observed :class:`pymc_crf.HCRF` likelihood
 whose weights ``theta_x`` (F, S), ``theta_y`` (S, C), ``theta_e`` (S, S, C) are the only free
 variables. The BP-HCRF *replaces* the model's priors on those weights by its own hierarchy
-(004 eqs. (5)-(14)): per-sequence state indicators ``z`` under a stick-breaking beta-process prior,
-Beta compatibilities ``pi`` and positive weights ``theta``, with ``S`` = the truncation level.
+(Luo, Sun & Zhao, eqs. (5)-(14)): per-sequence state indicators ``z`` under a stick-breaking beta-process
+prior, Beta compatibilities ``pi`` and positive weights ``theta``, with ``S`` = the truncation level.
 The updates and every decision taken where the paper is ambiguous are documented in
-:mod:`pymc_crf.fitters.bp_hcrf.vi`, :mod:`~pymc_crf.fitters.bp_hcrf.likelihood` and
-:mod:`~pymc_crf.fitters.bp_hcrf.stick_breaking`.
+:mod:`.vi`, :mod:`.likelihood` and :mod:`.stick_breaking`.
 
 How the fit maps back to the model's weights. For a *new* sequence nothing in ``X`` alone informs
 ``z`` under a conditional model (``sum_y p(y | X, z) = 1``), so its state indicators follow the
@@ -30,13 +29,16 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
-from pymc_crf.distributions.hcrf import class_log_probs, find_hcrf
-from pymc_crf.fitters.bp_hcrf.likelihood import HCRFData
-from pymc_crf.fitters.bp_hcrf.stick_breaking import expected_usage
-from pymc_crf.fitters.bp_hcrf.vi import VISettings, effective_weights, elog_pi, fit_restarts
+from pymc_crf.distributions.hcrf import find_hcrf
+from pymc_crf.fitters.beta_process.likelihood import HCRFData
+from pymc_crf.fitters.beta_process.stick_breaking import expected_usage
+from pymc_crf.fitters.beta_process.vi import VISettings, effective_weights, elog_pi, fit_restarts
+from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
+from pymc_crf.fitters.results import build_result
+from pymc_crf.inference.select import get_engine
 
-__all__ = ["fit_bp_hcrf_vi", "predict_bp_hcrf", "sign_split", "plug_in_weights"]
+__all__ = ["fit_bp_hcrf_vi", "sign_split", "plug_in_weights"]
 
 
 def sign_split(X: np.ndarray) -> np.ndarray:
@@ -67,13 +69,13 @@ def plug_in_weights(state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _to_model_weights(W["x"], W["y"], W["e"], u, _pair(u))
 
 
-def _draws(state, n_draws, rng):
+def _draws(state, n, rng):
     """Draws of the variational posterior, mapped to model weights, and of the factors."""
     th = {k: np.exp(v) for k, v in state.log_theta.items()}
     u = expected_usage(state.bp)
     out = {"theta_x": [], "theta_y": [], "theta_e": []}
     fac = {"pi_x": [], "pi_y": [], "pi_e": [], "V": [], "T": [], "z_new": []}
-    for _ in range(n_draws):
+    for _ in range(n):
         pi = {k: rng.beta(state.mu1[k], state.mu2[k]) for k in th}
         z = (rng.random(u.size) < u).astype(float)
         W = {k: th[k] * np.log(np.maximum(pi[k], 1e-300)) for k in th}
@@ -94,30 +96,34 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                    n_restarts: int = 3, max_iter: int = 50, tol: float = 1e-6,
                    alpha: float = 1.0, gamma: float = 2.0, alpha_pi: float = 1.0,
                    theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 30,
-                   n_draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True):
-    """BP-HCRF (004) by variational EM with random restarts; the best final bound is kept.
+                   draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True,
+                   n_draws: int | None = None):
+    """BP-HCRF (Luo, Sun & Zhao) by variational EM with random restarts; the best final bound is kept.
 
     Parameters
     ----------
     model : pm.Model
         One observed ``pmc.HCRF`` on chains; its free variables must be exactly the three weights.
     truncation : int, optional
-        Number of hidden states K of the truncated beta process (004: 10). Must equal the model's
+        Number of hidden states K of the truncated beta process (Luo, Sun & Zhao: 10). Must equal the model's
         ``n_states`` (the default takes it from the model).
     rounds : int
-        Stick-breaking rounds R (004: 4).
+        Stick-breaking rounds R (Luo, Sun & Zhao: 4).
     n_restarts : int
-        Random initialisations (004 sec. VI: "several"); the best final bound is returned.
+        Random initialisations (Luo, Sun & Zhao, sec. VI: "several"); the best final bound is returned.
     max_iter, tol
         Outer iterations and relative bound tolerance of each run.
     alpha, gamma
         Beta-process concentration and mass (fixed).
     alpha_pi
-        ``pi ~ Beta(1, alpha_pi)`` (004 eq. (11)).
+        ``pi ~ Beta(1, alpha_pi)`` (Luo, Sun & Zhao, eq. (11)).
     theta_prior_sd
         Half-normal prior scale of theta (``np.inf``: the paper's maximum likelihood).
-    n_draws
-        Draws of the variational posterior in the ``posterior`` group.
+    draws
+        Draws of the variational posterior in the ``posterior`` group (``n_draws``: deprecated
+        name).
+    random_seed
+        Seed of the restarts' initialisations and of the draws.
 
     Returns
     -------
@@ -129,6 +135,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         after every step and the step's name); attrs ``method``, settings, ``wall_time``.
     """
     t0 = time.perf_counter()
+    draws = renamed(draws, n_draws, "n_draws", "draws")
     rv, info, labels = find_hcrf(model)
     if truncation is not None and (int(truncation) != truncation or truncation < 1):
         raise ValueError(f"bp_hcrf_vi: truncation must be an integer >= 1, got {truncation!r}")
@@ -144,13 +151,11 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
     if not info.batch.is_chain:
         raise ValueError("bp_hcrf_vi needs every graph to be a chain (forward-backward); "
                          "use method='map' or 'nuts' for other graphs")
-    weights = list(rv.owner.inputs[-4:-1])
+    weights = rv.owner.op.weights(rv.owner)
     extra = [v for v in model.free_RVs if v not in weights]
     if extra or len([w for w in weights if w in model.free_RVs]) != 3:
         raise ValueError("bp_hcrf_vi needs a model whose only free variables are the HCRF weights "
                          f"theta_x, theta_y, theta_e; found extra {[v.name for v in extra]}")
-    from pymc_crf.inference.select import get_engine
-
     data = HCRFData(info.batch, sign_split(info.node_features), labels, info.n_classes)
     engine = get_engine("chain", data.rep)
     settings = VISettings(truncation=K, rounds=int(rounds), alpha=alpha, gamma=gamma,
@@ -159,9 +164,10 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                           theta_maxiter=theta_maxiter)
     rng = np.random.default_rng(random_seed)
     state, finals, _ = fit_restarts(data, engine, settings, int(n_restarts), rng)
-    draws, factors = _draws(state, int(n_draws), rng)
+    weight_draws, factors = _draws(state, int(draws), rng)
     names = [w.name for w in weights]
-    draws = dict(zip(names, (draws["theta_x"], draws["theta_y"], draws["theta_e"]), strict=True))
+    posterior = dict(zip(names, (weight_draws["theta_x"], weight_draws["theta_y"],
+                                 weight_draws["theta_e"]), strict=True))
     usage = expected_usage(state.bp)
     tx, ty, te = plug_in_weights(state)
     el = elog_pi(state)
@@ -196,76 +202,12 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
     opts = {"truncation": K, "rounds": int(rounds), "n_restarts": int(n_restarts),
             "max_iter": max_iter, "tol": tol, "alpha": alpha, "gamma": gamma,
             "alpha_pi": alpha_pi, "theta_prior_sd": theta_prior_sd,
-            "taylor_terms": taylor_terms, "theta_maxiter": theta_maxiter, "n_draws": n_draws,
+            "taylor_terms": taylor_terms, "theta_maxiter": theta_maxiter, "draws": draws,
             "random_seed": random_seed}
-    from pymc_crf.fitters.results import build_result
-
-    result = build_result(model, draws, "bp_hcrf_vi", opts, time.perf_counter() - t0,
+    result = build_result(model, posterior, "bp_hcrf_vi", opts, time.perf_counter() - t0,
                           diagnostics=diagnostics, log_likelihood=log_likelihood,
                           extra_groups={"bp_hcrf_point": point,
                                         "variational_posterior": variational})
     result.attrs["wall_time"] = time.perf_counter() - t0
     result.attrs["hcrf_weights"] = names
     return result
-
-
-def _prediction(probs: np.ndarray, data, method: str):
-    """A ``pmc.predict`` Prediction with one row per *graph*: ``marginals`` = p(c | X) (G, C),
-    ``labels`` (G,), ``error_rate`` = 1 - accuracy when ``data.labels`` is given."""
-    from pymc_crf.predict import Prediction
-
-    labels = probs.argmax(axis=1)
-    err = None
-    if getattr(data, "labels", None) is not None:
-        err = float((labels != np.asarray(data.labels)).mean())
-    return Prediction(marginals=probs, labels=labels, method=method, error_rate=err)
-
-
-def predict_bp_hcrf(result, data, **_ignored):
-    """Class probabilities ``p(c | X)`` from the plug-in weights of a ``bp_hcrf_vi`` result.
-
-    ``data`` has ``.graphs``, ``.node_features`` and optionally ``.labels``. Returns a
-    ``Prediction`` whose ``marginals`` are the class probabilities (G, C), ``labels`` (G,), and
-    ``error_rate`` (1 - accuracy) when ``data.labels`` is given.
-    """
-    point = result["bp_hcrf_point"]
-    tx, ty, te = (np.asarray(point[f"plugin_theta_{k}"].values) for k in ("x", "y", "e"))
-    lp = class_log_probs(data.graphs, np.asarray(data.node_features, dtype=np.float64),
-                         tx, ty, te)
-    return _prediction(np.exp(lp), data, "bp_hcrf")
-
-
-def predict_hcrf_average(result, data, weights: tuple[str, str, str] | None = None,
-                         n_draws: int | None = 200, **_ignored):
-    """``p(c | X)`` averaged over the ``posterior`` draws of any HCRF fit (MAP, NUTS, VI).
-
-    ``weights`` names the posterior variables (theta_x, theta_y, theta_e); default: the result's
-    ``hcrf_weights`` attr, else ``("theta_x", "theta_y", "theta_e")``.
-    """
-    post = result["posterior"]
-    if weights is None:
-        weights = tuple(result.attrs.get("hcrf_weights", ("theta_x", "theta_y", "theta_e")))
-    missing = [n for n in weights if n not in post]
-    if missing:
-        raise ValueError(f"posterior has no variables {missing}; pass weights=(theta_x, theta_y, "
-                         "theta_e) names")
-    stack = [np.asarray(post[n].values).reshape(-1, *post[n].shape[2:]) for n in weights]
-    if n_draws is not None and stack[0].shape[0] > n_draws:  # evenly thinned
-        keep = np.linspace(0, stack[0].shape[0] - 1, int(n_draws)).round().astype(int)
-        stack = [a[keep] for a in stack]
-    X = np.asarray(data.node_features, dtype=np.float64)
-    probs = np.mean([np.exp(class_log_probs(data.graphs, X, a, b, c))
-                     for a, b, c in zip(*stack, strict=True)], axis=0)
-    return _prediction(probs, data, "hcrf_average")
-
-
-def _register_predictors() -> None:
-    try:
-        from pymc_crf.predict import register_predictor
-    except ImportError:  # predict layer not installed yet: pmc.predict cannot dispatch to us
-        return
-    register_predictor("bp_hcrf")(predict_bp_hcrf)
-    register_predictor("hcrf_average")(predict_hcrf_average)
-
-
-_register_predictors()

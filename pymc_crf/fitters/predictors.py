@@ -1,0 +1,232 @@
+"""The predictor registry and the CRF predictors every result supports.
+
+A predictor is ``fn(result, data, **options) -> Prediction``, registered by name with
+:func:`register_predictor`; ``pmc.predict(result, data, method=name)`` dispatches to it. Fitters
+register the predictors that need their own result groups (EP's ``"model_average"``, the
+beta-process HCRF's ``"bp_hcrf"``); the three below work on the draws of any CRF fit:
+
+* ``"average"``: exact marginals averaged over posterior draws (Monte Carlo model averaging);
+* ``"bpe"``: exact marginals at the posterior mean (the Bayes point estimate);
+* ``"map"``: the MAP labelling at the posterior mean (Viterbi / max-product);
+
+and ``"hcrf_average"`` the class probabilities of a hidden CRF averaged over any fit's draws.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pymc as pm
+import xarray as xr
+
+from pymc_crf.fitters.options import renamed
+from pymc_crf.inference.select import get_engine
+from pymc_crf.potentials import log_potential_tables
+
+__all__ = ["Prediction", "available_predictors", "crf_attrs", "get_predictor",
+           "log_potentials_for", "posterior_mean", "predict_average", "predict_bpe",
+           "predict_hcrf_average", "predict_map",
+           "prediction", "register_predictor", "result_layout", "weight_draws"]
+
+_PREDICTORS: dict[str, Callable[..., Prediction]] = {}
+
+
+@dataclass
+class Prediction:
+    """Marginals and predicted labels, and the error rate when labels were given.
+
+    For CRF results ``marginals`` are node marginals (N, K) and ``labels`` one per node; for hidden
+    CRFs they are class probabilities (G, C) and one class per graph.
+    """
+
+    marginals: np.ndarray
+    labels: np.ndarray
+    method: str
+    error_rate: float | None = None
+
+    def __repr__(self) -> str:
+        err = "" if self.error_rate is None else f", error_rate={self.error_rate:.4f}"
+        return f"Prediction(method={self.method!r}, {self.labels.size} nodes{err})"
+
+
+def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labels=None
+               ) -> Prediction:
+    """A :class:`Prediction` with the error rate against ``true_labels`` (when given)."""
+    err = None if true_labels is None else float(np.mean(labels != np.asarray(true_labels)))
+    return Prediction(marginals, labels, method, err)
+
+
+def register_predictor(name: str) -> Callable:
+    """Decorator registering ``fn(result, data, **options) -> Prediction`` as a predict method."""
+
+    def decorator(fn):
+        _PREDICTORS[name] = fn
+        return fn
+
+    return decorator
+
+
+def get_predictor(name: str) -> Callable[..., Prediction]:
+    """The predictor registered as ``name`` (a clear error naming the registered ones)."""
+    if name not in _PREDICTORS:
+        raise ValueError(f"unknown predict method {name!r}; choose one of {available_predictors()}")
+    return _PREDICTORS[name]
+
+
+def available_predictors() -> list[str]:
+    """Names of the registered predictors."""
+    return sorted(_PREDICTORS)
+
+
+def crf_attrs(spec) -> str:
+    """What a predictor needs to rebuild log-potentials, as a JSON attr stored on results."""
+    return json.dumps({
+        "node_weights": spec.node_weights.name if spec.node_weights else None,
+        "edge_weights": spec.edge_weights.name if spec.edge_weights else None,
+        "shared_edge_table": bool(spec.shared_edge_table), "potential": spec.potential,
+        "epsilon": spec.epsilon, "n_labels": spec.n_labels, "engine": spec.info.engine_name,
+        "exact_log_z": spec.info.exact})
+
+
+def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
+    """The CRF layout of a result: its ``crf`` attr, or read from ``model`` (or the context)."""
+    if "crf" in result.attrs:
+        return json.loads(result.attrs["crf"])
+    from pymc_crf.fitters.spec import extract_crf
+
+    try:
+        model = pm.modelcontext(model)
+    except TypeError as err:
+        raise ValueError("this result does not say how its weights map to potentials; call "
+                         "predict inside the model's context or pass model=") from err
+    return json.loads(crf_attrs(extract_crf(model)))
+
+
+def weight_draws(result: xr.DataTree, info: dict) -> dict[str, np.ndarray]:
+    """Weight draws flattened over (chain, draw): ``"node_weights"`` / ``"edge_weights"`` ->
+    (S, *shape)."""
+    post = result["posterior"]
+    out = {}
+    for key in ("node_weights", "edge_weights"):
+        name = info[key]
+        if name is not None:
+            da = post[name]
+            out[key] = da.values.reshape(-1, *da.shape[2:])
+    return out
+
+
+def log_potentials_for(data, info: dict, node_w, edge_w):
+    """Numpy node (N, K) and edge (E, K, K) / (1, K, K) log-potentials of ``data`` for one weight
+    set, in the layout ``info`` (:func:`crf_attrs`) records."""
+    if node_w is not None and data.node_features is None:
+        raise ValueError("the model has node weights but the data has no node features")
+    shared = info["shared_edge_table"]
+    if edge_w is not None and not shared and data.edge_features is None:
+        raise ValueError("the model has per-edge weights but the data has no edge features")
+    node, edge, _, _ = log_potential_tables(
+        info["potential"], info["epsilon"], data.graphs.n_total_nodes, info["n_labels"],
+        data.node_features, node_w, None if shared else data.edge_features, edge_w)
+    return node, edge
+
+
+def posterior_mean(result: xr.DataTree, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The posterior mean of the weights: a Gaussian fit's exact ``mean_vector`` when the result
+    has one (flat order: node weights, then edge weights), else the mean of the draws."""
+    if "fit" not in result.children:
+        return {k: v.mean(axis=0) for k, v in draws.items()}
+    flat = np.asarray(result["fit"]["mean_vector"].values)
+    out, i = {}, 0
+    for key in ("node_weights", "edge_weights"):
+        if key in draws:
+            shape = draws[key].shape[1:]
+            size = int(np.prod(shape))
+            out[key] = flat[i:i + size].reshape(shape)
+            i += size
+    if i != flat.size:  # the fit covers other parameters too: the draws' mean instead
+        return {k: v.mean(axis=0) for k, v in draws.items()}
+    return out
+
+
+def _plug_in(result, data, model, inference):
+    info = result_layout(result, model)
+    mean = posterior_mean(result, weight_draws(result, info))
+    node, edge = log_potentials_for(data, info, mean.get("node_weights"), mean.get("edge_weights"))
+    engine = get_engine(inference, data.graphs)
+    return engine, node, edge
+
+
+@register_predictor("bpe")
+def predict_bpe(result: xr.DataTree, data, *, model: pm.Model | None = None,
+                inference: str = "auto", **_ignored: Any) -> Prediction:
+    """Exact node marginals at the posterior mean and their max-marginal labels."""
+    engine, node, edge = _plug_in(result, data, model, inference)
+    marg = engine.marginals(data.graphs, node, edge).node
+    return prediction(marg, marg.argmax(axis=1), "bpe", data.labels)
+
+
+@register_predictor("map")
+def predict_map(result: xr.DataTree, data, *, model: pm.Model | None = None,
+                inference: str = "auto", **_ignored: Any) -> Prediction:
+    """The MAP labelling at the posterior mean (marginals there too)."""
+    engine, node, edge = _plug_in(result, data, model, inference)
+    marg = engine.marginals(data.graphs, node, edge).node
+    labels = engine.map_assignment(data.graphs, node, edge).labels
+    return prediction(marg, labels, "map", data.labels)
+
+
+@register_predictor("average")
+def predict_average(result: xr.DataTree, data, *, draws: int | None = 200,
+                    model: pm.Model | None = None, inference: str = "auto",
+                    random_seed: int | None = 0, **_ignored: Any) -> Prediction:
+    """Exact node marginals averaged over ``draws`` posterior draws (None: all), chosen without
+    replacement with ``random_seed``."""
+    info = result_layout(result, model)
+    ws = weight_draws(result, info)
+    engine = get_engine(inference, data.graphs)
+    S = next(iter(ws.values())).shape[0]
+    idx = np.arange(S)
+    if draws is not None and draws < S:
+        idx = np.random.default_rng(random_seed).choice(S, size=draws, replace=False)
+    acc = None
+    for s in idx:
+        node, edge = log_potentials_for(
+            data, info, ws["node_weights"][s] if "node_weights" in ws else None,
+            ws["edge_weights"][s] if "edge_weights" in ws else None)
+        m = engine.marginals(data.graphs, node, edge).node
+        acc = m if acc is None else acc + m
+    marg = acc / len(idx)
+    return prediction(marg, marg.argmax(axis=1), "average", data.labels)
+
+
+@register_predictor("hcrf_average")
+def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str] | None = None,
+                         *, draws: int | None = 200, n_draws: int | None = None,
+                         **_ignored: Any) -> Prediction:
+    """``p(c | X)`` of a hidden CRF averaged over the ``posterior`` draws of any fit (MAP, NUTS,
+    VI), ``draws`` of them evenly thinned (None: all; ``n_draws``: deprecated name).
+
+    ``weights`` names the posterior variables (theta_x, theta_y, theta_e); default: the result's
+    ``hcrf_weights`` attr, else ``("theta_x", "theta_y", "theta_e")``.
+    """
+    from pymc_crf.distributions.hcrf import class_log_probs
+
+    draws = renamed(draws, n_draws, "n_draws", "draws")
+    post = result["posterior"]
+    if weights is None:
+        weights = tuple(result.attrs.get("hcrf_weights", ("theta_x", "theta_y", "theta_e")))
+    missing = [n for n in weights if n not in post]
+    if missing:
+        raise ValueError(f"posterior has no variables {missing}; pass weights=(theta_x, theta_y, "
+                         "theta_e) names")
+    stack = [np.asarray(post[n].values).reshape(-1, *post[n].shape[2:]) for n in weights]
+    if draws is not None and stack[0].shape[0] > draws:
+        keep = np.linspace(0, stack[0].shape[0] - 1, int(draws)).round().astype(int)
+        stack = [a[keep] for a in stack]
+    X = np.asarray(data.node_features, dtype=np.float64)
+    probs = np.mean([np.exp(class_log_probs(data.graphs, X, a, b, c))
+                     for a, b, c in zip(*stack, strict=True)], axis=0)
+    return prediction(probs, probs.argmax(axis=1), "hcrf_average", getattr(data, "labels", None))

@@ -1,0 +1,81 @@
+"""``compare`` and ``cvm_score``: every column against values computed here from the draws."""
+
+import arviz as az
+import numpy as np
+import pytest
+import xarray as xr
+
+import pymc_crf as pmc
+from pymc_crf.cli import build_bcrf_model
+
+
+def _result(values, wall_time, **attrs):
+    """A result holding draws (chains, draws, 2) of one variable ``a``."""
+    post = xr.Dataset({"a": (("chain", "draw", "a_dim"), values)},
+                      coords={"chain": np.arange(values.shape[0]),
+                              "draw": np.arange(values.shape[1])})
+    dt = xr.DataTree.from_dict({"posterior": post})
+    dt.attrs.update({"wall_time": wall_time, **attrs})
+    return dt
+
+
+def _cvm(x, y):
+    """Welling & Parise 2006, eq. (23) over the pooled points, per dimension, divided by N1 + N2."""
+    total = 0.0
+    for j in range(x.shape[1]):
+        pooled = np.concatenate([x[:, j], y[:, j]])
+        f1 = np.array([np.mean(x[:, j] <= v) for v in pooled])
+        f2 = np.array([np.mean(y[:, j] <= v) for v in pooled])
+        total += np.sum((f1 - f2) ** 2) / pooled.size
+    return total
+
+
+def test_cvm_score():
+    a = np.array([0.0, 1.0, 2.0])
+    assert pmc.cvm_score(a, a) == 0.0
+    # F1 - F2 on the pooled points {0, 1, 2, 10}: (1/3, 2/3, 1, 1) - (0, 0, 0, 1)
+    assert np.isclose(pmc.cvm_score(a, np.array([10.0])), 1 / 9 + 4 / 9 + 1 + 0)
+    rng = np.random.default_rng(0)
+    x, y, z = rng.normal(size=(3, 2000, 2))
+    assert pmc.cvm_score(x, y, normalize=True) < pmc.cvm_score(x, z + 1.0, normalize=True)
+    np.testing.assert_allclose(pmc.cvm_score(x[:50], z[:70] + 0.3, normalize=True),
+                               _cvm(x[:50], z[:70] + 0.3), rtol=1e-12)
+    with pytest.raises(ValueError, match="same d"):
+        pmc.cvm_score(np.zeros((3, 2)), np.zeros((3, 3)))
+
+
+def test_compare_columns_against_the_draws():
+    rng = np.random.default_rng(1)
+    ref = rng.normal([0.0, 1.0], [1.0, 2.0], size=(2, 300, 2))
+    approx = rng.normal([0.2, 0.7], [0.5, 3.0], size=(1, 400, 2))
+    stuck = np.stack([rng.normal(0.0, 1.0, (200, 2)), rng.normal(5.0, 1.0, (200, 2))])
+    results = {"ref": _result(ref, 3.0), "approx": _result(approx, 0.5, log_marginal_likelihood=-7.5),
+               "stuck": _result(stuck, 1.0)}
+    table = pmc.compare(results, reference="ref")
+    r, a = ref.reshape(-1, 2), approx.reshape(-1, 2)
+    row = table.loc["approx"]
+    assert row["wall_time"] == 0.5 and row["log_marginal_likelihood"] == -7.5
+    np.testing.assert_allclose(row["mean_abs_err"], np.mean(np.abs(a.mean(0) - r.mean(0))))
+    np.testing.assert_allclose(row["sd_ratio"], np.mean(a.std(0) / r.std(0)))
+    np.testing.assert_allclose(row["cvm"], _cvm(a, r), rtol=1e-12)
+    assert table.loc["ref", "mean_abs_err"] == 0.0 and table.loc["ref", "cvm"] == 0.0
+    # ESS and R-hat only for several chains: ArviZ's values, and they tell mixing from not
+    assert np.isnan(row["min_ess"]) and np.isnan(row["max_rhat"])
+    for name, vals in (("ref", ref), ("stuck", stuck)):
+        ds = xr.Dataset({"a": (("chain", "draw", "a_dim"), vals)})
+        ess = np.asarray(az.ess(ds)["a"])
+        rhat = np.asarray(az.rhat(ds)["a"])
+        np.testing.assert_allclose(table.loc[name, "min_ess"], ess.min())
+        np.testing.assert_allclose(table.loc[name, "max_rhat"], rhat.max())
+    assert table.loc["ref", "max_rhat"] < 1.02 < 1.5 < table.loc["stuck", "max_rhat"]
+    with pytest.raises(ValueError, match="reference 'nuts' is not one of"):
+        pmc.compare(results, reference="nuts")
+
+
+def test_compare_test_error_is_the_prediction_error():
+    train, test = pmc.datasets.bcrf_synthetic("loop", n_train=6, n_test=10, seed=2)
+    res = pmc.fit(build_bcrf_model(train), method="map")
+    table = pmc.compare({"map": res}, test=test, predict_method="bpe")
+    pred = pmc.predict(res, test, method="bpe")
+    wrong = np.count_nonzero(pred.labels != test.labels)
+    assert table.loc["map", "test_error"] == pytest.approx(wrong / test.labels.size)

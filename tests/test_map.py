@@ -1,0 +1,47 @@
+"""``method="map"`` against a brute-force optimum, and the result contract of ``build_result``."""
+
+import json
+
+import numpy as np
+from scipy.optimize import minimize
+
+import pymc_crf as pmc
+from pymc_crf.inference import BruteForce
+from pymc_crf.potentials import log_potential
+
+
+def _brute_neg_log_post(w_flat, data, sd):
+    w = w_flat.reshape(6, 2, 2)
+    edge = log_potential(np.einsum("ef,fab->eab", data.edge_features, w), "probit", 0.0)
+    node = np.zeros((data.graphs.n_total_nodes, 2))
+    b = data.graphs
+    y = data.labels
+    lz = BruteForce().log_partition(b, node, edge)
+    score = np.bincount(b.edge_graph, edge[np.arange(b.n_edges), y[b.edges[:, 0]],
+                                           y[b.edges[:, 1]]], minlength=b.n_graphs)
+    return -(score - lz).sum() + 0.5 * (w_flat**2).sum() / sd**2
+
+
+def test_map_matches_brute_force_optimum(loop_data, loop_model):
+    res = pmc.fit(loop_model, method="map")
+    w_map = res["posterior"]["w"].values[0, 0].ravel()
+    ref = minimize(_brute_neg_log_post, np.zeros(24), args=(loop_data[0], 5**0.5),
+                   method="BFGS", options={"gtol": 1e-9})
+    assert abs(res["optimizer_result"]["objective"].item()
+               - (ref.fun + 0.5 * 24 * np.log(2 * np.pi * 5))) < 1e-6
+    np.testing.assert_allclose(w_map, ref.x, atol=1e-4)
+    assert bool(res["optimizer_result"]["success"])
+
+
+def test_result_contract(loop_model):
+    res = pmc.fit(loop_model, method="map")
+    assert {"posterior", "log_likelihood", "observed_data", "optimizer_result"} <= set(res.children)
+    assert res["posterior"]["w"].dims == ("chain", "draw", "edge_feature", "label_i", "label_j")
+    assert res["log_likelihood"]["t"].dims == ("chain", "draw", "graph")
+    assert res.attrs["method"] == "map" and res.attrs["wall_time"] > 0
+    assert json.loads(res.attrs["crf"])["potential"] == "probit"
+    assert res.attrs["log_z"] == "exact"
+    # per-graph log-likelihood sums to the model's log-likelihood at the point
+    point = {"w": res["posterior"]["w"].values[0, 0]}
+    ll = loop_model.compile_fn(loop_model.logp(vars=loop_model.observed_RVs))(point)
+    assert np.isclose(res["log_likelihood"]["t"].values.sum(), ll)

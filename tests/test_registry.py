@@ -1,0 +1,61 @@
+"""The fitter and predictor registries: dispatch, options, errors."""
+
+import pymc as pm
+import pytest
+
+import pymc_crf as pmc
+from pymc_crf.fitters import registry
+from pymc_crf.fitters.predictors import available_predictors, get_predictor, register_predictor
+
+
+@pytest.fixture
+def scratch_registry(monkeypatch):
+    """Registrations made by a test are dropped afterwards."""
+    monkeypatch.setattr(registry, "_FITTERS", dict(registry._FITTERS))
+    from pymc_crf.fitters import predictors
+
+    monkeypatch.setattr(predictors, "_PREDICTORS", dict(predictors._PREDICTORS))
+
+
+def test_builtin_fitters_are_registered_by_name():
+    from pymc_crf.fitters.beta_process import fit_bp_hcrf_vi
+    from pymc_crf.fitters.ep import fit_ep
+    from pymc_crf.fitters.map import fit_map
+    from pymc_crf.fitters.nuts import fit_nuts
+
+    for name, fn in (("map", fit_map), ("nuts", fit_nuts), ("ep", fit_ep),
+                     ("bp_hcrf_vi", fit_bp_hcrf_vi)):
+        assert name in pmc.fitters.available() and registry._FITTERS[name] is fn
+    for name in ("average", "bpe", "map", "model_average", "bp_hcrf", "hcrf_average"):
+        assert name in available_predictors()
+
+
+def test_fit_dispatches_with_options_and_context(scratch_registry):
+    calls = []
+
+    @pmc.fitters.register("probe")
+    def probe(model, **options):
+        calls.append((model, options))
+        return "result"
+
+    with pm.Model() as m:
+        pm.Normal("x")
+        assert pmc.fit(method="probe", alpha=2) == "result"
+    assert calls == [(m, {"alpha": 2})]
+    with pytest.raises(ValueError, match="already registered"):
+        pmc.fitters.register("probe")(lambda model: None)
+
+
+def test_unknown_names_list_the_registered_ones(scratch_registry):
+    with pm.Model() as m:
+        pm.Normal("x")
+    with pytest.raises(ValueError, match=r"unknown method 'nope'; available: \[.*'map'"):
+        pmc.fit(m, method="nope")
+    with pytest.raises(ValueError, match=r"unknown predict method 'nope'.*'average'"):
+        get_predictor("nope")
+
+    @register_predictor("probe")
+    def probe(result, data, **options):
+        return options
+
+    assert get_predictor("probe") is probe

@@ -1,0 +1,74 @@
+"""Reading the CRF back out of a model (``extract_crf``): weights, priors, and models rebuilt by
+``clone_model``, ``pm.observe`` and ``pm.do``."""
+
+import numpy as np
+import pymc as pm
+import pytest
+from pymc.model.fgraph import clone_model
+
+import pymc_crf as pmc
+from pymc_crf.fitters import extract_crf, require_gaussian_prior
+
+
+def test_extract_crf_and_prior_checks(loop_data, loop_model):
+    spec = extract_crf(loop_model)
+    assert spec.flat_size == 24 and spec.n_labels == 2 and spec.potential == "probit"
+    assert spec.edge_weights.prior == "normal"
+    np.testing.assert_allclose(spec.edge_weights.prior_sd, 5**0.5)
+    np.testing.assert_array_equal(spec.labels, loop_data[0].labels)
+    w = np.arange(24.0)
+    np.testing.assert_array_equal(spec.flatten(spec.unflatten(w)), w)
+    require_gaussian_prior(spec, "ep")
+    train = loop_data[0]
+    with pm.Model(coords=train.coords) as m2:
+        s = pm.HalfNormal("s", 1.0)
+        w = pm.Normal("w", 0.0, s, dims=("edge_feature", "label_i", "label_j"))
+        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
+                potential="probit", observed=train.labels)
+    with pytest.raises(ValueError, match="depend on other random variables"):
+        require_gaussian_prior(extract_crf(m2), "ep")
+    with pm.Model(coords=train.coords) as m3:
+        w = pm.StudentT("w", nu=3, mu=0.0, sigma=1.0, dims=("edge_feature", "label_i", "label_j"))
+        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
+                potential="probit", observed=train.labels)
+    with pytest.raises(ValueError, match="StudentT, not Normal"):
+        require_gaussian_prior(extract_crf(m3), "ep")
+    with pm.Model() as m4:
+        pm.Normal("x", 0, 1, observed=[0.0])
+    with pytest.raises(ValueError, match="observed pmc.CRF"):
+        extract_crf(m4)
+
+
+def _unobserved_model(train):
+    with pm.Model(coords=train.coords) as m:
+        w = pm.Normal("w", 0.0, 5**0.5, dims=("edge_feature", "label_i", "label_j"))
+        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
+                potential="probit")
+    return m
+
+
+def test_rebuilt_models_read_back_and_fit_like_the_original(loop_data, loop_model):
+    """A model passed through clone_model or pm.observe names its own weight variable (not the
+    original's), so MAP runs on the engine objective and finds the same optimum."""
+    train = loop_data[0]
+    ref = pmc.fit(loop_model, method="map")
+    observed = pm.observe(_unobserved_model(train), {"t": train.padded_labels})
+    for rebuilt in (clone_model(loop_model), observed):
+        spec = extract_crf(rebuilt)
+        assert spec.edge_weights.prior == "normal" and spec.free_vars == ()
+        assert spec.model is rebuilt
+        np.testing.assert_array_equal(spec.labels, train.labels)
+        np.testing.assert_array_equal(spec.edge_features, train.edge_features)
+        res = pmc.fit(rebuilt, method="map")
+        assert '"engine_objective": true' in res.attrs["settings"]
+        np.testing.assert_allclose(res["posterior"]["w"].values, ref["posterior"]["w"].values,
+                                   atol=1e-6)
+
+
+def test_do_fixes_the_weights(loop_data, loop_model):
+    """pm.do replaces the weights by constants: nothing is left to fit by a weight-space method."""
+    fixed = pm.do(loop_model, {"w": np.zeros((6, 2, 2))})
+    spec = extract_crf(fixed)
+    assert spec.edge_weights.prior == "other" and "not a free PyMC variable" in spec.edge_weights.reason
+    with pytest.raises(ValueError, match="not a free PyMC variable"):
+        require_gaussian_prior(spec, "ep")
