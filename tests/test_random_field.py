@@ -168,6 +168,7 @@ def test_fit_map_result_has_per_row_log_likelihood():
     res = pmc.fit(m, method="map")
     ll = res["log_likelihood"]["x"]
     assert ll.dims == ("chain", "draw", "row") and ll.shape == (1, 1, 25)
+    assert res.attrs["log_z"] == "exact"
     ref = pm.compute_log_likelihood(res.copy(), model=m, extend_inferencedata=False,
                                     progressbar=False)
     np.testing.assert_allclose(ll.values, ref["x"].values, rtol=1e-10)

@@ -24,14 +24,12 @@ import pymc as pm
 
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization
 from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.objective import pointwise_log_likelihood as crf_pointwise_log_likelihood
 from pymc_crf.fitters.spec import CRFSpec, WeightSpec, _weight_spec, extract_crf
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 
 __all__ = ["MRFLogLikelihood", "MRFSpec", "extract_mrf", "extract_random_field",
-           "mrf_pointwise_log_likelihood", "random_field_log_likelihood",
-           "random_field_pointwise_log_likelihood"]
+           "random_field_log_likelihood", "random_field_pointwise_log_likelihood"]
 
 
 @dataclass(frozen=True)
@@ -267,19 +265,21 @@ def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None =
     return CRFLogLikelihood(spec, engine)
 
 
-def mrf_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
-    """Per-row log-likelihood of posterior draws of an MRF model, from the engine.
+def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
+    """Pointwise log-likelihood of posterior draws from the engine, with nothing compiled: per
+    graph for a ``pmc.CRF`` model, per row for a ``pmc.MRF`` model.
 
-    ``draws`` maps variable names to arrays (chains, draws, *shape). Returns
-    ``{observed name: (chains, draws, n_samples)}``, or None when the model is not one
-    ``pmc.MRF`` likelihood (and no other observed variable) whose weights are free variables
-    present in ``draws`` (then ``pm.compute_log_likelihood`` is the way).
+    ``draws`` maps variable names to arrays (chains, draws, *shape) (a dict, or a posterior
+    ``Dataset``). Returns ``{observed name: (chains, draws, graphs or rows)}``, or None when the
+    model is not one random-field likelihood (and no other observed variable) whose weights are
+    all free variables present in ``draws`` (then ``pm.compute_log_likelihood`` is the way). The
+    values are the model's elementwise logp of that variable (same engine).
     """
     try:
-        spec = extract_mrf(model)
+        spec = extract_random_field(model)
     except ValueError:
         return None
-    if len(model.observed_RVs) > 1:
+    if len(model.observed_RVs) > 1:  # PyMC computes every observed variable's group
         return None
     names = [w.name for w in spec.weights]
     if any(n is None or n not in draws for n in names):
@@ -289,16 +289,6 @@ def mrf_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
     if len(lead) != 2 or any(a.shape[:2] != lead for a in arrays):
         return None
     flat = np.concatenate([a.reshape(*lead, -1) for a in arrays], axis=-1)
-    lik = MRFLogLikelihood(spec)
-    out = np.empty((*lead, spec.n_samples))
-    for c in range(lead[0]):
-        for d in range(lead[1]):
-            out[c, d] = lik.pointwise(flat[c, d])
-    return {spec.observed_name: out}
-
-
-def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
-    """Pointwise log-likelihood of draws from the engine for a CRF (per graph) or an MRF (per
-    row) model; None when neither applies."""
-    out = crf_pointwise_log_likelihood(model, draws)
-    return out if out is not None else mrf_pointwise_log_likelihood(model, draws)
+    lik = random_field_log_likelihood(spec)
+    out = np.stack([lik.pointwise(w) for w in flat.reshape(-1, flat.shape[-1])])
+    return {spec.observed_name: out.reshape(*lead, -1)}
