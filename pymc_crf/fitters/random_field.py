@@ -130,7 +130,8 @@ class MRFLogLikelihood:
 
     The interface of ``CRFLogLikelihood``: ``ll(w) -> (value, grad)``, ``pointwise(w)`` (one
     value per observed ROW here), ``log_potentials``, ``score``, ``observed_statistics``,
-    ``pullback`` (``J^T v``), ``pushforward`` (``J v``), ``engine``, ``batch``, ``K``, ``size``.
+    ``pullback`` (``J^T v``), ``pushforward`` (``J v``), ``engine``, ``batch``, ``K``, ``size``;
+    and ``statistics(labels)``, the counts of any rows (sampled ones for CD / exchange moves).
 
     Parameters
     ----------
@@ -154,21 +155,11 @@ class MRFLogLikelihood:
         self.param = spec.param
         self.size = spec.flat_size
         self.n_samples = spec.n_samples
-        b, K = self.batch, self.K
         X = np.asarray(spec.labels, dtype=np.int64)
-        n, E = X.shape[1], b.n_edges
         # Distinct rows carry all the information (their scores are all ``pointwise`` needs).
         self._rows, self._inverse = np.unique(X, axis=0, return_inverse=True)
         self._inverse = self._inverse.reshape(-1)
-        node = np.zeros((n, K))
-        np.add.at(node, (np.broadcast_to(np.arange(n), X.shape), X), 1.0)
-        edge = np.zeros((E, K, K))
-        if E:
-            u, v = b.edges[:, 0], b.edges[:, 1]
-            np.add.at(edge, (np.broadcast_to(np.arange(E), (X.shape[0], E)), X[:, u], X[:, v]),
-                      1.0)
-        self._node_counts = node
-        self._edge_counts = edge.sum(axis=0, keepdims=True) if self._shared_table else edge
+        self._node_counts, self._edge_counts = self.statistics(X)
 
     @property
     def _shared_table(self) -> bool:
@@ -186,6 +177,24 @@ class MRFLogLikelihood:
         wn, we = self._parts(w_flat)
         return (np.asarray(self.param.node_table(wn), dtype=np.float64),
                 np.asarray(self.param.edge_table(we), dtype=np.float64))
+
+    def statistics(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sufficient statistics of any ``(M, n)`` labellings (e.g. sampled ones, for
+        contrastive-divergence or exchange moves), in the layout of
+        :meth:`observed_statistics`: node counts (n, K), pairwise counts (E, K, K) or (1, K, K)."""
+        X = np.asarray(labels, dtype=np.int64)
+        b, K = self.batch, self.K
+        n, E = int(b.n_nodes[0]), b.n_edges
+        if X.ndim != 2 or X.shape[1] != n:
+            raise ValueError(f"labels must be (M, {n}) rows; got shape {X.shape}")
+        node = np.zeros((n, K))
+        np.add.at(node, (np.broadcast_to(np.arange(n), X.shape), X), 1.0)
+        edge = np.zeros((E, K, K))
+        if E:
+            u, v = b.edges[:, 0], b.edges[:, 1]
+            np.add.at(edge, (np.broadcast_to(np.arange(E), (X.shape[0], E)), X[:, u], X[:, v]),
+                      1.0)
+        return node, (edge.sum(axis=0, keepdims=True) if self._shared_table else edge)
 
     def observed_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """Sufficient statistics of the N rows in table space: node label counts (n, K) and
