@@ -10,7 +10,7 @@ from pytensor.gradient import verify_grad
 
 import pymc_crf as pmc
 from pymc_crf.distributions.mrf import MRFParameterization, mrf_parameterization
-from pymc_crf.inference import BruteForce, JunctionTree
+from pymc_crf.inference import BeliefPropagation, BruteForce, JunctionTree
 
 LOOP = pmc.GraphBatch.from_edges([[(0, 1), (1, 2), (2, 0), (2, 3)]], [4])  # triangle + tail
 N_ROWS = 7
@@ -215,6 +215,13 @@ def test_engines_auto_bp_warning_and_named():
             x = pmc.MRF("x", graphs=grid, edge_weights=0.2, parameterization="ising",
                         max_treewidth=2, observed=X)
         assert x.owner.op.engine.name == "bp"
+        # the per-row logp uses the Bethe log Z of loopy BP
+        lp = pm.logp(x, X).eval(mode="FAST_COMPILE")
+        node, edge = np.zeros((25, 2)), 0.2 * np.array([[[1.0, -1.0], [-1.0, 1.0]]])
+        s = 2 * X - 1
+        score = 0.2 * (s[:, grid.edges[:, 0]] * s[:, grid.edges[:, 1]]).sum(1)
+        np.testing.assert_allclose(lp, score - BeliefPropagation().log_partition(grid, node,
+                                                                                  edge)[0])
         y = pmc.MRF("y", graphs=grid, edge_weights=0.2, parameterization="ising", observed=X)
         assert y.owner.op.engine.name == "junction_tree"
         c = pmc.MRF("c", graphs=pmc.GraphBatch.chains([4]), edge_weights=0.2,
