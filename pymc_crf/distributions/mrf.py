@@ -296,14 +296,14 @@ class MRF(Distribution):
         At least one. Shapes by ``parameterization`` (``n`` nodes, ``E`` edges, ``K`` labels;
         the shorter shape is one weight shared by every node / edge):
 
-        ============  ====================  =======================  ===========================
-        name          node_weights          edge_weights             log-potentials
-        ============  ====================  =======================  ===========================
-        ``"table"``   ``(K,)`` / ``(n, K)``  ``(K, K)`` / ``(E,K,K)``  the weights themselves
-        ``"ising"``   ``()`` / ``(n,)``      ``()`` / ``(E,)``         ``b_i s_i``, ``w_e s_u s_v``
-        ``"boltzmann"`` ``()`` / ``(n,)``    ``()`` / ``(E,)``         ``b_i x_i``, ``w_e x_u x_v``
-        ``"potts"``   ``(K,)`` / ``(n, K)``  ``()`` / ``(E,)``         table, ``w_e [x_u = x_v]``
-        ============  ====================  =======================  ===========================
+        ================  =====================  ==========================  ============================
+        parameterization  node_weights           edge_weights                log-potentials
+        ================  =====================  ==========================  ============================
+        ``"table"``       ``(K,)`` / ``(n, K)``  ``(K, K)`` / ``(E, K, K)``  the weights themselves
+        ``"ising"``       ``()`` / ``(n,)``      ``()`` / ``(E,)``           ``b_i s_i``, ``w_e s_u s_v``
+        ``"boltzmann"``   ``()`` / ``(n,)``      ``()`` / ``(E,)``           ``b_i x_i``, ``w_e x_u x_v``
+        ``"potts"``       ``(K,)`` / ``(n, K)``  ``()`` / ``(E,)``           table, ``w_e [x_u = x_v]``
+        ================  =====================  ==========================  ============================
 
         with the spin ``s = 2 x - 1`` of the label ``x`` in {0, 1} (the Boltzmann machines of
         Welling & Parise 2006, sec. 7; Parise & Welling 2006, appendix A uses the 0/1 units of
