@@ -202,6 +202,9 @@ def test_bad_graphs_and_sizes():
     with pytest.raises(ValueError, match="has no edges"):
         pmc.MRF.dist(graphs=pmc.GraphBatch.chains([1]), node_weights=0.1, edge_weights=0.5,
                      parameterization="ising", n_samples=2)
+    with pm.Model(), pytest.raises(ValueError, match="n_samples=2 but observed has 3 rows"):
+        pmc.MRF("x", graphs=LOOP, edge_weights=0.5, parameterization="ising", n_samples=2,
+                observed=np.zeros((3, 4), int))
     with pytest.raises(ValueError, match=r"shape \(3, 4\)"):
         pmc.MRF.dist(graphs=LOOP, edge_weights=0.5, parameterization="ising", n_samples=3,
                      shape=(3, 5))

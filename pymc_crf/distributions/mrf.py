@@ -361,6 +361,8 @@ class MRF(Distribution):
                 rows = None if rows is None else rows[0]
             if kwargs.get("n_samples") is None and rows is not None:
                 kwargs["n_samples"] = rows
+            elif rows is not None and kwargs["n_samples"] != rows:
+                raise ValueError(f"n_samples={kwargs['n_samples']} but observed has {rows} rows")
         return super().__new__(cls, name, *args, observed=observed, graphs=graphs, **kwargs)
 
     @classmethod
