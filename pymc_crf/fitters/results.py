@@ -18,7 +18,7 @@ from pymc.backends.arviz import (
 )
 
 from pymc_crf.distributions.hcrf import find_hcrf
-from pymc_crf.fitters.objective import pointwise_log_likelihood
+from pymc_crf.fitters.random_field import extract_mrf, random_field_pointwise_log_likelihood
 from pymc_crf.fitters.predictors import crf_attrs
 from pymc_crf.fitters.spec import extract_crf
 
@@ -37,12 +37,21 @@ def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
         idata.attrs["hcrf_weights"] = names
 
 
+def _record_mrf_log_z(idata: xr.DataTree, model: pm.Model) -> None:
+    try:
+        info = extract_mrf(model).info
+    except ValueError:
+        return
+    idata.attrs["log_z"] = "exact" if info.exact else f"approximate ({info.engine_name})"
+
+
 def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
     """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model."""
     try:
         spec = extract_crf(model)
     except ValueError:  # not a CRF model: an HCRF records the names of its three weight tensors
         _record_hcrf_layout(idata, model)
+        _record_mrf_log_z(idata, model)
         return
     idata.attrs["crf"] = crf_attrs(spec)
     # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.
@@ -51,14 +60,14 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
 
 def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
                           pointwise: Mapping[str, np.ndarray] | None = None) -> None:
-    """Add the pointwise (per graph) ``log_likelihood`` group to ``idata``.
+    """Add the pointwise (per graph; per row for an MRF) ``log_likelihood`` group to ``idata``.
 
     ``pointwise`` ({observed name: (chains, draws, graphs)}) when the caller has it; else from the
-    engine when the model is a CRF whose weights are free variables (nothing to compile); else
+    engine when the model is a CRF or MRF whose weights are free variables (nothing to compile); else
     ``pm.compute_log_likelihood``. Dims and coords are the observed variable's, as PyMC sets them.
     """
     if pointwise is None:
-        pointwise = pointwise_log_likelihood(model, idata["posterior"])
+        pointwise = random_field_pointwise_log_likelihood(model, idata["posterior"])
     if pointwise is None:
         pm.compute_log_likelihood(idata, model=model, progressbar=False)
         return
