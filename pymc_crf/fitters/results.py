@@ -18,8 +18,8 @@ from pymc.backends.arviz import (
 )
 
 from pymc_crf.distributions.hcrf import find_hcrf
-from pymc_crf.fitters.random_field import extract_mrf, random_field_pointwise_log_likelihood
 from pymc_crf.fitters.predictors import crf_attrs
+from pymc_crf.fitters.random_field import extract_mrf, random_field_pointwise_log_likelihood
 from pymc_crf.fitters.spec import extract_crf
 
 __all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group",
