@@ -43,8 +43,9 @@ def covariance_product(lik, w: np.ndarray, engine: Engine, state: BPState | None
 
 def fisher_matrix(lik, w: np.ndarray, engine: Engine, state: BPState | None = None) -> np.ndarray:
     """Dense ``J^T C J`` (d, d) at ``w``, by d covariance-vector products (meant for d up to a few
-    hundred). ``lik`` is a CRF or MRF likelihood object; MRF likelihoods scale by their sample
-    count through ``lik.graph_multiplicity`` when they have it."""
+    hundred). ``lik`` is a CRF likelihood (its batch holds every observed graph, so C is
+    already summed over them, eq. (12)) or an MRF likelihood (one graph observed
+    ``n_samples`` times: ``N C``, eq. (7))."""
     w = np.asarray(w, dtype=np.float64)
     prod = covariance_product(lik, w, engine, state)
     d = w.size
@@ -54,6 +55,7 @@ def fisher_matrix(lik, w: np.ndarray, engine: Engine, state: BPState | None = No
         vn, ve = lik.pushforward(w, eye[j])
         cn, ce = prod(vn, ve)
         F[:, j] = lik.pullback(w, cn, ce)
+    F *= float(getattr(lik, "n_samples", 1))
     return 0.5 * (F + F.T)
 
 
