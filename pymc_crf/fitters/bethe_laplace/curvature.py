@@ -19,9 +19,14 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_crf.fitters.objective import _dlog_potential
-from pymc_crf.inference.base import Engine
-from pymc_crf.inference.bp import BeliefPropagation, BPState
-from pymc_crf.inference.linear_response import linear_response_vector_product
+from pymc_crf.inference.base import Engine, check_potentials
+from pymc_crf.inference.bp import BeliefPropagation, BPState, bp_structure
+from pymc_crf.inference.linear_response import (
+    _belief_tangents,
+    _conditionals,
+    _tangent_step,
+    linear_response_vector_product,
+)
 
 __all__ = ["fisher_matrix", "potential_curvature", "covariance_product"]
 
@@ -41,20 +46,77 @@ def covariance_product(lik, w: np.ndarray, engine: Engine, state: BPState | None
     return prod
 
 
+#: largest number of message entries (2E x K) for which the linearised message equations are
+#: solved densely (one LU for all d directions) instead of by GMRES per direction
+DENSE_LR_MAX = 1500
+
+
+def _dense_linear_response(lik, w: np.ndarray, engine: BeliefPropagation,
+                           state: BPState | None, directions: np.ndarray) -> np.ndarray:
+    """``J^T C_LR J`` columns for all ``directions`` (d, d) with ONE dense solve of the linearised
+    BP message equations ``(I - T) dm = c(v)`` (the system GMRES solves per direction in
+    :func:`~pymc_crf.inference.linear_response.linear_response_vector_product`)."""
+    batch = lik.batch
+    node, edge = lik.log_potentials(w)
+    node, edge = check_potentials(batch, node, edge)
+    st = state if state is not None else engine.run(batch, node, edge)
+    bs = bp_structure(batch)
+    shared = edge.shape[0] == 1
+    Wc, q = _conditionals(node, edge, st.messages, bs.src, bs.edge, bs.flip, bs.in_ptr,
+                          bs.in_idx, shared)
+    D, K = st.messages.shape
+    n = D * K
+    zn, ze = np.zeros_like(node), np.zeros_like(edge)
+    buf = np.empty((D, K))
+    M = np.empty((n, n))
+    eye = np.eye(n)
+    for j in range(n):
+        _tangent_step(eye[j].reshape(D, K), zn, ze, Wc, q, bs.src, bs.edge, bs.flip, bs.in_ptr,
+                      bs.in_idx, shared, buf)
+        M[:, j] = eye[j] - buf.ravel()
+    d = directions.shape[0]
+    pushed = [lik.pushforward(w, directions[j]) for j in range(d)]
+    rhs = np.empty((n, d))
+    zero = np.zeros((D, K))
+    for j, (vn, ve) in enumerate(pushed):
+        _tangent_step(zero, np.ascontiguousarray(vn, dtype=np.float64),
+                      np.ascontiguousarray(ve, dtype=np.float64), Wc, q, bs.src, bs.edge,
+                      bs.flip, bs.in_ptr, bs.in_idx, shared, buf)
+        rhs[:, j] = buf.ravel()
+    try:
+        sol = np.linalg.solve(M, rhs)
+    except np.linalg.LinAlgError:
+        sol = np.linalg.lstsq(M, rhs, rcond=None)[0]
+    out = np.empty((w.size, d))
+    for j, (vn, ve) in enumerate(pushed):
+        dbn, dbe = _belief_tangents(np.ascontiguousarray(sol[:, j].reshape(D, K)),
+                                    np.ascontiguousarray(vn, dtype=np.float64),
+                                    np.ascontiguousarray(ve, dtype=np.float64), st.log_node,
+                                    st.log_edge, batch.edges, bs.in_ptr, bs.in_idx, shared)
+        if shared:
+            dbe = dbe.sum(axis=0, keepdims=True) if batch.n_edges else np.zeros_like(edge)
+        out[:, j] = lik.pullback(w, dbn, dbe)
+    return out
+
+
 def fisher_matrix(lik, w: np.ndarray, engine: Engine, state: BPState | None = None) -> np.ndarray:
     """Dense ``J^T C J`` (d, d) at ``w``, by d covariance-vector products (meant for d up to a few
     hundred). ``lik`` is a CRF likelihood (its batch holds every observed graph, so C is
     already summed over them, eq. (12)) or an MRF likelihood (one graph observed
-    ``n_samples`` times: ``N C``, eq. (7))."""
+    ``n_samples`` times: ``N C``, eq. (7)). With BP and at most ``DENSE_LR_MAX`` message entries
+    the linear-response system is solved once for all directions."""
     w = np.asarray(w, dtype=np.float64)
-    prod = covariance_product(lik, w, engine, state)
     d = w.size
-    F = np.empty((d, d))
     eye = np.eye(d)
-    for j in range(d):
-        vn, ve = lik.pushforward(w, eye[j])
-        cn, ce = prod(vn, ve)
-        F[:, j] = lik.pullback(w, cn, ce)
+    if isinstance(engine, BeliefPropagation) and 0 < 2 * lik.batch.n_edges * lik.K <= DENSE_LR_MAX:
+        F = _dense_linear_response(lik, w, engine, state, eye)
+    else:
+        prod = covariance_product(lik, w, engine, state)
+        F = np.empty((d, d))
+        for j in range(d):
+            vn, ve = lik.pushforward(w, eye[j])
+            cn, ce = prod(vn, ve)
+            F[:, j] = lik.pullback(w, cn, ce)
     F *= float(getattr(lik, "n_samples", 1))
     return 0.5 * (F + F.T)
 
