@@ -9,6 +9,7 @@ import pymc as pm
 import pytest
 
 import pymc_crf as pmc
+from pymc_crf.compare import posterior_matrix
 from pymc_crf.fitters.bethe_laplace import laplace_fit, weight_problem
 from pymc_crf.fitters.bethe_laplace.pmm import empirical_marginals, pmm_start
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine
@@ -184,3 +185,24 @@ def test_bad_options():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="BeliefPropagation"):
             pmc.fit(m, method="bethe_laplace", bp="bp")
+
+
+@pytest.mark.slow
+def test_bl_mp_against_nuts_on_a_small_grid():
+    """BL-MP against NUTS on the exact posterior (3 x 3 grid, N = 200): means within 0.2
+    posterior sds and sds within 10% on average (the full 5 x 5 table is
+    bench/bethe_laplace_tables.py)."""
+    data = pmc.datasets.welling_parise_grid(3, 3, n_samples=200, seed=1)
+    with pm.Model() as m:
+        b = pm.Normal("b", 0.0, 0.5, shape=9)
+        w = pm.Normal("w", 0.0, 0.5, shape=data.graphs.n_edges)
+        pmc.MRF("x", graphs=data.graphs, node_weights=b, edge_weights=w,
+                parameterization="ising", observed=data.samples)
+        nuts = pm.sample(draws=1000, tune=1000, chains=2, cores=1, random_seed=0,
+                         progressbar=False, compute_convergence_checks=False)
+    bl = pmc.fit(m, method="bethe_laplace", n_draws=4000, seed=0, log_likelihood=False)
+    ref = posterior_matrix(nuts, ["b", "w"])
+    mat = posterior_matrix(bl, ["b", "w"])
+    sd = ref.std(0)
+    assert np.mean(np.abs(mat.mean(0) - ref.mean(0)) / sd) < 0.2
+    assert abs(np.mean(mat.std(0) / sd) - 1.0) < 0.1

@@ -82,3 +82,19 @@ def test_bad_evidence_options():
         log_marginal_likelihood(m, "ais", n_runs=1)
     with pytest.raises(ValueError, match="engine"):
         log_marginal_likelihood(m, "ais", engine="gibbs")
+
+
+@pytest.mark.slow
+def test_fig3_shape_bp_lr_much_closer_to_ais_than_bic_at_small_n():
+    """bench/evidence_fig3.py on two data sets at N = 30 and 100: BP-LR is more than 10x
+    closer to AIS than BIC-ML (Parise & Welling 2006 fig. 3: about 100x)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import evidence_fig3
+
+    res = evidence_fig3.run(2, [30, 100], n_temps=1000)
+    bp_lr = res["errors"]["BP-LR"].mean(axis=1)
+    bic = res["errors"]["BIC-ML"].mean(axis=1)
+    assert np.all(bic > 10 * bp_lr), (bic, bp_lr)

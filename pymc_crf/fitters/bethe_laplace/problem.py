@@ -13,24 +13,13 @@ from typing import Any
 import pymc as pm
 
 from pymc_crf.fitters.objective import GaussianLogPrior
+from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
 from pymc_crf.fitters.spec import require_gaussian_prior
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bp import BeliefPropagation
 from pymc_crf.inference.select import get_engine
 
 __all__ = ["WeightProblem", "weight_problem", "exact_engine", "bp_engine"]
-
-
-def _extract(model: pm.Model):
-    """The model's random-field spec and its likelihood class (CRF, or MRF when available)."""
-    try:
-        from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
-    except ModuleNotFoundError:
-        from pymc_crf.fitters.objective import CRFLogLikelihood
-        from pymc_crf.fitters.spec import extract_crf
-
-        return extract_crf(model), CRFLogLikelihood
-    return extract_random_field(model), random_field_log_likelihood
 
 
 def _refuse_hcrf(model: pm.Model, method: str) -> None:
@@ -79,7 +68,7 @@ def weight_problem(model: pm.Model | None, method: str) -> WeightProblem:
     """Read the model's CRF or MRF likelihood and its Gaussian weight prior (clear errors else)."""
     model = pm.modelcontext(model)
     _refuse_hcrf(model, method)
-    spec, lik_cls = _extract(model)
+    spec = extract_random_field(model)
     require_gaussian_prior(spec, method)
     others = [rv.name for rv in model.observed_RVs if rv.name != spec.observed_name]
     if others:
@@ -92,7 +81,7 @@ def weight_problem(model: pm.Model | None, method: str) -> WeightProblem:
     kind = "mrf" if hasattr(spec, "n_samples") else "crf"
 
     def make(engine: Engine | None = None):
-        return lik_cls(spec, engine)
+        return random_field_log_likelihood(spec, engine)
 
     return WeightProblem(model, spec, GaussianLogPrior(spec), make, n_data, kind)
 
