@@ -8,8 +8,8 @@ from scipy.integrate import simpson
 
 import pymc_crf as pmc
 from pymc_crf.fitters.bethe_laplace import weight_problem
+from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
 from pymc_crf.fitters.evidence import LogEvidence, log_marginal_likelihood
-from pymc_crf.fitters.evidence.ais import BatchedLikelihood
 
 
 def _mrf_model():

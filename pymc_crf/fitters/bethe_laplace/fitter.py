@@ -15,6 +15,7 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
+from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
 from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit, laplace_log_evidence
 from pymc_crf.fitters.bethe_laplace.problem import weight_problem
 from pymc_crf.fitters.registry import register
@@ -86,10 +87,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     draws = spec.unflatten(flat)
     pointwise = None
     if log_likelihood:
-        lik = problem.make_likelihood()
-        pw = np.stack([[lik.pointwise(flat[c, s]) for s in range(flat.shape[1])]
-                       for c in range(flat.shape[0])])
-        pointwise = {spec.observed_name: pw}
+        pointwise = {spec.observed_name: _pointwise(problem, flat)}
     rep = fit.bp_report
     diagnostics = {**fit.optimizer,
                    "bp_converged": np.bool_(fit.bp_converged),
@@ -108,3 +106,20 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     fit_group["log_marginal_likelihood"] = ((), float(log_ev))
     result["fit"] = fit_group
     return result
+
+
+def _pointwise(problem, flat: np.ndarray, chunk: int = 250) -> np.ndarray:
+    """Per-graph (CRF) or per-row (MRF) log-likelihood of the draws (chains, draws, d), many
+    draws per engine call for log-linear tables."""
+    lik = problem.make_likelihood()
+    C, S, d = flat.shape
+    draws = flat.reshape(C * S, d)
+    if problem.potential != "loglinear":
+        out = np.stack([lik.pointwise(w) for w in draws])
+    else:
+        parts = []
+        for i in range(0, draws.shape[0], chunk):
+            block = draws[i:i + chunk]
+            parts.append(BatchedLikelihood(lik, block.shape[0]).pointwise(block))
+        out = np.concatenate(parts)
+    return out.reshape(C, S, -1)

@@ -19,6 +19,8 @@ import numpy as np
 from scipy.linalg import cho_factor, cho_solve
 from scipy.special import logsumexp
 
+from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
+
 __all__ = ["AISRun", "BatchedLikelihood", "ais_log_evidence", "default_schedule"]
 
 
@@ -39,74 +41,6 @@ def default_schedule(n_temps: int, power: float = 4.0) -> np.ndarray:
     if int(n_temps) < 1:
         raise ValueError(f"n_temps must be >= 1; got {n_temps}")
     return (np.arange(int(n_temps) + 1) / int(n_temps)) ** power
-
-
-class BatchedLikelihood:
-    """``log p(D | w)`` and its gradient at R weight vectors with ONE engine call.
-
-    The R table sets go into a batch of R copies of the likelihood's graphs (shared edge tables
-    expanded per edge), so the Python overhead of an evaluation is paid once for all runs:
-    ``value_r = score(w_r) - m sum_g log Z_g(w_r)`` and
-    ``grad_r = J^T (s - m mu_r)``, with ``m`` the number of times each graph is observed
-    (``n_samples`` of an MRF, 1 for a CRF).
-    """
-
-    def __init__(self, lik, n: int):
-        self.lik, self.n = lik, int(n)
-        b = lik.batch
-        self.batch = b.subset(np.tile(np.arange(b.n_graphs), self.n))
-        self.mult = float(getattr(lik, "n_samples", 1))
-        self.N, self.E, self.K = b.n_total_nodes, b.n_edges, lik.K
-        self.graph_of = np.repeat(np.arange(self.n), b.n_graphs)
-        d = lik.size
-        node0, edge0 = lik.log_potentials(np.zeros(d))
-        self.shared = edge0.shape[0] == 1
-        self.linear = getattr(lik, "potential", "loglinear") == "loglinear"
-        if self.linear:  # tables = J w: keep J dense and do every run in one matrix product
-            cols = [lik.pushforward(np.zeros(d), e) for e in np.eye(d)]
-            self.Jn = np.stack([c[0].ravel() for c in cols], axis=1)
-            self.Je = np.stack([c[1].ravel() for c in cols], axis=1)
-            sn, se = lik.observed_statistics()
-            self.sn = np.asarray(sn, float).ravel()
-            # a model without edge weights still reports per-edge statistics: match its table
-            se = np.asarray(se, float).reshape(-1, self.K * self.K)
-            if se.shape[0] * self.K * self.K != self.Je.shape[0]:
-                se = se.sum(axis=0, keepdims=True)
-            self.se = se.ravel()
-
-    def _tables(self, W: np.ndarray):
-        R, K, E = W.shape[0], self.K, self.E
-        if self.linear:
-            node = (W @ self.Jn.T).reshape(R * self.N, K)
-            edge = (W @ self.Je.T).reshape(R, -1, K, K)
-        else:
-            tabs = [self.lik.log_potentials(w) for w in W]
-            node = np.concatenate([t[0] for t in tabs])
-            edge = np.stack([t[1] for t in tabs])
-        edge = np.ascontiguousarray(np.broadcast_to(edge, (R, E, K, K)).reshape(R * E, K, K))
-        return node, edge
-
-    def __call__(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        lik, R, E = self.lik, W.shape[0], self.E
-        node, edge = self._tables(W)
-        m = lik.engine.marginals(self.batch, node, edge)
-        log_z = np.bincount(self.graph_of, m.log_z, minlength=R)
-        mn = m.node.reshape(R, -1)
-        me = m.edge.reshape(R, E, -1)
-        if self.shared:
-            me = me.sum(axis=1, keepdims=True)
-        if self.linear:
-            vals = W @ (self.Jn.T @ self.sn + self.Je.T @ self.se)
-            grads = ((self.sn - self.mult * mn) @ self.Jn
-                     + (self.se - self.mult * me.reshape(R, -1)) @ self.Je)
-            return vals - self.mult * log_z, grads
-        vals, grads = np.empty(R), np.empty_like(W)
-        K = self.K
-        for r in range(R):
-            vals[r], grads[r] = lik.score(W[r])
-            grads[r] -= self.mult * lik.pullback(W[r], mn[r].reshape(-1, K),
-                                                 me[r].reshape(-1, K, K))
-        return vals - self.mult * log_z, grads
 
 
 def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temps: int = 1000,
