@@ -108,7 +108,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     return result
 
 
-def _pointwise(problem, flat: np.ndarray, chunk: int = 250) -> np.ndarray:
+def _pointwise(problem, flat: np.ndarray, chunk: int = 500) -> np.ndarray:
     """Per-graph (CRF) or per-row (MRF) log-likelihood of the draws (chains, draws, d), many
     draws per engine call for log-linear tables."""
     lik = problem.make_likelihood()
@@ -117,9 +117,13 @@ def _pointwise(problem, flat: np.ndarray, chunk: int = 250) -> np.ndarray:
     if problem.potential != "loglinear":
         out = np.stack([lik.pointwise(w) for w in draws])
     else:
+        n = min(chunk, draws.shape[0])
+        batched = BatchedLikelihood(lik, n)  # one replicated batch, reused for every block
         parts = []
-        for i in range(0, draws.shape[0], chunk):
-            block = draws[i:i + chunk]
-            parts.append(BatchedLikelihood(lik, block.shape[0]).pointwise(block))
+        for i in range(0, draws.shape[0], n):
+            block = draws[i:i + n]
+            pad = n - block.shape[0]
+            full = np.concatenate([block, np.repeat(block[-1:], pad, axis=0)]) if pad else block
+            parts.append(batched.pointwise(full)[:block.shape[0]])
         out = np.concatenate(parts)
     return out.reshape(C, S, -1)
