@@ -9,7 +9,7 @@ from pymc_crf import datasets, fitters, inference
 from pymc_crf.compare import compare, cvm_score
 from pymc_crf.datasets import CRFData
 from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
-from pymc_crf.fitters import fit
+from pymc_crf.fitters import fit, log_marginal_likelihood
 from pymc_crf.graphs import GraphBatch, GraphStructureError
 from pymc_crf.inference import ApproximateInferenceWarning
 from pymc_crf.ops import log_partition
@@ -32,6 +32,7 @@ __all__ = [
     "fit",
     "fitters",
     "inference",
+    "log_marginal_likelihood",
     "log_partition",
     "pad_labels",
     "predict",

@@ -100,6 +100,10 @@ class Potential:
         """``d log g / d a`` (None when it is 1)."""
         raise NotImplementedError
 
+    def d2log(self, score: np.ndarray, epsilon: float = 0.0) -> np.ndarray | None:
+        """``d^2 log g / d a^2`` (None when it is 0)."""
+        raise NotImplementedError
+
     def log_expected(self, mean: np.ndarray, var: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
         """``log E[g(y)]`` for ``y ~ N(mean, var)``, elementwise."""
         raise NotImplementedError
@@ -120,6 +124,9 @@ class LogLinear(Potential):
         return score
 
     def dlog(self, score, epsilon=0.0):
+        return None
+
+    def d2log(self, score, epsilon=0.0):
         return None
 
     def log_expected(self, mean, var, epsilon=0.0):
@@ -148,6 +155,12 @@ class Probit(Potential):
         score = np.asarray(score, dtype=np.float64)
         log_pdf = -0.5 * score**2 - _LOG_SQRT_2PI
         return np.exp(np.log1p(-2.0 * epsilon) + log_pdf - self.log(score, epsilon))
+
+    def d2log(self, score, epsilon=0.0):
+        # f = log g, f' = (1-2eps) N(a) / g; N'(a) = -a N(a) gives f'' = -a f' - f'^2
+        score = np.asarray(score, dtype=np.float64)
+        d1 = self.dlog(score, epsilon)
+        return -score * d1 - d1 * d1
 
     def log_expected(self, mean, var, epsilon=0.0):
         # E[Phi(y)] = Phi(mean / sqrt(1 + var))  (Qi, Szummer & Minka 2005, eqs. (59)-(60))

@@ -1,6 +1,10 @@
 """Registered fitters (``pmc.fit(model, method=...)``) and their predictors."""
 
-from pymc_crf.fitters import predictors  # noqa: F401  (registers "average", "bpe", "map", ...)
+from pymc_crf.fitters import (
+    ensemble,  # noqa: F401  (registers "bagging", "supergraph")
+    predictors,  # noqa: F401  (registers "average", "bpe", "map", ...)
+)
+from pymc_crf.fitters.evidence import log_marginal_likelihood
 from pymc_crf.fitters.random_field import (
     MRFLogLikelihood,
     MRFSpec,
@@ -16,4 +20,5 @@ load_builtin()
 
 __all__ = ["CRFSpec", "MRFLogLikelihood", "MRFSpec", "WeightSpec", "available", "build_result",
            "extract_crf", "extract_mrf", "extract_random_field", "fit", "load_builtin",
-           "random_field_log_likelihood", "register", "require_gaussian_prior"]
+           "log_marginal_likelihood", "random_field_log_likelihood", "register",
+           "require_gaussian_prior"]

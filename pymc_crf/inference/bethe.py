@@ -42,8 +42,9 @@ from pymc_crf.graphs.adjacency import message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_direction, check_potentials
 
-__all__ = ["beliefs", "bethe_covariance_matrix", "bethe_covariance_vector_product", "bethe_log_z",
-           "cavity", "normalise_log", "pair_log_belief"]
+__all__ = ["beliefs", "bethe_covariance_matrix", "bethe_covariance_products",
+           "bethe_covariance_vector_product", "bethe_log_z", "cavity", "normalise_log",
+           "pair_log_belief"]
 
 
 # ---------------------------------------------------------------------------- beliefs, free energy
@@ -292,6 +293,58 @@ def bethe_covariance_vector_product(batch: GraphBatch, node_logpot, edge_logpot,
     if shared:
         dbe = dbe.sum(axis=0, keepdims=True)
     return dbn, dbe
+
+
+def bethe_covariance_products(batch: GraphBatch, node_logpot, edge_logpot, directions,
+                              engine, state: LoopyResult | None = None
+                              ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """:func:`bethe_covariance_vector_product` for many directions at once, by ONE dense LU of
+    the linearised message equations ``(I - T) dm = c(v)`` instead of a GMRES per direction.
+
+    ``directions`` is a sequence of ``(v_node, v_edge)`` pairs shaped like the potentials. The
+    dense system has ``(2E K)^2`` entries, so this is for small graphs (a 5 x 5 grid with K = 2:
+    160 unknowns), where it is much faster than GMRES for every column of a weight-space
+    covariance. Returns the belief derivatives per direction (a shared table's summed over edges).
+    """
+    node, edge = check_potentials(batch, node_logpot, edge_logpot)
+    if state is None:
+        state = engine.run(batch, node, edge)
+    st = message_layout(batch)
+    shared = edge.shape[0] == 1
+    W, q = _conditionals(node, edge, state.messages, st.src, st.edge, st.flip, st.in_ptr,
+                         st.in_idx, shared)
+    D, K = state.messages.shape
+    n = D * K
+    checked = [check_direction(node, edge, vn, ve) for vn, ve in directions]
+    sol = np.zeros((n, len(checked)))
+    if D and checked:
+        zn, ze = np.zeros_like(node), np.zeros_like(edge)
+        buf = np.empty((D, K))
+        M = np.empty((n, n))
+        eye = np.eye(n)
+        for j in range(n):
+            _tangent_step(eye[j].reshape(D, K), zn, ze, W, q, st.src, st.edge, st.flip,
+                          st.in_ptr, st.in_idx, shared, buf)
+            M[:, j] = eye[j] - buf.ravel()
+        rhs = np.empty((n, len(checked)))
+        zero = np.zeros((D, K))
+        for j, (vn, ve) in enumerate(checked):
+            _tangent_step(zero, vn, ve, W, q, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
+                          shared, buf)
+            rhs[:, j] = buf.ravel()
+        try:
+            sol = np.linalg.solve(M, rhs)
+        except np.linalg.LinAlgError:
+            sol = np.linalg.lstsq(M, rhs, rcond=None)[0]
+    out = []
+    for j, (vn, ve) in enumerate(checked):
+        dbn, dbe = _belief_tangents(np.ascontiguousarray(sol[:, j].reshape(D, K)), vn, ve,
+                                    state.log_node, state.log_edge, batch.edges, st.in_ptr,
+                                    st.in_idx, shared)
+        if shared:
+            dbe = dbe.sum(axis=0, keepdims=True) if batch.n_edges else np.zeros_like(edge)
+        out.append((dbn, dbe))
+    return out
 
 
 def bethe_covariance_matrix(batch: GraphBatch, node_logpot, edge_logpot, engine, graph: int = 0,

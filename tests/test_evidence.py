@@ -1,0 +1,100 @@
+"""Evidence estimates (Parise & Welling 2006) against the marginal likelihood by quadrature on
+2-parameter models, and their plumbing (fit group, compare column, errors)."""
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.integrate import simpson
+
+import pymc_crf as pmc
+from pymc_crf.fitters.bethe_laplace import weight_problem
+from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
+from pymc_crf.fitters.evidence import LogEvidence, log_marginal_likelihood
+
+
+def _mrf_model():
+    X = np.random.default_rng(0).integers(0, 2, size=(30, 3))
+    with pm.Model() as m:
+        b = pm.Normal("b", 0.0, 1.0)
+        w = pm.Normal("w", 0.0, 1.0)
+        pmc.MRF("x", graphs=pmc.GraphBatch.chains([3]), node_weights=b, edge_weights=w,
+                parameterization="ising", observed=X)
+    return m
+
+
+def _crf_model():
+    rng = np.random.default_rng(1)
+    batch = pmc.GraphBatch.chains([3] * 8)
+    X = rng.normal(size=(batch.n_total_nodes, 1))
+    y = (rng.uniform(size=batch.n_total_nodes) < 1 / (1 + np.exp(-1.5 * X[:, 0]))).astype(int)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(1, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    return m
+
+
+def _quadrature(model, half_width=5.0, n=121):
+    """log int p(D|w) p(w) dw over a 2-d box by Simpson's rule (the posterior is far inside)."""
+    p = weight_problem(model, "quadrature")
+    lik = p.make_likelihood()
+    a = np.linspace(-half_width, half_width, n)
+    A, B = np.meshgrid(a, a, indexing="ij")
+    W = np.stack([A.ravel(), B.ravel()], axis=1)
+    ll = BatchedLikelihood(lik, W.shape[0])(W)[0]
+    lp = ll + np.array([p.prior(w)[0] for w in W])
+    top = lp.max()
+    f = np.exp(lp - top).reshape(n, n)
+    return float(np.log(simpson(simpson(f, x=a, axis=1), x=a)) + top)
+
+
+@pytest.mark.parametrize("make", [_mrf_model, _crf_model], ids=["mrf", "crf"])
+def test_every_method_against_quadrature(make):
+    m = make()
+    truth = _quadrature(m)
+    est = {meth: log_marginal_likelihood(m, meth, seed=0, n_temps=400, n_runs=16)
+           for meth in ("bethe_laplace", "laplace_exact", "bic", "map", "ais")}
+    assert all(isinstance(v, LogEvidence) for v in est.values())
+    err = {k: abs(float(v) - truth) for k, v in est.items()}
+    # Laplace with all O(1) terms: O(1/N) off; on a tree the Bethe quantities are exact
+    assert err["laplace_exact"] < 0.05, err
+    assert abs(est["bethe_laplace"] - est["laplace_exact"]) < 1e-6
+    # the O(1) terms matter: BIC and the MAP score are far off at this N
+    assert err["bic"] > 10 * err["laplace_exact"] and err["map"] > 10 * err["laplace_exact"], err
+    # AIS: unbiased in the weights, within its own Monte Carlo error
+    assert 0 < est["ais"].std_error < 0.2
+    assert err["ais"] < 4 * est["ais"].std_error + 0.02, (err, est["ais"].std_error)
+
+
+def test_fit_group_and_compare_column():
+    m = _mrf_model()
+    r = pmc.fit(m, method="bethe_laplace", n_draws=50, seed=0)
+    ev = log_marginal_likelihood(m, "bethe_laplace", map="exact")
+    assert float(r["fit"]["log_marginal_likelihood"]) == pytest.approx(float(ev), abs=1e-8)
+    table = pmc.compare({"bl": r})
+    assert table.loc["bl", "log_marginal_likelihood"] == pytest.approx(float(ev), abs=1e-8)
+
+
+def test_bad_evidence_options():
+    m = _mrf_model()
+    with pytest.raises(ValueError, match="unknown evidence method"):
+        log_marginal_likelihood(m, "harmonic_mean")
+    with pytest.raises(ValueError, match="n_runs"):
+        log_marginal_likelihood(m, "ais", n_runs=1)
+    with pytest.raises(ValueError, match="engine"):
+        log_marginal_likelihood(m, "ais", engine="gibbs")
+
+
+@pytest.mark.slow
+def test_fig3_shape_bp_lr_much_closer_to_ais_than_bic_at_small_n():
+    """bench/evidence_fig3.py on two data sets at N = 30 and 100: BP-LR is more than 10x
+    closer to AIS than BIC-ML (Parise & Welling 2006 fig. 3: about 100x)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+    import evidence_fig3
+
+    res = evidence_fig3.run(2, [30, 100], n_temps=1000)
+    bp_lr = res["errors"]["BP-LR"].mean(axis=1)
+    bic = res["errors"]["BIC-ML"].mean(axis=1)
+    assert np.all(bic > 10 * bp_lr), (bic, bp_lr)
