@@ -38,7 +38,7 @@ def _load_builtin() -> None:
     # Importing a fitter module registers it; optional ones may be absent in a partial install.
     import importlib
 
-    for mod in ("map", "nuts", "ep", "bethe_laplace", "bp_hcrf_vi"):
+    for mod in ("map", "nuts", "ep", "bethe_laplace", "bp_hcrf_vi", "samplers"):
         try:
             importlib.import_module(f"pymc_crf.fitters.{mod}")
         except ModuleNotFoundError as err:
