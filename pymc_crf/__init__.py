@@ -8,7 +8,7 @@ comparison (``compare``) of posteriors.
 from pymc_crf import datasets, fitters, inference, step_methods
 from pymc_crf.compare import compare, cvm_score
 from pymc_crf.datasets import CRFData
-from pymc_crf.distributions import CRF, HCRF, pad_labels, unpad_labels
+from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
 from pymc_crf.fitters import fit
 from pymc_crf.graphs import GraphBatch, GraphStructureError
 from pymc_crf.inference import ApproximateInferenceWarning
@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "CRF",
     "HCRF",
+    "MRF",
     "ApproximateInferenceWarning",
     "CRFData",
     "GraphBatch",

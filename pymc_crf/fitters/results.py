@@ -52,16 +52,16 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
 
 def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
                           pointwise: Mapping[str, np.ndarray] | None = None) -> None:
-    """Add the pointwise (per graph) ``log_likelihood`` group to ``idata``.
+    """Add the pointwise (per graph; per row for an MRF) ``log_likelihood`` group to ``idata``.
 
     ``pointwise`` ({observed name: (chains, draws, graphs)}) when the caller has it; else from the
-    engine when the model is a CRF whose weights are free variables (nothing to compile); else
+    engine when the model is a CRF or MRF whose weights are free variables (nothing to compile); else
     ``pm.compute_log_likelihood``. Dims and coords are the observed variable's, as PyMC sets them.
     """
     if pointwise is None:
-        from pymc_crf.fitters.objective import pointwise_log_likelihood
+        from pymc_crf.fitters.random_field import random_field_pointwise_log_likelihood
 
-        pointwise = pointwise_log_likelihood(model, idata["posterior"])
+        pointwise = random_field_pointwise_log_likelihood(model, idata["posterior"])
     if pointwise is None:
         pm.compute_log_likelihood(idata, model=model, progressbar=False)
         return

@@ -1,0 +1,304 @@
+"""Reading a ``pmc.MRF`` back out of a model and its log-likelihood in the flat weights.
+
+The weight-space interface of ``CRFSpec`` / ``CRFLogLikelihood`` (``extract_crf``,
+``fitters/objective.py``) for MRF models, plus ``extract_random_field`` /
+``random_field_log_likelihood``, which take either kind, so fitters and samplers handle CRFs and
+MRFs through one path.
+
+For an MRF the log-potential tables are linear in the weights, ``theta = J w``, so with the node
+and pairwise label counts ``c`` of the N observed rows (the sufficient statistics)
+
+    log p(X | w) = <c, J w> - N log Z(J w),    d/dw = J^T (c - N mu),
+
+with ``mu`` the node and edge marginals (Parise & Welling 2006, eqs. (2), (5) and the first two
+terms of eq. (8); Welling & Parise 2006, eq. (3)). One engine call gives log Z and ``mu`` whatever
+N is.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pymc as pm
+
+from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization
+from pymc_crf.fitters.objective import CRFLogLikelihood
+from pymc_crf.fitters.objective import pointwise_log_likelihood as crf_pointwise_log_likelihood
+from pymc_crf.fitters.spec import CRFSpec, WeightSpec, _weight_spec, extract_crf
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import Engine
+
+__all__ = ["MRFLogLikelihood", "MRFSpec", "extract_mrf", "extract_random_field",
+           "mrf_pointwise_log_likelihood", "random_field_log_likelihood",
+           "random_field_pointwise_log_likelihood"]
+
+
+@dataclass(frozen=True)
+class MRFSpec:
+    """Everything a weight-space fitter needs about one MRF likelihood in a model.
+
+    The same attributes as ``CRFSpec`` where they apply (``weights``, ``flat_size``,
+    ``unflatten``, ``flatten``, ``param_names``, ``batch``, ``labels``, ``n_labels``,
+    ``potential`` = ``"loglinear"``, ``free_vars``, ``observed_name``, ``model``), with
+    ``labels`` the ``(n_samples, n_nodes)`` rows. The flat weight vector is
+    ``concat(node_weights.ravel(), edge_weights.ravel())``.
+    """
+
+    model: pm.Model
+    observed_name: str
+    batch: GraphBatch
+    labels: np.ndarray
+    n_labels: int
+    parameterization: str
+    node_weights: WeightSpec | None
+    edge_weights: WeightSpec | None
+    free_vars: tuple[str, ...]
+    info: MRFInfo = field(repr=False)
+
+    potential = "loglinear"
+    epsilon = 0.0
+
+    @property
+    def param(self) -> MRFParameterization:
+        """The weights-to-tables map."""
+        return self.info.param
+
+    @property
+    def n_samples(self) -> int:
+        return int(self.labels.shape[0])
+
+    @property
+    def shared_edge_table(self) -> bool:
+        """True when one (1, K, K) edge table serves every edge."""
+        return self.edge_weights is not None and self.param.edge_shared
+
+    @property
+    def weights(self) -> list[WeightSpec]:
+        return [w for w in (self.node_weights, self.edge_weights) if w is not None]
+
+    # The flat layout is CRFSpec's (weights in order, each raveled).
+    flat_size = CRFSpec.flat_size
+    flatten = CRFSpec.flatten
+
+    def unflatten(self, w_flat: np.ndarray) -> dict[str, np.ndarray]:
+        """Split a flat weight vector (..., d) into named arrays of the weights' shapes (0-d
+        weights, a shared Ising coupling, included)."""
+        w_flat = np.asarray(w_flat)
+        out, i = {}, 0
+        for w in self.weights:
+            out[w.name] = w_flat[..., i:i + w.size].reshape(w_flat.shape[:-1] + w.shape)
+            i += w.size
+        return out
+
+    def param_names(self) -> list[str]:
+        """``"b[0]"``-style names of the flat weight entries (``"w"`` for a 0-d weight)."""
+        names = []
+        for w in self.weights:
+            names += [f"{w.name}[{', '.join(map(str, idx))}]" if idx else str(w.name)
+                      for idx in np.ndindex(*w.shape)]
+        return names
+
+
+def _observed(model: pm.Model, rv) -> np.ndarray:
+    obs = model.rvs_to_values[rv]
+    return np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
+
+
+def extract_mrf(model: pm.Model | None = None) -> MRFSpec:
+    """The single MRF likelihood of ``model`` and its weights (raises if there is none or several)."""
+    model = pm.modelcontext(model)
+    mrfs = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, MRFRV)]
+    if not mrfs:
+        others = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
+        raise ValueError("this fitter needs a model with an observed pmc.MRF likelihood; found "
+                         f"{others or 'no observed variables'}")
+    if len(mrfs) > 1:
+        raise ValueError(f"the model has {len(mrfs)} MRF likelihoods; fitters take exactly one")
+    rv = mrfs[0]
+    info: MRFInfo = rv.owner.op.mrf_info
+    labels = np.asarray(_observed(model, rv), dtype=np.int64)
+    nw = _weight_spec(model, info.node_weights)
+    ew = _weight_spec(model, info.edge_weights)
+    weight_names = {w.name for w in (nw, ew) if w is not None and w.name is not None}
+    free = tuple(v.name for v in model.free_RVs if v.name not in weight_names)
+    return MRFSpec(model, rv.name, info.batch, labels, info.n_labels,
+                   info.param.parameterization, nw, ew, free, info)
+
+
+class MRFLogLikelihood:
+    """``log p(X | w)`` of the MRF of ``spec`` and its gradient in the flat weights, from the
+    sufficient statistics with one engine call per evaluation.
+
+    The interface of ``CRFLogLikelihood``: ``ll(w) -> (value, grad)``, ``pointwise(w)`` (one
+    value per observed ROW here), ``log_potentials``, ``score``, ``observed_statistics``,
+    ``pullback`` (``J^T v``), ``pushforward`` (``J v``), ``engine``, ``batch``, ``K``, ``size``.
+
+    Parameters
+    ----------
+    spec : MRFSpec
+        From ``extract_mrf(model)``.
+    engine : Engine, optional
+        Defaults to the engine the model's MRF variable uses (pass ``BeliefPropagation()`` for
+        the Bethe approximation of log Z, ``get_engine("junction_tree", batch)`` for exact).
+
+    Examples
+    --------
+    >>> ll = MRFLogLikelihood(extract_mrf(model))           # doctest: +SKIP
+    >>> value, grad = ll(w_flat)                            # doctest: +SKIP
+    >>> per_row = ll.pointwise(w_flat)                      # doctest: +SKIP
+    """
+
+    def __init__(self, spec: MRFSpec, engine: Engine | None = None):
+        self.spec = spec
+        self.engine = engine if engine is not None else spec.model[spec.observed_name].owner.op.engine
+        self.batch, self.K = spec.batch, spec.n_labels
+        self.param = spec.param
+        self.size = spec.flat_size
+        self.n_samples = spec.n_samples
+        b, K = self.batch, self.K
+        X = np.asarray(spec.labels, dtype=np.int64)
+        n, E = X.shape[1], b.n_edges
+        # Distinct rows carry all the information (their scores are all ``pointwise`` needs).
+        self._rows, self._inverse = np.unique(X, axis=0, return_inverse=True)
+        self._inverse = self._inverse.reshape(-1)
+        node = np.zeros((n, K))
+        np.add.at(node, (np.broadcast_to(np.arange(n), X.shape), X), 1.0)
+        edge = np.zeros((E, K, K))
+        if E:
+            u, v = b.edges[:, 0], b.edges[:, 1]
+            np.add.at(edge, (np.broadcast_to(np.arange(E), (X.shape[0], E)), X[:, u], X[:, v]),
+                      1.0)
+        self._node_counts = node
+        self._edge_counts = edge.sum(axis=0, keepdims=True) if self._shared_table else edge
+
+    @property
+    def _shared_table(self) -> bool:
+        return self.param.edge_kind is None or self.param.edge_shared
+
+    # ------------------------------------------------------------------ tables
+    def _parts(self, w_flat: np.ndarray):
+        parts = self.spec.unflatten(np.asarray(w_flat, dtype=np.float64))
+        nw, ew = self.spec.node_weights, self.spec.edge_weights
+        return (None if nw is None else parts[nw.name]), (None if ew is None else parts[ew.name])
+
+    def log_potentials(self, w_flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Engine tables at ``w_flat``: node (n, K) and edge (E, K, K), or (1, K, K) when the
+        edge weight is shared (or absent)."""
+        wn, we = self._parts(w_flat)
+        return (np.asarray(self.param.node_table(wn), dtype=np.float64),
+                np.asarray(self.param.edge_table(we), dtype=np.float64))
+
+    def observed_statistics(self) -> tuple[np.ndarray, np.ndarray]:
+        """Sufficient statistics of the N rows in table space: node label counts (n, K) and
+        pairwise counts (E, K, K), or (1, K, K) summed over edges for a shared table."""
+        return self._node_counts, self._edge_counts
+
+    def score(self, w_flat: np.ndarray) -> tuple[float, np.ndarray]:
+        """Unnormalised observed log score summed over the rows (the log-likelihood without
+        ``-N log Z``) and its gradient (d,)."""
+        node, edge = self.log_potentials(w_flat)
+        value = float(np.sum(self._node_counts * node) + np.sum(self._edge_counts * edge))
+        return value, self.pullback(w_flat, *self.observed_statistics())
+
+    def pullback(self, w_flat: np.ndarray, node_vec: np.ndarray | None,
+                 edge_vec: np.ndarray | None) -> np.ndarray:
+        """``J^T v``: a table-space cotangent (node (n, K); edge (E, K, K), or (1, K, K) summed
+        over edges for a shared table) mapped to the flat weights (d,). The map is linear, so
+        ``w_flat`` does not enter; it is taken for the common interface."""
+        grads = []
+        if self.spec.node_weights is not None:
+            grads.append(self.param.node_adjoint(node_vec))
+        if self.spec.edge_weights is not None:
+            grads.append(self.param.edge_adjoint(edge_vec))
+        return np.concatenate([np.asarray(g).ravel() for g in grads])
+
+    def pushforward(self, w_flat: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``J v``: a weight direction (d,) mapped to table space (the tables are linear in w)."""
+        return self.log_potentials(v)
+
+    def pointwise(self, w_flat: np.ndarray) -> np.ndarray:
+        """Per-row log-likelihood (N,): each row's score minus the shared log Z."""
+        node, edge = self.log_potentials(w_flat)
+        R, b = self._rows, self.batch
+        s = node[np.arange(R.shape[1]), R].sum(axis=1)
+        if b.n_edges:
+            e = np.zeros(b.n_edges, np.int64) if edge.shape[0] == 1 else np.arange(b.n_edges)
+            s = s + edge[e, R[:, b.edges[:, 0]], R[:, b.edges[:, 1]]].sum(axis=1)
+        log_z = float(self.engine.log_partition(b, node, edge)[0])
+        return s[self._inverse] - log_z
+
+    def __call__(self, w_flat: np.ndarray) -> tuple[float, np.ndarray]:
+        """Total log-likelihood and its gradient (d,): ``<c, theta> - N log Z`` and
+        ``J^T (c - N mu)``."""
+        node, edge = self.log_potentials(w_flat)
+        m = self.engine.marginals(self.batch, node, edge)
+        N = self.n_samples
+        value = (float(np.sum(self._node_counts * node) + np.sum(self._edge_counts * edge))
+                 - N * float(m.log_z[0]))
+        m_edge = m.edge if m.edge.shape == self._edge_counts.shape else \
+            m.edge.sum(axis=0, keepdims=True)
+        grad = self.pullback(w_flat, self._node_counts - N * m.node,
+                             self._edge_counts - N * m_edge)
+        return value, grad
+
+
+def extract_random_field(model: pm.Model | None = None) -> CRFSpec | MRFSpec:
+    """The model's single ``pmc.CRF`` (a ``CRFSpec``) or ``pmc.MRF`` (an ``MRFSpec``) likelihood."""
+    model = pm.modelcontext(model)
+    kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
+    if any(isinstance(rv.owner.op, MRFRV) for rv in model.observed_RVs):
+        if len(kinds) > 1 and "CRFRV" in kinds:
+            raise ValueError("the model has both a CRF and an MRF likelihood; fitters take "
+                             "exactly one random field")
+        return extract_mrf(model)
+    try:
+        return extract_crf(model)
+    except ValueError:
+        raise ValueError("this fitter needs a model with an observed pmc.CRF or pmc.MRF "
+                         f"likelihood; found {kinds or 'no observed variables'}") from None
+
+
+def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None = None):
+    """The weight-space log-likelihood object of ``spec``: ``MRFLogLikelihood`` or
+    ``CRFLogLikelihood`` (same methods)."""
+    if isinstance(spec, MRFSpec):
+        return MRFLogLikelihood(spec, engine)
+    return CRFLogLikelihood(spec, engine)
+
+
+def mrf_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
+    """Per-row log-likelihood of posterior draws of an MRF model, from the engine.
+
+    ``draws`` maps variable names to arrays (chains, draws, *shape). Returns
+    ``{observed name: (chains, draws, n_samples)}``, or None when the model is not one
+    ``pmc.MRF`` likelihood (and no other observed variable) whose weights are free variables
+    present in ``draws`` (then ``pm.compute_log_likelihood`` is the way).
+    """
+    try:
+        spec = extract_mrf(model)
+    except ValueError:
+        return None
+    if len(model.observed_RVs) > 1:
+        return None
+    names = [w.name for w in spec.weights]
+    if any(n is None or n not in draws for n in names):
+        return None
+    arrays = [np.asarray(draws[n]) for n in names]
+    lead = arrays[0].shape[:2]
+    if len(lead) != 2 or any(a.shape[:2] != lead for a in arrays):
+        return None
+    flat = np.concatenate([a.reshape(*lead, -1) for a in arrays], axis=-1)
+    lik = MRFLogLikelihood(spec)
+    out = np.empty((*lead, spec.n_samples))
+    for c in range(lead[0]):
+        for d in range(lead[1]):
+            out[c, d] = lik.pointwise(flat[c, d])
+    return {spec.observed_name: out}
+
+
+def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
+    """Pointwise log-likelihood of draws from the engine for a CRF (per graph) or an MRF (per
+    row) model; None when neither applies."""
+    out = crf_pointwise_log_likelihood(model, draws)
+    return out if out is not None else mrf_pointwise_log_likelihood(model, draws)

@@ -1,0 +1,239 @@
+"""The MRF distribution against brute force, the CRF over N copies of the graph, and PyMC's tools."""
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+from pytensor.gradient import verify_grad
+
+import pymc_crf as pmc
+from pymc_crf.distributions.mrf import MRFParameterization, mrf_parameterization
+from pymc_crf.inference import BruteForce, JunctionTree
+
+LOOP = pmc.GraphBatch.from_edges([[(0, 1), (1, 2), (2, 0), (2, 3)]], [4])  # triangle + tail
+N_ROWS = 7
+
+
+def _weights(kind: str, K: int, shared_node: bool, shared_edge: bool, rng):
+    n, E = 4, LOOP.n_edges
+    if kind in ("table", "potts"):
+        wn = rng.normal(size=(K,) if shared_node else (n, K))
+    else:
+        wn = rng.normal(size=() if shared_node else (n,))
+    if kind == "table":
+        we = rng.normal(size=(K, K) if shared_edge else (E, K, K))
+    else:
+        we = rng.normal(size=() if shared_edge else (E,))
+    return wn, we
+
+
+def _tables_by_hand(kind, K, wn, we):
+    """The log-potential tables written out directly from the docstring's definitions."""
+    n, E = 4, LOOP.n_edges
+    node, edge = np.zeros((n, K)), np.zeros((E, K, K))
+    for i in range(n):
+        for a in range(K):
+            if kind in ("table", "potts"):
+                node[i, a] = wn[a] if np.ndim(wn) == 1 else wn[i, a]
+            else:
+                b = wn if np.ndim(wn) == 0 else wn[i]
+                node[i, a] = b * ((2 * a - 1) if kind == "ising" else a)
+    for e in range(E):
+        for a in range(K):
+            for c in range(K):
+                if kind == "table":
+                    edge[e, a, c] = we[a, c] if np.ndim(we) == 2 else we[e, a, c]
+                else:
+                    w = we if np.ndim(we) == 0 else we[e]
+                    f = {"ising": (2 * a - 1) * (2 * c - 1), "boltzmann": a * c,
+                         "potts": float(a == c)}[kind]
+                    edge[e, a, c] = w * f
+    return node, edge
+
+
+CASES = [("table", 2), ("table", 3), ("ising", 2), ("boltzmann", 2), ("potts", 3)]
+
+
+@pytest.mark.parametrize("kind,K", CASES)
+@pytest.mark.parametrize("shared_node,shared_edge", [(True, True), (False, False), (True, False)])
+def test_logp_equals_brute_force_and_crf_copies(kind, K, shared_node, shared_edge, rng):
+    """Per-row logp = brute-force score - log Z; equal to a pmc.CRF over N copies of the graph."""
+    wn, we = _weights(kind, K, shared_node, shared_edge, rng)
+    X = rng.integers(0, K, size=(N_ROWS, 4))
+    with pm.Model() as m:
+        x = pmc.MRF("x", graphs=LOOP, node_weights=wn, edge_weights=we, parameterization=kind,
+                    n_labels=K if kind == "potts" else None, observed=X)
+    lp = m.compile_fn(m.logp(vars=[x], sum=False)[0], inputs=[], point_fn=False)()
+    node, edge = _tables_by_hand(kind, K, wn, we)
+    lz = BruteForce().log_partition(LOOP, node, edge)[0]
+    u, v = LOOP.edges.T
+    score = node[np.arange(4), X].sum(1) + edge[np.arange(LOOP.n_edges), X[:, u], X[:, v]].sum(1)
+    np.testing.assert_allclose(lp, score - lz, rtol=1e-12, atol=1e-12)
+    # the same numbers from a CRF over N copies of the graph with per-node one-hot features
+    copies = pmc.GraphBatch.from_edges([LOOP.local_edges(0)] * N_ROWS, [4] * N_ROWS)
+    with pm.Model() as mc:
+        y = pmc.CRF("y", graphs=copies, node_features=np.tile(np.eye(4), (N_ROWS, 1)),
+                    node_weights=node, edge_features=np.tile(np.eye(LOOP.n_edges), (N_ROWS, 1)),
+                    edge_weights=edge, observed=X.reshape(-1))
+    lp_crf = mc.compile_fn(mc.logp(vars=[y], sum=False)[0], inputs=[], point_fn=False)()
+    np.testing.assert_allclose(lp, lp_crf, rtol=1e-11)
+
+
+def test_log_z_evaluated_once_per_evaluation(rng):
+    """logp and dlogp of 500 rows call the engine's log Z once and its marginals once."""
+
+    class Counting(JunctionTree):
+        calls = {"log_partition": 0, "weighted_marginals": 0}
+
+        def log_partition(self, *a, **k):
+            Counting.calls["log_partition"] += 1
+            return super().log_partition(*a, **k)
+
+        def weighted_marginals(self, *a, **k):
+            Counting.calls["weighted_marginals"] += 1
+            return super().weighted_marginals(*a, **k)
+
+    X = rng.integers(0, 2, size=(500, 4))
+    with pm.Model() as m:
+        b = pm.Normal("b", 0, 1, shape=4)
+        w = pm.Normal("w", 0, 1, shape=LOOP.n_edges)
+        pmc.MRF("x", graphs=LOOP, node_weights=b, edge_weights=w, parameterization="ising",
+                inference=Counting(), observed=X)
+    fn = m.compile_fn([m.logp(), m.dlogp()], mode="FAST_COMPILE")
+    fn(m.initial_point())
+    assert Counting.calls == {"log_partition": 1, "weighted_marginals": 1}
+
+
+@pytest.mark.parametrize("kind,K", [("table", 3), ("ising", 2), ("potts", 3)])
+def test_logp_gradient_verify_grad(kind, K, rng):
+    X = rng.integers(0, K, size=(9, 4))
+    wn, we = _weights(kind, K, False, False, rng)
+
+    def f(Wn, We):
+        rv = pmc.MRF.dist(graphs=LOOP, node_weights=Wn, edge_weights=We, parameterization=kind,
+                          n_labels=K, n_samples=9)
+        return pm.logp(rv, X).sum()
+
+    verify_grad(f, [wn, we], rng=rng, mode="FAST_COMPILE")
+
+
+def test_exact_draws_match_brute_force_probabilities():
+    """Frequencies of 4000 junction-tree draws against enumeration: chi-square, 15 dof."""
+    wn, we = np.array([0.3, -0.5, 0.1, 0.8]), np.array([0.7, -0.4, 0.5, -0.9])
+    rv = pmc.MRF.dist(graphs=LOOP, node_weights=wn, edge_weights=we, parameterization="ising",
+                      n_samples=4000)
+    draws = pm.draw(rv, random_seed=3)
+    assert draws.shape == (4000, 4)
+    codes = draws @ np.array([8, 4, 2, 1])
+    freq = np.bincount(codes, minlength=16) / len(codes)
+    node, edge = _tables_by_hand("ising", 2, wn, we)
+    configs = np.indices((2,) * 4).reshape(4, -1).T
+    u, v = LOOP.edges.T
+    sc = node[np.arange(4), configs].sum(1) + edge[np.arange(4), configs[:, u], configs[:, v]].sum(1)
+    p = np.exp(sc - np.logaddexp.reduce(sc))
+    chi2 = len(codes) * ((freq - p) ** 2 / p).sum()
+    assert chi2 < 37.7  # chi-square, 15 dof, p = 0.001
+
+
+def test_nuts_prior_posterior_predictive_and_loo(rng):
+    X = rng.integers(0, 2, size=(30, 4))
+    coords = {"row": range(30), "node": range(4)}
+    with pm.Model(coords=coords):
+        b = pm.Normal("b", 0.0, 1.0, dims="node")
+        w = pm.Normal("w", 0.0, 1.0)
+        pmc.MRF("x", graphs=LOOP, node_weights=b, edge_weights=w, parameterization="ising",
+                observed=X, dims=("row", "node"))
+        prior = pm.sample_prior_predictive(draws=5, random_seed=1)
+        idata = pm.sample(draws=30, tune=30, chains=1, random_seed=2, progressbar=False,
+                          compute_convergence_checks=False)
+        pm.compute_log_likelihood(idata, progressbar=False)
+        pp = pm.sample_posterior_predictive(idata, random_seed=1, progressbar=False)
+    assert prior["prior_predictive"]["x"].shape == (1, 5, 30, 4)
+    assert set(np.unique(prior["prior_predictive"]["x"].values)) <= {0, 1}
+    assert pp["posterior_predictive"]["x"].shape == (1, 30, 30, 4)
+    ll = idata["log_likelihood"]["x"]
+    assert ll.dims == ("chain", "draw", "row")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loo = az.loo(idata)
+    assert np.isfinite(loo["elpd"])
+    assert loo["elpd_i"].shape == (30,)
+
+
+@pytest.mark.parametrize("labels,msg", [
+    (np.zeros((3, 5), int), "rows of length 5"),
+    (np.array([[0, 1, 2, 0]]), r"label 2 at row 0, node 2 is outside 0..1"),
+    (np.array([[0, 1, np.nan, 0]]), "NaN or inf"),
+    (np.array([[0, 1, 0.5, 0]]), "whole numbers"),
+    (np.zeros((2, 2, 4), int), r"\(n_samples, n_nodes\)"),
+    (np.array([[0, -1, 1, 0]]), "spins are given as label indices"),
+])
+def test_bad_labels(labels, msg):
+    with pm.Model(), pytest.raises(ValueError, match=msg):
+        w = pm.Normal("w", 0, 1)
+        pmc.MRF("x", graphs=LOOP, edge_weights=w, parameterization="ising", observed=labels)
+
+
+@pytest.mark.parametrize("kind,wn,we,msg", [
+    ("table", np.zeros((3, 2)), None, r"node_weights .* must have shape \(2,\) .* or \(4, 2\)"),
+    ("table", np.zeros(2), np.zeros((3, 3)), r"edge_weights .* \(2, 2\) .* \(4, 2, 2\)"),
+    ("ising", np.zeros(3), None, r"\(\) \(shared\) or \(4,\)"),
+    ("ising", None, np.zeros((4, 2, 2)), r"edge_weights .* \(\) \(shared\) or \(4,\)"),
+    ("potts", None, np.zeros(4), "pass n_labels"),
+    ("bogus", np.zeros(2), None, "parameterization must be one of"),
+    ("table", None, None, "node_weights, edge_weights, or both"),
+])
+def test_bad_weights(kind, wn, we, msg):
+    with pytest.raises(ValueError, match=msg):
+        pmc.MRF.dist(graphs=LOOP, node_weights=wn, edge_weights=we, parameterization=kind,
+                     n_samples=3)
+
+
+def test_bad_graphs_and_sizes():
+    with pytest.raises(ValueError, match="ONE graph"):
+        pmc.MRF.dist(graphs=pmc.GraphBatch.chains([3, 3]), edge_weights=0.5,
+                     parameterization="ising", n_samples=2)
+    with pytest.raises(TypeError, match="GraphBatch"):
+        pmc.MRF.dist(graphs=[(0, 1)], edge_weights=0.5, parameterization="ising", n_samples=2)
+    with pytest.raises(ValueError, match="needs n_samples"):
+        pmc.MRF.dist(graphs=LOOP, edge_weights=0.5, parameterization="ising")
+    with pytest.raises(ValueError, match="has no edges"):
+        pmc.MRF.dist(graphs=pmc.GraphBatch.chains([1]), node_weights=0.1, edge_weights=0.5,
+                     parameterization="ising", n_samples=2)
+    with pytest.raises(ValueError, match=r"shape \(3, 4\)"):
+        pmc.MRF.dist(graphs=LOOP, edge_weights=0.5, parameterization="ising", n_samples=3,
+                     shape=(3, 5))
+
+
+def test_engines_auto_bp_warning_and_named():
+    grid = pmc.GraphBatch.grid(5, 5)
+    X = np.random.default_rng(0).integers(0, 2, size=(10, 25))
+    with pm.Model():
+        with pytest.warns(pmc.ApproximateInferenceWarning):
+            x = pmc.MRF("x", graphs=grid, edge_weights=0.2, parameterization="ising",
+                        max_treewidth=2, observed=X)
+        assert x.owner.op.engine.name == "bp"
+        y = pmc.MRF("y", graphs=grid, edge_weights=0.2, parameterization="ising", observed=X)
+        assert y.owner.op.engine.name == "junction_tree"
+        c = pmc.MRF("c", graphs=pmc.GraphBatch.chains([4]), edge_weights=0.2,
+                    parameterization="ising", observed=X[:, :4])
+        assert c.owner.op.engine.name == "chain"
+        with pytest.raises(ValueError, match="treewidth .* above max_treewidth=2"):
+            pmc.MRF("z", graphs=grid, edge_weights=0.2, parameterization="ising",
+                    inference="junction_tree", max_treewidth=2, observed=X)
+
+
+def test_parameterization_adjoint_is_transpose(rng):
+    """<J^T u, w> = <u, J w> for every weight layout (the map fitters differentiate through)."""
+    for kind, K in CASES:
+        for sn, se in [(True, True), (False, False)]:
+            wn, we = _weights(kind, K, sn, se, rng)
+            p = mrf_parameterization(LOOP, kind, pm.math.constant(wn), pm.math.constant(we),
+                                     K if kind == "potts" else None)
+            assert isinstance(p, MRFParameterization)
+            node, edge = p.node_table(wn), p.edge_table(we)
+            un, ue = rng.normal(size=node.shape), rng.normal(size=edge.shape)
+            lhs = np.sum(p.node_adjoint(un) * wn) + np.sum(p.edge_adjoint(ue) * we)
+            np.testing.assert_allclose(lhs, np.sum(un * node) + np.sum(ue * edge), rtol=1e-12)
