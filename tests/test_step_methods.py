@@ -11,8 +11,7 @@ from pymc.sampling.mcmc import assign_step_methods
 from pymc.step_methods.compound import Competence
 
 import pymc_crf as pmc
-from pymc_crf.fitters import extract_crf
-from pymc_crf.fitters.objective import CRFLogLikelihood
+from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference import get_engine
 from pymc_crf.inference.select import ApproximateInferenceWarning
@@ -56,6 +55,25 @@ def grid_model(rows: int = 4, n_graphs: int = 4, seed: int = 0, inference="auto"
     return m
 
 
+def mrf_model(n_rows: int = 40, seed: int = 0) -> pm.Model:
+    """Ising MRF on the 5-node tree: biases b (5,) and couplings w (4,), exact data rows."""
+    rng = np.random.default_rng(seed)
+    g = GraphBatch.from_edges([TREE], [5])
+    b0, w0 = rng.normal(0, 0.5, 5), rng.normal(0, 0.5, 4)
+    node = np.stack([-b0, b0], axis=1)
+    edge = np.stack([np.array([[1.0, -1.0], [-1.0, 1.0]]) * w for w in w0])
+    X = get_engine("junction_tree", g).sample(g, node, edge, n_rows, rng)
+    with pm.Model() as m:
+        b = pm.Normal("b", 0.0, 1.0, shape=5)
+        w = pm.Normal("w", 0.0, 1.0, shape=4)
+        pmc.MRF("x", graphs=g, node_weights=b, edge_weights=w, parameterization="ising",
+                observed=X)
+    return m
+
+
+MODELS = {"crf": lambda: tree_model(n_graphs=3), "mrf": lambda: mrf_model()}
+
+
 def hierarchical_model(seed: int = 0) -> pm.Model:
     """Tree CRF whose weight prior scale is a free variable, plus another observed variable."""
     rng = np.random.default_rng(seed)
@@ -79,23 +97,27 @@ def _step(cls, model, **kw):
 
 
 # ------------------------------------------------------------------ ingredients vs exact inference
-def test_bethe_log_likelihood_is_exact_on_a_tree(rng):
-    m = tree_model()
+@pytest.mark.parametrize("kind", MODELS)
+def test_bethe_log_likelihood_is_exact_on_a_tree(kind, rng):
+    m = MODELS[kind]()
     st = _step(BetheMH, m)
-    exact = CRFLogLikelihood(extract_crf(m), get_engine("junction_tree", st.field.batch))
+    exact = random_field_log_likelihood(extract_random_field(m),
+                                        get_engine("junction_tree", st.field.batch))
     for _ in range(3):
         q = rng.normal(size=st.d)
         ll, _, bad, msgs, _ = st._log_likelihood(q, None)
         assert bad == 0
-        assert ll == pytest.approx(exact(q)[0], abs=1e-7)
+        assert ll == pytest.approx(exact(q)[0], abs=1e-6)  # BP tol 1e-8 per graph or row
         # warm start from another state's messages reaches the same fixed point
         ll2 = st._log_likelihood(q + 0.1, msgs)[0]
-        assert ll2 == pytest.approx(exact(q + 0.1)[0], abs=1e-7)
+        assert ll2 == pytest.approx(exact(q + 0.1)[0], abs=1e-6)
 
 
-def test_exchange_auxiliary_term_estimates_the_partition_ratio(rng):
-    # E_{x ~ p(.|w')} exp(S_x(w) - S_x(w')) = Z(w) / Z(w'): the identity that makes log Z cancel
-    m = tree_model(n_graphs=2)
+@pytest.mark.parametrize("kind", MODELS)
+def test_exchange_auxiliary_term_estimates_the_partition_ratio(kind, rng):
+    # E_{x ~ p(.|w')} exp(S_x(w) - S_x(w')) = Z(w)^R / Z(w')^R (R graphs or rows): the identity
+    # that makes log Z cancel
+    m = tree_model(n_graphs=2) if kind == "crf" else mrf_model(n_rows=2)
     st = _step(Exchange, m)
     assert st.exact_auxiliary
     q0 = rng.normal(scale=0.5, size=st.d)
@@ -106,18 +128,21 @@ def test_exchange_auxiliary_term_estimates_the_partition_ratio(rng):
     vals = np.array([np.exp(st.field.log_score(t0, x) - st.field.log_score(t1, x))
                      for x in (st._auxiliary(t1) for _ in range(4000))])
     jt = get_engine("junction_tree", st.field.batch)
-    ratio = np.exp(jt.log_partition(st.field.batch, *t0).sum()
-                   - jt.log_partition(st.field.batch, *t1).sum())
+    rows = st.field.n_rows
+    ratio = np.exp(rows * (jt.log_partition(st.field.batch, *t0).sum()
+                           - jt.log_partition(st.field.batch, *t1).sum()))
     assert abs(vals.mean() - ratio) < 5 * vals.std() / np.sqrt(vals.size)
 
 
-def test_cd_gradient_with_long_gibbs_runs_is_the_exact_gradient(rng):
+@pytest.mark.parametrize("kind", MODELS)
+def test_cd_gradient_with_long_gibbs_runs_is_the_exact_gradient(kind, rng):
     # CD-k from the data with k large draws labels from the model: its mean is the exact gradient
-    m = tree_model(n_graphs=3)
+    m = MODELS[kind]()
     st = _step(LangevinCD, m, cd_steps=25)
     q = rng.normal(scale=0.5, size=st.d)
     g = np.array([st.cd_gradient(q) for _ in range(800)])
-    exact = CRFLogLikelihood(extract_crf(m), get_engine("junction_tree", st.field.batch))(q)[1]
+    exact = random_field_log_likelihood(extract_random_field(m),
+                                        get_engine("junction_tree", st.field.batch))(q)[1]
     se = g.std(0) / np.sqrt(g.shape[0])
     assert np.all(np.abs(g.mean(0) - exact) < 5 * se + 1e-9)
 
@@ -153,7 +178,7 @@ def test_clear_errors():
                 observed=np.array([0, 1, 0]))
     with m2, pytest.raises(ValueError, match="untransformed weights"):
         LangevinCD()
-    with pm.Model(), pytest.raises(ValueError, match="pmc.CRF likelihood"):
+    with pm.Model(), pytest.raises(ValueError, match="pmc.CRF or pmc.MRF"):
         pm.Normal("a", 0, 1)
         Exchange()
     with m, pytest.raises(ValueError, match="cd_steps"):
@@ -192,7 +217,7 @@ def test_competence_only_for_random_field_weights():
 def test_pm_sample_two_chains_gives_diagnostics_and_stats(cls, keys):
     m = tree_model()
     with m:
-        idata = pm.sample(draws=300, tune=300, chains=2, cores=1, step=cls([m["W"], m["T"]]),
+        idata = pm.sample(draws=300, tune=300, chains=2, cores=1, step=cls([m["T"], m["W"]]),
                           random_seed=7, progressbar=False, compute_convergence_checks=False)
     assert keys <= set(idata["sample_stats"].data_vars)
     assert idata["posterior"]["W"].shape == (2, 300, 2, 2)
@@ -234,3 +259,13 @@ def test_multiprocess_sampling():
                           random_seed=5, progressbar=False, compute_convergence_checks=False)
     w = idata["posterior"]["W"].values
     assert w.shape == (2, 60, 2, 2) and not np.array_equal(w[0], w[1])
+
+
+@pytest.mark.parametrize("cls", [BetheMH, Exchange, LangevinCD])
+def test_mrf_model_through_the_same_path(cls):
+    m = mrf_model()
+    with m:
+        idata = pm.sample(draws=100, tune=100, chains=1, step=cls(), random_seed=4,
+                          progressbar=False, compute_convergence_checks=False)
+    assert idata["posterior"]["w"].shape == (1, 100, 4)
+    assert np.unique(idata["posterior"]["w"].values[0, :, 0]).size > 5

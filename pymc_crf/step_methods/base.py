@@ -17,8 +17,9 @@ __all__ = ["RandomFieldStep"]
 
 
 def _is_field_weight(var) -> bool:
-    """True when ``var`` (an RV or value variable) is read by a pmc.CRF likelihood."""
+    """True when ``var`` (an RV or value variable) is read by a pmc.CRF / pmc.MRF likelihood."""
     from pymc_crf.distributions.crf import CRFRV
+    from pymc_crf.distributions.mrf import MRFRV
 
     try:
         model = pm.modelcontext(None)
@@ -26,10 +27,11 @@ def _is_field_weight(var) -> bool:
         return False
     rv = model.values_to_rvs.get(var, var)
     for obs in model.observed_RVs:
-        if isinstance(obs.owner.op, CRFRV):
-            info = obs.owner.op.crf_info
-            if rv is info.node_weights or rv is info.edge_weights:
-                return True
+        op = obs.owner.op
+        info = (op.crf_info if isinstance(op, CRFRV) else
+                op.mrf_info if isinstance(op, MRFRV) else None)
+        if info is not None and (rv is info.node_weights or rv is info.edge_weights):
+            return True
     return False
 
 

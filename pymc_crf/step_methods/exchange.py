@@ -8,10 +8,11 @@ acceptance ratio
 
 uses only unnormalised scores ``f``: the intractable ``Z(w') / Z(w)`` of the likelihood cancels
 against the auxiliary term (Murray, Ghahramani & MacKay 2006, sec. 3), so the chain leaves the exact
-posterior invariant. The auxiliary draw is one labelling of every graph of the batch (the same
-design as the data), from the chain / junction-tree engine's exact sampler. Beyond exact sampling
-(large treewidth) the auxiliary labels come from Gibbs sweeps started at the observed labels: an
-explicitly approximate variant (a warning, ``exact_auxiliary = False`` as attribute and stat).
+posterior invariant. The auxiliary draw has the design of the data (one labelling of every graph
+of a CRF's batch; as many rows as the data for an MRF), from the chain / junction-tree engine's
+exact sampler. Beyond exact sampling (large treewidth) the auxiliary labels come from Gibbs sweeps
+started at the observed labels: an explicitly approximate variant (a warning, and
+``exact_auxiliary = False`` as attribute and stat).
 """
 
 from __future__ import annotations
@@ -99,11 +100,9 @@ class Exchange(RandomFieldStep):
 
     def _auxiliary(self, tables) -> np.ndarray:
         """One labelling of the batch at the given tables (exact, or Gibbs from the data)."""
-        node, edge = tables
         if self.exact_auxiliary:
-            return self.sampler.sample(self.field.batch, node, edge, 1, self.rng)[0]
-        return self.sampler.run(self.field.batch, node, edge, 1, self.rng,
-                                init=self.field.labels)[0][0]
+            return self.field.exact_draw(self.sampler, tables, self.rng)
+        return self.field.gibbs_from_data(self.sampler, tables, self.rng)
 
     def _propose(self, q0: np.ndarray, tune: bool) -> tuple[np.ndarray, dict]:
         f = self.field

@@ -4,7 +4,8 @@ A step method for the weights of a random field splits the model's log density i
 random-field term, evaluated in weight space by the likelihood object of
 ``docs/fit_contract.md`` (unnormalised score, Bethe or exact log Z, auxiliary draws), and the rest
 of the model (the weights' priors, hyper-priors, other observed variables), evaluated by PyMC
-(:mod:`pymc_crf.step_methods.rest_logp`).
+(:mod:`pymc_crf.step_methods.rest_logp`). CRFs (labels of a graph batch, flat (N,)) and MRFs
+(i.i.d. rows (S, n) of one graph) go through the same methods here.
 """
 
 from __future__ import annotations
@@ -12,28 +13,34 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 
-from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.spec import extract_crf
+from pymc_crf.fitters.random_field import (
+    MRFSpec,
+    extract_random_field,
+    random_field_log_likelihood,
+)
+from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bp import labelling_score
+from pymc_crf.inference.gibbs import Gibbs
 
 __all__ = ["RandomFieldTerm"]
 
 
 class RandomFieldTerm:
-    """The single random-field likelihood of ``model`` and the free weight variables it reads.
+    """The single random-field (``pmc.CRF`` or ``pmc.MRF``) likelihood of ``model`` and the free
+    weight variables it reads.
 
     Parameters
     ----------
     model : pm.Model
-        A model with one ``pmc.CRF`` likelihood whose weight tensors are free variables without
+        A model with one random-field likelihood whose weight tensors are free variables without
         a transform (their priors may be anything, including hierarchical ones).
     method : str
         Name of the step method, for error messages.
     """
 
     def __init__(self, model: pm.Model, method: str):
-        spec = extract_crf(model)
+        spec = extract_random_field(model)
         for w in spec.weights:
             if w.name is None:
                 raise ValueError(f"{method} needs the random-field weights to be free variables; "
@@ -50,30 +57,62 @@ class RandomFieldTerm:
         self.rv = model[spec.observed_name]
         self.weight_names = [w.name for w in spec.weights]
         self.size = int(spec.flat_size)
+        self.is_mrf = isinstance(spec, MRFSpec)
+        # An MRF's rows are independent labellings of one graph: Gibbs runs on a batch of one
+        # copy per row, with the tables tiled (built lazily: only Gibbs-based steps need it).
+        self._rows_batch: GraphBatch | None = None
+        self._shared_stats = random_field_log_likelihood(spec).observed_statistics()[1].shape[0] == 1
 
-    def likelihood(self, engine: Engine | None = None) -> CRFLogLikelihood:
+    def likelihood(self, engine: Engine | None = None):
         """The weight-space likelihood object with ``engine`` (default: the model's)."""
-        return CRFLogLikelihood(self.spec, engine)
+        return random_field_log_likelihood(self.spec, engine)
+
+    @property
+    def n_rows(self) -> int:
+        """Independent labellings in the data: 1 (a CRF's whole batch) or the MRF's rows."""
+        return self.labels.shape[0] if self.is_mrf else 1
 
     def statistics(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Table-space sufficient statistics of a labelling (N,) of the batch, in the layout of
-        ``CRFLogLikelihood.observed_statistics`` (node one-hots (N, K); edge indicators (E, K, K)
-        or, for a shared edge table, pair counts (1, K, K))."""
+        """Table-space sufficient statistics of labels in the data's layout, as the likelihood
+        object's ``observed_statistics``: node one-hot counts (nodes, K) and edge indicator counts
+        (E, K, K), or (1, K, K) summed over edges for a shared edge table."""
         b, K = self.batch, self.K
-        labels = np.asarray(labels, dtype=np.int64)
-        node = np.zeros((b.n_total_nodes, K))
-        node[np.arange(b.n_total_nodes), labels] = 1.0
-        yu, yv = labels[b.edges[:, 0]], labels[b.edges[:, 1]]
-        if self.spec.shared_edge_table:
-            edge = np.zeros((1, K, K))
-            np.add.at(edge[0], (yu, yv), 1.0)
-        else:
-            edge = np.zeros((b.n_edges, K, K))
-            edge[np.arange(b.n_edges), yu, yv] = 1.0
+        x = np.atleast_2d(np.asarray(labels, dtype=np.int64))  # (rows, nodes)
+        n, E = x.shape[1], b.n_edges
+        node = np.zeros((n, K))
+        np.add.at(node, (np.broadcast_to(np.arange(n), x.shape), x), 1.0)
+        edge = np.zeros((E, K, K))
+        if E:
+            np.add.at(edge, (np.broadcast_to(np.arange(E), (x.shape[0], E)),
+                             x[:, b.edges[:, 0]], x[:, b.edges[:, 1]]), 1.0)
+        if self._shared_stats:
+            edge = edge.sum(axis=0, keepdims=True)
         return node, edge
 
     def log_score(self, tables: tuple[np.ndarray, np.ndarray], labels: np.ndarray) -> float:
-        """Unnormalised log score of a labelling under log-potential ``tables``, summed over
-        graphs (the log-likelihood without ``-log Z``)."""
+        """Unnormalised log score of labels (data layout) under log-potential ``tables``, summed
+        over graphs / rows (the log-likelihood without the log Z terms)."""
         node, edge = tables
-        return float(labelling_score(self.batch, node, edge, labels).sum())
+        rows = np.atleast_2d(np.asarray(labels, dtype=np.int64))
+        return float(sum(labelling_score(self.batch, node, edge, r).sum() for r in rows))
+
+    def exact_draw(self, engine: Engine, tables, rng: np.random.Generator) -> np.ndarray:
+        """Labels in the data's layout drawn from the model at ``tables`` by ``engine``'s sampler
+        (one labelling of the batch for a CRF, as many rows as the data for an MRF)."""
+        node, edge = tables
+        draws = engine.sample(self.batch, node, edge, self.n_rows, rng)
+        return draws if self.is_mrf else draws[0]
+
+    def gibbs_from_data(self, gibbs: Gibbs, tables, rng: np.random.Generator) -> np.ndarray:
+        """Labels in the data's layout after ``gibbs`` (its burn-in + thin sweeps) started at the
+        observed labels under ``tables``."""
+        node, edge = tables
+        if not self.is_mrf:
+            return gibbs.run(self.batch, node, edge, 1, rng, init=self.labels)[0][0]
+        S, n = self.labels.shape
+        if self._rows_batch is None:
+            self._rows_batch = GraphBatch.from_edges([self.batch.edges] * S, [n] * S)
+        edge_rows = edge if edge.shape[0] == 1 else np.tile(edge, (S, 1, 1))
+        x = gibbs.run(self._rows_batch, np.tile(node, (S, 1)), edge_rows, 1, rng,
+                      init=self.labels.reshape(-1))[0][0]
+        return x.reshape(S, n)

@@ -89,8 +89,7 @@ class LangevinCD(RandomFieldStep):
     def cd_gradient(self, q: np.ndarray) -> np.ndarray:
         """CD-k estimate of the log-likelihood gradient at ``q`` (one Gibbs run from the data)."""
         f = self.field
-        node, edge = self.likelihood.log_potentials(q)
-        x = self.gibbs.run(f.batch, node, edge, 1, self.rng, init=f.labels)[0][0]
+        x = f.gibbs_from_data(self.gibbs, self.likelihood.log_potentials(q), self.rng)
         s_node, s_edge = f.statistics(x)
         d_node, d_edge = self._data_stats
         return self.likelihood.pullback(q, d_node - s_node, d_edge - s_edge)
