@@ -164,6 +164,7 @@ def predict(result: xr.DataTree, data: CRFData, method: str = "average", *,
     from pymc_crf.fitters.registry import _load_builtin
 
     _load_builtin()  # fitter modules register their predictors on import
+    from pymc_crf import ensemble_predict  # noqa: F401  (registers "bagging", "supergraph")
     if method in ("average", "bpe", "map") and "crf" not in result.attrs:
         # Hidden-CRF results predict a class per graph with their own predictors.
         if result.attrs.get("method") == "bp_hcrf_vi":

@@ -1,0 +1,143 @@
+"""Prediction by an ensemble of posterior draws (Welling & Parise 2006 sec. 5).
+
+Two ways to turn S weight draws ``lambda_s`` from the posterior into one labelling of a test graph:
+
+* ``"bagging"``: the MAP labelling ``t_s`` of each draw votes for its labels with weight
+  ``p(t_s | x, lambda_s)`` (its own probability), and each node takes the label with the most
+  vote mass: bagging with posterior draws in place of bootstrap replicates, weighted by confidence.
+* ``"supergraph"``: the S copies of the test graph, one per draw, are joined into one super-graph
+  by edges between the copies of each node that force equal labels (fig. 1); the max-product
+  labelling of the super-graph maximises ``sum_s log p(t | x, lambda_s)`` over labellings ``t``
+  shared by all copies, so a confident copy can overrule many unsure ones. The copies of a node
+  are joined in a chain (S - 1 equality edges); ``coupling=inf`` makes the constraints hard.
+
+Both are registered as ``pmc.predict(result, data, method="bagging" | "supergraph")`` for any
+result with posterior draws of a CRF's weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import xarray as xr
+
+from pymc_crf.datasets.base import CRFData
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.inference.select import get_engine
+from pymc_crf.predict import (
+    Prediction,
+    _crf_info,
+    _finish,
+    log_potentials_for,
+    register_predictor,
+    weight_draws,
+)
+
+__all__ = ["predict_bagging", "predict_supergraph", "supergraph"]
+
+
+def _draw_indices(draws: dict, n_draws: int | None, seed) -> np.ndarray:
+    S = next(iter(draws.values())).shape[0]
+    idx = np.arange(S)
+    if n_draws is not None and n_draws < S:
+        idx = np.sort(np.random.default_rng(seed).choice(S, size=n_draws, replace=False))
+    return idx
+
+
+def _tables(data: CRFData, info: dict, draws: dict, s: int):
+    return log_potentials_for(data, info,
+                              draws["node_weights"][s] if "node_weights" in draws else None,
+                              draws["edge_weights"][s] if "edge_weights" in draws else None)
+
+
+@register_predictor("bagging")
+def predict_bagging(result: xr.DataTree, data: CRFData, *, n_draws: int | None = 200,
+                    model=None, inference: str = "auto", seed: int | None = 0,
+                    weighted: bool = True) -> Prediction:
+    """Vote of the per-draw MAP labellings, each weighted by its probability under its draw.
+
+    ``weighted=False`` gives the plain majority vote. ``marginals`` are the normalised vote
+    masses per node and label.
+    """
+    info = _crf_info(result, model)
+    draws = weight_draws(result, info)
+    engine = get_engine(inference, data.graphs)
+    b = data.graphs
+    votes = np.zeros((b.n_total_nodes, info["n_labels"]))
+    rows = np.arange(b.n_total_nodes)
+    for s in _draw_indices(draws, n_draws, seed):
+        node, edge = _tables(data, info, draws, s)
+        best = engine.map_assignment(b, node, edge)
+        w = np.ones(b.n_graphs)
+        if weighted:  # p(t_s | x, lambda_s) per graph: the MAP score minus log Z
+            w = np.exp(best.score - engine.log_partition(b, node, edge))
+        votes[rows, best.labels] += w[b.node_graph]
+    marg = votes / np.maximum(votes.sum(axis=1, keepdims=True), 1e-300)
+    return _finish(data, marg, votes.argmax(axis=1), "bagging")
+
+
+def supergraph(batch: GraphBatch, node_tables: list[np.ndarray], edge_tables: list[np.ndarray],
+               coupling: float = np.inf) -> tuple[GraphBatch, np.ndarray, np.ndarray]:
+    """The super-graph of S copies of ``batch`` (one per table set) joined by equality edges.
+
+    Graph ``g`` of the result holds the S copies of graph ``g`` (copy s, node j at local id
+    ``s * n_g + j``) and the chain of equality edges between consecutive copies of each node, with
+    table 0 on the diagonal and ``-coupling`` off it (``-inf``: hard constraints). Returns the
+    batch, node tables (N*S, K) and per-edge tables.
+    """
+    S = len(node_tables)
+    K = node_tables[0].shape[1]
+    E = batch.n_edges
+    edge_lists, n_nodes, node_rows, big_edge = [], [], [], []
+    eq = np.where(np.eye(K, dtype=bool), 0.0, -float(coupling))
+    full = [np.broadcast_to(t, (E, K, K)) for t in edge_tables]
+    for g in range(batch.n_graphs):
+        n = int(batch.n_nodes[g])
+        nidx = batch.node_index([g])
+        eidx = batch.edge_index([g])
+        local = batch.local_edges(g)
+        edges = [local + s * n for s in range(S)]
+        links = [np.stack([np.arange(n) + s * n, np.arange(n) + (s + 1) * n], axis=1)
+                 for s in range(S - 1)]
+        edge_lists.append(np.concatenate(edges + links).astype(np.int64).reshape(-1, 2))
+        n_nodes.append(n * S)
+        node_rows += [node_tables[s][nidx] for s in range(S)]
+        big_edge += [full[s][eidx] for s in range(S)]
+        big_edge.append(np.broadcast_to(eq, (n * (S - 1), K, K)))
+    sb = GraphBatch.from_edges(edge_lists, n_nodes)
+    return sb, np.concatenate(node_rows), np.ascontiguousarray(np.concatenate(big_edge))
+
+
+@register_predictor("supergraph")
+def predict_supergraph(result: xr.DataTree, data: CRFData, *, n_draws: int | None = 20,
+                       model=None, inference: str = "auto", seed: int | None = 0,
+                       coupling: float = np.inf, supergraph_inference="auto") -> Prediction:
+    """Max-product labelling of the super-graph of ``n_draws`` posterior draws (fig. 1).
+
+    ``supergraph_inference`` is the engine for the super-graph (a name or an Engine):
+    ``"auto"`` takes the exact junction tree when the super-graph's treewidth allows and falls
+    back to max-product BP (the paper's choice, with an ``ApproximateInferenceWarning``)
+    otherwise. ``marginals`` are the normalised max-marginal beliefs of the first copy (BP) or
+    the one-hot MAP labels (exact engines).
+    """
+    info = _crf_info(result, model)
+    draws = weight_draws(result, info)
+    idx = _draw_indices(draws, n_draws, seed)
+    tabs = [_tables(data, info, draws, s) for s in idx]
+    b = data.graphs
+    sb, node, edge = supergraph(b, [t[0] for t in tabs], [t[1] for t in tabs], coupling)
+    engine = get_engine(supergraph_inference, sb)
+    # node s*n_g + j of super-graph g is copy s of node j of graph g: read copy 0
+    first = np.concatenate([sb.node_offsets[g] + np.arange(int(b.n_nodes[g]))
+                            for g in range(b.n_graphs)])
+    K = info["n_labels"]
+    if isinstance(engine, BeliefPropagation):
+        st = engine.run(sb, node, edge, max_product=True)
+        lb = st.log_node[first]
+        labels = lb.argmax(axis=1)
+        marg = np.exp(lb - lb.max(axis=1, keepdims=True))
+        marg /= marg.sum(axis=1, keepdims=True)
+    else:
+        labels = engine.map_assignment(sb, node, edge).labels[first]
+        marg = np.eye(K)[labels]
+    return _finish(data, marg, labels, "supergraph")

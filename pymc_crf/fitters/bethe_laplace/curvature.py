@@ -1,0 +1,118 @@
+"""Curvature of the log-likelihood in the flat weights: the feature covariance C and, for probit
+potentials, the extra terms of the potential's second derivative.
+
+With linear scores ``a = x w`` and log-potentials ``phi(a)`` the log-likelihood is
+``sum_t s_t phi(a_t) - log Z(phi(a))`` (``s`` the observed statistics), so its negative Hessian is
+
+    A_lik = J^T C J - sum_t (s_t - mu_t) phi''(a_t) (da_t/dw)(da_t/dw)^T,
+
+where ``J = dphi/dw`` (``pushforward``), ``C`` the covariance of the sufficient statistics (the
+Hessian of log Z in the tables; Welling & Parise 2006 eqs. (6), (12)) and ``mu`` the marginals.
+For log-linear potentials ``phi'' = 0`` and ``A_lik = J^T C J``, the CRF Fisher matrix
+``sum_n C_{x_n}`` of Welling & Parise 2006 eq. (12) in weight space. ``C`` comes from
+``engine.covariance_vector_product``: exact for exact engines, linear response on the BP fixed
+point for ``BeliefPropagation`` (Welling & Parise 2006 eqs. (8)-(10); Parise & Welling 2006 eq. (9)).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from pymc_crf.fitters.objective import _dlog_potential
+from pymc_crf.inference.base import Engine
+from pymc_crf.inference.bp import BeliefPropagation, BPState
+from pymc_crf.inference.linear_response import linear_response_vector_product
+
+__all__ = ["fisher_matrix", "potential_curvature", "covariance_product"]
+
+
+def covariance_product(lik, w: np.ndarray, engine: Engine, state: BPState | None = None):
+    """``v -> C v`` in table space at ``w`` on ``engine`` (the BP fixed point computed once)."""
+    node, edge = lik.log_potentials(w)
+    batch = lik.batch
+    if isinstance(engine, BeliefPropagation):
+        st = state if state is not None else engine.run(batch, node, edge)
+
+        def prod(vn, ve):
+            return linear_response_vector_product(batch, node, edge, vn, ve, bp=engine, state=st)
+    else:
+        def prod(vn, ve):
+            return engine.covariance_vector_product(batch, node, edge, vn, ve)
+    return prod
+
+
+def fisher_matrix(lik, w: np.ndarray, engine: Engine, state: BPState | None = None) -> np.ndarray:
+    """Dense ``J^T C J`` (d, d) at ``w``, by d covariance-vector products (meant for d up to a few
+    hundred). ``lik`` is a CRF likelihood (its batch holds every observed graph, so C is
+    already summed over them, eq. (12)) or an MRF likelihood (one graph observed
+    ``n_samples`` times: ``N C``, eq. (7))."""
+    w = np.asarray(w, dtype=np.float64)
+    prod = covariance_product(lik, w, engine, state)
+    d = w.size
+    F = np.empty((d, d))
+    eye = np.eye(d)
+    for j in range(d):
+        vn, ve = lik.pushforward(w, eye[j])
+        cn, ce = prod(vn, ve)
+        F[:, j] = lik.pullback(w, cn, ce)
+    F *= float(getattr(lik, "n_samples", 1))
+    return 0.5 * (F + F.T)
+
+
+def _d2log_potential(score: np.ndarray, potential: str, epsilon: float) -> np.ndarray | None:
+    """Second derivative of the log-potential in its score (None for log-linear potentials).
+
+    Robust probit ``f = log(eps + (1 - 2 eps) Phi(a))``: ``f' = (1-2eps) phi(a) / e^f`` and, as
+    ``phi'(a) = -a phi(a)``, ``f'' = -a f' - f'^2``.
+    """
+    d1 = _dlog_potential(score, potential, epsilon)
+    if d1 is None:
+        return None
+    return -score * d1 - d1 * d1
+
+
+def potential_curvature(lik, w: np.ndarray, node_marg: np.ndarray, edge_marg: np.ndarray
+                        ) -> np.ndarray | None:
+    """``sum_t (s_t - mu_t) phi''(a_t) (da_t/dw)(da_t/dw)^T`` (d, d) for a CRF likelihood with
+    probit potentials (None for log-linear ones, where it vanishes).
+
+    ``node_marg`` (N, K) and ``edge_marg`` ((E, K, K), or (1, K, K) summed for a shared table)
+    are the marginals at ``w`` from the same engine as the covariance.
+    """
+    if getattr(lik, "potential", "loglinear") == "loglinear":
+        return None
+    spec = lik.spec
+    parts = spec.unflatten(np.asarray(w, dtype=np.float64))
+    obs_node, obs_edge = lik.observed_statistics()
+    K = lik.K
+    blocks = []
+    if spec.node_weights is not None:
+        a = lik.X @ parts[spec.node_weights.name]
+        c = (obs_node - node_marg) * _d2log_potential(a, lik.potential, lik.epsilon)  # (N, K)
+        F = lik.X.shape[1]
+        H = np.zeros((F, K, F, K))
+        for k in range(K):
+            H[:, k, :, k] = lik.X.T @ (lik.X * c[:, k:k + 1])
+        blocks.append(H.reshape(F * K, F * K))
+    if spec.edge_weights is not None:
+        Wt = parts[spec.edge_weights.name]
+        if lik.Xe is None:  # one shared table: diagonal in its K*K entries
+            c = (obs_edge - edge_marg).sum(axis=0) * _d2log_potential(Wt, lik.potential,
+                                                                      lik.epsilon)
+            blocks.append(np.diag(c.ravel()))
+        else:
+            a = np.tensordot(lik.Xe, Wt, axes=(1, 0))  # (E, K, K)
+            c = (obs_edge - edge_marg) * _d2log_potential(a, lik.potential, lik.epsilon)
+            Fe = lik.Xe.shape[1]
+            H = np.zeros((Fe, K * K, Fe, K * K))
+            cf = c.reshape(c.shape[0], K * K)
+            for j in range(K * K):
+                H[:, j, :, j] = lik.Xe.T @ (lik.Xe * cf[:, j:j + 1])
+            blocks.append(H.reshape(Fe * K * K, Fe * K * K))
+    d = sum(b.shape[0] for b in blocks)
+    out = np.zeros((d, d))
+    i = 0
+    for b in blocks:
+        out[i:i + b.shape[0], i:i + b.shape[0]] = b
+        i += b.shape[0]
+    return out

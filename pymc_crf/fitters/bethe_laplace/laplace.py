@@ -1,0 +1,189 @@
+"""The Laplace approximation of a random-field weight posterior: MAP point and curvature there.
+
+``laplace_fit`` finds the MAP weights (exact gradients, or BP beliefs in the gradient after a
+pseudo-moment-matching start) and the negative Hessian of the log posterior
+
+    A = J^T C J - (probit terms) + Lambda^{-1},
+
+i.e. ``N Sigma^{-1} = C + (N Lambda)^{-1}`` of Welling & Parise 2006 eq. (7) (CRF version eq. (12):
+C summed over the graphs), with C exact or by linear response. The fitter and the evidence
+estimates are both built on it.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.optimize import minimize
+
+from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
+from pymc_crf.fitters.bethe_laplace.pmm import pmm_start
+from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, bp_engine, exact_engine
+from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
+
+__all__ = ["LaplaceFit", "laplace_fit", "maximise", "MAP_MODES", "COVARIANCE_MODES"]
+
+MAP_MODES = ("exact", "bp")
+COVARIANCE_MODES = ("bp", "exact")
+
+
+@dataclass
+class LaplaceFit:
+    """MAP weights, the negative log-posterior Hessian and what went into them.
+
+    ``log_likelihood`` is ``log p(D | mean)`` with the covariance engine's log Z (Bethe for
+    ``covariance="bp"``); ``bp_report`` the BP convergence report at the MAP (None for exact).
+    """
+
+    mean: np.ndarray
+    precision: np.ndarray
+    covariance: np.ndarray
+    log_likelihood: float
+    log_prior: float
+    n_data: int
+    map_mode: str
+    covariance_mode: str
+    optimizer: dict
+    bp_report: dict | None = None
+    pmm_start: np.ndarray | None = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def bp_converged(self) -> bool:
+        return True if self.bp_report is None else bool(np.all(self.bp_report["converged"]))
+
+
+def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1e-8,
+             use_prior: bool = True) -> tuple[np.ndarray, dict]:
+    """L-BFGS ascent of ``log p(D | w) (+ log p(w))``; returns the point and optimiser record."""
+    trace: list[float] = []
+
+    def objective(x):
+        ll, g = lik(x)
+        if use_prior:
+            lp, gp = prior(x)
+            ll, g = ll + lp, g + gp
+        if not np.isfinite(ll):
+            return np.inf, np.zeros_like(x)
+        return -ll, -g
+
+    res = minimize(objective, np.asarray(x0, dtype=np.float64), jac=True, method="L-BFGS-B",
+                   callback=lambda intermediate_result: trace.append(float(intermediate_result.fun)),
+                   options={"maxiter": int(maxiter), "gtol": float(gtol), "ftol": 1e-15})
+    info = {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
+            "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
+            "objective": np.float64(res.fun), "grad_norm": np.float64(np.linalg.norm(res.jac)),
+            "message": str(res.message)}
+    return res.x, info
+
+
+def _samples(problem: WeightProblem) -> np.ndarray | None:
+    """The observed labellings (S, N) of an MRF (for pseudo-moment matching), else None."""
+    if problem.kind != "mrf":
+        return None
+    return np.asarray(problem.spec.labels, dtype=np.int64)
+
+
+def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str = "bp",
+                bp: BeliefPropagation | None = None, maxiter: int = 2000, gtol: float = 1e-8,
+                start: np.ndarray | None = None, warn: bool = True) -> LaplaceFit:
+    """MAP weights and Laplace curvature of ``problem``.
+
+    Parameters
+    ----------
+    problem : WeightProblem
+    map : {"exact", "bp"}
+        ``"exact"``: gradients from the exact engine (BL-MP); ``"bp"``: BP beliefs in the gradient,
+        started at pseudo-moment matching for MRFs (at the prior mean for CRFs) (BL-BP,
+        Welling & Parise 2006 sec. 7).
+    covariance : {"bp", "exact"}
+        C by linear response on the BP fixed point at the MAP, or exactly.
+    bp : BeliefPropagation, optional
+        The BP engine for ``"bp"`` parts (default: damping 0.5, tol 1e-11).
+    maxiter, gtol
+        L-BFGS settings.
+    start : array (d,), optional
+        Starting weights (overrides the default start).
+    warn : bool
+        Warn (``ConvergenceWarning``) when BP has not converged at the MAP.
+    """
+    if map not in MAP_MODES:
+        raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
+    if covariance not in COVARIANCE_MODES:
+        raise ValueError(f"covariance must be one of {COVARIANCE_MODES}; got {covariance!r}")
+    d = problem.size
+    prior = problem.prior
+    bp_eng = bp_engine(bp)
+    x0 = prior.mean.copy() if start is None else np.asarray(start, dtype=np.float64).copy()
+    if x0.shape != (d,):
+        raise ValueError(f"start must have shape ({d},); got {x0.shape}")
+    w_pmm = None
+    if map == "exact":
+        lik_map = problem.make_likelihood(exact_engine(problem))
+    else:
+        lik_map = problem.make_likelihood(bp_eng)
+        samples = _samples(problem)
+        if samples is not None and start is None:
+            w_pmm = pmm_start(lik_map, samples)
+            x0 = w_pmm.copy()
+    w, info = maximise(lik_map, prior, x0, maxiter=maxiter, gtol=gtol)
+    cov_engine = bp_eng if covariance == "bp" else exact_engine(problem)
+    lik_cov = problem.make_likelihood(cov_engine)
+    node, edge = lik_cov.log_potentials(w)
+    state, report = None, None
+    if covariance == "bp":
+        state = bp_eng.run(problem.batch, node, edge)
+        report = {k: np.asarray(v) for k, v in state.report.items()}
+        if warn and not report["converged"].all():
+            bad = int((~report["converged"]).sum())
+            warnings.warn(
+                f"BP did not converge at the MAP weights on {bad} of {report['converged'].size} "
+                f"graphs (largest final message change {report['max_change'].max():.3g}): the "
+                "Bethe log Z and linear-response covariance there are unreliable (recorded in "
+                "the result's diagnostics as bp_converged=False)", ConvergenceWarning,
+                stacklevel=3)
+    A_lik = fisher_matrix(lik_cov, w, cov_engine, state)
+    if problem.potential != "loglinear":
+        # the potential's curvature is weighted by the residuals of the MAP's own gradient
+        # (observed minus expected statistics, exact for map="exact"): at the MAP they balance
+        # the prior, which keeps A positive definite where the posterior is log-concave
+        m = lik_map.engine.marginals(problem.batch, node, edge)
+        extra = potential_curvature(lik_cov, w, m.node, m.edge)
+        if extra is not None:
+            A_lik = A_lik - extra
+    A = A_lik + np.diag(1.0 / prior.sd**2)
+    A = 0.5 * (A + A.T)
+    cov = _inverse_pd(A)
+    ll = float(np.sum(lik_cov.pointwise(w)))
+    lp = float(prior(w)[0])
+    return LaplaceFit(w, A, cov, ll, lp, problem.n_data, map, covariance, info, report, w_pmm,
+                      {"fisher": A_lik})
+
+
+def _inverse_pd(A: np.ndarray) -> np.ndarray:
+    """Inverse of a symmetric matrix that should be positive definite (clear error otherwise)."""
+    vals, vecs = np.linalg.eigh(A)
+    if not np.all(vals > 0):
+        raise ValueError(f"the negative log-posterior Hessian at the MAP is not positive definite "
+                         f"(smallest eigenvalue {vals.min():.3g}): the Laplace approximation does "
+                         "not exist here (probit potentials far from the MAP, or a BP fixed point "
+                         "that is not a minimum of the Bethe free energy)")
+    inv = (vecs / vals) @ vecs.T
+    return 0.5 * (inv + inv.T)
+
+
+def laplace_log_evidence(fit: LaplaceFit) -> float:
+    """Laplace estimate of ``log p(D)`` with all O(1) terms (Parise & Welling 2006 eq. (8); CRF
+    version eqs. (10)-(13)):
+
+        log p(D | w) + log p(w) + d/2 log(2 pi) - 1/2 log det A,
+
+    at the MAP ``w``, ``A`` the negative log-posterior Hessian. This is eq. (8) with
+    ``-d/2 log N - 1/2 log det(C - H/N) = -1/2 log det(N C - H)``; the log-likelihood uses the
+    Bethe log Z when the fit's covariance is by linear response.
+    """
+    sign, logdet = np.linalg.slogdet(fit.precision)
+    d = fit.mean.size
+    return float(fit.log_likelihood + fit.log_prior + 0.5 * d * np.log(2.0 * np.pi) - 0.5 * logdet)

@@ -1,0 +1,118 @@
+"""The weight-space problem a Laplace approximation works on: likelihood, prior and engines.
+
+One path for CRF and MRF models: the likelihood object (``CRFLogLikelihood`` or its MRF twin) gives
+the value and gradient of ``log p(D | w)`` and the maps between weights and log-potential tables
+(``pushforward`` / ``pullback``), so everything here is written once for both.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import pymc as pm
+
+from pymc_crf.fitters.objective import GaussianLogPrior
+from pymc_crf.fitters.spec import require_gaussian_prior
+from pymc_crf.inference.base import Engine
+from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.inference.select import get_engine
+
+__all__ = ["WeightProblem", "weight_problem", "exact_engine", "bp_engine"]
+
+
+def _extract(model: pm.Model):
+    """The model's random-field spec and its likelihood class (CRF, or MRF when available)."""
+    try:
+        from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
+    except ModuleNotFoundError:
+        from pymc_crf.fitters.objective import CRFLogLikelihood
+        from pymc_crf.fitters.spec import extract_crf
+
+        return extract_crf(model), CRFLogLikelihood
+    return extract_random_field(model), random_field_log_likelihood
+
+
+def _refuse_hcrf(model: pm.Model, method: str) -> None:
+    from pymc_crf.distributions.hcrf import find_hcrf
+
+    try:
+        find_hcrf(model)
+    except ValueError:
+        return
+    raise ValueError(
+        f"method={method!r} does not handle hidden-variable models (pmc.HCRF): the hidden-variable "
+        "Bethe-Laplace approximation (Welling & Parise 2006, eqs. 17-22) needs the MAP of the "
+        "contrastive Bethe free energy to keep its covariance positive definite, which is not "
+        "implemented. Use method='nuts', 'map' or 'bp_hcrf_vi' for HCRFs.")
+
+
+@dataclass
+class WeightProblem:
+    """A random-field likelihood in its flat weights with a fixed independent Normal prior.
+
+    ``make_likelihood(engine)`` builds the likelihood object on a chosen engine (exact or BP);
+    ``n_data`` is the number of independent observations (graphs of a CRF, samples of an MRF).
+    """
+
+    model: pm.Model
+    spec: Any
+    prior: GaussianLogPrior
+    make_likelihood: Any
+    n_data: int
+    kind: str
+
+    @property
+    def size(self) -> int:
+        return int(self.spec.flat_size)
+
+    @property
+    def batch(self):
+        return self.spec.batch
+
+    @property
+    def potential(self) -> str:
+        return getattr(self.spec, "potential", "loglinear")
+
+
+def weight_problem(model: pm.Model | None, method: str) -> WeightProblem:
+    """Read the model's CRF or MRF likelihood and its Gaussian weight prior (clear errors else)."""
+    model = pm.modelcontext(model)
+    _refuse_hcrf(model, method)
+    spec, lik_cls = _extract(model)
+    require_gaussian_prior(spec, method)
+    others = [rv.name for rv in model.observed_RVs if rv.name != spec.observed_name]
+    if others:
+        raise ValueError(f"method={method!r} needs the random field to be the only observed "
+                         f"variable; this model also observes {others}")
+    if model.potentials:
+        raise ValueError(f"method={method!r} cannot include pm.Potential terms "
+                         f"({[p.name for p in model.potentials]}) in its approximation")
+    n_data = int(getattr(spec, "n_samples", spec.batch.n_graphs))
+    kind = "mrf" if hasattr(spec, "n_samples") else "crf"
+
+    def make(engine: Engine | None = None):
+        return lik_cls(spec, engine)
+
+    return WeightProblem(model, spec, GaussianLogPrior(spec), make, n_data, kind)
+
+
+def exact_engine(problem: WeightProblem) -> Engine:
+    """The model's engine when it is exact, else the junction tree (clear error if too wide)."""
+    engine = problem.make_likelihood().engine
+    if engine.exact:
+        return engine
+    try:
+        return get_engine("junction_tree", problem.batch)
+    except ValueError as err:
+        raise ValueError(f"exact inference is not possible on this graph ({err}); use map='bp' "
+                         "and covariance='bp'") from err
+
+
+def bp_engine(bp: BeliefPropagation | None, warn: bool = False) -> BeliefPropagation:
+    """A BP engine for the Bethe quantities: the one given, or tight defaults."""
+    if bp is None:
+        return BeliefPropagation(damping=0.5, tol=1e-11, max_iter=5000, warn=warn)
+    if not isinstance(bp, BeliefPropagation):
+        raise ValueError(f"bp must be a BeliefPropagation engine; got {type(bp).__name__}")
+    return bp

@@ -1,0 +1,186 @@
+"""The Bethe-Laplace posterior (Welling & Parise 2006): curvature against finite differences,
+linear response against exact covariances, BL-BP = BL-MP on trees, pseudo-moment matching, the
+result contract and clear errors for models it cannot handle."""
+
+import warnings
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_crf as pmc
+from pymc_crf.fitters.bethe_laplace import laplace_fit, weight_problem
+from pymc_crf.fitters.bethe_laplace.pmm import empirical_marginals, pmm_start
+from pymc_crf.fitters.bethe_laplace.problem import exact_engine
+from pymc_crf.inference import BeliefPropagation, ConvergenceWarning
+
+GRID = pmc.GraphBatch.grid(3, 3)
+TREE = pmc.GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3], [3, 4]])], [5])
+
+
+def _mrf(graph, rows=40, parameterization="ising", sd=0.5, seed=0):
+    rng = np.random.default_rng(seed)
+    n = graph.n_total_nodes
+    K = 3 if parameterization == "table" else 2
+    X = rng.integers(0, K, size=(rows, n))
+    with pm.Model() as m:
+        if parameterization == "table":
+            b = pm.Normal("b", 0.0, sd, shape=(n, K))
+            w = pm.Normal("w", 0.0, sd, shape=(graph.n_edges, K, K))
+        else:
+            b = pm.Normal("b", 0.0, sd, shape=n)
+            w = pm.Normal("w", 0.0, sd, shape=graph.n_edges)
+        pmc.MRF("x", graphs=graph, node_weights=b, edge_weights=w,
+                parameterization=parameterization, observed=X)
+    return m
+
+
+def _crf(potential, shared, seed=0):
+    rng = np.random.default_rng(seed)
+    batch = pmc.GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
+                                       np.array([[0, 1], [1, 2], [2, 0]])] * 2, [4, 3] * 2)
+    N, E, K = batch.n_total_nodes, batch.n_edges, 3
+    X, Xe = rng.normal(size=(N, 2)), rng.normal(size=(E, 2))
+    y = rng.integers(0, K, size=N)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.3, 1.5, shape=(2, K))
+        if shared:
+            T = pm.Normal("T", -0.2, 0.7, shape=(K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                    potential=potential, epsilon=0.05, observed=y)
+        else:
+            V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
+                    edge_weights=V, potential=potential, epsilon=0.05, observed=y)
+    return m
+
+
+def _fd_precision(problem, w):
+    lik = problem.make_likelihood(exact_engine(problem))
+    h = 1e-5
+
+    def grad(x):
+        return lik(x)[1] + problem.prior(x)[1]
+
+    H = np.array([(grad(w + h * e) - grad(w - h * e)) / (2 * h) for e in np.eye(w.size)])
+    return -0.5 * (H + H.T)
+
+
+@pytest.mark.parametrize("case", ["crf-loglinear-shared", "crf-probit-features", "mrf-grid"])
+def test_exact_precision_is_the_negative_log_posterior_hessian(case):
+    if case == "mrf-grid":
+        m = _mrf(GRID)
+    else:
+        m = _crf("loglinear" if "loglinear" in case else "probit", shared="shared" in case)
+    p = weight_problem(m, "bethe_laplace")
+    fit = laplace_fit(p, map="exact", covariance="exact")
+    assert fit.optimizer["grad_norm"] < 1e-6
+    np.testing.assert_allclose(fit.precision, _fd_precision(p, fit.mean), atol=1e-6)
+    np.testing.assert_allclose(fit.covariance @ fit.precision, np.eye(p.size), atol=1e-8)
+
+
+def test_linear_response_is_exact_on_trees_and_close_on_a_grid():
+    p = weight_problem(_mrf(TREE), "bethe_laplace")
+    ex = laplace_fit(p, map="exact", covariance="exact")
+    lr = laplace_fit(p, map="exact", covariance="bp")
+    np.testing.assert_allclose(lr.precision, ex.precision, atol=1e-8)
+    p = weight_problem(_mrf(GRID), "bethe_laplace")
+    ex = laplace_fit(p, map="exact", covariance="exact")
+    lr = laplace_fit(p, map="exact", covariance="bp")
+    rel = np.abs(lr.covariance - ex.covariance).max() / np.abs(ex.covariance).max()
+    assert 0 < rel < 0.05  # weak couplings: Bethe is close but not exact on loops
+
+
+def test_bl_bp_equals_bl_mp_on_a_tree():
+    m = _mrf(TREE, rows=30)
+    mp = pmc.fit(m, method="bethe_laplace", map="exact", n_draws=10, seed=0)
+    bp = pmc.fit(m, method="bethe_laplace", map="bp", n_draws=10, seed=0)
+    np.testing.assert_allclose(bp["fit"]["mean_vector"], mp["fit"]["mean_vector"], atol=1e-6)
+    np.testing.assert_allclose(bp["fit"]["covariance_matrix"], mp["fit"]["covariance_matrix"],
+                               atol=1e-6)
+    np.testing.assert_allclose(bp.attrs["log_marginal_likelihood"],
+                               mp.attrs["log_marginal_likelihood"], atol=1e-6)
+
+
+def test_pseudo_moment_matching_reproduces_the_empirical_marginals_on_a_loopy_graph():
+    m = _mrf(GRID, rows=25, parameterization="table")
+    p = weight_problem(m, "bethe_laplace")
+    lik = p.make_likelihood(BeliefPropagation(tol=1e-12))
+    w = pmm_start(lik, p.spec.labels)
+    pn, pe = empirical_marginals(p.batch, p.spec.labels, 3)
+    marg = lik.engine.marginals(p.batch, *lik.log_potentials(w))
+    np.testing.assert_allclose(marg.node, pn, atol=1e-8)
+    np.testing.assert_allclose(marg.edge, pe, atol=1e-8)
+
+
+def test_result_contract_crf():
+    m = _crf("probit", shared=True)
+    r = pmc.fit(m, method="bethe_laplace", n_draws=4000, seed=1)
+    assert {"posterior", "fit", "diagnostics", "log_likelihood", "observed_data"} <= set(r.children)
+    assert r["log_likelihood"]["y"].shape == (1, 4000, 4)
+    fit = r["fit"]
+    assert list(fit["rows"].values[:2]) == ["W[0, 0]", "W[0, 1]"]
+    flat = np.concatenate([r["posterior"][n].values.reshape(4000, -1) for n in ("W", "T")], 1)
+    sd = np.sqrt(np.diag(fit["covariance_matrix"].values))
+    assert np.all(np.abs(flat.mean(0) - fit["mean_vector"].values) < 5 * sd / np.sqrt(4000))
+    assert float(fit["log_marginal_likelihood"]) == r.attrs["log_marginal_likelihood"]
+    assert bool(r["diagnostics"]["bp_converged"]) and bool(r["diagnostics"]["success"])
+
+
+@pytest.mark.parametrize("prior", ["laplace", "hierarchical", "extra_free"])
+def test_non_gaussian_and_hierarchical_priors_are_refused(prior):
+    X = np.random.default_rng(0).integers(0, 2, size=(10, 5))
+    with pm.Model() as m:
+        if prior == "laplace":
+            b = pm.Laplace("b", 0.0, 1.0, shape=5)
+        elif prior == "hierarchical":
+            s = pm.HalfNormal("s", 1.0)
+            b = pm.Normal("b", 0.0, s, shape=5)
+        else:
+            b = pm.Normal("b", 0.0, 1.0, shape=5)
+            pm.Normal("other", 0.0, 1.0)
+        pmc.MRF("x", graphs=TREE, node_weights=b, parameterization="ising", observed=X)
+    with pytest.raises(ValueError, match="bethe_laplace"):
+        pmc.fit(m, method="bethe_laplace")
+
+
+def test_hcrf_is_refused():
+    from pymc_crf.distributions.hcrf import from_sequences
+
+    batch, X = from_sequences([np.ones((3, 2)), np.ones((4, 2))])
+    with pm.Model() as m:
+        tx = pm.Normal("tx", 0, 1, shape=(2, 2))
+        ty = pm.Normal("ty", 0, 1, shape=(2, 2))
+        te = pm.Normal("te", 0, 1, shape=(2, 2, 2))
+        pmc.HCRF("c", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
+                 observed=np.array([0, 1]))
+    with pytest.raises(ValueError, match="hidden-variable"):
+        pmc.fit(m, method="bethe_laplace")
+
+
+def test_mrf_rows_of_the_wrong_length_are_refused():
+    with pm.Model(), pytest.raises(ValueError, match="n_nodes = 5"):
+        b = pm.Normal("b", 0.0, 1.0, shape=5)
+        pmc.MRF("x", graphs=TREE, node_weights=b, parameterization="ising",
+                observed=np.zeros((10, 4), dtype=int))
+
+
+def test_bp_not_converging_at_the_map_is_recorded_and_warned():
+    m = _mrf(GRID, rows=20, sd=3.0, seed=2)
+    bp = BeliefPropagation(damping=0.0, max_iter=2, warn=False)
+    with pytest.warns(ConvergenceWarning, match="did not converge at the MAP"):
+        r = pmc.fit(m, method="bethe_laplace", map="exact", bp=bp, n_draws=10)
+    assert not bool(r["diagnostics"]["bp_converged"])
+    assert int(r["diagnostics"]["bp_iterations"]) == 2
+
+
+def test_bad_options():
+    m = _mrf(TREE)
+    with pytest.raises(ValueError, match="map must be one of"):
+        pmc.fit(m, method="bethe_laplace", map="pmm")
+    with pytest.raises(ValueError, match="covariance must be one of"):
+        pmc.fit(m, method="bethe_laplace", covariance="lr")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="BeliefPropagation"):
+            pmc.fit(m, method="bethe_laplace", bp="bp")
