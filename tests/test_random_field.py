@@ -87,6 +87,9 @@ def test_score_pullback_pushforward(kind, shared):
     np.testing.assert_allclose(s - N * mg.log_z[0], value, rtol=1e-12)
     cn, ce = ll.observed_statistics()
     assert cn.sum() == N * 5 and ce.sum() == N * GRAPH.n_edges
+    sn, se = ll.statistics(ll.spec.labels)
+    np.testing.assert_array_equal(sn, cn)
+    np.testing.assert_array_equal(se, ce)
     np.testing.assert_allclose(ll.pullback(w0, cn - N * mg.node, ce - N * mg.edge), grad,
                                atol=1e-9)
     h = 1e-6
@@ -117,6 +120,12 @@ def test_engine_choice_and_fisher_product():
     node, edge = exact.log_potentials(w)
     assert np.isclose(bethe(w)[0] + exact.n_samples * bethe.engine.log_partition(
         exact.batch, node, edge)[0], exact.score(w)[0])
+    # counts of exact draws, per row, estimate the marginals (20000 draws: sd <= 0.0035)
+    draws = exact.engine.sample(exact.batch, node, edge, 20000, rng)
+    dn, de = exact.statistics(draws)
+    mg = exact.engine.marginals(exact.batch, node, edge)
+    np.testing.assert_allclose(dn / 20000, mg.node, atol=0.015)
+    np.testing.assert_allclose(de / 20000, mg.edge, atol=0.015)
     v = rng.normal(size=exact.size)
     hn, he = exact.engine.covariance_vector_product(exact.batch, node, edge,
                                                     *exact.pushforward(w, v))
@@ -168,6 +177,7 @@ def test_fit_map_result_has_per_row_log_likelihood():
     res = pmc.fit(m, method="map")
     ll = res["log_likelihood"]["x"]
     assert ll.dims == ("chain", "draw", "row") and ll.shape == (1, 1, 25)
+    assert res.attrs["log_z"] == "exact"
     ref = pm.compute_log_likelihood(res.copy(), model=m, extend_inferencedata=False,
                                     progressbar=False)
     np.testing.assert_allclose(ll.values, ref["x"].values, rtol=1e-10)

@@ -24,14 +24,12 @@ import pymc as pm
 
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization
 from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.objective import pointwise_log_likelihood as crf_pointwise_log_likelihood
 from pymc_crf.fitters.spec import CRFSpec, WeightSpec, _weight_spec, extract_crf
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 
 __all__ = ["MRFLogLikelihood", "MRFSpec", "extract_mrf", "extract_random_field",
-           "mrf_pointwise_log_likelihood", "random_field_log_likelihood",
-           "random_field_pointwise_log_likelihood"]
+           "random_field_log_likelihood", "random_field_pointwise_log_likelihood"]
 
 
 @dataclass(frozen=True)
@@ -132,7 +130,8 @@ class MRFLogLikelihood:
 
     The interface of ``CRFLogLikelihood``: ``ll(w) -> (value, grad)``, ``pointwise(w)`` (one
     value per observed ROW here), ``log_potentials``, ``score``, ``observed_statistics``,
-    ``pullback`` (``J^T v``), ``pushforward`` (``J v``), ``engine``, ``batch``, ``K``, ``size``.
+    ``pullback`` (``J^T v``), ``pushforward`` (``J v``), ``engine``, ``batch``, ``K``, ``size``;
+    and ``statistics(labels)``, the counts of any rows (sampled ones for CD / exchange moves).
 
     Parameters
     ----------
@@ -156,21 +155,11 @@ class MRFLogLikelihood:
         self.param = spec.param
         self.size = spec.flat_size
         self.n_samples = spec.n_samples
-        b, K = self.batch, self.K
         X = np.asarray(spec.labels, dtype=np.int64)
-        n, E = X.shape[1], b.n_edges
         # Distinct rows carry all the information (their scores are all ``pointwise`` needs).
         self._rows, self._inverse = np.unique(X, axis=0, return_inverse=True)
         self._inverse = self._inverse.reshape(-1)
-        node = np.zeros((n, K))
-        np.add.at(node, (np.broadcast_to(np.arange(n), X.shape), X), 1.0)
-        edge = np.zeros((E, K, K))
-        if E:
-            u, v = b.edges[:, 0], b.edges[:, 1]
-            np.add.at(edge, (np.broadcast_to(np.arange(E), (X.shape[0], E)), X[:, u], X[:, v]),
-                      1.0)
-        self._node_counts = node
-        self._edge_counts = edge.sum(axis=0, keepdims=True) if self._shared_table else edge
+        self._node_counts, self._edge_counts = self.statistics(X)
 
     @property
     def _shared_table(self) -> bool:
@@ -188,6 +177,24 @@ class MRFLogLikelihood:
         wn, we = self._parts(w_flat)
         return (np.asarray(self.param.node_table(wn), dtype=np.float64),
                 np.asarray(self.param.edge_table(we), dtype=np.float64))
+
+    def statistics(self, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Sufficient statistics of any ``(M, n)`` labellings (e.g. sampled ones, for
+        contrastive-divergence or exchange moves), in the layout of
+        :meth:`observed_statistics`: node counts (n, K), pairwise counts (E, K, K) or (1, K, K)."""
+        X = np.asarray(labels, dtype=np.int64)
+        b, K = self.batch, self.K
+        n, E = int(b.n_nodes[0]), b.n_edges
+        if X.ndim != 2 or X.shape[1] != n:
+            raise ValueError(f"labels must be (M, {n}) rows; got shape {X.shape}")
+        node = np.zeros((n, K))
+        np.add.at(node, (np.broadcast_to(np.arange(n), X.shape), X), 1.0)
+        edge = np.zeros((E, K, K))
+        if E:
+            u, v = b.edges[:, 0], b.edges[:, 1]
+            np.add.at(edge, (np.broadcast_to(np.arange(E), (X.shape[0], E)), X[:, u], X[:, v]),
+                      1.0)
+        return node, (edge.sum(axis=0, keepdims=True) if self._shared_table else edge)
 
     def observed_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """Sufficient statistics of the N rows in table space: node label counts (n, K) and
@@ -267,19 +274,21 @@ def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None =
     return CRFLogLikelihood(spec, engine)
 
 
-def mrf_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
-    """Per-row log-likelihood of posterior draws of an MRF model, from the engine.
+def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
+    """Pointwise log-likelihood of posterior draws from the engine, with nothing compiled: per
+    graph for a ``pmc.CRF`` model, per row for a ``pmc.MRF`` model.
 
-    ``draws`` maps variable names to arrays (chains, draws, *shape). Returns
-    ``{observed name: (chains, draws, n_samples)}``, or None when the model is not one
-    ``pmc.MRF`` likelihood (and no other observed variable) whose weights are free variables
-    present in ``draws`` (then ``pm.compute_log_likelihood`` is the way).
+    ``draws`` maps variable names to arrays (chains, draws, *shape) (a dict, or a posterior
+    ``Dataset``). Returns ``{observed name: (chains, draws, graphs or rows)}``, or None when the
+    model is not one random-field likelihood (and no other observed variable) whose weights are
+    all free variables present in ``draws`` (then ``pm.compute_log_likelihood`` is the way). The
+    values are the model's elementwise logp of that variable (same engine).
     """
     try:
-        spec = extract_mrf(model)
+        spec = extract_random_field(model)
     except ValueError:
         return None
-    if len(model.observed_RVs) > 1:
+    if len(model.observed_RVs) > 1:  # PyMC computes every observed variable's group
         return None
     names = [w.name for w in spec.weights]
     if any(n is None or n not in draws for n in names):
@@ -289,16 +298,6 @@ def mrf_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
     if len(lead) != 2 or any(a.shape[:2] != lead for a in arrays):
         return None
     flat = np.concatenate([a.reshape(*lead, -1) for a in arrays], axis=-1)
-    lik = MRFLogLikelihood(spec)
-    out = np.empty((*lead, spec.n_samples))
-    for c in range(lead[0]):
-        for d in range(lead[1]):
-            out[c, d] = lik.pointwise(flat[c, d])
-    return {spec.observed_name: out}
-
-
-def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
-    """Pointwise log-likelihood of draws from the engine for a CRF (per graph) or an MRF (per
-    row) model; None when neither applies."""
-    out = crf_pointwise_log_likelihood(model, draws)
-    return out if out is not None else mrf_pointwise_log_likelihood(model, draws)
+    lik = random_field_log_likelihood(spec)
+    out = np.stack([lik.pointwise(w) for w in flat.reshape(-1, flat.shape[-1])])
+    return {spec.observed_name: out.reshape(*lead, -1)}

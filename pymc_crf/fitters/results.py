@@ -34,6 +34,16 @@ def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
         idata.attrs["hcrf_weights"] = names
 
 
+def _record_mrf_log_z(idata: xr.DataTree, model: pm.Model) -> None:
+    from pymc_crf.fitters.random_field import extract_mrf
+
+    try:
+        info = extract_mrf(model).info
+    except ValueError:
+        return
+    idata.attrs["log_z"] = "exact" if info.exact else f"approximate ({info.engine_name})"
+
+
 def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
     """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model."""
     from pymc_crf.fitters.spec import extract_crf
@@ -43,6 +53,7 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
         spec = extract_crf(model)
     except ValueError:  # not a CRF model: an HCRF records the names of its three weight tensors
         _record_hcrf_layout(idata, model)
+        _record_mrf_log_z(idata, model)
         return
     idata.attrs["crf"] = crf_attrs(spec)
     # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.
