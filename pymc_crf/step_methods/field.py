@@ -61,7 +61,8 @@ class RandomFieldTerm:
         # An MRF's rows are independent labellings of one graph: Gibbs runs on a batch of one
         # copy per row, with the tables tiled (built lazily: only Gibbs-based steps need it).
         self._rows_batch: GraphBatch | None = None
-        self._shared_stats = random_field_log_likelihood(spec).observed_statistics()[1].shape[0] == 1
+        self._ll = random_field_log_likelihood(spec)
+        self._shared_stats = self._ll.observed_statistics()[1].shape[0] == 1
 
     def likelihood(self, engine: Engine | None = None):
         """The weight-space likelihood object with ``engine`` (default: the model's)."""
@@ -76,17 +77,19 @@ class RandomFieldTerm:
         """Table-space sufficient statistics of labels in the data's layout, as the likelihood
         object's ``observed_statistics``: node one-hot counts (nodes, K) and edge indicator counts
         (E, K, K), or (1, K, K) summed over edges for a shared edge table."""
+        if self.is_mrf:
+            return self._ll.statistics(labels)
         b, K = self.batch, self.K
-        x = np.atleast_2d(np.asarray(labels, dtype=np.int64))  # (rows, nodes)
-        n, E = x.shape[1], b.n_edges
-        node = np.zeros((n, K))
-        np.add.at(node, (np.broadcast_to(np.arange(n), x.shape), x), 1.0)
-        edge = np.zeros((E, K, K))
-        if E:
-            np.add.at(edge, (np.broadcast_to(np.arange(E), (x.shape[0], E)),
-                             x[:, b.edges[:, 0]], x[:, b.edges[:, 1]]), 1.0)
+        x = np.asarray(labels, dtype=np.int64)
+        node = np.zeros((b.n_total_nodes, K))
+        node[np.arange(b.n_total_nodes), x] = 1.0
+        yu, yv = x[b.edges[:, 0]], x[b.edges[:, 1]]
         if self._shared_stats:
-            edge = edge.sum(axis=0, keepdims=True)
+            edge = np.zeros((1, K, K))
+            np.add.at(edge[0], (yu, yv), 1.0)
+        else:
+            edge = np.zeros((b.n_edges, K, K))
+            edge[np.arange(b.n_edges), yu, yv] = 1.0
         return node, edge
 
     def log_score(self, tables: tuple[np.ndarray, np.ndarray], labels: np.ndarray) -> float:
