@@ -125,7 +125,7 @@ def fig2(args) -> pd.DataFrame:
             data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=n,
                                                     seed=model_seed)
             m = ising_grid_model(data.samples, data.graphs)
-            rows += _grid_rows(m, GRID_METHODS, args, model=model_seed, N=n)
+            rows += _grid_rows(m, GRID_METHODS, args, model_seed=model_seed, N=n)
     return pd.DataFrame(rows)
 
 

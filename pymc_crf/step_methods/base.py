@@ -86,6 +86,15 @@ class RandomFieldStep(ArrayStepShared):
     def _propose(self, q: np.ndarray, tune: bool) -> tuple[np.ndarray, dict]:
         raise NotImplementedError
 
+    def _metropolis(self, log_ratio: float, test: bool = True) -> tuple[bool, float]:
+        """``(accepted, min(1, exp(log_ratio)))``; a non-finite ratio is a rejection. With
+        ``test=False`` the move is taken whatever the ratio (a uniform is not drawn)."""
+        finite = bool(np.isfinite(log_ratio))
+        accept_rate = float(np.exp(min(0.0, log_ratio))) if finite else 0.0
+        if not test:
+            return True, accept_rate
+        return finite and bool(np.log(self.rng.uniform()) < log_ratio), accept_rate
+
     @staticmethod
     def competence(var, has_grad):
         # Chosen by pm.sample only when asked for, or for random-field weights that nothing

@@ -108,8 +108,7 @@ class BetheMH(RandomFieldStep):
         q1 = q0 + self.adaptation.draw(self.rng, tune)
         ll1, iters, bad, msg1, lz1 = self._log_likelihood(q1, msg0)
         log_ratio = self.rest(q1)[0] + ll1 - self.rest(q0)[0] - ll0
-        accept_rate = float(np.exp(min(0.0, log_ratio))) if np.isfinite(log_ratio) else 0.0
-        accepted = bool(np.isfinite(log_ratio) and np.log(self.rng.uniform()) < log_ratio)
+        accepted, accept_rate = self._metropolis(log_ratio)
         scale = self.adaptation.scale(tune)
         if accepted:
             self._cache = (q1.copy(), ll1, msg1, lz1)

@@ -117,8 +117,7 @@ class Exchange(RandomFieldStep):
         # Murray, Ghahramani & MacKay 2006, exchange algorithm: Z(w') cancels
         log_ratio = (self.rest(q1)[0] - self.rest(q0)[0] + s1 - s0
                      + f.log_score(t0, x) - f.log_score(t1, x))
-        accept_rate = float(np.exp(min(0.0, log_ratio))) if np.isfinite(log_ratio) else 0.0
-        accepted = bool(np.isfinite(log_ratio) and np.log(self.rng.uniform()) < log_ratio)
+        accepted, accept_rate = self._metropolis(log_ratio)
         scale = self.adaptation.scale(tune)
         if accepted:
             self._cache = (q1.copy(), t1, s1)

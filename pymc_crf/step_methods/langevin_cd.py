@@ -115,8 +115,7 @@ class LangevinCD(RandomFieldStep):
         log_q10 = -0.5 * float(np.sum(((q1 - mean0) / sd) ** 2)) / h
         log_q01 = -0.5 * float(np.sum(((q0 - mean1) / sd) ** 2)) / h
         log_ratio = delta + log_q01 - log_q10
-        accept_rate = float(np.exp(min(0.0, log_ratio))) if np.isfinite(log_ratio) else 0.0
-        accepted = (not tune or (np.isfinite(log_ratio) and np.log(self.rng.uniform()) < log_ratio))
+        accepted, accept_rate = self._metropolis(log_ratio, test=tune)
         if accepted:
             self._cache = (q1.copy(), g_ll1)
         q = q1 if accepted else q0
