@@ -46,7 +46,10 @@ class ProposalAdaptation:
         self.chol = np.diag(self.base_sd)
         self.sd = self.base_sd.copy()  # diagonal of chol (diag mode)
         self._dual = DualAverageAdaptation(self.initial_scale, self.target, 0.05, 0.75, 10)
-        self._start_window(self.window0, skip=self.window0)
+        # a full covariance needs more draws than dimensions: a rank-deficient estimate would
+        # freeze the chain in the directions it misses
+        first = self.window0 if self.diagonal else max(self.window0, 2 * self.d)
+        self._start_window(first, skip=self.window0)
 
     def _start_window(self, length: int, skip: int = 0) -> None:
         self._skip, self._len, self._n = int(skip), int(length), 0
@@ -80,7 +83,11 @@ class ProposalAdaptation:
                 self.sd = np.sqrt(var)
                 self.chol = np.diag(self.sd)
             else:
-                cov = shrink * self._m2 / (n - 1) + 1e-3 * (1 - shrink) * np.diag(self.base_sd**2)
+                # shrunk towards its diagonal (Ledoit & Wolf 2004 style), so every direction keeps
+                # the marginal scales of the draws
+                S = self._m2 / (n - 1)
+                a = n / (n + self.d)
+                cov = a * S + (1 - a) * np.diag(np.diag(S)) + 1e-10 * np.eye(self.d)
                 self.chol = np.linalg.cholesky(0.5 * (cov + cov.T))
                 self.sd = np.sqrt(np.diag(cov))
             self._dual = DualAverageAdaptation(self.optimal_scale, self.target, 0.05, 0.75, 10)
