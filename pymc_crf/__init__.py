@@ -5,7 +5,7 @@ approximate inference engines, registered fitters (``fit``), prediction (``predi
 comparison (``compare``) of posteriors.
 """
 
-from pymc_crf import datasets, fitters, inference
+from pymc_crf import datasets, fitters, inference, step_methods
 from pymc_crf.compare import compare, cvm_score
 from pymc_crf.datasets import CRFData
 from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
@@ -36,5 +36,6 @@ __all__ = [
     "log_partition",
     "pad_labels",
     "predict",
+    "step_methods",
     "unpad_labels",
 ]

@@ -30,7 +30,7 @@ def register(name: str) -> Callable[[Callable[..., DataTree]], Callable[..., Dat
 
 
 #: fitter modules (under ``pymc_crf.fitters``) that register fitters and predictors on import
-BUILTIN = ("map", "nuts", "ep", "beta_process", "bethe_laplace", "evidence")
+BUILTIN = ("map", "nuts", "ep", "beta_process", "bethe_laplace", "evidence", "samplers")
 
 
 def available() -> list[str]:

@@ -1,0 +1,51 @@
+"""Speed of the random-field samplers on the 5 x 5 grid of Welling & Parise 2006, sec. 7.
+
+For a +-1 Boltzmann machine on a 5 x 5 grid (65 weights; ``welling_parise_grid``, N data cases)
+every method runs in the same process, one after the other: NUTS on the exact posterior
+(junction-tree log Z), BL-MP and BL-BP (``bethe_laplace``), LV-CD, MC-BP (BetheMH) and exchange.
+Printed: wall time, min ESS over the weights (samplers, NUTS), min ESS per second, CVM against
+NUTS, and each method's wall time over BL-MP's (Welling & Parise 2006 report 6-16 h for LV-CD and
+MC-BP against < 2 min for BL in MATLAB: a ratio of ~200-500).
+
+    python bench/bench_samplers.py --n 100 --draws 5000 --tune 2000
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import pandas as pd
+from samplers_figures import GRID_METHODS, ising_grid_model, run_methods, score
+
+import pymc_crf as pmc
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description="min-ESS/s and wall time of the samplers, 5x5 grid")
+    p.add_argument("--n", type=int, default=100, help="data cases")
+    p.add_argument("--rows", type=int, default=5)
+    p.add_argument("--draws", type=int, default=5000)
+    p.add_argument("--tune", type=int, default=2000)
+    p.add_argument("--nuts-draws", type=int, default=2000)
+    p.add_argument("--chains", type=int, default=2)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=args.n, seed=args.seed)
+    model = ising_grid_model(data.samples, data.graphs)
+    # warm-up: compile numba kernels and the model once, so timings exclude one-off compilation
+    run_methods(model, GRID_METHODS, 20, 20, 1, args.seed, 20)
+    t0 = time.perf_counter()
+    table = score(run_methods(model, GRID_METHODS, args.draws, args.tune, args.chains, args.seed,
+                              args.nuts_draws))
+    table["time_over_bl_mp"] = table["wall_time"] / table.loc["bl_mp", "wall_time"]
+    pd.set_option("display.width", 200)
+    print(vars(args))
+    cols = [c for c in ("wall_time", "min_ess", "min_ess_per_s", "cvm", "time_over_bl_mp")
+            if c in table]
+    print(table[cols].to_string(float_format=lambda x: f"{x:.4g}"))
+    print(f"total {time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""What the random-field step methods share: the variables they own, the rest-of-model log
+density, proposal tuning and per-chain state, on top of PyMC's ``ArrayStepShared``."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+from pymc.blocking import RaveledVars
+from pymc.step_methods.arraystep import ArrayStepShared
+from pymc.step_methods.compound import Competence
+from pymc.util import get_value_vars_from_user_vars
+
+from pymc_crf.step_methods.field import RandomFieldTerm
+from pymc_crf.step_methods.rest_logp import rest_logp
+
+__all__ = ["RandomFieldStep"]
+
+
+def _is_field_weight(var) -> bool:
+    """True when ``var`` (an RV or value variable) is read by a pmc.CRF / pmc.MRF likelihood."""
+    from pymc_crf.distributions.crf import CRFRV
+    from pymc_crf.distributions.mrf import MRFRV
+
+    try:
+        model = pm.modelcontext(None)
+    except TypeError:
+        return False
+    rv = model.values_to_rvs.get(var, var)
+    for obs in model.observed_RVs:
+        op = obs.owner.op
+        info = (op.crf_info if isinstance(op, CRFRV) else
+                op.mrf_info if isinstance(op, MRFRV) else None)
+        if info is not None and (rv is info.node_weights or rv is info.edge_weights):
+            return True
+    return False
+
+
+class RandomFieldStep(ArrayStepShared):
+    """Base class: a blocked step on all weight tensors of a model's random-field likelihood.
+
+    Subclasses implement ``_propose(q, tune) -> (q_new, stats)``; the base class resolves the
+    variables (in the flat weight order of the likelihood object), builds the rest-of-model log
+    density, and resets the per-chain state (tuning, warm starts) in :meth:`setup_chain`.
+    """
+
+    default_blocked = True
+    method_name = "RandomFieldStep"
+
+    def __init__(self, vars=None, *, model=None, rng=None, initial_point=None,
+                 compile_kwargs=None, blocked: bool = True, tune: bool = True):
+        model = pm.modelcontext(model)
+        field = RandomFieldTerm(model, self.method_name)
+        if vars is None:
+            vars = [model.rvs_to_values[model[n]] for n in field.weight_names]
+        vars = get_value_vars_from_user_vars(vars, model)
+        names = {v.name for v in vars}
+        if names != set(field.weight_names):
+            raise ValueError(f"{self.method_name} samples all random-field weights together: "
+                             f"expected {sorted(field.weight_names)}, got {sorted(names)}")
+        # the raveled point follows the order of self.vars: make it the flat weight order
+        vars = [model.rvs_to_values[model[n]] for n in field.weight_names]
+        if initial_point is None:
+            initial_point = model.initial_point()
+        self.field = field
+        self.d = field.size
+        self.rest, shared = rest_logp(model, field, vars, initial_point, compile_kwargs)
+        self.tune = tune
+        super().__init__(vars, shared, blocked=blocked, rng=rng)
+
+    # ------------------------------------------------------------------ PyMC interface
+    def setup_chain(self, rng, tune: int, draws: int) -> None:
+        super().setup_chain(rng, tune, draws)
+        self.reset_chain()
+
+    def reset_chain(self) -> None:
+        """Reset per-chain state (tuning, warm starts); subclasses extend it."""
+
+    def reset_tuning(self) -> None:
+        self.reset_chain()
+
+    def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
+        q, stats = self._propose(np.asarray(q0.data, dtype=np.float64), bool(self.tune))
+        stats["tune"] = bool(self.tune)
+        return RaveledVars(q, q0.point_map_info), [stats]
+
+    def _propose(self, q: np.ndarray, tune: bool) -> tuple[np.ndarray, dict]:
+        raise NotImplementedError
+
+    def _metropolis(self, log_ratio: float, test: bool = True) -> tuple[bool, float]:
+        """``(accepted, min(1, exp(log_ratio)))``; a non-finite ratio is a rejection. With
+        ``test=False`` the move is taken whatever the ratio (a uniform is not drawn)."""
+        finite = bool(np.isfinite(log_ratio))
+        accept_rate = float(np.exp(min(0.0, log_ratio))) if finite else 0.0
+        if not test:
+            return True, accept_rate
+        return finite and bool(np.log(self.rng.uniform()) < log_ratio), accept_rate
+
+    @staticmethod
+    def competence(var, has_grad):
+        # Chosen by pm.sample only when asked for, or for random-field weights that nothing
+        # else can sample (NUTS is IDEAL for continuous variables with gradients).
+        if _is_field_weight(var):
+            return Competence.COMPATIBLE
+        return Competence.INCOMPATIBLE

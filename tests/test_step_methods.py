@@ -1,0 +1,271 @@
+"""Random-field step methods (BetheMH, Exchange, LangevinCD): their ingredients against exact
+inference, and their integration with pm.sample (chains, compound steps, cores, seeds)."""
+
+import warnings
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import pytest
+from pymc.sampling.mcmc import assign_step_methods
+from pymc.step_methods.compound import Competence
+
+import pymc_crf as pmc
+from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference import get_engine
+from pymc_crf.inference.select import ApproximateInferenceWarning
+from pymc_crf.step_methods import BetheMH, Exchange, LangevinCD
+
+TREE = np.array([[0, 1], [1, 2], [1, 3], [3, 4]])
+
+
+def tree_model(n_graphs: int = 6, seed: int = 0, prior_sd: float = 1.0) -> pm.Model:
+    """Binary CRF on copies of a 5-node tree: node features (2), node weights W (2, 2) and a
+    shared edge table T (2, 2); labels drawn at random."""
+    rng = np.random.default_rng(seed)
+    batch = GraphBatch.from_edges([TREE] * n_graphs, [5] * n_graphs)
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = rng.integers(0, 2, size=batch.n_total_nodes)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, prior_sd, shape=(2, 2))
+        T = pm.Normal("T", 0.0, prior_sd, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    return m
+
+
+def grid_model(rows: int = 4, n_graphs: int = 4, seed: int = 0, inference="auto",
+               max_treewidth: int = 10) -> pm.Model:
+    """Binary CRF on ``n_graphs`` rows x rows grids, node features (2) and a shared edge table,
+    labels drawn exactly from the model at fixed weights (coupling 0.4)."""
+    rng = np.random.default_rng(seed)
+    batch = GraphBatch.grid(rows, rows, n_graphs=n_graphs)
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    W0 = np.array([[0.5, -0.5], [-0.3, 0.3]])
+    T0 = np.array([[0.4, -0.4], [-0.4, 0.4]])
+    eng = get_engine("auto", batch, warn=False)
+    y = eng.sample(batch, X @ W0, T0[None], 1, rng)[0] if eng.exact else \
+        rng.integers(0, 2, size=batch.n_total_nodes)
+    with pm.Model() as m, warnings.catch_warnings():
+        warnings.simplefilter("ignore", ApproximateInferenceWarning)
+        W = pm.Normal("W", 0.0, 1.0, shape=(2, 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y,
+                inference=inference, max_treewidth=max_treewidth)
+    return m
+
+
+def mrf_model(n_rows: int = 40, seed: int = 0) -> pm.Model:
+    """Ising MRF on the 5-node tree: biases b (5,) and couplings w (4,), exact data rows."""
+    rng = np.random.default_rng(seed)
+    g = GraphBatch.from_edges([TREE], [5])
+    b0, w0 = rng.normal(0, 0.5, 5), rng.normal(0, 0.5, 4)
+    node = np.stack([-b0, b0], axis=1)
+    edge = np.stack([np.array([[1.0, -1.0], [-1.0, 1.0]]) * w for w in w0])
+    X = get_engine("junction_tree", g).sample(g, node, edge, n_rows, rng)
+    with pm.Model() as m:
+        b = pm.Normal("b", 0.0, 1.0, shape=5)
+        w = pm.Normal("w", 0.0, 1.0, shape=4)
+        pmc.MRF("x", graphs=g, node_weights=b, edge_weights=w, parameterization="ising",
+                observed=X)
+    return m
+
+
+MODELS = {"crf": lambda: tree_model(n_graphs=3), "mrf": lambda: mrf_model()}
+
+
+def hierarchical_model(seed: int = 0) -> pm.Model:
+    """Tree CRF whose weight prior scale is a free variable, plus another observed variable."""
+    rng = np.random.default_rng(seed)
+    batch = GraphBatch.from_edges([TREE] * 4, [5] * 4)
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = rng.integers(0, 2, size=batch.n_total_nodes)
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0)
+        W = pm.Normal("W", 0.0, s, shape=(2, 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pm.Normal("z", W.sum(), 1.0, observed=np.array([0.3, -0.2]))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    return m
+
+
+def _step(cls, model, **kw):
+    with model:
+        st = cls(**kw)
+    st.setup_chain(np.random.default_rng(3), 100, 100)
+    return st
+
+
+# ------------------------------------------------------------------ ingredients vs exact inference
+@pytest.mark.parametrize("kind", MODELS)
+def test_bethe_log_likelihood_is_exact_on_a_tree(kind, rng):
+    m = MODELS[kind]()
+    st = _step(BetheMH, m)
+    exact = random_field_log_likelihood(extract_random_field(m),
+                                        get_engine("junction_tree", st.field.batch))
+    for _ in range(3):
+        q = rng.normal(size=st.d)
+        ll, _, bad, msgs, _ = st._log_likelihood(q, None)
+        assert bad == 0
+        assert ll == pytest.approx(exact(q)[0], abs=1e-6)  # BP tol 1e-8 per graph or row
+        # warm start from another state's messages reaches the same fixed point
+        ll2 = st._log_likelihood(q + 0.1, msgs)[0]
+        assert ll2 == pytest.approx(exact(q + 0.1)[0], abs=1e-6)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_exchange_auxiliary_term_estimates_the_partition_ratio(kind, rng):
+    # E_{x ~ p(.|w')} exp(S_x(w) - S_x(w')) = Z(w)^R / Z(w')^R (R graphs or rows): the identity
+    # that makes log Z cancel
+    m = tree_model(n_graphs=2) if kind == "crf" else mrf_model(n_rows=2)
+    st = _step(Exchange, m)
+    assert st.exact_auxiliary
+    q0 = rng.normal(scale=0.5, size=st.d)
+    q1 = q0 + rng.normal(scale=0.15, size=st.d)  # a proposal-sized move: light-tailed weights
+    t0, t1 = st.likelihood.log_potentials(q0), st.likelihood.log_potentials(q1)
+    # the data's score is the likelihood object's unnormalised score
+    assert st.field.log_score(t0, st.field.labels) == pytest.approx(st.likelihood.score(q0)[0])
+    vals = np.array([np.exp(st.field.log_score(t0, x) - st.field.log_score(t1, x))
+                     for x in (st._auxiliary(t1) for _ in range(4000))])
+    jt = get_engine("junction_tree", st.field.batch)
+    rows = st.field.n_rows
+    ratio = np.exp(rows * (jt.log_partition(st.field.batch, *t0).sum()
+                           - jt.log_partition(st.field.batch, *t1).sum()))
+    assert abs(vals.mean() - ratio) < 5 * vals.std() / np.sqrt(vals.size)
+
+
+@pytest.mark.parametrize("kind", MODELS)
+def test_cd_gradient_with_long_gibbs_runs_is_the_exact_gradient(kind, rng):
+    # CD-k from the data with k large draws labels from the model: its mean is the exact gradient
+    m = MODELS[kind]()
+    st = _step(LangevinCD, m, cd_steps=25)
+    q = rng.normal(scale=0.5, size=st.d)
+    g = np.array([st.cd_gradient(q) for _ in range(800)])
+    exact = random_field_log_likelihood(extract_random_field(m),
+                                        get_engine("junction_tree", st.field.batch))(q)[1]
+    se = g.std(0) / np.sqrt(g.shape[0])
+    assert np.all(np.abs(g.mean(0) - exact) < 5 * se + 1e-9)
+
+
+def test_rest_logp_of_a_hierarchical_model_matches_pymc(rng):
+    m = hierarchical_model()
+    st = _step(BetheMH, m)
+    assert st.shared  # s is not the step's variable: it is a shared input
+    point = m.initial_point()
+    point["s_log__"] = np.array(0.4)
+    st.shared["s_log__"].set_value(point["s_log__"])
+    others = [v for v in m.free_RVs + m.observed_RVs if v.name != "y"]
+    f = m.compile_logp(vars=others)
+    for _ in range(2):
+        q = rng.normal(size=st.d)
+        point["W"], point["T"] = q[:4].reshape(2, 2), q[4:].reshape(2, 2)
+        value, grad = st.rest(q)
+        assert value == pytest.approx(float(f(point)), abs=1e-9)
+        fd = np.array([(st.rest(q + 1e-6 * e)[0] - st.rest(q - 1e-6 * e)[0]) / 2e-6
+                       for e in np.eye(st.d)])
+        np.testing.assert_allclose(grad, fd, atol=1e-5)
+
+
+# ------------------------------------------------------------------ errors and flags
+def test_clear_errors():
+    m = tree_model()
+    with m, pytest.raises(ValueError, match="all random-field weights together"):
+        BetheMH([m["W"]])
+    with pm.Model() as m2:
+        b = GraphBatch.chains([3])
+        W = pm.HalfNormal("W", 1.0, shape=(1, 2))
+        pmc.CRF("y", graphs=b, node_features=np.ones((3, 1)), node_weights=W,
+                observed=np.array([0, 1, 0]))
+    with m2, pytest.raises(ValueError, match="untransformed weights"):
+        LangevinCD()
+    with pm.Model(), pytest.raises(ValueError, match="pmc.CRF or pmc.MRF"):
+        pm.Normal("a", 0, 1)
+        Exchange()
+    with m, pytest.raises(ValueError, match="cd_steps"):
+        LangevinCD(cd_steps=0)
+
+
+def test_exchange_beyond_exact_sampling_is_flagged_approximate():
+    m = grid_model(rows=4, n_graphs=1)
+    with m, pytest.warns(ApproximateInferenceWarning, match="Gibbs"):
+        st = Exchange(max_treewidth=2, aux_sweeps=5)
+    assert not st.exact_auxiliary
+    st.setup_chain(np.random.default_rng(0), 10, 10)
+    _, stats = st.step(m.initial_point())
+    assert stats[0]["exact_auxiliary"] is False
+
+
+def test_competence_only_for_random_field_weights():
+    m = hierarchical_model()
+    with m:
+        assert BetheMH.competence(m.rvs_to_values[m["W"]], True) == Competence.COMPATIBLE
+        assert BetheMH.competence(m.rvs_to_values[m["s"]], True) == Competence.INCOMPATIBLE
+        # offered beside NUTS (IDEAL for continuous variables with gradients), it is not chosen
+        _, assigned = assign_step_methods(m, None, methods=[pm.NUTS, BetheMH])
+        assert set(assigned) == {pm.NUTS}
+        # offered alone, it takes the random-field weights and nothing else
+        _, assigned = assign_step_methods(m, None, methods=[BetheMH, pm.Slice])
+        assert {v.name for v in assigned[BetheMH]} == {"W", "T"}
+
+
+# ------------------------------------------------------------------ pm.sample integration
+@pytest.mark.parametrize("cls,keys", [
+    (BetheMH, {"accepted", "accept_rate", "scaling", "bp_iterations", "bp_nonconverged"}),
+    (Exchange, {"accepted", "accept_rate", "scaling", "exact_auxiliary"}),
+    (LangevinCD, {"accepted", "accept_rate", "step_size", "grad_norm"}),
+])
+def test_pm_sample_two_chains_gives_diagnostics_and_stats(cls, keys):
+    m = tree_model()
+    with m:
+        idata = pm.sample(draws=300, tune=300, chains=2, cores=1, step=cls([m["T"], m["W"]]),
+                          random_seed=7, progressbar=False, compute_convergence_checks=False)
+    assert keys <= set(idata["sample_stats"].data_vars)
+    assert idata["posterior"]["W"].shape == (2, 300, 2, 2)
+    rhat = az.rhat(idata)["W"].values
+    ess = az.ess(idata)["W"].values
+    # a short run of a random walk: diagnostics exist and are sane, not yet converged values
+    assert np.all(np.isfinite(rhat)) and np.all(rhat > 0.9) and np.all(ess > 2)
+    acc = float(idata["sample_stats"]["accept_rate"].mean())
+    assert 0.05 < acc <= 1.0
+
+
+def test_same_seed_same_draws():
+    m = tree_model()
+    draws = []
+    for _ in range(2):
+        with m:
+            idata = pm.sample(draws=50, tune=50, chains=2, cores=1, step=Exchange(),
+                              random_seed=11, progressbar=False, compute_convergence_checks=False)
+        draws.append(idata["posterior"]["T"].values)
+    np.testing.assert_array_equal(draws[0], draws[1])
+
+
+def test_compound_step_with_nuts_for_the_other_variables():
+    m = hierarchical_model()
+    with m:
+        idata = pm.sample(draws=100, tune=100, chains=1, step=[BetheMH([m["W"], m["T"]])],
+                          random_seed=2, progressbar=False, compute_convergence_checks=False)
+    stats = set(idata["sample_stats"].data_vars)
+    assert {"accepted", "bp_iterations"} <= stats  # BetheMH's
+    assert "diverging" in stats  # NUTS's, for s
+    s = idata["posterior"]["s"].values
+    assert np.all(s > 0) and np.unique(s).size > 10
+
+
+def test_multiprocess_sampling():
+    m = tree_model()
+    with m:
+        idata = pm.sample(draws=60, tune=60, chains=2, cores=2, step=BetheMH(),
+                          random_seed=5, progressbar=False, compute_convergence_checks=False)
+    w = idata["posterior"]["W"].values
+    assert w.shape == (2, 60, 2, 2) and not np.array_equal(w[0], w[1])
+
+
+@pytest.mark.parametrize("cls", [BetheMH, Exchange, LangevinCD])
+def test_mrf_model_through_the_same_path(cls):
+    m = mrf_model()
+    with m:
+        idata = pm.sample(draws=100, tune=100, chains=1, step=cls(), random_seed=4,
+                          progressbar=False, compute_convergence_checks=False)
+    assert idata["posterior"]["w"].shape == (1, 100, 4)
+    assert np.unique(idata["posterior"]["w"].values[0, :, 0]).size > 5
