@@ -87,9 +87,10 @@ az.summary(gold, var_names=["w"]).head(8)
 # %% [markdown]
 # ## Plots
 #
-# An ArviZ forest plot of NUTS and EP side by side (the weights of the first two edge features), then the marginal posteriors of the weights in
-# the style of Welling & Parise (2006, figs. 3, 7, 8): NUTS filled, EP's Gaussian as a line, MAP as
-# a dashed line, worst-fitting weights (largest Cramer-von Mises score) first.
+# An ArviZ forest plot of NUTS and EP side by side (the weights of the first two edge features),
+# then the marginal posteriors of the weights in the style of Welling & Parise (2006, figs. 3, 7,
+# 8): NUTS filled, EP's Gaussian as a line, MAP as a dashed line, worst-fitting weights (largest
+# Cramer-von Mises score) first.
 
 # %%
 pc = az.plot_forest({"nuts": gold, "ep": ep}, var_names=["w"], coords={"edge_feature": [0, 1]},
