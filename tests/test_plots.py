@@ -1,0 +1,200 @@
+"""pymc_crf.plots: the artists drawn carry the data they were given (Agg backend, tiny fits)."""
+
+import json
+
+import matplotlib
+
+matplotlib.use("Agg")
+
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
+import pymc as pm  # noqa: E402
+import pytest  # noqa: E402
+from matplotlib.collections import PathCollection  # noqa: E402
+from matplotlib.container import ErrorbarContainer  # noqa: E402
+from matplotlib.patches import Rectangle  # noqa: E402
+
+import pymc_crf as pmc  # noqa: E402
+from pymc_crf import plots  # noqa: E402
+from pymc_crf.compare import cvm_score, posterior_matrix  # noqa: E402
+from pymc_crf.inference import JunctionTree  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _close_figures():
+    yield
+    plt.close("all")
+
+
+@pytest.fixture(scope="module")
+def fits():
+    train, test = pmc.datasets.bcrf_synthetic("loop", n_train=3, n_test=4, seed=0)
+    with pm.Model(coords=train.coords) as model:
+        w = pm.Normal("w", 0.0, 5**0.5, dims=("edge_feature", "label_i", "label_j"))
+        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
+                potential="probit", observed=train.labels, dims=("graph", "position"))
+    point = pmc.fit(model, method="map")
+    ep = pmc.fit(model, method="ep", n_draws=300, seed=0)
+    # A sampled "reference" with no Gaussian fit group: EP's draws from another seed.
+    ref = pmc.fit(model, method="ep", n_draws=300, seed=1).copy()
+    del ref["fit"]
+    return {"ref": ref, "ep": ep, "map": point, "test": test}
+
+
+def _gauss(x, mu, sd):
+    return np.exp(-0.5 * ((x - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi))
+
+
+def test_posterior_marginals_panels_hold_each_methods_marginal(fits):
+    res = {k: fits[k] for k in ("ref", "ep", "map")}
+    axes = plots.plot_posterior_marginals(res, reference="ref", sort=None, max_panels=3, bins=20)
+    assert len(axes) == 3
+    ref_m = posterior_matrix(fits["ref"])
+    mean = fits["ep"]["fit"]["mean_vector"].values
+    cov = fits["ep"]["fit"]["covariance_matrix"].values
+    map_w = posterior_matrix(fits["map"])[0]
+    for j, ax in enumerate(axes):
+        assert ax.get_title() == f"w[0, {j // 2}, {j % 2}]"
+        bars = [p for p in ax.patches if isinstance(p, Rectangle)]
+        heights = np.array([b.get_height() for b in bars])
+        lo = min(ref_m[:, j].min(), posterior_matrix(fits["ep"])[:, j].min())
+        hi = max(ref_m[:, j].max(), posterior_matrix(fits["ep"])[:, j].max())
+        expected, _ = np.histogram(ref_m[:, j], bins=np.linspace(lo, hi, 21), density=True)
+        np.testing.assert_allclose(heights, expected, rtol=1e-12)
+        curve, vline = ax.lines
+        x, y = curve.get_data()
+        np.testing.assert_allclose(y, _gauss(x, mean[j], np.sqrt(cov[j, j])), rtol=1e-10)
+        assert vline.get_xdata()[0] == pytest.approx(map_w[j])
+    assert [t.get_text() for t in axes[0].get_legend().get_texts()] == ["ref", "ep", "map"]
+
+
+def test_posterior_marginals_sorted_worst_first_by_cvm(fits):
+    res = {"ref": fits["ref"], "ep": fits["ep"]}
+    axes = plots.plot_posterior_marginals(res, reference="ref", max_panels=None)
+    assert len(axes) == 24
+    a, b = posterior_matrix(fits["ep"]), posterior_matrix(fits["ref"])
+    scores = np.array([cvm_score(a[:, j], b[:, j], normalize=True) for j in range(24)])
+    shown = [ax.get_title().split("  (CVM")[0] for ax in axes]
+    names = [f"w[{f}, {i}, {k}]" for f in range(6) for i in range(2) for k in range(2)]
+    assert shown == [names[j] for j in np.argsort(-scores, kind="stable")]
+    assert float(axes[0].get_title().split("CVM ")[1][:-1]) == pytest.approx(scores.max(), rel=1e-2)
+
+
+def test_posterior_marginals_histogram_of_draws_without_gaussian(fits):
+    res = {"ep": fits["ep"]}
+    axes = plots.plot_posterior_marginals(res, gaussian=False, sort=None, max_panels=1, bins=10)
+    x = posterior_matrix(fits["ep"])[:, 0]
+    # a step histogram is one closed polygon: its top edges are the density heights
+    (poly,) = axes[0].patches
+    ys = poly.get_xy()[1:-1:2, 1]
+    expected, _ = np.histogram(x, bins=10, density=True)
+    np.testing.assert_allclose(ys, expected, rtol=1e-12)
+
+
+def test_posterior_marginals_bad_input(fits):
+    with pytest.raises(ValueError, match="reference 'nuts'"):
+        plots.plot_posterior_marginals({"ep": fits["ep"]}, reference="nuts")
+    with pytest.raises(ValueError, match="no posterior variable"):
+        plots.plot_posterior_marginals({"ep": fits["ep"]}, var_names=["v"])
+    _, ax = plt.subplots(1, 2)
+    with pytest.raises(ValueError, match="needs 3 axes"):
+        plots.plot_posterior_marginals({"ep": fits["ep"]}, max_panels=3, ax=ax)
+
+
+def test_compare_bars_and_standard_errors():
+    t1 = pd.DataFrame({"cvm": [0.0, 0.2, np.nan], "test_error": [0.3, 0.35, 0.4]},
+                      index=pd.Index(["nuts", "ep", "map"], name="method"))
+    t2 = t1.assign(cvm=[0.0, 0.4, np.nan], test_error=[0.3, 0.25, 0.5])
+    axes = plots.plot_compare(pd.concat([t1, t2]), reference="nuts")
+    assert [ax.get_title() for ax in axes] == ["cvm", "test_error"]
+    widths = [[b.get_width() for b in ax.patches] for ax in axes]
+    np.testing.assert_allclose(widths[0], [0.3, 0.0])
+    np.testing.assert_allclose(widths[1], [0.3, 0.45])
+    assert [t.get_text() for t in axes[0].get_yticklabels()] == ["ep", "map"]
+    assert any(t.get_text().strip() == "n/a" for t in axes[0].texts)
+    # error bar of ep's test error: one standard error of (0.35, 0.25)
+    (bars,) = (c for c in axes[1].containers if isinstance(c, ErrorbarContainer))
+    seg = bars.lines[2][0].get_segments()[0]
+    assert seg[1, 0] - seg[0, 0] == pytest.approx(2 * np.std([0.35, 0.25], ddof=1) / np.sqrt(2))
+    with pytest.raises(ValueError, match="not in the table"):
+        plots.plot_compare(t1, columns=["elpd"])
+
+
+def test_compare_from_pmc_compare(fits):
+    table = pmc.compare({k: fits[k] for k in ("ref", "ep", "map")}, reference="ref")
+    axes = plots.plot_compare(table, columns=["mean_abs_err", "wall_time"])
+    np.testing.assert_allclose([b.get_width() for b in axes[0].patches],
+                               table["mean_abs_err"].to_numpy())
+
+
+def test_convergence_traces_match_diagnostics(fits):
+    ep = fits["ep"]
+    change, skipped = plots.plot_convergence(ep)
+    assert change.get_yscale() == "log"
+    lines = {ln.get_label(): ln for ln in change.lines}
+    for v in ("change_mean", "change_cov"):
+        np.testing.assert_array_equal(lines[v].get_ydata(), ep["diagnostics"][v].values)
+        np.testing.assert_array_equal(lines[v].get_xdata(),
+                                      np.arange(1, ep["diagnostics"].sizes["iteration"] + 1))
+    assert lines["tol"].get_ydata()[0] == json.loads(ep.attrs["settings"])["tol"]
+    np.testing.assert_array_equal(skipped.lines[0].get_ydata(), ep["diagnostics"]["skipped"].values)
+    (obj,) = plots.plot_convergence(fits["map"])
+    np.testing.assert_array_equal(obj.lines[0].get_ydata(),
+                                  fits["map"]["optimizer_result"]["objective_trace"].values)
+    with pytest.raises(ValueError, match="no 'diagnostics'"):
+        plots.plot_convergence(fits["ref"].copy().drop_nodes("diagnostics"))
+
+
+def test_marginals_chain_image_and_markers(fits):
+    test = fits["test"]
+    pred = pmc.predict(fits["map"], test, method="bpe")
+    ax = plots.plot_marginals_chain(pred, test, graph=[1, 3])
+    nodes = test.graphs.node_index([1, 3])
+    (image,) = ax.images
+    np.testing.assert_array_equal(image.get_array(), pred.marginals[nodes].T)
+    predicted, true = (c for c in ax.collections if isinstance(c, PathCollection))
+    np.testing.assert_array_equal(predicted.get_offsets(),
+                                  np.column_stack([np.arange(6), pred.labels[nodes]]))
+    np.testing.assert_array_equal(true.get_offsets()[:, 1], test.labels[nodes])
+    assert [ln.get_xdata()[0] for ln in ax.lines] == [2.5]  # one separator between the graphs
+    ax2 = plots.plot_marginals_chain(pred)  # no data: every node in one row
+    assert ax2.images[0].get_array().shape == (2, test.graphs.n_total_nodes)
+
+
+def _grid_prediction(rows, cols, seed):
+    rng = np.random.default_rng(seed)
+    batch = pmc.GraphBatch.grid(rows, cols, n_graphs=2)
+    node = rng.normal(size=(batch.n_total_nodes, 2))
+    edge = rng.normal(size=(batch.n_edges, 2, 2))
+    marg = JunctionTree().marginals(batch, node, edge).node
+    labels = rng.integers(0, 2, size=batch.n_total_nodes)
+    data = pmc.CRFData(batch, labels, n_labels=2)
+    return pmc.Prediction(marg, marg.argmax(1), "bpe"), data
+
+
+def test_marginals_grid_image_extent_and_errors():
+    pred, data = _grid_prediction(3, 4, seed=0)
+    ax = plots.plot_marginals_grid(pred, (3, 4), data, graph=1)
+    (image,) = ax.images
+    nodes = data.graphs.node_index([1])
+    np.testing.assert_array_equal(image.get_array(), pred.marginals[nodes, 1].reshape(3, 4))
+    assert image.get_extent() == [-0.5, 3.5, 2.5, -0.5]
+    wrong = np.flatnonzero(pred.labels[nodes] != data.labels[nodes])
+    (crosses,) = ax.collections
+    np.testing.assert_array_equal(crosses.get_offsets(), np.column_stack([wrong % 4, wrong // 4]))
+    assert ax.get_xlabel().startswith(f"x: {wrong.size} of 12")
+    ax0 = plots.plot_marginals_grid(pred, (3, 4), data, graph=0, label=0, show_errors=False)
+    np.testing.assert_array_equal(ax0.images[0].get_array(), pred.marginals[:12, 0].reshape(3, 4))
+
+
+def test_marginals_grid_bad_input():
+    pred, data = _grid_prediction(3, 4, seed=1)
+    with pytest.raises(ValueError, match="shape 4x4 has 16 nodes"):
+        plots.plot_marginals_grid(pred, (4, 4), data)
+    with pytest.raises(ValueError, match="label 2 out of range"):
+        plots.plot_marginals_grid(pred, (3, 4), data, label=2)
+    with pytest.raises(ValueError, match="graph 5 out of range"):
+        plots.plot_marginals_grid(pred, (3, 4), data, graph=5)
+    with pytest.raises(ValueError, match="prediction has 24 nodes but the graphs have 12"):
+        plots.plot_marginals_grid(pred, (3, 4), pmc.GraphBatch.grid(3, 4))
