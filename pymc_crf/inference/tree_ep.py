@@ -521,7 +521,7 @@ class TreeEP(LoopyEngine):
                            changes, converged, log_s, off_marg)
         lbn, lbe = beliefs(node, Psi, msg, np.stack([tu, tv], axis=1), adj_ptr, into, False,
                            False)
-        # log Z_q: the Bethe free energy of the tree q is exact (003 eq. (3.2))
+        # log Z_q: the Bethe free energy of the tree q is exact (Qi 2005, eq. (3.2))
         logz_q = bethe_log_z(node, Psi, False, lbn, lbe, degree, batch.node_graph,
                              batch.edge_graph[tid], G)
         log_z = logz_q + np.bincount(batch.edge_graph[off], weights=log_s, minlength=G)
