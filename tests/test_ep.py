@@ -623,5 +623,5 @@ def test_fixed_point_with_many_skipped_terms_is_flagged():
 
     train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=30, n_test=0, seed=0)
     with pytest.warns(ConvergenceWarning, match="skipped .* of 120 term updates"):
-        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, random_seed=0, n_draws=10,
+        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, random_seed=0, draws=10,
             log_likelihood=False)
