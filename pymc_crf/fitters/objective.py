@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_crf.fitters.spec import CRFSpec, extract_crf
+from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference.base import Engine
 from pymc_crf.potentials import get_potential, linear_scores, log_potential_tables
 
-__all__ = ["CRFLogLikelihood", "GaussianLogPrior", "pointwise_log_likelihood"]
+__all__ = ["CRFLogLikelihood", "GaussianLogPrior"]
 
 
 class CRFLogLikelihood:
@@ -209,34 +209,3 @@ class GaussianLogPrior:
     def __call__(self, w_flat: np.ndarray) -> tuple[float, np.ndarray]:
         z = (np.asarray(w_flat) - self.mean) / self.sd
         return self._const - 0.5 * float(z @ z), -z / self.sd
-
-
-def pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
-    """Per-graph log-likelihood of posterior draws from the engine, with nothing compiled.
-
-    ``draws`` maps variable names to arrays (chains, draws, *shape) (a dict, or a posterior
-    ``Dataset``). Returns ``{observed name: (chains, draws, graphs)}``, or None when the model is
-    not one ``pmc.CRF`` likelihood (and no other observed variable) whose weights are all free
-    variables present in ``draws`` (then ``pm.compute_log_likelihood`` is the way). The values
-    are the model's elementwise logp of the CRF variable (same engine, tested to 1e-10).
-    """
-    try:
-        spec = extract_crf(model)
-    except ValueError:
-        return None
-    if len(model.observed_RVs) > 1:  # PyMC computes every observed variable's group
-        return None
-    names = [w.name for w in spec.weights]
-    if any(n is None or n not in draws for n in names):
-        return None
-    arrays = [np.asarray(draws[n]) for n in names]
-    lead = arrays[0].shape[:2]
-    if len(lead) != 2 or any(a.shape[:2] != lead for a in arrays):
-        return None
-    flat = np.concatenate([a.reshape(*lead, -1) for a in arrays], axis=-1)
-    lik = CRFLogLikelihood(spec)
-    out = np.empty((*lead, spec.batch.n_graphs))
-    for c in range(lead[0]):
-        for d in range(lead[1]):
-            out[c, d] = lik.pointwise(flat[c, d])
-    return {spec.observed_name: out}

@@ -151,8 +151,8 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
         Extra per-draw statistics (chains, draws).
     log_likelihood : bool
         Compute the pointwise (per graph) log-likelihood of the draws: from the engine for a CRF
-        model whose weights are free variables (``objective.pointwise_log_likelihood``, nothing to
-        compile), else with ``pm.compute_log_likelihood``; unless ``pointwise_log_likelihood``
+        or MRF model whose weights are free variables
+        (``random_field.random_field_pointwise_log_likelihood``, nothing to compile), else with ``pm.compute_log_likelihood``; unless ``pointwise_log_likelihood``
         gives it.
     pointwise_log_likelihood : dict name -> array (chains, draws, graphs), optional
         The pointwise log-likelihood already computed by the fitter (e.g. from the engine);

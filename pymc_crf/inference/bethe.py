@@ -248,6 +248,18 @@ def _belief_tangents(dm, vn, ve, lbn, lbe, edges, in_ptr, in_idx, shared):
     return dbn, dbe
 
 
+def _linearisation(batch: GraphBatch, node, edge, engine, state):
+    """The fixed point (run when ``state`` is None), message layout and the conditionals that
+    linearise the message updates around it."""
+    if state is None:
+        state = engine.run(batch, node, edge)
+    st = message_layout(batch)
+    shared = edge.shape[0] == 1
+    W, q = _conditionals(node, edge, state.messages, st.src, st.edge, st.flip, st.in_ptr,
+                         st.in_idx, shared)
+    return state, st, shared, W, q
+
+
 def bethe_covariance_vector_product(batch: GraphBatch, node_logpot, edge_logpot, v_node, v_edge,
                                     engine, state: LoopyResult | None = None,
                                     rtol: float = 1e-12, maxiter: int = 2000
@@ -261,12 +273,7 @@ def bethe_covariance_vector_product(batch: GraphBatch, node_logpot, edge_logpot,
     """
     node, edge = check_potentials(batch, node_logpot, edge_logpot)
     vn, ve = check_direction(node, edge, v_node, v_edge)
-    if state is None:
-        state = engine.run(batch, node, edge)
-    st = message_layout(batch)
-    shared = edge.shape[0] == 1
-    W, q = _conditionals(node, edge, state.messages, st.src, st.edge, st.flip, st.in_ptr,
-                         st.in_idx, shared)
+    state, st, shared, W, q = _linearisation(batch, node, edge, engine, state)
     D, K = state.messages.shape
     dm = np.zeros((D, K))
     if D:
@@ -307,12 +314,7 @@ def bethe_covariance_products(batch: GraphBatch, node_logpot, edge_logpot, direc
     covariance. Returns the belief derivatives per direction (a shared table's summed over edges).
     """
     node, edge = check_potentials(batch, node_logpot, edge_logpot)
-    if state is None:
-        state = engine.run(batch, node, edge)
-    st = message_layout(batch)
-    shared = edge.shape[0] == 1
-    W, q = _conditionals(node, edge, state.messages, st.src, st.edge, st.flip, st.in_ptr,
-                         st.in_idx, shared)
+    state, st, shared, W, q = _linearisation(batch, node, edge, engine, state)
     D, K = state.messages.shape
     n = D * K
     checked = [check_direction(node, edge, vn, ve) for vn, ve in directions]
