@@ -152,8 +152,8 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
     log_likelihood : bool
         Compute the pointwise (per graph) log-likelihood of the draws: from the engine for a CRF
         or MRF model whose weights are free variables
-        (``random_field.random_field_pointwise_log_likelihood``, nothing to compile), else with ``pm.compute_log_likelihood``; unless ``pointwise_log_likelihood``
-        gives it.
+        (``random_field.random_field_pointwise_log_likelihood``, nothing to compile), else
+        with ``pm.compute_log_likelihood``; unless ``pointwise_log_likelihood`` gives it.
     pointwise_log_likelihood : dict name -> array (chains, draws, graphs), optional
         The pointwise log-likelihood already computed by the fitter (e.g. from the engine);
         stored with the observed variable's dims, as ``pm.compute_log_likelihood`` would.
