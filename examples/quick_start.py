@@ -78,7 +78,7 @@ model  # noqa: B018
 # %%
 gold = pmc.fit(model, method="nuts", random_seed=1, **NUTS)  # pm.sample on the exact posterior
 point = pmc.fit(model, method="map")                          # L-BFGS MAP (one draw)
-ep = pmc.fit(model, method="ep", n_draws=N_DRAWS, seed=2)     # Gaussian q(w) by power EP
+ep = pmc.fit(model, method="ep", draws=N_DRAWS, random_seed=2)     # Gaussian q(w) by power EP
 ep  # noqa: B018
 
 # %%
@@ -138,7 +138,7 @@ save(axes[0].figure, "compare")
 # test graphs, the predicted labels (crosses) and the true ones (circles).
 
 # %%
-pred_nuts = pmc.predict(gold, test, method="average", n_draws=N_DRAWS)
+pred_nuts = pmc.predict(gold, test, method="average", draws=N_DRAWS)
 pred_ep = pmc.predict(ep, test, method="model_average")
 print(pred_nuts, pred_ep, sep="\n")
 ax = plots.plot_marginals_chain(pred_ep, test, graph=range(8))

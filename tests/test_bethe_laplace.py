@@ -94,8 +94,8 @@ def test_linear_response_is_exact_on_trees_and_close_on_a_grid():
 
 def test_bl_bp_equals_bl_mp_on_a_tree():
     m = _mrf(TREE, rows=30)
-    mp = pmc.fit(m, method="bethe_laplace", map="exact", n_draws=10, seed=0)
-    bp = pmc.fit(m, method="bethe_laplace", map="bp", n_draws=10, seed=0)
+    mp = pmc.fit(m, method="bethe_laplace", map="exact", draws=10, random_seed=0)
+    bp = pmc.fit(m, method="bethe_laplace", map="bp", draws=10, random_seed=0)
     np.testing.assert_allclose(bp["fit"]["mean_vector"], mp["fit"]["mean_vector"], atol=1e-6)
     np.testing.assert_allclose(bp["fit"]["covariance_matrix"], mp["fit"]["covariance_matrix"],
                                atol=1e-6)
@@ -116,7 +116,7 @@ def test_pseudo_moment_matching_reproduces_the_empirical_marginals_on_a_loopy_gr
 
 def test_result_contract_crf():
     m = _crf("probit", shared=True)
-    r = pmc.fit(m, method="bethe_laplace", n_draws=4000, seed=1)
+    r = pmc.fit(m, method="bethe_laplace", draws=4000, random_seed=1)
     assert {"posterior", "fit", "diagnostics", "log_likelihood", "observed_data"} <= set(r.children)
     assert r["log_likelihood"]["y"].shape == (1, 4000, 4)
     fit = r["fit"]
@@ -170,7 +170,7 @@ def test_bp_not_converging_at_the_map_is_recorded_and_warned():
     m = _mrf(GRID, rows=20, sd=3.0, seed=2)
     bp = BeliefPropagation(damping=0.0, max_iter=2, warn=False)
     with pytest.warns(ConvergenceWarning, match="did not converge at the MAP"):
-        r = pmc.fit(m, method="bethe_laplace", map="exact", bp=bp, n_draws=10)
+        r = pmc.fit(m, method="bethe_laplace", map="exact", bp=bp, draws=10)
     assert not bool(r["diagnostics"]["bp_converged"])
     assert int(r["diagnostics"]["bp_iterations"]) == 2
 
@@ -200,7 +200,7 @@ def test_bl_mp_against_nuts_on_a_small_grid():
                 parameterization="ising", observed=data.samples)
         nuts = pm.sample(draws=1000, tune=1000, chains=2, cores=1, random_seed=0,
                          progressbar=False, compute_convergence_checks=False)
-    bl = pmc.fit(m, method="bethe_laplace", n_draws=4000, seed=0, log_likelihood=False)
+    bl = pmc.fit(m, method="bethe_laplace", draws=4000, random_seed=0, log_likelihood=False)
     ref = posterior_matrix(nuts, ["b", "w"])
     mat = posterior_matrix(bl, ["b", "w"])
     sd = ref.std(0)

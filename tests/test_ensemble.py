@@ -20,7 +20,7 @@ def fitted():
         w = pm.Normal("w", 0.0, 5**0.5, dims=("edge_feature", "label_i", "label_j"))
         pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
                 potential="probit", observed=train.labels)
-    result = pmc.fit(model, method="bethe_laplace", n_draws=200, seed=0, log_likelihood=False)
+    result = pmc.fit(model, method="bethe_laplace", draws=200, random_seed=0, log_likelihood=False)
     return result, test
 
 
@@ -59,24 +59,24 @@ def test_bagging_and_supergraph_match_brute_force(fitted):
             votes[np.arange(labs.shape[1]), labs[j]] += np.exp(lp[s, j])
         ref_bag.append(votes.argmax(1))
         ref_super.append(labs[lp.sum(0).argmax()])
-    bag = pmc.predict(result, test, method="bagging", n_draws=S, seed=0)
+    bag = pmc.predict(result, test, method="bagging", draws=S, random_seed=0)
     np.testing.assert_array_equal(bag.labels, np.concatenate(ref_bag))
-    exact = pmc.predict(result, test, method="supergraph", n_draws=S, seed=0,
+    exact = pmc.predict(result, test, method="supergraph", draws=S, random_seed=0,
                         supergraph_inference="junction_tree")
     np.testing.assert_array_equal(exact.labels, np.concatenate(ref_super))
-    auto = pmc.predict(result, test, method="supergraph", n_draws=S, seed=0)
+    auto = pmc.predict(result, test, method="supergraph", draws=S, random_seed=0)
     np.testing.assert_array_equal(auto.labels, exact.labels)  # small treewidth: junction tree
     # max-product BP on the loopy super-graph (the paper's algorithm) is approximate: with hard
     # constraints it does not converge on some graphs, yet labels most nodes as the exact MAP
     with pytest.warns(ConvergenceWarning):
-        bp = pmc.predict(result, test, method="supergraph", n_draws=S, seed=0,
+        bp = pmc.predict(result, test, method="supergraph", draws=S, random_seed=0,
                          supergraph_inference=BeliefPropagation())
     assert np.mean(bp.labels == exact.labels) > 0.85
 
 
 def test_ensemble_methods_against_average_and_map(fitted):
     result, test = fitted
-    errs = {m: pmc.predict(result, test, method=m, n_draws=50).error_rate
+    errs = {m: pmc.predict(result, test, method=m, draws=50).error_rate
             for m in ("average", "map", "bagging", "supergraph")}
     base = max(errs["average"], errs["map"])
     assert errs["bagging"] <= base + 0.1

@@ -51,7 +51,7 @@ def _quadrature(model, half_width=5.0, n=121):
 def test_every_method_against_quadrature(make):
     m = make()
     truth = _quadrature(m)
-    est = {meth: log_marginal_likelihood(m, meth, seed=0, n_temps=400, n_runs=16)
+    est = {meth: log_marginal_likelihood(m, meth, random_seed=0, n_temps=400, n_runs=16)
            for meth in ("bethe_laplace", "laplace_exact", "bic", "map", "ais")}
     assert all(isinstance(v, LogEvidence) for v in est.values())
     err = {k: abs(float(v) - truth) for k, v in est.items()}
@@ -67,7 +67,7 @@ def test_every_method_against_quadrature(make):
 
 def test_fit_group_and_compare_column():
     m = _mrf_model()
-    r = pmc.fit(m, method="bethe_laplace", n_draws=50, seed=0)
+    r = pmc.fit(m, method="bethe_laplace", draws=50, random_seed=0)
     ev = log_marginal_likelihood(m, "bethe_laplace", map="exact")
     assert float(r["fit"]["log_marginal_likelihood"]) == pytest.approx(float(ev), abs=1e-8)
     table = pmc.compare({"bl": r})

@@ -35,9 +35,9 @@ def fits():
         pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
                 potential="probit", observed=train.labels, dims=("graph", "position"))
     point = pmc.fit(model, method="map")
-    ep = pmc.fit(model, method="ep", n_draws=300, seed=0)
+    ep = pmc.fit(model, method="ep", draws=300, random_seed=0)
     # A sampled "reference" with no Gaussian fit group: EP's draws from another seed.
-    ref = pmc.fit(model, method="ep", n_draws=300, seed=1).copy()
+    ref = pmc.fit(model, method="ep", draws=300, random_seed=1).copy()
     del ref["fit"]
     return {"ref": ref, "ep": ep, "map": point, "test": test}
 

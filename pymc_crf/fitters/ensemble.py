@@ -51,8 +51,8 @@ def _tables(data: CRFData, info: dict, draws: dict, s: int):
 
 
 @register_predictor("bagging")
-def predict_bagging(result: xr.DataTree, data: CRFData, *, n_draws: int | None = 200,
-                    model=None, inference: str = "auto", seed: int | None = 0,
+def predict_bagging(result: xr.DataTree, data: CRFData, *, draws: int | None = 200,
+                    model=None, inference: str = "auto", random_seed: int | None = 0,
                     weighted: bool = True) -> Prediction:
     """Vote of the per-draw MAP labellings, each weighted by its probability under its draw.
 
@@ -60,13 +60,13 @@ def predict_bagging(result: xr.DataTree, data: CRFData, *, n_draws: int | None =
     masses per node and label.
     """
     info = result_layout(result, model)
-    draws = weight_draws(result, info)
+    weights = weight_draws(result, info)
     engine = get_engine(inference, data.graphs)
     b = data.graphs
     votes = np.zeros((b.n_total_nodes, info["n_labels"]))
     rows = np.arange(b.n_total_nodes)
-    for s in _draw_indices(draws, n_draws, seed):
-        node, edge = _tables(data, info, draws, s)
+    for s in _draw_indices(weights, draws, random_seed):
+        node, edge = _tables(data, info, weights, s)
         best = engine.map_assignment(b, node, edge)
         w = np.ones(b.n_graphs)
         if weighted:  # p(t_s | x, lambda_s) per graph: the MAP score minus log Z
@@ -109,10 +109,10 @@ def supergraph(batch: GraphBatch, node_tables: list[np.ndarray], edge_tables: li
 
 
 @register_predictor("supergraph")
-def predict_supergraph(result: xr.DataTree, data: CRFData, *, n_draws: int | None = 20,
-                       model=None, inference: str = "auto", seed: int | None = 0,
+def predict_supergraph(result: xr.DataTree, data: CRFData, *, draws: int | None = 20,
+                       model=None, inference: str = "auto", random_seed: int | None = 0,
                        coupling: float = np.inf, supergraph_inference="auto") -> Prediction:
-    """Max-product labelling of the super-graph of ``n_draws`` posterior draws (fig. 1).
+    """Max-product labelling of the super-graph of ``draws`` posterior draws (fig. 1).
 
     ``supergraph_inference`` is the engine for the super-graph (a name or an Engine):
     ``"auto"`` takes the exact junction tree when the super-graph's treewidth allows and falls
@@ -121,9 +121,9 @@ def predict_supergraph(result: xr.DataTree, data: CRFData, *, n_draws: int | Non
     the one-hot MAP labels (exact engines).
     """
     info = result_layout(result, model)
-    draws = weight_draws(result, info)
-    idx = _draw_indices(draws, n_draws, seed)
-    tabs = [_tables(data, info, draws, s) for s in idx]
+    weights = weight_draws(result, info)
+    idx = _draw_indices(weights, draws, random_seed)
+    tabs = [_tables(data, info, weights, s) for s in idx]
     b = data.graphs
     sb, node, edge = supergraph(b, [t[0] for t in tabs], [t[1] for t in tabs], coupling)
     engine = get_engine(supergraph_inference, sb)

@@ -10,6 +10,7 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 
+from pymc_crf.fitters.random_field import extract_random_field
 from pymc_crf.step_methods.field import RandomFieldTerm
 from pymc_crf.step_methods.rest_logp import rest_logp
 
@@ -17,22 +18,18 @@ __all__ = ["RandomFieldStep"]
 
 
 def _is_field_weight(var) -> bool:
-    """True when ``var`` (an RV or value variable) is read by a pmc.CRF / pmc.MRF likelihood."""
-    from pymc_crf.distributions.crf import CRFRV
-    from pymc_crf.distributions.mrf import MRFRV
-
+    """True when ``var`` (an RV or value variable) is a weight of the model's pmc.CRF / pmc.MRF
+    likelihood (read back from the likelihood's own inputs)."""
     try:
         model = pm.modelcontext(None)
     except TypeError:
         return False
     rv = model.values_to_rvs.get(var, var)
-    for obs in model.observed_RVs:
-        op = obs.owner.op
-        info = (op.crf_info if isinstance(op, CRFRV) else
-                op.mrf_info if isinstance(op, MRFRV) else None)
-        if info is not None and (rv is info.node_weights or rv is info.edge_weights):
-            return True
-    return False
+    try:
+        spec = extract_random_field(model)
+    except ValueError:
+        return False
+    return rv.name is not None and rv.name in {w.name for w in spec.weights if w.name}
 
 
 class RandomFieldStep(ArrayStepShared):

@@ -18,6 +18,7 @@ import xarray as xr
 from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
 from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit, laplace_log_evidence
 from pymc_crf.fitters.bethe_laplace.problem import weight_problem
+from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.inference.bp import BeliefPropagation
@@ -28,8 +29,9 @@ __all__ = ["fit_bethe_laplace"]
 @register("bethe_laplace")
 def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = "bp",
                       bp: BeliefPropagation | None = None, maxiter: int = 2000,
-                      gtol: float = 1e-8, n_draws: int = 1000, n_chains: int = 1, seed=None,
-                      log_likelihood: bool = True) -> xr.DataTree:
+                      gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
+                      log_likelihood: bool = True, n_draws: int | None = None,
+                      n_chains: int | None = None, seed=None) -> xr.DataTree:
     """Bethe-Laplace posterior of the weights of a CRF or MRF with a Gaussian prior.
 
     The posterior is ``N(lambda_MP, Sigma)`` with ``Sigma^{-1} = sum_n C_n + Lambda^{-1}``
@@ -55,10 +57,12 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         ``diagnostics["bp_converged"]`` is False.
     maxiter, gtol
         L-BFGS iteration cap and gradient tolerance.
-    n_draws, n_chains, seed
+    draws, chains, random_seed
         Draws from the Gaussian for the ``posterior`` group.
     log_likelihood : bool
         Add the per-graph log-likelihood of the draws.
+    n_draws, n_chains, seed
+        Deprecated names of ``draws``, ``chains``, ``random_seed`` (FutureWarning).
 
     Notes
     -----
@@ -76,8 +80,11 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         ``settings``, ``wall_time``, ``log_marginal_likelihood``.
     """
     t0 = time.perf_counter()
+    n_draws = renamed(draws, n_draws, "n_draws", "draws")
+    n_chains = renamed(chains, n_chains, "n_chains", "chains")
+    seed = renamed(random_seed, seed, "seed", "random_seed")
     if int(n_draws) < 1 or int(n_chains) < 1:
-        raise ValueError("n_draws and n_chains must be >= 1")
+        raise ValueError("draws and chains must be >= 1")
     problem = weight_problem(model, "bethe_laplace")
     fit = laplace_fit(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol)
     log_ev = laplace_log_evidence(fit)
@@ -96,7 +103,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                    "log_likelihood_at_map": np.float64(fit.log_likelihood),
                    "log_prior_at_map": np.float64(fit.log_prior)}
     settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
-                "gtol": gtol, "n_draws": int(n_draws), "n_chains": int(n_chains), "seed": seed}
+                "gtol": gtol, "draws": int(n_draws), "chains": int(n_chains), "random_seed": seed}
     result = build_result(model, draws, "bethe_laplace", settings, time.perf_counter() - t0,
                           mean_vector=fit.mean, covariance_matrix=fit.covariance,
                           param_names=spec.param_names(), diagnostics=diagnostics,

@@ -21,6 +21,7 @@ import pymc as pm
 from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit, laplace_log_evidence, maximise
 from pymc_crf.fitters.bethe_laplace.problem import bp_engine, exact_engine, weight_problem
 from pymc_crf.fitters.evidence.ais import ais_log_evidence
+from pymc_crf.fitters.options import renamed
 
 __all__ = ["LogEvidence", "log_marginal_likelihood", "EVIDENCE_METHODS"]
 
@@ -52,7 +53,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
                             map: str | None = None, bp=None, maxiter: int = 5000,
                             gtol: float = 1e-8, engine: str = "exact", n_runs: int = 10,
                             n_temps: int = 1000, n_leapfrog: int = 5, step_size: float = 0.5,
-                            seed=None) -> LogEvidence:
+                            random_seed=None, seed=None) -> LogEvidence:
     """Log marginal likelihood ``log int p(D | w) p(w) dw`` of a CRF or MRF model.
 
     Parameters
@@ -73,7 +74,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         L-BFGS settings of the MAP / ML searches.
     engine : {"exact", "bp"}
         log Z of the AIS likelihood.
-    n_runs, n_temps, n_leapfrog, step_size, seed
+    n_runs, n_temps, n_leapfrog, step_size, random_seed
         AIS settings (independent runs, temperatures, HMC leapfrog steps and step size).
 
     Returns
@@ -117,7 +118,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
                       gtol=gtol)
     run = ais_log_evidence(problem.make_likelihood(eng), problem.prior, fit.extra["fisher"],
                            n_runs=n_runs, n_temps=n_temps, n_leapfrog=n_leapfrog,
-                           step_size=step_size, rng=seed)
+                           step_size=step_size, rng=renamed(random_seed, seed, "seed", "random_seed"))
     return LogEvidence(run.value, method, run.std_error, time.perf_counter() - t0,
                        {"log_weights": run.log_weights, "acceptance_rate": run.acceptance_rate,
                         "n_evaluations": run.n_evaluations, "engine": engine})
