@@ -5,7 +5,7 @@ approximate inference engines, registered fitters (``fit``), prediction (``predi
 comparison (``compare``) of posteriors.
 """
 
-from pymc_crf import datasets, fitters, inference, step_methods
+from pymc_crf import datasets, fitters, inference, plots, step_methods
 from pymc_crf.compare import compare, cvm_score
 from pymc_crf.datasets import CRFData
 from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
@@ -35,6 +35,7 @@ __all__ = [
     "log_marginal_likelihood",
     "log_partition",
     "pad_labels",
+    "plots",
     "predict",
     "step_methods",
     "unpad_labels",

@@ -5,15 +5,15 @@ scores ``x_e @ W_edge`` (Fe, K, K) give a (E, K, K) table (or one (K, K) table s
 edge). A :class:`Potential` turns a score ``a`` into a log-potential ``log g(a)``:
 
 * ``"loglinear"``: ``a`` itself (Qi, Szummer & Minka 2005, eq. (3), the usual CRF);
-* ``"probit"``: the robust probit of Qi, Szummer & Minka 2005, eq. (4), ``log(eps + (1 - 2 eps) Phi(a))``,
-bounded in
-  ``[log eps, log(1 - eps)]``, computed as ``logaddexp(log eps, log1p(-2 eps) + log Phi(a))`` with a
-  ``log Phi`` that is accurate in both tails, so no log of 0 and no overflow for any finite ``a``.
+* ``"probit"``: the robust probit of Qi, Szummer & Minka 2005, eq. (4),
+  ``log(eps + (1 - 2 eps) Phi(a))``, bounded in ``[log eps, log(1 - eps)]``, computed as
+  ``logaddexp(log eps, log1p(-2 eps) + log Phi(a))`` with a ``log Phi`` that is accurate in both
+  tails, so no log of 0 and no overflow for any finite ``a``.
 
 Each kind is defined once here with everything the rest of the package needs: its numpy and
-PyTensor log-potential, its derivative in the score (for weight-space gradients), the log of its
-expectation under a Gaussian score (EP's model averaging, Qi, Szummer & Minka 2005, eqs. (59)-(60)) and the
-tilted moments of that expectation (EP's moment matching, :func:`gaussian_moments`). The table builders
+PyTensor log-potential, its derivatives in the score (for weight-space gradients and curvature),
+the log of its expectation under a Gaussian score (EP's model averaging, Qi, Szummer & Minka 2005,
+eqs. (59)-(60)) and the tilted moments of that expectation (EP's moment matching, :func:`gaussian_moments`). The table builders
 (:func:`log_potential_tables`, :func:`log_potential_tables_pt`, :func:`hcrf_pair_tables`) are the
 only code that maps weights to the engines' log-potential tables.
 """
@@ -217,12 +217,10 @@ def gaussian_moments(code, mu, s2, eps):
 
     ``alpha = d log Z / d mu`` and ``gamma = d^2 log Z / d mu^2``:
 
-    * robust probit: ``Z = eps + (1 - 2 eps) Phi(z)``, ``z = mu / sqrt(1 + s2)`` (Qi, Szummer & Minka 2005,
-    eqs. (41),
-      (45)); ``alpha = (1 - 2 eps) N(z) / (Z sqrt(1 + s2))`` (Qi, Szummer & Minka 2005, eq. (42)'s ``rho``,
-      which as printed reads ``(1 - 2 eps N(z))``), ``gamma = -alpha (alpha + mu / (1 + s2))`` (Qi, Szummer &
-      Minka
-      2005, eq. (48));
+    * robust probit: ``Z = eps + (1 - 2 eps) Phi(z)``, ``z = mu / sqrt(1 + s2)`` (Qi, Szummer &
+      Minka 2005, eqs. (41), (45)); ``alpha = (1 - 2 eps) N(z) / (Z sqrt(1 + s2))`` (their
+      eq. (42)'s ``rho``, which as printed reads ``(1 - 2 eps N(z))``),
+      ``gamma = -alpha (alpha + mu / (1 + s2))`` (their eq. (48));
     * log-linear: ``Z = exp(mu + s2 / 2)`` (lognormal mean), ``alpha = 1``, ``gamma = 0``.
     """
     if code == _LOGLINEAR_CODE:

@@ -2,7 +2,7 @@
 
 For a graph ``g`` (usually a chain over the frames of a sequence) with node features ``x_t`` and a
 hidden state ``s_t in {0..S-1}`` per node, the score of class ``y`` and hidden states ``s`` is
-(Luo, Sun & Zhao, eqs. (1)-(3), Quattoni et al.)::
+(Luo, Sun & Zhao, eqs. (1)-(3); Quattoni et al. 2007)::
 
     score(y, s) = sum_t [x_t @ theta_x[:, s_t] + theta_y[s_t, y]] + sum_(u,v) theta_e[s_u, s_v, y]
 
