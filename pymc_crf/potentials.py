@@ -13,9 +13,10 @@ edge). A :class:`Potential` turns a score ``a`` into a log-potential ``log g(a)`
 Each kind is defined once here with everything the rest of the package needs: its numpy and
 PyTensor log-potential, its derivatives in the score (for weight-space gradients and curvature),
 the log of its expectation under a Gaussian score (EP's model averaging, Qi, Szummer & Minka 2005,
-eqs. (59)-(60)) and the tilted moments of that expectation (EP's moment matching, :func:`gaussian_moments`). The table builders
-(:func:`log_potential_tables`, :func:`log_potential_tables_pt`, :func:`hcrf_pair_tables`) are the
-only code that maps weights to the engines' log-potential tables.
+eqs. (59)-(60)) and the tilted moments of that expectation (EP's moment matching,
+:func:`gaussian_moments`). The table builders (:func:`log_potential_tables`,
+:func:`log_potential_tables_pt`, :func:`hcrf_pair_tables`) are the only code that maps weights to the
+engines' log-potential tables.
 """
 
 from __future__ import annotations
