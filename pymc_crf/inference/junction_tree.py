@@ -196,12 +196,19 @@ def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max
                     if r != imax:
                         rest += np.exp(b[base + r] - mx)
             msg[mo + s] = mx + np.log(1.0 + rest)
-        p = parent[c]
-        if p >= 0:
-            plo = tab_off[p]
-            q0 = pmap_off[c]
-            for j in range(pmap_off[c + 1] - q0):
-                b[plo + j] += msg[mo + pmap[q0 + j]]
+        _send_to_parent(b, msg, c, mo, parent, tab_off, pmap_off, pmap)
+
+
+@njit(cache=True, inline="always")
+def _send_to_parent(tables, msg, c, mo, parent, tab_off, pmap_off, pmap):
+    """Multiply clique ``c``'s message (log space: add) into its parent's table, entry by entry
+    through the parent map."""
+    p = parent[c]
+    if p >= 0:
+        plo = tab_off[p]
+        q0 = pmap_off[c]
+        for j in range(pmap_off[c + 1] - q0):
+            tables[plo + j] += msg[mo + pmap[q0 + j]]
 
 
 @njit(cache=True)
@@ -218,12 +225,7 @@ def _upward_tangent(db, dmsg, cond, tab_off, blk, msg_off, parent, pmap_off, pma
             for r in range(R):
                 acc += cond[base + r] * db[base + r]
             dmsg[mo + s] = acc
-        p = parent[c]
-        if p >= 0:
-            plo = tab_off[p]
-            q0 = pmap_off[c]
-            for j in range(pmap_off[c + 1] - q0):
-                db[plo + j] += dmsg[mo + pmap[q0 + j]]
+        _send_to_parent(db, dmsg, c, mo, parent, tab_off, pmap_off, pmap)
 
 
 @njit(cache=True)
