@@ -1,6 +1,6 @@
 """Accuracy of BP, TreeEP and mean field against exact inference (issue 4 table).
 
-Binary Ising models in the setting of the thesis (seed 003 secs. 3.5.1-3.5.3): node potentials
+Binary Ising models in the setting of the thesis (Qi 2005, secs. 3.5.1-3.5.3): node potentials
 ``[theta_j, -theta_j]`` with ``theta_j ~ N(0, 1)`` and edge potentials ``[[w, -w], [-w, w]]`` with
 ``w ~ N(0, s^2)``; 4-node complete graphs (the thesis uses ``s = 3 / sqrt(n - 1)``, i.e. 1.73 for
 n = 4) and 5x5 / 8x8 grids (the thesis uses ``s = 1``), each at several coupling strengths ``s``.

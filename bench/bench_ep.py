@@ -27,7 +27,8 @@ from pymc_crf.graphs.batch import GraphBatch
 
 
 def synthetic(kind: str, n_graphs: int, seed: int, Fe: int = 6, K: int = 2, n: int = 3):
-    """Probit CRF data in the style of 000 sec. 8.1 (edge features from one of 4 Gaussians)."""
+    """Probit CRF data in the style of Qi, Szummer & Minka 2005, sec. 8.1 (edge features from one
+    of 4 Gaussians)."""
     rng = np.random.default_rng(seed)
     local = [(i, i + 1) for i in range(n - 1)] + ([(n - 1, 0)] if kind == "loop" else [])
     batch = GraphBatch.from_edges([local] * n_graphs, [n] * n_graphs)

@@ -1,4 +1,5 @@
-"""Thesis tables 5.1 / 5.2 (seed 003 sec. 5.5.1; seed 000 sec. 8.1) on our synthetic generator.
+"""Thesis tables 5.1 / 5.2 (Qi 2005, sec. 5.5.1; Qi, Szummer & Minka 2005, sec. 8.1) on our
+synthetic generator.
 
 For each trial: sample training and 1000 test 3-node loops (table 5.1) or chains (table 5.2) from a
 probit CRF with 24 weights (6 edge features x 2 x 2 labels) with ``pmc.datasets.bcrf_synthetic``
@@ -9,7 +10,8 @@ nodes, maximum-marginal labels):
 * MAP-CRF  -- MAP with the prior N(0, 5 I), exact marginals at the estimate;
 * BPE-EP   -- EP (power EP, step size 0.8 or --step-size) posterior mean, exact marginals
   there (thesis 5.4.1);
-* BCRF-PEP / BCRF-TEP -- EP + approximate model averaging (000 eqs. (57)-(63): q-averaged
+* BCRF-PEP / BCRF-TEP -- EP + approximate model averaging (Qi, Szummer & Minka 2005, eqs. (57)-(63):
+  q-averaged
   potential tables, then exact marginals of the averaged tables);
 * true w   -- the weights that generated the data (an oracle, for scale);
 * NUTS     -- gold row: Monte Carlo model averaging of p(t_i | x, w) over NUTS draws from the exact
@@ -46,7 +48,7 @@ def local_edges(kind):
 
 def generator(kind: str, n_train: int, n_test: int, seed: int):
     """(train, test) as (batch, edge_features, labels) from ``pmc.datasets.bcrf_synthetic`` (the
-    project's generator for 000 sec. 8.1), plus the true weights."""
+    project's generator for Qi, Szummer & Minka 2005, sec. 8.1), plus the true weights."""
     train, test = bcrf_synthetic(kind, n_train=n_train, n_test=n_test, seed=seed)
     return ((train.graphs, train.edge_features, train.labels),
             (test.graphs, test.edge_features, test.labels), train.true_weights["w"])

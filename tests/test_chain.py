@@ -269,9 +269,9 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K):
 
 def test_wide_potential_ranges_go_to_log_space():
     """Log-potentials spanning hundreds: a product alpha psi phi can underflow to 0 while the scale
-    stays normal, and a later step can make that dropped path the dominant one (found in review:
-    the scaled recursion gave log Z = -1434 instead of -1338 here). Such chains must be computed
-    in log space, in the per-chain and in the lockstep kernel."""
+    stays normal, and a later step can make that dropped path the dominant one (a scaled recursion
+    without the range rule is off by about 96 in log Z here). Such chains must be computed in log
+    space, in the per-chain and in the lockstep kernel."""
     node = np.array([[-835.0, -217.0], [-1117.0, -600.0], [-156.0, 83.0]])
     edge = np.array([[[225.0, 36.0], [-123.0, -350.0]]])
     for n_graphs in (1, 2, 9):  # per-chain kernel; lockstep lanes

@@ -49,7 +49,7 @@ def test_better_than_bp_on_loopy_graphs():
     graphs = [nx.complete_graph(4)] * 6 + [nx.grid_2d_graph(3, 3)] * 6
     b = GraphBatch.from_networkx(graphs)
     th = rng.normal(0, 1, b.n_total_nodes)
-    sd = np.where(np.arange(b.n_edges) < 6 * 6, 3 / np.sqrt(3), 1.0)  # 003 secs. 3.5.2-3.5.3
+    sd = np.where(np.arange(b.n_edges) < 6 * 6, 3 / np.sqrt(3), 1.0)  # Qi 2005, secs. 3.5.2-3.5.3
     w = rng.normal(0, sd)
     node = np.stack([th, -th], 1)
     edge = np.stack([np.stack([w, -w], 1), np.stack([-w, w], 1)], 1)

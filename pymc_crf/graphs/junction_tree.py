@@ -5,7 +5,7 @@ min-weight): eliminating ``v`` joins all its remaining neighbours pairwise (the 
 records the elimination clique ``{v} | N(v)``. The maximal elimination cliques of the resulting
 chordal graph, joined by a maximum-weight spanning tree on separator sizes, form a junction tree
 (Jensen & Jensen 1994): every variable's cliques form a connected subtree (the running-intersection
-property), so the joint factorises as clique marginals over separator marginals (003 eq. (3.2)).
+property), so the joint factorises as clique marginals over separator marginals (Qi 2005, eq. (3.2)).
 
 Disconnected graphs give a forest of clique trees, one per connected component (separators of size
 0 are never used as tree edges). The structure depends only on the graph's shape: this module works

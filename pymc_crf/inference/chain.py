@@ -183,8 +183,8 @@ _SAFE_RANGE = 300.0
 # Without -inf entries that bound also keeps every normalised alpha_t(j) above exp(-300) / K >
 # 1e-150. Forbidden (-inf) entries can let a state shrink over many steps (reachable only from
 # itself while the node potentials disfavour it) until it underflows to 0, and later steps can
-# make its path the dominant one (example in tests: log Z -900 instead of -750 on a 300-step
-# chain with ranges of 6): a positive alpha below _MIN_ALPHA sends the chain to log space before
+# make its path the dominant one (tests/test_chain.py has a 300-step chain with ranges of 6 where
+# the dropped path is the dominant one): a positive alpha below _MIN_ALPHA sends the chain to log space before
 # that can happen (one step shrinks alpha by at most exp(-300), still far from underflow).
 _MIN_ALPHA = 1e-150
 

@@ -15,7 +15,7 @@ for a given label count ``K``, into flat index arrays:
 The kernels then run over all graphs of a shape at once, in log space (log-sum-exp with a per-value
 max), with no Python loop over nodes or cliques: an upward (collect) pass gives log Z, a downward
 (distribute) pass in Hugin form calibrates every clique so that each belief is
-``log p(x_C) + log Z`` (003 eq. (3.2): the joint is the product of clique marginals over separator
+``log p(x_C) + log Z`` (Qi 2005, eq. (3.2): the joint is the product of clique marginals over separator
 marginals). Max-product
 with backtracking gives the MAP labelling; forward sampling down the upward beliefs gives exact
 samples; forward-mode tangents of the same passes give exact Hessian-vector products of log Z.
@@ -235,7 +235,7 @@ def _downward(cond, pr, db, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pma
 
     Fills ``pr`` with the calibrated clique marginals p(x_C): a root's conditional is its marginal;
     a child block s gets p(x_{C \\ S} | x_S = s) * p(x_S = s), with p(x_S = s) summed from the
-    parent's marginal (003 eq. (3.2)). Separator values whose probability underflows to 0 give 0,
+    parent's marginal (Qi 2005, eq. (3.2)). Separator values whose probability underflows to 0 give 0,
     their value to double precision. With ``tangent``, ``db`` (the collect-pass tangents) is turned
     into the tangents of the calibrated log-beliefs: d log p(x_S = s) - d msg[c, s] is added to
     block s."""

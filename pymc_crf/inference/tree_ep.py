@@ -1,24 +1,24 @@
-"""Tree-structured expectation propagation (TreeEP; thesis = seed 003, ch. 3).
+"""Tree-structured expectation propagation (TreeEP; Qi 2005, ch. 3).
 
-The approximation ``q`` is a spanning-tree MRF (003 eq. (3.2)). The tree is the maximum spanning
+The approximation ``q`` is a spanning-tree MRF (Qi 2005, eq. (3.2)). The tree is the maximum spanning
 tree of the mutual information estimated from each edge's own factors (node potentials times the
-edge table, 003 sec. 3.4, after Chow & Liu). Tree edges enter ``q`` exactly; each off-tree edge
+edge table, Qi 2005, sec. 3.4, after Chow & Liu). Tree edges enter ``q`` exactly; each off-tree edge
 ``o = (u, v)`` is approximated by a term living on the tree path ``u = p_0, ..., p_L = v``
-(003 eq. (3.6)): pairwise log tables ``t_o[k](x_{p_k}, x_{p_{k+1}})``, the path's separator
+(Qi 2005, eq. (3.6)): pairwise log tables ``t_o[k](x_{p_k}, x_{p_{k+1}})``, the path's separator
 divisions folded into the pairwise tables. So ``q ∝ exp(node + Psi)`` with tree tables
 ``Psi = psi_tree + sum_o t_o``.
 
-EP update of a term (003 sec. 3.3.2), with local propagation (sec. 3.3.4):
+EP update of a term (Qi 2005, sec. 3.3.2), with local propagation (sec. 3.3.4):
 
 1. *Local propagation*: the tree messages are kept valid towards a moving centre (one per tree
    component). The centre walks along the tree to ``u``, recomputing only the messages on that
    route, so every message pointing into the path is current.
-2. *Deletion* (003 eqs. (3.7)-(3.8)): the path's marginal under ``q`` is a chain whose node
+2. *Deletion* (Qi 2005, eqs. (3.7)-(3.8)): the path's marginal under ``q`` is a chain whose node
    potentials include the messages from the rest of the tree; removing ``t_o`` gives the cavity.
-3. *Incorporate evidence by cutset conditioning* (003 sec. 3.3.3): the cavity chain times
+3. *Incorporate evidence by cutset conditioning* (Qi 2005, sec. 3.3.3): the cavity chain times
    ``f_o(x_u, x_v)`` is a single loop; conditioning on ``x_u`` turns it into ``K`` chains whose
    forward-backward passes, averaged by their scale factors, give the tilted path marginals.
-4. *Update* (003 eqs. (3.9)-(3.10)): new ``t_o`` = tilted / cavity pair marginals divided by the
+4. *Update* (Qi 2005, eqs. (3.9)-(3.10)): new ``t_o`` = tilted / cavity pair marginals divided by the
    inner node ratios, so that the new ``q`` has exactly the tilted marginals on every tree edge
    (the rest of the tree only sees the path through it, so ``q`` matches the tilted distribution
    everywhere on the tree). The messages along the path towards ``u`` are recomputed.
@@ -52,7 +52,7 @@ def _edge_tables(batch: GraphBatch, edge: np.ndarray) -> np.ndarray:
 
 def edge_mutual_information(batch: GraphBatch, node: np.ndarray, edge: np.ndarray) -> np.ndarray:
     """Mutual information of each edge's own two-node model ``exp(node_u + node_v + psi_e)``
-    (003 sec. 3.4), shape (E,)."""
+    (Qi 2005, sec. 3.4), shape (E,)."""
     if batch.n_edges == 0:
         return np.zeros(0)
     tab = _edge_tables(batch, edge)
@@ -267,7 +267,7 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
                 Cq[k, x, y] = ps
                 tk = t[e0 + k, x, y]
                 C[k, x, y] = ps - tk if tk > -np.inf else ps
-    # tilted: condition on x_u = a (003 sec. 3.3.3), one chain per a: al[k, a, x], be[k, a, x]
+    # tilted: condition on x_u = a (Qi 2005, sec. 3.3.3), one chain per a: al[k, a, x], be[k, a, x]
     noi, no2, no3 = unused_arrays()
     fw = np.empty((L + 1, K))
     bw = np.empty((L + 1, K))
@@ -443,7 +443,7 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, into, pa
 
 # ---------------------------------------------------------------------------- engine
 class TreeEP(LoopyEngine):
-    """Tree-structured EP with cutset conditioning and local propagation (003 ch. 3).
+    """Tree-structured EP with cutset conditioning and local propagation (Qi 2005, ch. 3).
 
     Parameters
     ----------
