@@ -28,8 +28,8 @@ def _is_field_weight(var) -> bool:
     rv = model.values_to_rvs.get(var, var)
     for obs in model.observed_RVs:
         op = obs.owner.op
-        info = (op.crf_info if isinstance(op, CRFRV) else
-                op.mrf_info if isinstance(op, MRFRV) else None)
+        # the weights are the likelihood's own inputs (read from its node, as extract_crf does)
+        info = op.info(op.dist_params(obs.owner)) if isinstance(op, CRFRV | MRFRV) else None
         if info is not None and (rv is info.node_weights or rv is info.edge_weights):
             return True
     return False
