@@ -4,6 +4,7 @@ differences, and the CRF/MRF dispatch of extract_random_field."""
 import numpy as np
 import pymc as pm
 import pytest
+from pymc.model.fgraph import clone_model
 
 import pymc_crf as pmc
 from pymc_crf.fitters import (
@@ -182,3 +183,60 @@ def test_fit_map_result_has_per_row_log_likelihood():
     ref = pm.compute_log_likelihood(res.copy(), model=m, extend_inferencedata=False,
                                     progressbar=False)
     np.testing.assert_allclose(ll.values, ref["x"].values, rtol=1e-10)
+
+
+def _ising_model(X=None, n_rows: int = 30):
+    with pm.Model() as m:
+        b = pm.Normal("b", 0.0, 1.0, shape=(5,))
+        w = pm.Normal("w", 0.0, 0.8)
+        pmc.MRF("x", graphs=GRAPH, node_weights=b, edge_weights=w, parameterization="ising",
+                n_samples=n_rows, observed=X)
+    return m
+
+
+def test_rebuilt_mrf_models_read_back_and_fit_like_the_original():
+    """An MRF model passed through clone_model or pm.observe names its own weight variables (not
+    the original's): MAP and Bethe-Laplace give the original's optimum and mean."""
+    X = np.random.default_rng(4).integers(0, 2, size=(30, 5))
+    orig = _ising_model(X)
+    ref_map = pmc.fit(orig, method="map")
+    ref_bl = pmc.fit(orig, method="bethe_laplace", n_draws=10, seed=0)
+    observed = pm.observe(_ising_model(), {"x": X})
+    for rebuilt in (clone_model(orig), observed):
+        spec = extract_mrf(rebuilt)
+        assert spec.model is rebuilt and spec.free_vars == ()
+        assert spec.node_weights.prior == "normal" and spec.edge_weights.prior == "normal"
+        assert spec.info.node_weights is rebuilt["b"] and spec.info.edge_weights is rebuilt["w"]
+        np.testing.assert_array_equal(spec.labels, X)
+        res = pmc.fit(rebuilt, method="map")
+        for name in ("b", "w"):
+            np.testing.assert_allclose(res["posterior"][name].values,
+                                       ref_map["posterior"][name].values, atol=1e-6)
+        bl = pmc.fit(rebuilt, method="bethe_laplace", n_draws=10, seed=0)
+        np.testing.assert_allclose(bl["fit"]["mean_vector"], ref_bl["fit"]["mean_vector"],
+                                   atol=1e-6)
+
+
+def test_do_fixes_the_mrf_weights():
+    """pm.do replaces the coupling by a constant: it is no longer a free variable to fit."""
+    X = np.random.default_rng(5).integers(0, 2, size=(30, 5))
+    spec = extract_mrf(pm.do(_ising_model(X), {"w": 0.3}))
+    assert spec.node_weights.prior == "normal" and spec.node_weights.name == "b"
+    assert spec.edge_weights.prior == "other"
+    assert "not a free PyMC variable" in spec.edge_weights.reason
+    with pytest.raises(ValueError, match="not a free PyMC variable"):
+        require_gaussian_prior(spec, "bethe_laplace")
+
+
+def test_extract_mrf_needs_exactly_one_mrf():
+    with pm.Model() as two:
+        w = pm.Normal("w", 0, 1)
+        for name in ("x", "y"):
+            pmc.MRF(name, graphs=GRAPH, edge_weights=w, parameterization="ising",
+                    observed=np.zeros((3, 5), int))
+    with pytest.raises(ValueError, match="2 MRF likelihoods"):
+        extract_mrf(two)
+    with pm.Model() as none:
+        pm.Normal("z", 0, 1, observed=np.zeros(3))
+    with pytest.raises(ValueError, match="observed pmc.MRF likelihood; found"):
+        extract_mrf(none)

@@ -252,30 +252,86 @@ class MRFInfo:
         return self.param.n_labels
 
 
+# Core signature of each weight input, by (kind, shared): n nodes, e edges, k labels.
+_NODE_SIGNATURES = {("table", True): "(k)", ("table", False): "(n,k)",
+                    ("scalar", True): "()", ("scalar", False): "(n)"}
+_EDGE_SIGNATURES = {("table", True): "(k,k)", ("table", False): "(e,k,k)",
+                    ("scalar", True): "()", ("scalar", False): "(e)"}
+
+
 class MRFRV(RandomVariable):
     """``n_samples`` i.i.d. labellings of one graph, drawn with the engine's sampler (exact for
-    chain and junction-tree engines, Gibbs for loopy BP)."""
+    chain and junction-tree engines, Gibbs for loopy BP).
+
+    The parameters are the MRF's own weight tensors (node weights, edge weights, or both, as
+    ``param`` says); the parameterisation, graph, engine and ``n_samples`` are Op settings.
+    Fitters read the model back from the node (:meth:`info`), so a model rebuilt by ``pm.do``,
+    ``pm.observe`` or ``clone_model`` still names its own weights.
+    """
 
     name = "mrf"
-    signature = "(n,k),(e,k,k)->(s,m)"
     dtype = "int64"
     _print_name = ("MRF", "\\operatorname{MRF}")
-    __props__ = ("name", "signature", "dtype", "inplace", "batch", "engine", "n_samples")
+    __props__ = ("name", "signature", "dtype", "inplace", "batch", "engine", "n_samples",
+                 "param", "inference", "max_treewidth")
 
-    def __init__(self, batch: GraphBatch, engine: Engine, n_samples: int, **kwargs):
+    def __init__(self, batch: GraphBatch, engine: Engine, n_samples: int,
+                 param: MRFParameterization, inference: Any = "auto", max_treewidth: int = 10,
+                 **kwargs):
         self.batch = batch
         self.engine = engine
         self.n_samples = int(n_samples)
+        self.param = param
+        self.inference = inference if isinstance(inference, str) else engine.name
+        self.max_treewidth = int(max_treewidth)
+        sig = [table[(kind, shared)] for table, kind, shared in (
+            (_NODE_SIGNATURES, param.node_kind, param.node_shared),
+            (_EDGE_SIGNATURES, param.edge_kind, param.edge_shared)) if kind is not None]
+        kwargs.setdefault("signature", f"{','.join(sig)}->(s,m)")
         super().__init__(**kwargs)
 
     def _supp_shape_from_params(self, dist_params, param_shapes=None):
         return (self.n_samples, int(self.batch.n_nodes[0]))
 
-    def rng_fn(self, rng, node_logpot, edge_logpot, size):
+    def weights(self, dist_params) -> tuple[Any, Any]:
+        """``(node_weights, edge_weights)`` from the node's parameters (None for an absent one)."""
+        it = iter(dist_params)
+        node = next(it) if self.param.node_kind is not None else None
+        edge = next(it) if self.param.edge_kind is not None else None
+        return node, edge
+
+    def info(self, dist_params) -> MRFInfo:
+        """Everything about the MRF in one record, with the weights as the node's inputs."""
+        node, edge = self.weights(dist_params)
+        return MRFInfo(batch=self.batch, param=self.param, n_samples=self.n_samples,
+                       node_weights=node, edge_weights=edge, inference=self.inference,
+                       max_treewidth=self.max_treewidth, engine_name=self.engine.name,
+                       exact=bool(self.engine.exact))
+
+    def log_potentials(self, dist_params):
+        """PyTensor float64 node (n, K) and edge (E or 1, K, K) log-potential tables."""
+        node, edge = self.weights(dist_params)
+        return (pt.as_tensor_variable(self.param.node_table(node)).astype("float64"),
+                pt.as_tensor_variable(self.param.edge_table(edge)).astype("float64"))
+
+    def log_potentials_numpy(self, dist_params):
+        """Numpy node and edge log-potential tables of numeric parameters."""
+        node, edge = (None if w is None else np.asarray(w, dtype=np.float64)
+                      for w in self.weights(dist_params))
+        return (np.asarray(self.param.node_table(node), dtype=np.float64),
+                np.asarray(self.param.edge_table(edge), dtype=np.float64))
+
+    def draw(self, rng, dist_params) -> np.ndarray:
+        """``(n_samples, n)`` labellings from the engine's sampler for numeric weights."""
+        node, edge = self.log_potentials_numpy(dist_params)
+        return self.engine.sample(self.batch, node, edge, self.n_samples, rng)
+
+    def rng_fn(self, rng, *args):
+        *params, size = args
         if size is not None and tuple(size) != ():
             raise ValueError("MRF draws do not take a size: one draw is n_samples labellings "
                              "(set n_samples or the observed rows)")
-        return self.engine.sample(self.batch, node_logpot, edge_logpot, self.n_samples, rng)
+        return self.draw(rng, params)
 
 
 class MRF(Distribution):
@@ -390,23 +446,20 @@ class MRF(Distribution):
                              "size or shape")
         Wn, We = _as_tensor(node_weights), _as_tensor(edge_weights)
         param = mrf_parameterization(graphs, parameterization, Wn, We, n_labels)
-        node = pt.as_tensor_variable(param.node_table(Wn)).astype("float64")
-        edge = pt.as_tensor_variable(param.edge_table(We)).astype("float64")
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth)
-        rv = super().dist([node, edge], batch=graphs, engine=engine, n_samples=int(n_samples),
-                          **kwargs)
-        rv.owner.op.mrf_info = MRFInfo(
-            batch=graphs, param=param, n_samples=int(n_samples), node_weights=Wn,
-            edge_weights=We, inference=inference, max_treewidth=max_treewidth,
-            engine_name=engine.name, exact=bool(engine.exact))
-        return rv
+        params = [w if w.dtype.startswith("float") else w.astype("float64")
+                  for w in (Wn, We) if w is not None]
+        return super().dist(params, batch=graphs, engine=engine, n_samples=int(n_samples),
+                            param=param, inference=inference, max_treewidth=max_treewidth,
+                            **kwargs)
 
     @classmethod
-    def rv_op(cls, node_logpot, edge_logpot, *, batch, engine, n_samples, size=None, rng=None):
+    def rv_op(cls, *params, batch, engine, n_samples, param, inference, max_treewidth,
+              size=None, rng=None):
         if rng is None:
             rng = pt.random.shared_rng(seed=None)
-        _, rv = MRFRV(batch, engine, n_samples)(node_logpot, edge_logpot, size=size, rng=rng,
-                                                 return_next_rng=True)
+        op = MRFRV(batch, engine, n_samples, param, inference, max_treewidth)
+        _, rv = op(*params, size=size, rng=rng, return_next_rng=True)
         return rv
 
 
@@ -425,9 +478,10 @@ def _shape_rows(shape, full: bool = False):
 
 
 @_logprob.register(MRFRV)
-def mrf_logp(op: MRFRV, values, rng, size, node_logpot, edge_logpot, **kwargs):
+def mrf_logp(op: MRFRV, values, rng, size, *params, **kwargs):
     """Per-row log-likelihood: each row's score minus the shared log Z (one Op call)."""
     [value] = values
+    node_logpot, edge_logpot = op.log_potentials(params)
     batch = op.batch
     n = int(batch.n_nodes[0])
     K = node_logpot.shape[-1]
@@ -436,7 +490,7 @@ def mrf_logp(op: MRFRV, values, rng, size, node_logpot, edge_logpot, **kwargs):
     score = node_logpot[np.arange(n)[None, :], t].sum(axis=-1)
     if batch.n_edges:
         u, v = batch.edges[:, 0], batch.edges[:, 1]
-        shared = edge_logpot.type.shape[0] == 1 and batch.n_edges != 1
+        shared = op.param.edge_kind is None or op.param.edge_shared  # one (1, K, K) table
         rows = np.zeros(batch.n_edges, np.int64) if shared else np.arange(batch.n_edges)
         score = score + edge_logpot[rows[None, :], t[:, u], t[:, v]].sum(axis=-1)
     # log Z once for all N rows: the gradient through it is N * marginals (Op VJP with g = N)
@@ -452,25 +506,24 @@ def mrf_support_point(op: MRFRV, rv, *params):
 _RV_REGISTRY: dict[int, MRFRV] = {}
 
 
-def _draw_registered(key, seed, node_logpot, edge_logpot):
-    op = _RV_REGISTRY[key]
-    return op.engine.sample(op.batch, node_logpot, edge_logpot, op.n_samples, int(seed))
+def _draw_registered(key, seed, params):
+    return _RV_REGISTRY[key].draw(int(seed), params)
 
 
 @numba_core_rv_funcify.register(MRFRV)
 def _numba_mrf_rv(op: MRFRV, node):
     """Draw in numba through the engine's sampler in object mode, named by a content key
-    (graph structure, engine settings, n_samples) so the compiled function caches across
-    processes (as ``CRFRV``)."""
+    (graph structure, engine settings, n_samples, parameterisation) so the compiled function
+    caches across processes (as ``CRFRV``)."""
     out_type = numba.types.Array(numba.int64, 2, "C")
-    key = content_key(op.batch, op.engine, "MRFRV", op.n_samples)
+    key = content_key(op.batch, op.engine, "MRFRV", op.n_samples, repr(op.param))
     _RV_REGISTRY[key] = op
 
     @numba.njit
-    def random_fn(rng, node_logpot, edge_logpot):
+    def random_fn(rng, *params):
         seed = rng.integers(0, 2**62)
         with numba.objmode(out=out_type):
-            out = _draw_registered(key, seed, node_logpot, edge_logpot)
+            out = _draw_registered(key, seed, params)
         return out
 
     return random_fn, key

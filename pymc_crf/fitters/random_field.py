@@ -24,7 +24,7 @@ import pymc as pm
 
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization
 from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.spec import CRFSpec, WeightSpec, _weight_spec, extract_crf
+from pymc_crf.fitters.spec import CRFSpec, WeightSpec, _weight_spec, extract_crf, single_observed
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 
@@ -106,20 +106,14 @@ def _observed(model: pm.Model, rv) -> np.ndarray:
 def extract_mrf(model: pm.Model | None = None) -> MRFSpec:
     """The single MRF likelihood of ``model`` and its weights (raises if there is none or several)."""
     model = pm.modelcontext(model)
-    mrfs = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, MRFRV)]
-    if not mrfs:
-        others = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
-        raise ValueError("this fitter needs a model with an observed pmc.MRF likelihood; found "
-                         f"{others or 'no observed variables'}")
-    if len(mrfs) > 1:
-        raise ValueError(f"the model has {len(mrfs)} MRF likelihoods; fitters take exactly one")
-    rv = mrfs[0]
-    info: MRFInfo = rv.owner.op.mrf_info
+    rv = single_observed(model, MRFRV, "pmc.MRF")
+    op: MRFRV = rv.owner.op
+    info: MRFInfo = op.info(op.dist_params(rv.owner))
     labels = np.asarray(_observed(model, rv), dtype=np.int64)
     nw = _weight_spec(model, info.node_weights)
     ew = _weight_spec(model, info.edge_weights)
-    weight_names = {w.name for w in (nw, ew) if w is not None and w.name is not None}
-    free = tuple(v.name for v in model.free_RVs if v.name not in weight_names)
+    weights = {info.node_weights, info.edge_weights}
+    free = tuple(v.name for v in model.free_RVs if v not in weights)
     return MRFSpec(model, rv.name, info.batch, labels, info.n_labels,
                    info.param.parameterization, nw, ew, free, info)
 

@@ -18,7 +18,8 @@ from pytensor.tensor.random.op import RandomVariable
 from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["CRFSpec", "WeightSpec", "extract_crf", "require_gaussian_prior"]
+__all__ = ["CRFSpec", "WeightSpec", "extract_crf", "require_gaussian_prior",
+           "single_observed"]
 
 
 @dataclass(frozen=True)
@@ -135,17 +136,25 @@ def _weight_spec(model: pm.Model, tensor) -> WeightSpec | None:
     return WeightSpec(tensor.name, shape, dims, "normal", mu_v, sd_v)
 
 
+def single_observed(model: pm.Model, op_type: type, label: str):
+    """The one observed variable of ``model`` whose Op is an ``op_type`` (``label`` names it in
+    the one-line error raised when there is none or more than one)."""
+    found = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, op_type)]
+    if not found:
+        others = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
+        raise ValueError(f"this fitter needs a model with an observed {label} likelihood; found "
+                         f"{others or 'no observed variables'}")
+    if len(found) > 1:
+        kind = label.removeprefix("pmc.")
+        raise ValueError(f"the model has {len(found)} {kind} likelihoods; fitters take exactly "
+                         "one")
+    return found[0]
+
+
 def extract_crf(model: pm.Model | None = None) -> CRFSpec:
     """The single CRF likelihood of ``model`` and its weights (raises if there is none or several)."""
     model = pm.modelcontext(model)
-    crfs = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, CRFRV)]
-    if not crfs:
-        others = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
-        raise ValueError("this fitter needs a model with an observed pmc.CRF likelihood; found "
-                         f"{others or 'no observed variables'}")
-    if len(crfs) > 1:
-        raise ValueError(f"the model has {len(crfs)} CRF likelihoods; fitters take exactly one")
-    rv = crfs[0]
+    rv = single_observed(model, CRFRV, "pmc.CRF")
     op: CRFRV = rv.owner.op
     info: CRFInfo = op.info(op.dist_params(rv.owner))
     obs = model.rvs_to_values[rv]
