@@ -15,7 +15,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import pytensor.tensor as pt
 from pymc.distributions.distribution import Distribution, _support_point
@@ -23,6 +22,7 @@ from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
+from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
@@ -384,34 +384,10 @@ def crf_support_point(op: CRFRV, rv, *params):
     return pt.as_tensor_variable(_pad(op.batch, np.zeros(op.batch.n_total_nodes, np.int64)))
 
 
-_RV_REGISTRY: dict[int, CRFRV] = {}
-
-
-def _draw_registered(key, seed, params):
-    op = _RV_REGISTRY[key]
-    node, edge = op.log_potentials_numpy(params)
-    return _pad(op.batch, op.engine.sample(op.batch, node, edge, 1, int(seed))[0])
-
-
 @numba_core_rv_funcify.register(CRFRV)
 def _numba_crf_rv(op: CRFRV, node):
-    """Draw in numba by calling the engine's sampler from object mode with a seed from the rng.
-
-    The object-mode block names the Op by a content key (batch structure, engine settings and
-    potential) in a
-    per-process registry, so the compiled function can be cached across processes.
-    """
-    out_type = numba.types.Array(numba.int64, 2, "C")
+    """Draws in numba through the engine's sampler in object mode (:mod:`.numba_draws`), named by
+    batch structure, engine settings and potential."""
     key = content_key(op.batch, op.engine, "CRFRV", op.potential, op.epsilon, op.n_labels,
                       op.layout)
-    _RV_REGISTRY[key] = op
-
-    @numba.njit
-    def random_fn(rng, *params):
-        seed = rng.integers(0, 2**62)
-        with numba.objmode(out=out_type):
-            out = _draw_registered(key, seed, params)
-        return out
-
-    # numba_core_rv_funcify takes an int cache salt; the props hash adds the rest.
-    return random_fn, key
+    return objmode_random_fn(op, key, ndim=2)

@@ -40,7 +40,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
@@ -50,6 +49,7 @@ from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
+from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.potentials import hcrf_pair_tables
 
@@ -225,33 +225,15 @@ def _hcrf_support_point(op: HCRFRV, rv, *params):
     return pt.zeros((op.batch.n_graphs,), dtype="int64")
 
 
-_RV_REGISTRY: dict[int, HCRFRV] = {}
-
-
-def _draw_registered(key, seed, X, theta_x, theta_y, theta_e):
-    return _RV_REGISTRY[key].rng_fn(np.random.default_rng(seed), X, theta_x, theta_y, theta_e,
-                                    None)
-
-
 @numba_core_rv_funcify.register(HCRFRV)
 def _numba_hcrf_rv(op: HCRFRV, node):
-    """Draw in numba through object mode, named by a content key (as the CRF's draws)."""
+    """Draws in numba through object mode (:mod:`.numba_draws`), named by a content key."""
     from pymc_crf.inference.select import get_engine
     from pymc_crf.ops.log_partition import content_key
 
-    out_type = numba.types.Array(numba.int64, 1, "C")
     engine = get_engine(op.inference, replicate_batch(op.batch, op.n_classes), warn=False)
     key = content_key(op.batch, engine, "HCRFRV", op.n_classes, op.n_states)
-    _RV_REGISTRY[key] = op
-
-    @numba.njit
-    def random_fn(rng, X, theta_x, theta_y, theta_e):
-        seed = rng.integers(0, 2**62)
-        with numba.objmode(out=out_type):
-            out = _draw_registered(key, seed, X, theta_x, theta_y, theta_e)
-        return out
-
-    return random_fn, key
+    return objmode_random_fn(op, key, ndim=1)
 
 
 def find_hcrf(model: pm.Model):

@@ -19,7 +19,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-import numba
 import numpy as np
 import pytensor.tensor as pt
 from pymc.distributions.distribution import Distribution, _support_point
@@ -27,6 +26,7 @@ from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
+from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
@@ -503,27 +503,9 @@ def mrf_support_point(op: MRFRV, rv, *params):
     return pt.zeros((op.n_samples, int(op.batch.n_nodes[0])), dtype="int64")
 
 
-_RV_REGISTRY: dict[int, MRFRV] = {}
-
-
-def _draw_registered(key, seed, params):
-    return _RV_REGISTRY[key].draw(int(seed), params)
-
-
 @numba_core_rv_funcify.register(MRFRV)
 def _numba_mrf_rv(op: MRFRV, node):
-    """Draw in numba through the engine's sampler in object mode, named by a content key
-    (graph structure, engine settings, n_samples, parameterisation) so the compiled function
-    caches across processes (as ``CRFRV``)."""
-    out_type = numba.types.Array(numba.int64, 2, "C")
+    """Draws in numba through the engine's sampler in object mode (:mod:`.numba_draws`), named by
+    graph structure, engine settings, n_samples and parameterisation."""
     key = content_key(op.batch, op.engine, "MRFRV", op.n_samples, repr(op.param))
-    _RV_REGISTRY[key] = op
-
-    @numba.njit
-    def random_fn(rng, *params):
-        seed = rng.integers(0, 2**62)
-        with numba.objmode(out=out_type):
-            out = _draw_registered(key, seed, params)
-        return out
-
-    return random_fn, key
+    return objmode_random_fn(op, key, ndim=2)
