@@ -39,11 +39,11 @@ from evidence_fig3 import model_for  # noqa: E402
 
 def posterior_speed() -> None:
     model = grid_model(100, seed=0)
-    pmc.fit(model, method="bethe_laplace", n_draws=10)  # numba kernels compiled before timing
+    pmc.fit(model, method="bethe_laplace", draws=10)  # numba kernels compiled before timing
     times = {}
     for label, mode in (("BL-MP", "exact"), ("BL-BP", "bp")):
         t0 = time.perf_counter()
-        pmc.fit(model, method="bethe_laplace", map=mode, n_draws=2000, seed=0)
+        pmc.fit(model, method="bethe_laplace", map=mode, draws=2000, random_seed=0)
         times[label] = time.perf_counter() - t0
     t0 = time.perf_counter()
     with model, warnings.catch_warnings():
@@ -65,7 +65,7 @@ def evidence_speed() -> None:
     log_marginal_likelihood(model, "bethe_laplace")  # compile
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        ref = log_marginal_likelihood(model, "ais", n_runs=20, n_temps=8000, seed=123)
+        ref = log_marginal_likelihood(model, "ais", n_runs=20, n_temps=8000, random_seed=123)
         t0 = time.perf_counter()
         bl = log_marginal_likelihood(model, "bethe_laplace", map="bp")
         t_bl = time.perf_counter() - t0
@@ -75,7 +75,7 @@ def evidence_speed() -> None:
         n_temps = 250
         while True:
             t0 = time.perf_counter()
-            run = log_marginal_likelihood(model, "ais", n_runs=10, n_temps=n_temps, seed=7)
+            run = log_marginal_likelihood(model, "ais", n_runs=10, n_temps=n_temps, random_seed=7)
             t = time.perf_counter() - t0
             print(f"  AIS {n_temps} temperatures: {float(run):.4f} +- {run.std_error:.4f} "
                   f"in {t:.2f} s ({t / t_bl:.0f}x BP-LR)")

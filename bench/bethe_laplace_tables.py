@@ -59,7 +59,7 @@ def run(n: int, seed: int, draws: int) -> list[dict]:
     rows = [{"N": n, "method": "NUTS (chain 0 vs 1)", "wall_time": t_nuts,
              **scores(ref[:half], ref[half:])}]
     for label, mode in (("BL-MP", "exact"), ("BL-BP", "bp")):
-        r = pmc.fit(model, method="bethe_laplace", map=mode, n_draws=ref.shape[0], seed=seed,
+        r = pmc.fit(model, method="bethe_laplace", map=mode, draws=ref.shape[0], random_seed=seed,
                     log_likelihood=False)
         rows.append({"N": n, "method": label, "wall_time": float(r.attrs["wall_time"]),
                      **scores(posterior_matrix(r, ["b", "w"]), ref)})

@@ -55,7 +55,7 @@ def run(n_datasets: int, ns: list[int], n_temps: int = 1000, n_runs: int = 10) -
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ref = log_marginal_likelihood(model, "ais", n_temps=n_temps, n_runs=n_runs,
-                                              seed=k)
+                                              random_seed=k)
                 ais_se[i, k] = ref.std_error
                 for name, (meth, kw) in METHODS.items():
                     errs[name][i, k] = abs(float(log_marginal_likelihood(model, meth, **kw))

@@ -94,10 +94,10 @@ def run_methods(model: pm.Model, methods, draws: int, tune: int, chains: int, se
         for name in methods:
             if name == "bl_mp":
                 out[name] = pmc.fit(model, method="bethe_laplace", map="exact",
-                                    n_draws=draws, n_chains=chains, seed=seed)
+                                    draws=draws, chains=chains, random_seed=seed)
             elif name == "bl_bp":
                 out[name] = pmc.fit(model, method="bethe_laplace", map="bp",
-                                    n_draws=draws, n_chains=chains, seed=seed)
+                                    draws=draws, chains=chains, random_seed=seed)
             else:
                 if start is None:  # the samplers start at the Bethe-Laplace mode (see docstring)
                     bl = out.get("bl_bp", out.get("bl_mp"))
