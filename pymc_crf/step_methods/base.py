@@ -32,6 +32,15 @@ def _is_field_weight(var) -> bool:
     return rv.name is not None and rv.name in {w.name for w in spec.weights if w.name}
 
 
+#: the stats every random-walk Metropolis step on the weights reports (BetheMH, Exchange)
+METROPOLIS_STATS = {
+    "tune": (bool, []),
+    "accepted": (bool, []),
+    "accept_rate": (np.float64, []),
+    "scaling": (np.float64, []),
+}
+
+
 class RandomFieldStep(ArrayStepShared):
     """Base class: a blocked step on all weight tensors of a model's random-field likelihood.
 

@@ -15,7 +15,7 @@ import warnings
 import numpy as np
 
 from pymc_crf.step_methods.adaptation import ProposalAdaptation
-from pymc_crf.step_methods.base import RandomFieldStep
+from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
 from pymc_crf.step_methods.warm_bp import WarmStartBP
 
 __all__ = ["BetheMH"]
@@ -53,10 +53,7 @@ class BetheMH(RandomFieldStep):
     name = "bethe_mh"
     method_name = "BetheMH"
     stats_dtypes_shapes = {
-        "tune": (bool, []),
-        "accepted": (bool, []),
-        "accept_rate": (np.float64, []),
-        "scaling": (np.float64, []),
+        **METROPOLIS_STATS,
         "log_z": (np.float64, []),
         "bp_iterations": (np.int64, []),
         "bp_nonconverged": (np.int64, []),

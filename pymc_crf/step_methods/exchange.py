@@ -25,7 +25,7 @@ from pymc_crf.inference.base import Engine
 from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.inference.select import ApproximateInferenceWarning, get_engine
 from pymc_crf.step_methods.adaptation import ProposalAdaptation
-from pymc_crf.step_methods.base import RandomFieldStep
+from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
 
 __all__ = ["Exchange"]
 
@@ -57,10 +57,7 @@ class Exchange(RandomFieldStep):
     name = "exchange"
     method_name = "Exchange"
     stats_dtypes_shapes = {
-        "tune": (bool, []),
-        "accepted": (bool, []),
-        "accept_rate": (np.float64, []),
-        "scaling": (np.float64, []),
+        **METROPOLIS_STATS,
         "exact_auxiliary": (bool, []),
     }
 
