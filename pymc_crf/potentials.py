@@ -22,6 +22,7 @@ engines' log-potential tables.
 from __future__ import annotations
 
 import math
+from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 import numpy as np
@@ -77,7 +78,7 @@ def log_ndtr_pt(a):
 
 
 # ---------------------------------------------------------------------------- the kinds
-class Potential:
+class Potential(ABC):
     """One kind of potential ``g``: score ``a`` -> log-potential ``log g(a)``.
 
     Subclasses set ``name`` and ``code`` (the kind's id inside numba kernels, read only by
@@ -89,25 +90,25 @@ class Potential:
     code: ClassVar[int]
     identity: ClassVar[bool] = False
 
+    @abstractmethod
     def log(self, score: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
         """Numpy log-potential of a score array (any shape)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def log_pt(self, score, epsilon: float = 0.0):
         """PyTensor log-potential of a score tensor (autodiff gives the chain rule)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def dlog(self, score: np.ndarray, epsilon: float = 0.0) -> np.ndarray | None:
         """``d log g / d a`` (None when it is 1)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def d2log(self, score: np.ndarray, epsilon: float = 0.0) -> np.ndarray | None:
         """``d^2 log g / d a^2`` (None when it is 0)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def log_expected(self, mean: np.ndarray, var: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
         """``log E[g(y)]`` for ``y ~ N(mean, var)``, elementwise."""
-        raise NotImplementedError
 
     def __repr__(self) -> str:
         return f"<potential {self.name!r}>"

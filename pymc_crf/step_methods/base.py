@@ -90,7 +90,8 @@ class RandomFieldStep(ArrayStepShared):
         return RaveledVars(q, q0.point_map_info), [stats]
 
     def _propose(self, q: np.ndarray, tune: bool) -> tuple[np.ndarray, dict]:
-        raise NotImplementedError
+        """One move from ``q``: the new point and this step's stats (each subclass's own)."""
+        raise NotImplementedError(f"{type(self).__name__} must implement _propose")
 
     def _metropolis(self, log_ratio: float, test: bool = True) -> tuple[bool, float]:
         """``(accepted, min(1, exp(log_ratio)))``; a non-finite ratio is a rejection. With
