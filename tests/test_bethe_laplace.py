@@ -7,6 +7,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
+from crf_models import node_edge_crf
 
 import pymc_crf as pmc
 from pymc_crf.compare import posterior_matrix
@@ -40,20 +41,7 @@ def _crf(potential, shared, seed=0):
     rng = np.random.default_rng(seed)
     batch = pmc.GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
                                        np.array([[0, 1], [1, 2], [2, 0]])] * 2, [4, 3] * 2)
-    N, E, K = batch.n_total_nodes, batch.n_edges, 3
-    X, Xe = rng.normal(size=(N, 2)), rng.normal(size=(E, 2))
-    y = rng.integers(0, K, size=N)
-    with pm.Model() as m:
-        W = pm.Normal("W", 0.3, 1.5, shape=(2, K))
-        if shared:
-            T = pm.Normal("T", -0.2, 0.7, shape=(K, K))
-            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
-                    potential=potential, epsilon=0.05, observed=y)
-        else:
-            V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
-            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
-                    edge_weights=V, potential=potential, epsilon=0.05, observed=y)
-    return m
+    return node_edge_crf(batch, 3, potential, shared, rng)
 
 
 def _fd_precision(problem, w):

@@ -3,6 +3,7 @@
 import numpy as np
 import pymc as pm
 import pytest
+from crf_models import node_edge_crf
 
 import pymc_crf as pmc
 from pymc_crf.fitters import extract_crf
@@ -20,21 +21,7 @@ def _model(kind: str, potential: str, rng):
     else:  # a four-cycle with a chord and a single edge (junction tree engine)
         batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [2, 3], [3, 0], [0, 2]]),
                                        np.array([[0, 1]])], [4, 2])
-    N, E = batch.n_total_nodes, batch.n_edges
-    X = rng.normal(size=(N, 2))
-    Xe = rng.normal(size=(E, 2))
-    y = rng.integers(0, K, size=N)
-    with pm.Model() as m:
-        W = pm.Normal("W", 0.3, 1.5, shape=(2, K))
-        if kind in ("chain", "tree_shared"):
-            T = pm.Normal("T", -0.2, 0.7, shape=(K, K))
-            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
-                    potential=potential, epsilon=0.05, observed=y)
-        else:
-            V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
-            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
-                    edge_weights=V, potential=potential, epsilon=0.05, observed=y)
-    return m
+    return node_edge_crf(batch, K, potential, kind in ("chain", "tree_shared"), rng)
 
 
 @pytest.mark.parametrize("kind", ["chain", "tree_loop", "tree_shared"])

@@ -1,0 +1,25 @@
+"""Small CRF models shared by the weight-space tests (objective, Bethe-Laplace)."""
+
+import pymc as pm
+
+import pymc_crf as pmc
+
+
+def node_edge_crf(batch, K: int, potential: str, shared: bool, rng) -> pm.Model:
+    """Node weights ``W`` (2, K) on random node features and either one shared (K, K) table ``T``
+    or per-edge tables ``V`` (2, K, K) from random edge features; random labels."""
+    N, E = batch.n_total_nodes, batch.n_edges
+    X = rng.normal(size=(N, 2))
+    Xe = rng.normal(size=(E, 2))
+    y = rng.integers(0, K, size=N)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.3, 1.5, shape=(2, K))
+        if shared:
+            T = pm.Normal("T", -0.2, 0.7, shape=(K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                    potential=potential, epsilon=0.05, observed=y)
+        else:
+            V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
+                    edge_weights=V, potential=potential, epsilon=0.05, observed=y)
+    return m
