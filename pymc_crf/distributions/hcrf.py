@@ -51,6 +51,8 @@ from scipy.special import log_softmax
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.select import get_engine
+from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
 
 __all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "from_sequences", "replicate_batch", "pair_logpots",
@@ -124,8 +126,6 @@ def pair_logpots(node_features: np.ndarray, theta_x, theta_y, theta_e,
 def class_log_probs(batch: GraphBatch, node_features: np.ndarray, theta_x, theta_y, theta_e,
                     inference: Any = "auto") -> np.ndarray:
     """``log p(c | X_g)`` for every graph and class, shape (G, C), with numpy weights."""
-    from pymc_crf.inference.select import get_engine
-
     C = np.shape(theta_y)[1]
     rep = replicate_batch(batch, C)
     node, edge = pair_logpots(node_features, theta_x, theta_y, theta_e, batch)
@@ -138,8 +138,6 @@ def class_log_probs(batch: GraphBatch, node_features: np.ndarray, theta_x, theta
 def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_features: np.ndarray,
               n_classes: int, inference: Any = "auto"):
     """Per-graph ``log p(y_g | X_g)`` as a PyTensor vector (G,) (one ``log_partition`` call)."""
-    from pymc_crf.ops.log_partition import log_partition
-
     G, C = batch.n_graphs, n_classes
     rep = replicate_batch(batch, C)
     theta_x, theta_y, theta_e = (pt.as_tensor_variable(a) for a in (theta_x, theta_y, theta_e))
@@ -228,9 +226,6 @@ def _hcrf_support_point(op: HCRFRV, rv, *params):
 @numba_core_rv_funcify.register(HCRFRV)
 def _numba_hcrf_rv(op: HCRFRV, node):
     """Draws in numba through object mode (:mod:`.numba_draws`), named by a content key."""
-    from pymc_crf.inference.select import get_engine
-    from pymc_crf.ops.log_partition import content_key
-
     engine = get_engine(op.inference, replicate_batch(op.batch, op.n_classes), warn=False)
     key = content_key(op.batch, engine, "HCRFRV", op.n_classes, op.n_states)
     return objmode_random_fn(op, key, ndim=1)
