@@ -75,11 +75,6 @@ html_theme_options = {
 }
 html_static_path: list[str] = []
 
-suppress_warnings = [
-    "myst.header",        # design notes start at ## headings in places
-    "myst.xref_missing",  # design notes link to source files outside the docs tree
-]
-
 # ---------------------------------------------------------------- one home for every public name
 # Names exported by ``pymc_crf`` are documented on the top-level page (``pymc_crf.fit``, ...); the
 # subpackage pages list their other names. Documenting a class twice would register its canonical
