@@ -316,6 +316,10 @@ class CRF(Distribution):
     The value is a (G, L) int64 matrix padded with -1 (``pad_labels``); ``observed`` may also be
     flat (N,) labels or a list of per-graph arrays. Give ``dims=("graph", "position")`` to label it.
 
+    Observed labels may be missing (masked in a numpy masked array, NaN, or -1): they are summed
+    out of the likelihood, ``log Z(clamped to the observed labels) - log Z`` per graph (0 for a
+    graph without observed labels), and :func:`pymc_crf.impute` draws them afterwards.
+
     Examples
     --------
     >>> import numpy as np, pymc as pm, pymc_crf as pmc
