@@ -90,7 +90,8 @@ with pm.Model(coords=coords) as model:
     ty = pm.Normal("theta_y", 0.0, 1.0, dims=("state", "class"))
     te = pm.Normal("theta_e", 0.0, 1.0, dims=("state", "state_to", "class"))
     pmc.HCRF("speaker", graphs=train.graphs, node_features=train.node_features,
-             theta_x=tx, theta_y=ty, theta_e=te, observed=train.labels)
+             theta_x=tx, theta_y=ty, theta_e=te, n_states=N_STATES, n_classes=train.n_classes,
+             observed=train.labels)
 
 # %% [markdown]
 # ## MAP

@@ -86,7 +86,7 @@ with pm.Model(coords=train.coords) as model:
 # %%
 fit = pmc.fit(model, method="nuts", random_seed=2, **NUTS)
 imputed = pmc.impute(fit, model, extend_inferencedata=True)
-imputed
+imputed  # noqa: B018
 
 # %%
 truth = train.labels[imputed["node"].values]
@@ -131,7 +131,7 @@ with pm.Model(coords=train.coords) as full_model:
             potential="probit", observed=train.labels, dims=("graph", "position"))
 errors = {name: pmc.predict(pmc.fit(m, method="map"), test, method="bpe").error_rate
           for name, m in {"all labels": full_model, "40% of labels": model}.items()}
-errors
+errors  # noqa: B018
 
 # %%
 fig, ax = plt.subplots(figsize=(4, 3))

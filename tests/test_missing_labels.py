@@ -65,6 +65,12 @@ def _model(b, y, edge_kind, rng, potential="loglinear"):
     return m, X, Xe
 
 
+def _logp_fn(m, mode="FAST_COMPILE"):
+    """Per-graph logp of the CRF as a function of a point (PyTensor's Python linker by default:
+    no numba compilation of each small test model)."""
+    return m.compile_fn(m.logp(vars=m.observed_RVs, sum=False)[0], mode=mode)
+
+
 def _tables(m, point):
     spec = extract_crf(m)
     return CRFLogLikelihood(spec).log_potentials(spec.flatten(point))
@@ -76,7 +82,8 @@ def test_logp_sums_missing_labels_out(name, rng):
     y = _labels(b, rng)
     m, _, _ = _model(b, y, "shared" if name == "chains" else "features", rng)
     point = {"W": rng.normal(size=(F, K)), "T": rng.normal(size=m["T"].type.shape)}
-    lp = m.compile_fn(m.logp(vars=m.observed_RVs, sum=False)[0])(point)
+    # the chain batch through the numba backend (PyMC's default), the others through Python
+    lp = _logp_fn(m, None if name == "chains" else "FAST_COMPILE")(point)
     ref = _brute_summed_out(b, *_tables(m, point), y)
     np.testing.assert_allclose(lp, ref, rtol=1e-10, atol=1e-12)
     assert lp[2] == 0.0  # no observed label: contributes nothing
@@ -100,7 +107,7 @@ def test_gradient_matches_finite_differences_and_model(edge_kind, potential, rng
     fd = np.array([(lik(w + h * e)[0] - lik(w - h * e)[0]) / (2 * h) for e in np.eye(w.size)])
     np.testing.assert_allclose(grad, fd, atol=1e-6)
     # the compiled model's gradient: the LogPartition Op differentiated through the clamped call
-    dlogp = m.compile_fn(m.dlogp(), point_fn=True)(spec.unflatten(w))
+    dlogp = m.compile_fn(m.dlogp(), mode="FAST_COMPILE")(spec.unflatten(w))
     np.testing.assert_allclose(dlogp, grad + GaussianLogPrior(spec)(w)[1], rtol=1e-9, atol=1e-10)
 
 
@@ -133,7 +140,7 @@ def test_labels_as_data_sum_missing_out(rng):
             obs = pmc.pad_labels(b, y, K, missing=True)
             pmc.CRF("y", graphs=b, node_features=X, node_weights=W, edge_weights=T,
                     observed=pm.Data("labels", obs) if data else y)
-        out.append(m.compile_fn(m.logp(vars=m.observed_RVs, sum=False)[0])(point))
+        out.append(_logp_fn(m)(point))
     np.testing.assert_allclose(out[1], out[0], rtol=1e-10, atol=1e-12)
 
 
@@ -142,11 +149,11 @@ def test_fully_observed_and_all_missing(rng):
     y = rng.integers(0, K, b.n_total_nodes)
     m, _, _ = _model(b, y, "shared", rng)
     point = {"W": rng.normal(size=(F, K)), "T": rng.normal(size=(K, K))}
-    lp = m.compile_fn(m.logp(vars=m.observed_RVs, sum=False)[0])(point)
+    lp = _logp_fn(m)(point)
     np.testing.assert_allclose(lp, _brute_summed_out(b, *_tables(m, point), y), rtol=1e-10)
     # every label missing: the likelihood is 1 and the MAP is the prior mean
     m0, _, _ = _model(b, np.full(b.n_total_nodes, -1), "shared", rng)
-    assert np.all(m0.compile_fn(m0.logp(vars=m0.observed_RVs, sum=False)[0])(point) == 0.0)
+    assert np.all(m0.logp(vars=m0.observed_RVs, sum=False)[0].eval() == 0.0)
     spec = extract_crf(m0)
     value, grad = CRFLogLikelihood(spec)(np.ones(spec.flat_size))
     assert value == 0.0 and np.all(grad == 0.0)
@@ -200,7 +207,7 @@ def test_impute_at_fixed_weights_is_the_exact_conditional(rng):
     np.testing.assert_allclose(imp["marginals"].values, exact[miss], atol=1e-12)
     np.testing.assert_array_equal(imp["labels"].values, exact[miss].argmax(1))
     # one label draw per posterior draw: with many copies of the point, frequencies -> marginals
-    S = 4000
+    S = 1500
     post = xr.Dataset({v: (("chain", "draw", *[f"{v}_{i}" for i in range(a.ndim)]),
                            np.broadcast_to(a, (1, S, *a.shape)))
                        for v, a in point.items()})
@@ -214,7 +221,9 @@ def test_impute_over_nuts_draws_matches_brute_force_average(rng):
     b = pmc.GraphBatch.chains([3, 3])
     y = np.array([0, -1, 1, -1, 2, -1])
     m, _, _ = _model(b, y, "shared", rng)
-    res = pmc.fit(m, method="nuts", draws=40, tune=60, chains=1, random_seed=2)
+    res = pmc.fit(m, method="nuts", draws=40, tune=60, chains=1, random_seed=2,
+                  nuts_sampler="pymc", compile_kwargs={"mode": "FAST_COMPILE"},
+                  compute_convergence_checks=False)
     imp = pmc.impute(res, m, extend_inferencedata=True)
     post = res["posterior"]
     ref = np.mean([_brute_conditional(b, *_tables(m, {"W": post["W"].values[0, s],
