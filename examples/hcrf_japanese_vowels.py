@@ -19,7 +19,7 @@
 # ships with pymc_crf). The task is to name the speaker from the whole utterance.
 #
 # A hidden CRF (`pmc.HCRF`) puts one class label on each chain and sums out a hidden state per
-# frame (Quattoni et al.; Luo, Sun & Zhao, eqs. 1-3): frame features score states, states score
+# frame (Quattoni et al. 2007; Luo, Sun & Zhao, eqs. 1-3): frame features score states, states score
 # classes, and class-specific transition tables score consecutive states. We fit it by MAP and by
 # the beta-process HCRF's variational EM (`method="bp_hcrf_vi"`, Luo, Sun & Zhao) and report test
 # accuracy.
