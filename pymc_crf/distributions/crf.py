@@ -66,16 +66,11 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
 
 def _missing_as_minus_one(labels: Any) -> np.ndarray:
     """Masked entries and NaN as -1 (the missing-label marker)."""
-    if np.ma.isMaskedArray(labels):
-        data = np.asarray(labels.data)
-        mask = np.ma.getmaskarray(labels)
-        if data.dtype.kind == "f":
-            data = np.where(mask, -1.0, data)
-        return np.where(mask, -1, data)
-    arr = np.asarray(labels)
+    arr = np.asarray(np.ma.getdata(labels))
+    mask = np.ma.getmaskarray(labels) if np.ma.isMaskedArray(labels) else np.zeros(arr.shape, bool)
     if arr.dtype.kind == "f":
-        arr = np.where(np.isnan(arr), -1.0, arr)
-    return arr
+        mask = mask | np.isnan(arr)
+    return np.where(mask, -1, arr) if mask.any() else arr
 
 
 def unpad_labels(batch: GraphBatch, padded: np.ndarray) -> np.ndarray:

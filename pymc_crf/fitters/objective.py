@@ -222,7 +222,6 @@ class CRFLogLikelihood:
             grads.append(g)
         return value, np.concatenate([g.ravel() for g in grads])
 
-
     def _summed_out(self, node: np.ndarray, edge: np.ndarray, gradient: bool):
         """Per-graph log-likelihood (G,) with the missing labels summed out and, with
         ``gradient``, its gradient in the tables (observed or clamped minus plain marginals)."""
