@@ -11,6 +11,7 @@ from pymc_crf.datasets import CRFData
 from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
 from pymc_crf.fitters import fit, log_marginal_likelihood
 from pymc_crf.graphs import GraphBatch, GraphStructureError
+from pymc_crf.impute import impute
 from pymc_crf.inference import ApproximateInferenceWarning
 from pymc_crf.ops import log_partition
 from pymc_crf.predict import Prediction, predict
@@ -31,6 +32,7 @@ __all__ = [
     "datasets",
     "fit",
     "fitters",
+    "impute",
     "inference",
     "log_marginal_likelihood",
     "log_partition",

@@ -25,3 +25,21 @@ def test_generators_do_not_hide_their_modules():
     train, test = pmc.datasets.hmm_classes(2, 1, T=4, seed=0)
     assert isinstance(train, hmm.SequenceData) and train.labels.tolist() == [0, 0, 1, 1, 2, 2]
     assert test.node_features.shape == (3 * 4, 2)
+
+
+def test_japanese_vowels_shapes_and_labels():
+    """The shipped Japanese Vowels split: the published sizes and class counts (README of the
+    source), speakers 0..8, standardised with the training frames' statistics."""
+    train, test = pmc.datasets.japanese_vowels()
+    assert (train.n_graphs, test.n_graphs) == (270, 370)
+    assert (train.graphs.n_total_nodes, test.graphs.n_total_nodes) == (4274, 5687)
+    assert train.node_features.shape == (4274, 12) and test.node_features.shape == (5687, 12)
+    assert train.graphs.is_chain and test.graphs.is_chain
+    assert train.graphs.n_nodes.min() == 7 and test.graphs.n_nodes.max() == 29
+    assert train.n_classes == 9 and train.labels.min() == 0 and test.labels.max() == 8
+    np.testing.assert_array_equal(np.bincount(train.labels), np.full(9, 30))
+    np.testing.assert_array_equal(np.bincount(test.labels), [31, 35, 88, 44, 29, 24, 40, 50, 29])
+    np.testing.assert_allclose(train.node_features.mean(axis=0), 0.0, atol=1e-12)
+    np.testing.assert_allclose(train.node_features.std(axis=0), 1.0, atol=1e-12)
+    raw, _ = pmc.datasets.japanese_vowels(standardise=False)
+    assert raw.node_features[0, 0] == pytest.approx(1.860936)  # first frame as shipped

@@ -15,7 +15,8 @@ TIMEOUT = 900
 
 
 def test_there_are_examples():
-    assert {p.name for p in EXAMPLES} >= {"quick_start.py", "loopy_graphs.py"}
+    assert {p.name for p in EXAMPLES} >= {"quick_start.py", "loopy_graphs.py", "model_comparison.py",
+                                      "semi_supervised.py", "hcrf_japanese_vowels.py"}
 
 
 @pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])

@@ -7,7 +7,8 @@ Generators are functions (``bcrf_synthetic``, ``hmm_classes``) in modules named 
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.bcrf import bcrf_synthetic
 from pymc_crf.datasets.hmm import SequenceData, hmm_classes
+from pymc_crf.datasets.japanese_vowels import japanese_vowels
 from pymc_crf.datasets.random_fields import MRFData, parise_welling_random_structure, welling_parise_grid
 
 __all__ = ["CRFData", "MRFData", "SequenceData", "bcrf_synthetic", "hmm_classes",
-           "parise_welling_random_structure", "welling_parise_grid"]
+           "japanese_vowels", "parise_welling_random_structure", "welling_parise_grid"]

@@ -25,6 +25,7 @@ from pytensor.tensor.random.op import RandomVariable
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
+from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
 from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
@@ -32,8 +33,16 @@ from pymc_crf.potentials import check_potential, log_potential_tables, log_poten
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
 
 
-def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None) -> np.ndarray:
-    """Labels (flat (N,), list of per-graph arrays, or padded (G, L)) as a validated padded matrix."""
+def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
+               missing: bool = False) -> np.ndarray:
+    """Labels (flat (N,), list of per-graph arrays, or padded (G, L)) as a validated padded matrix.
+
+    With ``missing=True`` a label may be missing: masked (a numpy masked array), NaN or ``-1``;
+    missing labels are ``-1`` in the result, like the padding past each graph's last node.
+    """
+    if missing:
+        labels = ([_missing_as_minus_one(x) for x in labels] if isinstance(labels, list | tuple)
+                  else _missing_as_minus_one(labels))
     arr = labels if isinstance(labels, list | tuple) else np.asarray(labels)
     L = int(batch.n_nodes.max())
     if not isinstance(arr, list | tuple) and arr.ndim == 2:
@@ -43,10 +52,25 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None) -> n
         if (arr[~pos] != -1).any():
             raise ValueError("padded labels must be -1 past each graph's last node")
         arr = arr[pos]
-    flat = batch.check_labels(arr, n_labels)
+    if missing:
+        flat = batch.check_labels(arr, None)
+        gone = flat == -1
+        flat = batch.check_labels(np.where(gone, 0, flat), n_labels)
+        flat[gone] = -1
+    else:
+        flat = batch.check_labels(arr, n_labels)
     out = np.full((batch.n_graphs, L), -1, dtype=np.int64)
     out[batch.node_graph, np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]] = flat
     return out
+
+
+def _missing_as_minus_one(labels: Any) -> np.ndarray:
+    """Masked entries and NaN as -1 (the missing-label marker)."""
+    arr = np.asarray(np.ma.getdata(labels))
+    mask = np.ma.getmaskarray(labels) if np.ma.isMaskedArray(labels) else np.zeros(arr.shape, bool)
+    if arr.dtype.kind == "f":
+        mask = mask | np.isnan(arr)
+    return np.where(mask, -1, arr) if mask.any() else arr
 
 
 def unpad_labels(batch: GraphBatch, padded: np.ndarray) -> np.ndarray:
@@ -287,6 +311,10 @@ class CRF(Distribution):
     The value is a (G, L) int64 matrix padded with -1 (``pad_labels``); ``observed`` may also be
     flat (N,) labels or a list of per-graph arrays. Give ``dims=("graph", "position")`` to label it.
 
+    Observed labels may be missing (masked in a numpy masked array, NaN, or -1): they are summed
+    out of the likelihood, ``log Z(clamped to the observed labels) - log Z`` per graph (0 for a
+    graph without observed labels), and :func:`pymc_crf.impute` draws them afterwards.
+
     Examples
     --------
     >>> import numpy as np, pymc as pm, pymc_crf as pmc
@@ -352,31 +380,106 @@ def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:
                 K = _static_last_dim(pt.as_tensor_variable(w))
                 if K is not None:
                     break
-    return pad_labels(graphs, observed, K)
+    return pad_labels(graphs, observed, K, missing=True)
 
 
 @_logprob.register(CRFRV)
 def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
-    """Per-graph log-likelihood: score of the labelling minus log Z (one value per graph)."""
+    """Per-graph log-likelihood: score of the labelling minus log Z (one value per graph).
+
+    Missing labels (``-1`` inside a graph) are summed out: such a graph scores
+    ``log Z(clamped to its observed labels) - log Z`` and a graph with no observed label 0
+    (:mod:`pymc_crf.inference.clamp`). For constant labels (``observed=``) the graphs are sorted
+    once, so fully observed data pay one log Z; labels given as a variable (``pm.Data``) pay a
+    clamped and a plain log Z of the whole batch."""
     [value] = values
     node_logpot, edge_logpot = op.log_potentials(params)
-    batch = op.batch
-    G, N = batch.n_graphs, batch.n_total_nodes
+    if not isinstance(value, pt.TensorConstant):
+        return _logp_summed_out(op, value, node_logpot, edge_logpot)
+    flat = unpad_labels(op.batch, np.asarray(value.data))
+    if (flat >= 0).all() or (flat < -1).any() or (flat >= op.n_labels).any():
+        return _logp_observed(op, value, node_logpot, edge_logpot)
+    return _logp_missing(op, ObservedLabels(op.batch, flat, op.n_labels), value, node_logpot,
+                         edge_logpot)
+
+
+def _flat_labels(batch: GraphBatch, value):
+    """The (G, L) label matrix as flat (N,) labels, one per node."""
     L = int(batch.n_nodes.max())
-    K = node_logpot.shape[-1]
+    N = batch.n_total_nodes
     flat_pos = batch.node_graph * L + (np.arange(N) - batch.node_offsets[batch.node_graph])
-    t = value.reshape((G * L,))[flat_pos]
-    valid = pt.and_(pt.ge(t, 0), pt.lt(t, K))
-    t = pt.clip(t, 0, K - 1)
-    score = pt.zeros(G)[batch.node_graph].inc(node_logpot[np.arange(N), t])
+    return value.reshape((batch.n_graphs * L,))[flat_pos]
+
+
+def _observed_score(batch: GraphBatch, t, node_logpot, edge_logpot):
+    """Per-graph unnormalised log score of the labels ``t`` (N,), all in 0..K-1."""
+    N = batch.n_total_nodes
+    score = pt.zeros(batch.n_graphs)[batch.node_graph].inc(node_logpot[np.arange(N), t])
     if batch.n_edges:
         u, v = batch.edges[:, 0], batch.edges[:, 1]
-        shared = edge_logpot.type.shape[0] == 1 and batch.n_edges != 1
-        rows = np.zeros(batch.n_edges, np.int64) if shared else np.arange(batch.n_edges)
+        rows = (np.zeros(batch.n_edges, np.int64) if _shared_table(batch, edge_logpot)
+                else np.arange(batch.n_edges))
         score = score[batch.edge_graph].inc(edge_logpot[rows, t[u], t[v]])
+    return score
+
+
+def _shared_table(batch: GraphBatch, edge_logpot) -> bool:
+    return edge_logpot.type.shape[0] == 1 and batch.n_edges != 1
+
+
+def _logp_observed(op: CRFRV, value, node_logpot, edge_logpot):
+    """Every label observed: score - log Z, and -inf for labels outside 0..K-1."""
+    batch = op.batch
+    G = batch.n_graphs
+    K = node_logpot.shape[-1]
+    t = _flat_labels(batch, value)
+    valid = pt.and_(pt.ge(t, 0), pt.lt(t, K))
+    t = pt.clip(t, 0, K - 1)
+    score = _observed_score(batch, t, node_logpot, edge_logpot)
     log_z = LogPartition(batch, op.engine)(node_logpot, edge_logpot)
     all_valid = pt.eq(pt.zeros(G)[batch.node_graph].inc(1 - valid), 0)
     return pt.switch(all_valid, score - log_z, -np.inf)
+
+
+def _logp_missing(op: CRFRV, obs: ObservedLabels, value, node_logpot, edge_logpot):
+    """Constant labels with some missing: fully observed graphs score - log Z, partly observed
+    ones log Z(clamped) - log Z, unobserved ones 0 (their log Z is not computed)."""
+    batch = op.batch
+    shared = _shared_table(batch, edge_logpot)
+    out = pt.zeros(batch.n_graphs)
+    if obs.empty.all():
+        return out
+    live = obs.part(~obs.empty)
+    log_z = LogPartition(live.batch, op.engine)(*live.tables(node_logpot, edge_logpot, shared,
+                                                             clamp=False))
+    at_live = np.cumsum(~obs.empty) - 1  # graph id -> position among the live graphs
+    if obs.full.any():
+        t = pt.as_tensor_variable(np.where(obs.observed, obs.labels, 0))
+        score = _observed_score(batch, t, node_logpot, edge_logpot)
+        full = np.flatnonzero(obs.full)
+        out = pt.set_subtensor(out[full], score[full] - log_z[at_live[full]])
+    if not obs.partial.any():
+        return out
+    part = obs.part(obs.partial)
+    log_zc = LogPartition(part.batch, op.engine)(*part.tables(node_logpot, edge_logpot, shared))
+    return pt.set_subtensor(out[part.graphs], log_zc - log_z[at_live[part.graphs]])
+
+
+def _logp_summed_out(op: CRFRV, value, node_logpot, edge_logpot):
+    """Labels known only at run time: log Z(clamped to the observed labels) - log Z per graph,
+    which is score - log Z for a fully observed graph; -inf for labels outside -1..K-1."""
+    batch = op.batch
+    G = batch.n_graphs
+    K = node_logpot.shape[-1]
+    t = _flat_labels(batch, value)
+    valid = pt.and_(pt.ge(t, -1), pt.lt(t, K))
+    forbidden = pt.and_(pt.ge(t, 0)[:, None], pt.neq(pt.arange(K)[None, :], t[:, None]))
+    clamped = node_logpot + pt.switch(forbidden, -np.inf, 0.0)
+    log_partition = LogPartition(batch, op.engine)
+    log_zc = log_partition(clamped, edge_logpot)
+    log_z = log_partition(node_logpot, edge_logpot)
+    all_valid = pt.eq(pt.zeros(G)[batch.node_graph].inc(1 - valid), 0)
+    return pt.switch(all_valid, log_zc - log_z, -np.inf)
 
 
 @_support_point.register(CRFRV)

@@ -95,6 +95,9 @@ def replicate_batch(batch: GraphBatch, n_classes: int) -> GraphBatch:
 
 def check_class_labels(labels: Any, n_graphs: int, n_classes: int) -> np.ndarray:
     """Validate one class label per graph; returns int64 array (G,)."""
+    if np.ma.isMaskedArray(labels) and np.ma.getmaskarray(labels).any():
+        raise ValueError("HCRF class labels cannot be missing (masked): a sequence without its "
+                         "class adds nothing to the likelihood; leave it out of the training data")
     arr = np.asarray(labels)
     if arr.shape != (n_graphs,):
         raise ValueError(f"HCRF labels must have one class per graph, shape ({n_graphs},); "

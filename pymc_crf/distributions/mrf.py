@@ -204,6 +204,9 @@ def check_mrf_labels(batch: GraphBatch, labels: Any, n_labels: int | None,
     length, NaN, non-integer, label range).
     """
     n = int(batch.n_nodes[0])
+    if np.ma.isMaskedArray(labels) and np.ma.getmaskarray(labels).any():
+        raise ValueError("MRF labels cannot be missing (masked): the MRF likelihood needs whole "
+                         "labellings; missing labels are supported by pmc.CRF")
     arr = np.asarray(labels)
     if arr.ndim == 1 and arr.shape[0] == n:
         arr = arr[None, :]

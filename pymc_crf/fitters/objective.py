@@ -11,6 +11,10 @@ engine, with no compiled PyTensor function, so there is nothing to compile. With
 where ``mu`` are the (node and edge) marginals, the gradient of log Z in the log-potentials (the
 usual CRF gradient: observed minus expected feature counts; Qi, Szummer & Minka 2005, eq. (3)-(4) for the
 potentials). The values equal the PyMC model's ``logp`` (tested to 1e-9 against the compiled model).
+
+Missing labels (``-1``) are summed out as in the model's ``logp``: a partly observed graph
+contributes ``log Z(clamped) - log Z`` with gradient ``x^T ((mu_clamped - mu) * phi'(a))``
+(:mod:`pymc_crf.inference.clamp`), an unobserved graph nothing.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import numpy as np
 
 from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference.base import Engine
+from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.potentials import get_potential, linear_scores, log_potential_tables
 
 __all__ = ["CRFLogLikelihood", "GaussianLogPrior"]
@@ -48,7 +53,13 @@ class CRFLogLikelihood:
         self.batch, self.K = b, spec.n_labels
         self.potential, self.epsilon = spec.potential, float(spec.epsilon)
         self._pot = get_potential(spec.potential)
-        y = np.asarray(spec.labels, dtype=np.int64)
+        self.observed_labels = ObservedLabels(b, spec.labels, self.K)
+        obs = self.observed_labels
+        self._live = obs.part(~obs.empty) if obs.has_missing and not obs.empty.all() else None
+        self._part = obs.part(obs.partial) if obs.partial.any() else None
+        # missing labels (-1) read as label 0 in the observed-label arrays below; the paths
+        # that meet missing labels use only the fully observed graphs' entries of them
+        y = np.where(self.observed_labels.observed, spec.labels, 0).astype(np.int64)
         self.y = y
         self.rows = np.arange(b.n_total_nodes)
         self.yu, self.yv = y[b.edges[:, 0]], y[b.edges[:, 1]]
@@ -59,6 +70,7 @@ class CRFLogLikelihood:
             self.Xe = np.ascontiguousarray(spec.edge_features, dtype=np.float64)
         onehot = np.zeros((b.n_total_nodes, self.K))
         onehot[self.rows, y] = 1.0
+        onehot[~self.observed_labels.observed] = 0.0
         self._onehot = onehot
         # observed feature counts (constant; the whole score term for log-linear potentials)
         self._xty = None if self.X is None else self.X.T @ onehot
@@ -92,13 +104,21 @@ class CRFLogLikelihood:
         """Unnormalised observed log score ``sum_i phi_i[y_i] + sum_e phi_e[y_u, y_v]`` (the
         log-likelihood without ``-log Z``) and its gradient (d,) in the flat weights."""
         w_flat = np.asarray(w_flat, dtype=np.float64)
+        self._require_all_observed("the observed score")
         node, edge = self.log_potentials(w_flat)
         s_node, s_edge = self._observed_scores(node, edge)
         return float(s_node.sum() + s_edge.sum()), self.pullback(w_flat, *self.observed_statistics())
 
+    def _require_all_observed(self, what: str) -> None:
+        if self.observed_labels.has_missing:
+            raise ValueError(f"{what} needs every label observed; this CRF has "
+                             f"{int((~self.observed_labels.observed).sum())} missing labels "
+                             "(use the log-likelihood itself, as method='map' or 'nuts' do)")
+
     def observed_statistics(self) -> tuple[np.ndarray, np.ndarray]:
         """Sufficient statistics of the observed labels in table space: node one-hots (N, K) and
         edge indicators (E, K, K), or transition counts (1, K, K) for a shared table."""
+        self._require_all_observed("the observed statistics")
         if self.spec.edge_weights is not None and self.Xe is None:
             edge = self._trans_counts[None]
         else:
@@ -156,6 +176,8 @@ class CRFLogLikelihood:
     def pointwise(self, w_flat: np.ndarray) -> np.ndarray:
         """Per-graph log-likelihood (G,) at one weight vector."""
         _, _, node, _, edge = self._tables(w_flat)
+        if self.observed_labels.has_missing:
+            return self._summed_out(node, edge, gradient=False)[0]
         b = self.batch
         s_node, s_edge = self._observed_scores(node, edge)
         score = (np.bincount(b.node_graph, s_node, minlength=b.n_graphs)
@@ -166,6 +188,9 @@ class CRFLogLikelihood:
         """Total log-likelihood and its gradient (d,) in the flat weights."""
         w_flat = np.asarray(w_flat, dtype=np.float64)
         parts, a_node, node, a_edge, edge = self._tables(w_flat)
+        if self.observed_labels.has_missing:
+            ll, gn, ge = self._summed_out(node, edge, gradient=True)
+            return float(ll.sum()), self.pullback(w_flat, gn, ge)
         m = self.engine.marginals(self.batch, node, edge)
         loglinear = self._pot.identity
         value = -float(np.sum(m.log_z))
@@ -196,6 +221,44 @@ class CRFLogLikelihood:
                 g = np.tensordot(self.Xe, r, axes=(0, 0))
             grads.append(g)
         return value, np.concatenate([g.ravel() for g in grads])
+
+    def _summed_out(self, node: np.ndarray, edge: np.ndarray, gradient: bool):
+        """Per-graph log-likelihood (G,) with the missing labels summed out and, with
+        ``gradient``, its gradient in the tables (observed or clamped minus plain marginals)."""
+        obs, live, part, b = self.observed_labels, self._live, self._part, self.batch
+        shared = edge.shape[0] == 1 and b.n_edges != 1
+        ll = np.zeros(b.n_graphs)
+        gn = self._onehot * obs.full[b.node_graph][:, None]
+        full_edges = obs.full[b.edge_graph]
+        if shared:
+            ge = np.zeros((1, self.K, self.K))
+            np.add.at(ge[0], (self.yu[full_edges], self.yv[full_edges]), 1.0)
+        else:
+            ge = np.zeros((b.n_edges, self.K, self.K))
+            e = np.flatnonzero(full_edges)
+            ge[e, self.yu[e], self.yv[e]] = 1.0
+        if live is None:  # no label observed: the likelihood is 1
+            return ll, gn, ge
+        run = self.engine.marginals if gradient else self.engine.log_partition
+        plain = run(live.batch, *live.tables(node, edge, shared, clamp=False))
+        log_z = plain.log_z if gradient else plain
+        at_live = np.cumsum(~obs.empty) - 1  # graph id -> position among the live graphs
+        s_node, s_edge = self._observed_scores(node, edge)
+        score = (np.bincount(b.node_graph, s_node, minlength=b.n_graphs)
+                 + np.bincount(b.edge_graph, s_edge, minlength=b.n_graphs))
+        ll[obs.full] = score[obs.full] - log_z[at_live[obs.full]]
+        if part is not None:
+            clamped = run(part.batch, *part.tables(node, edge, shared))
+            log_zc = clamped.log_z if gradient else clamped
+            ll[part.graphs] = log_zc - log_z[at_live[part.graphs]]
+        if not gradient:
+            return ll, None, None
+        if part is not None:
+            gn[part.nodes] += clamped.node
+            ge[0 if shared else part.edges] += clamped.edge[0] if shared else clamped.edge
+        gn[live.nodes] -= plain.node
+        ge[0 if shared else live.edges] -= plain.edge[0] if shared else plain.edge
+        return ll, gn, ge
 
 
 class GaussianLogPrior:

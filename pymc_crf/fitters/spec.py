@@ -18,8 +18,8 @@ from pytensor.tensor.random.op import RandomVariable
 from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["CRFSpec", "WeightSpec", "extract_crf", "require_gaussian_prior",
-           "single_observed"]
+__all__ = ["CRFSpec", "WeightSpec", "extract_crf", "require_all_labels",
+           "require_gaussian_prior", "single_observed"]
 
 
 @dataclass(frozen=True)
@@ -182,3 +182,13 @@ def require_gaussian_prior(spec: CRFSpec, method: str) -> None:
                          f"weights; this model also has {list(spec.free_vars)}")
 
 
+
+
+def require_all_labels(spec, method: str) -> None:
+    """Raise a clear error when the random field of ``spec`` has missing (masked / -1) labels,
+    for fitters whose approximation needs every label observed."""
+    n_missing = int((np.asarray(spec.labels) < 0).sum())
+    if n_missing:
+        raise ValueError(f"method={method!r} needs every label observed; this model has "
+                         f"{n_missing} missing (masked / -1) labels. method='map' and 'nuts' sum "
+                         "missing labels out of the likelihood.")

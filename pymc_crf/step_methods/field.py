@@ -18,6 +18,7 @@ from pymc_crf.fitters.random_field import (
     extract_random_field,
     random_field_log_likelihood,
 )
+from pymc_crf.fitters.spec import require_all_labels
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bp import labelling_score
@@ -41,6 +42,7 @@ class RandomFieldTerm:
 
     def __init__(self, model: pm.Model, method: str):
         spec = extract_random_field(model)
+        require_all_labels(spec, method)
         for w in spec.weights:
             if w.name is None:
                 raise ValueError(f"{method} needs the random-field weights to be free variables; "

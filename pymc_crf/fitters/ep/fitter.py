@@ -19,7 +19,12 @@ from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
-from pymc_crf.fitters.spec import CRFSpec, extract_crf, require_gaussian_prior
+from pymc_crf.fitters.spec import (
+    CRFSpec,
+    extract_crf,
+    require_all_labels,
+    require_gaussian_prior,
+)
 from pymc_crf.inference.bp import ConvergenceWarning
 
 __all__ = ["fit_ep", "ep_inputs"]
@@ -42,6 +47,7 @@ def _spec_for_ep(model: pm.Model) -> CRFSpec:
                          f"(this model observes {kinds}). Use method='nuts' or, for HCRFs, "
                          f"'bp_hcrf_vi'. ({err})") from err
     require_gaussian_prior(spec, "ep")
+    require_all_labels(spec, "ep")
     return spec
 
 

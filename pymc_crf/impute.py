@@ -1,0 +1,109 @@
+"""Imputing missing labels of a semi-supervised CRF: ``pmc.impute(result, model)``.
+
+A ``pmc.CRF`` whose observed labels are partly missing (masked, NaN or ``-1``) sums the missing
+labels out of its likelihood, so every fitter that handles it (``pm.sample`` / NUTS, MAP) fits the
+weights alone, as PyMC does when a discrete variable is marginalised. The missing labels are then
+drawn after the fact, for each posterior draw ``w_s``, from their exact conditional
+``p(y_miss | y_obs, x, w_s)`` (the engine on tables clamped to the observed labels,
+:mod:`pymc_crf.inference.clamp`): a posterior predictive draw of the labels, and the conditional
+marginals averaged over the draws (Rao-Blackwellised, so they carry no sampling noise of the labels).
+
+PyMC's automatic imputation instead splits a variable into observed and missing parts and samples
+the missing part inside MCMC; for a label vector whose entries interact through the graph that
+needs discrete steps and mixes slowly, while summing out is exact and leaves NUTS on a continuous
+posterior. ``extend_inferencedata=True`` still stores the draws where PyMC would, as
+``posterior["<name>_unobserved"]``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import xarray as xr
+
+from pymc_crf.fitters.objective import CRFLogLikelihood
+from pymc_crf.fitters.spec import extract_crf
+
+__all__ = ["impute"]
+
+
+def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | None = None,
+           random_seed: int | np.random.Generator | None = 0,
+           extend_inferencedata: bool = False) -> xr.Dataset:
+    """Posterior marginals and draws of the missing labels of the model's ``pmc.CRF``.
+
+    Parameters
+    ----------
+    result : DataTree
+        A fit of ``model`` with the CRF weights in its ``posterior`` (``pm.sample``,
+        ``pmc.fit(method="nuts" | "map")``; one draw, e.g. MAP, gives the conditional marginals at
+        those weights).
+    model : pm.Model, optional
+        The model whose observed CRF labels have missing entries (default: the context).
+    draws : int, optional
+        Use this many posterior draws, evenly thinned over (chain, draw) (default: all).
+    random_seed : int or Generator, optional
+        Seed of the label draws.
+    extend_inferencedata : bool
+        Also add the label draws to ``result``'s posterior as ``"<name>_unobserved"``, as PyMC's
+        automatic imputation names them (needs all draws: ``draws=None``).
+
+    Returns
+    -------
+    xarray.Dataset
+        Over ``missing`` (one entry per missing label, in node order; coords ``node`` = flat node
+        id, ``graph`` and ``position``): ``marginals`` (missing, label) the conditional marginals
+        averaged over the draws, ``labels`` (missing,) their argmax, and ``draws``
+        (chain, draw, missing) one label draw per posterior draw used.
+    """
+    model = pm.modelcontext(model)
+    spec = extract_crf(model)
+    lik = CRFLogLikelihood(spec)
+    obs = lik.observed_labels
+    if not obs.has_missing:
+        raise ValueError(f"the labels of {spec.observed_name!r} have no missing entries to impute; "
+                         "mark missing labels with -1 or a numpy masked array")
+    post = result["posterior"]
+    absent = [w.name for w in spec.weights if w.name is None or w.name not in post]
+    if absent:
+        raise ValueError(f"the result's posterior has no draws of the CRF weights {absent}")
+    if extend_inferencedata and draws is not None:
+        raise ValueError("extend_inferencedata=True stores one label draw per posterior draw; "
+                         "leave draws=None")
+    n_chains, n_draws = (int(post.sizes["chain"]), int(post.sizes["draw"]))
+    flat = np.concatenate([np.asarray(post[w.name].values).reshape(n_chains * n_draws, -1)
+                           for w in spec.weights], axis=1)
+    keep = np.arange(flat.shape[0])
+    if draws is not None and draws < keep.size:
+        keep = np.linspace(0, keep.size - 1, int(draws)).round().astype(np.int64)
+    rng = np.random.default_rng(random_seed)
+    b = spec.batch
+    part = obs.part(~obs.full)
+    missing = ~obs.observed[part.nodes]
+    nodes = part.nodes[missing]
+    engine = lik.engine
+    marg = np.zeros((nodes.size, spec.n_labels))
+    label_draws = np.empty((keep.size, nodes.size), np.int64)
+    for i, s in enumerate(keep):
+        node, edge = lik.log_potentials(flat[s])
+        shared = edge.shape[0] == 1 and b.n_edges != 1
+        tables = part.tables(node, edge, shared)
+        marg += engine.marginals(part.batch, *tables).node[missing]
+        label_draws[i] = engine.sample(part.batch, *tables, 1, rng)[0][missing]
+    marg /= keep.size
+    graph = b.node_graph[nodes]
+    coords = {"missing": np.arange(nodes.size), "node": ("missing", nodes),
+              "graph": ("missing", graph), "position": ("missing", nodes - b.node_offsets[graph]),
+              "label": np.arange(spec.n_labels)}
+    shape = (n_chains, n_draws) if keep.size == n_chains * n_draws else (1, keep.size)
+    out = xr.Dataset(
+        {"marginals": (("missing", "label"), marg),
+         "labels": ("missing", marg.argmax(axis=1)),
+         "draws": (("chain", "draw", "missing"), label_draws.reshape(*shape, nodes.size))},
+        coords=coords, attrs={"observed": spec.observed_name, "n_draws_used": int(keep.size)})
+    if extend_inferencedata:
+        name = f"{spec.observed_name}_unobserved"
+        dim = f"{name}_dim_0"
+        result["posterior"] = post.to_dataset().assign(
+            {name: (("chain", "draw", dim), out["draws"].values)}).assign_coords({dim: nodes})
+    return out
