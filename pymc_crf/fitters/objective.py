@@ -203,7 +203,8 @@ class CRFLogLikelihood:
                     g = np.multiply.outer(self._edge_row, g)
             elif loglinear:  # observed feature counts minus expected ones, one pass over m.edge
                 value += float(np.sum(self._xety * parts[self.spec.edge_weights.name]))
-                g = self._xety - np.tensordot(self.Xe, m.edge, axes=(0, 0))
+                g = self._xety - np.einsum("ef,eab->fab", self.Xe, m.edge)  # no BLAS, see
+                # potentials.linear_scores
             else:
                 e = np.arange(self.batch.n_edges)
                 value += float(edge[e, self.yu, self.yv].sum())

@@ -135,6 +135,21 @@ def _exp_nonpos(x, out, kbuf, m):
 _FAST = {"reassoc", "contract", "arcp", "nsz"}
 
 
+@njit(cache=True, fastmath=_FAST, inline="always")
+def _shift_range(flat, b, KK):
+    """Maximum of the table ``flat[b:b+KK]`` (0 for an all -inf table) and its range over the
+    finite entries."""
+    mx = -np.inf
+    lo = np.inf
+    for x in range(KK):
+        v = flat[b + x]
+        mx = max(mx, v)
+        lo = min(lo, v if v > -np.inf else np.inf)
+    if mx == -np.inf:
+        return 0.0, 0.0
+    return mx, mx - lo
+
+
 @njit(cache=True, fastmath=_FAST)
 def _tables_into(edge, e0, m, psi, shift, erange, xbuf, kbuf):
     """exp of the edge tables ``edge[e0:e0+m]``, each shifted by its maximum (so every entry is in
@@ -144,17 +159,9 @@ def _tables_into(edge, e0, m, psi, shift, erange, xbuf, kbuf):
     flat = edge.reshape(-1)
     for e in range(m):
         b = (e0 + e) * KK
-        mx = -np.inf
-        lo = np.inf
-        for x in range(KK):
-            v = flat[b + x]
-            mx = max(mx, v)
-            lo = min(lo, v if v > -np.inf else np.inf)
-        if mx == -np.inf:
-            mx = 0.0
-            lo = 0.0
+        mx, rg = _shift_range(flat, b, KK)
         shift[e] = mx
-        erange[e] = mx - lo
+        erange[e] = rg
         for x in range(KK):
             xbuf[e * KK + x] = flat[b + x] - mx
     _exp_nonpos(xbuf, psi.reshape(-1), kbuf, m * KK)
@@ -436,16 +443,8 @@ def _lane_tables(edge, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
             mx = 0.0
             if t < lane_n[b]:
                 base = (lane_elo[b] + t - 1) * KK
-                mx = -np.inf
-                lo = np.inf
-                for x in range(KK):
-                    v = flat[base + x]
-                    mx = max(mx, v)
-                    lo = min(lo, v if v > -np.inf else np.inf)
-                if mx == -np.inf:
-                    mx = 0.0
-                    lo = 0.0
-                lthr[b] = max(lthr[b], _threshold(K, mx - lo))
+                mx, rg = _shift_range(flat, base, KK)
+                lthr[b] = max(lthr[b], _threshold(K, rg))
                 for x in range(KK):
                     xs[_u(x) * Bu + _u(b)] = flat[base + x] - mx
             else:
