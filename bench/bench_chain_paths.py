@@ -1,16 +1,18 @@
-"""Chain engine paths through the public entry points: shared table, per-edge tables, wide ranges.
+"""Chain engine paths through the public entry points: shared table, edge features, wide ranges.
 
 Run:  .venv/bin/python bench/bench_chain_paths.py [--repeats 20]
 
 Problem: 1000 sequences x 50 positions, K = 10 labels, F = 100 dense node features (as in
-``bench_chain.py``), labels drawn exactly from the CRF. Three ways of writing the model with
+``bench_chain.py``), labels drawn exactly from the CRF. Four ways of writing the model with
 ``pmc.CRF`` in ``pm.Model`` (Normal priors):
 
 * ``shared``: node weights W (F, K) and one shared (K, K) transition table T;
-* ``per-edge``: the same CRF with per-edge tables from edge features (a column of ones, edge
-  weights (1, K, K) = T), so the engine gets (E, K, K) tables;
+* ``constant``: the same CRF from constant edge features (a column of ones, edge weights
+  (1, K, K) = T), which the table builders recognise as one shared table;
+* ``per-edge``: real edge features (a bias, a +-1 indicator, a uniform number; edge weights
+  (3, K, K)), so the engine gets an (E, K, K) table, one per edge;
 * ``wide``: the shared model at weights scaled so that node-row plus table log-potential ranges
-  are several hundred (beyond the scaled recursion's safe range).
+  are several hundred.
 
 For each, in one run and timed in turn round after round (``bench_chain.interleaved``; the VM
 has fast and slow modes): ``ChainEngine.log_partition`` and ``ChainEngine.marginals`` on the
@@ -18,10 +20,10 @@ model's log-potential tables, the objective ``CRFLogLikelihood`` value + gradien
 ``extract_crf(model)``), and the compiled model's logp + dlogp (``model.logp_dlogp_function``).
 Every time is given as a ratio to the two BLAS products ``X @ W`` and ``X.T @ G`` timed in the
 same rounds. Targets: objective <= 2x the BLAS products; compiled logp + dlogp <= 1.3x the
-objective.
+objective; edge-feature models <= 2x the shared one.
 
 Last, a ragged batch: 600 chains of length 3-14, K = 26, log-potentials N(0, s^2) with s = 1 and
-s = 30 (ranges above the scaled recursion's safe range): ``ChainEngine.marginals`` time of each
+s = 30 (node-row plus table ranges of several hundred): ``ChainEngine.marginals`` time of each
 and their ratio.
 """
 
@@ -44,14 +46,15 @@ from pymc_crf.graphs.batch import GraphBatch  # noqa: E402
 from pymc_crf.inference.chain import ChainEngine  # noqa: E402
 
 
-def build(batch, X, y, K, per_edge: bool):
-    """The chain CRF as a PyMC model: shared (K, K) table or per-edge tables from edge features."""
+def build(batch, X, y, K, Xe=None):
+    """The chain CRF as a PyMC model: a shared (K, K) table ``T``, or edge features ``Xe`` with
+    edge weights ``T`` (Fe, K, K)."""
     with pm.Model() as model:
         W = pm.Normal("W", 0.0, 1.0, shape=(X.shape[1], K))
-        if per_edge:
-            T = pm.Normal("T", 0.0, 1.0, shape=(1, K, K))
-            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W,
-                    edge_features=np.ones((batch.n_edges, 1)), edge_weights=T, observed=y)
+        if Xe is not None:
+            T = pm.Normal("T", 0.0, 1.0, shape=(Xe.shape[1], K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
+                    edge_weights=T, observed=y)
         else:
             T = pm.Normal("T", 0.0, 1.0, shape=(K, K))
             pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
@@ -59,16 +62,15 @@ def build(batch, X, y, K, per_edge: bool):
     return model
 
 
-def case(name, batch, X, y, W, T, per_edge):
+def case(name, batch, X, y, W, T, Xe=None):
     """Timed callables of one model: engine log Z / marginals, objective, compiled logp+dlogp."""
     K = W.shape[1]
-    model = build(batch, X, y, K, per_edge)
+    model = build(batch, X, y, K, Xe)
     spec = extract_crf(model)
-    Tm = T[None] if per_edge else T
-    values = {"W": W, "T": Tm}
+    values = {"W": W, "T": T}
     w_flat = np.concatenate([values[w.name].ravel() for w in spec.weights])
     lik = CRFLogLikelihood(spec)
-    _, node, _, _, edge = lik._tables(w_flat)
+    _, node, _, _, edge = lik._tables(w_flat, shared_if_constant=True)
     eng = ChainEngine()
     f = model.logp_dlogp_function(ravel_inputs=True)
     f.set_extra_values({})
@@ -80,7 +82,7 @@ def case(name, batch, X, y, W, T, per_edge):
     assert abs(lp - (ll + prior)) < 1e-8 * abs(lp), (name, lp, ll + prior)
     lo, hi = node.max(1) - np.where(np.isfinite(node), node, np.inf).min(1), np.ptp(edge, (1, 2))
     print(f"{name}: node-row range up to {lo.max():.0f}, table range up to {hi.max():.0f}, "
-          f"edge tables {edge.shape}")
+          f"engine edge tables {edge.shape}")
     return {
         f"{name}: log Z": lambda: eng.log_partition(batch, node, edge),
         f"{name}: log Z + marginals": lambda: eng.marginals(batch, node, edge),
@@ -97,9 +99,15 @@ def main(argv=None):
     Gm = np.random.default_rng(1).normal(size=(X.shape[0], W.shape[1]))
     ref_key = "reference: X @ W + X.T @ G"
     cases = {ref_key: lambda: (X @ W, X.T @ Gm)}
-    cases.update(case("shared", batch, X, y, W, T, per_edge=False))
-    cases.update(case("per-edge", batch, X, y, W, T, per_edge=True))
-    cases.update(case("wide", batch, X, y, 30.0 * W, 40.0 * T, per_edge=False))
+    E = batch.n_edges
+    rng = np.random.default_rng(2)
+    # real edge features: a bias, a +-1 indicator and a uniform number per edge
+    Xe = np.column_stack([np.ones(E), rng.choice([-1.0, 1.0], E), rng.random(E)])
+    Te = np.stack([T, 0.2 * rng.normal(size=T.shape), 0.2 * rng.normal(size=T.shape)])
+    cases.update(case("shared", batch, X, y, W, T))
+    cases.update(case("constant", batch, X, y, W, T[None], Xe=np.ones((E, 1))))
+    cases.update(case("per-edge", batch, X, y, W, Te, Xe=Xe))
+    cases.update(case("wide", batch, X, y, 30.0 * W, 40.0 * T))
     # the user's ragged batch: 600 chains of length 3-14, K = 26
     rng = np.random.default_rng(0)
     rb = GraphBatch.chains(rng.integers(3, 15, size=600))
@@ -116,14 +124,16 @@ def main(argv=None):
     for k, (med, mn, _) in rows.items():
         print(f"{k:44s} {med:9.2f} {mn:9.2f} {med / ref:7.2f}")
     print()
-    for name in ("shared", "per-edge", "wide"):
+    names = ("shared", "constant", "per-edge", "wide")
+    for name in names:
         obj = rows[f"{name}: objective value + grad"][0]
         comp = rows[f"{name}: compiled logp + dlogp"][0]
         print(f"{name:9s} objective / BLAS = {obj / ref:5.2f} (target <= 2); "
               f"compiled / objective = {comp / obj:5.2f} (target <= 1.3)")
-    for name in ("per-edge", "wide"):
-        r = rows[f"{name}: objective value + grad"][0] / rows["shared: objective value + grad"][0]
-        print(f"{name:9s} objective / shared objective = {r:5.2f}")
+    for name in names[1:]:
+        for what in ("objective value + grad", "compiled logp + dlogp"):
+            r = rows[f"{name}: {what}"][0] / rows[f"shared: {what}"][0]
+            print(f"{name:9s} {what} / shared = {r:5.2f} (target <= 2)")
     s1 = rows["600 chains K=26, scale 1: marginals"][0]
     s30 = rows["600 chains K=26, scale 30: marginals"][0]
     print(f"600 chains K=26: scale 30 / scale 1 = {s30 / s1:.2f}")

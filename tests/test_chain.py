@@ -227,11 +227,13 @@ def test_rejects_bad_input():
         CH.log_partition(loop, np.zeros((3, 2)), np.zeros((3, 2, 2)))
 
 
+@pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("K", [2, 5, 10])
-def test_lane_blocked_kernel_matches_per_graph_kernel(K):
-    """The shared-table path runs up to 64 chains in lockstep (sorted by length, padded lanes,
-    per-lane underflow fallback, over-long chains sent to the per-graph kernel): it must give
-    the per-graph kernel's numbers on a large ragged batch with every special case mixed in."""
+def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
+    """Up to 64 chains run in lockstep (sorted by length, padded lanes, per-lane log-space
+    fallback, over-long chains sent to the per-graph kernel), with a shared table or per-edge
+    tables: it must give the per-graph kernel's numbers on a large ragged batch with every
+    special case mixed in."""
     from pymc_crf.inference.chain import _edge_tables, _fb_graphs
 
     rng = np.random.default_rng(K)
@@ -241,16 +243,16 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K):
     no = batch.node_offsets
     node[no[3]:no[4]] *= 400.0  # scales underflow: log-space fallback inside a block
     node[no[5]:no[6], 0] = -np.inf  # forbidden labels
-    edge = rng.normal(size=(1, K, K))
-    edge[0, 0, 1] = -np.inf
+    edge = rng.normal(size=(1 if shared else batch.n_edges, K, K))
+    edge[:, 0, 1] = -np.inf
     gw = rng.normal(size=batch.n_graphs)
     for weights in (np.zeros(0), gw):
         lz, nm, em = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True,
                                        weights)
         ref_lz = np.empty(batch.n_graphs)
         ref_nm = np.zeros_like(node)
-        ref_em = np.zeros((1, K, K))
-        psi, shift, erange = _edge_tables(edge)
+        ref_em = np.zeros((1 if shared else batch.n_edges, K, K))
+        psi, shift, erange = _edge_tables(edge[:1])
         _fb_graphs(node, edge, psi, shift, erange, batch.node_offsets, batch.edge_offsets,
                    np.arange(batch.n_graphs), True, weights, ref_lz, ref_nm, ref_em)
         assert np.isfinite(ref_lz).all()
@@ -371,3 +373,26 @@ def test_per_edge_tables_in_graph_buffers_match_log_space():
         _fb_log_one(node, edge, False, lo, elo, n, lz1, ref_nm, ref_em, True, 1.0)
         np.testing.assert_allclose(m.log_z[g], lz1[0], rtol=1e-12)
     assert _rel(m.node, ref_nm) < 1e-11 and _rel(m.edge, ref_em) < 1e-11
+
+
+def test_ranges_of_several_hundred_stay_on_the_scaled_path():
+    """Node-row plus table ranges of 300-600 pass the exactness test (no log-space fallback),
+    and the scaled result equals the log-space recursion; ranges of several thousand are sent
+    to log space."""
+    from pymc_crf.inference.chain import _edge_tables, _fb_log_one, _forward_one
+
+    rng = np.random.default_rng(7)
+    K, n = 6, 12
+    for scale, accepted in ((60.0, True), (2000.0, False)):
+        for shared in (True, False):
+            node = scale * rng.normal(size=(n, K))
+            edge = scale * rng.normal(size=(1 if shared else n - 1, K, K))
+            psi, shift, erange = _edge_tables(edge) if not shared else _edge_tables(edge[:1])
+            lz = _forward_one(node, edge, 0, n, 0, psi, shift, erange, shared, np.empty(n * K),
+                              np.empty(n * K), np.empty(n), np.empty(n * K), np.empty(n * K))
+            ref = np.empty(1)
+            _fb_log_one(node, edge, shared, 0, 0, n, ref, np.zeros((n, K)),
+                        np.zeros(edge.shape), False, 1.0)
+            assert np.isnan(lz) != accepted
+            if accepted:
+                assert abs(lz - ref[0]) < 1e-12 * abs(ref[0])

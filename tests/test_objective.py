@@ -203,3 +203,47 @@ def test_score_pullback_pushforward(potential, shared):
     un, ue = rng.normal(size=jn.shape), rng.normal(size=je.shape)
     np.testing.assert_allclose(ll.pullback(w0, un, ue) @ d, np.sum(un * jn) + np.sum(ue * je),
                                rtol=1e-10)
+
+
+def test_constant_edge_features_are_one_shared_table():
+    """Edge features whose rows are all equal give the engine one shared (1, K, K) table, in the
+    compiled model and in the objective, with the numbers of the per-edge tables."""
+    from pytensor.graph.traversal import ancestors
+
+    from pymc_crf.ops.log_partition import LogPartition
+
+    rng = np.random.default_rng(3)
+    K = 3
+    batch = GraphBatch.chains([5, 2, 7, 1, 4])
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    Xe = np.tile([1.0, -0.5], (batch.n_edges, 1))
+    y = rng.integers(0, K, size=batch.n_total_nodes)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(2, K))
+        V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
+                edge_weights=V, observed=y)
+    logz = [v for v in ancestors([m.logp()])
+            if v.owner is not None and isinstance(v.owner.op, LogPartition)]
+    assert logz and all(v.owner.inputs[1].type.shape[0] == 1 for v in logz)
+    spec = extract_crf(m)
+    lik = CRFLogLikelihood(spec)
+    fn = m.compile_fn([m.logp(), m.dlogp(vars=[W, V])], point_fn=False,
+                      inputs=[m.rvs_to_values[W], m.rvs_to_values[V]])
+    for _ in range(2):
+        w = rng.normal(size=spec.flat_size)
+        parts = spec.unflatten(w)
+        ll, g = lik(w)
+        # reference: the per-edge tables (public layout) through the engine
+        node, edge = lik.log_potentials(w)
+        assert edge.shape == (batch.n_edges, K, K)
+        mg = lik.engine.marginals(batch, node, edge)
+        score, _ = lik.score(w)
+        np.testing.assert_allclose(ll, score - mg.log_z.sum(), rtol=1e-12)
+        obs_n, obs_e = lik.observed_statistics()
+        np.testing.assert_allclose(g, lik.pullback(w, obs_n - mg.node, obs_e - mg.edge),
+                                   rtol=1e-12, atol=1e-12)
+        lp, gm = fn(parts["W"], parts["V"])
+        lp_prior, g_prior = GaussianLogPrior(spec)(w)
+        np.testing.assert_allclose(lp, ll + lp_prior, rtol=1e-10)
+        np.testing.assert_allclose(gm, g + g_prior, rtol=1e-10, atol=1e-12)

@@ -24,7 +24,7 @@ import numpy as np
 from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
-from pymc_crf.potentials import get_potential, linear_scores, log_potential_tables
+from pymc_crf.potentials import constant_row, get_potential, linear_scores, log_potential_tables
 
 __all__ = ["CRFLogLikelihood", "GaussianLogPrior"]
 
@@ -76,16 +76,29 @@ class CRFLogLikelihood:
         self._xty = None if self.X is None else self.X.T @ onehot
         self._trans_counts = np.zeros((self.K, self.K))
         np.add.at(self._trans_counts, (self.yu, self.yv), 1.0)
+        # Edge features: constant rows make one shared table in the value and gradient (the
+        # public table-space methods keep the per-edge layout); otherwise the observed feature
+        # counts sum_e x_e onehot(y_u, y_v) (Fe, K, K), the score term of log-linear potentials.
+        self._edge_row = None if self.Xe is None else constant_row(self.Xe)
+        self._xety = None
+        if self.Xe is not None and self._edge_row is None:
+            xety = np.zeros((self.K * self.K, self.Xe.shape[1]))
+            np.add.at(xety, self.yu * self.K + self.yv, self.Xe)
+            self._xety = xety.T.reshape(-1, self.K, self.K)
         self.size = spec.flat_size
 
     # ------------------------------------------------------------------ potentials
-    def _tables(self, w_flat: np.ndarray):
-        """Weights by name, scores and log-potential tables: (parts, a_node, node, a_edge, edge)."""
+    def _tables(self, w_flat: np.ndarray, shared_if_constant: bool = False):
+        """Weights by name, scores and log-potential tables: (parts, a_node, node, a_edge, edge);
+        with ``shared_if_constant``, constant edge features give one (1, K, K) table."""
         parts = self.spec.unflatten(np.asarray(w_flat, dtype=np.float64))
         nw, ew = self.spec.node_weights, self.spec.edge_weights
+        Xe = self.Xe
+        if shared_if_constant and self._edge_row is not None:
+            Xe = self._edge_row[None, :]
         node, edge, a_node, a_edge = log_potential_tables(
             self._pot, self.epsilon, self.batch.n_total_nodes, self.K, self.X,
-            None if nw is None else parts[nw.name], self.Xe, None if ew is None else parts[ew.name])
+            None if nw is None else parts[nw.name], Xe, None if ew is None else parts[ew.name])
         return parts, a_node, node, a_edge, edge
 
     def _observed_scores(self, node, edge) -> tuple[np.ndarray, np.ndarray]:
@@ -175,9 +188,10 @@ class CRFLogLikelihood:
 
     def pointwise(self, w_flat: np.ndarray) -> np.ndarray:
         """Per-graph log-likelihood (G,) at one weight vector."""
-        _, _, node, _, edge = self._tables(w_flat)
         if self.observed_labels.has_missing:
+            _, _, node, _, edge = self._tables(w_flat)
             return self._summed_out(node, edge, gradient=False)[0]
+        _, _, node, _, edge = self._tables(w_flat, shared_if_constant=True)
         b = self.batch
         s_node, s_edge = self._observed_scores(node, edge)
         score = (np.bincount(b.node_graph, s_node, minlength=b.n_graphs)
@@ -187,10 +201,11 @@ class CRFLogLikelihood:
     def __call__(self, w_flat: np.ndarray) -> tuple[float, np.ndarray]:
         """Total log-likelihood and its gradient (d,) in the flat weights."""
         w_flat = np.asarray(w_flat, dtype=np.float64)
-        parts, a_node, node, a_edge, edge = self._tables(w_flat)
         if self.observed_labels.has_missing:
+            _, _, node, _, edge = self._tables(w_flat)
             ll, gn, ge = self._summed_out(node, edge, gradient=True)
             return float(ll.sum()), self.pullback(w_flat, gn, ge)
+        parts, a_node, node, a_edge, edge = self._tables(w_flat, shared_if_constant=True)
         m = self.engine.marginals(self.batch, node, edge)
         loglinear = self._pot.identity
         value = -float(np.sum(m.log_z))
@@ -206,11 +221,17 @@ class CRFLogLikelihood:
                 value += float(node[self.rows, self.y].sum())
                 grads.append(self.X.T @ ((self._onehot - m.node) * d))
         if self.spec.edge_weights is not None:
-            if self.Xe is None:  # one shared table: counts minus summed edge marginals
+            if edge.shape[0] == 1:  # one shared table: counts minus summed edge marginals
                 value += float(np.sum(self._trans_counts * edge[0]))
                 g = self._trans_counts - m.edge[0]
                 if not loglinear:
                     g = g * self._pot.dlog(a_edge[0], self.epsilon)
+                if self._edge_row is not None:  # constant edge features x: d/dW_f = x_f g
+                    g = np.multiply.outer(self._edge_row, g)
+            elif loglinear:  # observed feature counts minus expected ones, one pass over m.edge
+                value += float(np.sum(self._xety * parts[self.spec.edge_weights.name]))
+                g = self._xety - np.einsum("ef,eab->fab", self.Xe, m.edge)  # no BLAS, see
+                # potentials.linear_scores
             else:
                 e = np.arange(self.batch.n_edges)
                 value += float(edge[e, self.yu, self.yv].sum())

@@ -5,14 +5,14 @@ Every graph of the batch must be a canonical chain (``GraphBatch.chains``): node
 
 The hot kernel (log Z and marginals) is forward-backward with per-step scaling (Rabiner 1989): each
 node row and edge table is exponentiated once after subtracting its maximum, and the forward
-messages are renormalised at every step, so no exp of an unbounded score is taken and the result
-equals the log-space recursion to rounding. If a scale ever underflows (log-potential ranges of
-hundreds, or forbidden transitions that leave no path), or if the potentials' ranges could let a
-product underflow (``_SAFE_RANGE``), that graph is recomputed in log space, which never
-underflows.
+messages are renormalised at every step, so no exp of an unbounded score is taken. Every step
+checks that no state's message lost relative accuracy to underflow (the test and its proof are
+above ``_threshold``); then the result equals the log-space recursion to rounding for any range
+of log-potentials. A chain that fails the test (messages spanning more than about 1e307, which
+needs node-row plus table ranges above about 700) is recomputed in log space.
 
-With one shared edge table (the usual CRF transition matrix) up to 64 chains run in lockstep, the
-chain index innermost, so the K x K products vectorise across chains (see ``_fb_block``).
+Up to 64 chains run in lockstep, the chain index innermost, so the K x K products vectorise
+across chains (see ``_fb_block``); with per-edge tables each lane has its own table per step.
 
 The kernels run serially (no threads): they are called from compiled PyTensor functions, which
 run in forked PyMC workers or nutpie's sampler threads, one chain per core already; and right
@@ -38,7 +38,6 @@ from pymc_crf.inference.kernels import (
 
 __all__ = ["ChainEngine"]
 
-_TINY = 1e-290
 _NO_WEIGHTS = np.zeros(0)
 
 
@@ -136,26 +135,33 @@ def _exp_nonpos(x, out, kbuf, m):
 _FAST = {"reassoc", "contract", "arcp", "nsz"}
 
 
+@njit(cache=True, fastmath=_FAST, inline="always")
+def _shift_range(flat, b, KK):
+    """Maximum of the table ``flat[b:b+KK]`` (0 for an all -inf table) and its range over the
+    finite entries."""
+    mx = -np.inf
+    lo = np.inf
+    for x in range(KK):
+        v = flat[b + x]
+        mx = max(mx, v)
+        lo = min(lo, v if v > -np.inf else np.inf)
+    if mx == -np.inf:
+        return 0.0, 0.0
+    return mx, mx - lo
+
+
 @njit(cache=True, fastmath=_FAST)
 def _tables_into(edge, e0, m, psi, shift, erange, xbuf, kbuf):
     """exp of the edge tables ``edge[e0:e0+m]``, each shifted by its maximum (so every entry is in
     [0, 1]), into ``psi[:m]``; the shifts into ``shift[:m]`` and each table's range over its finite
-    entries into ``erange[:m]`` (see ``_SAFE_RANGE``). ``xbuf``, ``kbuf``: scratch of m K^2."""
+    entries into ``erange[:m]`` (see ``_threshold``). ``xbuf``, ``kbuf``: scratch of m K^2."""
     KK = edge.shape[1] * edge.shape[2]
     flat = edge.reshape(-1)
     for e in range(m):
         b = (e0 + e) * KK
-        mx = -np.inf
-        lo = np.inf
-        for x in range(KK):
-            v = flat[b + x]
-            mx = max(mx, v)
-            lo = min(lo, v if v > -np.inf else np.inf)
-        if mx == -np.inf:
-            mx = 0.0
-            lo = 0.0
+        mx, rg = _shift_range(flat, b, KK)
         shift[e] = mx
-        erange[e] = mx - lo
+        erange[e] = rg
         for x in range(KK):
             xbuf[e * KK + x] = flat[b + x] - mx
     _exp_nonpos(xbuf, psi.reshape(-1), kbuf, m * KK)
@@ -173,90 +179,128 @@ def _edge_tables(edge):
     return psi, shift, erange
 
 
-# The scaled recursion is exact to rounding only while no product alpha_{t-1}(i) psi(i, j) phi_t(j)
-# underflows. With R the largest range of finite log-potentials in a node row (Rn) and an edge
-# table (Re), every normalised alpha_t(j) > 0 is at least exp(-(Rn + Re)) / K, so every product is
-# at least exp(-2 (Rn + Re)) / K: no underflow below 1e-290 while Rn + Re <= 300. Chains beyond
-# that (probit potentials with epsilon = 0 and large scores, log-potentials of hundreds) are done
-# in log space. (A product that is exactly 0 because of a -inf entry is exact.)
-_SAFE_RANGE = 300.0
-# Without -inf entries that bound also keeps every normalised alpha_t(j) above exp(-300) / K >
-# 1e-150. Forbidden (-inf) entries can let a state shrink over many steps (reachable only from
-# itself while the node potentials disfavour it) until it underflows to 0, and later steps can
-# make its path the dominant one (tests/test_chain.py has a 300-step chain with ranges of 6 where
-# the dropped path is the dominant one): a positive alpha below _MIN_ALPHA sends the chain to log space before
-# that can happen (one step shrinks alpha by at most exp(-300), still far from underflow).
-_MIN_ALPHA = 1e-150
+# When the scaled recursion is exact (the check every kernel below makes).
+#
+# Notation of one chain: alpha_{t-1} the normalised forward message (entries sum to 1), psi the
+# edge table exponentiated after subtracting its maximum (entries in [0, 1]), phi_t the node row
+# likewise, S_j = sum_i alpha_{t-1}(i) psi(i, j) and v_j = S_j phi_t(j) the unnormalised message,
+# s_t = sum_j v_j <= K and alpha_t = v / s_t. Accept the step when every state j satisfies
+#
+#     v_j >= thr   or   (v_j == 0 and j is impossible: node[t, j] = -inf, or every i has
+#                        alpha_{t-1}(i) = 0 or edge[i, j] = -inf),
+#
+# with thr = K 1e-307 if no finite table entry was flushed by the exp (table range <= 700; the
+# exp flushes arguments below -708) and thr = K 1e-291 otherwise. Claim: then every nonzero
+# alpha_t(j) carries a relative error of at most (t + 1) K ulp-multiples (ordinary rounding) and
+# every zero is exact, so log Z, the marginals and the backward messages equal the log-space
+# recursion to rounding, for any range of finite log-potentials. Proof by induction on t: the
+# nonzero alpha_{t-1}(i) are >= thr / s_{t-1} >= thr / K >= 1e-307, normal numbers with small
+# relative error, and the zero ones are exactly zero. A term alpha(i) psi(i, j) is then exact to
+# rounding unless its value falls below 2^-1022, where gradual underflow costs at most 2^-1075;
+# a flushed psi entry (true value < e^-708 < 3.3e-308) costs at most 3.3e-308 alpha(i). So S_j
+# has an absolute error of at most K 2^-1075 (at most 3.3e-308 + K 2^-1075 with flushed entries),
+# and phi_t(j) <= 1 carries that into v_j. A flushed phi_t(j) (row range > 708) makes v_j = 0 for
+# a possible state, which the test rejects. With v_j >= thr, the absolute error is below 3e-17
+# v_j: relative accuracy. A zero v_j of an impossible state is exactly zero. Finally
+# alpha_t(j) = v_j / s_t with s_t <= K is >= thr / K, normal, which closes the induction.
+# The backward messages need no test: with sum_j alpha_t(j) beta_t(j) = 1 every possible state
+# has beta_t(j) <= 1 / alpha_t(j) <= 1e307 (no overflow), an absolute error d in beta_t(j) moves
+# every marginal by at most alpha_t(j) d <= d (alpha_t is the adjoint of the backward recursion),
+# and underflow there costs 2^-1075 per term; impossible states get beta = 0, exactly their
+# contribution to every possible state. A rejected chain (the test fails, or a row has no
+# possible label) is recomputed in log space. The test passes whenever node-row plus table
+# ranges stay below about 700 (v_j >= alpha(i*) psi(i*, j) phi_t(j) with alpha(i*) >= 1 / K), so
+# ranges of several hundred take the fast path; beyond that only chains whose messages really
+# span more than 1e307 go to log space.
+_FLUSH_RANGE = 700.0
+_MIN_SCALE = 1e-307  # s_t of an accepted step is >= thr >= 2e-307
+
+
+@njit(cache=True, inline="always")
+def _threshold(K, erange):
+    """The acceptance threshold ``thr`` of a step (see the proof above)."""
+    return K * (1e-307 if erange <= _FLUSH_RANGE else 1e-291)
+
+
+@njit(cache=True)
+def _impossible(node, row, edge, e, alpha_prev, ao, stride, t, j):
+    """Whether state j at position t (node row ``row``, edge table ``e``) has no possible
+    path: a -inf node entry, or every previous state impossible (alpha exactly 0, read at
+    ``alpha_prev[ao + i * stride]``) or forbidden by the table."""
+    if node[row, j] == -np.inf:
+        return True
+    if t == 0:
+        return False
+    for i in range(node.shape[1]):
+        if alpha_prev[ao + i * stride] != 0.0 and edge[e, i, j] > -np.inf:
+            return False
+    return True
 
 
 @njit(cache=True, fastmath=_FAST)
-def _forward_one(node, lo, n, elo, psi, shift, erange, shared, phi, alpha, inv, xb, kb):
-    """Scaled forward pass of one chain (Rabiner 1989, eqs. (91)-(92)).
+def _forward_one(node, edge, lo, n, elo, psi, shift, erange, shared, phi, alpha, inv, xb, kb):
+    """Scaled forward pass of one chain (Rabiner 1989, eqs. (91)-(92)); ``psi, shift, erange``
+    hold the chain's own tables (``psi[t - 1]``) or the shared one.
 
     Fills ``phi`` (n*K, exp of each node row minus its maximum), ``alpha`` (n*K, normalised
-    forward messages) and ``inv`` (n, reciprocal scales). Returns log Z, or NaN when a row or a
-    scale underflows or the potentials' ranges exceed ``_SAFE_RANGE`` (the caller then recomputes
-    the graph in log space).
+    forward messages) and ``inv`` (n, reciprocal scales). Returns log Z, or NaN when a step
+    fails the exactness test above (the caller then recomputes the graph in log space).
     """
     K = node.shape[1]
     m = n * K
     acc = 0.0
-    rn = 0.0
     for t in range(n):
         c = -np.inf
-        low = np.inf
         for j in range(K):
-            v = node[lo + t, j]
-            c = max(c, v)
-            if v > -np.inf:
-                low = min(low, v)
+            c = max(c, node[lo + t, j])
         if c == -np.inf:
             return np.nan
-        rn = max(rn, c - low)
         acc += c
         for j in range(K):
             xb[t * K + j] = node[lo + t, j] - c
-    re = erange[0] if shared else 0.0
-    if not shared:
-        for t in range(1, n):
-            re = max(re, erange[elo + t - 1])
-    if rn + re > _SAFE_RANGE:
-        return np.nan
     _exp_nonpos(xb, phi, kb, m)
     # log Z = sum of row maxima + edge shifts + log of the product of the scales; the product is
     # flushed into the log only when it leaves [1e-200, 1e200], so about one log per chain.
     prod = 1.0
     for t in range(n):
         s = 0.0
+        small = np.inf
+        et = 0
         if t == 0:
             for j in range(K):
                 alpha[j] = phi[j]
                 s += phi[j]
+                small = min(small, phi[j])
+            thr = _threshold(K, 0.0)
         else:
-            e = 0 if shared else elo + t - 1
-            acc += shift[e]
+            et = 0 if shared else t - 1
+            acc += shift[et]
+            thr = _threshold(K, erange[et])
             b0 = t * K
             for j in range(K):
                 alpha[b0 + j] = 0.0
             for i in range(K):
                 a = alpha[b0 - K + i]
                 for j in range(K):
-                    alpha[b0 + j] += a * psi[e, i, j]
+                    alpha[b0 + j] += a * psi[et, i, j]
             for j in range(K):
                 v = alpha[b0 + j] * phi[b0 + j]
                 alpha[b0 + j] = v
                 s += v
-        if not (s > _TINY):
+                small = min(small, v)
+        if small < thr:
+            e = 0 if shared else elo + t - 1
+            for j in range(K):
+                v = alpha[t * K + j]
+                if v < thr and not (v == 0.0 and _impossible(node, lo + t, edge, e, alpha,
+                                                             (t - 1) * K, 1, t, j)):
+                    return np.nan
+        if not (s >= _MIN_SCALE):
             return np.nan
         r = 1.0 / s
         inv[t] = r
-        small = 1.0
         for j in range(K):
-            a = alpha[t * K + j] * r
-            alpha[t * K + j] = a
-            small = min(small, a if a > 0.0 else 1.0)
-        if small < _MIN_ALPHA:
-            return np.nan
+            alpha[t * K + j] *= r
         if s < 1e-100:
             acc += np.log(s)
         else:
@@ -272,7 +316,7 @@ def _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, 
     """Scaled backward pass of one chain: node marginals alpha*beta and edge marginals
     alpha_{t-1}(i) psi(i,j) phi_t(j) beta_t(j) / s_t, all times ``wg``. With a shared table the
     products alpha_{t-1}(i) (phi beta / s)_t(j) are summed into ``macc`` and multiplied by psi once
-    at the end (psi does not depend on t)."""
+    at the end (psi does not depend on t). Impossible states (alpha = 0) carry beta = 0."""
     K = psi.shape[1]
     for j in range(K):
         beta[j] = 1.0
@@ -282,7 +326,7 @@ def _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, 
         et = 0 if shared else t - 1
         r = inv[t]
         for j in range(K):
-            bp[j] = phi[t * K + j] * beta[j] * r
+            bp[j] = phi[t * K + j] * beta[j] * r if alpha[t * K + j] > 0.0 else 0.0
         for i in range(K):
             b = 0.0
             for j in range(K):
@@ -308,11 +352,13 @@ def _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, 
 # vectorise, instead of one chain's step waiting on the latency of the previous one (the serial
 # recursion is latency-bound at ~200 cycles a step). Graphs are taken in order of length so the
 # lanes of a block have (nearly) equal lengths; positions past a lane's end carry phi = 1 and are
-# masked out of every output. Used for shared edge tables; per-edge tables differ per lane and go
-# through the per-graph kernels. Buffer offsets are unsigned (``_u``): numba adds a negative-index
-# check to every signed index, which stops LLVM from vectorising the lane loops (3x slower).
+# masked out of every output. A shared edge table is one (K, K) matrix for every lane; per-edge
+# tables are exponentiated block by block into a (t, i, j, lane) buffer. Buffer offsets are
+# unsigned (``_u``): numba adds a negative-index check to every signed index, which stops LLVM
+# from vectorising the lane loops (3x slower).
 LANES = 64  # lanes of a block (fewer for small batches: a multiple of 8 covering them)
 _BLOCK_ELEMS = 1 << 18  # max positions x K x lanes of one block's buffers (2 MB each)
+_TABLE_ELEMS = 1 << 19  # max positions x K^2 x lanes of a block's per-edge tables (4 MB)
 
 
 @njit(cache=True, inline="always")
@@ -356,32 +402,94 @@ def _lane_matvec(M, src, so, dst, do, K, B):
         i += 1
 
 
+@njit(cache=True, fastmath=_FAST, inline="always")
+def _lane_matvec_tables(P, po, trans, src, so, dst, do, K, B):
+    """Per-lane tables ``P[po + ((i, j), b)]``: ``dst[(j, b)] = sum_i P[i, j, b] src[(i, b)]``,
+    or with ``trans`` ``dst[(i, b)] = sum_j P[i, j, b] src[(j, b)]``."""
+    Bu = _u(B)
+    Ku = _u(K)
+    for x in range(K * B):
+        dst[do + _u(x)] = 0.0
+    if trans:
+        for i in range(K):
+            d = do + _u(i) * Bu
+            for j in range(K):
+                pij = po + (_u(i) * Ku + _u(j)) * Bu
+                sj = so + _u(j) * Bu
+                for b in range(B):
+                    dst[d + _u(b)] += P[pij + _u(b)] * src[sj + _u(b)]
+    else:
+        for i in range(K):
+            si = so + _u(i) * Bu
+            for j in range(K):
+                pij = po + (_u(i) * Ku + _u(j)) * Bu
+                d = do + _u(j) * Bu
+                for b in range(B):
+                    dst[d + _u(b)] += P[pij + _u(b)] * src[si + _u(b)]
+
+
 @njit(cache=True, fastmath=_FAST)
-def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals, phi, alpha, inv,
-              xb, kb, beta, tmp, macc, node_m, log_z_lane, bad):
+def _lane_tables(edge, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
+    """Per-edge tables of a block: ``P[(t, i, j, lane)] = exp(edge[e] - max edge[e])`` for the
+    table e between positions t-1 and t of each lane (ones past a lane's end), the maxima into
+    ``lshift[(t, lane)]`` and each lane's threshold into ``lthr`` (scratch ``xs``, ``ks``: K^2 B)."""
+    KK = K * K
+    Bu = _u(B)
+    flat = edge.reshape(-1)
+    for b in range(B):
+        lthr[b] = _threshold(K, 0.0)
+    for t in range(1, Lb):
+        for b in range(B):
+            mx = 0.0
+            if t < lane_n[b]:
+                base = (lane_elo[b] + t - 1) * KK
+                mx, rg = _shift_range(flat, base, KK)
+                lthr[b] = max(lthr[b], _threshold(K, rg))
+                for x in range(KK):
+                    xs[_u(x) * Bu + _u(b)] = flat[base + x] - mx
+            else:
+                for x in range(KK):
+                    xs[_u(x) * Bu + _u(b)] = 0.0
+            lshift[_u(t) * Bu + _u(b)] = mx
+        _exp_nonpos(xs, P[t * KK * B:(t + 1) * KK * B], ks, KK * B)
+
+
+@njit(cache=True, fastmath=_FAST)
+def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
+              want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
+              node_m, edge_m, log_z_lane, bad):
     """Scaled forward-backward of ``len(lane_n)`` chains in lockstep (buffers laid out
-    (t, j, lane)).
+    (t, j, lane)), with the shared table ``psi[0]`` or per-edge tables (made into ``P``).
 
     ``lane_n[b] = 0`` marks an unused lane. Writes ``log_z_lane``, the node marginals of each
-    lane's graph (times ``lane_w``) and adds sum over lanes and t of alpha_{t-1}(i)
-    (phi beta / s)_t(j) into ``macc`` (K, K); a lane whose scale underflows is flagged in ``bad``
-    and left to the caller.
+    lane's graph (times ``lane_w``), and the edge marginals: per edge into ``edge_m``, or for a
+    shared table the sum over lanes and t of alpha_{t-1}(i) (phi beta / s)_t(j) into ``macc``
+    (K, K). A lane that fails the exactness test is flagged in ``bad`` and left to the caller.
     """
     K = node.shape[1]
     B = lane_n.shape[0]
     Ku, Bu = _u(K), _u(B)
     KB = Ku * Bu
+    KKB = Ku * KB
     Lb = 0
     for b in range(B):
         Lb = max(Lb, lane_n[b])
     psi2 = psi[0]
     psiT = np.ascontiguousarray(psi2.T)
+    edge_flat = edge_m.reshape(-1)
     acc = np.zeros(B)
     prod = np.ones(B)
     s = np.empty(B)
     am = np.empty(B)
+    lthr = np.empty(B)
     for b in range(B):
         bad[b] = False
+    if shared:
+        th = _threshold(K, erange[0])
+        for b in range(B):
+            lthr[b] = th
+    else:
+        _lane_tables(edge, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks)
     # exp of each row minus its maximum, gathered into (t, j, lane)
     for t in range(Lb):
         for b in range(B):
@@ -389,17 +497,11 @@ def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals,
             if t < lane_n[b]:
                 row = lane_lo[b] + t
                 c = -np.inf
-                low = np.inf
                 for j in range(K):
-                    v = node[row, j]
-                    c = max(c, v)
-                    if v > -np.inf:
-                        low = min(low, v)
+                    c = max(c, node[row, j])
                 if c == -np.inf:
                     bad[b] = True
                     c = 0.0
-                elif c - low + erange[0] > _SAFE_RANGE:
-                    bad[b] = True
                 acc[b] += c
                 for j in range(K):
                     xb[base + _u(j) * Bu] = node[row, j] - c
@@ -414,19 +516,38 @@ def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals,
             for x in range(K * B):
                 alpha[_u(x)] = phi[_u(x)]
         else:
-            _lane_matvec(psi2, alpha, o - KB, alpha, o, K, B)
+            if shared:
+                _lane_matvec(psi2, alpha, o - KB, alpha, o, K, B)
+            else:
+                _lane_matvec_tables(P, _u(t) * KKB, False, alpha, o - KB, alpha, o, K, B)
             for x in range(K * B):
                 alpha[o + _u(x)] *= phi[o + _u(x)]
         for b in range(B):
             s[_u(b)] = 0.0
+            am[_u(b)] = np.inf  # smallest unnormalised entry of the lane
         for j in range(K):
             oj = o + _u(j) * Bu
             for b in range(B):
-                s[_u(b)] += alpha[oj + _u(b)]
+                a = alpha[oj + _u(b)]
+                s[_u(b)] += a
+                am[_u(b)] = min(am[_u(b)], a)
         for b in range(B):
-            ok = s[b] > _TINY
+            if t < lane_n[b] and am[b] < lthr[b] and not bad[b]:
+                row = lane_lo[b] + t
+                e = 0 if shared else lane_elo[b] + t - 1
+                for j in range(K):
+                    v = alpha[o + _u(j) * Bu + _u(b)]
+                    ao = max(t - 1, 0) * K * B + b  # alpha_{t-1}(0) of the lane (signed)
+                    if v < lthr[b] and not (v == 0.0 and _impossible(node, row, edge, e, alpha,
+                                                                     ao, B, t, j)):
+                        bad[b] = True
+                        break
+        for b in range(B):
+            ok = s[b] >= _MIN_SCALE  # below it the test has failed: keep 1 / s finite
             inv[_u(t) * Bu + _u(b)] = 1.0 / s[b] if ok else 0.0
             if t < lane_n[b]:
+                if not shared and t > 0:
+                    acc[b] += lshift[_u(t) * Bu + _u(b)]
                 if not ok:
                     bad[b] = True
                 elif s[b] < 1e-100:
@@ -437,27 +558,21 @@ def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals,
                         acc[b] += np.log(prod[b])
                         prod[b] = 1.0
         it = _u(t) * Bu
-        for b in range(B):
-            s[_u(b)] = 1.0  # smallest positive normalised alpha of the lane
         for j in range(K):
             oj = o + _u(j) * Bu
             for b in range(B):
-                a = alpha[oj + _u(b)] * inv[it + _u(b)]
-                alpha[oj + _u(b)] = a
-                s[_u(b)] = min(s[_u(b)], a if a > 0.0 else 1.0)
-        for b in range(B):
-            if t < lane_n[b] and s[b] < _MIN_ALPHA:
-                bad[b] = True
+                alpha[oj + _u(b)] *= inv[it + _u(b)]
     for b in range(B):
-        log_z_lane[b] = acc[b] + np.log(prod[b]) + (lane_n[b] - 1) * shift[0]
+        log_z_lane[b] = acc[b] + np.log(prod[b])
+        if shared:
+            log_z_lane[b] += (lane_n[b] - 1) * shift[0]
     if not want_marginals:
         return
     # backward: beta_{t-1} = psi (phi_t beta_t / s_t); lanes past their end keep beta = 1
     wm = np.empty(B)
     for b in range(B):
         wm[b] = 0.0 if (bad[b] or lane_n[b] == 0) else lane_w[b]
-        # a bad lane (redone in log space by the caller) carries beta = 0: its scaled beta could
-        # overflow, and 0 * inf in the lane sums would spoil the other lanes
+        # a bad lane (redone in log space by the caller) carries beta = 0 and weight 0
         b0 = 0.0 if bad[b] else 1.0
         for j in range(K):
             beta[_u(j) * Bu + _u(b)] = b0
@@ -473,25 +588,50 @@ def _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals,
             oj = o + _u(j) * Bu
             tj = _u(j) * Bu
             for b in range(B):
-                tmp[tj + _u(b)] = phi[oj + _u(b)] * beta[tj + _u(b)] * inv[it + _u(b)]
-        _lane_matvec(psiT, tmp, _u(0), beta, _u(0), K, B)
+                v = phi[oj + _u(b)] * beta[tj + _u(b)] * inv[it + _u(b)]
+                tmp[tj + _u(b)] = v if alpha[oj + _u(b)] > 0.0 else 0.0
+        if shared:
+            _lane_matvec(psiT, tmp, _u(0), beta, _u(0), K, B)
+        else:
+            _lane_matvec_tables(P, _u(t) * KKB, True, tmp, _u(0), beta, _u(0), K, B)
         for b in range(B):
             if t >= lane_n[b]:
                 b0 = 0.0 if bad[b] else 1.0
                 for i in range(K):
                     beta[_u(i) * Bu + _u(b)] = b0
-        for b in range(B):
-            s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
-        for i in range(K):
-            ai = p + _u(i) * Bu
+        if shared:
             for b in range(B):
-                am[_u(b)] = alpha[ai + _u(b)] * s[_u(b)]
-            for j in range(K):
-                tj = _u(j) * Bu
-                m = 0.0
+                s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
+            for i in range(K):
+                ai = p + _u(i) * Bu
                 for b in range(B):
-                    m += am[_u(b)] * tmp[tj + _u(b)]
-                macc[i, j] += m
+                    am[_u(b)] = alpha[ai + _u(b)] * s[_u(b)]
+                for j in range(K):
+                    tj = _u(j) * Bu
+                    m = 0.0
+                    for b in range(B):
+                        m += am[_u(b)] * tmp[tj + _u(b)]
+                    macc[i, j] += m
+        else:
+            # edge marginals w alpha_{t-1}(i) psi(i, j) (phi beta / s)_t(j), computed across
+            # lanes into P (no longer needed) and then copied out lane by lane
+            pt_ = _u(t) * KKB
+            for b in range(B):
+                s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
+            for i in range(K):
+                ai = p + _u(i) * Bu
+                for b in range(B):
+                    am[_u(b)] = alpha[ai + _u(b)] * s[_u(b)]
+                for j in range(K):
+                    pij = pt_ + (_u(i) * Ku + _u(j)) * Bu
+                    tj = _u(j) * Bu
+                    for b in range(B):
+                        P[pij + _u(b)] *= am[_u(b)] * tmp[tj + _u(b)]
+            for b in range(B):
+                if t < lane_n[b] and not bad[b]:
+                    eb = edge_flat[(lane_elo[b] + t - 1) * K * K:(lane_elo[b] + t) * K * K]
+                    for x in range(K * K):
+                        eb[x] = P[pt_ + _u(x) * Bu + _u(b)]
         for b in range(B):
             if t < lane_n[b] and not bad[b]:
                 row = lane_lo[b] + t - 1
@@ -507,8 +647,8 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
     ``node_m`` and ``edge_m`` (a shared table's summed edge marginals are added to ``edge_m[0]``).
     A shared table's ``psi, shift, erange`` come from ``_edge_tables``; per-edge tables are
     exponentiated graph by graph into small buffers (the arguments are then not read), so no
-    temporary of the size of all the tables is made. A graph whose scale underflows is redone in
-    log space."""
+    temporary of the size of all the tables is made. A graph that fails the exactness test is
+    redone in log space."""
     K = node.shape[1]
     shared = edge.shape[0] == 1
     L = 1
@@ -536,8 +676,8 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
         wg = gw[g] if gw.shape[0] > 0 else 1.0
         if not shared:
             _tables_into(edge, elo, n - 1, psi_g, shift_g, erange_g, xt, kt)
-        lz = _forward_one(node, lo, n, 0, psi_g, shift_g, erange_g, shared, phi, alpha, inv, xb,
-                          kb)
+        lz = _forward_one(node, edge, lo, n, elo, psi_g, shift_g, erange_g, shared, phi, alpha,
+                          inv, xb, kb)
         if np.isnan(lz):
             _fb_log_one(node, edge, shared, lo, elo, n, lz1, node_m, edge_m, want_marginals, wg)
             log_z[g] = lz1[0]
@@ -570,26 +710,32 @@ def _workspace(sizes):
 
 
 @njit(cache=True)
-def _fb_shared_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
-                       log_z, node_m, edge_m):
-    """Forward-backward of a batch with one shared edge table, up to LANES graphs at a time (graphs in
-    order of length; any too long for the block buffers, or whose scale underflows, go through
-    the per-graph kernels)."""
+def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                node_m, edge_m):
+    """Forward-backward of a batch, up to LANES graphs at a time (graphs in order of length; any
+    too long for the block buffers, or failing the exactness test, go through the per-graph
+    kernels)."""
     K = node.shape[1]
+    shared = edge.shape[0] == 1
     G = node_off.shape[0] - 1
     B = min(LANES, 8 * ((G + 7) // 8))
     lengths = node_off[1:] - node_off[:-1]
     order = np.argsort(lengths, kind="mergesort")
     cap = max(1, _BLOCK_ELEMS // (K * B))
+    if not shared:
+        cap = max(1, min(cap, _TABLE_ELEMS // (K * K * B)))
     n_blocked = np.searchsorted(lengths[order], cap, side="right")
     Lbuf = 1
     if n_blocked > 0:
         Lbuf = lengths[order[n_blocked - 1]]
+    Lt = 0 if shared else Lbuf
+    KKB = 0 if shared else K * K * B
     ws = _workspace((Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * B, K * B,
-                     K * B))
-    phi, alpha, xb, kb, inv, beta, tmp = ws
+                     K * B, Lt * KKB, Lt * B, KKB, KKB))
+    phi, alpha, xb, kb, inv, beta, tmp, P, lshift, xs, ks = ws
     macc = np.zeros((K, K))
     lane_lo = np.zeros(B, np.int64)
+    lane_elo = np.zeros(B, np.int64)
     lane_n = np.zeros(B, np.int64)
     lane_w = np.ones(B)
     lane_g = np.zeros(B, np.int64)
@@ -602,23 +748,25 @@ def _fb_shared_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_
                 g = order[start + b]
                 lane_g[b] = g
                 lane_lo[b] = node_off[g]
+                lane_elo[b] = edge_off[g]
                 lane_n[b] = lengths[g]
                 lane_w[b] = gw[g] if gw.shape[0] > 0 else 1.0
             else:
                 lane_n[b] = 0
-        _fb_block(node, psi, shift, erange, lane_lo, lane_n, lane_w, want_marginals, phi, alpha,
-                  inv, xb, kb, beta, tmp, macc, node_m, lz, bad)
+        _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
+                  want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
+                  node_m, edge_m, lz, bad)
         for b in range(B):
             if lane_n[b] == 0:
                 continue
             g = lane_g[b]
             if bad[b]:
-                _fb_log_one(node, edge, True, lane_lo[b], edge_off[g], lane_n[b], lz1, node_m,
+                _fb_log_one(node, edge, shared, lane_lo[b], lane_elo[b], lane_n[b], lz1, node_m,
                             edge_m, want_marginals, lane_w[b])
                 log_z[g] = lz1[0]
             else:
                 log_z[g] = lz[b]
-    if want_marginals:
+    if shared and want_marginals:
         for i in range(K):
             for j in range(K):
                 edge_m[0, i, j] += psi[0, i, j] * macc[i, j]
@@ -632,8 +780,10 @@ def _fb_outputs(node, edge, want_marginals):
     """Zeroed node and edge marginal outputs of forward-backward."""
     N, K = node.shape
     node_m = np.zeros((N, K)) if want_marginals else np.zeros((0, K))
-    n_edge_out = (1 if edge.shape[0] == 1 else edge.shape[0]) if want_marginals else 0
-    return node_m, np.zeros((n_edge_out, K, K))
+    if edge.shape[0] == 1 or not want_marginals:
+        return node_m, np.zeros((1 if want_marginals else 0, K, K))
+    # per-edge marginals: every entry is written (each edge lies on one chain), no zero-fill
+    return node_m, np.empty((edge.shape[0], K, K))
 
 
 @njit(cache=True)
@@ -647,10 +797,10 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     G = node_off.shape[0] - 1
     log_z = np.empty(G)
     node_m, edge_m = _fb_outputs(node, edge, want_marginals)
-    psi, shift, erange = _edge_tables(edge[:1])  # per-edge tables: made graph by graph
-    if edge.shape[0] == 1 and G > 1:
-        _fb_shared_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
-                           log_z, node_m, edge_m)
+    psi, shift, erange = _edge_tables(edge[:1])  # per-edge tables: made block by block
+    if G > 1:
+        _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                    node_m, edge_m)
     else:
         _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, np.arange(G),
                    want_marginals, gw, log_z, node_m, edge_m)
