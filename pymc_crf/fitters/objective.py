@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_crf.feature_products import as_feature_matrix, features_tdot
 from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference.base import Engine
 from pymc_crf.potentials import get_potential, linear_scores, log_potential_tables
@@ -52,16 +53,16 @@ class CRFLogLikelihood:
         self.y = y
         self.rows = np.arange(b.n_total_nodes)
         self.yu, self.yv = y[b.edges[:, 0]], y[b.edges[:, 1]]
-        self.X = None if spec.node_weights is None else np.ascontiguousarray(spec.node_features,
-                                                                              dtype=np.float64)
+        # features stay as given: a dense array or sparse CSR (products in feature_products)
+        self.X = None if spec.node_weights is None else as_feature_matrix(spec.node_features)
         self.Xe = None
         if spec.edge_weights is not None and not spec.shared_edge_table:
-            self.Xe = np.ascontiguousarray(spec.edge_features, dtype=np.float64)
+            self.Xe = as_feature_matrix(spec.edge_features)
         onehot = np.zeros((b.n_total_nodes, self.K))
         onehot[self.rows, y] = 1.0
         self._onehot = onehot
         # observed feature counts (constant; the whole score term for log-linear potentials)
-        self._xty = None if self.X is None else self.X.T @ onehot
+        self._xty = None if self.X is None else features_tdot(self.X, onehot)
         self._trans_counts = np.zeros((self.K, self.K))
         np.add.at(self._trans_counts, (self.yu, self.yv), 1.0)
         self.size = spec.flat_size
@@ -121,7 +122,7 @@ class CRFLogLikelihood:
         if self.X is not None:
             r = np.asarray(node_vec, dtype=np.float64)
             d = self._pot.dlog(a_node, self.epsilon)
-            grads.append(self.X.T @ (r if d is None else r * d))
+            grads.append(features_tdot(self.X, r if d is None else r * d))
         if self.spec.edge_weights is not None:
             r = np.asarray(edge_vec, dtype=np.float64)
             d = self._pot.dlog(a_edge, self.epsilon)
@@ -129,7 +130,7 @@ class CRFLogLikelihood:
                 r = r.sum(axis=0)
                 grads.append(r if d is None else r * d[0])
             else:
-                grads.append(np.tensordot(self.Xe, r if d is None else r * d, axes=(0, 0)))
+                grads.append(features_tdot(self.Xe, r if d is None else r * d))
         return np.concatenate([g.ravel() for g in grads])
 
     def pushforward(self, w_flat: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -175,11 +176,11 @@ class CRFLogLikelihood:
             if loglinear:
                 # sum_i a_i[y_i] = sum_fk W_fk (X^T onehot)_fk: no gather over the N rows
                 value += float(np.sum(self._xty * W))
-                grads.append(self._xty - self.X.T @ m.node)
+                grads.append(self._xty - features_tdot(self.X, m.node))
             else:
                 d = self._pot.dlog(a_node, self.epsilon)
                 value += float(node[self.rows, self.y].sum())
-                grads.append(self.X.T @ ((self._onehot - m.node) * d))
+                grads.append(features_tdot(self.X, (self._onehot - m.node) * d))
         if self.spec.edge_weights is not None:
             if self.Xe is None:  # one shared table: counts minus summed edge marginals
                 value += float(np.sum(self._trans_counts * edge[0]))
@@ -193,7 +194,7 @@ class CRFLogLikelihood:
                 r[e, self.yu, self.yv] += 1.0
                 if not loglinear:
                     r *= self._pot.dlog(a_edge, self.epsilon)
-                g = np.tensordot(self.Xe, r, axes=(0, 0))
+                g = features_tdot(self.Xe, r)
             grads.append(g)
         return value, np.concatenate([g.ravel() for g in grads])
 
