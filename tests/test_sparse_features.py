@@ -182,3 +182,31 @@ def test_nan_in_sparse_features_is_refused():
     with pytest.raises(ValueError, match=f"sparse node features contain NaN or inf .first at row "
                                          f"{row}"):
         pmc.CRFData(CHAIN, y, Xs, n_labels=3)
+
+
+def test_diagonal_laplace_is_the_exact_hessian_diagonal_without_edges():
+    """Graphs of one node: positions are independent, so the per-token Fisher diagonal is the
+    exact negative Hessian diagonal (checked by central differences of the gradient)."""
+    from pymc_crf.fitters.diagonal_laplace import (
+        diagonal_laplace_sd,
+        posterior_averaged_marginals,
+    )
+
+    rng = np.random.default_rng(8)
+    batch = pmc.GraphBatch.chains([1] * 30)
+    X = _features(30, 4, rng)
+    y = rng.integers(0, 3, size=30)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.3, shape=(4, 3))
+        pmc.CRF("y", graphs=batch, node_features=sp.csr_matrix(X), node_weights=W, observed=y)
+    spec = extract_crf(m)
+    lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
+    w = rng.normal(size=spec.flat_size)
+    h = 1e-5
+    diag = [-(lik(w + h * e)[1] + prior(w + h * e)[1] - lik(w - h * e)[1]
+              - prior(w - h * e)[1])[i] / (2 * h) for i, e in enumerate(np.eye(w.size))]
+    np.testing.assert_allclose(diagonal_laplace_sd(spec, w), 1.0 / np.sqrt(diag), rtol=1e-7)
+    data = pmc.CRFData(batch, y, sp.csr_matrix(X), n_labels=3)
+    avg = posterior_averaged_marginals(spec, w, np.zeros_like(w), data, draws=2)
+    np.testing.assert_allclose(avg, lik.engine.marginals(batch, *lik.log_potentials(w)).node,
+                               atol=1e-12)
