@@ -1,7 +1,7 @@
 """The layer order of docs/architecture.md holds for every import inside pymc_crf, at module level
 and inside functions: top (predict, compare, cli, ...) -> fitters / step_methods / datasets ->
-distributions -> ops -> inference -> graphs, with ``potentials`` importable by all and importing
-nothing of the package."""
+distributions -> ops -> inference -> graphs, with ``feature_products`` and ``potentials`` (which
+uses it) importable by all and importing nothing else of the package."""
 
 import ast
 from pathlib import Path

@@ -270,10 +270,13 @@ class CRF(Distribution):
     ----------
     graphs : GraphBatch
         The graphs; fixed data.
-    node_features : array (N, F), optional
-        One row per node (all graphs stacked).
+    node_features : array or scipy.sparse matrix (N, F), optional
+        One row per node (all graphs stacked). Sparse features stay sparse (CSR): the products
+        with the weights are sparse-dense (``pytensor.sparse.structured_dot`` in the model,
+        :mod:`pymc_crf.feature_products` in the fitters), e.g. the indicator features of
+        :class:`pymc_crf.FeatureVectorizer`.
     node_weights : tensor (F, K), optional
-    edge_features : array (E, Fe), optional
+    edge_features : array or scipy.sparse matrix (E, Fe), optional
         One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no edge features.
     edge_weights : tensor (Fe, K, K) or (K, K), optional
     potential : {"loglinear", "probit"}
