@@ -34,7 +34,6 @@ for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import argparse  # noqa: E402
 import resource  # noqa: E402
 import sys  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -42,7 +41,7 @@ import pymc as pm  # noqa: E402
 
 import pymc_crf as pmc  # noqa: E402
 from pymc_crf.datasets import data_dir, read_conll2000, token_features  # noqa: E402
-from pymc_crf.features import encode_tags, sequence_batch  # noqa: E402
+from pymc_crf.features import crfsuite_fit_predict, encode_tags, sequence_batch  # noqa: E402
 from pymc_crf.metrics import chunk_f1  # noqa: E402
 
 
@@ -56,29 +55,6 @@ def split(flat, lengths):
         out.append(flat[i:i + n])
         i += n
     return out
-
-
-def crfsuite_run(items, tags, test_items, c2, possible: bool, delta: float):
-    import pycrfsuite
-
-    trainer = pycrfsuite.Trainer(verbose=False)
-    for x, y in zip(items, tags, strict=True):
-        trainer.append(x, y)
-    trainer.select("lbfgs")
-    trainer.set_params({"c1": 0.0, "c2": c2, "delta": delta,
-                        "feature.possible_states": possible,
-                        "feature.possible_transitions": possible})
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "model.crfsuite")
-        t0, c0 = time.perf_counter(), time.process_time()
-        trainer.train(path)
-        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
-        n_iter = trainer.logparser.last_iteration["num"]
-        tagger = pycrfsuite.Tagger()
-        tagger.open(path)
-        pred = [tagger.tag(x) for x in test_items]
-        tagger.close()
-    return wall, cpu, n_iter, pred
 
 
 def main() -> None:
@@ -126,15 +102,15 @@ def main() -> None:
     ours_pred = split([classes[i] for i in pred], [len(s) for s in twords])
 
     # ---- CRFsuite (same features, read back from our matrix)
-    items = split(vec.inverse_transform(X), [len(s) for s in words])
-    test_items = split(vec.inverse_transform(Xt), [len(s) for s in twords])
     rows = [("pmc.fit(map)", ours_wall, ours_cpu, ours_iter, ours_pred)]
     runs = [("CRFsuite (same objective)", True)]
     if args.crfsuite_default:
         runs.append(("CRFsuite (default, sparse)", False))
-    for label, possible in runs:
-        rows.append((label, *crfsuite_run(items, chunks, test_items, args.c2, possible,
-                                          args.delta)))
+    for label, all_pairs in runs:
+        cs = crfsuite_fit_predict(vec, X, [len(s) for s in words], chunks, Xt,
+                                  [len(s) for s in twords], c2=args.c2, all_pairs=all_pairs,
+                                  delta=args.delta)
+        rows.append((label, cs.wall_time, cs.cpu_time, cs.n_iterations, cs.tags))
 
     flat_gold = [t for s in gold for t in s]
     print(f"\nc2 = {args.c2} (sigma = {sigma:.4f}); ours ftol = {args.ftol}, CRFsuite delta = "

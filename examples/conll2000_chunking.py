@@ -38,11 +38,11 @@ import os
 import sys
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pymc as pm
 
 import pymc_crf as pmc
+from pymc_crf import plots
 from pymc_crf.datasets import data_dir, read_conll2000, token_features
 from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters import extract_crf
@@ -125,29 +125,14 @@ rows = {"pymc_crf MAP": (score.f1, 100 * np.mean(viterbi == yt))}
 
 # %%
 try:
-    import pycrfsuite
-except ImportError:
-    pycrfsuite = None
-    print("python-crfsuite is not installed (the bench extra): CRFsuite comparison skipped")
-if pycrfsuite is not None:
-    import tempfile
+    from pymc_crf.features import crfsuite_fit_predict
 
-    trainer = pycrfsuite.Trainer(verbose=False)
-    for xs, tags in zip(split(vec.inverse_transform(X), [len(s) for s in words]), chunks,
-                        strict=True):
-        trainer.append(xs, tags)
-    trainer.select("lbfgs")
-    trainer.set_params({"c1": 0.0, "c2": C2, "feature.possible_states": True,
-                        "feature.possible_transitions": True})
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer.train(os.path.join(tmp, "m.crfsuite"))
-        tagger = pycrfsuite.Tagger()
-        tagger.open(os.path.join(tmp, "m.crfsuite"))
-        cs_tags = [tagger.tag(xs) for xs in split(vec.inverse_transform(Xt),
-                                                  [len(s) for s in twords])]
-        tagger.close()
-    cs_flat = np.array([classes.index(t) for s in cs_tags for t in s])
-    rows["CRFsuite"] = (chunk_f1(tchunks, cs_tags).f1, 100 * np.mean(cs_flat == yt))
+    cs = crfsuite_fit_predict(vec, X, [len(s) for s in words], chunks, Xt,
+                              [len(s) for s in twords], c2=C2)
+    cs_flat = np.array([classes.index(t) for s in cs.tags for t in s])
+    rows["CRFsuite"] = (chunk_f1(tchunks, cs.tags).f1, 100 * np.mean(cs_flat == yt))
+except ImportError:
+    print("python-crfsuite is not installed (the bench extra): CRFsuite comparison skipped")
 for name, (f1, acc) in rows.items():
     print(f"{name:14s} chunk F1 {f1:6.2f}   token accuracy {acc:6.2f}")
 
@@ -177,12 +162,5 @@ print(f"posterior average: chunk F1 {rows['posterior average'][0]:.2f}, token ac
       f"{rows['posterior average'][1]:.2f} (max-marginal labels, {DRAWS} draws)")
 
 # %%
-fig, ax = plt.subplots(figsize=(5, 4.5))
-ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")
-for name, r in curves.items():
-    used = r.count > 0
-    ax.plot(r.confidence[used], r.accuracy[used], marker="o", label=f"{name} (ECE {r.ece:.3f})")
-ax.set(xlabel="confidence (largest marginal)", ylabel="accuracy",
-       title="CoNLL-2000 test tokens: reliability")
-ax.legend(loc="upper left")
-save(fig, "reliability")
+ax = plots.plot_reliability(curves, title="CoNLL-2000 test tokens: reliability")
+save(ax.figure, "reliability")

@@ -33,11 +33,11 @@ import os
 import sys
 import time
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pymc as pm
 
 import pymc_crf as pmc
+from pymc_crf import plots
 from pymc_crf.datasets import data_dir, read_ptb_sample, token_features
 from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters import extract_crf
@@ -95,33 +95,14 @@ print(f"pymc_crf MAP token accuracy {100 * np.mean(viterbi == yt):.2f}")
 
 # %%
 try:
-    import pycrfsuite
+    from pymc_crf.features import crfsuite_fit_predict
+
+    cs = crfsuite_fit_predict(vec, X, [len(s) for s in words], wtags, Xt,
+                              [len(s) for s in twords], c2=C2)
+    cs_flat = np.array([t for s in cs.tags for t in s])
+    print(f"CRFsuite     token accuracy {100 * np.mean(cs_flat == np.array(classes)[yt]):.2f}")
 except ImportError:
-    pycrfsuite = None
     print("python-crfsuite is not installed (the bench extra): CRFsuite comparison skipped")
-if pycrfsuite is not None:
-    import tempfile
-
-    def by_sentence(rows, sentences):
-        out, i = [], 0
-        for s in sentences:
-            out.append(rows[i:i + len(s)])
-            i += len(s)
-        return out
-
-    trainer = pycrfsuite.Trainer(verbose=False)
-    for xs, ts in zip(by_sentence(vec.inverse_transform(X), words), wtags, strict=True):
-        trainer.append(xs, ts)
-    trainer.select("lbfgs")
-    trainer.set_params({"c1": 0.0, "c2": C2, "feature.possible_states": True,
-                        "feature.possible_transitions": True})
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer.train(os.path.join(tmp, "m.crfsuite"))
-        tagger = pycrfsuite.Tagger()
-        tagger.open(os.path.join(tmp, "m.crfsuite"))
-        cs = [t for xs in by_sentence(vec.inverse_transform(Xt), twords) for t in tagger.tag(xs)]
-        tagger.close()
-    print(f"CRFsuite     token accuracy {100 * np.mean(np.array(cs) == np.array(classes)[yt]):.2f}")
 
 # %% [markdown]
 # ## Calibration: MAP vs posterior-averaged marginals
@@ -137,12 +118,5 @@ print(f"posterior-averaged token accuracy {100 * np.mean(avg_marg.argmax(1) == y
 for name, r in curves.items():
     print(f"{name:20s} ECE {r.ece:.4f}")
 
-fig, ax = plt.subplots(figsize=(5, 4.5))
-ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")
-for name, r in curves.items():
-    used = r.count > 0
-    ax.plot(r.confidence[used], r.accuracy[used], marker="o", label=f"{name} (ECE {r.ece:.3f})")
-ax.set(xlabel="confidence (largest marginal)", ylabel="accuracy",
-       title="PTB sample, section 01: reliability")
-ax.legend(loc="upper left")
-save(fig, "reliability")
+ax = plots.plot_reliability(curves, title="PTB sample, section 01: reliability")
+save(ax.figure, "reliability")

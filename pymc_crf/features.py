@@ -25,8 +25,12 @@ from __future__ import annotations
 
 import math
 import numbers
+import os
+import tempfile
+import time
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -34,7 +38,8 @@ import scipy.sparse
 
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["FeatureVectorizer", "encode_tags", "sequence_batch"]
+__all__ = ["CRFsuiteRun", "FeatureVectorizer", "crfsuite_fit_predict", "encode_tags",
+           "sequence_batch"]
 
 Sentence = Sequence[Mapping[str, Any]]
 
@@ -187,3 +192,58 @@ def encode_tags(tag_sequences: Iterable[Sequence[str]],
         raise ValueError(f"tags {missing[:5]} are not among the {len(classes)} classes "
                          f"{list(classes)[:10]}...")
     return np.fromiter((index[t] for t in flat), dtype=np.int64, count=len(flat)), list(classes)
+
+
+@dataclass(frozen=True)
+class CRFsuiteRun:
+    """Predicted tags (one list per test sentence) of a python-crfsuite model, its training wall
+    and CPU time (s) and L-BFGS iterations."""
+
+    tags: list[list[str]]
+    wall_time: float
+    cpu_time: float
+    n_iterations: int
+
+
+def _by_sentence(rows: list, lengths: Sequence[int]) -> list[list]:
+    out, i = [], 0
+    for n in lengths:
+        out.append(rows[i:i + int(n)])
+        i += int(n)
+    return out
+
+
+def crfsuite_fit_predict(vectorizer: FeatureVectorizer, X, lengths: Sequence[int],
+                         tags: Sequence[Sequence[str]], X_test, test_lengths: Sequence[int], *,
+                         c2: float = 1.0, all_pairs: bool = True,
+                         delta: float = 1e-5) -> CRFsuiteRun:
+    """Train python-crfsuite (L-BFGS, L2 coefficient ``c2``) on exactly the columns of ``X`` and
+    tag ``X_test``: the reference a ``pmc.CRF`` MAP fit is compared with.
+
+    CRFsuite minimises ``-log L + c2 ||w||^2``, the MAP objective of a ``pmc.CRF`` with
+    ``Normal(0, sigma)`` weights, ``sigma^2 = 1 / (2 c2)``, when ``all_pairs`` gives it a weight for
+    every attribute x label and label x label pair (``feature.possible_states`` /
+    ``possible_transitions``); ``all_pairs=False`` is CRFsuite's default, sparser feature set.
+    ``delta``: its stopping rule (relative improvement over 10 iterations). Needs python-crfsuite
+    (the bench extra).
+    """
+    import pycrfsuite
+
+    trainer = pycrfsuite.Trainer(verbose=False)
+    for xs, ts in zip(_by_sentence(vectorizer.inverse_transform(X), lengths), tags, strict=True):
+        trainer.append(xs, list(ts))
+    trainer.select("lbfgs")
+    trainer.set_params({"c1": 0.0, "c2": float(c2), "delta": float(delta),
+                        "feature.possible_states": bool(all_pairs),
+                        "feature.possible_transitions": bool(all_pairs)})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.crfsuite")
+        t0, c0 = time.perf_counter(), time.process_time()
+        trainer.train(path)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        tagger = pycrfsuite.Tagger()
+        tagger.open(path)
+        pred = [tagger.tag(xs) for xs in _by_sentence(vectorizer.inverse_transform(X_test),
+                                                       test_lengths)]
+        tagger.close()
+    return CRFsuiteRun(pred, wall, cpu, int(trainer.logparser.last_iteration["num"]))

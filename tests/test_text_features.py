@@ -135,3 +135,29 @@ def test_reliability_and_ece_hand_made():
     assert r10.ece == pytest.approx((0.4 + 0.3 + 2 * 0.425) / 4)
     with pytest.raises(ValueError, match=r"\(N, K\)"):
         reliability_curve(marg, labels[:2])
+
+
+def test_crfsuite_reference_on_the_same_columns():
+    """python-crfsuite trained on the vectorizer's columns learns a separable toy tagging."""
+    pytest.importorskip("pycrfsuite")
+    from pymc_crf.features import crfsuite_fit_predict
+
+    sents = [["the", "dog", "runs"], ["a", "cat", "sleeps"], ["the", "cat", "runs"]] * 3
+    tags = [["DT", "NN", "VB"]] * 9
+    vec = FeatureVectorizer()
+    X = vec.fit_transform([[{"w": w} for w in s] for s in sents])
+    run = crfsuite_fit_predict(vec, X, [3] * 9, tags, X[:6], [3, 3], c2=0.1)
+    assert run.tags == [["DT", "NN", "VB"]] * 2
+    assert run.n_iterations > 0 and run.wall_time >= 0 and run.cpu_time >= 0
+
+
+def test_plot_reliability():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from pymc_crf.plots import plot_reliability
+
+    marg = np.array([[0.95, 0.05], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    curves = {"a": reliability_curve(marg, np.array([0, 1, 0, 1]), 5)}
+    ax = plot_reliability(curves, title="t")
+    assert len(ax.lines) == 2 and "ECE" in ax.get_legend().get_texts()[0].get_text()
