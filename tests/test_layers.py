@@ -85,5 +85,8 @@ def test_the_check_catches_upward_and_lazy_imports(text, ok):
     assert (upward_imports({"pymc_crf.distributions.fake": text}) == []) == ok
 
 
-def test_potentials_import_nothing_of_the_package():
-    assert imports(ast.parse((ROOT / "potentials.py").read_text()), "pymc_crf.potentials") == []
+def test_potentials_import_nothing_of_the_package_but_the_feature_products():
+    assert imports(ast.parse((ROOT / "feature_products.py").read_text()),
+                   "pymc_crf.feature_products") == []
+    assert {name for _, name in imports(ast.parse((ROOT / "potentials.py").read_text()),
+                                        "pymc_crf.potentials")} == {"pymc_crf.feature_products"}
