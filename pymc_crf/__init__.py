@@ -5,10 +5,11 @@ approximate inference engines, registered fitters (``fit``), prediction (``predi
 comparison (``compare``) of posteriors.
 """
 
-from pymc_crf import datasets, fitters, inference, plots, step_methods
+from pymc_crf import datasets, features, fitters, inference, metrics, plots, step_methods
 from pymc_crf.compare import compare, cvm_score
 from pymc_crf.datasets import CRFData
 from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
+from pymc_crf.features import FeatureVectorizer
 from pymc_crf.fitters import fit, log_marginal_likelihood
 from pymc_crf.graphs import GraphBatch, GraphStructureError
 from pymc_crf.impute import impute
@@ -23,6 +24,7 @@ __all__ = [
     "MRF",
     "ApproximateInferenceWarning",
     "CRFData",
+    "FeatureVectorizer",
     "GraphBatch",
     "GraphStructureError",
     "Prediction",
@@ -30,12 +32,14 @@ __all__ = [
     "compare",
     "cvm_score",
     "datasets",
+    "features",
     "fit",
     "fitters",
     "impute",
     "inference",
     "log_marginal_likelihood",
     "log_partition",
+    "metrics",
     "pad_labels",
     "plots",
     "predict",

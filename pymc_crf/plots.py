@@ -18,9 +18,11 @@ from matplotlib.axes import Axes
 from pymc_crf.compare import cvm_score, posterior_matrix
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.metrics import Reliability
 from pymc_crf.predict import Prediction
 
 __all__ = ["plot_compare", "plot_convergence", "plot_marginals_chain", "plot_marginals_grid",
+           "plot_reliability",
            "plot_posterior_marginals"]
 
 _REFERENCE_COLOR = "0.55"
@@ -464,4 +466,19 @@ def plot_marginals_grid(prediction: Prediction, shape: tuple[int, int],
     ax.set_xticks([])
     ax.set_yticks([])
     ax.figure.colorbar(image, ax=ax, label=f"P(label = {label})")
+    return ax
+
+
+def plot_reliability(curves: Mapping[str, Reliability], *, ax=None, title: str = ""):
+    """Reliability curves (accuracy against mean confidence per bin) of several predictors, from
+    :func:`pymc_crf.metrics.reliability_curve`, with the diagonal of perfect calibration and each
+    curve's expected calibration error in the legend. Returns the axes."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(5, 4.5))
+    ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")
+    for name, r in curves.items():
+        used = r.count > 0
+        ax.plot(r.confidence[used], r.accuracy[used], marker="o", label=f"{name} (ECE {r.ece:.3f})")
+    ax.set(xlabel="confidence (largest marginal)", ylabel="accuracy", title=title)
+    ax.legend(loc="upper left")
     return ax

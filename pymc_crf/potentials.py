@@ -30,6 +30,8 @@ import pytensor.tensor as pt
 from numba import njit
 from scipy.special import log_ndtr as _log_ndtr_np
 
+from pymc_crf.feature_products import features_dot, features_dot_pt
+
 __all__ = ["POTENTIALS", "LogLinear", "Potential", "Probit", "check_potential", "constant_row",
            "gaussian_moments", "get_potential", "hcrf_pair_tables", "linear_scores", "log_ndtr",
            "log_ndtr_pt", "log_potential", "log_potential_pt", "log_potential_tables",
@@ -248,16 +250,13 @@ def gaussian_moments(code, mu, s2, eps):
 def linear_scores(node_features, node_weights, edge_features, edge_weights):
     """Numpy scores ``a = x w``: node (N, K) or None, and edge (1, K, K) for a shared table
     (``edge_features`` None) or (E, K, K) from edge features (Fe, K, K) weights, or None."""
-    a_node = None if node_weights is None else np.asarray(node_features) @ np.asarray(node_weights)
+    a_node = None if node_weights is None else features_dot(node_features, node_weights)
     if edge_weights is None:
         a_edge = None
     elif edge_features is None:
         a_edge = np.asarray(edge_weights, dtype=np.float64)[None]
     else:
-        # einsum's own loop, not BLAS: with few edge features the (E, Fe) x (Fe, K^2) product is
-        # memory-bound, and OpenBLAS's threads made it ~10x slower on a loaded machine
-        a_edge = np.einsum("ef,fab->eab", np.asarray(edge_features, dtype=np.float64),
-                           np.asarray(edge_weights, dtype=np.float64))
+        a_edge = features_dot(edge_features, edge_weights)
     return a_node, a_edge
 
 
@@ -294,13 +293,14 @@ def log_potential_tables_pt(potential: str | Potential, epsilon: float, n_nodes:
                             node_features=None, node_weights=None, edge_features=None,
                             edge_weights=None):
     """PyTensor engine tables ``(node, edge)`` with the layout of :func:`log_potential_tables`
-    (weights are tensors, features constant arrays), except that edge features whose rows are
-    all equal (:func:`constant_row`) give one shared (1, K, K) table, the same numbers."""
+    (weights are tensors, features constant arrays, dense or sparse), except that dense edge
+    features whose rows are all equal (:func:`constant_row`) give one shared (1, K, K) table,
+    the same numbers."""
     pot = get_potential(potential)
     if node_weights is None:
         node = pt.zeros((n_nodes, K))
     else:
-        node = pot.log_pt(pt.dot(pt.as_tensor_variable(node_features), node_weights), epsilon)
+        node = pot.log_pt(features_dot_pt(node_features, node_weights), epsilon)
     if edge_weights is None:
         edge = pt.zeros((1, K, K))
     elif edge_features is None:
@@ -309,10 +309,9 @@ def log_potential_tables_pt(potential: str | Potential, epsilon: float, n_nodes:
         n_edges, n_feat = edge_features.shape
         row = constant_row(edge_features)
         if row is not None:  # every edge has the same table: one shared table
-            Xe, n_edges = pt.as_tensor_variable(row[None, :]), 1
-        else:
-            Xe = pt.as_tensor_variable(edge_features)
-        score = pt.dot(Xe, pt.as_tensor_variable(edge_weights).reshape((n_feat, K * K)))
+            edge_features, n_edges = row[None, :], 1
+        score = features_dot_pt(edge_features,
+                                pt.as_tensor_variable(edge_weights).reshape((n_feat, K * K)))
         edge = pot.log_pt(score.reshape((n_edges, K, K)), epsilon)
     return node, edge
 

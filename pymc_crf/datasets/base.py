@@ -21,8 +21,8 @@ class CRFData:
     graphs : GraphBatch
     labels : ndarray (N,) int or None
         One label per node (flat, graph after graph).
-    node_features : ndarray (N, F) or None
-    edge_features : ndarray (E, Fe) or None
+    node_features : ndarray or scipy.sparse CSR (N, F), or None
+    edge_features : ndarray or scipy.sparse CSR (E, Fe), or None
     n_labels : int
     coords : dict
         Coordinates for ``pm.Model(coords=...)``: ``graph``, ``position``, ``label``, ``label_i``,

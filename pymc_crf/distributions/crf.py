@@ -16,10 +16,13 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytensor.sparse as ps
 import pytensor.tensor as pt
+import scipy.sparse
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
+from pytensor.sparse.variable import SparseConstant
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
@@ -183,6 +186,8 @@ _PARAM_SIGNATURES = {"node_features": "(n,f)", "node_weights": "(f,k)",
 
 def _constant_value(x) -> np.ndarray:
     """The value of a constant input (a constant, shared data or a graph of them)."""
+    if isinstance(x, SparseConstant):
+        return x.data  # scipy CSR, kept sparse
     if isinstance(x, pt.TensorConstant):
         return np.asarray(x.data)
     if hasattr(x, "get_value"):
@@ -289,10 +294,13 @@ class CRF(Distribution):
     ----------
     graphs : GraphBatch
         The graphs; fixed data.
-    node_features : array (N, F), optional
-        One row per node (all graphs stacked).
+    node_features : array or scipy.sparse matrix (N, F), optional
+        One row per node (all graphs stacked). Sparse features stay sparse (CSR): the products
+        with the weights are sparse-dense (``pytensor.sparse.structured_dot`` in the model,
+        :mod:`pymc_crf.feature_products` in the fitters), e.g. the indicator features of
+        :class:`pymc_crf.FeatureVectorizer`.
     node_weights : tensor (F, K), optional
-    edge_features : array (E, Fe), optional
+    edge_features : array or scipy.sparse matrix (E, Fe), optional
         One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no edge features.
     edge_weights : tensor (Fe, K, K) or (K, K), optional
     potential : {"loglinear", "probit"}
@@ -350,8 +358,9 @@ class CRF(Distribution):
         X, Wn, Xe, We, K = _checked_inputs(graphs, node_features, node_weights, edge_features,
                                            edge_weights, potential, epsilon, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
-        given = {"node_features": X, "node_weights": Wn, "edge_features": Xe,
-                 "edge_weights": We}
+        # sparse features enter the graph as sparse constants (PyMC would densify nothing else)
+        given = {"node_features": _feature_input(X), "node_weights": Wn,
+                 "edge_features": _feature_input(Xe), "edge_weights": We}
         layout = tuple(k for k in _PARAM_NAMES if given[k] is not None)
         return super().dist([given[k] for k in layout], batch=graphs, engine=engine,
                             potential=potential, epsilon=float(epsilon), n_labels=K,
@@ -366,6 +375,11 @@ class CRF(Distribution):
         op = CRFRV(batch, engine, potential, epsilon, n_labels, layout, inference, max_treewidth)
         _, rv = op(*params, size=size, rng=rng, return_next_rng=True)
         return rv
+
+
+def _feature_input(x):
+    """Features as an RV input: a sparse constant for scipy.sparse, the array otherwise."""
+    return ps.as_sparse_variable(x) if scipy.sparse.issparse(x) else x
 
 
 def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:

@@ -10,6 +10,7 @@ from pymc.blocking import DictToArrayBijection
 from pymc.util import get_default_varnames
 from scipy.optimize import minimize
 
+from pymc_crf.fitters.lbfgs import lbfgs
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
@@ -22,7 +23,7 @@ __all__ = ["fit_map"]
 def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: float = 1e-12,
             start: dict | None = None, jacobian: bool = False, log_likelihood: bool = True,
             jitter: float = 0.0, random_seed: int | None = None,
-            engine_objective: bool | None = None):
+            engine_objective: bool | None = None, optimizer: str = "auto"):
     """MAP estimate of every free variable of ``model`` by L-BFGS-B.
 
     The objective is the model's log posterior in the unconstrained space (without the Jacobian of
@@ -52,6 +53,12 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         weights, and nothing else: no other free or observed variables and no potentials
         (deterministics of the weights are fine). ``None`` (default): whenever possible; ``True``:
         raise if it is not possible; ``False``: always compile the model.
+    optimizer : {"auto", "scipy", "lbfgs"}
+        ``"scipy"``: scipy's L-BFGS-B; ``"lbfgs"``: the package's unbounded L-BFGS
+        (:func:`~pymc_crf.fitters.lbfgs.lbfgs`, O(m d) work per iteration; the same ``maxiter``,
+        ``gtol`` and ``ftol`` rules); ``"auto"``: ``"lbfgs"`` from 10^5 weights on (text CRFs with
+        sparse features, where L-BFGS-B's own work per iteration exceeds the objective's), else
+        ``"scipy"``.
 
     Returns
     -------
@@ -64,8 +71,10 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     t0 = time.perf_counter()
     if jitter < 0:
         raise ValueError(f"jitter must be >= 0, got {jitter}")
+    if optimizer not in ("auto", "scipy", "lbfgs"):
+        raise ValueError(f"optimizer must be 'auto', 'scipy' or 'lbfgs'; got {optimizer!r}")
     settings = {"maxiter": maxiter, "gtol": gtol, "ftol": ftol, "jacobian": jacobian,
-                "jitter": jitter, "random_seed": random_seed}
+                "jitter": jitter, "random_seed": random_seed, "optimizer": optimizer}
     spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model)
     if engine_objective and spec is None:
         raise ValueError(f"engine_objective=True is not possible for this model: {why}")
@@ -98,8 +107,16 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
                         diagnostics_group="optimizer_result", log_likelihood=log_likelihood)
 
 
+#: from this many weights on, ``optimizer="auto"`` takes the O(m d) L-BFGS
+_LARGE = 100_000
+
+
 def _lbfgs(objective, x0: np.ndarray, settings: dict):
-    """scipy's L-BFGS-B with the fitter's options; returns the result and the objective trace."""
+    """L-BFGS with the fitter's options; returns the result and the objective trace."""
+    if settings["optimizer"] == "lbfgs" or (settings["optimizer"] == "auto" and x0.size >= _LARGE):
+        res = lbfgs(objective, x0, maxiter=settings["maxiter"], gtol=settings["gtol"],
+                    ftol=settings["ftol"])
+        return res, res.trace
     trace: list[float] = []
     res = minimize(objective, x0, jac=True, method="L-BFGS-B",
                    callback=lambda intermediate_result: trace.append(float(intermediate_result.fun)),

@@ -20,7 +20,9 @@ contributes ``log Z(clamped) - log Z`` with gradient ``x^T ((mu_clamped - mu) * 
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse
 
+from pymc_crf.feature_products import as_feature_matrix, features_tdot
 from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
@@ -63,17 +65,17 @@ class CRFLogLikelihood:
         self.y = y
         self.rows = np.arange(b.n_total_nodes)
         self.yu, self.yv = y[b.edges[:, 0]], y[b.edges[:, 1]]
-        self.X = None if spec.node_weights is None else np.ascontiguousarray(spec.node_features,
-                                                                              dtype=np.float64)
+        # features stay as given: a dense array or sparse CSR (products in feature_products)
+        self.X = None if spec.node_weights is None else as_feature_matrix(spec.node_features)
         self.Xe = None
         if spec.edge_weights is not None and not spec.shared_edge_table:
-            self.Xe = np.ascontiguousarray(spec.edge_features, dtype=np.float64)
+            self.Xe = as_feature_matrix(spec.edge_features)
         onehot = np.zeros((b.n_total_nodes, self.K))
         onehot[self.rows, y] = 1.0
         onehot[~self.observed_labels.observed] = 0.0
         self._onehot = onehot
         # observed feature counts (constant; the whole score term for log-linear potentials)
-        self._xty = None if self.X is None else self.X.T @ onehot
+        self._xty = None if self.X is None else features_tdot(self.X, onehot)
         self._trans_counts = np.zeros((self.K, self.K))
         np.add.at(self._trans_counts, (self.yu, self.yv), 1.0)
         # Edge features: constant rows make one shared table in the value and gradient (the
@@ -82,8 +84,11 @@ class CRFLogLikelihood:
         self._edge_row = None if self.Xe is None else constant_row(self.Xe)
         self._xety = None
         if self.Xe is not None and self._edge_row is None:
-            xety = np.zeros((self.K * self.K, self.Xe.shape[1]))
-            np.add.at(xety, self.yu * self.K + self.yv, self.Xe)
+            pair = scipy.sparse.csr_matrix(  # edge -> observed label pair indicator (E, K^2)
+                (np.ones(b.n_edges), (np.arange(b.n_edges), self.yu * self.K + self.yv)),
+                shape=(b.n_edges, self.K * self.K))
+            xety = pair.T @ self.Xe  # (K^2, Fe), sparse times dense or sparse features
+            xety = xety.toarray() if scipy.sparse.issparse(xety) else np.asarray(xety)
             self._xety = xety.T.reshape(-1, self.K, self.K)
         self.size = spec.flat_size
 
@@ -154,7 +159,7 @@ class CRFLogLikelihood:
         if self.X is not None:
             r = np.asarray(node_vec, dtype=np.float64)
             d = self._pot.dlog(a_node, self.epsilon)
-            grads.append(self.X.T @ (r if d is None else r * d))
+            grads.append(features_tdot(self.X, r if d is None else r * d))
         if self.spec.edge_weights is not None:
             r = np.asarray(edge_vec, dtype=np.float64)
             d = self._pot.dlog(a_edge, self.epsilon)
@@ -162,7 +167,7 @@ class CRFLogLikelihood:
                 r = r.sum(axis=0)
                 grads.append(r if d is None else r * d[0])
             else:
-                grads.append(np.tensordot(self.Xe, r if d is None else r * d, axes=(0, 0)))
+                grads.append(features_tdot(self.Xe, r if d is None else r * d))
         return np.concatenate([g.ravel() for g in grads])
 
     def pushforward(self, w_flat: np.ndarray, v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -215,11 +220,11 @@ class CRFLogLikelihood:
             if loglinear:
                 # sum_i a_i[y_i] = sum_fk W_fk (X^T onehot)_fk: no gather over the N rows
                 value += float(np.sum(self._xty * W))
-                grads.append(self._xty - self.X.T @ m.node)
+                grads.append(self._xty - features_tdot(self.X, m.node))
             else:
                 d = self._pot.dlog(a_node, self.epsilon)
                 value += float(node[self.rows, self.y].sum())
-                grads.append(self.X.T @ ((self._onehot - m.node) * d))
+                grads.append(features_tdot(self.X, (self._onehot - m.node) * d))
         if self.spec.edge_weights is not None:
             if edge.shape[0] == 1:  # one shared table: counts minus summed edge marginals
                 value += float(np.sum(self._trans_counts * edge[0]))
@@ -230,8 +235,7 @@ class CRFLogLikelihood:
                     g = np.multiply.outer(self._edge_row, g)
             elif loglinear:  # observed feature counts minus expected ones, one pass over m.edge
                 value += float(np.sum(self._xety * parts[self.spec.edge_weights.name]))
-                g = self._xety - np.einsum("ef,eab->fab", self.Xe, m.edge)  # no BLAS, see
-                # potentials.linear_scores
+                g = self._xety - features_tdot(self.Xe, m.edge)
             else:
                 e = np.arange(self.batch.n_edges)
                 value += float(edge[e, self.yu, self.yv].sum())
@@ -239,7 +243,7 @@ class CRFLogLikelihood:
                 r[e, self.yu, self.yv] += 1.0
                 if not loglinear:
                     r *= self._pot.dlog(a_edge, self.epsilon)
-                g = np.tensordot(self.Xe, r, axes=(0, 0))
+                g = features_tdot(self.Xe, r)
             grads.append(g)
         return value, np.concatenate([g.ravel() for g in grads])
 

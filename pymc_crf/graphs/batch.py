@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 
 import networkx as nx
 import numpy as np
+import scipy.sparse
 
 from pymc_crf.graphs.junction_tree import (
     HEURISTICS,
@@ -383,10 +384,25 @@ class GraphBatch:
                              f"graph {g} is outside 0..{n_labels - 1}")
         return arr
 
-    def check_features(self, x: Any, where: str) -> np.ndarray:
-        """Validate node (``where="node"``) or edge features: 2-d, one row per node/edge, finite."""
-        arr = np.asarray(x, dtype=np.float64)
+    def check_features(self, x: Any, where: str) -> Any:
+        """Validate node (``where="node"``) or edge features: 2-d, one row per node/edge, finite.
+
+        Dense input comes back as a float64 array; a ``scipy.sparse`` matrix or array comes back
+        as a float64 CSR matrix with sorted indices (never densified), so feature products stay
+        sparse.
+        """
         rows = self.n_total_nodes if where == "node" else self.n_edges
+        if scipy.sparse.issparse(x):
+            if x.ndim != 2 or x.shape[0] != rows:
+                raise ValueError(f"sparse {where} features must have shape ({rows}, n_features) "
+                                 f"(one row per {where}); got {x.shape}")
+            csr = scipy.sparse.csr_matrix(x, dtype=np.float64)
+            if not np.isfinite(csr.data).all():
+                bad = int(np.flatnonzero(~np.isfinite(csr.data))[0])
+                row = int(np.searchsorted(csr.indptr, bad, side="right") - 1)
+                raise ValueError(f"sparse {where} features contain NaN or inf (first at row {row})")
+            return csr if csr.has_sorted_indices else csr.sorted_indices()
+        arr = np.asarray(x, dtype=np.float64)
         if arr.ndim == 1:
             arr = arr[:, None]
         if arr.ndim != 2 or arr.shape[0] != rows:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_crf.feature_products import features_dot, weighted_gram
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bethe import bethe_covariance_products
 from pymc_crf.inference.bp import BeliefPropagation, BPState
@@ -102,12 +103,12 @@ def potential_curvature(lik, w: np.ndarray, node_marg: np.ndarray, edge_marg: np
     K = lik.K
     blocks = []
     if spec.node_weights is not None:
-        a = lik.X @ parts[spec.node_weights.name]
+        a = features_dot(lik.X, parts[spec.node_weights.name])
         c = (obs_node - node_marg) * _d2log(a, lik.potential, lik.epsilon)  # (N, K)
         F = lik.X.shape[1]
         H = np.zeros((F, K, F, K))
         for k in range(K):
-            H[:, k, :, k] = lik.X.T @ (lik.X * c[:, k:k + 1])
+            H[:, k, :, k] = weighted_gram(lik.X, c[:, k])
         blocks.append(H.reshape(F * K, F * K))
     if spec.edge_weights is not None:
         Wt = parts[spec.edge_weights.name]
@@ -116,13 +117,13 @@ def potential_curvature(lik, w: np.ndarray, node_marg: np.ndarray, edge_marg: np
                                                                       lik.epsilon)
             blocks.append(np.diag(c.ravel()))
         else:
-            a = np.tensordot(lik.Xe, Wt, axes=(1, 0))  # (E, K, K)
+            a = features_dot(lik.Xe, Wt)  # (E, K, K)
             c = (obs_edge - edge_marg) * _d2log(a, lik.potential, lik.epsilon)
             Fe = lik.Xe.shape[1]
             H = np.zeros((Fe, K * K, Fe, K * K))
             cf = c.reshape(c.shape[0], K * K)
             for j in range(K * K):
-                H[:, j, :, j] = lik.Xe.T @ (lik.Xe * cf[:, j:j + 1])
+                H[:, j, :, j] = weighted_gram(lik.Xe, cf[:, j])
             blocks.append(H.reshape(Fe * K * K, Fe * K * K))
     d = sum(b.shape[0] for b in blocks)
     out = np.zeros((d, d))

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_crf.feature_products import features_dot, row_quadratic_forms
 from pymc_crf.potentials import get_potential
 
 __all__ = ["averaged_log_potentials", "score_moments"]
@@ -36,8 +37,8 @@ def score_moments(mean: np.ndarray, cov: np.ndarray, K: int, node_features, edge
         mn = mean[:F * K].reshape(F, K)
         Vn = cov[:F * K, :F * K].reshape(F, K, F, K)
         Vd = np.einsum("faga->afg", Vn)  # covariance of the weights of label a
-        mu = node_features @ mn
-        var = np.einsum("if,afg,ig->ia", node_features, Vd, node_features)
+        mu = features_dot(node_features, mn)
+        var = np.stack([row_quadratic_forms(node_features, v) for v in Vd], axis=1)
         out.append((mu, var))
     else:
         out.append(None)
@@ -48,8 +49,9 @@ def score_moments(mean: np.ndarray, cov: np.ndarray, K: int, node_features, edge
         Ve = cov[off:, off:].reshape(Fe, K * K, Fe, K * K)
         Vd = np.einsum("fcgc->cfg", Ve)
         E = edge_features.shape[0]
-        mu = (edge_features @ me).reshape(E, K, K)
-        var = np.einsum("ef,cfg,eg->ec", edge_features, Vd, edge_features).reshape(E, K, K)
+        mu = features_dot(edge_features, me).reshape(E, K, K)
+        var = np.stack([row_quadratic_forms(edge_features, v) for v in Vd],
+                       axis=1).reshape(E, K, K)
         out.append((mu, var))
     else:
         out.append(None)

@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pymc as pm
 
+from pymc_crf.feature_products import dense_features
 from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.options import renamed
@@ -55,17 +56,19 @@ def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: in
     """Node and edge feature arrays in the flat weight layout of :mod:`.terms` for a spec.
 
     A shared (K, K) edge table becomes one constant edge feature. Features default to the spec's own
-    (training) features; pass others (and ``n_edges``) for test graphs.
+    (training) features; pass others (and ``n_edges``) for test graphs. Sparse features are
+    densified here: EP's factor rows (:mod:`.terms`) and its (d, d) covariance are dense per
+    feature, so EP is meant for models with few features.
     """
     xn = xe = None
     if spec.node_weights is not None:
-        xn = np.asarray(spec.node_features if node_features is None else node_features, float)
+        xn = dense_features(spec.node_features if node_features is None else node_features)
     if spec.edge_weights is not None:
         if spec.shared_edge_table:
             E = spec.batch.n_edges if n_edges is None else n_edges
             xe = np.ones((E, 1))
         else:
-            xe = np.asarray(spec.edge_features if edge_features is None else edge_features, float)
+            xe = dense_features(spec.edge_features if edge_features is None else edge_features)
     return xn, xe
 
 

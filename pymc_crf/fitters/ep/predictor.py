@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
+from pymc_crf.feature_products import as_feature_matrix
 from pymc_crf.fitters.ep.average import averaged_log_potentials
 from pymc_crf.fitters.predictors import Prediction, prediction, register_predictor
 from pymc_crf.inference.select import get_engine
@@ -50,14 +51,14 @@ def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str 
     if info["node_weights"] is not None:
         if data.node_features is None:
             raise ValueError("the model has node weights but the data has no node features")
-        xn = np.asarray(data.node_features, float)
+        xn = as_feature_matrix(data.node_features)
     if info["edge_weights"] is not None:
         if info["shared_edge_table"]:
             xe = np.ones((1, 1))  # one shared table: average it once
         elif data.edge_features is None:
             raise ValueError("the model has per-edge weights but the data has no edge features")
         else:
-            xe = np.asarray(data.edge_features, float)
+            xe = as_feature_matrix(data.edge_features)
     node, edge = averaged_log_potentials(mean, cov, K, graphs.n_total_nodes, xn, xe,
                                          info["potential"], float(info["epsilon"]))
     marg = get_engine(inference, graphs).marginals(graphs, node, edge).node

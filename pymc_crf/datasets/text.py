@@ -1,0 +1,122 @@
+"""Tagged text from the shared real data sets, and the standard CRFsuite token-feature template.
+
+The data sets live outside the package, in ``../shared/data`` relative to the repository root
+(override with the environment variable ``PYMC_CRF_DATA``); each folder has a README with its
+source, citation and licence:
+
+* ``conll2000/``: CoNLL-2000 chunking (Tjong Kim Sang & Buchholz 2000), ``word POS chunk`` per
+  line, 8,936 training and 2,012 test sentences, 23 BIO chunk tags;
+* ``ptb_sample_pos/``: NLTK's Penn Treebank WSJ sample (Marcus et al. 1993), ``word<TAB>POS`` per
+  line, 3,914 sentences, 45 tags; **non-commercial use only** (LDC copyright), so never ship it.
+
+:func:`token_features` is the feature template of CRFsuite's and sklearn-crfsuite's chunking
+examples, widened to a +-2 window: per-token dicts ready for :class:`pymc_crf.FeatureVectorizer`.
+"""
+
+from __future__ import annotations
+
+import gzip
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+__all__ = ["data_dir", "read_conll2000", "read_ptb_sample", "token_features", "word_shape"]
+
+
+def data_dir(name: str = "") -> Path:
+    """The shared data folder (``$PYMC_CRF_DATA``, else ``../shared/data`` beside the repository
+    root), or one data set inside it; the path may not exist (callers check)."""
+    env = os.environ.get("PYMC_CRF_DATA")
+    root = Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    return root / name if name else root
+
+
+def _read_columns(path: Path, sep: str | None) -> list[list[list[str]]]:
+    """Sentences (blank-line separated) of whitespace/tab-split token lines of a gzip file."""
+    sentences, current = [], []
+    with gzip.open(path, "rt", encoding="utf-8") as fh:
+        for line in fh:
+            line = line.rstrip("\n")
+            if not line.strip():
+                if current:
+                    sentences.append(current)
+                    current = []
+                continue
+            current.append(line.split(sep))
+    if current:
+        sentences.append(current)
+    return sentences
+
+
+def _require(path: Path) -> Path:
+    if not path.exists():
+        raise FileNotFoundError(f"{path} not found: the shared data folder is ../shared/data "
+                                "beside the repository (or set PYMC_CRF_DATA)")
+    return path
+
+
+def read_conll2000(split: str = "train", root: Path | None = None
+                   ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+    """Words, POS tags and chunk tags (one list per sentence) of a CoNLL-2000 split
+    (``"train"`` or ``"test"``)."""
+    if split not in ("train", "test"):
+        raise ValueError(f"split must be 'train' or 'test'; got {split!r}")
+    folder = Path(root) if root is not None else data_dir("conll2000")
+    rows = _read_columns(_require(folder / f"{split}.txt.gz"), " ")
+    return ([[r[0] for r in s] for s in rows], [[r[1] for r in s] for s in rows],
+            [[r[2] for r in s] for s in rows])
+
+
+def read_ptb_sample(root: Path | None = None) -> tuple[list[list[str]], list[list[str]]]:
+    """Words and POS tags (one list per sentence) of the Penn Treebank WSJ sample, in file order
+    (documents ``wsj_0001`` .. ``wsj_0199``; sentences 0-1920 are section 00)."""
+    folder = Path(root) if root is not None else data_dir("ptb_sample_pos")
+    rows = _read_columns(_require(folder / "wsj_sample.tsv.gz"), "\t")
+    return [[r[0] for r in s] for s in rows], [[r[1] for r in s] for s in rows]
+
+
+def word_shape(word: str) -> str:
+    """Collapsed character classes: ``"McDonald's"`` -> ``"XxXx'x"``, ``"1990s"`` -> ``"dx"``."""
+    out = []
+    for ch in word:
+        c = "X" if ch.isupper() else "x" if ch.islower() else "d" if ch.isdigit() else ch
+        if not out or out[-1] != c:
+            out.append(c)
+    return "".join(out)
+
+
+def token_features(words: Sequence[str], pos: Sequence[str] | None = None,
+                   window: int = 2) -> list[dict]:
+    """CRFsuite's chunking template for one sentence: one dict per token.
+
+    Word identity, lower case, suffixes of 2 and 3 characters, shape and ``isupper`` /
+    ``istitle`` / ``isdigit``, the POS tag and its first two characters (when ``pos`` is given);
+    for the neighbours at offsets +-1 .. +-``window``: lower case, ``istitle``, ``isupper``, POS
+    and POS prefix; ``BOS`` / ``EOS`` on the first / last token.
+    """
+    n = len(words)
+    out = []
+    for i, w in enumerate(words):
+        f: dict = {"word": w, "word.lower()": w.lower(), "word[-3:]": w[-3:],
+                   "word[-2:]": w[-2:], "word.shape": word_shape(w), "word.isupper()": w.isupper(),
+                   "word.istitle()": w.istitle(), "word.isdigit()": w.isdigit()}
+        if pos is not None:
+            f["postag"] = pos[i]
+            f["postag[:2]"] = pos[i][:2]
+        for d in [*range(-window, 0), *range(1, window + 1)]:
+            j = i + d
+            if not 0 <= j < n:
+                continue
+            v, key = words[j], f"{d:+d}:"
+            f[key + "word.lower()"] = v.lower()
+            f[key + "word.istitle()"] = v.istitle()
+            f[key + "word.isupper()"] = v.isupper()
+            if pos is not None:
+                f[key + "postag"] = pos[j]
+                f[key + "postag[:2]"] = pos[j][:2]
+        if i == 0:
+            f["BOS"] = True
+        if i == n - 1:
+            f["EOS"] = True
+        out.append(f)
+    return out

@@ -1,0 +1,249 @@
+"""Per-token feature dicts to a sparse feature matrix, the way sklearn-crfsuite users write features.
+
+A sentence is a sequence of tokens, each token a dict of feature name -> value, as python-crfsuite
+and sklearn-crfsuite take them::
+
+    [{"word.lower()": "the", "postag": "DT", "word.istitle()": False, "len": 3}, ...]
+
+:class:`FeatureVectorizer` maps these to a CSR matrix with one row per token (all sentences
+stacked, as ``pmc.CRF`` takes node features) and one column per feature:
+
+* a ``str`` value ``v`` of feature ``name`` is the indicator feature ``"name=v"`` (value 1);
+* a ``bool`` or a number is the numeric feature ``"name"`` with that value (False and 0 are simply
+  absent, as in CRFsuite);
+* anything else (None, lists, dicts, non-finite numbers) is refused with an error naming the
+  feature and the token.
+
+``fit`` builds the vocabulary from training sentences, keeping features seen in at least
+``min_freq`` tokens; ``transform`` applies the same columns to any sentences and ignores features
+outside the vocabulary, counting them in ``n_unseen_`` (occurrences) and ``unseen_features_``
+(distinct names) so the loss is visible. :func:`sequence_batch` gives the chain ``GraphBatch`` of the
+sentences and :func:`encode_tags` the integer labels.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse
+
+from pymc_crf.graphs.batch import GraphBatch
+
+__all__ = ["CRFsuiteRun", "FeatureVectorizer", "crfsuite_fit_predict", "encode_tags",
+           "sequence_batch"]
+
+Sentence = Sequence[Mapping[str, Any]]
+
+
+def _token_items(token: Mapping[str, Any], where: tuple[int, int]):
+    """``(column name, value)`` pairs of one token dict (zeros dropped), with clear errors."""
+    if not isinstance(token, Mapping):
+        raise TypeError(f"token {where[1]} of sentence {where[0]} must be a dict of feature name "
+                        f"-> value; got {type(token).__name__}")
+    for name, value in token.items():
+        if isinstance(value, str):
+            yield f"{name}={value}", 1.0
+        elif isinstance(value, bool | np.bool_):
+            if value:
+                yield str(name), 1.0
+        elif isinstance(value, numbers.Real):
+            v = float(value)
+            if not math.isfinite(v):
+                raise ValueError(f"feature {name!r} of token {where[1]} in sentence {where[0]} is "
+                                 f"{v}; numeric feature values must be finite")
+            if v != 0.0:
+                yield str(name), v
+        else:
+            raise TypeError(f"feature {name!r} of token {where[1]} in sentence {where[0]} has a "
+                            f"{type(value).__name__} value {value!r}; values must be str "
+                            "(an indicator name=value), bool or a number")
+
+
+class FeatureVectorizer:
+    """Map sentences of per-token feature dicts to a sparse (tokens, features) CSR matrix.
+
+    Parameters
+    ----------
+    min_freq : int
+        Keep a feature only if it occurs in at least this many training tokens.
+    bias : bool
+        Add a constant feature ``"bias"`` (column 0) to every token.
+
+    Attributes
+    ----------
+    vocabulary_ : dict
+        Feature name -> column, fixed by :meth:`fit`.
+    feature_names_ : list of str
+        Column names in column order.
+    lengths_ : ndarray
+        Number of tokens of each sentence of the last :meth:`transform`.
+    n_unseen_ : int
+        Occurrences of features outside the vocabulary in the last :meth:`transform` (ignored).
+    unseen_features_ : set of str
+        Their distinct names.
+
+    Examples
+    --------
+    >>> vec = FeatureVectorizer(min_freq=1)
+    >>> X = vec.fit_transform([[{"w": "a", "len": 1}, {"w": "b", "len": 1}]])
+    >>> X.shape, sorted(vec.vocabulary_)
+    ((2, 4), ['bias', 'len', 'w=a', 'w=b'])
+    >>> vec.transform([[{"w": "c"}]]).toarray(), vec.n_unseen_
+    (array([[1., 0., 0., 0.]]), 1)
+    """
+
+    def __init__(self, min_freq: int = 1, bias: bool = True):
+        if int(min_freq) != min_freq or min_freq < 1:
+            raise ValueError(f"min_freq must be a positive integer; got {min_freq!r}")
+        self.min_freq = int(min_freq)
+        self.bias = bool(bias)
+
+    def fit(self, sentences: Iterable[Sentence]) -> FeatureVectorizer:
+        """Build the vocabulary from training sentences."""
+        counts: Counter[str] = Counter()
+        for s, sentence in enumerate(sentences):
+            for t, token in enumerate(sentence):
+                counts.update({name for name, _ in _token_items(token, (s, t))})
+        names = sorted(n for n, c in counts.items() if c >= self.min_freq and n != "bias")
+        if self.bias:
+            names = ["bias", *names]
+        self.feature_names_ = names
+        self.vocabulary_ = {n: i for i, n in enumerate(names)}
+        return self
+
+    def transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:
+        """The (tokens, features) CSR matrix of ``sentences`` with the fitted columns; features
+        outside the vocabulary are ignored and counted (``n_unseen_``, ``unseen_features_``)."""
+        if not hasattr(self, "vocabulary_"):
+            raise ValueError("FeatureVectorizer is not fitted: call fit(training_sentences) first")
+        vocab = self.vocabulary_
+        indptr, indices, data, lengths = [0], [], [], []
+        unseen: Counter[str] = Counter()
+        for s, sentence in enumerate(sentences):
+            n = 0
+            for t, token in enumerate(sentence):
+                row: dict[int, float] = {}
+                if self.bias:
+                    row[0] = 1.0
+                for name, value in _token_items(token, (s, t)):
+                    j = vocab.get(name)
+                    if j is None:
+                        unseen[name] += 1
+                    else:
+                        row[j] = value
+                indices.extend(row)
+                data.extend(row.values())
+                indptr.append(len(indices))
+                n += 1
+            lengths.append(n)
+        X = scipy.sparse.csr_matrix(
+            (np.asarray(data, dtype=np.float64), np.asarray(indices, dtype=np.int64),
+             np.asarray(indptr, dtype=np.int64)), shape=(len(indptr) - 1, len(vocab)))
+        X.sort_indices()
+        self.lengths_ = np.asarray(lengths, dtype=np.int64)
+        self.n_unseen_ = int(sum(unseen.values()))
+        self.unseen_features_ = set(unseen)
+        return X
+
+    def inverse_transform(self, X) -> list[dict[str, float]]:
+        """One ``{feature name: value}`` dict per row of a matrix in this vectorizer's columns
+        (the kept features only), e.g. to give another CRF toolkit exactly the same features."""
+        X = scipy.sparse.csr_matrix(X)
+        names = self.feature_names_
+        return [{names[j]: float(v) for j, v in zip(X.indices[X.indptr[i]:X.indptr[i + 1]],
+                                                     X.data[X.indptr[i]:X.indptr[i + 1]],
+                                                     strict=True)}
+                for i in range(X.shape[0])]
+
+    def fit_transform(self, sentences: Sequence[Sentence]) -> scipy.sparse.csr_matrix:
+        """:meth:`fit` then :meth:`transform` on the same sentences."""
+        return self.fit(sentences).transform(sentences)
+
+
+def sequence_batch(lengths: Iterable[int] | Sequence[Sentence]) -> GraphBatch:
+    """The chain ``GraphBatch`` of sentences (or of their lengths), one chain per sentence."""
+    lengths = [x if isinstance(x, numbers.Integral) else len(x) for x in lengths]
+    return GraphBatch.chains(np.asarray(lengths, dtype=np.int64))
+
+
+def encode_tags(tag_sequences: Iterable[Sequence[str]],
+                classes: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
+    """Flat integer labels (all sentences stacked) and the class names.
+
+    ``classes`` fixes the label order (for test data, pass the training classes); by default it is
+    the sorted set of tags seen. A tag outside ``classes`` is an error naming it.
+    """
+    seqs = [list(s) for s in tag_sequences]
+    if classes is None:
+        classes = sorted({t for s in seqs for t in s})
+    index = {c: i for i, c in enumerate(classes)}
+    flat = [t for s in seqs for t in s]
+    missing = sorted({t for t in flat if t not in index})
+    if missing:
+        raise ValueError(f"tags {missing[:5]} are not among the {len(classes)} classes "
+                         f"{list(classes)[:10]}...")
+    return np.fromiter((index[t] for t in flat), dtype=np.int64, count=len(flat)), list(classes)
+
+
+@dataclass(frozen=True)
+class CRFsuiteRun:
+    """Predicted tags (one list per test sentence) of a python-crfsuite model, its training wall
+    and CPU time (s) and L-BFGS iterations."""
+
+    tags: list[list[str]]
+    wall_time: float
+    cpu_time: float
+    n_iterations: int
+
+
+def _by_sentence(rows: list, lengths: Sequence[int]) -> list[list]:
+    out, i = [], 0
+    for n in lengths:
+        out.append(rows[i:i + int(n)])
+        i += int(n)
+    return out
+
+
+def crfsuite_fit_predict(vectorizer: FeatureVectorizer, X, lengths: Sequence[int],
+                         tags: Sequence[Sequence[str]], X_test, test_lengths: Sequence[int], *,
+                         c2: float = 1.0, all_pairs: bool = True,
+                         delta: float = 1e-5) -> CRFsuiteRun:
+    """Train python-crfsuite (L-BFGS, L2 coefficient ``c2``) on exactly the columns of ``X`` and
+    tag ``X_test``: the reference a ``pmc.CRF`` MAP fit is compared with.
+
+    CRFsuite minimises ``-log L + c2 ||w||^2``, the MAP objective of a ``pmc.CRF`` with
+    ``Normal(0, sigma)`` weights, ``sigma^2 = 1 / (2 c2)``, when ``all_pairs`` gives it a weight for
+    every attribute x label and label x label pair (``feature.possible_states`` /
+    ``possible_transitions``); ``all_pairs=False`` is CRFsuite's default, sparser feature set.
+    ``delta``: its stopping rule (relative improvement over 10 iterations). Needs python-crfsuite
+    (the bench extra).
+    """
+    import pycrfsuite
+
+    trainer = pycrfsuite.Trainer(verbose=False)
+    for xs, ts in zip(_by_sentence(vectorizer.inverse_transform(X), lengths), tags, strict=True):
+        trainer.append(xs, list(ts))
+    trainer.select("lbfgs")
+    trainer.set_params({"c1": 0.0, "c2": float(c2), "delta": float(delta),
+                        "feature.possible_states": bool(all_pairs),
+                        "feature.possible_transitions": bool(all_pairs)})
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "model.crfsuite")
+        t0, c0 = time.perf_counter(), time.process_time()
+        trainer.train(path)
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+        tagger = pycrfsuite.Tagger()
+        tagger.open(path)
+        pred = [tagger.tag(xs) for xs in _by_sentence(vectorizer.inverse_transform(X_test),
+                                                       test_lengths)]
+        tagger.close()
+    return CRFsuiteRun(pred, wall, cpu, int(trainer.logparser.last_iteration["num"]))

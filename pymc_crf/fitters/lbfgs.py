@@ -1,0 +1,115 @@
+"""Unbounded L-BFGS whose own work is O(m d) per iteration, for MAP fits with millions of weights.
+
+scipy's L-BFGS-B handles bounds through a generalised Cauchy point whose cost per iteration is far
+above the O(m d) of the plain two-loop recursion: with d = 2.7e5 weights it spent 0.19 s per
+iteration inside ``setulb`` alone, more than the CRF objective. The weights of a CRF are
+unbounded, so the plain method does: the two-loop recursion for the search direction (Nocedal &
+Wright 2006, Numerical Optimization, Alg. 7.4, with the initial scaling ``s'y / y'y`` of their
+eq. (7.20)) and a backtracking line search on the Armijo condition (their Alg. 3.1, c1 = 1e-4)
+from the unit step. A pair with ``s'y <= 0`` (possible only for a non-convex objective) is not
+stored, so the implied inverse Hessian stays positive definite.
+
+Stopping rules are scipy's: the relative decrease ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)``
+at most ``ftol``, or the largest gradient entry at most ``gtol``, or ``maxiter`` iterations.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy.linalg.blas import daxpy
+
+__all__ = ["LBFGSResult", "lbfgs"]
+
+
+@dataclass
+class LBFGSResult:
+    """The fields of scipy's ``OptimizeResult`` that the MAP fitter reads."""
+
+    x: np.ndarray
+    fun: float
+    jac: np.ndarray
+    nit: int
+    nfev: int
+    success: bool
+    message: str
+    trace: list[float] = field(default_factory=list)
+
+
+def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
+          maxiter: int = 2000, ftol: float = 1e-12, gtol: float = 1e-6, memory: int = 10,
+          max_backtracks: int = 40) -> LBFGSResult:
+    """Minimise ``fun`` (returning value and gradient) from ``x0`` by L-BFGS.
+
+    Parameters
+    ----------
+    fun : callable
+        ``x -> (f, grad)``; an infinite ``f`` makes the line search step back.
+    maxiter, ftol, gtol
+        Stopping rules (module docstring).
+    memory : int
+        Number of stored ``(s, y)`` pairs.
+    max_backtracks : int
+        Halvings of the step before the line search gives up.
+    """
+    x = np.array(x0, dtype=np.float64)
+    f, g = fun(x)
+    nfev = 1
+    if not np.isfinite(f):
+        raise ValueError("the objective is not finite at the starting point")
+    pairs: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=memory)
+    trace: list[float] = []
+    message, success = "STOP: TOTAL NO. OF ITERATIONS REACHED LIMIT", False
+    nit = 0
+    while nit < maxiter:
+        if np.max(np.abs(g)) <= gtol:
+            message, success = "CONVERGENCE: NORM OF PROJECTED GRADIENT <= PGTOL", True
+            break
+        d = _direction(g, pairs)
+        slope = float(g @ d)
+        if slope >= 0:  # not a descent direction (rounding): restart from steepest descent
+            pairs.clear()
+            d, slope = -g, -float(g @ g)
+        step = 1.0 if pairs else min(1.0, 1.0 / max(np.sqrt(-slope), 1e-300))
+        for _ in range(max_backtracks):
+            x_new = x + step * d
+            f_new, g_new = fun(x_new)
+            nfev += 1
+            if np.isfinite(f_new) and f_new <= f + 1e-4 * step * slope:
+                break
+            step *= 0.5
+        else:
+            message = "ABNORMAL_TERMINATION_IN_LNSRCH"
+            break
+        s, y = x_new - x, g_new - g
+        sy = float(s @ y)
+        if sy > 0:
+            pairs.append((s, y, 1.0 / sy))
+        decrease = (f - f_new) / max(abs(f), abs(f_new), 1.0)
+        x, f, g = x_new, f_new, g_new
+        nit += 1
+        trace.append(float(f))
+        if decrease <= ftol:
+            message, success = "CONVERGENCE: RELATIVE REDUCTION OF F <= FACTR*EPSMCH", True
+            break
+    return LBFGSResult(x, float(f), g, nit, nfev, success, message, trace)
+
+
+def _direction(g: np.ndarray, pairs) -> np.ndarray:
+    """``-H g`` by the two-loop recursion (Nocedal & Wright 2006, Alg. 7.4)."""
+    q = g.copy()  # updated in place by BLAS axpy: one pass over memory per product
+    alphas = []
+    for s, y, rho in reversed(pairs):
+        a = rho * float(s @ q)
+        q = daxpy(y, q, a=-a)
+        alphas.append(a)
+    if pairs:
+        s, y, _ = pairs[-1]
+        q *= float(s @ y) / float(y @ y)
+    for (s, y, rho), a in zip(pairs, reversed(alphas), strict=True):
+        b = rho * float(y @ q)
+        q = daxpy(s, q, a=a - b)
+    return -q

@@ -1,0 +1,163 @@
+"""Feature dicts -> CSR (FeatureVectorizer), tag encoding, the text readers and template, chunk F1
+and calibration scores, checked on hand-made cases."""
+
+import gzip
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+
+import pymc_crf as pmc
+from pymc_crf.datasets.text import read_conll2000, read_ptb_sample, token_features, word_shape
+from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
+from pymc_crf.metrics import bio_chunks, chunk_f1, expected_calibration_error, reliability_curve
+
+TRAIN = [[{"w": "a", "n": 2, "cap": True}, {"w": "b", "cap": False}],
+         [{"w": "a", "n": 0.5}]]
+
+
+def test_vectorizer_columns_values_and_bias():
+    vec = FeatureVectorizer(min_freq=1)
+    X = vec.fit_transform(TRAIN)
+    assert sp.issparse(X) and X.format == "csr"
+    assert vec.feature_names_ == ["bias", "cap", "n", "w=a", "w=b"]
+    expected = np.array([[1, 1, 2, 1, 0],
+                         [1, 0, 0, 0, 1],
+                         [1, 0, 0.5, 1, 0]], dtype=float)
+    np.testing.assert_array_equal(X.toarray(), expected)
+    np.testing.assert_array_equal(vec.lengths_, [2, 1])
+    assert vec.n_unseen_ == 0
+    assert vec.inverse_transform(X)[0] == {"bias": 1.0, "cap": 1.0, "n": 2.0, "w=a": 1.0}
+    no_bias = FeatureVectorizer(bias=False).fit(TRAIN)
+    assert no_bias.feature_names_ == ["cap", "n", "w=a", "w=b"]
+
+
+def test_min_freq_and_unseen_test_features_are_ignored_and_counted():
+    vec = FeatureVectorizer(min_freq=2).fit(TRAIN)
+    assert vec.feature_names_ == ["bias", "n", "w=a"]  # cap and w=b occur in 1 token only
+    X = vec.transform([[{"w": "a", "n": 3.0, "new": "x", "cap": True}, {"w": "zzz"}]])
+    np.testing.assert_array_equal(X.toarray(), [[1, 3, 1], [1, 0, 0]])
+    assert vec.n_unseen_ == 3  # cap, new=x, w=zzz
+    assert vec.unseen_features_ == {"cap", "new=x", "w=zzz"}
+
+
+@pytest.mark.parametrize("value, match", [(None, "NoneType value None"),
+                                          (["a"], "list value"),
+                                          (float("nan"), "must be finite")])
+def test_bad_feature_values_are_refused(value, match):
+    with pytest.raises((TypeError, ValueError), match=match):
+        FeatureVectorizer().fit([[{"w": "a"}, {"bad": value}]])
+
+
+def test_vectorizer_bad_use():
+    with pytest.raises(ValueError, match="not fitted"):
+        FeatureVectorizer().transform(TRAIN)
+    with pytest.raises(ValueError, match="min_freq"):
+        FeatureVectorizer(min_freq=0)
+    with pytest.raises(TypeError, match="must be a dict"):
+        FeatureVectorizer().fit([["w=a"]])
+
+
+def test_encode_tags_and_sequence_batch():
+    y, classes = encode_tags([["B-NP", "I-NP"], ["O"]])
+    assert classes == ["B-NP", "I-NP", "O"]
+    np.testing.assert_array_equal(y, [0, 1, 2])
+    with pytest.raises(ValueError, match="not among"):
+        encode_tags([["B-VP"]], classes)
+    batch = sequence_batch(TRAIN)
+    np.testing.assert_array_equal(batch.n_nodes, [2, 1])
+    assert batch.n_edges == 1
+    vec = FeatureVectorizer()
+    data = pmc.CRFData(batch, y, vec.fit_transform(TRAIN), n_labels=3)
+    assert sp.issparse(data.node_features)
+
+
+def test_token_features_template():
+    f = token_features(["He", "reckons", "1990"], ["PRP", "VBZ", "CD"])
+    assert f[0]["BOS"] is True and "EOS" not in f[0] and f[2]["EOS"] is True
+    assert f[1]["word.lower()"] == "reckons" and f[1]["word[-3:]"] == "ons"
+    assert f[1]["-1:word.lower()"] == "he" and f[1]["+1:postag"] == "CD"
+    assert f[0]["+2:postag[:2]"] == "CD" and "-1:postag" not in f[0]
+    assert f[2]["word.isdigit()"] is True and f[0]["word.istitle()"] is True
+    assert "postag" not in token_features(["a"])[0]
+    assert word_shape("McDonald's") == "XxXx'x" and word_shape("1990s") == "dx"
+
+
+def test_readers(tmp_path):
+    (tmp_path / "conll").mkdir()
+    with gzip.open(tmp_path / "conll" / "train.txt.gz", "wt") as fh:
+        fh.write("He PRP B-NP\nran VBD B-VP\n\nOk UH B-INTJ\n\n")
+    words, pos, chunks = read_conll2000("train", root=tmp_path / "conll")
+    assert words == [["He", "ran"], ["Ok"]] and pos[0] == ["PRP", "VBD"]
+    assert chunks == [["B-NP", "B-VP"], ["B-INTJ"]]
+    with gzip.open(tmp_path / "wsj_sample.tsv.gz", "wt") as fh:
+        fh.write("Pierre\tNNP\n,\t,\n\nMr.\tNNP\n")
+    assert read_ptb_sample(root=tmp_path) == ([["Pierre", ","], ["Mr."]], [["NNP", ","], ["NNP"]])
+    with pytest.raises(FileNotFoundError, match="shared data folder"):
+        read_conll2000("test", root=tmp_path / "conll")
+
+
+def test_bio_chunks_follow_conlleval():
+    assert bio_chunks(["B-NP", "I-NP", "O", "B-VP"]) == {("NP", 0, 1), ("VP", 3, 3)}
+    # I- after O or after another type starts a chunk; B- after I- of the same type splits
+    assert bio_chunks(["I-NP", "I-NP", "I-VP", "B-VP", "I-VP"]) == {
+        ("NP", 0, 1), ("VP", 2, 2), ("VP", 3, 4)}
+    assert bio_chunks(["O", "O"]) == set()
+    with pytest.raises(ValueError, match="not BIO"):
+        bio_chunks(["NP"])
+
+
+def test_chunk_f1_hand_made():
+    gold = [["B-NP", "I-NP", "B-VP", "O"], ["B-PP", "B-NP"]]
+    pred = [["B-NP", "I-NP", "B-VP", "B-NP"],   # 2 right, one spurious
+            ["B-PP", "I-PP"]]                   # PP too long (wrong), NP missed
+    s = chunk_f1(gold, pred)
+    assert (s.n_gold, s.n_pred, s.n_correct) == (4, 4, 2)
+    assert s.precision == pytest.approx(50.0) and s.recall == pytest.approx(50.0)
+    assert s.f1 == pytest.approx(50.0)
+    perfect = chunk_f1(gold, gold)
+    assert perfect.f1 == pytest.approx(100.0)
+    assert chunk_f1([["O"]], [["O"]]).f1 == 0.0
+    with pytest.raises(ValueError, match="sentence 0"):
+        chunk_f1([["O", "O"]], [["O"]])
+
+
+def test_reliability_and_ece_hand_made():
+    marg = np.array([[0.95, 0.05], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    labels = np.array([0, 1, 0, 1])
+    r = reliability_curve(marg, labels, n_bins=2)
+    np.testing.assert_array_equal(r.count, [0, 4])
+    assert r.confidence[1] == pytest.approx(np.mean([0.95, 0.9, 0.6, 0.7]))
+    assert r.accuracy[1] == pytest.approx(0.75)
+    assert expected_calibration_error(marg, labels, 2) == pytest.approx(abs(0.75 - 0.7875))
+    r10 = reliability_curve(marg, labels, n_bins=10)
+    # bins [0.6,0.7), [0.7,0.8), [0.9,1.0]: |1-0.6|, |1-0.7|, |0.5-0.925|
+    assert r10.ece == pytest.approx((0.4 + 0.3 + 2 * 0.425) / 4)
+    with pytest.raises(ValueError, match=r"\(N, K\)"):
+        reliability_curve(marg, labels[:2])
+
+
+def test_crfsuite_reference_on_the_same_columns():
+    """python-crfsuite trained on the vectorizer's columns learns a separable toy tagging."""
+    pytest.importorskip("pycrfsuite")
+    from pymc_crf.features import crfsuite_fit_predict
+
+    sents = [["the", "dog", "runs"], ["a", "cat", "sleeps"], ["the", "cat", "runs"]] * 3
+    tags = [["DT", "NN", "VB"]] * 9
+    vec = FeatureVectorizer()
+    X = vec.fit_transform([[{"w": w} for w in s] for s in sents])
+    run = crfsuite_fit_predict(vec, X, [3] * 9, tags, X[:6], [3, 3], c2=0.1)
+    assert run.tags == [["DT", "NN", "VB"]] * 2
+    assert run.n_iterations > 0 and run.wall_time >= 0 and run.cpu_time >= 0
+
+
+def test_plot_reliability():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from pymc_crf.plots import plot_reliability
+
+    marg = np.array([[0.95, 0.05], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    curves = {"a": reliability_curve(marg, np.array([0, 1, 0, 1]), 5)}
+    ax = plot_reliability(curves, title="t")
+    assert len(ax.lines) == 2 and "ECE" in ax.get_legend().get_texts()[0].get_text()
