@@ -10,10 +10,11 @@ exact posterior (junction-tree / chain log Z), and by wall time:
 - MC-BP: ``pmc.fit(method="bethe_mh")`` (Metropolis-Hastings with Bethe log Z),
 - exchange: ``pmc.fit(method="exchange")`` (exact auxiliary draws; exact posterior).
 
-The samplers start at the mean of BL-BP (BL-MP where BL-BP is left out): a random walk in 65
-dimensions from the prior's centre would spend most of a short run reaching the posterior (the
-paper's runs took 6-16 hours). The start is the Bethe-Laplace mode, cheap to compute, and the
-tuning phase still adapts the proposal from there.
+The samplers run with their fitters' defaults: each computes its own BL-BP fit (counted in its
+wall time), takes its covariance as the starting proposal (LV-CD: its diagonal as the
+preconditioner) and starts each chain at a draw from it (``S="auto"``, ``start="auto"``; see
+docs/samplers.md). A random walk in 65 dimensions from the prior's centre with unit proposals
+would spend most of a short run reaching the posterior (the paper's runs took 6-16 hours).
 
 Figures (one command each; sizes reduced with the options, see docs/samplers.md):
 
@@ -36,6 +37,8 @@ import json
 import time
 import warnings
 
+import arviz as az
+import matplotlib
 import numpy as np
 import pandas as pd
 import pymc as pm
@@ -45,7 +48,11 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference import get_engine
 
 GRID_METHODS = ("bl_mp", "bl_bp", "lv_cd", "mc_bp", "exchange")
-CHAIN_METHODS = ("bl_mp", "lv_cd", "mc_bp", "exchange")
+# the paper's methods per figure (exchange can be added with --methods)
+PAPER_GRID_METHODS = ("bl_mp", "bl_bp", "lv_cd", "mc_bp")
+PAPER_CHAIN_METHODS = ("bl_mp", "lv_cd")
+LABELS = {"bl_mp": "BL-MP", "bl_bp": "BL-BP", "lv_cd": "LV-CD", "mc_bp": "MC-BP",
+          "exchange": "exchange"}
 
 
 def ising_grid_model(samples: np.ndarray, graph: GraphBatch, prior_sd: float = 1.0) -> pm.Model:
@@ -90,7 +97,6 @@ def run_methods(model: pm.Model, methods, draws: int, tune: int, chains: int, se
         warnings.simplefilter("ignore")
         out["nuts"] = pmc.fit(model, method="nuts", draws=nuts_draws, tune=1000, chains=chains,
                               random_seed=seed)
-        start = None
         for name in methods:
             if name == "bl_mp":
                 out[name] = pmc.fit(model, method="bethe_laplace", map="exact",
@@ -99,21 +105,29 @@ def run_methods(model: pm.Model, methods, draws: int, tune: int, chains: int, se
                 out[name] = pmc.fit(model, method="bethe_laplace", map="bp",
                                     draws=draws, chains=chains, random_seed=seed)
             else:
-                if start is None:  # the samplers start at the Bethe-Laplace mode (see docstring)
-                    bl = out.get("bl_bp", out.get("bl_mp"))
-                    start = {k: bl["posterior"][k].mean(("chain", "draw")).values
-                             for k in bl["posterior"].data_vars}
                 method = {"lv_cd": "langevin_cd", "mc_bp": "bethe_mh", "exchange": "exchange"}[name]
                 out[name] = pmc.fit(model, method=method, draws=draws, tune=tune, chains=chains,
-                                    random_seed=seed, initvals=start)
+                                    random_seed=seed)
     return out
 
 
+def _ess(res) -> np.ndarray:
+    """ESS of every flat weight (posterior_matrix order) over all chains."""
+    ess = az.ess(res)
+    return np.concatenate([np.atleast_1d(ess[v].values).ravel() for v in res["posterior"].data_vars])
+
+
 def score(results: dict) -> pd.DataFrame:
-    """``pmc.compare`` against NUTS: CVM, wall time, min ESS (samplers), min ESS per second."""
+    """``pmc.compare`` against NUTS: CVM, wall time, min ESS (samplers), min ESS per second, and
+    ``cvm_floor``: the CVM two independent samples of one distribution with these per-weight
+    effective sizes score on average, ``sum_j (1/ESS_j + 1/ESS_ref,j) / 6`` (the mean of the
+    normalised Cramer-von Mises statistic), so a CVM near it is Monte Carlo noise, not bias."""
     table = pmc.compare(results, reference="nuts")
     if "min_ess" in table:
         table["min_ess_per_s"] = table["min_ess"] / table["wall_time"]
+    ref = _ess(results["nuts"])
+    table["cvm_floor"] = [float(np.sum(1.0 / _ess(results[k]) + 1.0 / ref) / 6.0)
+                          if k != "nuts" else 0.0 for k in table.index]
     return table
 
 
@@ -135,7 +149,7 @@ def fig2(args) -> pd.DataFrame:
             data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=n,
                                                     seed=model_seed)
             m = ising_grid_model(data.samples, data.graphs)
-            rows += _grid_rows(m, GRID_METHODS, args, model_seed=model_seed, N=n)
+            rows += _grid_rows(m, args.methods, args, model_seed=model_seed, N=n)
     return pd.DataFrame(rows)
 
 
@@ -152,7 +166,7 @@ def fig45(args, bias: float) -> pd.DataFrame:
         for n in args.n:
             samples = ising_samples(graph, b, w, n, rng)
             m = ising_grid_model(samples, graph)
-            rows += _grid_rows(m, GRID_METHODS, args, d=d, bias=bias, N=n)
+            rows += _grid_rows(m, args.methods, args, d=d, bias=bias, N=n)
     return pd.DataFrame(rows)
 
 
@@ -160,14 +174,38 @@ def fig6(args) -> pd.DataFrame:
     rows = []
     for n in args.n:
         m = chain_crf_model(n, args.length, np.random.default_rng(args.seed))
-        rows += _grid_rows(m, CHAIN_METHODS, args, N=n)
+        rows += _grid_rows(m, args.methods, args, N=n)
     return pd.DataFrame(rows)
 
 
 def summary(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """CVM (mean over models) and wall time per method and setting."""
-    keep = [c for c in ("cvm", "wall_time", "min_ess", "min_ess_per_s") if c in df]
+    keep = [c for c in ("cvm", "cvm_floor", "wall_time", "min_ess", "max_rhat") if c in df]
     return df.groupby(by + ["method"])[keep].mean().unstack("method")
+
+
+def plot(df: pd.DataFrame, x: str, title: str, path: str) -> None:
+    """CVM against ``x`` per method (mean over models; dotted: the Monte Carlo floor of the
+    samplers), log scale, as the paper's figures."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    mean = df[df["method"] != "nuts"].groupby(["method", x])[["cvm", "cvm_floor"]].mean()
+    for method in mean.index.get_level_values(0).unique():
+        m = mean.loc[method]
+        line, = ax.plot(m.index, m["cvm"], "o-", label=LABELS.get(method, method))
+        if method in ("lv_cd", "mc_bp", "exchange"):
+            ax.plot(m.index, m["cvm_floor"], ":", color=line.get_color())
+    ax.set_xscale("log" if x == "N" else "linear")
+    ax.set_yscale("log")
+    ax.set_xlabel({"N": "number of data cases N", "d": "interaction strength d (x 1/4)"}[x])
+    ax.set_ylabel("CVM vs NUTS (normalised, summed over weights)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv=None) -> None:
@@ -184,10 +222,16 @@ def main(argv=None) -> None:
     p.add_argument("--nuts-draws", type=int, default=2000)
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--methods", nargs="+", choices=GRID_METHODS, default=None,
+                   help="methods (default the paper's: fig2/4/5 BL-MP, BL-BP, LV-CD, MC-BP; "
+                        "fig6 BL-MP, LV-CD)")
     p.add_argument("--out", default=None, help="CSV file for the per-run rows")
+    p.add_argument("--png", default=None, help="figure file (default docs/samplers_<figure>.png)")
     args = p.parse_args(argv)
     if args.n is None:
         args.n = [5, 10, 20] if args.figure == "fig6" else [10, 100, 1000]
+    if args.methods is None:
+        args.methods = PAPER_CHAIN_METHODS if args.figure == "fig6" else PAPER_GRID_METHODS
     t0 = time.perf_counter()
     if args.figure == "fig2":
         df, by = fig2(args), ["N"]
@@ -200,6 +244,12 @@ def main(argv=None) -> None:
     pd.set_option("display.width", 200)
     print(json.dumps({k: v for k, v in vars(args).items()}))
     print(summary(df, by).to_string(float_format=lambda x: f"{x:.4g}"))
+    x = "d" if args.figure in ("fig4", "fig5") else "N"
+    title = (f"{args.figure} (Welling & Parise 2006), reduced: "
+             + (f"{args.models} model(s), " if args.figure == "fig2" else "")
+             + f"{args.chains} x {args.draws} draws (+{args.tune} tune), "
+             f"NUTS {args.chains} x {args.nuts_draws}")
+    plot(df, x, title, args.png or f"docs/samplers_{args.figure}.png")
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 

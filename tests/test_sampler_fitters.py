@@ -91,3 +91,25 @@ def test_langevin_cd_is_biased_and_reports_it():
     zmax, cvm = _agreement(res, ref, ["W", "T"])
     print(f"LangevinCD vs NUTS (tree): max |z| {zmax:.2f}, CVM {cvm:.4f}")
     assert cvm < 0.5
+
+
+def test_fitters_start_from_the_bethe_laplace_fit_where_it_applies():
+    from test_step_methods import hierarchical_model
+
+    m = tree_model()
+    res = pmc.fit(m, method="bethe_mh", draws=20, tune=20, chains=2, random_seed=3)
+    assert res.attrs["proposal"] == "laplace" and res.attrs["start"] == "laplace"
+    # chains start at their own draws near the MAP: the first draws differ between chains
+    first = res["posterior"]["W"].values[:, 0]
+    assert not np.allclose(first[0], first[1])
+    res = pmc.fit(m, method="exchange", draws=10, tune=10, chains=1, S=None, start=None,
+                  random_seed=3)
+    assert res.attrs["proposal"] == "unit" and res.attrs["start"] == "initial_point"
+    # a hierarchical prior: no Bethe-Laplace fit, so "auto" falls back (with a warning) ...
+    h = hierarchical_model()
+    with pytest.warns(UserWarning, match="no Bethe-Laplace proposal"):
+        res = pmc.fit(h, method="langevin_cd", draws=10, tune=10, chains=1, random_seed=3)
+    assert res.attrs["proposal"] == "unit"
+    # ... and "laplace" insists
+    with pytest.raises(ValueError, match="no Bethe-Laplace proposal"):
+        pmc.fit(h, method="bethe_mh", draws=10, tune=10, chains=1, S="laplace")
