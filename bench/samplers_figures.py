@@ -16,12 +16,14 @@ preconditioner) and starts each chain at a draw from it (``S="auto"``, ``start="
 docs/samplers.md). A random walk in 65 dimensions from the prior's centre with unit proposals
 would spend most of a short run reaching the posterior (the paper's runs took 6-16 hours).
 
-Figures (one command each; sizes reduced with the options, see docs/samplers.md):
+Figures (one command each, writing ``docs/samplers_<figure>.png`` and the per-run CSV; the sizes
+of docs/samplers.md, reduced from the paper's; ``PYTHONPATH=.`` imports this checkout):
 
-    python bench/samplers_figures.py fig2 --models 5 --n 10 100 1000
-    python bench/samplers_figures.py fig4 --d 0.1 0.5 1 1.5 2 --n 100
-    python bench/samplers_figures.py fig5 --d 0.1 0.5 1 1.5 2 --n 100
-    python bench/samplers_figures.py fig6 --n 5 10 20
+    S="--draws 2000 --tune 500 --nuts-draws 500 --nuts-tune 500"
+    PYTHONPATH=. python bench/samplers_figures.py fig2 --models 2 --n 10 100 1000 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig4 --d 0.1 1 2 --n 100 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig5 --d 0.1 1 2 --n 100 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig6 --n 5 20 $S
 
 fig2: 5 x 5 +-1 Boltzmann-machine grids, weights and biases N(0, 0.25) (``welling_parise_grid``),
 CVM against the number of data cases N, averaged over models. fig4 / fig5: one grid with couplings
@@ -90,13 +92,13 @@ def chain_crf_model(n_chains: int, length: int, rng: np.random.Generator) -> pm.
 
 
 def run_methods(model: pm.Model, methods, draws: int, tune: int, chains: int, seed: int,
-                nuts_draws: int) -> dict:
+                nuts_draws: int, nuts_tune: int = 1000) -> dict:
     """Fit ``model`` by NUTS (reference) and each method; returns {name: DataTree}."""
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out["nuts"] = pmc.fit(model, method="nuts", draws=nuts_draws, tune=1000, chains=chains,
-                              random_seed=seed)
+        out["nuts"] = pmc.fit(model, method="nuts", draws=nuts_draws, tune=nuts_tune,
+                              chains=chains, random_seed=seed)
         for name in methods:
             if name == "bl_mp":
                 out[name] = pmc.fit(model, method="bethe_laplace", map="exact",
@@ -134,7 +136,7 @@ def score(results: dict) -> pd.DataFrame:
 def _grid_rows(model, methods, args, **labels) -> list[dict]:
     t0 = time.perf_counter()
     table = score(run_methods(model, methods, args.draws, args.tune, args.chains, args.seed,
-                              args.nuts_draws))
+                              args.nuts_draws, args.nuts_tune))
     rows = []
     for method, r in table.iterrows():
         rows.append({**labels, "method": method, **{k: float(v) for k, v in r.items()}})
@@ -220,12 +222,14 @@ def main(argv=None) -> None:
     p.add_argument("--draws", type=int, default=5000)
     p.add_argument("--tune", type=int, default=2000)
     p.add_argument("--nuts-draws", type=int, default=2000)
+    p.add_argument("--nuts-tune", type=int, default=1000)
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--methods", nargs="+", choices=GRID_METHODS, default=None,
                    help="methods (default the paper's: fig2/4/5 BL-MP, BL-BP, LV-CD, MC-BP; "
                         "fig6 BL-MP, LV-CD)")
-    p.add_argument("--out", default=None, help="CSV file for the per-run rows")
+    p.add_argument("--out", default=None,
+                   help="CSV file for the per-run rows (default docs/samplers_<figure>.csv)")
     p.add_argument("--png", default=None, help="figure file (default docs/samplers_<figure>.png)")
     args = p.parse_args(argv)
     if args.n is None:
@@ -239,8 +243,7 @@ def main(argv=None) -> None:
         df, by = fig45(args, 0.0 if args.figure == "fig4" else 1.0), ["d", "N"]
     else:
         df, by = fig6(args), ["N"]
-    if args.out:
-        df.to_csv(args.out, index=False)
+    df.to_csv(args.out or f"docs/samplers_{args.figure}.csv", index=False)
     pd.set_option("display.width", 200)
     print(json.dumps({k: v for k, v in vars(args).items()}))
     print(summary(df, by).to_string(float_format=lambda x: f"{x:.4g}"))
@@ -248,7 +251,7 @@ def main(argv=None) -> None:
     title = (f"{args.figure} (Welling & Parise 2006), reduced: "
              + (f"{args.models} model(s), " if args.figure == "fig2" else "")
              + f"{args.chains} x {args.draws} draws (+{args.tune} tune), "
-             f"NUTS {args.chains} x {args.nuts_draws}")
+             f"NUTS {args.chains} x {args.nuts_draws} (+{args.nuts_tune})")
     plot(df, x, title, args.png or f"docs/samplers_{args.figure}.png")
     print(f"total {time.perf_counter() - t0:.0f} s")
 

@@ -273,7 +273,7 @@ def test_mrf_model_through_the_same_path(cls):
 
 # ------------------------------------------------------------------ Bethe-Laplace proposal
 def test_laplace_proposal_is_the_bethe_laplace_covariance_and_accepts_sensibly():
-    from pymc_crf.step_methods.laplace_init import laplace_init
+    from pymc_crf.step_methods.laplace_proposal import laplace_init
 
     m = grid_model(rows=3, n_graphs=3)
     init = laplace_init(m)

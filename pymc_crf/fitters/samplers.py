@@ -33,7 +33,7 @@ from xarray import DataTree
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
 from pymc_crf.step_methods import BetheMH, Exchange, LangevinCD
-from pymc_crf.step_methods.laplace_init import LaplaceInit, laplace_init
+from pymc_crf.step_methods.laplace_proposal import LaplaceInit, laplace_init
 
 __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 

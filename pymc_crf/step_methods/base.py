@@ -12,7 +12,7 @@ from pymc.util import get_value_vars_from_user_vars
 
 from pymc_crf.fitters.random_field import extract_random_field
 from pymc_crf.step_methods.field import RandomFieldTerm
-from pymc_crf.step_methods.laplace_init import laplace_init
+from pymc_crf.step_methods.laplace_proposal import laplace_init
 from pymc_crf.step_methods.rest_logp import rest_logp
 
 __all__ = ["RandomFieldStep"]
@@ -87,7 +87,7 @@ class RandomFieldStep(ArrayStepShared):
     def _proposal_base(self, S) -> np.ndarray | None:
         """The starting proposal: ``None`` (unit), standard deviations (d,), a covariance (d, d),
         or ``"laplace"``: the Bethe-Laplace posterior covariance of the weights
-        (:func:`~pymc_crf.step_methods.laplace_init.laplace_init`)."""
+        (:func:`~pymc_crf.step_methods.laplace_init`)."""
         if isinstance(S, str):
             if S != "laplace":
                 raise ValueError(f"{self.method_name}: S must be an array or 'laplace'; got {S!r}")

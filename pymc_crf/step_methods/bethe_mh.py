@@ -36,7 +36,7 @@ class BetheMH(RandomFieldStep):
     S : array (d,) or (d, d), or "laplace", optional
         Starting proposal, as ``pm.Metropolis``'s ``S``: standard deviations (d,) or a covariance
         (d, d) in the flat weight order (default unit standard deviations). ``"laplace"``: the
-        Bethe-Laplace posterior covariance (:func:`~pymc_crf.step_methods.laplace_init.laplace_init`;
+        Bethe-Laplace posterior covariance (:func:`~pymc_crf.step_methods.laplace_init`;
         needs fixed Normal weight priors and nothing else free). A full covariance is also what
         the tuning estimates shrink towards.
     target_accept : float
