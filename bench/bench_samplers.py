@@ -8,7 +8,13 @@ CVM against NUTS with its Monte Carlo floor (``samplers_figures.score``), and ea
 time over BL-MP's (Welling & Parise 2006 report 6-16 h for LV-CD and
 MC-BP against < 2 min for BL in MATLAB: a ratio of ~200-500).
 
-    PYTHONPATH=. python bench/bench_samplers.py --n 100 --draws 3000 --tune 1000 --nuts-draws 1000
+    PYTHONPATH=. python bench/bench_samplers.py --n 100 --draws 2000 --tune 500 --nuts-draws 500 \
+        --nuts-tune 500 --exchange-draws 1000
+
+A long run of MC-BP alone (the budget random-walk mixing in 65 dimensions needs):
+
+    PYTHONPATH=. python bench/bench_samplers.py --methods mc_bp --draws 15000 --tune 1000 \
+        --nuts-draws 500 --nuts-tune 500
 
 (``PYTHONPATH=.`` makes the script import this checkout's ``pymc_crf``.) The samplers run with
 their fitters' defaults: Bethe-Laplace proposal and starts (``S="auto"``, ``start="auto"``).
@@ -32,16 +38,22 @@ def main(argv=None) -> None:
     p.add_argument("--draws", type=int, default=5000)
     p.add_argument("--tune", type=int, default=2000)
     p.add_argument("--nuts-draws", type=int, default=2000)
+    p.add_argument("--nuts-tune", type=int, default=1000)
+    p.add_argument("--exchange-draws", type=int, default=None,
+                   help="draws per chain of exchange (default --draws)")
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--methods", nargs="+", choices=GRID_METHODS, default=list(GRID_METHODS),
+                   help="methods beside NUTS (BL-MP, the time reference, is always run)")
     args = p.parse_args(argv)
+    methods = ["bl_mp"] + [m for m in args.methods if m != "bl_mp"]
     data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=args.n, seed=args.seed)
     model = ising_grid_model(data.samples, data.graphs)
     # warm-up: compile numba kernels and the model once, so timings exclude one-off compilation
-    run_methods(model, GRID_METHODS, 20, 20, 1, args.seed, 20)
+    run_methods(model, methods, 20, 20, 1, args.seed, 20)
     t0 = time.perf_counter()
-    table = score(run_methods(model, GRID_METHODS, args.draws, args.tune, args.chains, args.seed,
-                              args.nuts_draws))
+    table = score(run_methods(model, methods, args.draws, args.tune, args.chains, args.seed,
+                              args.nuts_draws, args.nuts_tune, args.exchange_draws))
     table["time_over_bl_mp"] = table["wall_time"] / table.loc["bl_mp", "wall_time"]
     pd.set_option("display.width", 200)
     print(vars(args))
