@@ -13,7 +13,7 @@ MC-BP against < 2 min for BL in MATLAB: a ratio of ~200-500).
 
 A long run of MC-BP alone (the budget random-walk mixing in 65 dimensions needs):
 
-    PYTHONPATH=. python bench/bench_samplers.py --methods mc_bp --draws 15000 --tune 1000 \
+    PYTHONPATH=. python bench/bench_samplers.py --methods mc_bp --draws 20000 --tune 1000 \
         --nuts-draws 500 --nuts-tune 500
 
 (``PYTHONPATH=.`` makes the script import this checkout's ``pymc_crf``.) The samplers run with
