@@ -233,24 +233,30 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None,
                    help="CSV file for the per-run rows (default docs/samplers_<figure>.csv)")
     p.add_argument("--png", default=None, help="figure file (default docs/samplers_<figure>.png)")
+    p.add_argument("--from-csv", default=None,
+                   help="redraw the figure and table from a CSV of an earlier run (no fitting)")
     args = p.parse_args(argv)
     if args.n is None:
         args.n = [5, 10, 20] if args.figure == "fig6" else [10, 100, 1000]
     if args.methods is None:
         args.methods = PAPER_CHAIN_METHODS if args.figure == "fig6" else PAPER_GRID_METHODS
     t0 = time.perf_counter()
-    if args.figure == "fig2":
-        df, by = fig2(args), ["N"]
-    elif args.figure in ("fig4", "fig5"):
-        df, by = fig45(args, 0.0 if args.figure == "fig4" else 1.0), ["d", "N"]
+    by = ["d", "N"] if args.figure in ("fig4", "fig5") else ["N"]
+    if args.from_csv:
+        df = pd.read_csv(args.from_csv)
     else:
-        df, by = fig6(args), ["N"]
-    df.to_csv(args.out or f"docs/samplers_{args.figure}.csv", index=False)
+        if args.figure == "fig2":
+            df = fig2(args)
+        elif args.figure in ("fig4", "fig5"):
+            df = fig45(args, 0.0 if args.figure == "fig4" else 1.0)
+        else:
+            df = fig6(args)
+        df.to_csv(args.out or f"docs/samplers_{args.figure}.csv", index=False)
     pd.set_option("display.width", 200)
     print(json.dumps({k: v for k, v in vars(args).items()}))
     print(summary(df, by).to_string(float_format=lambda x: f"{x:.4g}"))
     x = "d" if args.figure in ("fig4", "fig5") else "N"
-    title = (f"{args.figure} (Welling & Parise 2006), reduced: "
+    title = (f"{args.figure} (Welling & Parise 2006), reduced:\n"
              + (f"{args.models} model(s), " if args.figure == "fig2" else "")
              + f"{args.chains} x {args.draws} draws (+{args.tune} tune), "
              f"NUTS {args.chains} x {args.nuts_draws} (+{args.nuts_tune})")
