@@ -21,7 +21,7 @@ of docs/samplers.md, reduced from the paper's; ``PYTHONPATH=.`` imports this che
 
     S="--draws 2000 --tune 500 --nuts-draws 500 --nuts-tune 500"
     PYTHONPATH=. python bench/samplers_figures.py fig2 --models 2 --n 10 100 1000 $S
-    PYTHONPATH=. python bench/samplers_figures.py fig4 --d 0.1 1 2 --n 100 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig4 --d 0.1 2 --n 100 $S
     PYTHONPATH=. python bench/samplers_figures.py fig5 --d 0.1 1 2 --n 100 $S
     PYTHONPATH=. python bench/samplers_figures.py fig6 --n 5 20 $S
 
