@@ -10,17 +10,20 @@ exact posterior (junction-tree / chain log Z), and by wall time:
 - MC-BP: ``pmc.fit(method="bethe_mh")`` (Metropolis-Hastings with Bethe log Z),
 - exchange: ``pmc.fit(method="exchange")`` (exact auxiliary draws; exact posterior).
 
-The samplers start at the mean of BL-BP (BL-MP where BL-BP is left out): a random walk in 65
-dimensions from the prior's centre would spend most of a short run reaching the posterior (the
-paper's runs took 6-16 hours). The start is the Bethe-Laplace mode, cheap to compute, and the
-tuning phase still adapts the proposal from there.
+The samplers run with their fitters' defaults: each computes its own BL-BP fit (counted in its
+wall time), takes its covariance as the starting proposal (LV-CD: its diagonal as the
+preconditioner) and starts each chain at a draw from it (``S="auto"``, ``start="auto"``; see
+docs/samplers.md). A random walk in 65 dimensions from the prior's centre with unit proposals
+would spend most of a short run reaching the posterior (the paper's runs took 6-16 hours).
 
-Figures (one command each; sizes reduced with the options, see docs/samplers.md):
+Figures (one command each, writing ``docs/samplers_<figure>.png`` and the per-run CSV; the sizes
+of docs/samplers.md, reduced from the paper's; ``PYTHONPATH=.`` imports this checkout):
 
-    python bench/samplers_figures.py fig2 --models 5 --n 10 100 1000
-    python bench/samplers_figures.py fig4 --d 0.1 0.5 1 1.5 2 --n 100
-    python bench/samplers_figures.py fig5 --d 0.1 0.5 1 1.5 2 --n 100
-    python bench/samplers_figures.py fig6 --n 5 10 20
+    S="--draws 2000 --tune 500 --nuts-draws 500 --nuts-tune 500"
+    PYTHONPATH=. python bench/samplers_figures.py fig2 --models 2 --n 10 100 1000 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig4 --d 0.1 2 --n 100 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig5 --d 0.1 1 2 --n 100 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig6 --n 5 20 $S
 
 fig2: 5 x 5 +-1 Boltzmann-machine grids, weights and biases N(0, 0.25) (``welling_parise_grid``),
 CVM against the number of data cases N, averaged over models. fig4 / fig5: one grid with couplings
@@ -36,6 +39,8 @@ import json
 import time
 import warnings
 
+import arviz as az
+import matplotlib
 import numpy as np
 import pandas as pd
 import pymc as pm
@@ -45,7 +50,11 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference import get_engine
 
 GRID_METHODS = ("bl_mp", "bl_bp", "lv_cd", "mc_bp", "exchange")
-CHAIN_METHODS = ("bl_mp", "lv_cd", "mc_bp", "exchange")
+# the paper's methods per figure (exchange can be added with --methods)
+PAPER_GRID_METHODS = ("bl_mp", "bl_bp", "lv_cd", "mc_bp")
+PAPER_CHAIN_METHODS = ("bl_mp", "lv_cd")
+LABELS = {"bl_mp": "BL-MP", "bl_bp": "BL-BP", "lv_cd": "LV-CD", "mc_bp": "MC-BP",
+          "exchange": "exchange"}
 
 
 def ising_grid_model(samples: np.ndarray, graph: GraphBatch, prior_sd: float = 1.0) -> pm.Model:
@@ -83,14 +92,14 @@ def chain_crf_model(n_chains: int, length: int, rng: np.random.Generator) -> pm.
 
 
 def run_methods(model: pm.Model, methods, draws: int, tune: int, chains: int, seed: int,
-                nuts_draws: int) -> dict:
-    """Fit ``model`` by NUTS (reference) and each method; returns {name: DataTree}."""
+                nuts_draws: int, nuts_tune: int = 1000, exchange_draws: int | None = None) -> dict:
+    """Fit ``model`` by NUTS (reference) and each method; returns {name: DataTree}
+    (``exchange_draws``: fewer draws for the exchange sampler, whose steps cost most)."""
     out = {}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        out["nuts"] = pmc.fit(model, method="nuts", draws=nuts_draws, tune=1000, chains=chains,
-                              random_seed=seed)
-        start = None
+        out["nuts"] = pmc.fit(model, method="nuts", draws=nuts_draws, tune=nuts_tune,
+                              chains=chains, random_seed=seed)
         for name in methods:
             if name == "bl_mp":
                 out[name] = pmc.fit(model, method="bethe_laplace", map="exact",
@@ -99,28 +108,37 @@ def run_methods(model: pm.Model, methods, draws: int, tune: int, chains: int, se
                 out[name] = pmc.fit(model, method="bethe_laplace", map="bp",
                                     draws=draws, chains=chains, random_seed=seed)
             else:
-                if start is None:  # the samplers start at the Bethe-Laplace mode (see docstring)
-                    bl = out.get("bl_bp", out.get("bl_mp"))
-                    start = {k: bl["posterior"][k].mean(("chain", "draw")).values
-                             for k in bl["posterior"].data_vars}
                 method = {"lv_cd": "langevin_cd", "mc_bp": "bethe_mh", "exchange": "exchange"}[name]
-                out[name] = pmc.fit(model, method=method, draws=draws, tune=tune, chains=chains,
-                                    random_seed=seed, initvals=start)
+                n = exchange_draws if name == "exchange" and exchange_draws else draws
+                out[name] = pmc.fit(model, method=method, draws=n, tune=tune, chains=chains,
+                                    random_seed=seed)
     return out
 
 
+def _ess(res) -> np.ndarray:
+    """ESS of every flat weight (posterior_matrix order) over all chains."""
+    ess = az.ess(res)
+    return np.concatenate([np.atleast_1d(ess[v].values).ravel() for v in res["posterior"].data_vars])
+
+
 def score(results: dict) -> pd.DataFrame:
-    """``pmc.compare`` against NUTS: CVM, wall time, min ESS (samplers), min ESS per second."""
+    """``pmc.compare`` against NUTS: CVM, wall time, min ESS (samplers), min ESS per second, and
+    ``cvm_floor``: the CVM two independent samples of one distribution with these per-weight
+    effective sizes score on average, ``sum_j (1/ESS_j + 1/ESS_ref,j) / 6`` (the mean of the
+    normalised Cramer-von Mises statistic), so a CVM near it is Monte Carlo noise, not bias."""
     table = pmc.compare(results, reference="nuts")
     if "min_ess" in table:
         table["min_ess_per_s"] = table["min_ess"] / table["wall_time"]
+    ref = _ess(results["nuts"])
+    table["cvm_floor"] = [float(np.sum(1.0 / _ess(results[k]) + 1.0 / ref) / 6.0)
+                          if k != "nuts" else 0.0 for k in table.index]
     return table
 
 
 def _grid_rows(model, methods, args, **labels) -> list[dict]:
     t0 = time.perf_counter()
     table = score(run_methods(model, methods, args.draws, args.tune, args.chains, args.seed,
-                              args.nuts_draws))
+                              args.nuts_draws, args.nuts_tune))
     rows = []
     for method, r in table.iterrows():
         rows.append({**labels, "method": method, **{k: float(v) for k, v in r.items()}})
@@ -135,7 +153,7 @@ def fig2(args) -> pd.DataFrame:
             data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=n,
                                                     seed=model_seed)
             m = ising_grid_model(data.samples, data.graphs)
-            rows += _grid_rows(m, GRID_METHODS, args, model_seed=model_seed, N=n)
+            rows += _grid_rows(m, args.methods, args, model_seed=model_seed, N=n)
     return pd.DataFrame(rows)
 
 
@@ -152,7 +170,7 @@ def fig45(args, bias: float) -> pd.DataFrame:
         for n in args.n:
             samples = ising_samples(graph, b, w, n, rng)
             m = ising_grid_model(samples, graph)
-            rows += _grid_rows(m, GRID_METHODS, args, d=d, bias=bias, N=n)
+            rows += _grid_rows(m, args.methods, args, d=d, bias=bias, N=n)
     return pd.DataFrame(rows)
 
 
@@ -160,14 +178,38 @@ def fig6(args) -> pd.DataFrame:
     rows = []
     for n in args.n:
         m = chain_crf_model(n, args.length, np.random.default_rng(args.seed))
-        rows += _grid_rows(m, CHAIN_METHODS, args, N=n)
+        rows += _grid_rows(m, args.methods, args, N=n)
     return pd.DataFrame(rows)
 
 
 def summary(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     """CVM (mean over models) and wall time per method and setting."""
-    keep = [c for c in ("cvm", "wall_time", "min_ess", "min_ess_per_s") if c in df]
+    keep = [c for c in ("cvm", "cvm_floor", "wall_time", "min_ess", "max_rhat") if c in df]
     return df.groupby(by + ["method"])[keep].mean().unstack("method")
+
+
+def plot(df: pd.DataFrame, x: str, title: str, path: str) -> None:
+    """CVM against ``x`` per method (mean over models; dotted: the Monte Carlo floor of the
+    samplers), log scale, as the paper's figures."""
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(5.5, 4))
+    mean = df[df["method"] != "nuts"].groupby(["method", x])[["cvm", "cvm_floor"]].mean()
+    for method in mean.index.get_level_values(0).unique():
+        m = mean.loc[method]
+        line, = ax.plot(m.index, m["cvm"], "o-", label=LABELS.get(method, method))
+        if method in ("lv_cd", "mc_bp", "exchange"):
+            ax.plot(m.index, m["cvm_floor"], ":", color=line.get_color())
+    ax.set_xscale("log" if x == "N" else "linear")
+    ax.set_yscale("log")
+    ax.set_xlabel({"N": "number of data cases N", "d": "interaction strength d (x 1/4)"}[x])
+    ax.set_ylabel("CVM vs NUTS (normalised, summed over weights)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def main(argv=None) -> None:
@@ -182,24 +224,43 @@ def main(argv=None) -> None:
     p.add_argument("--draws", type=int, default=5000)
     p.add_argument("--tune", type=int, default=2000)
     p.add_argument("--nuts-draws", type=int, default=2000)
+    p.add_argument("--nuts-tune", type=int, default=1000)
     p.add_argument("--chains", type=int, default=2)
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--out", default=None, help="CSV file for the per-run rows")
+    p.add_argument("--methods", nargs="+", choices=GRID_METHODS, default=None,
+                   help="methods (default the paper's: fig2/4/5 BL-MP, BL-BP, LV-CD, MC-BP; "
+                        "fig6 BL-MP, LV-CD)")
+    p.add_argument("--out", default=None,
+                   help="CSV file for the per-run rows (default docs/samplers_<figure>.csv)")
+    p.add_argument("--png", default=None, help="figure file (default docs/samplers_<figure>.png)")
+    p.add_argument("--from-csv", default=None,
+                   help="redraw the figure and table from a CSV of an earlier run (no fitting)")
     args = p.parse_args(argv)
     if args.n is None:
         args.n = [5, 10, 20] if args.figure == "fig6" else [10, 100, 1000]
+    if args.methods is None:
+        args.methods = PAPER_CHAIN_METHODS if args.figure == "fig6" else PAPER_GRID_METHODS
     t0 = time.perf_counter()
-    if args.figure == "fig2":
-        df, by = fig2(args), ["N"]
-    elif args.figure in ("fig4", "fig5"):
-        df, by = fig45(args, 0.0 if args.figure == "fig4" else 1.0), ["d", "N"]
+    by = ["d", "N"] if args.figure in ("fig4", "fig5") else ["N"]
+    if args.from_csv:
+        df = pd.read_csv(args.from_csv)
     else:
-        df, by = fig6(args), ["N"]
-    if args.out:
-        df.to_csv(args.out, index=False)
+        if args.figure == "fig2":
+            df = fig2(args)
+        elif args.figure in ("fig4", "fig5"):
+            df = fig45(args, 0.0 if args.figure == "fig4" else 1.0)
+        else:
+            df = fig6(args)
+        df.to_csv(args.out or f"docs/samplers_{args.figure}.csv", index=False)
     pd.set_option("display.width", 200)
     print(json.dumps({k: v for k, v in vars(args).items()}))
     print(summary(df, by).to_string(float_format=lambda x: f"{x:.4g}"))
+    x = "d" if args.figure in ("fig4", "fig5") else "N"
+    title = (f"{args.figure} (Welling & Parise 2006), reduced:\n"
+             + (f"{args.models} model(s), " if args.figure == "fig2" else "")
+             + f"{args.chains} x {args.draws} draws (+{args.tune} tune), "
+             f"NUTS {args.chains} x {args.nuts_draws} (+{args.nuts_tune})")
+    plot(df, x, title, args.png or f"docs/samplers_{args.figure}.png")
     print(f"total {time.perf_counter() - t0:.0f} s")
 
 

@@ -1,4 +1,4 @@
-"""Small CRF models shared by the weight-space tests (objective, Bethe-Laplace)."""
+"""Small CRF and MRF models shared by the weight-space tests (objective, Bethe-Laplace, samplers)."""
 
 import pymc as pm
 
@@ -22,4 +22,16 @@ def node_edge_crf(batch, K: int, potential: str, shared: bool, rng) -> pm.Model:
             V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
             pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
                     edge_weights=V, potential=potential, epsilon=0.05, observed=y)
+    return m
+
+
+def ising_grid_mrf(rows: int, n_samples: int, seed: int, prior_sd: float) -> pm.Model:
+    """The +-1 Boltzmann machine of Welling & Parise 2006, sec. 7 on a rows x rows grid
+    (``welling_parise_grid`` data), biases ``b`` and couplings ``w`` with N(0, prior_sd^2) priors."""
+    data = pmc.datasets.welling_parise_grid(rows, rows, n_samples=n_samples, seed=seed)
+    with pm.Model() as m:
+        b = pm.Normal("b", 0.0, prior_sd, shape=rows * rows)
+        w = pm.Normal("w", 0.0, prior_sd, shape=data.graphs.n_edges)
+        pmc.MRF("x", graphs=data.graphs, node_weights=b, edge_weights=w,
+                parameterization="ising", observed=data.samples)
     return m

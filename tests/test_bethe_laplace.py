@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from crf_models import node_edge_crf
+from crf_models import ising_grid_mrf, node_edge_crf
 
 import pymc_crf as pmc
 from pymc_crf.compare import posterior_matrix
@@ -180,12 +180,8 @@ def test_bl_mp_against_nuts_on_a_small_grid():
     """BL-MP against NUTS on the exact posterior (3 x 3 grid, N = 200): means within 0.2
     posterior sds and sds within 10% on average (the full 5 x 5 table is
     bench/bethe_laplace_tables.py)."""
-    data = pmc.datasets.welling_parise_grid(3, 3, n_samples=200, seed=1)
-    with pm.Model() as m:
-        b = pm.Normal("b", 0.0, 0.5, shape=9)
-        w = pm.Normal("w", 0.0, 0.5, shape=data.graphs.n_edges)
-        pmc.MRF("x", graphs=data.graphs, node_weights=b, edge_weights=w,
-                parameterization="ising", observed=data.samples)
+    m = ising_grid_mrf(3, n_samples=200, seed=1, prior_sd=0.5)
+    with m:
         nuts = pm.sample(draws=1000, tune=1000, chains=2, cores=1, random_seed=0,
                          progressbar=False, compute_convergence_checks=False)
     bl = pmc.fit(m, method="bethe_laplace", draws=4000, random_seed=0, log_likelihood=False)

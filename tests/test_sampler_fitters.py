@@ -91,3 +91,42 @@ def test_langevin_cd_is_biased_and_reports_it():
     zmax, cvm = _agreement(res, ref, ["W", "T"])
     print(f"LangevinCD vs NUTS (tree): max |z| {zmax:.2f}, CVM {cvm:.4f}")
     assert cvm < 0.5
+
+
+def test_fitters_start_from_the_bethe_laplace_fit_where_it_applies():
+    from test_step_methods import hierarchical_model
+
+    m = tree_model()
+    res = pmc.fit(m, method="bethe_mh", draws=20, tune=20, chains=2, random_seed=3)
+    assert res.attrs["proposal"] == "laplace" and res.attrs["start"] == "laplace"
+    # chains start at their own draws near the MAP: the first draws differ between chains
+    first = res["posterior"]["W"].values[:, 0]
+    assert not np.allclose(first[0], first[1])
+    res = pmc.fit(m, method="exchange", draws=10, tune=10, chains=1, S=None, start=None,
+                  random_seed=3)
+    assert res.attrs["proposal"] == "unit" and res.attrs["start"] == "initial_point"
+    # a hierarchical prior: no Bethe-Laplace fit, so "auto" falls back (with a warning) ...
+    h = hierarchical_model()
+    with pytest.warns(UserWarning, match="no Bethe-Laplace proposal"):
+        res = pmc.fit(h, method="langevin_cd", draws=10, tune=10, chains=1, random_seed=3)
+    assert res.attrs["proposal"] == "unit"
+    # ... and "laplace" insists
+    with pytest.raises(ValueError, match="no Bethe-Laplace proposal"):
+        pmc.fit(h, method="bethe_mh", draws=10, tune=10, chains=1, S="laplace")
+
+
+@pytest.mark.slow
+def test_bethe_mh_mixes_on_the_5x5_grid_with_the_laplace_proposal():
+    # 65 weights (Welling & Parise 2006, sec. 7): a random walk mixes here only with a proposal
+    # shaped like the posterior, and even then needs ~d / 0.3 ~ 200 steps per effective draw
+    # (Roberts, Gelman & Gilks 1997), hence 20000 draws per chain
+    from crf_models import ising_grid_mrf
+
+    m = ising_grid_mrf(5, n_samples=100, seed=0, prior_sd=1.0)
+    res = pmc.fit(m, method="bethe_mh", draws=20000, tune=1000, chains=2, random_seed=0)
+    assert res.attrs["proposal"] == "laplace" and res.attrs["start"] == "laplace"
+    rhat = max(float(az.rhat(res)[v].max()) for v in ("b", "w"))
+    ess = min(float(az.ess(res)[v].min()) for v in ("b", "w"))
+    acc = float(res["sample_stats"]["accept_rate"].mean())
+    print(f"BetheMH 5x5 grid: max r-hat {rhat:.3f}, min ESS {ess:.1f}, acceptance {acc:.3f}")
+    assert rhat < 1.1 and 0.1 < acc < 0.5

@@ -4,31 +4,82 @@ e.g. NUTS, in a compound step), returning the fit contract's DataTree: ``posteri
 ``sample_stats`` (the step's statistics), the per-graph ``log_likelihood``, ``observed_data``.
 
 Options of every sampler fitter: ``draws``, ``tune``, ``chains``, ``cores``, ``random_seed``,
-``progressbar``, ``initvals`` (as ``pm.sample``: e.g. a mode from ``method="bethe_laplace"``, since a
-random walk in many dimensions spends long on the way from the prior's centre to the posterior);
-the remaining keyword arguments go to the step method."""
+``progressbar``, ``initvals`` (as ``pm.sample``), and
+
+- ``S`` (default ``"auto"``): the starting proposal of the step (its ``S``). ``"auto"`` is the
+  Bethe-Laplace posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
+  Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal weight priors,
+  nothing else free or observed), and unit standard deviations otherwise; ``"laplace"`` insists
+  on it; an array or None is passed on.
+- ``start`` (default ``"auto"``): ``"laplace"`` starts each chain at its own draw from that
+  Bethe-Laplace Gaussian (near the MAP, apart from the other chains), ``"auto"`` does so whenever
+  the Laplace fit is available, None starts at the model's initial point; ``initvals`` overrides
+  it. A random walk in tens of dimensions from the prior's centre spends a long tuning phase on
+  the way to the posterior.
+
+The Laplace fit's time is part of ``wall_time``; ``attrs["proposal"]`` and ``attrs["start"]``
+say what was used. The remaining keyword arguments go to the step method."""
 
 from __future__ import annotations
 
 import json
 import time
+import warnings
 
+import numpy as np
 import pymc as pm
 from xarray import DataTree
 
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
 from pymc_crf.step_methods import BetheMH, Exchange, LangevinCD
+from pymc_crf.step_methods.laplace_proposal import LaplaceInit, laplace_init
 
 __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 
 
+_AUTO = ("auto", "laplace")
+
+
+def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
+    """The Bethe-Laplace fit when ``S`` or ``start`` asks for it (None where ``"auto"`` finds
+    it does not apply; an error where ``"laplace"`` insists)."""
+    wanted = [o for o in (S, start) if isinstance(o, str)]
+    for o in wanted:
+        if o not in _AUTO:
+            raise ValueError(f"S and start take 'auto', 'laplace' or an explicit value; got {o!r}")
+    if not wanted:
+        return None
+    try:
+        return laplace_init(model)
+    except ValueError as err:
+        if "laplace" in wanted:
+            raise
+        warnings.warn(f"{err}; the samplers start from unit proposals at the model's initial "
+                      "point", UserWarning, stacklevel=4)
+        return None
+
+
 def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, chains: int,
-                 cores: int, random_seed, progressbar: bool, initvals,
+                 cores: int, random_seed, progressbar: bool, initvals, S, start,
                  step_kwargs: dict) -> DataTree:
     t0 = time.perf_counter()
+    init = _laplace(model, S, start)
+    proposal = "user"
+    if isinstance(S, str):
+        S, proposal = (init.covariance, "laplace") if init is not None else (None, "unit")
+    elif S is None:
+        proposal = "unit"
+    starting = "initvals"
+    if initvals is None:
+        if start is not None and init is not None:
+            rng = np.random.default_rng(random_seed if not isinstance(random_seed, list)
+                                        else random_seed[0])
+            initvals, starting = init.starts(chains, rng), "laplace"
+        else:
+            starting = "initial_point"
     with model:
-        step = step_cls(**step_kwargs)
+        step = step_cls(S=S, **step_kwargs)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step,
                           random_seed=random_seed, progressbar=progressbar, initvals=initvals,
                           compute_convergence_checks=False)
@@ -37,7 +88,8 @@ def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, 
     settings = {"draws": draws, "tune": tune, "chains": chains, "cores": cores,
                 **{k: v for k, v in step_kwargs.items() if isinstance(v, int | float | str | bool)}}
     idata.attrs.update({"method": method, "wall_time": time.perf_counter() - t0,
-                        "settings": json.dumps(settings)})
+                        "settings": json.dumps(settings), "proposal": proposal,
+                        "start": starting})
     if isinstance(step, Exchange):
         idata.attrs["exact_auxiliary"] = int(step.exact_auxiliary)
     return idata
@@ -46,29 +98,30 @@ def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, 
 @register("bethe_mh")
 def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
                  cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
-                 **step_kwargs) -> DataTree:
+                 S="auto", start="auto", **step_kwargs) -> DataTree:
     """MC-BP: Metropolis-Hastings with Bethe log Z (:class:`~pymc_crf.step_methods.BetheMH`;
-    ``step_kwargs`` go to it: ``scaling``, ``damping``, ``tol``, ...)."""
+    ``S`` and ``start`` as the module says; ``step_kwargs`` go to the step: ``scaling``,
+    ``damping``, ``tol``, ...)."""
     return _sample_with(BetheMH, "bethe_mh", model, draws, tune, chains, cores, random_seed,
-                        progressbar, initvals, step_kwargs)
+                        progressbar, initvals, S, start, step_kwargs)
 
 
 @register("langevin_cd")
 def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
                     cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
-                    **step_kwargs) -> DataTree:
+                    S="auto", start="auto", **step_kwargs) -> DataTree:
     """LV-CD: brief Langevin with contrastive-divergence gradients
     (:class:`~pymc_crf.step_methods.LangevinCD`; ``step_kwargs``: ``cd_steps``, ``step_size``)."""
     return _sample_with(LangevinCD, "langevin_cd", model, draws, tune, chains, cores, random_seed,
-                        progressbar, initvals, step_kwargs)
+                        progressbar, initvals, S, start, step_kwargs)
 
 
 @register("exchange")
 def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
                  cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
-                 **step_kwargs) -> DataTree:
+                 S="auto", start="auto", **step_kwargs) -> DataTree:
     """The exchange algorithm (:class:`~pymc_crf.step_methods.Exchange`; ``step_kwargs``:
     ``sampler``, ``aux_sweeps``, ``scaling``); ``attrs["exact_auxiliary"]`` says whether the
     auxiliary draws were exact."""
     return _sample_with(Exchange, "exchange", model, draws, tune, chains, cores, random_seed,
-                        progressbar, initvals, step_kwargs)
+                        progressbar, initvals, S, start, step_kwargs)

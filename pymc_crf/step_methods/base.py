@@ -12,6 +12,7 @@ from pymc.util import get_value_vars_from_user_vars
 
 from pymc_crf.fitters.random_field import extract_random_field
 from pymc_crf.step_methods.field import RandomFieldTerm
+from pymc_crf.step_methods.laplace_proposal import laplace_init
 from pymc_crf.step_methods.rest_logp import rest_logp
 
 __all__ = ["RandomFieldStep"]
@@ -71,15 +72,27 @@ class RandomFieldStep(ArrayStepShared):
         self.d = field.size
         self.rest, shared = rest_logp(model, field, vars, initial_point, compile_kwargs)
         self.tune = tune
+        self.n_tune: int | None = None  # tuning steps of the current chain (from setup_chain)
         super().__init__(vars, shared, blocked=blocked, rng=rng)
 
     # ------------------------------------------------------------------ PyMC interface
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         super().setup_chain(rng, tune, draws)
+        self.n_tune = int(tune)
         self.reset_chain()
 
     def reset_chain(self) -> None:
         """Reset per-chain state (tuning, warm starts); subclasses extend it."""
+
+    def _proposal_base(self, S) -> np.ndarray | None:
+        """The starting proposal: ``None`` (unit), standard deviations (d,), a covariance (d, d),
+        or ``"laplace"``: the Bethe-Laplace posterior covariance of the weights
+        (:func:`~pymc_crf.step_methods.laplace_init`)."""
+        if isinstance(S, str):
+            if S != "laplace":
+                raise ValueError(f"{self.method_name}: S must be an array or 'laplace'; got {S!r}")
+            return laplace_init(self.field.model).covariance
+        return S
 
     def reset_tuning(self) -> None:
         self.reset_chain()

@@ -14,7 +14,7 @@ import warnings
 
 import numpy as np
 
-from pymc_crf.step_methods.adaptation import ProposalAdaptation
+from pymc_crf.step_methods.adaptation import random_walk_adaptation
 from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
 from pymc_crf.step_methods.warm_bp import WarmStartBP
 
@@ -28,11 +28,17 @@ class BetheMH(RandomFieldStep):
     ----------
     vars : list, optional
         The random-field weight variables (default: all of them; they are sampled as one block).
-    scaling : float
-        Initial proposal scale (tuned by dual averaging to ``target_accept`` during tuning; the
-        proposal covariance is estimated from the tuning draws).
-    S : array (d,), optional
-        Initial proposal standard deviations (default ones).
+    scaling : float, optional
+        Initial proposal scale, a multiple of ``S`` (tuned to ``target_accept``
+        during tuning; the proposal covariance is estimated from the tuning draws). Default
+        ``2.38 / sqrt(d)`` when ``S`` is given (optimal for a proposal covariance equal to the
+        posterior's; Roberts, Gelman & Gilks 1997), else 0.1.
+    S : array (d,) or (d, d), or "laplace", optional
+        Starting proposal, as ``pm.Metropolis``'s ``S``: standard deviations (d,) or a covariance
+        (d, d) in the flat weight order (default unit standard deviations). ``"laplace"``: the
+        Bethe-Laplace posterior covariance (:func:`~pymc_crf.step_methods.laplace_init`;
+        needs fixed Normal weight priors and nothing else free). A full covariance is also what
+        the tuning estimates shrink towards.
     target_accept : float
         Acceptance rate aimed for in tuning (0.234, Roberts, Gelman & Gilks 1997).
     adapt_window : int
@@ -59,9 +65,9 @@ class BetheMH(RandomFieldStep):
         "bp_nonconverged": (np.int64, []),
     }
 
-    def __init__(self, vars=None, *, scaling: float = 0.1, S=None, target_accept: float = 0.234,
-                 adapt_window: int = 50, damping: float = 0.5, tol: float = 1e-8,
-                 max_iter: int = 1000, schedule: str = "parallel", tune: bool = True,
+    def __init__(self, vars=None, *, scaling: float | None = None, S=None,
+                 target_accept: float = 0.234, adapt_window: int = 50, damping: float = 0.5,
+                 tol: float = 1e-8, max_iter: int = 1000, schedule: str = "parallel", tune: bool = True,
                  model=None, rng=None, initial_point=None, compile_kwargs=None,
                  blocked: bool = True):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
@@ -70,12 +76,12 @@ class BetheMH(RandomFieldStep):
             raise ValueError(f"target_accept must lie in (0, 1); got {target_accept}")
         self.engine = WarmStartBP(damping=damping, schedule=schedule, tol=tol, max_iter=max_iter)
         self.likelihood = self.field.likelihood(self.engine)
-        self.adaptation = ProposalAdaptation(self.d, scaling, target_accept, adapt_window,
-                                             optimal_scale=2.38 / np.sqrt(self.d), base_sd=S)
+        self.adaptation = random_walk_adaptation(self.d, self._proposal_base(S), scaling,
+                                                 target_accept, adapt_window)
         self.reset_chain()
 
     def reset_chain(self) -> None:
-        self.adaptation.reset()
+        self.adaptation.reset(self.n_tune)
         self._cache = None  # (q, log-likelihood, BP messages, log Z) of the current state
         self._warned = False
 

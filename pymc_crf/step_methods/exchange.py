@@ -24,7 +24,7 @@ import numpy as np
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.inference.select import ApproximateInferenceWarning, get_engine
-from pymc_crf.step_methods.adaptation import ProposalAdaptation
+from pymc_crf.step_methods.adaptation import random_walk_adaptation
 from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
 
 __all__ = ["Exchange"]
@@ -61,10 +61,11 @@ class Exchange(RandomFieldStep):
         "exact_auxiliary": (bool, []),
     }
 
-    def __init__(self, vars=None, *, scaling: float = 0.1, S=None, target_accept: float = 0.234,
-                 adapt_window: int = 50, sampler: str | Engine = "auto", aux_sweeps: int = 100,
-                 max_treewidth: int = 10, tune: bool = True, model=None, rng=None,
-                 initial_point=None, compile_kwargs=None, blocked: bool = True):
+    def __init__(self, vars=None, *, scaling: float | None = None, S=None,
+                 target_accept: float = 0.234, adapt_window: int = 50,
+                 sampler: str | Engine = "auto", aux_sweeps: int = 100, max_treewidth: int = 10,
+                 tune: bool = True, model=None, rng=None, initial_point=None,
+                 compile_kwargs=None, blocked: bool = True):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
         if int(aux_sweeps) < 1:
@@ -87,12 +88,12 @@ class Exchange(RandomFieldStep):
                           "approximation of the exchange algorithm (exact_auxiliary=False)",
                           ApproximateInferenceWarning, stacklevel=2)
         self.likelihood = self.field.likelihood()
-        self.adaptation = ProposalAdaptation(self.d, scaling, target_accept, adapt_window,
-                                             optimal_scale=2.38 / np.sqrt(self.d), base_sd=S)
+        self.adaptation = random_walk_adaptation(self.d, self._proposal_base(S), scaling,
+                                                 target_accept, adapt_window)
         self.reset_chain()
 
     def reset_chain(self) -> None:
-        self.adaptation.reset()
+        self.adaptation.reset(self.n_tune)
         self._cache = None  # (q, tables, data score) of the current state
 
     def _auxiliary(self, tables) -> np.ndarray:

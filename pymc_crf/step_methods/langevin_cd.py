@@ -36,14 +36,19 @@ class LangevinCD(RandomFieldStep):
     ----------
     vars : list, optional
         The random-field weight variables (default: all; one block).
-    step_size : float
+    step_size : float, optional
         Initial step size ``sqrt(h)`` (in units of the preconditioner's standard deviations).
+        Default ``1.65 d^(-1/6)`` when ``S`` is given (Roberts & Rosenthal 1998), else 0.05.
     cd_steps : int
         Gibbs sweeps from the data per gradient (CD-k; default 1).
     target_accept : float
         Estimated MALA acceptance rate aimed for in tuning (0.574, Roberts & Rosenthal 1998).
     adapt_window : int
         First preconditioner window of the tuning phase, in draws.
+    S : array (d,) or (d, d), or "laplace", optional
+        Starting diagonal preconditioner: standard deviations (d,), a covariance (d, d) (its
+        diagonal is used) or ``"laplace"`` (the Bethe-Laplace posterior's, as
+        :class:`~pymc_crf.step_methods.BetheMH`); default unit.
 
     Notes
     -----
@@ -62,7 +67,7 @@ class LangevinCD(RandomFieldStep):
         "grad_norm": (np.float64, []),
     }
 
-    def __init__(self, vars=None, *, step_size: float = 0.05, cd_steps: int = 1,
+    def __init__(self, vars=None, *, step_size: float | None = None, cd_steps: int = 1,
                  target_accept: float = 0.574, adapt_window: int = 50, S=None,
                  tune: bool = True, model=None, rng=None, initial_point=None,
                  compile_kwargs=None, blocked: bool = True):
@@ -77,13 +82,18 @@ class LangevinCD(RandomFieldStep):
         self.likelihood = self.field.likelihood()
         self._data_stats = self.field.statistics(self.field.labels)
         # optimal MALA scale ~ 1.65 d^(-1/6) (Roberts & Rosenthal 1998)
+        optimal = 1.65 * self.d ** (-1 / 6)
+        S = self._proposal_base(S)
+        if step_size is None:
+            step_size = optimal if S is not None else 0.05
+        if not step_size > 0:
+            raise ValueError(f"step_size must be positive; got {step_size}")
         self.adaptation = ProposalAdaptation(self.d, step_size, target_accept, adapt_window,
-                                             diagonal=True, optimal_scale=1.65 * self.d ** (-1 / 6),
-                                             base_sd=S)
+                                             diagonal=True, optimal_scale=optimal, base_cov=S)
         self.reset_chain()
 
     def reset_chain(self) -> None:
-        self.adaptation.reset()
+        self.adaptation.reset(self.n_tune)
         self._cache = None  # (q, CD log-likelihood gradient) of the current state
 
     def cd_gradient(self, q: np.ndarray) -> np.ndarray:
