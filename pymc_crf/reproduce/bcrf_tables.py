@@ -12,7 +12,9 @@ test nodes, maximum-marginal labels) of
   (57)-(63): q-averaged potential tables, then exact marginals of the averaged tables);
 * true w -- the generating weights (an oracle, for scale);
 * NUTS (gold) -- Monte Carlo model averaging of the exact node marginals over NUTS draws from the
-  exact posterior of the ``pmc.CRF`` model (its own trial, ``method="nuts"``).
+  exact posterior of the ``pmc.CRF`` model (its own trial, ``method="nuts"``; ``nuts_sampler``
+  is PyMC's ``pm.sample`` option: nutpie compiles for about a minute and then samples fast,
+  PyMC's NUTS starts at once and suits short runs).
 """
 
 from __future__ import annotations
@@ -113,7 +115,8 @@ def _point_estimate(kind: str, n_graphs: int, Xe: np.ndarray, labels: np.ndarray
     return res.x.reshape(FE, K, K)
 
 
-def _nuts_draws(train, draws: int, tune: int, chains: int, seed: int) -> np.ndarray:
+def _nuts_draws(train, draws: int, tune: int, chains: int, sampler: str, seed: int
+                ) -> np.ndarray:
     import pymc as pm
 
     from pymc_crf.distributions import CRF
@@ -124,7 +127,8 @@ def _nuts_draws(train, draws: int, tune: int, chains: int, seed: int) -> np.ndar
         CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
             potential="probit", observed=train.labels)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, random_seed=seed,
-                          progressbar=False, compute_convergence_checks=False)
+                          progressbar=False, compute_convergence_checks=False,
+                          nuts_sampler=sampler)
     return idata.posterior["w"].values.reshape(-1, FE, K, K)
 
 
@@ -175,7 +179,7 @@ def run_trial(settings: dict[str, Any], seed: int) -> dict[str, float]:
         return _ep_trial(kind, train, test, train.true_weights["w"], settings["step_size"])
     t0 = time.perf_counter()
     Wd = _nuts_draws(train, settings["nuts_draws"], settings["nuts_tune"],
-                     settings["nuts_chains"], seed)
+                     settings["nuts_chains"], settings["nuts_sampler"], seed)
     marg = np.zeros((test.graphs.n_graphs, N_NODES, K))
     for s in range(0, len(Wd), 100):
         marg += _node_marginals(_config_probs(kind, test.edge_features, Wd[s:s + 100]).sum(0))
@@ -193,7 +197,8 @@ def _trials(kind: str):
             for t in range(min(p["nuts_trials"], p["trials"])):
                 out.append(Trial({**common, "method": "nuts", "n_train": n,
                                   "nuts_draws": p["nuts_draws"], "nuts_tune": p["nuts_tune"],
-                                  "nuts_chains": p["nuts_chains"]}, 1000 * n + t))
+                                  "nuts_chains": p["nuts_chains"],
+                                  "nuts_sampler": p["nuts_sampler"]}, 1000 * n + t))
         return out
     return trials
 
@@ -256,9 +261,10 @@ def _report(kind: str):
 
 _SIZES = {
     "full": {"train": [10, 30, 100], "trials": 10, "n_test": 1000, "step_size": 0.8,
-             "nuts_trials": 10, "nuts_draws": 500, "nuts_tune": 500, "nuts_chains": 2},
-    "quick": {"train": [5], "trials": 2, "n_test": 50, "step_size": 0.8, "nuts_trials": 1,
-              "nuts_draws": 30, "nuts_tune": 30, "nuts_chains": 1},
+             "nuts_trials": 10, "nuts_draws": 500, "nuts_tune": 500, "nuts_chains": 2,
+             "nuts_sampler": "nutpie"},
+    "quick": {"train": [10], "trials": 2, "n_test": 50, "step_size": 0.8, "nuts_trials": 1,
+              "nuts_draws": 30, "nuts_tune": 30, "nuts_chains": 1, "nuts_sampler": "pymc"},
 }
 
 for _kind, _name, _what in (("loop", "thesis-table-5.1", "3-node loops"),

@@ -8,6 +8,7 @@ only the missing trials.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -63,10 +64,17 @@ def _default_workers() -> int:
 
 def _run_dask(experiment: str, todo: list[tuple[int, Trial]], store: Callable,
               scheduler: str | None, n_workers: int | None, warm_up: bool) -> None:
-    from distributed import Client, LocalCluster, as_completed
+    try:
+        from distributed import Client, LocalCluster, as_completed
+    except ImportError as err:
+        raise ImportError("running trials on Dask needs dask[distributed] (pip install "
+                          "'pymc_crf[reproduce]'); pass serial=True / --serial to run them "
+                          "in-process") from err
 
     from pymc_crf.reproduce.warm_up import WarmUp
 
+    # The nanny's shutdown chatter ("worker process still alive ... killing") is not a failure.
+    logging.getLogger("distributed").setLevel(logging.ERROR)
     cluster = None
     if scheduler is None:
         # Processes with one thread each: the trials are CPU-bound Python / numba.
