@@ -197,8 +197,8 @@ def _vowels_unavailable() -> str | None:
 
 _FIT_FULL = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 10, "rounds": 4,
              "restarts": 2, "max_iter": 20, "map_states": 10, "map_maxiter": 500}
-_FIT_QUICK = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 3, "rounds": 2,
-              "restarts": 1, "max_iter": 2, "map_states": 3, "map_maxiter": 20}
+_FIT_QUICK = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 2, "rounds": 1,
+              "restarts": 1, "max_iter": 1, "map_states": 2, "map_maxiter": 5}
 
 register(Experiment(
     name="luo-table-v",
@@ -206,8 +206,8 @@ register(Experiment(
                 "sequences, 5 random splits",
     sizes={"full": {**_FIT_FULL, "splits": 5, "n_train_per_class": 5, "n_test_per_class": 100,
                     "T": 100},
-           "quick": {**_FIT_QUICK, "splits": 2, "n_train_per_class": 2, "n_test_per_class": 5,
-                     "T": 15}},
+           "quick": {**_FIT_QUICK, "splits": 1, "n_train_per_class": 2, "n_test_per_class": 3,
+                     "T": 10}},
     trials=_trials("hmm"), run_trial=run_trial, report=_report("hmm")))
 
 register(Experiment(
@@ -215,6 +215,6 @@ register(Experiment(
     description="Japanese vowels speaker identification (9 speakers): BP-HCRF VI vs MAP-HCRF "
                 "(needs ../shared/data/japanese_vowels)",
     sizes={"full": {**_FIT_FULL, "splits": 1, "every": 1},
-           "quick": {**_FIT_QUICK, "splits": 1, "every": 15}},
+           "quick": {**_FIT_QUICK, "splits": 1, "every": 30}},
     trials=_trials("vowels"), run_trial=run_trial, report=_report("vowels"),
     unavailable=_vowels_unavailable))

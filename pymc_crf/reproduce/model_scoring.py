@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
-from pymc_crf.reproduce.report import markdown_table, new_figure
+from pymc_crf.reproduce.report import label_axes, markdown_table, new_figure
 
 __all__ = ["METHODS", "PAPER_CLAIMS", "run_trial"]
 
@@ -120,14 +120,8 @@ def _report(axis: str, figure: str):
         for m in METHODS:
             ax.plot(xs, [mean[x][m] for x in xs], marker="o", label=m)
         ax.plot(xs, [mean[x]["AIS MC error"] for x in xs], "k:", label="AIS MC error")
-        ax.set_yscale("log")
-        if axis == "n":
-            ax.set_xscale("log")
-        ax.set_xlabel(label)
-        ax.set_ylabel("mean |score - AIS|")
-        ax.set_title(f"Parise & Welling 2006 fig. {figure[3:]} (ours)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        label_axes(ax, label, "mean |score - AIS|",
+                   f"Parise & Welling 2006 fig. {figure[3:]} (ours)", logx=axis == "n", logy=True)
         return Report(text, timings, fig)
     return report
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from pymc_crf.reproduce.registry import Report, TrialResult
 
-__all__ = ["markdown_table", "mean_se", "new_figure", "write_report"]
+__all__ = ["label_axes", "markdown_table", "mean_se", "new_figure", "write_report"]
 
 
 def markdown_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> str:
@@ -41,6 +41,20 @@ def new_figure(ncols: int = 1, width: float = 5.0, height: float = 3.8):
     import matplotlib.pyplot as plt
 
     return plt.subplots(1, ncols, figsize=(width * ncols, height), squeeze=False)
+
+
+def label_axes(ax, xlabel: str, ylabel: str, title: str, logx: bool = False,
+               logy: bool = False) -> None:
+    """Axis labels, title, log scales and a small legend on ``ax``."""
+    if logx:
+        ax.set_xscale("log")
+    if logy:
+        ax.set_yscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=7)
+    ax.figure.tight_layout()
 
 
 def write_report(out: str | Path, name: str, report: Report, results: Sequence[TrialResult],

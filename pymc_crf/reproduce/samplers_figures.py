@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 
 from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
-from pymc_crf.reproduce.report import markdown_table, new_figure
+from pymc_crf.reproduce.report import label_axes, markdown_table, new_figure
 
 __all__ = ["PAPER_CLAIMS", "bench_module", "run_trial"]
 
@@ -144,14 +144,8 @@ def _report(figure: str):
         ax = ax[0, 0]
         for m in methods:
             ax.plot(xs, [mean[x][f"cvm {m}"] for x in xs], marker="o", label=m)
-        ax.set_yscale("log")
-        if axis == "n" and figure == "fig2":
-            ax.set_xscale("log")
-        ax.set_xlabel(label)
-        ax.set_ylabel("CVM vs NUTS")
-        ax.set_title(f"Welling & Parise 2006 fig. {figure[3:]} (ours)")
-        ax.legend(fontsize=7)
-        fig.tight_layout()
+        label_axes(ax, label, "CVM vs NUTS", f"Welling & Parise 2006 fig. {figure[3:]} (ours)",
+                   logx=figure == "fig2", logy=True)
         return Report(text, timings, fig)
     return report
 
