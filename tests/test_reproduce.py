@@ -49,9 +49,9 @@ def test_show_params_applies_overrides(capsys):
 # Zhao table V).
 PAPER_CELLS = {"thesis-table-5.1": "10.59", "thesis-table-5.2": "24.94",
                "thesis-ch3-treeep": "0.035", "luo-table-v": "99.93 ± 0.15"}
-# NUTS (nutpie, a minute of compilation) plus five methods on a grid: minutes each, so only the
-# chain-CRF figure runs by default.
-SLOW = {"welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5"}
+# NUTS (nutpie: about a minute of compilation per model) plus four or five methods: minutes each,
+# so the Welling & Parise figures run with the slow tests.
+SLOW = {"welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5", "welling-parise-fig6"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
@@ -123,17 +123,24 @@ def flaky_experiment():
 
 def test_interrupted_run_resumes_from_the_cache(flaky_experiment, tmp_path):
     with pytest.raises(RuntimeError, match="interrupted"):
-        reproduce.run_experiment("test-flaky", serial=True, out=tmp_path)
+        reproduce.run_experiment("test-flaky", serial=True, out=tmp_path, warm_up=False)
     assert flaky_experiment["calls"] == [0, 1, 2]
     flaky_experiment["fail"], flaky_experiment["calls"] = False, []
-    run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path)
+    run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path, warm_up=False)
     assert flaky_experiment["calls"] == [2, 3]
     assert (run.stats.cached, run.stats.computed) == (2, 2)
     assert run.report.tables == "[0.0, 0.5, 1.0, 1.5]"
     # a changed setting is a different trial
     flaky_experiment["calls"] = []
-    reproduce.run_experiment("test-flaky", serial=True, out=tmp_path, overrides={"scale": 2.0})
+    reproduce.run_experiment("test-flaky", serial=True, out=tmp_path, warm_up=False,
+                             overrides={"scale": 2.0})
     assert flaky_experiment["calls"] == [0, 1, 2, 3]
+
+
+def test_serial_run_warms_up_with_the_first_quick_trial(flaky_experiment, tmp_path):
+    flaky_experiment["fail"] = False
+    run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path)
+    assert flaky_experiment["calls"] == [0, 0, 1, 2, 3] and run.stats.computed == 4
 
 
 def test_dask_local_cluster_matches_serial(tmp_path):
