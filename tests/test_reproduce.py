@@ -49,9 +49,10 @@ def test_show_params_applies_overrides(capsys):
 # Zhao table V).
 PAPER_CELLS = {"thesis-table-5.1": "10.59", "thesis-table-5.2": "24.94",
                "thesis-ch3-treeep": "0.035", "luo-table-v": "99.93 ± 0.15"}
-# NUTS (nutpie: about a minute of compilation per model) plus four or five methods: minutes each,
-# so the Welling & Parise figures run with the slow tests.
-SLOW = {"welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5", "welling-parise-fig6"}
+# NUTS (nutpie: about a minute of compilation per model) plus four or five methods, or the HCRF
+# fitters compiled for the 9-class vowels model: minutes each, so these run with the slow tests.
+SLOW = {"welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5", "welling-parise-fig6",
+        "japanese-vowels"}
 
 
 @pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
@@ -73,6 +74,14 @@ def test_quick_run_writes_table_and_figure(name, tmp_path):
     assert PAPER_CELLS.get(name, "") in run.report.tables
     assert run.paths["figure"].stat().st_size > 1000
     assert len(json.loads(run.paths["trials"].read_text())) == len(trials)
+
+
+def test_absent_vowels_data_is_skipped_with_a_message(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JAPANESE_VOWELS_DIR", str(tmp_path / "nowhere"))
+    run = reproduce.run_experiment("japanese-vowels", quick=True, serial=True, out=tmp_path)
+    assert not run.results and "nowhere" in run.skipped and "not found" in run.skipped
+    assert main(["reproduce", "japanese-vowels", "--quick", "--out", str(tmp_path)]) == 0
+    assert "japanese-vowels: SKIPPED" in capsys.readouterr().out
 
 
 def test_cli_quick_run(tmp_path, capsys):
