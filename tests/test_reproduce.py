@@ -153,6 +153,19 @@ def test_serial_run_warms_up_with_the_first_quick_trial(flaky_experiment, tmp_pa
 
 
 def test_dask_local_cluster_matches_serial(tmp_path):
+    # The EP / L-BFGS trials of the quick table (the NUTS trial adds a minute of sampling to each
+    # run and is left to the slow test below).
+    kw = {"quick": True, "overrides": {"nuts_trials": 0}}
+    serial = reproduce.run_experiment("thesis-table-5.2", serial=True, out=tmp_path / "serial",
+                                      warm_up=False, **kw)
+    dask = reproduce.run_experiment("thesis-table-5.2", n_workers=2, out=tmp_path / "dask", **kw)
+    assert dask.stats.computed == len(serial.results) == 2
+    assert _deterministic(dask) == _deterministic(serial)
+    assert dask.report.tables == serial.report.tables
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_matches_serial_with_nuts(tmp_path):
     serial = reproduce.run_experiment("thesis-table-5.2", quick=True, serial=True,
                                       out=tmp_path / "serial", warm_up=False)
     dask = reproduce.run_experiment("thesis-table-5.2", quick=True, n_workers=2,
