@@ -74,7 +74,13 @@ def main(argv: list[str] | None = None) -> int:
     demo.add_argument("--draws", type=int, default=1000)
     demo.add_argument("--tune", type=int, default=1000)
     demo.add_argument("--chains", type=int, default=2)
+    from pymc_crf import reproduce
+
+    rep = sub.add_parser("reproduce", help="run one paper reproduction (a table and a figure)")
+    reproduce.add_arguments(rep)
     args = parser.parse_args(argv)
+    if args.command == "reproduce":
+        return reproduce.run(args)
     if args.command in (None, "demo"):
         if args.command is None:
             args = demo.parse_args([])

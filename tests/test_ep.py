@@ -585,16 +585,14 @@ def test_model_average_prediction():
 
 @pytest.mark.slow
 def test_paper_table_chains_reduced():
-    """Reduced thesis table 5.2 (bench/paper_tables_ep.py, no NUTS): over the first 5 trials with
-    10 training chains, BCRF-PEP (EP, step size 0.5, + model averaging) has a lower mean test error
-    than MAP-CRF and than BPE. (Full 10-trial numbers in docs/ep.md.)"""
-    import pathlib
-    import sys
+    """Reduced thesis table 5.2 (``pymc-crf reproduce thesis-table-5.2``, no NUTS): over the first
+    5 trials with 10 training chains, BCRF-PEP (EP, step size 0.5, + model averaging) has a lower
+    mean test error than MAP-CRF and than BPE. (Full 10-trial numbers in docs/ep.md.)"""
+    from pymc_crf.reproduce.bcrf_tables import run_trial
 
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "bench"))
-    from paper_tables_ep import trial
-
-    rows = [trial("chain", 10, 10_000 + s, use_nuts=False, step_size=0.5) for s in range(5)]
+    settings = {"kind": "chain", "method": "point_ep", "n_train": 10, "n_test": 1000,
+                "step_size": 0.5}
+    rows = [run_trial(settings, 10_000 + s) for s in range(5)]
     err = {k: np.mean([r[k] for r in rows]) for k in ("MAP-CRF", "BPE-CRF-PEP", "BCRF-PEP")}
     assert err["BCRF-PEP"] < err["MAP-CRF"], err
     assert err["BCRF-PEP"] <= err["BPE-CRF-PEP"], err

@@ -1,0 +1,126 @@
+"""The registry of paper reproductions: each experiment is a grid of independent trials.
+
+An :class:`Experiment` names its paper result, lists its trials for a set of parameters (a size
+preset, ``"quick"`` or ``"full"``, updated by the user's overrides), runs one trial as a pure
+function of ``(settings, seed)`` and turns the finished trials into a :class:`Report`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Experiment", "Report", "Trial", "TrialResult", "available", "get", "register"]
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One cell of an experiment's grid: JSON-serialisable ``settings`` and an integer ``seed``."""
+
+    settings: dict[str, Any]
+    seed: int
+
+
+@dataclass(frozen=True)
+class TrialResult:
+    """A finished trial: its settings, seed and the small dict of numbers it returned.
+
+    Keys of ``values`` that start with ``"time"`` are wall times; every other value is a pure
+    function of ``(settings, seed)``.
+    """
+
+    settings: dict[str, Any]
+    seed: int
+    values: dict[str, float]
+
+
+@dataclass
+class Report:
+    """What an experiment writes: markdown ``tables`` (deterministic numbers, the paper's beside
+    ours), markdown ``timings`` (wall times, which vary between runs) and a matplotlib ``figure``."""
+
+    tables: str
+    timings: str = ""
+    figure: Any = None
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """A paper result as a grid of trials.
+
+    Attributes
+    ----------
+    name, description : str
+        The command-line name and a one-line description (shown by ``--list``).
+    sizes : dict
+        Parameter presets, at least ``"quick"`` (seconds, used by the tests) and ``"full"`` (the
+        paper's grid).
+    trials : callable
+        ``trials(params) -> list[Trial]`` in a fixed order.
+    run_trial : callable
+        ``run_trial(settings, seed) -> dict[str, float]``, pure apart from the ``time*`` keys.
+    report : callable
+        ``report(results, params) -> Report`` with ``results`` in the order of ``trials(params)``.
+    unavailable : callable, optional
+        ``unavailable() -> str | None``: a one-line reason the experiment cannot run here (data or
+        files absent), or None.
+    """
+
+    name: str
+    description: str
+    sizes: dict[str, dict[str, Any]]
+    trials: Callable[[dict[str, Any]], list[Trial]]
+    run_trial: Callable[[dict[str, Any], int], dict[str, float]]
+    report: Callable[[Sequence[TrialResult], dict[str, Any]], Report]
+    unavailable: Callable[[], str | None] = field(default=lambda: None)
+
+    def params(self, size: str = "full", overrides: dict[str, Any] | None = None
+               ) -> dict[str, Any]:
+        """The preset ``size`` updated by ``overrides``; unknown names raise a ValueError."""
+        if size not in self.sizes:
+            raise ValueError(f"experiment {self.name!r} has no size {size!r} "
+                             f"(sizes: {', '.join(self.sizes)})")
+        params = dict(self.sizes[size])
+        unknown = set(overrides or {}) - set(params)
+        if unknown:
+            raise ValueError(f"experiment {self.name!r} has no parameter(s) "
+                             f"{', '.join(sorted(unknown))} (parameters: {', '.join(params)})")
+        params.update(overrides or {})
+        return params
+
+
+_REGISTRY: dict[str, Experiment] = {}
+
+
+def register(experiment: Experiment) -> Experiment:
+    """Add ``experiment`` to the registry under its name (a repeated name is an error)."""
+    if experiment.name in _REGISTRY:
+        raise ValueError(f"experiment {experiment.name!r} is already registered")
+    _REGISTRY[experiment.name] = experiment
+    return experiment
+
+
+def _load_builtin() -> None:
+    # The experiment modules register themselves on import.
+    from pymc_crf.reproduce import (  # noqa: F401
+        bcrf_tables,
+        hcrf_tables,
+        model_scoring,
+        samplers_figures,
+        tree_ep_accuracy,
+    )
+
+
+def available() -> dict[str, Experiment]:
+    """All registered experiments by name, in registration order."""
+    _load_builtin()
+    return dict(_REGISTRY)
+
+
+def get(name: str) -> Experiment:
+    """The experiment called ``name``; a ValueError names the registered ones otherwise."""
+    experiments = available()
+    if name not in experiments:
+        raise ValueError(f"no experiment {name!r}; registered: {', '.join(experiments)}")
+    return experiments[name]

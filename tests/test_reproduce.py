@@ -1,0 +1,175 @@
+"""``pymc-crf reproduce``: the experiment registry, every experiment's quick size, the trial cache
+and the Dask runner (same numbers as a serial run)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from pymc_crf import reproduce
+from pymc_crf.cli import main
+from pymc_crf.reproduce.registry import _REGISTRY, Experiment, Report, Trial
+
+NAMES = list(reproduce.available())
+
+
+def _deterministic(run):
+    return [{k: v for k, v in r.values.items() if not k.startswith("time")} for r in run.results]
+
+
+def test_list_names_every_experiment(capsys):
+    assert main(["reproduce", "--list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("thesis-table-5.1", "thesis-table-5.2", "thesis-ch3-treeep", "luo-table-v",
+                 "japanese-vowels", "parise-welling-fig3", "parise-welling-fig4",
+                 "welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5",
+                 "welling-parise-fig6"):
+        line = next(ln for ln in out.splitlines() if ln.startswith(name + " "))
+        assert len(line.split(None, 1)[1]) > 20  # a one-line description
+
+
+def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
+    assert main(["reproduce", "nope", "--out", str(tmp_path)]) == 2
+    assert "no experiment 'nope'" in capsys.readouterr().err
+    assert main(["reproduce", "thesis-ch3-treeep", "--set", "trails=3"]) == 2
+    assert "no parameter(s) trails" in capsys.readouterr().err
+    assert main(["reproduce", "thesis-ch3-treeep", "--set", "trials"]) == 2
+    assert "KEY=VALUE" in capsys.readouterr().err
+    assert main(["reproduce"]) == 2
+
+
+def test_show_params_applies_overrides(capsys):
+    assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "train=[10, 30]",
+                 "--set", "trials=3", "--show-params"]) == 0
+    params = json.loads(capsys.readouterr().out)
+    assert params["train"] == [10, 30] and params["trials"] == 3 and params["n_test"] == 50
+
+
+# The paper's numbers each report shows beside ours (Qi 2005 tables 3.1, 5.1 and 5.2; Luo, Sun &
+# Zhao table V).
+PAPER_CELLS = {"thesis-table-5.1": "10.59", "thesis-table-5.2": "24.94",
+               "thesis-ch3-treeep": "0.035", "luo-table-v": "99.93 ± 0.15"}
+# NUTS (nutpie: about a minute of compilation per model) plus four or five methods, or the HCRF
+# fitters compiled for the 9-class vowels model: minutes each, so these run with the slow tests.
+SLOW = {"welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5", "welling-parise-fig6",
+        "japanese-vowels"}
+
+
+@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
+                                  for n in NAMES])
+def test_quick_run_writes_table_and_figure(name, tmp_path):
+    exp = reproduce.get(name)
+    run = reproduce.run_experiment(name, quick=True, serial=True, out=tmp_path, warm_up=False)
+    if exp.unavailable() is not None:
+        assert run.skipped and not run.results
+        return
+    trials = exp.trials(exp.params("quick"))
+    assert len(run.results) == len(trials) == run.stats.computed
+    assert [(r.settings, r.seed) for r in run.results] == [(t.settings, t.seed) for t in trials]
+    for r in run.results:
+        assert r.values and all(isinstance(v, float) for v in r.values.values())
+        assert all(np.isfinite(v) for k, v in r.values.items() if not k.startswith("time"))
+    text = run.paths["markdown"].read_text()
+    assert run.report.tables in text and "|---|" in run.report.tables
+    assert PAPER_CELLS.get(name, "") in run.report.tables
+    assert run.paths["figure"].stat().st_size > 1000
+    assert len(json.loads(run.paths["trials"].read_text())) == len(trials)
+
+
+def test_absent_vowels_data_is_skipped_with_a_message(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("JAPANESE_VOWELS_DIR", str(tmp_path / "nowhere"))
+    run = reproduce.run_experiment("japanese-vowels", quick=True, serial=True, out=tmp_path)
+    assert not run.results and "nowhere" in run.skipped and "not found" in run.skipped
+    assert main(["reproduce", "japanese-vowels", "--quick", "--out", str(tmp_path)]) == 0
+    assert "japanese-vowels: SKIPPED" in capsys.readouterr().out
+
+
+def test_cli_quick_run(tmp_path, capsys):
+    assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--serial",
+                 "--out", str(tmp_path)]) == 0  # with the warm-up trial first
+    out = capsys.readouterr().out
+    assert "TreeEP max" in out and "4 trials computed, 0 from the cache" in out
+    assert (tmp_path / "thesis-ch3-treeep" / "thesis-ch3-treeep.png").exists()
+    assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--serial",
+                 "--out", str(tmp_path)]) == 0
+    assert "0 trials computed, 4 from the cache" in capsys.readouterr().out
+
+
+def test_rerun_computes_only_the_missing_trials(tmp_path):
+    kw = {"quick": True, "serial": True, "out": tmp_path, "warm_up": False}
+    first = reproduce.run_experiment("thesis-ch3-treeep", **kw)
+    files = sorted((tmp_path / "cache" / "thesis-ch3-treeep").glob("*.json"))
+    assert len(files) == len(first.results) == 4
+    for f in files[:2]:  # as if the run had been killed before these two finished
+        f.unlink()
+    again = reproduce.run_experiment("thesis-ch3-treeep", **kw)
+    assert (again.stats.computed, again.stats.cached) == (2, 2)
+    assert _deterministic(again) == _deterministic(first)
+    assert again.report.tables == first.report.tables
+
+
+@pytest.fixture
+def flaky_experiment():
+    """A registered experiment of 4 trials whose trial seed 2 raises while ``fail`` is set."""
+    state = {"fail": True, "calls": []}
+
+    def run_trial(settings, seed):
+        state["calls"].append(seed)
+        if seed == 2 and state["fail"]:
+            raise RuntimeError("interrupted")
+        return {"x": settings["scale"] * seed}
+
+    exp = Experiment(
+        name="test-flaky", description="a trial that fails once", sizes={
+            "quick": {"scale": 0.5}, "full": {"scale": 0.5}},
+        trials=lambda p: [Trial({"scale": p["scale"]}, s) for s in range(4)],
+        run_trial=run_trial,
+        report=lambda results, p: Report(str([r.values["x"] for r in results])))
+    reproduce.register(exp)
+    yield state
+    del _REGISTRY["test-flaky"]
+
+
+def test_interrupted_run_resumes_from_the_cache(flaky_experiment, tmp_path):
+    with pytest.raises(RuntimeError, match="interrupted"):
+        reproduce.run_experiment("test-flaky", serial=True, out=tmp_path, warm_up=False)
+    assert flaky_experiment["calls"] == [0, 1, 2]
+    flaky_experiment["fail"], flaky_experiment["calls"] = False, []
+    run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path, warm_up=False)
+    assert flaky_experiment["calls"] == [2, 3]
+    assert (run.stats.cached, run.stats.computed) == (2, 2)
+    assert run.report.tables == "[0.0, 0.5, 1.0, 1.5]"
+    # a changed setting is a different trial
+    flaky_experiment["calls"] = []
+    reproduce.run_experiment("test-flaky", serial=True, out=tmp_path, warm_up=False,
+                             overrides={"scale": 2.0})
+    assert flaky_experiment["calls"] == [0, 1, 2, 3]
+
+
+def test_serial_run_warms_up_with_the_first_quick_trial(flaky_experiment, tmp_path):
+    flaky_experiment["fail"] = False
+    run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path)
+    assert flaky_experiment["calls"] == [0, 0, 1, 2, 3] and run.stats.computed == 4
+
+
+def test_dask_local_cluster_matches_serial(tmp_path):
+    # The EP / L-BFGS trials of the quick table (the NUTS trial adds a minute of sampling to each
+    # run and is left to the slow test below).
+    kw = {"quick": True, "overrides": {"nuts_trials": 0}}
+    serial = reproduce.run_experiment("thesis-table-5.2", serial=True, out=tmp_path / "serial",
+                                      warm_up=False, **kw)
+    dask = reproduce.run_experiment("thesis-table-5.2", n_workers=2, out=tmp_path / "dask", **kw)
+    assert dask.stats.computed == len(serial.results) == 2
+    assert _deterministic(dask) == _deterministic(serial)
+    assert dask.report.tables == serial.report.tables
+
+
+@pytest.mark.slow
+def test_dask_local_cluster_matches_serial_with_nuts(tmp_path):
+    serial = reproduce.run_experiment("thesis-table-5.2", quick=True, serial=True,
+                                      out=tmp_path / "serial", warm_up=False)
+    dask = reproduce.run_experiment("thesis-table-5.2", quick=True, n_workers=2,
+                                    out=tmp_path / "dask")
+    assert dask.stats.computed == len(serial.results) == 3
+    assert _deterministic(dask) == _deterministic(serial)
+    assert dask.report.tables == serial.report.tables
