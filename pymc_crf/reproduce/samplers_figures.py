@@ -72,10 +72,10 @@ def _model(sf: ModuleType, s: dict[str, Any], seed: int):
 
     if s["figure"] == "fig2":
         data = pmc.datasets.welling_parise_grid(s["rows"], s["rows"], n_samples=s["n"], seed=seed)
-        return sf.ising_grid_model(data.samples, data.graphs), sf.GRID_METHODS
+        return sf.ising_grid_model(data.samples, data.graphs), sf.PAPER_GRID_METHODS
     if s["figure"] == "fig6":
         return sf.chain_crf_model(s["n"], s["length"], np.random.default_rng(seed)), \
-            sf.CHAIN_METHODS
+            sf.PAPER_CHAIN_METHODS
     # figs. 4 / 5: couplings U([-d - eps, -d] u [d, d + eps]) with d in quarters (sec. 7)
     rng = np.random.default_rng(seed)
     graph = GraphBatch.grid(s["rows"], s["rows"])
@@ -84,7 +84,7 @@ def _model(sf: ModuleType, s: dict[str, Any], seed: int):
                  dq + eps * rng.random(graph.n_edges))
     b = np.full(s["rows"] * s["rows"], 0.0 if s["figure"] == "fig4" else 1.0)
     samples = sf.ising_samples(graph, b, w, s["n"], rng)
-    return sf.ising_grid_model(samples, graph), sf.GRID_METHODS
+    return sf.ising_grid_model(samples, graph), sf.PAPER_GRID_METHODS
 
 
 def run_trial(settings: dict[str, Any], seed: int) -> dict[str, float]:
