@@ -157,16 +157,23 @@ def fig2(args) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def coupling_grid(rows: int, d: float, bias: float, rng: np.random.Generator):
+    """Figs. 4 / 5 of Welling & Parise 2006 (sec. 7): a rows x rows grid with couplings
+    U([-d - eps, -d] u [d, d + eps]), d in quarters, eps = 0.1 / 4, and equal biases;
+    returns (graph, biases, couplings)."""
+    eps = 0.1 / 4
+    graph = GraphBatch.grid(rows, rows)
+    dq = d / 4
+    w = np.where(rng.random(graph.n_edges) < 0.5, -dq - eps * rng.random(graph.n_edges),
+                 dq + eps * rng.random(graph.n_edges))
+    return graph, np.full(rows * rows, bias), w
+
+
 def fig45(args, bias: float) -> pd.DataFrame:
     rows = []
-    eps = 0.1 / 4
     for d in args.d:
         rng = np.random.default_rng(args.seed)
-        graph = GraphBatch.grid(args.rows, args.rows)
-        dq = d / 4
-        w = np.where(rng.random(graph.n_edges) < 0.5, -dq - eps * rng.random(graph.n_edges),
-                     dq + eps * rng.random(graph.n_edges))
-        b = np.full(args.rows * args.rows, bias)
+        graph, b, w = coupling_grid(args.rows, d, bias, rng)
         for n in args.n:
             samples = ising_samples(graph, b, w, n, rng)
             m = ising_grid_model(samples, graph)

@@ -68,7 +68,6 @@ def _unavailable() -> str | None:
 
 def _model(sf: ModuleType, s: dict[str, Any], seed: int):
     import pymc_crf as pmc
-    from pymc_crf.graphs.batch import GraphBatch
 
     if s["figure"] == "fig2":
         data = pmc.datasets.welling_parise_grid(s["rows"], s["rows"], n_samples=s["n"], seed=seed)
@@ -76,13 +75,8 @@ def _model(sf: ModuleType, s: dict[str, Any], seed: int):
     if s["figure"] == "fig6":
         return sf.chain_crf_model(s["n"], s["length"], np.random.default_rng(seed)), \
             sf.PAPER_CHAIN_METHODS
-    # figs. 4 / 5: couplings U([-d - eps, -d] u [d, d + eps]) with d in quarters (sec. 7)
     rng = np.random.default_rng(seed)
-    graph = GraphBatch.grid(s["rows"], s["rows"])
-    dq, eps = s["d"] / 4, 0.1 / 4
-    w = np.where(rng.random(graph.n_edges) < 0.5, -dq - eps * rng.random(graph.n_edges),
-                 dq + eps * rng.random(graph.n_edges))
-    b = np.full(s["rows"] * s["rows"], 0.0 if s["figure"] == "fig4" else 1.0)
+    graph, b, w = sf.coupling_grid(s["rows"], s["d"], 0.0 if s["figure"] == "fig4" else 1.0, rng)
     samples = sf.ising_samples(graph, b, w, s["n"], rng)
     return sf.ising_grid_model(samples, graph), sf.PAPER_GRID_METHODS
 
