@@ -152,6 +152,41 @@ def gap_trial(kind: str = "loop", seed: int = 0, n_train: int = 10, n_test: int 
     return out
 
 
+ROWS = [("EP, model averaging (q-averaged tables)", "err_ep_model_average"),
+        ("EP, Monte Carlo averaging over q", "err_ep_mc"),
+        ("EP mean, exact marginals (BPE)", "err_ep_bpe"),
+        ("NUTS, Monte Carlo averaging (gold)", "err_nuts_mc"),
+        ("NUTS mean, exact marginals", "err_nuts_bpe"),
+        ("NUTS mean and covariance through model averaging", "err_nuts_model_average"),
+        ("Gaussian moment-matched to NUTS, Monte Carlo averaging", "err_mm_mc"),
+        ("EP mean + NUTS covariance, model averaging", "err_epmean_nutscov"),
+        ("NUTS mean + EP covariance, model averaging", "err_nutsmean_epcov"),
+        ("MAP", "err_map")]
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """The docs/ep.md table: mean and sd over trials of each error, its difference to the NUTS
+    gold, the mean |difference|, and the posterior-agreement numbers."""
+    A = {k: np.array([r[k] for r in rows], float) for k in rows[0] if not isinstance(rows[0][k], str)}
+    gold = A["err_nuts_mc"]
+    out = [f"| predictor ({len(rows)} trials) | test error mean +- sd | minus NUTS: mean "
+           "| mean \\|minus NUTS\\| |", "|---|---|---|---|"]
+    for name, key in ROWS:
+        d = A[key] - gold
+        out.append(f"| {name} | {A[key].mean():.4f} +- {A[key].std(ddof=1):.4f} | {d.mean():+.4f} "
+                   f"| {np.abs(d).mean():.4f} |")
+    out.append("")
+    for key, name in (("mean_z", "mean |m_EP - m_NUTS| / sd_NUTS"),
+                      ("mahalanobis", "Mahalanobis distance of m_EP from m_NUTS (NUTS covariance)"),
+                      ("label_disagree_ep_nuts", "test nodes labelled differently by EP and NUTS"),
+                      ("inner_vs_q_exact_mad", "EP inner beliefs vs exact marginals averaged over q "
+                                               "(training nodes, mean abs diff)"),
+                      ("inner_vs_nuts_exact_mad", "EP inner beliefs vs NUTS-averaged exact marginals"),
+                      ("ep_converged", "EP converged (fraction)")):
+        out.append(f"- {name}: {A[key].mean():.3f} +- {A[key].std(ddof=1):.3f}")
+    return "\n".join(out)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kind", default="loop")
@@ -161,7 +196,12 @@ def main() -> None:
     ap.add_argument("--n-test", type=int, default=300)
     ap.add_argument("--step-size", type=float, default=0.5)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--summarise", default=None, help="print the markdown table of a --out file")
     args = ap.parse_args()
+    if args.summarise:
+        with open(args.summarise) as fh:
+            print(markdown_table(json.load(fh)))
+        return
     rows = []
     for s in range(args.first_seed, args.first_seed + args.seeds):
         r = gap_trial(args.kind, s, args.n_train, args.n_test, args.step_size)
