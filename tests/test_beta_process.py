@@ -20,7 +20,8 @@ from pymc_crf.fitters.beta_process.stick_breaking import (
     kl_gamma,
     log_prior_rounds,
 )
-from pymc_crf.fitters.beta_process.vi import VISettings, init_state, run_vi
+from pymc_crf.fitters.beta_process.test_time import class_scores_local_z
+from pymc_crf.fitters.beta_process.vi import VISettings, init_state, local_z_objective, run_vi
 from pymc_crf.fitters.registry import fit
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.chain import ChainEngine
@@ -149,10 +150,16 @@ def _model(data, S):
     return model
 
 
-def test_vi_fit_beats_chance_and_follows_contract(hmm_small):
+@pytest.fixture(scope="module")
+def small_fit(hmm_small):
+    train, _ = hmm_small
+    return fit(_model(train, 6), method="bp_hcrf_vi", truncation=6, rounds=3, n_restarts=2,
+               max_iter=8, draws=20, random_seed=1)
+
+
+def test_vi_fit_beats_chance_and_follows_contract(hmm_small, small_fit):
     train, test = hmm_small
-    res = fit(_model(train, 6), method="bp_hcrf_vi", truncation=6, rounds=3, n_restarts=2,
-              max_iter=8, draws=20, random_seed=1)
+    res = small_fit
     acc = 1.0 - predict_bp_hcrf(res, test).error_rate
     assert acc > 0.8, acc                                       # chance is 1/3
     for group in ("posterior", "log_likelihood", "observed_data", "diagnostics",
@@ -168,6 +175,47 @@ def test_vi_fit_beats_chance_and_follows_contract(hmm_small):
     np.testing.assert_allclose(float(res["diagnostics"]["final_bound"]),
                                point["restart_final_bounds"].values.max())
     assert res.attrs["method"] == "bp_hcrf_vi" and res.attrs["wall_time"] > 0
+
+
+def test_local_z_rule_beats_prior_usage_rule(hmm_small, small_fit):
+    """Inferring each test sequence's own indicators per class (test_time.py) against giving every
+    test sequence the prior usage: on this case (seed 3) the prior-usage rule misclassifies test
+    and training sequences that the local rule gets right."""
+    train, test = hmm_small
+    for data in (test, train):
+        local = 1.0 - predict_bp_hcrf(small_fit, data).error_rate
+        prior = 1.0 - predict_bp_hcrf(small_fit, data, rule="prior").error_rate
+        assert local > prior, (local, prior)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        predict_bp_hcrf(small_fit, test, rule="usage")
+
+
+def test_local_z_reaches_the_brute_force_optimum():
+    """z_step's fixed point maximises each sequence's local objective: checked against a grid
+    search over rho in [0, 1]^2 (two states) for every class."""
+    rng = np.random.default_rng(5)
+    batch = GraphBatch.chains([3, 2])
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    S, C = 2, 2
+    W = {"x": rng.normal(size=(2, S)), "y": 2 * rng.normal(size=(S, C)),
+         "e": rng.normal(size=(S, S, C))}
+    prior_logit = np.array([0.4, -0.8])
+    eng = ChainEngine()
+    scores, rhos = class_scores_local_z(batch, X, W, prior_logit, np.array([0.5, 0.3]), C, eng,
+                                        max_iter=200, tol=1e-12)
+    grid = np.linspace(1e-4, 1 - 1e-4, 101)
+    pairs = np.array([(a, b) for a in grid for b in grid])
+    n = len(pairs)
+    for c in range(C):
+        for g in range(batch.n_graphs):
+            lo, hi = batch.node_offsets[g], batch.node_offsets[g + 1]
+            # the sequence copied once per grid point: one engine call for the whole grid
+            data = HCRFData(GraphBatch.chains([hi - lo] * n), np.tile(X[lo:hi], (n, 1)),
+                            np.full(n, c), C)
+            per = data_term(data, eng, W["x"], W["y"], W["e"], pairs, want_grad=False).per_graph
+            best = local_z_objective(per, pairs, prior_logit).max()
+            assert scores[g, c] >= best - 1e-6, (g, c, scores[g, c], best)
+            assert scores[g, c] <= best + 0.01      # the grid is fine enough to come close
 
 
 def test_bad_input_errors(hmm_small):

@@ -99,7 +99,10 @@ def _fit_and_score(train, test, s: dict[str, Any], seed: int) -> dict[str, float
                       max_iter=s["max_iter"], random_seed=seed)
             acc = 1.0 - predict_bp_hcrf(res, test).error_rate
             point = res["bp_hcrf_point"]
-            return {"accuracy": acc, "time": time.perf_counter() - t0,
+            return {"accuracy": acc,
+                    "accuracy (prior-usage rule)":
+                        1.0 - predict_bp_hcrf(res, test, rule="prior").error_rate,
+                    "time": time.perf_counter() - t0,
                     "active states": float(point["expected_active_states"]),
                     "states used": float((point["usage"].values > 0.1).sum())}
         model = _hcrf_model(train, s["map_states"])

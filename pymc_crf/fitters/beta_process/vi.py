@@ -55,7 +55,8 @@ from pymc_crf.fitters.beta_process.stick_breaking import (
     z_natural_terms,
 )
 
-__all__ = ["VIState", "VISettings", "run_vi", "fit_restarts", "bound", "effective_weights"]
+__all__ = ["VIState", "VISettings", "run_vi", "fit_restarts", "bound", "effective_weights",
+           "local_z_objective", "z_step"]
 
 BLOCKS = ("x", "y", "e")
 
@@ -145,31 +146,45 @@ def _update_pi(data, engine, state, s, log_pd, current):
     return current
 
 
-def _local_z_objective(lg_per, rho, prior_logit, e0):
-    return lg_per + (rho * prior_logit + e0).sum(axis=1) + bernoulli_entropy(rho).sum(axis=1)
+def local_z_objective(per_graph, rho, prior_logit):
+    """The part of the bound that depends on one sequence's q(z_n), per sequence (G,):
+    ``log p(y_n | X_n; rho_n) + sum_k [rho_nk * prior_logit_k + H(rho_nk)]`` (the constant
+    ``E log p(z = 0 | .)`` left out: it is the same for every rho)."""
+    return per_graph + (rho * prior_logit).sum(axis=1) + bernoulli_entropy(rho).sum(axis=1)
 
 
-def _update_z(data, engine, state, s, log_pd, current):
-    """Per-sequence q(z_n) step with backtracking (decision 3, Luo, Sun & Zhao, eq. (24))."""
-    W = effective_weights(state)
-    lg = data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
-    prior_logit = z_natural_terms(state.bp, s.taylor_terms)       # (S,)
-    e0 = np.zeros_like(prior_logit)  # constant in rho: irrelevant for comparisons
+def z_step(data, engine, W, rho, prior_logit, max_halvings):
+    """One per-sequence q(z_n) step (decision 3, Luo, Sun & Zhao, eq. (24)) with backtracking.
+
+    The target ``logit rho* = d ell / d rho + prior_logit`` is approached by ``(1 - lam) rho +
+    lam rho*``, ``lam`` halved per sequence until its local objective does not decrease (the data
+    term is not linear in rho). Returns the new ``rho`` (G, S) and its local objectives (G,).
+    """
+    lg = data_term(data, engine, W["x"], W["y"], W["e"], rho)
     target = np.clip(expit(lg.g_rho + prior_logit[None]), 1e-6, 1 - 1e-6)
-    old = state.rho.copy()
-    old_local = _local_z_objective(lg.per_graph, old, prior_logit, e0)
-    accepted = np.zeros(old.shape[0], bool)
+    old_local = local_z_objective(lg.per_graph, rho, prior_logit)
+    new, local = rho.copy(), old_local.copy()
+    accepted = np.zeros(rho.shape[0], bool)
     lam = 1.0
-    for _ in range(s.max_halvings + 1):
-        trial = np.where(accepted[:, None], state.rho, (1 - lam) * old + lam * target)
+    for _ in range(max_halvings + 1):
+        trial = np.where(accepted[:, None], new, (1 - lam) * rho + lam * target)
         t = data_term(data, engine, W["x"], W["y"], W["e"], trial, want_grad=False)
-        ok = (~accepted) & (_local_z_objective(t.per_graph, trial, prior_logit, e0)
-                            >= old_local)
-        state.rho = np.where(ok[:, None], trial, state.rho)
+        trial_local = local_z_objective(t.per_graph, trial, prior_logit)
+        ok = (~accepted) & (trial_local >= old_local)
+        new = np.where(ok[:, None], trial, new)
+        local = np.where(ok, trial_local, local)
         accepted |= ok
         if accepted.all():
             break
         lam *= 0.5
+    return new, local
+
+
+def _update_z(data, engine, state, s, log_pd, current):
+    """Per-sequence q(z_n) step for the training sequences (:func:`z_step`)."""
+    old = state.rho.copy()
+    state.rho, _ = z_step(data, engine, effective_weights(state), state.rho,
+                          z_natural_terms(state.bp, s.taylor_terms), s.max_halvings)
     val = bound(data, engine, state, s, log_pd)
     if val < current:          # numerical safety: never accept a decrease
         state.rho = old

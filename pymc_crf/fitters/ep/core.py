@@ -66,7 +66,8 @@ def _log_normalise(v):
 
 @njit(cache=True)
 def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_mu, den_h, den_mu,
-             logmsg, logq, K, code, eps, lam, xi, c_del, denominators, skips):
+             logmsg, logq, K, code, eps, lam_num, lam_den, lam_min, xi, c_del, denominators,
+             skips):
     """One sweep over all factors (numerator then denominator term of each), in place.
 
     ``num_h, num_mu`` (n_fac,) are the rank-1 numerator sites; ``den_h`` (n_fac, K^2, K^2) and
@@ -75,6 +76,13 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
     beliefs, both in log space. ``c_del = 1 - 2 m_k`` is the sign of the denominator deletion.
     ``denominators=False`` runs plain EP on the numerator terms only (a probit-regression posterior,
     used to test the shared machinery).
+
+    ``lam_num``, ``lam_den`` (n_fac,) are the per-site step sizes lambda (thesis eqs. (5.57)-(5.58)).
+    A site whose damped update would leave q not positive definite retries with half its step
+    (the same direction, a smaller move: q moves continuously from the old, positive definite q)
+    down to ``lam_min``, and keeps the halved step for later sweeps; a site whose cavity is not
+    positive definite halves its step for later sweeps and is skipped this time. With
+    ``lam_min`` equal to the steps this is the fixed-step schedule of the thesis.
     """
     one = np.zeros(1)
     for kk in range(order.shape[0]):
@@ -90,17 +98,23 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
             ok, Sc, myc, _ = low_rank_y(S, my, Bd, bd)
             if not ok:
                 skips[0] += 1
+                lam_num[k] = max(0.5 * lam_num[k], lam_min)
             else:
                 _, r, g, M = mixture_moments(Sc, myc, one, code, eps)
                 ok, hh, mh = site_from_moments(Sc, myc, g, M)
                 if not ok:
                     skips[4] += 1
                 else:
-                    h_new = lam * hh[0, 0] + (1.0 - lam) * num_h[k]
-                    mu_new = lam * mh[0] + (1.0 - lam) * num_mu[k]
-                    B = np.full((1, 1), h_new - num_h[k])
-                    b = np.full(1, mu_new - num_mu[k])
-                    ok, _, _, Kmat = low_rank_y(S, my, B, b)
+                    while True:
+                        lam = lam_num[k]
+                        h_new = lam * hh[0, 0] + (1.0 - lam) * num_h[k]
+                        mu_new = lam * mh[0] + (1.0 - lam) * num_mu[k]
+                        B = np.full((1, 1), h_new - num_h[k])
+                        b = np.full(1, mu_new - num_mu[k])
+                        ok, _, _, Kmat = low_rank_y(S, my, B, b)
+                        if ok or lam_num[k] <= lam_min:
+                            break
+                        lam_num[k] = max(0.5 * lam_num[k], lam_min)
                     if not ok:
                         skips[1] += 1
                     else:
@@ -118,6 +132,7 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         ok, Sc, myc, _ = low_rank_y(S, my, c_del * h_old, c_del * mu_old)
         if not ok:
             skips[2] += 1
+            lam_den[k] = max(0.5 * lam_den[k], lam_min)
             continue
         i = nodes[k, 0]
         j = nodes[k, 1]
@@ -136,13 +151,18 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         if not ok:
             skips[4] += 1
             continue
-        h_new = lam * hh + (1.0 - lam) * h_old  # thesis eqs. (5.57)-(5.58)
-        mu_new = lam * mh + (1.0 - lam) * mu_old
-        # inclusion q_new = q * f~_old / f~_new: precision change -(h_new - h_old)
-        # (for PEP this is thesis eqs. (5.71)-(5.74) written relative to q instead of q^{\k})
-        B = -(h_new - h_old)
-        b = -(mu_new - mu_old)
-        ok, _, _, Kmat = low_rank_y(S, my, B, b)
+        while True:
+            lam = lam_den[k]
+            h_new = lam * hh + (1.0 - lam) * h_old  # thesis eqs. (5.57)-(5.58)
+            mu_new = lam * mh + (1.0 - lam) * mu_old
+            # inclusion q_new = q * f~_old / f~_new: precision change -(h_new - h_old)
+            # (for PEP this is thesis eqs. (5.71)-(5.74) written relative to q instead of q^{\k})
+            B = -(h_new - h_old)
+            b = -(mu_new - mu_old)
+            ok, _, _, Kmat = low_rank_y(S, my, B, b)
+            if ok or lam_den[k] <= lam_min:
+                break
+            lam_den[k] = max(0.5 * lam_den[k], lam_min)
         if not ok:
             skips[3] += 1
             continue
@@ -200,12 +220,14 @@ class EPRun:
     not_pd_sweeps: int  # sweeps after which a Cholesky check of V failed
     state: EPState
     sweep_times: np.ndarray = field(default_factory=lambda: np.zeros(0))
+    step_sizes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # per sweep, mean site lambda
 
 
 def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
            potential: str = "probit", epsilon: float = 0.0, transform: float = 1.0,
            step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
-           max_iter: int = 200, min_iter: int = 2, denominators: bool = True) -> EPRun:
+           max_iter: int = 200, min_iter: int = 2, denominators: bool = True,
+           backoff: bool = True, min_step: float = 0.05) -> EPRun:
     """Run flattened (transformed) power EP to convergence.
 
     Parameters
@@ -230,6 +252,15 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         Bounds on the number of sweeps.
     denominators : bool
         False drops the 1/Z(w) terms (plain EP on the numerator terms; for testing).
+    backoff : bool
+        Step back-off schedule: every site's lambda is halved (down to ``min_step``) when its
+        update would leave q or its cavity not positive definite (:func:`ep_sweep`), and all
+        sites' lambda and xi are halved when a sweep changes the mean more than each of the two
+        sweeps before it (the oscillation of thesis figs. 5-6, 5-7), at most once per 5 sweeps.
+        Damping does not move EP's fixed points, only the path to them. False keeps lambda
+        fixed (the thesis's schedule).
+    min_step : float
+        Floor of the backed-off lambda (and of xi, relative to lambda).
     """
     for name, v in (("step_size", step_size), ("damping", damping)):
         if v is not None and not (0.0 < float(v) <= 1.0):
@@ -249,7 +280,12 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
                  den_h=np.zeros((n_fac, K * K, K * K)), den_mu=np.zeros((n_fac, K * K)),
                  logmsg=np.zeros((n_fac, 2, K)), logq=np.full((N, K), -np.log(K)))
     c_del = 1.0 - 2.0 * float(transform)
-    dm, dv, sk, times = [], [], [], []
+    lam_num = np.full(n_fac, float(step_size))
+    lam_den = np.full(n_fac, float(step_size))
+    lam_min = min(float(min_step), float(step_size)) if backoff else float(step_size)
+    xi = float(damping)
+    dm, dv, sk, times, steps = [], [], [], [], []
+    last_backoff = -3  # a halving needs 5 sweeps of the new step before the next one
     not_pd = 0
     converged = False
     for it in range(max_iter):
@@ -258,9 +294,10 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         t0 = time.perf_counter()
         ep_sweep(st.m, st.V, terms.order, terms.nodes, terms.n_cfg, terms.n_feat, terms.feat,
                  terms.idx, terms.obs_cfg, st.num_h, st.num_mu, st.den_h, st.den_mu, st.logmsg,
-                 st.logq, K, pot, float(epsilon), float(step_size), float(damping), c_del,
+                 st.logq, K, pot, float(epsilon), lam_num, lam_den, lam_min, xi, c_del,
                  bool(denominators), skips)
         times.append(time.perf_counter() - t0)
+        steps.append(float(np.mean(np.concatenate([lam_num, lam_den]))) if n_fac else step_size)
         if not (np.isfinite(st.m).all() and np.isfinite(st.V).all()):
             raise FloatingPointError(f"EP produced non-finite moments in sweep {it + 1}")
         try:  # one factorisation per sweep, as a check only
@@ -273,6 +310,15 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         if it + 1 >= min_iter and dm[-1] < tol and dv[-1] < tol:
             converged = True
             break
+        if backoff and it >= last_backoff + 5 and dm[-1] > max(dm[-2], dm[-3]):
+            # the sweep's change grew over the last two sweeps (a one-sweep rise is the zigzag of
+            # a converging damped iteration): damp every site and the label messages harder,
+            # then give the new step a few sweeps to settle before judging it
+            np.maximum(0.5 * lam_num, lam_min, out=lam_num)
+            np.maximum(0.5 * lam_den, lam_min, out=lam_den)
+            xi = max(0.5 * xi, lam_min * float(damping) / float(step_size))
+            last_backoff = it
     return EPRun(mean=st.m.copy(), cov=st.V.copy(), converged=converged, iterations=len(dm),
                  change_mean=np.array(dm), change_cov=np.array(dv), skips=np.array(sk),
-                 not_pd_sweeps=not_pd, state=st, sweep_times=np.array(times))
+                 not_pd_sweeps=not_pd, state=st, sweep_times=np.array(times),
+                 step_sizes=np.array(steps))

@@ -75,7 +75,8 @@ def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: in
 @register("ep")
 def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = None,
            step_size: float = 0.5, damping: float | None = None, tol: float = 1e-4,
-           max_iter: int = 200, draws: int = 1000, chains: int = 1, random_seed=None,
+           max_iter: int = 200, backoff: bool = True, min_step: float = 0.05,
+           draws: int = 1000, chains: int = 1, random_seed=None,
            log_likelihood: bool = True, n_draws: int | None = None, n_chains: int | None = None,
            seed=None):
     """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
@@ -97,6 +98,10 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         xi, the step size of the inner label beliefs (thesis eq. (5.62)); default ``step_size / 2``.
     tol, max_iter
         Convergence when the max change of the mean and of the covariance in a sweep < ``tol``.
+    backoff, min_step
+        Step back-off schedule (:func:`pymc_crf.fitters.ep.core.run_ep`): a site's lambda is
+        halved when its update would not be positive definite, and every lambda and xi when the
+        sweep's change grows, down to ``min_step``. False keeps lambda fixed.
     draws, chains, random_seed
         Draws from q(w) for the ``posterior`` group (PyMC's names; ``n_draws``, ``n_chains`` and
         ``seed`` are their deprecated names).
@@ -115,6 +120,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     chains = renamed(chains, n_chains, "n_chains", "chains")
     random_seed = renamed(random_seed, seed, "seed", "random_seed")
     step_size = _check_unit_interval("step_size", step_size)
+    min_step = _check_unit_interval("min_step", min_step)
     if damping is not None:
         damping = _check_unit_interval("damping", damping)
     m_k = variant_transform(variant, transform)
@@ -130,7 +136,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     prior_var = np.concatenate([w.prior_sd.ravel() ** 2 for w in spec.weights])
     run = run_ep(terms, prior_mean, prior_var, potential=spec.potential, epsilon=spec.epsilon,
                  transform=m_k, step_size=step_size, damping=damping, tol=tol,
-                 max_iter=int(max_iter))
+                 max_iter=int(max_iter), backoff=bool(backoff), min_step=float(min_step))
     if not run.converged:
         warnings.warn(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
                       f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "
@@ -151,14 +157,15 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     skips = run.skips
     diagnostics = {
         "change_mean": run.change_mean, "change_cov": run.change_cov,
-        "skipped": skips.sum(1), "sweep_time": run.sweep_times,
+        "skipped": skips.sum(1), "sweep_time": run.sweep_times, "step_size": run.step_sizes,
         "iterations": np.int64(run.iterations), "converged": np.bool_(run.converged),
         "not_pd_sweeps": np.int64(run.not_pd_sweeps),
         **{f"skipped_{n}": np.int64(skips[:, i].sum()) for i, n in enumerate(SKIP_NAMES)},
     }
     settings = {"variant": variant, "transform": m_k, "step_size": step_size,
                 "damping": 0.5 * step_size if damping is None else damping, "tol": tol,
-                "max_iter": int(max_iter), "draws": int(draws), "chains": int(chains),
+                "max_iter": int(max_iter), "backoff": bool(backoff), "min_step": float(min_step),
+                "draws": int(draws), "chains": int(chains),
                 "random_seed": random_seed, "potential": spec.potential, "epsilon": spec.epsilon,
                 "n_labels": spec.n_labels}
     wall = time.perf_counter() - t0
