@@ -11,6 +11,7 @@ from pymc.util import get_default_varnames
 from scipy.optimize import minimize
 
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
 from pymc_crf.fitters.spec import CRFSpec, extract_crf, require_gaussian_prior
@@ -22,7 +23,7 @@ __all__ = ["fit_map"]
 def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: float = 1e-12,
             start: dict | None = None, jacobian: bool = False, log_likelihood: bool = True,
             jitter: float = 0.0, random_seed: int | None = None,
-            engine_objective: bool | None = None):
+            engine_objective: bool | None = None, progressbar: bool = True):
     """MAP estimate of every free variable of ``model`` by L-BFGS-B.
 
     The objective is the model's log posterior in the unconstrained space (without the Jacobian of
@@ -70,7 +71,8 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     if engine_objective and spec is None:
         raise ValueError(f"engine_objective=True is not possible for this model: {why}")
     if spec is not None:
-        return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood)
+        return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood,
+                               progressbar=progressbar)
     point = model.initial_point() if start is None else {**model.initial_point(), **start}
     value_vars = model.value_vars
     x0 = DictToArrayBijection.map({v.name: point[v.name] for v in value_vars})
@@ -88,7 +90,7 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
             return np.inf, np.zeros_like(x)
         return -float(lp), -np.asarray(g, dtype=np.float64)
 
-    res, trace = _lbfgs(objective, x0.data, settings)
+    res, trace = _lbfgs(objective, x0.data, settings, progressbar)
     mx = {**point, **DictToArrayBijection.rmap(x0._replace(data=res.x))}
     out_vars = get_default_varnames(model.unobserved_value_vars, include_transformed=False)
     values = model.compile_fn(out_vars)(mx)
@@ -98,13 +100,18 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
                         diagnostics_group="optimizer_result", log_likelihood=log_likelihood)
 
 
-def _lbfgs(objective, x0: np.ndarray, settings: dict):
+def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
     """scipy's L-BFGS-B with the fitter's options; returns the result and the objective trace."""
     trace: list[float] = []
-    res = minimize(objective, x0, jac=True, method="L-BFGS-B",
-                   callback=lambda intermediate_result: trace.append(float(intermediate_result.fun)),
-                   options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
-                            "ftol": settings["ftol"]})
+    with fit_progress("MAP (L-BFGS iterations)", settings["maxiter"], progressbar) as bar:
+
+        def callback(intermediate_result):
+            trace.append(float(intermediate_result.fun))
+            bar.advance()
+
+        res = minimize(objective, x0, jac=True, method="L-BFGS-B", callback=callback,
+                       options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
+                                "ftol": settings["ftol"]})
     return res, trace
 
 
@@ -135,7 +142,7 @@ def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
 
 
 def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | None,
-                    log_likelihood: bool):
+                    log_likelihood: bool, progressbar: bool):
     """fit_map on the engine objective: log-likelihood (CRFLogLikelihood) + Normal log prior.
 
     The starting point is the prior mean, which is PyMC's initial point for a Normal. (``jitter``
@@ -164,7 +171,7 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
             return np.inf, np.zeros_like(x)
         return -(ll + lp), -(g + gp)
 
-    res, trace = _lbfgs(objective, x0, settings)
+    res, trace = _lbfgs(objective, x0, settings, progressbar)
     draws = {k: v[None, None] for k, v in spec.unflatten(res.x).items()}
     if spec.model.deterministics:  # small graphs of the weights: compiled, without the CRF
         out_vars = get_default_varnames(spec.model.unobserved_value_vars, include_transformed=False)

@@ -45,7 +45,7 @@ def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, 
 
 @register("bethe_mh")
 def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
+                 cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
                  **step_kwargs) -> DataTree:
     """MC-BP: Metropolis-Hastings with Bethe log Z (:class:`~pymc_crf.step_methods.BetheMH`;
     ``step_kwargs`` go to it: ``scaling``, ``damping``, ``tol``, ...)."""
@@ -55,7 +55,7 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains
 
 @register("langevin_cd")
 def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                    cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
+                    cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
                     **step_kwargs) -> DataTree:
     """LV-CD: brief Langevin with contrastive-divergence gradients
     (:class:`~pymc_crf.step_methods.LangevinCD`; ``step_kwargs``: ``cd_steps``, ``step_size``)."""
@@ -65,7 +65,7 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, cha
 
 @register("exchange")
 def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
+                 cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
                  **step_kwargs) -> DataTree:
     """The exchange algorithm (:class:`~pymc_crf.step_methods.Exchange`; ``step_kwargs``:
     ``sampler``, ``aux_sweeps``, ``scaling``); ``attrs["exact_auxiliary"]`` says whether the
