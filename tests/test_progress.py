@@ -95,7 +95,7 @@ def test_fitters_advance_their_bar(loop_model, recorded, method):
         assert bar["advanced"] == int(res[group]["n_iterations"]) > 0
 
 
-@pytest.mark.parametrize("method", ["map", "ep", "bethe_laplace"])
+@pytest.mark.parametrize("method", ["map", "ep"])
 def test_progressbar_false_prints_nothing(loop_model, capbars, method):
     opts = dict(_fits(loop_model))[method]
     capbars.readouterr()
