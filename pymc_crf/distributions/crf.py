@@ -17,13 +17,14 @@ from typing import Any
 
 import numpy as np
 import pytensor.tensor as pt
+from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
@@ -302,6 +303,7 @@ class CRF(Distribution):
     rv_type = CRFRV
 
     def __new__(cls, name, *args, observed=None, graphs=None, **kwargs):
+        graphs = None if graphs is None else as_graph_batch(graphs)
         if observed is not None and graphs is not None:
             observed = _validated_observed(graphs, observed, kwargs)
         return super().__new__(cls, name, *args, observed=observed, graphs=graphs, **kwargs)
@@ -311,8 +313,7 @@ class CRF(Distribution):
              edge_features=None, edge_weights=None, potential: str = "loglinear",
              epsilon: float = 0.0, inference: str | Engine = "auto", max_treewidth: int = 10,
              n_labels: int | None = None, **kwargs):
-        if not isinstance(graphs, GraphBatch):
-            raise TypeError(f"graphs must be a GraphBatch; got {type(graphs).__name__}")
+        graphs = as_graph_batch(graphs)
         expected = (graphs.n_graphs, int(graphs.n_nodes.max()))
         shape = kwargs.pop("shape", None)
         if kwargs.pop("size", None) is not None or (
@@ -375,8 +376,13 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
         rows = np.zeros(batch.n_edges, np.int64) if shared else np.arange(batch.n_edges)
         score = score[batch.edge_graph].inc(edge_logpot[rows, t[u], t[v]])
     log_z = LogPartition(batch, op.engine)(node_logpot, edge_logpot)
-    all_valid = pt.eq(pt.zeros(G)[batch.node_graph].inc(1 - valid), 0)
-    return pt.switch(all_valid, score - log_z, -np.inf)
+    # Observed labels may come from pm.Data and change after the model is built, so a label
+    # outside 0..K-1 is a data error, raised by name (PyMC's ParameterValueError) wherever the
+    # logp runs (PyMC's or nutpie's NUTS, find_MAP), rather than a -inf that samplers report as
+    # failed initialisation; the clip above keeps the indexing in range until the check fires.
+    return check_parameters(score - log_z, valid,
+                            msg=f"CRF labels must lie in 0..{op.n_labels - 1} at every node",
+                            can_be_replaced_by_ninf=False)
 
 
 @_support_point.register(CRFRV)

@@ -14,7 +14,12 @@ from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
-from pymc_crf.fitters.spec import CRFSpec, extract_crf, require_gaussian_prior
+from pymc_crf.fitters.spec import (
+    CRFSpec,
+    check_observed_labels,
+    extract_crf,
+    require_gaussian_prior,
+)
 
 __all__ = ["fit_map"]
 
@@ -65,6 +70,7 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     t0 = time.perf_counter()
     if jitter < 0:
         raise ValueError(f"jitter must be >= 0, got {jitter}")
+    check_observed_labels(model)
     settings = {"maxiter": maxiter, "gtol": gtol, "ftol": ftol, "jacobian": jacobian,
                 "jitter": jitter, "random_seed": random_seed}
     spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model)

@@ -18,6 +18,7 @@ from xarray import DataTree
 
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.fitters.spec import check_observed_labels
 from pymc_crf.step_methods import BetheMH, Exchange, LangevinCD
 
 __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
@@ -27,6 +28,7 @@ def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, 
                  cores: int, random_seed, progressbar: bool, initvals,
                  step_kwargs: dict) -> DataTree:
     t0 = time.perf_counter()
+    check_observed_labels(model)
     with model:
         step = step_cls(**step_kwargs)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step,
