@@ -120,3 +120,19 @@ def test_ais_silent(loop_model, capbars):
                                 random_seed=0, progressbar=False)
     out = capbars.readouterr()
     assert out.out == "" and out.err == ""
+
+
+def test_vi_bar_counts_iterations(recorded):
+    from pymc_crf.datasets import hmm_classes
+    from pymc_crf.fitters.beta_process.fitter import sign_split
+    from pymc_crf.fitters.beta_process.likelihood import HCRFData
+    from pymc_crf.fitters.beta_process.vi import VISettings, init_state, run_vi
+    from pymc_crf.inference.chain import ChainEngine
+
+    train, _ = hmm_classes(n_train_per_class=2, n_test_per_class=1, T=10, seed=3)
+    data = HCRFData(train.graphs, sign_split(train.node_features), train.labels, 3)
+    s = VISettings(truncation=3, rounds=2, max_iter=2, theta_maxiter=3)
+    st = run_vi(data, ChainEngine(), s, init_state(data, s, np.random.default_rng(0)),
+                progressbar=True)
+    iterations = sum(name == "theta" for name, _ in st.trace)
+    assert recorded == [{"description": "VI iterations", "total": 2, "advanced": iterations}]
