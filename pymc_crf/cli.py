@@ -31,9 +31,6 @@ PLUGINS = {"reproduce": "reproduce the papers' tables and figures"}
 #: fitters the demo's model (a CRF) cannot run: the beta-process VI fits hidden CRFs only
 DEMO_EXCLUDED = ("bp_hcrf_vi",)
 
-#: options of the demo passed to every fitter that takes them
-DEMO_OPTIONS = ("draws", "tune", "chains", "random_seed", "progressbar")
-
 
 def build_bcrf_model(train, prior_sd: float = 5**0.5):
     """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1: probit edge potentials, w ~ N(0, 5 I) (24
@@ -64,7 +61,9 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
     """Fit the synthetic BCRF data by each method and print one comparison table.
 
     Each step is announced before it starts (a first NUTS fit compiles the model for a minute or
-    two); the fits draw their own progress bars unless ``progressbar`` is False.
+    two); the fits draw their own progress bars unless ``progressbar`` is False. ``draws``,
+    ``tune`` and ``chains`` go to the MCMC fitters (those with a ``tune`` option), ``seed`` to
+    every fitter as ``random_seed``.
 
     Returns
     -------
@@ -86,8 +85,9 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
         f"{train.graphs}")
     results = {}
     for method in methods:
-        opts = _fit_options(method, draws=draws, tune=tune, chains=chains, random_seed=seed,
-                            progressbar=progressbar)
+        opts = _fit_options(method, random_seed=seed, progressbar=progressbar)
+        if "tune" in _fit_options(method, tune=tune):  # MCMC: the demo's chain settings
+            opts.update(_fit_options(method, draws=draws, tune=tune, chains=chains))
         shown = ", ".join(f"{k}={v}" for k, v in opts.items() if k != "progressbar")
         note = (" (the first run compiles the model: a minute or two)"
                 if "tune" in opts else "")
