@@ -63,3 +63,25 @@ def test_predict_without_predictions_leaves_the_result_alone(loop_model, loop_da
     assert "predictions" not in result.children
     with pytest.raises(ValueError, match="sample_labels must be a positive"):
         pmc.predict(result, loop_data[1], method="bpe", sample_labels=-3)
+
+
+def test_class_predictions_of_hidden_crfs_per_graph():
+    """Hidden-CRF predictions are one class per graph: (graph, class) probabilities."""
+    import xarray as xr
+
+    from pymc_crf.fitters.prediction_group import add_predictions
+    from pymc_crf.fitters.predictors import prediction
+
+    result = xr.DataTree.from_dict({"observed_data": xr.Dataset({"c": (("seq",), [0, 2])})})
+    graphs = pmc.GraphBatch.chains([3, 2, 4])
+    new = CRFData(graphs, None, node_features=np.ones((9, 2)), n_labels=3)
+    probs = np.array([[0.2, 0.5, 0.3], [0.6, 0.3, 0.1], [0.1, 0.1, 0.8]])
+    add_predictions(result, new, prediction(probs, probs.argmax(1), "hcrf_average"))
+    grp = result["predictions"]
+    assert grp["c_marginals"].dims == ("seq", "class")
+    np.testing.assert_array_equal(grp["c_marginals"].values, probs)
+    np.testing.assert_array_equal(grp["c_labels"].values, [1, 0, 2])
+    np.testing.assert_array_equal(result["predictions_constant_data"]["node_features"], 1.0)
+    with pytest.raises(ValueError, match="one class per graph"):
+        add_predictions(result, new, prediction(probs, probs.argmax(1), "hcrf_average"),
+                        sampled=np.zeros((2, 9), np.int64))
