@@ -12,6 +12,7 @@ import xarray as xr
 
 from pymc_crf.fitters import load_builtin
 from pymc_crf.fitters.options import renamed
+from pymc_crf.fitters.prediction_group import add_predictions, sample_predictive_labels
 from pymc_crf.fitters.predictors import (
     Prediction,
     crf_attrs,
@@ -38,7 +39,8 @@ def _model_has_hcrf(model) -> bool:
 def predict(result: xr.DataTree, data, method: str = "average", *,
             draws: int | None = 200, model: pm.Model | None = None,
             inference: str = "auto", random_seed: int | None = 0, n_draws: int | None = None,
-            seed: int | None = None, **options) -> Prediction:
+            seed: int | None = None, predictions: bool = False, sample_labels: int = 0,
+            **options) -> Prediction:
     """Marginals and labels for the graphs of ``data``.
 
     Parameters
@@ -63,6 +65,17 @@ def predict(result: xr.DataTree, data, method: str = "average", *,
         Seed of the choice of draws.
     n_draws, seed
         Deprecated names of ``draws`` and ``random_seed``.
+    predictions : bool
+        Also store the prediction in ``result`` (in place) as a ``predictions`` group
+        (``{name}_marginals``, ``{name}_labels`` in the observed variable's dims) and a
+        ``predictions_constant_data`` group (the new graphs' features), as
+        ``pm.sample_posterior_predictive(predictions=True)`` does; see
+        :mod:`pymc_crf.fitters.prediction_group`.
+    sample_labels : int
+        With ``predictions``, also draw this many labellings of the new graphs from the posterior
+        predictive (one CRF draw at each of as many posterior weight draws, seeded by
+        ``random_seed``) as the ``predictions`` group's ``{name}`` (chain, draw, graph, position);
+        a positive ``sample_labels`` implies ``predictions``.
 
     Returns
     -------
@@ -79,5 +92,11 @@ def predict(result: xr.DataTree, data, method: str = "average", *,
             method = "bp_hcrf"
         elif "hcrf_weights" in result.attrs or _model_has_hcrf(model):
             method = "hcrf_average"
-    return get_predictor(method)(result, data, draws=draws, model=model, inference=inference,
+    pred = get_predictor(method)(result, data, draws=draws, model=model, inference=inference,
                                  random_seed=random_seed, **options)
+    if predictions or sample_labels:
+        sampled = (sample_predictive_labels(result, data, sample_labels, model=model,
+                                            inference=inference, random_seed=random_seed)
+                   if sample_labels else None)
+        add_predictions(result, data, pred, sampled)
+    return pred

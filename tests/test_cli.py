@@ -1,16 +1,124 @@
-"""The ``pymc-crf demo`` command."""
+"""The ``pymc-crf`` command: subcommands, argument errors, the demo's output order, benchmarks."""
 
+import subprocess
+import sys
+import types
+
+import pytest
+
+import pymc_crf as pmc
+from pymc_crf import cli
 from pymc_crf.cli import main, run_demo
 
 
 def test_cli_demo_runs_map(capsys):
-    table, results = run_demo("loop", n_train=5, n_test=20, seed=0, methods=("map",))
+    table, results = run_demo("loop", n_train=5, n_test=20, seed=0, methods=("map",),
+                              progressbar=False)
     assert "test_error" in table.columns and 0 <= table.loc["map", "test_error"] <= 1
-    assert "map" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "map" in out and "..." not in out.splitlines()[-1]  # the whole table, never cut
+    assert all(col in out for col in table.columns)
 
 
-def test_cli_main_rejects_unknown_command(capsys):
-    import pytest
+def test_demo_announces_itself_before_any_fit(monkeypatch, capsys):
+    """What the demo does is printed before the first fit starts (a first NUTS fit compiles for
+    minutes): the output captured when pmc.fit is first called already holds it."""
+    real_fit, seen = pmc.fit, []
 
-    with pytest.raises(SystemExit):
-        main(["nope"])
+    def spy(model, method, **opts):
+        seen.append(sys.stdout.getvalue())
+        assert opts["progressbar"] is False
+        return real_fit(model, method=method, **opts)
+
+    monkeypatch.setattr(pmc, "fit", spy)
+    assert main(["demo", "--kind", "loop", "--n-train", "3", "--n-test", "5", "--methods", "map",
+                 "--no-progressbar"]) == 0
+    first = seen[0].splitlines()
+    assert first[0].startswith("pymc-crf demo: loop data, methods map")
+    assert first[-1].startswith("fitting map(")
+    assert "fitted" in capsys.readouterr().out
+
+
+def test_cli_does_not_import_pymc_before_it_prints():
+    code = "import sys, pymc_crf.cli; print(sorted({'pymc', 'arviz', 'numba'} & set(sys.modules)))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["demo", "--n-train", "0"], "--n-train: must be >= 1, got 0"),
+    (["demo", "--draws", "-5"], "--draws: must be >= 1, got -5"),
+    (["demo", "--tune", "-1"], "--tune: must be >= 0, got -1"),
+    (["demo", "--chains", "two"], "--chains: expected an integer, got 'two'"),
+    (["demo", "--kind", "grid"], "--kind: invalid choice: 'grid'"),
+    (["demo", "--methods", "map,,nuts"], "--methods: empty method name"),
+    (["--n-test", "0"], "--n-test: must be >= 1, got 0"),   # bare flags go to the demo
+    (["nope"], "invalid choice: 'nope'"),
+])
+def test_bad_values_give_one_argparse_error(capsys, argv, message):
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    assert exc.value.code == 2
+    errors = [line for line in capsys.readouterr().err.splitlines() if "error:" in line]
+    assert len(errors) == 1 and message in errors[0], errors
+
+
+def test_unknown_method_lists_the_valid_ones(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["demo", "--methods", "map,bogus"])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err.splitlines()
+    line = [x for x in err if "error:" in x]
+    assert len(line) == 1 and "unknown 'bogus'" in line[0]
+    for method in ("map", "nuts", "ep", "bethe_laplace"):
+        assert method in line[0]
+    assert "bp_hcrf_vi" not in line[0]  # a hidden-CRF fitter cannot fit the demo's CRF
+
+
+def test_bench_list_names_every_script(capsys):
+    assert main(["bench", "--list"]) == 0
+    out = capsys.readouterr().out
+    names = [line.split()[0] for line in out.splitlines()]
+    assert names == sorted(cli.bench_scripts()) and "bench_chain" in names
+
+
+def _fake_checkout(tmp_path):
+    (tmp_path / "pyproject.toml").write_text("")
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "bench_echo.py").write_text(
+        '"""Echo the arguments."""\nimport os, sys\nprint("echo", os.getcwd(), *sys.argv[1:])\n')
+    return tmp_path
+
+
+def test_bench_runs_a_script_by_name_from_the_root(monkeypatch, tmp_path, capfd):
+    root = _fake_checkout(tmp_path)
+    monkeypatch.setattr(cli, "repository_root", lambda: root)
+    assert main(["bench", "echo", "--repeats", "3"]) == 0
+    assert f"echo {root} --repeats 3" in capfd.readouterr().out
+
+
+def test_bench_errors(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(cli, "repository_root", lambda: _fake_checkout(tmp_path))
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "nosuch"])
+    assert exc.value.code == 2 and "no benchmark 'nosuch'; choose from bench_echo" in \
+        capsys.readouterr().err
+    monkeypatch.setattr(cli, "repository_root", lambda: tmp_path / "installed")
+    with pytest.raises(SystemExit) as exc:
+        main(["bench", "--list"])
+    assert exc.value.code == 2 and "source checkout" in capsys.readouterr().err
+
+
+def test_plugin_subcommand_registers_when_its_package_exists(monkeypatch, capsys):
+    plugin = types.ModuleType("pymc_crf.fakeplugin")
+    plugin.add_arguments = lambda parser: parser.add_argument("--table", required=True)
+    plugin.run = lambda args: print("table", args.table) or 0
+    monkeypatch.setitem(sys.modules, "pymc_crf.fakeplugin", plugin)
+    monkeypatch.setattr(cli, "PLUGINS", {"fakeplugin": "a plugin"})
+    monkeypatch.setattr(cli, "_plugin_installed", lambda name: True)
+    assert main(["fakeplugin", "--table", "5.1"]) == 0
+    assert "table 5.1" in capsys.readouterr().out
+    monkeypatch.setattr(cli, "_plugin_installed", lambda name: False)
+    with pytest.raises(SystemExit) as exc:
+        main(["fakeplugin", "--table", "5.1"])
+    assert exc.value.code == 2

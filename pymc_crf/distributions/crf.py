@@ -19,6 +19,7 @@ import numpy as np
 import pytensor.sparse as ps
 import pytensor.tensor as pt
 import scipy.sparse
+from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
@@ -26,7 +27,7 @@ from pytensor.sparse.variable import SparseConstant
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.inference.select import get_engine
@@ -338,6 +339,7 @@ class CRF(Distribution):
     rv_type = CRFRV
 
     def __new__(cls, name, *args, observed=None, graphs=None, **kwargs):
+        graphs = None if graphs is None else as_graph_batch(graphs)
         if observed is not None and graphs is not None:
             observed = _validated_observed(graphs, observed, kwargs)
         return super().__new__(cls, name, *args, observed=observed, graphs=graphs, **kwargs)
@@ -347,8 +349,7 @@ class CRF(Distribution):
              edge_features=None, edge_weights=None, potential: str = "loglinear",
              epsilon: float = 0.0, inference: str | Engine = "auto", max_treewidth: int = 10,
              n_labels: int | None = None, **kwargs):
-        if not isinstance(graphs, GraphBatch):
-            raise TypeError(f"graphs must be a GraphBatch; got {type(graphs).__name__}")
+        graphs = as_graph_batch(graphs)
         expected = (graphs.n_graphs, int(graphs.n_nodes.max()))
         shape = kwargs.pop("shape", None)
         if kwargs.pop("size", None) is not None or (
@@ -442,17 +443,21 @@ def _shared_table(batch: GraphBatch, edge_logpot) -> bool:
 
 
 def _logp_observed(op: CRFRV, value, node_logpot, edge_logpot):
-    """Every label observed: score - log Z, and -inf for labels outside 0..K-1."""
+    """Every label observed: score - log Z; labels outside 0..K-1 raise."""
     batch = op.batch
-    G = batch.n_graphs
     K = node_logpot.shape[-1]
     t = _flat_labels(batch, value)
     valid = pt.and_(pt.ge(t, 0), pt.lt(t, K))
     t = pt.clip(t, 0, K - 1)
     score = _observed_score(batch, t, node_logpot, edge_logpot)
     log_z = LogPartition(batch, op.engine)(node_logpot, edge_logpot)
-    all_valid = pt.eq(pt.zeros(G)[batch.node_graph].inc(1 - valid), 0)
-    return pt.switch(all_valid, score - log_z, -np.inf)
+    # Observed labels may come from pm.Data and change after the model is built, so a label
+    # outside 0..K-1 is a data error, raised by name (PyMC's ParameterValueError) wherever the
+    # logp runs (PyMC's or nutpie's NUTS, find_MAP), rather than a -inf that samplers report as
+    # failed initialisation; the clip above keeps the indexing in range until the check fires.
+    return check_parameters(score - log_z, valid,
+                            msg=f"CRF labels must lie in 0..{op.n_labels - 1} at every node",
+                            can_be_replaced_by_ninf=False)
 
 
 def _logp_missing(op: CRFRV, obs: ObservedLabels, value, node_logpot, edge_logpot):
@@ -481,9 +486,8 @@ def _logp_missing(op: CRFRV, obs: ObservedLabels, value, node_logpot, edge_logpo
 
 def _logp_summed_out(op: CRFRV, value, node_logpot, edge_logpot):
     """Labels known only at run time: log Z(clamped to the observed labels) - log Z per graph,
-    which is score - log Z for a fully observed graph; -inf for labels outside -1..K-1."""
+    which is score - log Z for a fully observed graph; labels outside -1..K-1 raise."""
     batch = op.batch
-    G = batch.n_graphs
     K = node_logpot.shape[-1]
     t = _flat_labels(batch, value)
     valid = pt.and_(pt.ge(t, -1), pt.lt(t, K))
@@ -492,8 +496,10 @@ def _logp_summed_out(op: CRFRV, value, node_logpot, edge_logpot):
     log_partition = LogPartition(batch, op.engine)
     log_zc = log_partition(clamped, edge_logpot)
     log_z = log_partition(node_logpot, edge_logpot)
-    all_valid = pt.eq(pt.zeros(G)[batch.node_graph].inc(1 - valid), 0)
-    return pt.switch(all_valid, log_zc - log_z, -np.inf)
+    # a data error raised by name wherever the logp runs, as in _logp_observed
+    return check_parameters(log_zc - log_z, pt.all(valid),
+                            msg=f"CRF labels must lie in 0..{op.n_labels - 1} (or -1 for a "
+                            "missing label) at every node", can_be_replaced_by_ninf=False)
 
 
 @_support_point.register(CRFRV)

@@ -50,7 +50,7 @@ from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
@@ -290,6 +290,8 @@ class HCRF(Distribution):
     rv_type = HCRFRV
 
     def __new__(cls, name: str, *args, observed=None, **kwargs):
+        if kwargs.get("graphs") is not None:
+            kwargs["graphs"] = as_graph_batch(kwargs["graphs"])
         if observed is not None and not hasattr(observed, "type"):
             _, batch, C, _ = cls._prepare(*args, **kwargs)
             observed = check_class_labels(observed, batch.n_graphs, C)
@@ -317,8 +319,7 @@ class HCRF(Distribution):
     @staticmethod
     def _prepare(graphs, node_features, theta_x, theta_y, theta_e, n_states=None,
                  n_classes=None, inference=None, **_ignored):
-        if not isinstance(graphs, GraphBatch):
-            raise ValueError(f"HCRF: graphs must be a GraphBatch, got {type(graphs).__name__}")
+        graphs = as_graph_batch(graphs)
         X = graphs.check_features(node_features, "node")
         sx, sy, se = _static_shape(theta_x), _static_shape(theta_y), _static_shape(theta_e)
         for nm, sh, nd in (("theta_x", sx, 2), ("theta_y", sy, 2), ("theta_e", se, 3)):

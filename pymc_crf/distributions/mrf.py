@@ -27,7 +27,7 @@ from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
@@ -406,6 +406,7 @@ class MRF(Distribution):
     rv_type = MRFRV
 
     def __new__(cls, name, *args, observed=None, graphs=None, **kwargs):
+        graphs = None if graphs is None else as_graph_batch(graphs)
         if observed is not None and isinstance(graphs, GraphBatch) and graphs.n_graphs == 1:
             if not hasattr(observed, "type"):  # constant data: validate before PyMC sees it
                 param = mrf_parameterization(
@@ -429,8 +430,7 @@ class MRF(Distribution):
              parameterization: str = "table", inference: str | Engine = "auto",
              max_treewidth: int = 10, n_labels: int | None = None,
              n_samples: int | None = None, **kwargs):
-        if not isinstance(graphs, GraphBatch):
-            raise TypeError(f"graphs must be a GraphBatch; got {type(graphs).__name__}")
+        graphs = as_graph_batch(graphs)
         if graphs.n_graphs != 1:
             raise ValueError(f"an MRF models labellings of ONE graph; got a batch of "
                              f"{graphs.n_graphs} graphs (use one MRF per graph)")

@@ -41,7 +41,8 @@ class LBFGSResult:
 
 def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
           maxiter: int = 2000, ftol: float = 1e-12, gtol: float = 1e-6, memory: int = 10,
-          max_backtracks: int = 40) -> LBFGSResult:
+          max_backtracks: int = 40,
+          callback: Callable[[float], None] | None = None) -> LBFGSResult:
     """Minimise ``fun`` (returning value and gradient) from ``x0`` by L-BFGS.
 
     Parameters
@@ -54,6 +55,8 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
         Number of stored ``(s, y)`` pairs.
     max_backtracks : int
         Halvings of the step before the line search gives up.
+    callback : callable, optional
+        Called with the objective value after every iteration (progress bars).
     """
     x = np.array(x0, dtype=np.float64)
     f, g = fun(x)
@@ -92,6 +95,8 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
         x, f, g = x_new, f_new, g_new
         nit += 1
         trace.append(float(f))
+        if callback is not None:
+            callback(float(f))
         if decrease <= ftol:
             message, success = "CONVERGENCE: RELATIVE REDUCTION OF F <= FACTR*EPSMCH", True
             break

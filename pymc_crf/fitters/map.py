@@ -12,9 +12,15 @@ from scipy.optimize import minimize
 
 from pymc_crf.fitters.lbfgs import lbfgs
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
-from pymc_crf.fitters.spec import CRFSpec, extract_crf, require_gaussian_prior
+from pymc_crf.fitters.spec import (
+    CRFSpec,
+    check_observed_labels,
+    extract_crf,
+    require_gaussian_prior,
+)
 
 __all__ = ["fit_map"]
 
@@ -23,7 +29,8 @@ __all__ = ["fit_map"]
 def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: float = 1e-12,
             start: dict | None = None, jacobian: bool = False, log_likelihood: bool = True,
             jitter: float = 0.0, random_seed: int | None = None,
-            engine_objective: bool | None = None, optimizer: str = "auto"):
+            engine_objective: bool | None = None, optimizer: str = "auto",
+            progressbar: bool = True):
     """MAP estimate of every free variable of ``model`` by L-BFGS-B.
 
     The objective is the model's log posterior in the unconstrained space (without the Jacobian of
@@ -73,13 +80,15 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         raise ValueError(f"jitter must be >= 0, got {jitter}")
     if optimizer not in ("auto", "scipy", "lbfgs"):
         raise ValueError(f"optimizer must be 'auto', 'scipy' or 'lbfgs'; got {optimizer!r}")
+    check_observed_labels(model)
     settings = {"maxiter": maxiter, "gtol": gtol, "ftol": ftol, "jacobian": jacobian,
                 "jitter": jitter, "random_seed": random_seed, "optimizer": optimizer}
     spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model)
     if engine_objective and spec is None:
         raise ValueError(f"engine_objective=True is not possible for this model: {why}")
     if spec is not None:
-        return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood)
+        return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood,
+                               progressbar=progressbar)
     point = model.initial_point() if start is None else {**model.initial_point(), **start}
     value_vars = model.value_vars
     x0 = DictToArrayBijection.map({v.name: point[v.name] for v in value_vars})
@@ -97,7 +106,7 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
             return np.inf, np.zeros_like(x)
         return -float(lp), -np.asarray(g, dtype=np.float64)
 
-    res, trace = _lbfgs(objective, x0.data, settings)
+    res, trace = _lbfgs(objective, x0.data, settings, progressbar)
     mx = {**point, **DictToArrayBijection.rmap(x0._replace(data=res.x))}
     out_vars = get_default_varnames(model.unobserved_value_vars, include_transformed=False)
     values = model.compile_fn(out_vars)(mx)
@@ -111,17 +120,25 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
 _LARGE = 100_000
 
 
-def _lbfgs(objective, x0: np.ndarray, settings: dict):
-    """L-BFGS with the fitter's options; returns the result and the objective trace."""
-    if settings["optimizer"] == "lbfgs" or (settings["optimizer"] == "auto" and x0.size >= _LARGE):
-        res = lbfgs(objective, x0, maxiter=settings["maxiter"], gtol=settings["gtol"],
-                    ftol=settings["ftol"])
-        return res, res.trace
+def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
+    """L-BFGS with the fitter's options (:func:`pymc_crf.fitters.lbfgs.lbfgs` for large problems
+    or when asked, else scipy's L-BFGS-B); returns the result and the objective trace."""
+    own = settings["optimizer"] == "lbfgs" or (settings["optimizer"] == "auto"
+                                              and x0.size >= _LARGE)
     trace: list[float] = []
-    res = minimize(objective, x0, jac=True, method="L-BFGS-B",
-                   callback=lambda intermediate_result: trace.append(float(intermediate_result.fun)),
-                   options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
-                            "ftol": settings["ftol"]})
+    with fit_progress("MAP (L-BFGS iterations)", settings["maxiter"], progressbar) as bar:
+        if own:
+            res = lbfgs(objective, x0, maxiter=settings["maxiter"], gtol=settings["gtol"],
+                        ftol=settings["ftol"], callback=lambda f: bar.advance())
+            return res, res.trace
+
+        def callback(intermediate_result):
+            trace.append(float(intermediate_result.fun))
+            bar.advance()
+
+        res = minimize(objective, x0, jac=True, method="L-BFGS-B", callback=callback,
+                       options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
+                                "ftol": settings["ftol"]})
     return res, trace
 
 
@@ -152,7 +169,7 @@ def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
 
 
 def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | None,
-                    log_likelihood: bool):
+                    log_likelihood: bool, progressbar: bool):
     """fit_map on the engine objective: log-likelihood (CRFLogLikelihood) + Normal log prior.
 
     The starting point is the prior mean, which is PyMC's initial point for a Normal. (``jitter``
@@ -181,7 +198,7 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
             return np.inf, np.zeros_like(x)
         return -(ll + lp), -(g + gp)
 
-    res, trace = _lbfgs(objective, x0, settings)
+    res, trace = _lbfgs(objective, x0, settings, progressbar)
     draws = {k: v[None, None] for k, v in spec.unflatten(res.x).items()}
     if spec.model.deterministics:  # small graphs of the weights: compiled, without the CRF
         out_vars = get_default_varnames(spec.model.unobserved_value_vars, include_transformed=False)

@@ -8,16 +8,21 @@ import pymc as pm
 
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.fitters.spec import check_observed_labels
 
 __all__ = ["fit_nuts"]
 
 
 @register("nuts")
 def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-             random_seed=None, progressbar: bool = False, **sample_kwargs):
+             random_seed=None, progressbar: bool = True, **sample_kwargs):
     """NUTS via ``pm.sample`` (nutpie when installed, as PyMC's default), plus the per-graph
-    log-likelihood, and attrs ``method``/``wall_time`` like every other fitter."""
+    log-likelihood, and attrs ``method``/``wall_time`` like every other fitter.
+
+    ``progressbar`` is ``pm.sample``'s (its own bar, or nutpie's; ``False`` silences it); the other
+    keyword arguments go to ``pm.sample`` too."""
     t0 = time.perf_counter()
+    check_observed_labels(model)
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
                           progressbar=progressbar, **sample_kwargs)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pymc as pm
 from xarray import DataTree
 
-__all__ = ["available", "fit", "load_builtin", "register"]
+__all__ = ["available", "fit", "fitter", "load_builtin", "register"]
 
 _FITTERS: dict[str, Callable[..., DataTree]] = {}
 
@@ -37,6 +37,14 @@ def available() -> list[str]:
     """Names of the registered fitters."""
     load_builtin()
     return sorted(_FITTERS)
+
+
+def fitter(name: str) -> Callable[..., DataTree]:
+    """The function registered as ``method=name`` (e.g. to read its options' names)."""
+    load_builtin()
+    if name not in _FITTERS:
+        raise ValueError(f"unknown method {name!r}; available: {sorted(_FITTERS)}")
+    return _FITTERS[name]
 
 
 def load_builtin() -> None:

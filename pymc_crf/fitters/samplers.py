@@ -32,6 +32,7 @@ from xarray import DataTree
 
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.fitters.spec import check_observed_labels
 from pymc_crf.step_methods import BetheMH, Exchange, LangevinCD
 from pymc_crf.step_methods.laplace_proposal import LaplaceInit, laplace_init
 
@@ -64,6 +65,7 @@ def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, 
                  cores: int, random_seed, progressbar: bool, initvals, S, start,
                  step_kwargs: dict) -> DataTree:
     t0 = time.perf_counter()
+    check_observed_labels(model)
     init = _laplace(model, S, start)
     proposal = "user"
     if isinstance(S, str):
@@ -97,7 +99,7 @@ def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, 
 
 @register("bethe_mh")
 def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
+                 cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
                  S="auto", start="auto", **step_kwargs) -> DataTree:
     """MC-BP: Metropolis-Hastings with Bethe log Z (:class:`~pymc_crf.step_methods.BetheMH`;
     ``S`` and ``start`` as the module says; ``step_kwargs`` go to the step: ``scaling``,
@@ -108,7 +110,7 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains
 
 @register("langevin_cd")
 def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                    cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
+                    cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
                     S="auto", start="auto", **step_kwargs) -> DataTree:
     """LV-CD: brief Langevin with contrastive-divergence gradients
     (:class:`~pymc_crf.step_methods.LangevinCD`; ``step_kwargs``: ``cd_steps``, ``step_size``)."""
@@ -118,7 +120,7 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, cha
 
 @register("exchange")
 def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed=None, progressbar: bool = False, initvals=None,
+                 cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
                  S="auto", start="auto", **step_kwargs) -> DataTree:
     """The exchange algorithm (:class:`~pymc_crf.step_methods.Exchange`; ``step_kwargs``:
     ``sampler``, ``aux_sweeps``, ``scaling``); ``attrs["exact_auxiliary"]`` says whether the

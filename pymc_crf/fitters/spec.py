@@ -12,13 +12,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 from pytensor.graph.traversal import ancestors
+from pytensor.scalar import Cast
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["CRFSpec", "WeightSpec", "extract_crf", "require_all_labels",
+__all__ = ["CRFSpec", "WeightSpec", "check_observed_labels", "extract_crf", "observed_labels",
+           "require_all_labels",
            "require_gaussian_prior", "single_observed"]
 
 
@@ -151,15 +154,53 @@ def single_observed(model: pm.Model, op_type: type, label: str):
     return found[0]
 
 
+def observed_labels(model: pm.Model, rv, info: CRFInfo | None = None) -> np.ndarray:
+    """The observed labels (N,) of the CRF variable ``rv``, read from the model's data now and
+    validated as the static path validates them (shape, the range 0..K-1); missing labels
+    (-1 or NaN) are returned as -1.
+
+    Labels given through ``pm.Data`` can change after the model is built, so every fitter reads
+    them here, at fit time, and a bad label is a one-line ``ValueError`` naming its graph and node.
+    """
+    if info is None:
+        info = rv.owner.op.info(rv.owner.op.dist_params(rv.owner))
+    obs = model.rvs_to_values[rv]
+    while obs.owner is not None and _is_cast(obs.owner.op):  # PyMC casts float data to int64
+        obs = obs.owner.inputs[0]
+    if hasattr(obs, "get_value"):  # pm.Data: a masked array where pm.set_data was given NaN
+        padded = np.ma.filled(np.ma.asarray(obs.get_value()).astype(np.float64), np.nan)
+    else:
+        padded = np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
+    flat = unpad_labels(info.batch, padded)
+    # -1 and NaN mark missing labels (summed out of the likelihood); the rest must be in range
+    missing = (np.isnan(flat) | (flat == -1)) if flat.dtype.kind == "f" else flat == -1
+    try:
+        labels = info.batch.check_labels(np.where(missing, 0, flat), info.n_labels)
+    except ValueError as err:
+        raise ValueError(f"observed labels of {rv.name!r}: {err}") from None
+    return np.where(missing, -1, labels)
+
+
+def _is_cast(op) -> bool:
+    return isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast)
+
+
+def check_observed_labels(model: pm.Model) -> None:
+    """Validate the observed labels of every ``pmc.CRF`` in ``model`` (:func:`observed_labels`):
+    for fitters that hand the model to a sampler, which would report a bad label as a failed
+    initialisation."""
+    for rv in model.observed_RVs:
+        if isinstance(rv.owner.op, CRFRV):
+            observed_labels(model, rv)
+
+
 def extract_crf(model: pm.Model | None = None) -> CRFSpec:
     """The single CRF likelihood of ``model`` and its weights (raises if there is none or several)."""
     model = pm.modelcontext(model)
     rv = single_observed(model, CRFRV, "pmc.CRF")
     op: CRFRV = rv.owner.op
     info: CRFInfo = op.info(op.dist_params(rv.owner))
-    obs = model.rvs_to_values[rv]
-    padded = np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
-    labels = unpad_labels(info.batch, padded)
+    labels = observed_labels(model, rv, info)
     nw = _weight_spec(model, info.node_weights)
     ew = _weight_spec(model, info.edge_weights)
     weights = {info.node_weights, info.edge_weights}

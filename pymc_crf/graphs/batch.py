@@ -25,7 +25,7 @@ from pymc_crf.graphs.junction_tree import (
     junction_tree_from_edges,
 )
 
-__all__ = ["GraphBatch", "GraphStructureError"]
+__all__ = ["GraphBatch", "GraphStructureError", "as_graph_batch"]
 
 T = TypeVar("T")
 
@@ -412,3 +412,26 @@ class GraphBatch:
             raise ValueError(f"{where} features contain NaN or inf "
                              f"(first at row {int(np.flatnonzero(~np.isfinite(arr).all(1))[0])})")
         return arr
+
+
+def as_graph_batch(graphs: Any) -> GraphBatch:
+    """``graphs`` as a :class:`GraphBatch`: a batch itself, or one networkx graph, or a list of them
+    (:meth:`GraphBatch.from_networkx`, nodes numbered in ``G.nodes`` order).
+
+    Raises
+    ------
+    TypeError
+        For anything else, naming what was given.
+    """
+    if isinstance(graphs, GraphBatch):
+        return graphs
+    if isinstance(graphs, nx.Graph):
+        return GraphBatch.from_networkx(graphs)
+    if isinstance(graphs, list | tuple) and graphs:
+        bad = next((i for i, g in enumerate(graphs) if not isinstance(g, nx.Graph)), None)
+        if bad is None:
+            return GraphBatch.from_networkx(list(graphs))
+        raise TypeError(f"graphs[{bad}] is a {type(graphs[bad]).__name__}; a list of graphs must "
+                        "hold networkx graphs only (or build a GraphBatch)")
+    raise TypeError(f"graphs must be a GraphBatch, a networkx graph or a non-empty list of "
+                    f"networkx graphs; got {type(graphs).__name__}")

@@ -97,7 +97,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                    alpha: float = 1.0, gamma: float = 2.0, alpha_pi: float = 1.0,
                    theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 30,
                    draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True,
-                   n_draws: int | None = None):
+                   n_draws: int | None = None, progressbar: bool = True):
     """BP-HCRF (Luo, Sun & Zhao) by variational EM with random restarts; the best final bound is kept.
 
     Parameters
@@ -124,6 +124,9 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         name).
     random_seed
         Seed of the restarts' initialisations and of the draws.
+    progressbar : bool
+        Show a progress bar of the VI iterations of each restart (PyMC's; ``False`` silences
+        it).
 
     Returns
     -------
@@ -163,7 +166,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                           taylor_terms=taylor_terms, max_iter=max_iter, tol=tol,
                           theta_maxiter=theta_maxiter)
     rng = np.random.default_rng(random_seed)
-    state, finals, _ = fit_restarts(data, engine, settings, int(n_restarts), rng)
+    state, finals, _ = fit_restarts(data, engine, settings, int(n_restarts), rng, progressbar)
     weight_draws, factors = _draws(state, int(draws), rng)
     names = [w.name for w in weights]
     posterior = dict(zip(names, (weight_draws["theta_x"], weight_draws["theta_y"],

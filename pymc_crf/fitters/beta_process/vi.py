@@ -54,6 +54,7 @@ from pymc_crf.fitters.beta_process.stick_breaking import (
     update_v_t,
     z_natural_terms,
 )
+from pymc_crf.fitters.progress import track
 
 __all__ = ["VIState", "VISettings", "run_vi", "fit_restarts", "bound", "effective_weights",
            "local_z_objective", "z_step"]
@@ -249,12 +250,14 @@ def init_state(data: HCRFData, s: VISettings, rng: np.random.Generator) -> VISta
     return VIState(log_theta, mu1, mu2, rho, bp)
 
 
-def run_vi(data: HCRFData, engine, s: VISettings, state: VIState) -> VIState:
-    """Coordinate ascent until the relative bound change is below ``tol`` (or ``max_iter``)."""
+def run_vi(data: HCRFData, engine, s: VISettings, state: VIState,
+           progressbar: bool = False) -> VIState:
+    """Coordinate ascent until the relative bound change is below ``tol`` (or ``max_iter``), with
+    a progress bar of the iterations when ``progressbar``."""
     log_pd = log_prior_rounds(s.truncation, s.rounds, s.gamma)
     current = bound(data, engine, state, s, log_pd)
     state.trace.append(("init", current))
-    for _ in range(s.max_iter):
+    for _ in track(range(s.max_iter), "VI iterations", progressbar=progressbar):
         start = current
         for name, step in STEPS:
             current = step(data, engine, state, s, log_pd, current)
@@ -265,13 +268,14 @@ def run_vi(data: HCRFData, engine, s: VISettings, state: VIState) -> VIState:
 
 
 def fit_restarts(data: HCRFData, engine, s: VISettings, n_restarts: int,
-                 rng: np.random.Generator) -> tuple[VIState, list[float], float]:
+                 rng: np.random.Generator,
+                 progressbar: bool = False) -> tuple[VIState, list[float], float]:
     """Run from ``n_restarts`` random initialisations; keep the best final bound (Luo, Sun & Zhao, sec.
-    VI)."""
+    VI). ``progressbar`` shows one bar of the iterations per restart."""
     t0 = time.perf_counter()
     best, finals = None, []
     for _ in range(n_restarts):
-        st = run_vi(data, engine, s, init_state(data, s, rng))
+        st = run_vi(data, engine, s, init_state(data, s, rng), progressbar)
         finals.append(st.trace[-1][1])
         if best is None or finals[-1] > best.trace[-1][1]:
             best = st

@@ -31,7 +31,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                       bp: BeliefPropagation | None = None, maxiter: int = 2000,
                       gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
                       log_likelihood: bool = True, n_draws: int | None = None,
-                      n_chains: int | None = None, seed=None) -> xr.DataTree:
+                      n_chains: int | None = None, seed=None,
+                      progressbar: bool = True) -> xr.DataTree:
     """Bethe-Laplace posterior of the weights of a CRF or MRF with a Gaussian prior.
 
     The posterior is ``N(lambda_MP, Sigma)`` with ``Sigma^{-1} = sum_n C_n + Lambda^{-1}``
@@ -63,6 +64,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         Add the per-graph log-likelihood of the draws.
     n_draws, n_chains, seed
         Deprecated names of ``draws``, ``chains``, ``random_seed`` (FutureWarning).
+    progressbar : bool
+        Show a progress bar of the MAP search (PyMC's; ``False`` silences it).
 
     Notes
     -----
@@ -86,7 +89,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     if int(n_draws) < 1 or int(n_chains) < 1:
         raise ValueError("draws and chains must be >= 1")
     problem = weight_problem(model, "bethe_laplace")
-    fit = laplace_fit(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol)
+    fit = laplace_fit(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
+                      progressbar=progressbar)
     log_ev = laplace_log_evidence(fit)
     rng = np.random.default_rng(seed)
     flat = draws_from_gaussian(fit.mean, fit.covariance, int(n_draws), int(n_chains), rng)

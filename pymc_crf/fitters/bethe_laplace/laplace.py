@@ -21,6 +21,7 @@ from scipy.optimize import minimize
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
 from pymc_crf.fitters.bethe_laplace.pmm import pmm_start
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, bp_engine, exact_engine
+from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
 
 __all__ = ["LaplaceFit", "laplace_fit", "maximise", "MAP_MODES", "COVARIANCE_MODES"]
@@ -56,8 +57,10 @@ class LaplaceFit:
 
 
 def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1e-8,
-             use_prior: bool = True) -> tuple[np.ndarray, dict]:
-    """L-BFGS ascent of ``log p(D | w) (+ log p(w))``; returns the point and optimiser record."""
+             use_prior: bool = True, progressbar: bool = False,
+             description: str = "MAP (L-BFGS iterations)") -> tuple[np.ndarray, dict]:
+    """L-BFGS ascent of ``log p(D | w) (+ log p(w))``; returns the point and optimiser record
+    (with a progress bar of the iterations when ``progressbar``)."""
     trace: list[float] = []
 
     def objective(x):
@@ -69,9 +72,15 @@ def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1
             return np.inf, np.zeros_like(x)
         return -ll, -g
 
-    res = minimize(objective, np.asarray(x0, dtype=np.float64), jac=True, method="L-BFGS-B",
-                   callback=lambda intermediate_result: trace.append(float(intermediate_result.fun)),
-                   options={"maxiter": int(maxiter), "gtol": float(gtol), "ftol": 1e-15})
+    with fit_progress(description, int(maxiter), progressbar) as bar:
+
+        def callback(intermediate_result):
+            trace.append(float(intermediate_result.fun))
+            bar.advance()
+
+        res = minimize(objective, np.asarray(x0, dtype=np.float64), jac=True, method="L-BFGS-B",
+                       callback=callback,
+                       options={"maxiter": int(maxiter), "gtol": float(gtol), "ftol": 1e-15})
     info = {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
             "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
             "objective": np.float64(res.fun), "grad_norm": np.float64(np.linalg.norm(res.jac)),
@@ -88,7 +97,8 @@ def _samples(problem: WeightProblem) -> np.ndarray | None:
 
 def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str = "bp",
                 bp: BeliefPropagation | None = None, maxiter: int = 2000, gtol: float = 1e-8,
-                start: np.ndarray | None = None, warn: bool = True) -> LaplaceFit:
+                start: np.ndarray | None = None, warn: bool = True,
+                progressbar: bool = False) -> LaplaceFit:
     """MAP weights and Laplace curvature of ``problem``.
 
     Parameters
@@ -108,6 +118,8 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
         Starting weights (overrides the default start).
     warn : bool
         Warn (``ConvergenceWarning``) when BP has not converged at the MAP.
+    progressbar : bool
+        Show a progress bar of the L-BFGS iterations.
     """
     if map not in MAP_MODES:
         raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
@@ -128,7 +140,8 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
         if samples is not None and start is None:
             w_pmm = pmm_start(lik_map, samples)
             x0 = w_pmm.copy()
-    w, info = maximise(lik_map, prior, x0, maxiter=maxiter, gtol=gtol)
+    w, info = maximise(lik_map, prior, x0, maxiter=maxiter, gtol=gtol, progressbar=progressbar,
+                       description=f"Laplace: MAP by {'BP' if map == 'bp' else 'exact'} gradients")
     cov_engine = bp_eng if covariance == "bp" else exact_engine(problem)
     lik_cov = problem.make_likelihood(cov_engine)
     node, edge = lik_cov.log_potentials(w)

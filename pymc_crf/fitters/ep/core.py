@@ -34,6 +34,7 @@ from numba import njit
 from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
 from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import EPTerms
+from pymc_crf.fitters.progress import track
 from pymc_crf.potentials import get_potential
 
 __all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform"]
@@ -227,7 +228,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
            potential: str = "probit", epsilon: float = 0.0, transform: float = 1.0,
            step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
            max_iter: int = 200, min_iter: int = 2, denominators: bool = True,
-           backoff: bool = True, min_step: float = 0.05) -> EPRun:
+           backoff: bool = True, min_step: float = 0.05, progressbar: bool = False) -> EPRun:
     """Run flattened (transformed) power EP to convergence.
 
     Parameters
@@ -261,6 +262,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         fixed (the thesis's schedule).
     min_step : float
         Floor of the backed-off lambda (and of xi, relative to lambda).
+    progressbar : bool
+        Show a progress bar of the sweeps (up to ``max_iter``).
     """
     for name, v in (("step_size", step_size), ("damping", damping)):
         if v is not None and not (0.0 < float(v) <= 1.0):
@@ -288,7 +291,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
     last_backoff = -3  # a halving needs 5 sweeps of the new step before the next one
     not_pd = 0
     converged = False
-    for it in range(max_iter):
+    for it in track(range(max_iter), "EP sweeps", progressbar=progressbar):
         m0, V0 = st.m.copy(), st.V.copy()
         skips = np.zeros(5, np.int64)
         t0 = time.perf_counter()

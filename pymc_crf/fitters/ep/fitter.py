@@ -78,7 +78,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
            max_iter: int = 200, backoff: bool = True, min_step: float = 0.05,
            draws: int = 1000, chains: int = 1, random_seed=None,
            log_likelihood: bool = True, n_draws: int | None = None, n_chains: int | None = None,
-           seed=None):
+           seed=None, progressbar: bool = True):
     """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
 
     Parameters
@@ -107,6 +107,8 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``seed`` are their deprecated names).
     log_likelihood : bool
         Compute the per-graph log-likelihood of the draws.
+    progressbar : bool
+        Show a progress bar of the EP sweeps (PyMC's; ``False`` silences it).
 
     Returns
     -------
@@ -136,7 +138,8 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     prior_var = np.concatenate([w.prior_sd.ravel() ** 2 for w in spec.weights])
     run = run_ep(terms, prior_mean, prior_var, potential=spec.potential, epsilon=spec.epsilon,
                  transform=m_k, step_size=step_size, damping=damping, tol=tol,
-                 max_iter=int(max_iter), backoff=bool(backoff), min_step=float(min_step))
+                 max_iter=int(max_iter), backoff=bool(backoff), min_step=float(min_step),
+                 progressbar=progressbar)
     if not run.converged:
         warnings.warn(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
                       f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "

@@ -20,6 +20,7 @@ from scipy.linalg import cho_factor, cho_solve
 from scipy.special import logsumexp
 
 from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
+from pymc_crf.fitters.progress import track
 
 __all__ = ["AISRun", "BatchedLikelihood", "ais_log_evidence", "default_schedule"]
 
@@ -45,7 +46,8 @@ def default_schedule(n_temps: int, power: float = 4.0) -> np.ndarray:
 
 def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temps: int = 1000,
                      n_leapfrog: int = 5, step_size: float = 0.5, schedule: np.ndarray | None = None,
-                     rng: np.random.Generator | int | None = None) -> AISRun:
+                     rng: np.random.Generator | int | None = None,
+                     progressbar: bool = False) -> AISRun:
     """AIS estimate of ``log int p(D | w) p(w) dw``.
 
     Parameters
@@ -64,6 +66,8 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
     schedule : array, optional
         Increasing temperatures from 0 to 1 (default :func:`default_schedule`).
     rng : Generator or seed
+    progressbar : bool
+        Show a progress bar of the temperatures.
     """
     rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
     betas = default_schedule(n_temps) if schedule is None else np.asarray(schedule, float)
@@ -80,7 +84,7 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
     ll, gl = blik(W)
     lw = np.zeros(R)
     n_eval, n_acc = 1, 0
-    for t in range(1, betas.size):
+    for t in track(range(1, betas.size), "AIS temperatures", progressbar=progressbar):
         b_prev, b = betas[t - 1], betas[t]
         lw += (b - b_prev) * ll
         M = prec0 + b * fisher

@@ -53,7 +53,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
                             map: str | None = None, bp=None, maxiter: int = 5000,
                             gtol: float = 1e-8, engine: str = "exact", n_runs: int = 10,
                             n_temps: int = 1000, n_leapfrog: int = 5, step_size: float = 0.5,
-                            random_seed=None, seed=None) -> LogEvidence:
+                            random_seed=None, seed=None, progressbar: bool = True) -> LogEvidence:
     """Log marginal likelihood ``log int p(D | w) p(w) dw`` of a CRF or MRF model.
 
     Parameters
@@ -76,6 +76,9 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         log Z of the AIS likelihood.
     n_runs, n_temps, n_leapfrog, step_size, random_seed
         AIS settings (independent runs, temperatures, HMC leapfrog steps and step size).
+    progressbar : bool
+        Show progress bars of the MAP search and of AIS's temperatures (PyMC's; ``False``
+        silences them).
 
     Returns
     -------
@@ -89,23 +92,26 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
     problem = weight_problem(model, f"log_marginal_likelihood/{method}")
     if method == "bethe_laplace":
         fit = laplace_fit(problem, map=map or "bp", covariance="bp", bp=bp, maxiter=maxiter,
-                          gtol=gtol)
+                          gtol=gtol, progressbar=progressbar)
         return LogEvidence(laplace_log_evidence(fit), method, 0.0, time.perf_counter() - t0,
                            {"map": fit.map_mode, "bp_converged": fit.bp_converged})
     if method == "laplace_exact":
-        fit = laplace_fit(problem, map="exact", covariance="exact", maxiter=maxiter, gtol=gtol)
+        fit = laplace_fit(problem, map="exact", covariance="exact", maxiter=maxiter, gtol=gtol,
+                          progressbar=progressbar)
         return LogEvidence(laplace_log_evidence(fit), method, 0.0, time.perf_counter() - t0)
     if method == "map":
         mode = map or "exact"
         lik = problem.make_likelihood(exact_engine(problem) if mode == "exact"
                                       else bp_engine(bp))
-        w, _ = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol)
+        w, _ = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol,
+                        progressbar=progressbar)
         value = float(np.sum(lik.pointwise(w)) + problem.prior(w)[0])
         return LogEvidence(value, method, 0.0, time.perf_counter() - t0, {"map": mode})
     if method == "bic":
         lik = problem.make_likelihood(exact_engine(problem))
         w, info = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol,
-                           use_prior=False)
+                           use_prior=False, progressbar=progressbar,
+                           description="BIC: maximum likelihood (L-BFGS iterations)")
         value = float(np.sum(lik.pointwise(w))) - 0.5 * problem.size * np.log(problem.n_data)
         return LogEvidence(value, method, 0.0, time.perf_counter() - t0,
                            {"ml_converged": bool(info["success"])})
@@ -115,10 +121,11 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
     eng = exact_engine(problem) if engine == "exact" else bp_engine(bp)
     fit = laplace_fit(problem, map="exact" if engine == "exact" else "bp",
                       covariance="exact" if engine == "exact" else "bp", bp=bp, maxiter=maxiter,
-                      gtol=gtol)
+                      gtol=gtol, progressbar=progressbar)
     run = ais_log_evidence(problem.make_likelihood(eng), problem.prior, fit.extra["fisher"],
                            n_runs=n_runs, n_temps=n_temps, n_leapfrog=n_leapfrog,
-                           step_size=step_size, rng=renamed(random_seed, seed, "seed", "random_seed"))
+                           step_size=step_size, rng=renamed(random_seed, seed, "seed", "random_seed"),
+                           progressbar=progressbar)
     return LogEvidence(run.value, method, run.std_error, time.perf_counter() - t0,
                        {"log_weights": run.log_weights, "acceptance_rate": run.acceptance_rate,
                         "n_evaluations": run.n_evaluations, "engine": engine})

@@ -1,0 +1,87 @@
+"""Progress bars for the iterative fitters, drawn by PyMC's own progress backend.
+
+``pm.sample`` and ``pm.sample_posterior_predictive`` draw their bars with
+:func:`pymc.progress_bar.create_simple_progress` (rich in a terminal and in Jupyter, marimo's widget in
+marimo, nothing for ``progressbar=False``); the fitters here use the same backend, so a CRF fit looks
+and is silenced like a PyMC one. Every fitter takes ``progressbar: bool = True``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+
+from pymc.progress_bar import create_simple_progress
+
+__all__ = ["FitProgress", "fit_progress", "track"]
+
+
+class FitProgress:
+    """One progress task: ``advance()`` after every iteration; ``completed`` counts them.
+
+    ``total`` is the iteration limit; a loop that stops early (converged) still ends at 100 %, as
+    the bar is closed by :func:`fit_progress`.
+    """
+
+    def __init__(self, backend, task: int, total: int):
+        self._backend = backend
+        self._task = task
+        self.total = int(total)
+        self.completed = 0
+
+    def advance(self, n: int = 1) -> None:
+        """Record ``n`` more finished iterations."""
+        self.completed += n
+        self._backend.advance(self._task, n)
+
+
+@contextmanager
+def fit_progress(description: str, total: int, progressbar: bool = True) -> Iterator[FitProgress]:
+    """A progress bar for ``total`` iterations of a fit, shown while the ``with`` block runs.
+
+    Parameters
+    ----------
+    description : str
+        The bar's label, e.g. ``"EP sweeps"``.
+    total : int
+        The number of iterations (the iteration limit for loops that may stop early).
+    progressbar : bool
+        False draws nothing (the bar still counts ``completed``).
+
+    Yields
+    ------
+    FitProgress
+        Call ``advance()`` once per iteration.
+    """
+    backend = create_simple_progress(progressbar=bool(progressbar))
+    with backend:
+        task = backend.add_task(description, completed=0, total=int(total))
+        bar = FitProgress(backend, task, total)
+        try:
+            yield bar
+        finally:
+            backend.update(task, refresh=True, completed=int(total))
+
+
+def track[T](iterable: Iterable[T], description: str, total: int | None = None,
+          progressbar: bool = True) -> Iterator[T]:
+    """Iterate over ``iterable`` with a progress bar advancing once per item (as ``rich.track``).
+
+    Breaking out of the loop early (a converged fit) closes the bar at 100 %.
+
+    Parameters
+    ----------
+    iterable : iterable
+        The iterations, e.g. ``range(max_iter)``.
+    description : str
+        The bar's label.
+    total : int, optional
+        Number of items (default ``len(iterable)``).
+    progressbar : bool
+        False draws nothing.
+    """
+    n = len(iterable) if total is None else int(total)  # type: ignore[arg-type]
+    with fit_progress(description, n, progressbar) as bar:
+        for item in iterable:
+            yield item
+            bar.advance()

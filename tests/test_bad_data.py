@@ -1,0 +1,106 @@
+"""Bad data met at fit time gives one clear line: labels through pm.Data out of range or NaN, and
+graphs given as networkx graphs (converted to a GraphBatch)."""
+
+import networkx as nx
+import numpy as np
+import pymc as pm
+import pytest
+from pymc.logprob.utils import ParameterValueError
+
+import pymc_crf as pmc
+from pymc_crf.graphs import as_graph_batch
+
+BATCH = pmc.GraphBatch.chains([3, 2])
+LABELS = np.array([[0, 1, 1], [1, 0, -1]])  # padded (graph, position)
+
+
+def _data_model(labels=LABELS):
+    with pm.Model() as model:
+        y = pm.Data("y", labels)
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=y)
+    return model
+
+
+def _one_line_error(excinfo, *parts):
+    msg = str(excinfo.value)
+    assert "\n" not in msg, msg
+    for part in parts:
+        assert part in msg, msg
+
+
+@pytest.mark.parametrize("method", ["map", "nuts", "ep", "bethe_mh"])
+def test_out_of_range_data_labels_fail_at_fit_time(method):
+    model = _data_model()
+    bad = LABELS.copy()
+    bad[1, 1] = 5
+    pm.set_data({"y": bad}, model=model)
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(model, method=method, progressbar=False)
+    _one_line_error(exc, "observed labels of 't'", "label 5 at node 1 of graph 1",
+                    "outside 0..1")
+
+
+def test_nan_data_labels_fail_at_fit_time():
+    model = _data_model(LABELS.astype(float))
+    bad = LABELS.astype(float)
+    bad[0, 2] = np.nan
+    pm.set_data({"y": bad}, model=model)
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(model, method="map", progressbar=False)
+    _one_line_error(exc, "observed labels of 't'", "NaN")
+
+
+def test_logp_graph_checks_the_label_range():
+    """The check is in the logp graph itself, so PyMC's own samplers and optimisers raise it."""
+    with pm.Model():
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        crf = pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=LABELS)
+    good = pm.logp(crf, LABELS).eval({w: np.zeros((2, 2))}, mode="FAST_COMPILE")
+    np.testing.assert_allclose(good, -np.array([3, 2]) * np.log(2))  # uniform CRF at w = 0
+    bad = LABELS.copy()
+    bad[0, 0] = 2
+    with pytest.raises(ParameterValueError, match=r"CRF labels must lie in 0\.\.1"):
+        pm.logp(crf, bad).eval({w: np.zeros((2, 2))}, mode="FAST_COMPILE")
+
+
+def test_networkx_graphs_are_a_batch():
+    graphs = [nx.path_graph(3), nx.cycle_graph(4)]
+    batch = as_graph_batch(graphs)
+    assert batch.n_graphs == 2 and list(batch.n_nodes) == [3, 4] and batch.n_edges == 6
+    assert as_graph_batch(nx.path_graph(3)).n_graphs == 1 and as_graph_batch(batch) is batch
+    y = np.array([0, 1, 1, 0, 1, 1, 0])
+    lls = []
+    for g in (graphs, pmc.GraphBatch.from_networkx(graphs)):
+        with pm.Model() as model:
+            w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+            pmc.CRF("t", graphs=g, edge_weights=w, observed=y)
+        res = pmc.fit(model, method="map", progressbar=False)
+        lls.append(res["log_likelihood"]["t"].values)
+    np.testing.assert_allclose(lls[0], lls[1])
+
+
+@pytest.mark.parametrize(("graphs", "message"), [
+    ([nx.path_graph(3), [(0, 1)]], "graphs[1] is a list"),
+    ([], "non-empty list of networkx graphs; got list"),
+    ("chain", "got str"),
+])
+def test_bad_graphs_name_the_problem(graphs, message):
+    with pm.Model(), pytest.raises(TypeError) as exc:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=graphs, edge_weights=w, observed=np.zeros(3, int))
+    _one_line_error(exc, message)
+
+
+def test_networkx_graph_for_mrf_and_hcrf():
+    mrf = pmc.MRF.dist(graphs=nx.cycle_graph(4), edge_weights=0.5, parameterization="ising",
+                       n_samples=2)
+    assert mrf.owner.op.batch.n_edges == 4 and mrf.owner.op.batch.kinds[0] == "loopy"
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    with pm.Model():
+        tx = pm.Normal("theta_x", 0, 1, shape=(2, 2))
+        ty = pm.Normal("theta_y", 0, 1, shape=(2, 3))
+        te = pm.Normal("theta_e", 0, 1, shape=(2, 2, 3))
+        h = pmc.HCRF("h", graphs=[nx.path_graph(3), nx.path_graph(2)], node_features=X,
+                     theta_x=tx, theta_y=ty, theta_e=te, observed=np.array([0, 2]))
+    assert h.owner.op.batch.n_graphs == 2
