@@ -8,6 +8,7 @@ import pytest
 from pymc.logprob.utils import ParameterValueError
 
 import pymc_crf as pmc
+from pymc_crf.fitters.spec import extract_crf
 from pymc_crf.graphs import as_graph_batch
 
 BATCH = pmc.GraphBatch.chains([3, 2])
@@ -41,14 +42,22 @@ def test_out_of_range_data_labels_fail_at_fit_time(method):
                     "outside 0..1")
 
 
-def test_nan_data_labels_fail_at_fit_time():
+def test_nan_data_labels_are_missing_at_fit_time():
+    """NaN through pm.Data marks a missing label (summed out), as NaN in ``observed=`` does:
+    the MAP equals the one with that label given as -1."""
     model = _data_model(LABELS.astype(float))
-    bad = LABELS.astype(float)
-    bad[0, 2] = np.nan
-    pm.set_data({"y": bad}, model=model)
-    with pytest.raises(ValueError) as exc:
-        pmc.fit(model, method="map", progressbar=False)
-    _one_line_error(exc, "observed labels of 't'", "NaN")
+    gap = LABELS.astype(float)
+    gap[0, 2] = np.nan
+    pm.set_data({"y": gap}, model=model)
+    assert extract_crf(model).labels.tolist() == [0, 1, -1, 1, 0]
+    minus_one = LABELS.copy()
+    minus_one[0, 2] = -1
+    with pm.Model() as reference:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=minus_one)
+    got = pmc.fit(model, method="map", progressbar=False).posterior["w"].values
+    want = pmc.fit(reference, method="map", progressbar=False).posterior["w"].values
+    np.testing.assert_allclose(got, want, atol=1e-6)
 
 
 def test_logp_graph_checks_the_label_range():
