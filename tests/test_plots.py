@@ -130,7 +130,7 @@ def test_compare_from_pmc_compare(fits):
 
 def test_convergence_traces_match_diagnostics(fits):
     ep = fits["ep"]
-    change, skipped = plots.plot_convergence(ep)
+    change, skipped, step = plots.plot_convergence(ep)
     assert change.get_yscale() == "log"
     lines = {ln.get_label(): ln for ln in change.lines}
     for v in ("change_mean", "change_cov"):
@@ -139,6 +139,7 @@ def test_convergence_traces_match_diagnostics(fits):
                                       np.arange(1, ep["diagnostics"].sizes["iteration"] + 1))
     assert lines["tol"].get_ydata()[0] == json.loads(ep.attrs["settings"])["tol"]
     np.testing.assert_array_equal(skipped.lines[0].get_ydata(), ep["diagnostics"]["skipped"].values)
+    np.testing.assert_array_equal(step.lines[0].get_ydata(), ep["diagnostics"]["step_size"].values)
     (obj,) = plots.plot_convergence(fits["map"])
     np.testing.assert_array_equal(obj.lines[0].get_ydata(),
                                   fits["map"]["optimizer_result"]["objective_trace"].values)
