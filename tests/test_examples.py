@@ -19,7 +19,14 @@ def test_there_are_examples():
                                       "semi_supervised.py", "hcrf_japanese_vowels.py"}
 
 
-@pytest.mark.parametrize("script", EXAMPLES, ids=[p.stem for p in EXAMPLES])
+# Smoke runs of a minute or more run in CI after the default suite (`pytest -m heavy_smoke`), which
+# keeps the default run within its time budget.
+HEAVY = {"loopy_graphs", "model_comparison", "semi_supervised", "hcrf_japanese_vowels"}
+
+
+@pytest.mark.parametrize("script", [pytest.param(p, marks=pytest.mark.heavy_smoke)
+                                    if p.stem in HEAVY else p for p in EXAMPLES],
+                         ids=[p.stem for p in EXAMPLES])
 def test_example_runs_in_smoke_mode(script, tmp_path):
     env = dict(os.environ, PYMC_CRF_SMOKE="1", MPLBACKEND="Agg", PYMC_CRF_FIGURES=str(tmp_path),
                PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))

@@ -53,10 +53,19 @@ PAPER_CELLS = {"thesis-table-5.1": "10.59", "thesis-table-5.2": "24.94",
 # fitters compiled for the 9-class vowels model: minutes each, so these run with the slow tests.
 SLOW = {"welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5", "welling-parise-fig6",
         "japanese-vowels"}
+# about a minute each: run in CI after the default suite (pytest -m heavy_smoke)
+HEAVY = {"luo-table-v", "thesis-table-5.2"}
 
 
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.slow) if n in SLOW else n
-                                  for n in NAMES])
+def _marked(name: str):
+    if name in SLOW:
+        return pytest.param(name, marks=pytest.mark.slow)
+    if name in HEAVY:
+        return pytest.param(name, marks=pytest.mark.heavy_smoke)
+    return name
+
+
+@pytest.mark.parametrize("name", [_marked(n) for n in NAMES])
 def test_quick_run_writes_table_and_figure(name, tmp_path):
     exp = reproduce.get(name)
     run = reproduce.run_experiment(name, quick=True, serial=True, out=tmp_path, warm_up=False)
