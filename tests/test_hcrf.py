@@ -156,6 +156,7 @@ def test_hmm_classes_dataset():
         hmm_classes(features="cubic")
 
 
+@pytest.mark.heavy_smoke  # compiles both NUTS backends: CI runs it after the default suite
 def test_nuts_small_hcrf_few_divergences():
     train, _ = hmm_classes(n_train_per_class=2, n_test_per_class=1, T=6, seed=2)
     with pm.Model():

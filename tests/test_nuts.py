@@ -39,6 +39,7 @@ def _inside_hdi(idata, truth):
     return inside / total
 
 
+@pytest.mark.heavy_smoke  # compiles both NUTS backends: CI runs it after the default suite
 def test_nuts_smoke_both_samplers():
     model, _ = _chain_model(20, 5, 2, 2, seed=0)
     for sampler in ("pymc", "nutpie"):
