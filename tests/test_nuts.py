@@ -50,6 +50,7 @@ def test_nuts_smoke_both_samplers():
         assert idata["posterior"]["W"].shape == (2, 150, 2, 2)
 
 
+@pytest.mark.heavy_smoke  # numba/nutpie compilation on a cold cache: CI runs it after the default suite
 def test_fit_nuts_result_and_log_likelihood():
     """``pmc.fit(method="nuts")``: PyMC's NUTS draws with the per-graph log-likelihood of every
     draw (checked against the engine objective at each draw), the CRF layout and the attrs."""
