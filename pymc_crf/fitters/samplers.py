@@ -25,6 +25,7 @@ from __future__ import annotations
 import json
 import time
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -33,8 +34,9 @@ from xarray import DataTree
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
 from pymc_crf.fitters.spec import check_observed_labels
-from pymc_crf.step_methods import BetheMH, Exchange, LangevinCD
-from pymc_crf.step_methods.laplace_proposal import LaplaceInit, laplace_init
+
+if TYPE_CHECKING:
+    from pymc_crf.step_methods.laplace_proposal import LaplaceInit
 
 __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 
@@ -51,6 +53,8 @@ def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
             raise ValueError(f"S and start take 'auto', 'laplace' or an explicit value; got {o!r}")
     if not wanted:
         return None
+    from pymc_crf.step_methods import laplace_init
+
     try:
         return laplace_init(model)
     except ValueError as err:
@@ -61,9 +65,14 @@ def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
         return None
 
 
-def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, chains: int,
+def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune: int, chains: int,
                  cores: int, random_seed, progressbar: bool, initvals, S, start,
                  step_kwargs: dict) -> DataTree:
+    # the step methods import the fitters' model readers, so they are imported here, not at the
+    # top: importing either package first must work
+    import pymc_crf.step_methods as step_methods
+
+    step_cls = getattr(step_methods, step_name)
     t0 = time.perf_counter()
     check_observed_labels(model)
     init = _laplace(model, S, start)
@@ -92,7 +101,7 @@ def _sample_with(step_cls, method: str, model: pm.Model, draws: int, tune: int, 
     idata.attrs.update({"method": method, "wall_time": time.perf_counter() - t0,
                         "settings": json.dumps(settings), "proposal": proposal,
                         "start": starting})
-    if isinstance(step, Exchange):
+    if isinstance(step, step_methods.Exchange):
         idata.attrs["exact_auxiliary"] = int(step.exact_auxiliary)
     return idata
 
@@ -104,7 +113,7 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains
     """MC-BP: Metropolis-Hastings with Bethe log Z (:class:`~pymc_crf.step_methods.BetheMH`;
     ``S`` and ``start`` as the module says; ``step_kwargs`` go to the step: ``scaling``,
     ``damping``, ``tol``, ...)."""
-    return _sample_with(BetheMH, "bethe_mh", model, draws, tune, chains, cores, random_seed,
+    return _sample_with("BetheMH", "bethe_mh", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
 
 
@@ -114,7 +123,7 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, cha
                     S="auto", start="auto", **step_kwargs) -> DataTree:
     """LV-CD: brief Langevin with contrastive-divergence gradients
     (:class:`~pymc_crf.step_methods.LangevinCD`; ``step_kwargs``: ``cd_steps``, ``step_size``)."""
-    return _sample_with(LangevinCD, "langevin_cd", model, draws, tune, chains, cores, random_seed,
+    return _sample_with("LangevinCD", "langevin_cd", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
 
 
@@ -125,5 +134,5 @@ def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains
     """The exchange algorithm (:class:`~pymc_crf.step_methods.Exchange`; ``step_kwargs``:
     ``sampler``, ``aux_sweeps``, ``scaling``); ``attrs["exact_auxiliary"]`` says whether the
     auxiliary draws were exact."""
-    return _sample_with(Exchange, "exchange", model, draws, tune, chains, cores, random_seed,
+    return _sample_with("Exchange", "exchange", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
