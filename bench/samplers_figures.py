@@ -28,8 +28,10 @@ of docs/samplers.md, reduced from the paper's; ``PYTHONPATH=.`` imports this che
 fig2: 5 x 5 +-1 Boltzmann-machine grids, weights and biases N(0, 0.25) (``welling_parise_grid``),
 CVM against the number of data cases N, averaged over models. fig4 / fig5: one grid with couplings
 ``U([-d - eps, -d] u [d, d + eps])``, ``eps = 0.1 / 4``, ``d`` in quarters as the paper, biases 0
-(fig4) or 1 (fig5). fig6: chain CRFs (node features, a shared transition table), where BP is
-exact, so MC-BP is an exact sampler and BL-BP equals BL-MP (left out, as in the paper).
+(fig4) or 1 (fig5). fig6: chain CRFs shaped like the paper's newsgroup-FAQ CRF (``faq_chain_model``:
+files of 100 lines, binary line features in the node and transition potentials, 48 weights),
+where BP is exact, so MC-BP is an exact sampler and BL-BP equals BL-MP (left out, as in the
+paper).
 """
 
 from __future__ import annotations
@@ -77,17 +79,29 @@ def ising_samples(graph: GraphBatch, b: np.ndarray, w: np.ndarray, n: int,
     return get_engine("junction_tree", graph).sample(graph, node, edge, n, rng)
 
 
-def chain_crf_model(n_chains: int, length: int, rng: np.random.Generator) -> pm.Model:
-    """Binary log-linear chain CRF: 3 node features, W (3, 2) and a shared transition table
-    T (2, 2) (true values N(0, 1)), labels drawn exactly by forward filtering backward sampling."""
-    batch = GraphBatch.chains([length] * n_chains)
-    X = rng.normal(size=(batch.n_total_nodes, 3))
-    W0, T0 = rng.normal(size=(3, 2)), rng.normal(size=(2, 2))
-    y = get_engine("chain", batch).sample(batch, X @ W0, T0[None], 1, rng)[0]
+def faq_chain_model(n_files: int, length: int, n_features: int,
+                    rng: np.random.Generator) -> pm.Model:
+    """A binary chain CRF shaped like the newsgroup-FAQ CRF of Welling & Parise 2006, sec. 7
+    (whose data is not public): ``n_files`` chains of ``length`` lines, per line a bias and
+    ``n_features - 1`` binary features (rates U(0.1, 0.5)) that enter the node potential
+    (node weights (F, 2)) and the potential of the edge to the next line (edge weights
+    (F, 2, 2)); 6 F weights (48 for F = 8, the paper's count). True weights N(0, 1), labels
+    drawn exactly (forward filtering, backward sampling); N(0, 1) priors."""
+    batch = GraphBatch.chains([length] * n_files)
+    rates = rng.uniform(0.1, 0.5, size=n_features - 1)
+    g = np.concatenate([np.ones((batch.n_total_nodes, 1)),
+                        (rng.random((batch.n_total_nodes, n_features - 1)) < rates)
+                        .astype(np.float64)], axis=1)
+    # feature of line i on the edge (i, i + 1), as f(t_i, t_{i+1}, x_i) in the paper
+    G = g[batch.edges[:, 0]]
+    W0, T0 = rng.normal(size=(n_features, 2)), rng.normal(size=(n_features, 2, 2))
+    edge = np.einsum("ef,fkl->ekl", G, T0)
+    y = get_engine("chain", batch).sample(batch, g @ W0, edge, 1, rng)[0]
     with pm.Model() as m:
-        W = pm.Normal("W", 0.0, 1.0, shape=(3, 2))
-        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
-        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+        W = pm.Normal("W", 0.0, 1.0, shape=(n_features, 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(n_features, 2, 2))
+        pmc.CRF("y", graphs=batch, node_features=g, node_weights=W, edge_features=G,
+                edge_weights=T, observed=y)
     return m
 
 
@@ -135,7 +149,23 @@ def score(results: dict) -> pd.DataFrame:
     return table
 
 
+def _done(args, labels: dict) -> list[dict] | None:
+    """The rows of a setting already in ``args.done`` (``--resume``), else None."""
+    if args.done is None:
+        return None
+    sel = np.ones(len(args.done), dtype=bool)
+    for k, v in labels.items():
+        sel &= np.isclose(args.done[k].to_numpy(dtype=float), float(v))
+    return args.done[sel].to_dict("records") if sel.any() else None
+
+
 def _grid_rows(model, methods, args, **labels) -> list[dict]:
+    """Fit and score one setting; the rows so far are written to the CSV after each setting,
+    so an interrupted run keeps its finished settings (``--resume`` skips them)."""
+    done = _done(args, labels)
+    if done is not None:
+        args.rows_so_far += done
+        return done
     t0 = time.perf_counter()
     table = score(run_methods(model, methods, args.draws, args.tune, args.chains, args.seed,
                               args.nuts_draws, args.nuts_tune))
@@ -143,6 +173,8 @@ def _grid_rows(model, methods, args, **labels) -> list[dict]:
     for method, r in table.iterrows():
         rows.append({**labels, "method": method, **{k: float(v) for k, v in r.items()}})
     print(f"{labels} done in {time.perf_counter() - t0:.0f} s", flush=True)
+    args.rows_so_far += rows
+    pd.DataFrame(args.rows_so_far).to_csv(args.out, index=False)
     return rows
 
 
@@ -184,7 +216,7 @@ def fig45(args, bias: float) -> pd.DataFrame:
 def fig6(args) -> pd.DataFrame:
     rows = []
     for n in args.n:
-        m = chain_crf_model(n, args.length, np.random.default_rng(args.seed))
+        m = faq_chain_model(n, args.length, args.features, np.random.default_rng(args.seed))
         rows += _grid_rows(m, args.methods, args, N=n)
     return pd.DataFrame(rows)
 
@@ -227,7 +259,9 @@ def main(argv=None) -> None:
     p.add_argument("--d", type=float, nargs="+", default=[0.1, 0.5, 1.0, 1.5, 2.0],
                    help="fig4/5: interaction strengths, in quarters as the paper")
     p.add_argument("--rows", type=int, default=5, help="grid side")
-    p.add_argument("--length", type=int, default=20, help="fig6: chain length")
+    p.add_argument("--length", type=int, default=100, help="fig6: lines per file (chain length)")
+    p.add_argument("--features", type=int, default=8,
+                   help="fig6: features per line incl. the bias (6 x features weights)")
     p.add_argument("--draws", type=int, default=5000)
     p.add_argument("--tune", type=int, default=2000)
     p.add_argument("--nuts-draws", type=int, default=2000)
@@ -240,13 +274,18 @@ def main(argv=None) -> None:
     p.add_argument("--out", default=None,
                    help="CSV file for the per-run rows (default docs/samplers_<figure>.csv)")
     p.add_argument("--png", default=None, help="figure file (default docs/samplers_<figure>.png)")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the settings already in the CSV (--out) and fit only the others")
     p.add_argument("--from-csv", default=None,
                    help="redraw the figure and table from a CSV of an earlier run (no fitting)")
     args = p.parse_args(argv)
     if args.n is None:
-        args.n = [5, 10, 20] if args.figure == "fig6" else [10, 100, 1000]
+        args.n = [10, 20, 30, 40, 48] if args.figure == "fig6" else [10, 100, 1000]
     if args.methods is None:
         args.methods = PAPER_CHAIN_METHODS if args.figure == "fig6" else PAPER_GRID_METHODS
+    args.out = args.out or f"docs/samplers_{args.figure}.csv"
+    args.rows_so_far = []
+    args.done = pd.read_csv(args.out) if args.resume else None
     t0 = time.perf_counter()
     by = ["d", "N"] if args.figure in ("fig4", "fig5") else ["N"]
     if args.from_csv:
@@ -258,9 +297,10 @@ def main(argv=None) -> None:
             df = fig45(args, 0.0 if args.figure == "fig4" else 1.0)
         else:
             df = fig6(args)
-        df.to_csv(args.out or f"docs/samplers_{args.figure}.csv", index=False)
+        df.to_csv(args.out, index=False)
     pd.set_option("display.width", 200)
-    print(json.dumps({k: v for k, v in vars(args).items()}))
+    print(json.dumps({k: v for k, v in vars(args).items()
+                      if k not in ("rows_so_far", "done")}))
     print(summary(df, by).to_string(float_format=lambda x: f"{x:.4g}"))
     x = "d" if args.figure in ("fig4", "fig5") else "N"
     title = (f"{args.figure} (Welling & Parise 2006), reduced:\n"

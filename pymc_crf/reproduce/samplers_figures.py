@@ -1,6 +1,6 @@
 """Welling & Parise 2006, figs. 2, 4, 5 and 6, by the functions of ``bench/samplers_figures.py``.
 
-That script defines the models (``ising_grid_model``, ``ising_samples``, ``chain_crf_model``), the
+That script defines the models (``ising_grid_model``, ``ising_samples``, ``faq_chain_model``), the
 method runs (``run_methods``: NUTS on the exact posterior as reference, BL-MP, BL-BP, LV-CD, MC-BP,
 exchange) and the scoring (``score``: ``pmc.compare`` CVM against NUTS, wall time); this module
 only lays them out as grids of independent trials. It needs the repository checkout (the
@@ -8,8 +8,8 @@ only lays them out as grids of independent trials. It needs the repository check
 
 Fig. 2: 5 x 5 grids, weights and biases N(0, 0.25) (``welling_parise_grid``, one model per seed),
 CVM against N. Figs. 4 / 5: one grid with couplings ``U([-d - eps, -d] u [d, d + eps])``,
-``eps = 0.1 / 4``, ``d`` in quarters, biases 0 / 1. Fig. 6: chain CRFs (BP is exact, so BL-BP is
-left out as in the paper).
+``eps = 0.1 / 4``, ``d`` in quarters, biases 0 / 1. Fig. 6: chain CRFs shaped like the paper's
+newsgroup-FAQ CRF (BP is exact, so BL-BP is left out as in the paper).
 """
 
 from __future__ import annotations
@@ -73,7 +73,8 @@ def _model(sf: ModuleType, s: dict[str, Any], seed: int):
         data = pmc.datasets.welling_parise_grid(s["rows"], s["rows"], n_samples=s["n"], seed=seed)
         return sf.ising_grid_model(data.samples, data.graphs), sf.PAPER_GRID_METHODS
     if s["figure"] == "fig6":
-        return sf.chain_crf_model(s["n"], s["length"], np.random.default_rng(seed)), \
+        return sf.faq_chain_model(s["n"], s["length"], s["features"],
+                                  np.random.default_rng(seed)), \
             sf.PAPER_CHAIN_METHODS
     rng = np.random.default_rng(seed)
     graph, b, w = sf.coupling_grid(s["rows"], s["d"], 0.0 if s["figure"] == "fig4" else 1.0, rng)
@@ -107,7 +108,8 @@ def _trials(figure: str):
             return [Trial({"figure": figure, "rows": p["rows"], "n": n, **run}, m)
                     for n in p["n"] for m in range(p["models"])]
         if figure == "fig6":
-            return [Trial({"figure": figure, "length": p["length"], "n": n, **run}, p["seed"])
+            return [Trial({"figure": figure, "length": p["length"], "features": p["features"],
+                           "n": n, **run}, p["seed"])
                     for n in p["n"]]
         return [Trial({"figure": figure, "rows": p["rows"], "n": p["n"], "d": d, **run},
                       p["seed"]) for d in p["d"]]
@@ -152,8 +154,9 @@ _SIZES = {
     "fig4": {"full": {"rows": 5, "n": 100, "d": [0.1, 0.5, 1.0, 1.5, 2.0], "seed": 0,
                       **_RUN_FULL},
              "quick": {"rows": 3, "n": 20, "d": [0.5], "seed": 0, **_RUN_QUICK}},
-    "fig6": {"full": {"length": 20, "n": [5, 10, 20], "seed": 0, **_RUN_FULL},
-             "quick": {"length": 5, "n": [3], "seed": 0, **_RUN_QUICK}},
+    "fig6": {"full": {"length": 100, "features": 8, "n": [10, 20, 30, 40, 48], "seed": 0,
+                      **_RUN_FULL},
+             "quick": {"length": 5, "features": 2, "n": [3], "seed": 0, **_RUN_QUICK}},
 }
 _SIZES["fig5"] = _SIZES["fig4"]
 _WHAT = {"fig2": "CVM vs N on 5x5 Boltzmann-machine grids",
