@@ -110,3 +110,20 @@ def test_decoding_scores_exactly_and_sampling_is_gibbs_on_the_model(name):
         np.testing.assert_allclose(got.score[2:], exact.score[2:], atol=1e-12)
     s = eng.sample(b, node, edge, 20, rng=3)
     np.testing.assert_array_equal(s, Gibbs().sample(b, node, edge, 20, rng=3))
+
+
+def test_labelling_score_of_several_labellings_is_the_score_of_each(rng):
+    batch = GraphBatch.from_edges([np.array([[0, 1], [1, 2], [2, 0]]), np.array([[0, 1]])], [3, 2])
+    node = rng.normal(size=(batch.n_total_nodes, 3))
+    for edge in (rng.normal(size=(1, 3, 3)), rng.normal(size=(batch.n_edges, 3, 3))):
+        rows = rng.integers(0, 3, size=(4, batch.n_total_nodes))
+        many = labelling_score(batch, node, edge, rows)
+        assert many.shape == (4, 2)
+        for r, s in zip(rows, many, strict=True):
+            tab = np.zeros(batch.n_edges, int) if edge.shape[0] == 1 else np.arange(batch.n_edges)
+            direct = [sum(node[n, r[n]] for n in range(batch.n_total_nodes)
+                          if batch.node_graph[n] == g)
+                      + sum(edge[tab[e], r[u], r[v]] for e, (u, v) in enumerate(batch.edges)
+                            if batch.edge_graph[e] == g) for g in range(2)]
+            np.testing.assert_allclose(s, direct, atol=1e-12)
+            np.testing.assert_allclose(labelling_score(batch, node, edge, r), direct, atol=1e-12)

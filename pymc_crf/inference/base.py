@@ -168,14 +168,22 @@ def warn_unconverged(report: dict, method: str, settings: str, hint: str,
 
 def labelling_score(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
                     labels: np.ndarray) -> np.ndarray:
-    """Unnormalised log score of a labelling (N,), per graph (G,)."""
-    s = np.bincount(batch.node_graph, weights=node[np.arange(node.shape[0]), labels],
-                    minlength=batch.n_graphs)
+    """Unnormalised log score per graph of a labelling (N,) -> (G,), or of several labellings
+    (S, N) -> (S, G) in one gather."""
+    labels = np.asarray(labels, dtype=np.int64)
+    rows = labels.reshape(-1, batch.n_total_nodes)
+    S, G = rows.shape[0], batch.n_graphs
+    # graph g of row s is bin s * G + g
+    offsets = (np.arange(S) * G)[:, None]
+    s = np.bincount((offsets + batch.node_graph[None, :]).ravel(),
+                    weights=node[np.arange(batch.n_total_nodes)[None, :], rows].ravel(),
+                    minlength=S * G)
     if batch.n_edges:
         tab = np.zeros(batch.n_edges, np.int64) if edge.shape[0] == 1 else np.arange(batch.n_edges)
-        ew = edge[tab, labels[batch.edges[:, 0]], labels[batch.edges[:, 1]]]
-        s = s + np.bincount(batch.edge_graph, weights=ew, minlength=batch.n_graphs)
-    return s
+        ew = edge[tab[None, :], rows[:, batch.edges[:, 0]], rows[:, batch.edges[:, 1]]]
+        s = s + np.bincount((offsets + batch.edge_graph[None, :]).ravel(), weights=ew.ravel(),
+                            minlength=S * G)
+    return s.reshape(S, G) if labels.ndim == 2 else s
 
 
 def decode(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,

@@ -178,7 +178,7 @@ class Gibbs(Engine):
         """Heuristic: the highest-scoring labelling visited by the chain, per graph."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         samples = self.run(batch, node, edge, self.n_samples, rng).samples
-        scores = np.stack([labelling_score(batch, node, edge, s) for s in samples])  # (n, G)
+        scores = labelling_score(batch, node, edge, np.asarray(samples))  # (n, G)
         best = np.argmax(scores, axis=0)
         labels = samples[best[batch.node_graph], np.arange(batch.n_total_nodes)]
         return MapResult(labels, scores[best, np.arange(batch.n_graphs)])

@@ -99,7 +99,7 @@ class RandomFieldTerm:
         over graphs / rows (the log-likelihood without the log Z terms)."""
         node, edge = tables
         rows = np.atleast_2d(np.asarray(labels, dtype=np.int64))
-        return float(sum(labelling_score(self.batch, node, edge, r).sum() for r in rows))
+        return float(labelling_score(self.batch, node, edge, rows).sum())
 
     def exact_draw(self, engine: Engine, tables, rng: np.random.Generator) -> np.ndarray:
         """Labels in the data's layout drawn from the model at ``tables`` by ``engine``'s sampler
