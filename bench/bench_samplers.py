@@ -25,15 +25,19 @@ from __future__ import annotations
 import argparse
 import time
 
+import numpy as np
 import pandas as pd
-from samplers_figures import GRID_METHODS, ising_grid_model, run_methods, score
+from samplers_figures import GRID_METHODS, faq_chain_model, ising_grid_model, run_methods, score
 
 import pymc_crf as pmc
 
 
 def main(argv=None) -> None:
     p = argparse.ArgumentParser(description="min-ESS/s and wall time of the samplers, 5x5 grid")
-    p.add_argument("--n", type=int, default=100, help="data cases")
+    p.add_argument("--model", choices=["grid", "chain"], default="grid",
+                   help="grid: the 5 x 5 Boltzmann machine; chain: the FAQ-shaped chain CRF of "
+                        "fig. 6 (--n files of 100 lines, 48 weights; BP is exact there)")
+    p.add_argument("--n", type=int, default=100, help="data cases (chain: files)")
     p.add_argument("--rows", type=int, default=5)
     p.add_argument("--draws", type=int, default=5000)
     p.add_argument("--tune", type=int, default=2000)
@@ -47,8 +51,12 @@ def main(argv=None) -> None:
                    help="methods beside NUTS (BL-MP, the time reference, is always run)")
     args = p.parse_args(argv)
     methods = ["bl_mp"] + [m for m in args.methods if m != "bl_mp"]
-    data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=args.n, seed=args.seed)
-    model = ising_grid_model(data.samples, data.graphs)
+    if args.model == "grid":
+        data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=args.n,
+                                                seed=args.seed)
+        model = ising_grid_model(data.samples, data.graphs)
+    else:
+        model = faq_chain_model(args.n, 100, 8, np.random.default_rng(args.seed))
     # warm-up: compile numba kernels and the model once, so timings exclude one-off compilation
     run_methods(model, methods, 20, 20, 1, args.seed, 20)
     t0 = time.perf_counter()

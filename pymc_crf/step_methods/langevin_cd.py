@@ -10,17 +10,21 @@ of the model (priors). The move
     w' = w + (h / 2) M g(w) + sqrt(h) M^(1/2) z,    z ~ N(0, I)
 
 is always accepted after tuning (no Metropolis test: the likelihood cannot be evaluated), so the
-chain is biased by design: by the step size and by the CD bias. ``M`` is a diagonal preconditioner
-and ``h`` the squared step size, both tuned during PyMC's tuning phase: ``M`` from the variance of the tuning
-draws, ``h`` so that an *estimated* MALA acceptance rate (the log-density difference integrated by
-the trapezoid rule along the move from the two CD gradients) reaches ``target_accept``. During
-tuning only, moves also pass a Metropolis test with that estimated ratio, so that a first step size
-far too large cannot throw the chain to weights where the Gibbs sampler's potentials overflow.
+chain is biased by design: by the step size and by the CD bias. ``M`` is a constant
+preconditioner (full when the starting ``S`` is a covariance, e.g. the Bethe-Laplace one,
+diagonal otherwise; any positive definite ``M`` leaves the Langevin diffusion's target
+unchanged, Roberts & Stramer 2002) and ``h`` the squared step size, both tuned during PyMC's
+tuning phase: ``M`` from the (co)variance of the tuning draws, ``h`` so that an *estimated*
+MALA acceptance rate (the log-density difference integrated by the trapezoid rule along the
+move from the two CD gradients) reaches ``target_accept``. During tuning only, moves also pass a
+Metropolis test with that estimated ratio, so that a first step size far too large cannot throw the
+chain to weights where the Gibbs sampler's potentials overflow.
 """
 
 from __future__ import annotations
 
 import numpy as np
+from scipy.linalg import solve_triangular
 
 from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.step_methods.adaptation import ProposalAdaptation
@@ -46,9 +50,10 @@ class LangevinCD(RandomFieldStep):
     adapt_window : int
         First preconditioner window of the tuning phase, in draws.
     S : array (d,) or (d, d), or "laplace", optional
-        Starting diagonal preconditioner: standard deviations (d,), a covariance (d, d) (its
-        diagonal is used) or ``"laplace"`` (the Bethe-Laplace posterior's, as
-        :class:`~pymc_crf.step_methods.BetheMH`); default unit.
+        Starting preconditioner: standard deviations (d,) (a diagonal preconditioner), a
+        covariance (d, d) or ``"laplace"`` (the Bethe-Laplace posterior's, as
+        :class:`~pymc_crf.step_methods.BetheMH`; a full preconditioner, re-estimated from the
+        tuning draws in windows and shrunk towards ``S``); default unit standard deviations.
 
     Notes
     -----
@@ -88,8 +93,13 @@ class LangevinCD(RandomFieldStep):
             step_size = optimal if S is not None else 0.05
         if not step_size > 0:
             raise ValueError(f"step_size must be positive; got {step_size}")
+        # a full starting covariance makes the preconditioner full (a posterior with correlated
+        # directions, e.g. the label-sum directions of log-linear weights, moves along them);
+        # standard deviations or none keep it diagonal
+        full = S is not None and np.ndim(S) == 2
         self.adaptation = ProposalAdaptation(self.d, step_size, target_accept, adapt_window,
-                                             diagonal=True, optimal_scale=optimal, base_cov=S)
+                                             diagonal=not full, optimal_scale=optimal,
+                                             base_cov=S)
         self.reset_chain()
 
     def reset_chain(self) -> None:
@@ -111,19 +121,21 @@ class LangevinCD(RandomFieldStep):
         r0, g_r0 = self.rest(q0)
         g0 = g_ll0 + g_r0
         eps = self.adaptation.scale(tune)
-        sd = self.adaptation.sd
+        L = self.adaptation.chol  # M = L L^T
         h = eps * eps
-        mean0 = q0 + 0.5 * h * sd**2 * g0
-        q1 = mean0 + eps * sd * self.rng.standard_normal(self.d)
+        z = self.rng.standard_normal(self.d)
+        mean0 = q0 + 0.5 * h * (L @ (L.T @ g0))
+        q1 = mean0 + eps * (L @ z)
         g_ll1 = self.cd_gradient(q1)
         r1, g_r1 = self.rest(q1)
         g1 = g_ll1 + g_r1
         # estimated MALA ratio: likelihood difference by the trapezoid rule on the CD gradients
         step = q1 - q0
         delta = r1 - r0 + 0.5 * float((g_ll0 + g_ll1) @ step)
-        mean1 = q1 + 0.5 * h * sd**2 * g1
-        log_q10 = -0.5 * float(np.sum(((q1 - mean0) / sd) ** 2)) / h
-        log_q01 = -0.5 * float(np.sum(((q0 - mean1) / sd) ** 2)) / h
+        mean1 = q1 + 0.5 * h * (L @ (L.T @ g1))
+        log_q10 = -0.5 * float(z @ z)
+        back = solve_triangular(L, q0 - mean1, lower=True)
+        log_q01 = -0.5 * float(back @ back) / h
         log_ratio = delta + log_q01 - log_q10
         accepted, accept_rate = self._metropolis(log_ratio, test=tune)
         if accepted:
