@@ -193,7 +193,7 @@ def fig2(args) -> pd.DataFrame:
         for n in args.n:
             data = pmc.datasets.welling_parise_grid(args.rows, args.rows, n_samples=n,
                                                     seed=model_seed)
-            m = ising_grid_model(data.samples, data.graphs)
+            m = ising_grid_model(data.samples, data.graphs, args.prior_sd)
             rows += _grid_rows(m, args.methods, args, model_seed=model_seed, N=n)
     return pd.DataFrame(rows)
 
@@ -217,7 +217,7 @@ def fig45(args, bias: float) -> pd.DataFrame:
         graph, b, w = coupling_grid(args.rows, d, bias, rng)
         for n in args.n:
             samples = ising_samples(graph, b, w, n, rng)
-            m = ising_grid_model(samples, graph)
+            m = ising_grid_model(samples, graph, args.prior_sd)
             rows += _grid_rows(m, args.methods, args, d=d, bias=bias, N=n)
     return pd.DataFrame(rows)
 
@@ -268,6 +268,9 @@ def main(argv=None) -> None:
     p.add_argument("--d", type=float, nargs="+", default=[0.1, 0.5, 1.0, 1.5, 2.0],
                    help="fig4/5: interaction strengths, in quarters as the paper")
     p.add_argument("--rows", type=int, default=5, help="grid side")
+    p.add_argument("--prior-sd", type=float, default=1.0,
+                   help="fig2/4/5: sd of the N(0, sd^2) prior on every weight (0.5 is fig. 2's "
+                        "generating distribution, N(0, 0.25))")
     p.add_argument("--length", type=int, default=100, help="fig6: lines per file (chain length)")
     p.add_argument("--features", type=int, default=8,
                    help="fig6: features per line incl. the bias (6 x features weights)")
