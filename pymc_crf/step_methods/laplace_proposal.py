@@ -50,9 +50,8 @@ def laplace_init(model: pm.Model | None = None, map: str = "bp") -> LaplaceInit:
         A model whose only free variables are the weights of one ``pmc.CRF`` / ``pmc.MRF`` with
         fixed Normal priors (what ``method="bethe_laplace"`` accepts).
     map : {"bp", "exact"}
-        MAP by BP gradients (BL-BP, default: available on any graph) or exact gradients (BL-MP).
-        On forests (chains, trees), where BP is exact, both use the exact engine, which gives
-        the same mode and covariance; ``LaplaceInit.map`` is then ``"exact"``.
+        MAP by BP gradients (BL-BP, default: available on any graph) or exact gradients (BL-MP);
+        the same on forests, where BP is exact (both then run on the exact engine).
 
     Raises
     ------
@@ -63,13 +62,7 @@ def laplace_init(model: pm.Model | None = None, map: str = "bp") -> LaplaceInit:
     model = pm.modelcontext(model)
     try:
         problem = weight_problem(model, "bethe_laplace")
-        covariance = "bp"
-        if problem.batch.is_forest:
-            # BP is exact on forests, so BL-BP is BL-MP there; the exact engines (chain
-            # forward-backward, junction tree) give the same mode and covariance far faster
-            # than BP's message passing on thousands of nodes
-            map, covariance = "exact", "exact"
-        fit = laplace_fit(problem, map=map, covariance=covariance)
+        fit = laplace_fit(problem, map=map, covariance="bp")
     except ValueError as err:
         raise ValueError(f"no Bethe-Laplace proposal for this model: {err}") from err
     return LaplaceInit(fit.mean, fit.covariance, map, problem.spec)

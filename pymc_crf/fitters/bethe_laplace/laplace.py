@@ -110,6 +110,11 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
         Welling & Parise 2006 sec. 7).
     covariance : {"bp", "exact"}
         C by linear response on the BP fixed point at the MAP, or exactly.
+
+        On forests (chains, trees) BP is exact, so the ``"bp"`` modes give the exact engine's
+        gradients and covariance; they are computed by the exact engine (chain
+        forward-backward, junction tree), which is much faster than message passing over
+        thousands of nodes, and ``bp_report`` is then None.
     bp : BeliefPropagation, optional
         The BP engine for ``"bp"`` parts (default: damping 0.5, tol 1e-11).
     maxiter, gtol
@@ -132,7 +137,8 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
     if x0.shape != (d,):
         raise ValueError(f"start must have shape ({d},); got {x0.shape}")
     w_pmm = None
-    if map == "exact":
+    forest = problem.batch.is_forest
+    if map == "exact" or forest:
         lik_map = problem.make_likelihood(exact_engine(problem))
     else:
         lik_map = problem.make_likelihood(bp_eng)
@@ -142,11 +148,12 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
             x0 = w_pmm.copy()
     w, info = maximise(lik_map, prior, x0, maxiter=maxiter, gtol=gtol, progressbar=progressbar,
                        description=f"Laplace: MAP by {'BP' if map == 'bp' else 'exact'} gradients")
-    cov_engine = bp_eng if covariance == "bp" else exact_engine(problem)
+    bethe = covariance == "bp" and not forest
+    cov_engine = bp_eng if bethe else exact_engine(problem)
     lik_cov = problem.make_likelihood(cov_engine)
     node, edge = lik_cov.log_potentials(w)
     state, report = None, None
-    if covariance == "bp":
+    if bethe:
         state = bp_eng.run(problem.batch, node, edge)
         report = {k: np.asarray(v) for k, v in state.report.items()}
         if warn and not report["converged"].all():
