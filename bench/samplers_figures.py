@@ -19,14 +19,18 @@ preconditioner) and starts each chain at a draw from it (``S="auto"``, ``start="
 docs/samplers.md). A random walk in 65 dimensions from the prior's centre with unit proposals
 would spend most of a short run reaching the posterior (the paper's runs took 6-16 hours).
 
-Figures (one command each, writing ``docs/samplers_<figure>.png`` and the per-run CSV; the sizes
-of docs/samplers.md, reduced from the paper's; ``PYTHONPATH=.`` imports this checkout):
+Figures (one command each, writing ``docs/samplers_<figure>.png`` and the per-run CSV; the
+budgets of docs/samplers.md; ``PYTHONPATH=.`` imports this checkout):
 
-    S="--draws 2000 --tune 500 --nuts-draws 500 --nuts-tune 500"
-    PYTHONPATH=. python bench/samplers_figures.py fig2 --models 2 --n 10 100 1000 $S
-    PYTHONPATH=. python bench/samplers_figures.py fig4 --d 0.1 2 --n 100 $S
-    PYTHONPATH=. python bench/samplers_figures.py fig5 --d 0.1 1 2 --n 100 $S
-    PYTHONPATH=. python bench/samplers_figures.py fig6 --n 5 20 $S
+    S="--draws 20000 --tune 3000 --nuts-draws 2000 --nuts-tune 1000"
+    PYTHONPATH=. python bench/samplers_figures.py fig2 $S
+    PYTHONPATH=. python bench/samplers_figures.py fig2 --prior-sd 0.5 --n 10 100 \
+        --methods bl_mp bl_bp lv_cd mc_bp laplace_exact \
+        --out docs/samplers_fig2_prior05.csv --png docs/samplers_fig2_prior05.png $S
+    PYTHONPATH=. python bench/samplers_figures.py fig4 $S
+    S5="--draws 5000 --tune 2000 --nuts-draws 2000 --nuts-tune 1000"
+    PYTHONPATH=. python bench/samplers_figures.py fig5 --n 100 $S5
+    PYTHONPATH=. python bench/samplers_figures.py fig6 $S5
 
 fig2: 5 x 5 +-1 Boltzmann-machine grids, weights and biases N(0, 0.25) (``welling_parise_grid``),
 CVM against the number of data cases N, averaged over models. fig4 / fig5: one grid with couplings
@@ -238,23 +242,31 @@ def summary(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
 
 def plot(df: pd.DataFrame, x: str, title: str, path: str) -> None:
     """CVM against ``x`` per method (mean over models; dotted: the Monte Carlo floor of the
-    samplers), log scale, as the paper's figures."""
+    samplers), log scale, as the paper's figures; against ``d`` one panel per N (a mean over N
+    would mix the small-N Gaussian error into the coupling curve)."""
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(5.5, 4))
-    mean = df[df["method"] != "nuts"].groupby(["method", x])[["cvm", "cvm_floor"]].mean()
-    for method in mean.index.get_level_values(0).unique():
-        m = mean.loc[method]
-        line, = ax.plot(m.index, m["cvm"], "o-", label=LABELS.get(method, method))
-        if method in ("lv_cd", "mc_bp", "exchange"):
-            ax.plot(m.index, m["cvm_floor"], ":", color=line.get_color())
-    ax.set_xscale("log" if x == "N" else "linear")
-    ax.set_yscale("log")
-    ax.set_xlabel({"N": "number of data cases N", "d": "interaction strength d (x 1/4)"}[x])
-    ax.set_ylabel("CVM vs NUTS (normalised, summed over weights)")
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=8)
+    df = df[df["method"] != "nuts"]
+    panels = sorted(df["N"].unique()) if x == "d" else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(5.5 + 3.5 * (len(panels) - 1), 4),
+                             sharey=True, squeeze=False)
+    for ax, n in zip(axes[0], panels, strict=True):
+        sub = df if n is None else df[df["N"] == n]
+        mean = sub.groupby(["method", x])[["cvm", "cvm_floor"]].mean()
+        for method in mean.index.get_level_values(0).unique():
+            m = mean.loc[method]
+            line, = ax.plot(m.index, m["cvm"], "o-", label=LABELS.get(method, method))
+            if method in ("lv_cd", "mc_bp", "exchange"):
+                ax.plot(m.index, m["cvm_floor"], ":", color=line.get_color())
+        ax.set_xscale("log" if x == "N" else "linear")
+        ax.set_yscale("log")
+        ax.set_xlabel({"N": "number of data cases N", "d": "interaction strength d (x 1/4)"}[x])
+        if n is not None and len(panels) > 1:
+            ax.set_title(f"N = {n}", fontsize=9)
+    axes[0][0].set_ylabel("CVM vs NUTS (normalised, summed over weights)")
+    axes[0][0].legend(fontsize=8)
+    fig.suptitle(title, fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
