@@ -177,15 +177,16 @@ def test_vi_fit_beats_chance_and_follows_contract(hmm_small, small_fit):
     assert res.attrs["method"] == "bp_hcrf_vi" and res.attrs["wall_time"] > 0
 
 
-def test_local_z_rule_beats_prior_usage_rule(hmm_small, small_fit):
-    """Inferring each test sequence's own indicators per class (test_time.py) against giving every
-    test sequence the prior usage: on this case (seed 3) the prior-usage rule misclassifies test
-    and training sequences that the local rule gets right."""
-    train, test = hmm_small
-    for data in (test, train):
-        local = 1.0 - predict_bp_hcrf(small_fit, data).error_rate
-        prior = 1.0 - predict_bp_hcrf(small_fit, data, rule="prior").error_rate
-        assert local > prior, (local, prior)
+def test_both_test_time_rules_classify_well_above_chance(hmm_small, small_fit):
+    """The local-z rule (each new sequence's own indicators per class, test_time.py) and the
+    prior-usage rule both classify this case far above chance (1/3). Which of the two is more
+    accurate depends on the fit (docs/hcrf.md: seed 3 gives 98.3 / 91.7 % with random_seed=1 and
+    83.3 / 90.0 % with random_seed=2), so no ordering is asserted; the local rule's optimum is
+    checked against brute force below."""
+    _, test = hmm_small
+    for rule in ("local_z", "prior"):
+        acc = 1.0 - predict_bp_hcrf(small_fit, test, rule=rule).error_rate
+        assert acc > 0.8, (rule, acc)
     with pytest.raises(ValueError, match="rule must be one of"):
         predict_bp_hcrf(small_fit, test, rule="usage")
 
