@@ -24,8 +24,9 @@ We propagate a tangent ``dm`` of the log messages through the fixed-point equati
     m_d(x_t) = log sum_{x_s} exp(c(x_s) + psi_e(x_s, x_t)) - log normaliser,
     dm_d(x_t) = sum_{x_s} p_d(x_s | x_t) [dc(x_s) + dpsi_e(x_s, x_t)] - <same>_{exp m_d},
 
-which is linear in ``dm``: ``dm = J dm + c(v)``. We solve ``(I - J) dm = c(v)`` with GMRES over the
-whole batch (block diagonal), then differentiate the beliefs:
+which is linear in ``dm``: ``dm = J dm + c(v)``. We solve ``(I - J) dm = c(v)`` over the whole
+batch (block diagonal): by GMRES for one direction, by one sparse LU of ``I - J`` (assembled from
+its ``sum_d (deg(src d) - 1) K^2`` nonzeros) for many, then differentiate the beliefs:
 ``db_i = b_i (dlog b_i - <dlog b_i>)`` and likewise for the pairwise beliefs. Subtracting the
 message's own mean removes the constant directions that would make ``I - J`` singular on loops.
 
@@ -35,8 +36,9 @@ Messages use the directed-slot layout of :func:`pymc_crf.graphs.adjacency.messag
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 from numba import njit
-from scipy.sparse.linalg import LinearOperator, gmres
+from scipy.sparse.linalg import LinearOperator, gmres, splu
 
 from pymc_crf.graphs.adjacency import message_layout
 from pymc_crf.graphs.batch import GraphBatch
@@ -216,6 +218,43 @@ def _tangent_step(dm, vn, ve, W, q, src, edge_of, flip, in_ptr, in_idx, shared, 
 
 
 @njit(cache=True)
+def _jacobian_entries(W, q, src, flip, in_ptr, in_idx):
+    """COO entries of ``J`` in ``dm = J dm + c(v)`` (the linearised message update of
+    :func:`_tangent_step` without its source term): message ``d: s -> t`` depends on each message
+    ``d2`` into ``s`` other than ``rev(d)`` through
+    ``dJ[d, x_t] / dm[d2, x_s] = W[d, x_t, x_s] - sum_{x_t'} q[d, x_t'] W[d, x_t', x_s]``."""
+    D, K = q.shape
+    nnz = 0
+    for d in range(D):
+        s = src[d]
+        nnz += (in_ptr[s + 1] - in_ptr[s] - 1) * K * K
+    rows = np.empty(nnz, np.int64)
+    cols = np.empty(nnz, np.int64)
+    vals = np.empty(nnz)
+    centred = np.empty((K, K))
+    i = 0
+    for d in range(D):
+        for xs in range(K):
+            mean = 0.0
+            for xt in range(K):
+                mean += q[d, xt] * W[d, xt, xs]
+            for xt in range(K):
+                centred[xt, xs] = W[d, xt, xs] - mean
+        s = src[d]
+        for p in range(in_ptr[s], in_ptr[s + 1]):
+            d2 = in_idx[p]
+            if d2 == (d ^ 1):
+                continue
+            for xt in range(K):
+                for xs in range(K):
+                    rows[i] = d * K + xt
+                    cols[i] = d2 * K + xs
+                    vals[i] = centred[xt, xs]
+                    i += 1
+    return rows, cols, vals
+
+
+@njit(cache=True)
 def _belief_tangents(dm, vn, ve, lbn, lbe, edges, in_ptr, in_idx, shared):
     """Derivatives of the normalised node and edge beliefs given the message tangent."""
     N, K = lbn.shape
@@ -305,13 +344,20 @@ def bethe_covariance_vector_product(batch: GraphBatch, node_logpot, edge_logpot,
 def bethe_covariance_products(batch: GraphBatch, node_logpot, edge_logpot, directions,
                               engine, state: LoopyResult | None = None
                               ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """:func:`bethe_covariance_vector_product` for many directions at once, by ONE dense LU of
-    the linearised message equations ``(I - T) dm = c(v)`` instead of a GMRES per direction.
+    """:func:`bethe_covariance_vector_product` for many directions at once, by ONE sparse LU of
+    the linearised message equations ``(I - J) dm = c(v)`` instead of a GMRES per direction.
 
-    ``directions`` is a sequence of ``(v_node, v_edge)`` pairs shaped like the potentials. The
-    dense system has ``(2E K)^2`` entries, so this is for small graphs (a 5 x 5 grid with K = 2:
-    160 unknowns), where it is much faster than GMRES for every column of a weight-space
-    covariance. Returns the belief derivatives per direction (a shared table's summed over edges).
+    ``directions`` is a sequence of ``(v_node, v_edge)`` pairs shaped like the potentials.
+    ``I - J`` has ``2E K`` rows and ``sum_d (deg(src d) - 1) K^2`` off-diagonal nonzeros and is
+    block diagonal over the batch's graphs, so its LU is cheap where GMRES per direction is slow
+    (near-critical couplings, many weights). Returns the belief derivatives per direction (a
+    shared table's summed over edges).
+
+    Raises
+    ------
+    RuntimeError
+        When ``I - J`` is singular: the BP fixed point is unstable, so linear response does not
+        define a covariance there.
     """
     node, edge = check_potentials(batch, node_logpot, edge_logpot)
     state, st, shared, W, q = _linearisation(batch, node, edge, engine, state)
@@ -320,14 +366,10 @@ def bethe_covariance_products(batch: GraphBatch, node_logpot, edge_logpot, direc
     checked = [check_direction(node, edge, vn, ve) for vn, ve in directions]
     sol = np.zeros((n, len(checked)))
     if D and checked:
-        zn, ze = np.zeros_like(node), np.zeros_like(edge)
+        rows, cols, vals = _jacobian_entries(W, q, st.src, st.flip, st.in_ptr, st.in_idx)
+        M = (sp.identity(n, format="csc")
+             - sp.csc_matrix((vals, (rows, cols)), shape=(n, n)))
         buf = np.empty((D, K))
-        M = np.empty((n, n))
-        eye = np.eye(n)
-        for j in range(n):
-            _tangent_step(eye[j].reshape(D, K), zn, ze, W, q, st.src, st.edge, st.flip,
-                          st.in_ptr, st.in_idx, shared, buf)
-            M[:, j] = eye[j] - buf.ravel()
         rhs = np.empty((n, len(checked)))
         zero = np.zeros((D, K))
         for j, (vn, ve) in enumerate(checked):
@@ -335,9 +377,14 @@ def bethe_covariance_products(batch: GraphBatch, node_logpot, edge_logpot, direc
                           shared, buf)
             rhs[:, j] = buf.ravel()
         try:
-            sol = np.linalg.solve(M, rhs)
-        except np.linalg.LinAlgError:
-            sol = np.linalg.lstsq(M, rhs, rcond=None)[0]
+            sol = splu(M).solve(rhs)
+        except RuntimeError as err:  # SuperLU: "Factor is exactly singular"
+            raise RuntimeError("linear response: the linearised BP message equations are "
+                               "singular (the BP fixed point is unstable), so there is no "
+                               "linear-response covariance at these potentials") from err
+        if not np.all(np.isfinite(sol)):
+            raise RuntimeError("linear response: the linearised BP message equations are "
+                               "numerically singular (the BP fixed point is unstable)")
     out = []
     for j, (vn, ve) in enumerate(checked):
         dbn, dbe = _belief_tangents(np.ascontiguousarray(sol[:, j].reshape(D, K)), vn, ve,

@@ -43,14 +43,9 @@ def covariance_product(lik, w: np.ndarray, engine: Engine, state: BPState | None
     return prod
 
 
-#: largest number of message entries (2E x K) for which the linearised message equations are
-#: solved densely (one LU for all d directions) instead of by GMRES per direction
-DENSE_LR_MAX = 1500
-
-
-def _dense_linear_response(lik, w: np.ndarray, engine: BeliefPropagation,
+def _linear_response_columns(lik, w: np.ndarray, engine: BeliefPropagation,
                            state: BPState | None, directions: np.ndarray) -> np.ndarray:
-    """``J^T C_LR J`` columns for all ``directions`` (d, d) with one dense solve of the
+    """``J^T C_LR J`` columns for all ``directions`` (d, d) with one sparse LU of the
     linearised BP message equations (:func:`~pymc_crf.inference.bethe.bethe_covariance_products`)."""
     node, edge = lik.log_potentials(w)
     pushed = [lik.pushforward(w, directions[j]) for j in range(directions.shape[0])]
@@ -65,13 +60,13 @@ def fisher_matrix(lik, w: np.ndarray, engine: Engine, state: BPState | None = No
     """Dense ``J^T C J`` (d, d) at ``w``, by d covariance-vector products (meant for d up to a few
     hundred). ``lik`` is a CRF likelihood (its batch holds every observed graph, so C is
     already summed over them, eq. (12)) or an MRF likelihood (one graph observed
-    ``n_samples`` times: ``N C``, eq. (7)). With BP and at most ``DENSE_LR_MAX`` message entries
-    the linear-response system is solved once for all directions."""
+    ``n_samples`` times: ``N C``, eq. (7)). With BP the linear-response system is factorised
+    once for all d directions."""
     w = np.asarray(w, dtype=np.float64)
     d = w.size
     eye = np.eye(d)
-    if isinstance(engine, BeliefPropagation) and 0 < 2 * lik.batch.n_edges * lik.K <= DENSE_LR_MAX:
-        F = _dense_linear_response(lik, w, engine, state, eye)
+    if isinstance(engine, BeliefPropagation) and lik.batch.n_edges:
+        F = _linear_response_columns(lik, w, engine, state, eye)
     else:
         prod = covariance_product(lik, w, engine, state)
         F = np.empty((d, d))
