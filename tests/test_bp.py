@@ -180,6 +180,20 @@ def test_warm_start_and_hard_zeros():
     np.testing.assert_allclose(warm.log_node, cold.log_node, atol=1e-10)
 
 
+@pytest.mark.parametrize("schedule", ["sequential", "parallel"])
+@pytest.mark.parametrize("damping", [0.0, 0.5])
+def test_both_scaled_sums_underflowing_take_the_log_domain(schedule, damping):
+    """Two labels whose cavity and table row are both far (> 745) below the other's make both
+    scaled sums of a binary message 0: the message is then computed in the log domain (it
+    divided 0 by 0 inside numba). A chain, so BP must equal brute force."""
+    b = GraphBatch.chains([3])
+    node = np.tile([1000.0, 0.0], (3, 1))
+    edge = np.array([[[-1000.0, -1000.0], [0.0, 0.0]]])
+    bp = BeliefPropagation(schedule=schedule, damping=damping)
+    np.testing.assert_allclose(bp.log_partition(b, node, edge),
+                               BruteForce().log_partition(b, node, edge), rtol=1e-10)
+
+
 def test_threaded_flooding_gives_identical_results():
     rng = np.random.default_rng(9)
     b = GraphBatch.grid(4, 5, n_graphs=3)

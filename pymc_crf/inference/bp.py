@@ -139,12 +139,14 @@ def _send_binary(P, tab, flip, c0, c1, damping, msg, d, out):
     else:
         s0 = a0 * P[tab, 0, 0] + a1 * P[tab, 1, 0]
         s1 = a0 * P[tab, 0, 1] + a1 * P[tab, 1, 1]
+    # `<=`: both sums can underflow to 0 (a label whose cavity and table row are both ~745 below
+    # the other's), which the exact log-domain route handles
     if s0 >= s1:
-        if s1 < 1e-250 * s0:
+        if s1 <= 1e-250 * s0:
             return -1.0
         o0, o1 = 0.0, np.log(s1 / s0)
     else:
-        if s0 < 1e-250 * s1:
+        if s0 <= 1e-250 * s1:
             return -1.0
         o0, o1 = np.log(s0 / s1), 0.0
     m0, m1 = msg[d, 0], msg[d, 1]
