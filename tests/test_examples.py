@@ -16,7 +16,8 @@ TIMEOUT = 900
 
 def test_there_are_examples():
     assert {p.name for p in EXAMPLES} >= {"quick_start.py", "loopy_graphs.py", "model_comparison.py",
-                                      "semi_supervised.py", "hcrf_japanese_vowels.py"}
+                                      "semi_supervised.py", "hcrf_japanese_vowels.py",
+                                      "conll2000_chunking.py", "ptb_pos.py", "weizmann_horses.py"}
 
 
 # Smoke runs of a minute or more run in CI after the default suite (`pytest -m heavy_smoke`), which
