@@ -227,7 +227,7 @@ class EPRun:
 def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
            potential: str = "probit", epsilon: float = 0.0, transform: float = 1.0,
            step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
-           max_iter: int = 200, min_iter: int = 2, denominators: bool = True,
+           max_iter: int = 2000, min_iter: int = 2, denominators: bool = True,
            backoff: bool = True, min_step: float = 0.05, progressbar: bool = False) -> EPRun:
     """Run flattened (transformed) power EP to convergence.
 

@@ -75,7 +75,7 @@ def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: in
 @register("ep")
 def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = None,
            step_size: float = 0.5, damping: float | None = None, tol: float = 1e-4,
-           max_iter: int = 200, backoff: bool = True, min_step: float = 0.05,
+           max_iter: int = 2000, backoff: bool = True, min_step: float = 0.05,
            draws: int = 1000, chains: int = 1, random_seed=None,
            log_likelihood: bool = True, n_draws: int | None = None, n_chains: int | None = None,
            seed=None, progressbar: bool = True):
@@ -98,6 +98,8 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         xi, the step size of the inner label beliefs (thesis eq. (5.62)); default ``step_size / 2``.
     tol, max_iter
         Convergence when the max change of the mean and of the covariance in a sweep < ``tol``.
+        With the back-off schedule, slow cases take several hundred sweeps (on the 3-cycle data
+        of docs/ep.md, 266-1381 for the 8 of 20 trials not converged after 200).
     backoff, min_step
         Step back-off schedule (:func:`pymc_crf.fitters.ep.core.run_ep`): a site's lambda is
         halved when its update would not be positive definite, and every lambda and xi when the
