@@ -14,7 +14,7 @@ exact posterior (junction-tree / chain log Z), and by wall time:
   Bethe approximation's.
 
 The samplers run with their fitters' defaults: each computes its own BL-BP fit (counted in its
-wall time), takes its covariance as the starting proposal (LV-CD: its diagonal as the
+wall time), takes its covariance as the starting proposal (LV-CD: as its full
 preconditioner) and starts each chain at a draw from it (``S="auto"``, ``start="auto"``; see
 docs/samplers.md). A random walk in 65 dimensions from the prior's centre with unit proposals
 would spend most of a short run reaching the posterior (the paper's runs took 6-16 hours).
