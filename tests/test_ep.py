@@ -652,6 +652,16 @@ def test_step_backoff_converges_where_fixed_paper_step_oscillates():
         fit(_crf_model(batch, Xe, labels), method="ep", min_step=0.0)
 
 
+def test_default_sweep_cap_lets_the_backed_off_schedule_converge():
+    """At step 0.5 with back-off this loop training set (seed 14 of the predictive-gap study)
+    needs 266 sweeps: more than the old cap of 200, within the default of 2000."""
+    batch, Xe, labels = _loop_terms(14)
+    short = run(batch, Xe, labels, 2, step_size=0.5, max_iter=200)
+    assert not short.converged
+    ep = run(batch, Xe, labels, 2, step_size=0.5)
+    assert ep.converged and 200 < ep.iterations < 2000
+
+
 @pytest.mark.slow
 def test_step_backoff_converges_on_paper_table_loops():
     """Thesis table 5.1 setting (10 loops, seeds 10000-10009, step 0.8): the fixed step converges
