@@ -16,7 +16,8 @@ PRIOR_VARIANCE = 5.0
 
 
 def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, seed: int = 0,
-                   noise: float = 0.5, n_nodes: int = 3) -> tuple[CRFData, CRFData]:
+                   noise: float = 0.5, n_nodes: int = 3,
+                   n_irrelevant: int = 0) -> tuple[CRFData, CRFData]:
     """Train and test sets of small binary probit CRFs (Qi, Szummer & Minka 2005, sec. 8.1; thesis sec.
     5.5.1).
 
@@ -31,7 +32,10 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
       discriminable the data are; 0.5 by default);
     * labels drawn exactly (junction tree for loops, forward-filtering backward-sampling for chains)
       from the probit CRF with epsilon = 0, no node potentials;
-    * the training and test graphs come from the same ``seed`` (one trial), test after train.
+    * the training and test graphs come from the same ``seed`` (one trial), test after train;
+    * ``n_irrelevant`` extra edge features (for feature selection, thesis ch. 4) are i.i.d.
+      N(0, 1), drawn from a second stream of ``seed`` so the first six features and the labels
+      are those of ``n_irrelevant=0``; their true weights are 0.
 
     Parameters
     ----------
@@ -44,11 +48,14 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
         Standard deviation of the features around their Gaussian's centre.
     n_nodes : int
         Vertices per graph (3 in the paper).
+    n_irrelevant : int
+        Edge features appended that the labels do not depend on.
 
     Returns
     -------
     (train, test) : tuple of CRFData
-        With ``edge_features`` (E, 6), ``labels``, ``true_weights["w"]`` (6, 2, 2), potential
+        With ``edge_features`` (E, 6 + n_irrelevant), ``labels``, ``true_weights["w"]``
+        (6 + n_irrelevant, 2, 2), potential
         ``"probit"``, epsilon 0.
 
     Examples
@@ -65,7 +72,11 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
         raise ValueError(f"a {kind} needs at least {3 if kind == 'loop' else 2} nodes")
     if noise < 0:
         raise ValueError("noise must be >= 0")
+    if int(n_irrelevant) != n_irrelevant or n_irrelevant < 0:
+        raise ValueError(f"n_irrelevant must be an integer >= 0; got {n_irrelevant}")
+    n_irrelevant = int(n_irrelevant)
     rng = np.random.default_rng(seed)
+    rng_irrelevant = np.random.default_rng([seed, 1])
     w = rng.normal(0.0, np.sqrt(PRIOR_VARIANCE), size=(N_EDGE_FEATURES, 2, 2))
     centres = rng.normal(size=(4, N_EDGE_FEATURES))
 
@@ -80,7 +91,10 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
         edge = log_potential(np.einsum("ef,fab->eab", x, w), "probit", 0.0)
         node = np.zeros((batch.n_total_nodes, 2))
         labels = get_engine("auto", batch).sample(batch, node, edge, 1, rng)[0]
-        return CRFData(batch, labels, None, x, 2, {"w": w}, "probit", 0.0,
+        if n_irrelevant:
+            x = np.hstack([x, rng_irrelevant.normal(size=(batch.n_edges, n_irrelevant))])
+        w_all = np.concatenate([w, np.zeros((n_irrelevant, 2, 2))])
+        return CRFData(batch, labels, None, x, 2, {"w": w_all}, "probit", 0.0,
                        f"bcrf_synthetic({kind!r}, seed={seed}): {desc}")
 
     train = make(n_train, "train")

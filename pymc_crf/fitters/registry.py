@@ -68,8 +68,9 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
     model : pm.Model, optional
         The model; taken from the ``with`` context when omitted.
     method : str
-        A registered fitter: ``"map"``, ``"nuts"``, ``"ep"``, ``"bethe_laplace"``, ``"bp_hcrf_vi"`` (see
-        :func:`available`).
+        A registered fitter: ``"map"``, ``"nuts"``, ``"ep"``, ``"predictive_ard"``,
+        ``"bethe_laplace"``, ``"bp_hcrf_vi"``, ``"bethe_mh"``, ``"langevin_cd"``, ``"exchange"``
+        (see :func:`available`).
     **options
         Passed to the fitter (see each fitter's docstring).
 

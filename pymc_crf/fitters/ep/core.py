@@ -37,7 +37,7 @@ from pymc_crf.fitters.ep.terms import EPTerms
 from pymc_crf.fitters.progress import track
 from pymc_crf.potentials import get_potential
 
-__all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform"]
+__all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform", "site_natural_params"]
 
 #: skip counters: numerator cavity, numerator result, denominator cavity, denominator result,
 #: non-finite moments
@@ -207,6 +207,42 @@ class EPState:
     logq: np.ndarray
 
 
+def _factor_columns(terms: EPTerms, k: int) -> np.ndarray:
+    """The dense (d, n_c) projection matrix ``A_k`` of factor ``k`` (:mod:`.terms`)."""
+    n, L = int(terms.n_cfg[k]), int(terms.n_feat[k])
+    A = np.zeros((terms.d, n))
+    for c in range(n):
+        np.add.at(A[:, c], terms.idx[k, c, :L], terms.feat[k, :L])
+    return A
+
+
+def site_natural_params(terms: EPTerms, state: EPState,
+                        factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Precision ``Lambda`` (d, d) and linear term ``h`` (d,) of the product of the sites of
+    ``factors`` (default: all) as a Gaussian function of w, ``exp(-w^T Lambda w / 2 + h^T w)``.
+
+    The sites live in the y-space of each factor (``y = A_k^T w``), so the same site arrays give
+    these for any feature layout ``terms`` describes (a model with features added or removed
+    reuses them). q(w) = p0(w) g~ / f~ (eq. (51)): numerator sites enter with +, denominator
+    sites with -. For all factors, ``P0 + Lambda = V^{-1}`` and ``P0 m0 + h = V^{-1} m``.
+    """
+    d = terms.d
+    lam = np.zeros((d, d))
+    h = np.zeros(d)
+    ks = range(terms.nodes.shape[0]) if factors is None else np.asarray(factors, np.int64)
+    for k in ks:
+        A = _factor_columns(terms, int(k))
+        n = A.shape[1]
+        cfg = int(terms.obs_cfg[k])
+        if cfg >= 0:
+            a = A[:, cfg]
+            lam += state.num_h[k] * np.outer(a, a)
+            h += state.num_mu[k] * a
+        lam -= A @ state.den_h[k, :n, :n] @ A.T
+        h -= A @ state.den_mu[k, :n]
+    return 0.5 * (lam + lam.T), h
+
+
 @dataclass
 class EPRun:
     """Result of :func:`run_ep`."""
@@ -228,7 +264,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
            potential: str = "probit", epsilon: float = 0.0, transform: float = 1.0,
            step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
            max_iter: int = 2000, min_iter: int = 2, denominators: bool = True,
-           backoff: bool = True, min_step: float = 0.05, progressbar: bool = False) -> EPRun:
+           backoff: bool = True, min_step: float = 0.05, progressbar: bool = False,
+           init: EPState | None = None) -> EPRun:
     """Run flattened (transformed) power EP to convergence.
 
     Parameters
@@ -236,7 +273,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
     terms : EPTerms
         Factor arrays from :func:`.terms.build_terms` (with observed labels).
     prior_mean, prior_var : (d,) arrays
-        Diagonal Gaussian prior p0(w).
+        Diagonal Gaussian prior p0(w). A zero variance pins that weight at its prior mean (the
+        feature is out of the model, as with an infinite ARD precision).
     potential : {"probit", "loglinear"}
     epsilon : float
         Robust-probit label noise (Qi, Szummer & Minka 2005, eq. (4)); 0 is the plain probit.
@@ -264,6 +302,10 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         Floor of the backed-off lambda (and of xi, relative to lambda).
     progressbar : bool
         Show a progress bar of the sweeps (up to ``max_iter``).
+    init : EPState, optional
+        Warm start: the sites and label beliefs of an earlier run on the same factors (possibly
+        with other features or another prior, as in :mod:`.ard`); q starts at the prior times
+        those sites. If that q is not positive definite the run starts from scratch.
     """
     for name, v in (("step_size", step_size), ("damping", damping)):
         if v is not None and not (0.0 < float(v) <= 1.0):
@@ -274,14 +316,39 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
     d, K = terms.d, terms.K
     prior_mean = np.asarray(prior_mean, float).reshape(d)
     prior_var = np.asarray(prior_var, float).reshape(d)
-    if not (prior_var > 0).all():
-        raise ValueError("prior variances must be positive")
+    if not (np.isfinite(prior_var).all() and (prior_var >= 0).all()):
+        raise ValueError("prior variances must be finite and >= 0 (0 pins a weight at its prior "
+                         "mean: ARD's infinite precision)")
+    # a pinned weight keeps zero rows and columns in V through every covariance-form update
+    free = prior_var > 0
     n_fac = terms.nodes.shape[0]
     N = int(terms.nodes.max()) + 1 if n_fac else 0
     st = EPState(m=prior_mean.copy(), V=np.diag(prior_var).astype(float),
                  num_h=np.zeros(n_fac), num_mu=np.zeros(n_fac),
                  den_h=np.zeros((n_fac, K * K, K * K)), den_mu=np.zeros((n_fac, K * K)),
                  logmsg=np.zeros((n_fac, 2, K)), logq=np.full((N, K), -np.log(K)))
+    if init is not None:
+        if init.num_h.shape != (n_fac,) or init.logq.shape != (N, K):
+            raise ValueError("init must be the EPState of a run on the same factors and labels")
+        warm = EPState(m=st.m, V=st.V, num_h=init.num_h.copy(), num_mu=init.num_mu.copy(),
+                       den_h=init.den_h.copy(), den_mu=init.den_mu.copy(),
+                       logmsg=init.logmsg.copy(), logq=init.logq.copy())
+        lam_s, h_s = site_natural_params(terms, warm)
+        ff = np.ix_(free, free)
+        prec = np.diag(1.0 / prior_var[free]) + lam_s[ff]
+        try:
+            np.linalg.cholesky(prec)
+            pd = True
+        except np.linalg.LinAlgError:
+            pd = False
+        if pd:
+            V0 = np.linalg.inv(prec)
+            warm.V = np.zeros((d, d))
+            warm.V[ff] = 0.5 * (V0 + V0.T)
+            warm.m = prior_mean.copy()
+            warm.m[free] = V0 @ (prior_mean[free] / prior_var[free] + h_s[free]
+                                 - lam_s[np.ix_(free, ~free)] @ prior_mean[~free])
+            st = warm
     c_del = 1.0 - 2.0 * float(transform)
     lam_num = np.full(n_fac, float(step_size))
     lam_den = np.full(n_fac, float(step_size))
@@ -304,7 +371,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         if not (np.isfinite(st.m).all() and np.isfinite(st.V).all()):
             raise FloatingPointError(f"EP produced non-finite moments in sweep {it + 1}")
         try:  # one factorisation per sweep, as a check only
-            np.linalg.cholesky(st.V)
+            np.linalg.cholesky(st.V[np.ix_(free, free)])
         except np.linalg.LinAlgError:
             not_pd += 1
         dm.append(float(np.abs(st.m - m0).max()))
