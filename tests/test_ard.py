@@ -219,3 +219,53 @@ def test_fit_predictive_ard_bad_input():
         pmc.fit(_model(train, mu=1.0), method="predictive_ard", progressbar=False)
     with pytest.raises(ValueError, match="tol"):
         pmc.fit(_model(train), method="predictive_ard", tol=0, progressbar=False)
+
+
+@pytest.mark.slow
+def test_ard_beats_the_fixed_prior_with_irrelevant_features():
+    """docs/ep.md, "Predictive ARD": over chain seeds 0-7 (14 irrelevant features), measured
+    test errors EP 0.3446, evidence-ARD 0.3233, predictive ARD 0.3378, MAP 0.3817; evidence-ARD
+    kept 1.9 of the 14 irrelevant features on average."""
+    err = {"map": [], "ep": [], "loo": [], "evidence": []}
+    irrelevant_kept = []
+    for seed in range(8):
+        train, test = bcrf_synthetic("chain", n_train=20, n_test=300, seed=seed, n_irrelevant=14)
+        model = _model(train)
+        err["map"].append(pmc.predict(pmc.fit(model, method="map", progressbar=False),
+                                      test).error_rate)
+        ep = pmc.fit(model, method="ep", progressbar=False, log_likelihood=False)
+        err["ep"].append(pmc.predict(ep, test, method="model_average").error_rate)
+        for crit in ("loo", "evidence"):
+            res = pmc.fit(model, method="predictive_ard", criterion=crit, progressbar=False,
+                          log_likelihood=False)
+            err[crit].append(pmc.predict(res, test, method="model_average").error_rate)
+            if crit == "evidence":
+                pv = res["ard"]["prior_variance"].values[int(res["ard"]["chosen_step"])]
+                irrelevant_kept.append(int((pv[6:] > 0).sum()))
+    mean = {k: float(np.mean(v)) for k, v in err.items()}
+    assert mean["evidence"] < mean["ep"] - 0.01
+    assert mean["loo"] < mean["map"] - 0.02
+    assert np.mean(irrelevant_kept) < 4
+
+
+def test_node_features_and_shared_table():
+    """Node feature groups of K weights and one shared (K, K) table group, K = 3, against EP with
+    the same prior at the start of the path."""
+    rng = np.random.default_rng(5)
+    graphs = pmc.GraphBatch.chains([4] * 12)
+    x = rng.normal(size=(graphs.n_total_nodes, 4))
+    labels = (x[:, 0] > 0).astype(int) + (x[:, 1] > 0.8)
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, 1.0, shape=(4, 3))
+        V = pm.Normal("V", 0.0, 1.0, shape=(3, 3))
+        pmc.CRF("t", graphs=graphs, node_features=x, node_weights=W, edge_weights=V,
+                potential="probit", observed=labels)
+    res = pmc.fit(model, method="predictive_ard", max_steps=5, keep_path=True, draws=20,
+                  progressbar=False)
+    ard = res["ard"]
+    assert list(ard["feature_group"].values) == [f"node feature {f}" for f in range(4)] + [
+        "edge table"]
+    ep = pmc.fit(model, method="ep", draws=20, progressbar=False, log_likelihood=False)
+    np.testing.assert_allclose(ard["path_mean"].values[0], ep["fit"]["mean_vector"].values,
+                               atol=1e-8)
+    assert res["posterior"]["W"].shape == (1, 20, 4, 3)

@@ -104,6 +104,7 @@ def register(experiment: Experiment) -> Experiment:
 def _load_builtin() -> None:
     # The experiment modules register themselves on import.
     from pymc_crf.reproduce import (  # noqa: F401
+        ard_features,
         bcrf_tables,
         hcrf_tables,
         model_scoring,

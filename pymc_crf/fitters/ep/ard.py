@@ -17,17 +17,19 @@ precisions alpha. Here:
   the model). For a one-weight group the maximiser is thesis eqs. (4.15)-(4.16),
   ``alpha = s^2 / (q^2 - s)`` if ``q^2 > s`` else infinity.
 * **sequential updates.** Each step re-estimates or deletes the one group whose update raises the
-  evidence most (Faul & Tipping 2002), then re-runs EP warm-started from the old sites (a deleted
-  group's weights are pinned at 0 by a zero prior variance, so the factors never change).
+  evidence most (Faul & Tipping 2002), then re-runs EP (a deleted group's weights are pinned at 0
+  by a zero prior variance, so the factors never change and a run may start from the old sites,
+  ``warm_start=True``; by default each run starts from scratch, as warm starts from sites fitted
+  under another prior sometimes reached far-off states in our runs).
 * **CRF sites.** Unlike the probit sites of thesis ch. 4, a CRF's EP sites include the
   denominator terms of 1/Z(w) (Qi, Szummer & Minka 2005, eq. (51)), whose precision is negative,
   so S_g can be indefinite and l_g is then unbounded as alpha -> -s_min. Measured on the 3-cycle
   data of docs/ep.md (20 graphs, 6 irrelevant features): a removed irrelevant group's Schur
   complement had an eigenvalue of -7100, "evidence" 21319 for adding it back, and the path that
   allowed additions re-added every deleted group and then stopped EP from converging. So the
-  path starts from the full model and only shrinks or removes (no additions), and each S_g
-  keeps only its positive-curvature part (negative eigenvalues set to 0: directions in which the
-  sites carry no evidence for the feature).
+  path starts from the full model and only shrinks or removes (no additions), each S_g keeps
+  only its positive-curvature part (negative eigenvalues set to 0: directions in which the sites
+  carry no evidence for the feature), and no precision drops below the model's prior precision.
 * **leave-one-out estimates.** Removing graph i's sites from q gives the cavity q^{\\i} that does not
   depend on graph i (thesis eqs. (4.4)-(4.5), here all of the graph's numerator and denominator
   sites at once). The error of graph i's nodes under the CRF at the cavity mean is the estimate of
