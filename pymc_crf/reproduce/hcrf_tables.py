@@ -199,7 +199,7 @@ def _vowels_unavailable() -> str | None:
 
 
 _FIT_FULL = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 10, "rounds": 4,
-             "restarts": 2, "max_iter": 20, "map_states": 10, "map_maxiter": 500}
+             "restarts": 8, "max_iter": 20, "map_states": 10, "map_maxiter": 500}
 _FIT_QUICK = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 2, "rounds": 1,
               "restarts": 1, "max_iter": 1, "map_states": 2, "map_maxiter": 5}
 
