@@ -36,7 +36,7 @@ import numpy as np
 import pymc_crf as pmc
 from pymc_crf.datasets import bcrf_synthetic
 from pymc_crf.fitters import fit
-from pymc_crf.fitters.ep.average import averaged_log_potentials
+from pymc_crf.fitters.ep.average import averaged_node_marginals
 from pymc_crf.fitters.ep.core import run_ep
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.inference.select import get_engine
@@ -69,9 +69,8 @@ def draws_marginals(data, W: np.ndarray) -> np.ndarray:
 
 def averaged_marginals(data, mean: np.ndarray, cov: np.ndarray, K: int) -> np.ndarray:
     """Exact node marginals of the q-averaged tables for q = N(mean, cov)."""
-    node, edge = averaged_log_potentials(mean, cov, K, data.graphs.n_total_nodes, None,
-                                         np.asarray(data.edge_features, float), "probit", 0.0)
-    return get_engine("auto", data.graphs).marginals(data.graphs, node, edge).node
+    return averaged_node_marginals(mean, cov, K, data.graphs, None,
+                                   np.asarray(data.edge_features, float))
 
 
 def error(marg: np.ndarray, labels: np.ndarray) -> float:

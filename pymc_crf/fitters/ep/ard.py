@@ -47,11 +47,10 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import minimize_scalar
 
-from pymc_crf.fitters.ep.average import averaged_log_potentials
+from pymc_crf.fitters.ep.average import averaged_node_marginals
 from pymc_crf.fitters.ep.core import EPRun, run_ep, site_natural_params
 from pymc_crf.fitters.ep.terms import EPTerms
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.select import get_engine
 
 __all__ = ["feature_groups", "group_evidence", "optimal_precision", "group_statistics",
            "site_evidence", "graph_cavities", "loo_estimates", "ARDStep", "ARDPath", "run_ard", "CRITERIA"]
@@ -222,13 +221,11 @@ def loo_estimates(terms: EPTerms, run: EPRun, batch: GraphBatch, labels: np.ndar
         sub = batch.subset([g])
         xn = None if node_features is None else node_features[nodes]
         xe = None if edge_features is None else edge_features[batch.edge_index([g])]
-        eng = get_engine("auto", sub)
         t = labels[nodes]
-        node, edge = averaged_log_potentials(m_c, np.zeros_like(V_c), K, nodes.size, xn, xe,
-                                             potential, epsilon)
-        errors += int(np.sum(eng.marginals(sub, node, edge).node.argmax(axis=1) != t))
-        node, edge = averaged_log_potentials(m_c, V_c, K, nodes.size, xn, xe, potential, epsilon)
-        marg = eng.marginals(sub, node, edge).node
+        plug_in = averaged_node_marginals(m_c, np.zeros_like(V_c), K, sub, xn, xe, potential,
+                                          epsilon)
+        errors += int(np.sum(plug_in.argmax(axis=1) != t))
+        marg = averaged_node_marginals(m_c, V_c, K, sub, xn, xe, potential, epsilon)
         prob_wrong += float(np.sum(1.0 - marg[np.arange(nodes.size), t]))
     return errors / N, prob_wrong / N, not_pd
 

@@ -113,7 +113,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
     if int(draws) < 1 or int(chains) < 1:
         raise ValueError(f"draws and chains must be >= 1; got {draws}, {chains}")
     m_k = variant_transform(variant)
-    spec = _spec_for_ep(model)
+    spec = _spec_for_ep(model, "predictive_ard")
     xn, xe = ep_inputs(spec)
     K = spec.n_labels
     F = 0 if xn is None else xn.shape[1]

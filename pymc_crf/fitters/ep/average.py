@@ -19,9 +19,10 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_crf.feature_products import features_dot, row_quadratic_forms
+from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import get_potential
 
-__all__ = ["averaged_log_potentials", "score_moments"]
+__all__ = ["averaged_log_potentials", "averaged_node_marginals", "score_moments"]
 
 
 def score_moments(mean: np.ndarray, cov: np.ndarray, K: int, node_features, edge_features):
@@ -69,3 +70,14 @@ def averaged_log_potentials(mean, cov, K: int, n_nodes: int, node_features=None,
     node = np.zeros((n_nodes, K)) if node_m is None else pot.log_expected(*node_m, epsilon)
     edge = np.zeros((1, K, K)) if edge_m is None else pot.log_expected(*edge_m, epsilon)
     return node, edge
+
+
+def averaged_node_marginals(mean, cov, K: int, batch, node_features=None, edge_features=None,
+                            potential: str = "probit", epsilon: float = 0.0,
+                            inference: str = "auto") -> np.ndarray:
+    """Node marginals (N, K) of the q-averaged CRF of ``batch`` (approximate model averaging,
+    Qi, Szummer & Minka 2005, eqs. (57)-(63)) by the engine ``inference``. A zero ``cov`` gives
+    the CRF at ``mean``."""
+    node, edge = averaged_log_potentials(mean, cov, K, batch.n_total_nodes, node_features,
+                                         edge_features, potential, epsilon)
+    return get_engine(inference, batch).marginals(batch, node, edge).node

@@ -207,15 +207,6 @@ class EPState:
     logq: np.ndarray
 
 
-def _factor_columns(terms: EPTerms, k: int) -> np.ndarray:
-    """The dense (d, n_c) projection matrix ``A_k`` of factor ``k`` (:mod:`.terms`)."""
-    n, L = int(terms.n_cfg[k]), int(terms.n_feat[k])
-    A = np.zeros((terms.d, n))
-    for c in range(n):
-        np.add.at(A[:, c], terms.idx[k, c, :L], terms.feat[k, :L])
-    return A
-
-
 def site_natural_params(terms: EPTerms, state: EPState,
                         factors: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Precision ``Lambda`` (d, d) and linear term ``h`` (d,) of the product of the sites of
@@ -225,21 +216,28 @@ def site_natural_params(terms: EPTerms, state: EPState,
     these for any feature layout ``terms`` describes (a model with features added or removed
     reuses them). q(w) = p0(w) g~ / f~ (eq. (51)): numerator sites enter with +, denominator
     sites with -. For all factors, ``P0 + Lambda = V^{-1}`` and ``P0 m0 + h = V^{-1} m``.
+    Each factor touches only the ``n_c * L`` weights its sparse ``A_k`` reaches.
     """
     d = terms.d
     lam = np.zeros((d, d))
     h = np.zeros(d)
     ks = range(terms.nodes.shape[0]) if factors is None else np.asarray(factors, np.int64)
     for k in ks:
-        A = _factor_columns(terms, int(k))
-        n = A.shape[1]
+        n, L = int(terms.n_cfg[k]), int(terms.n_feat[k])
+        rows = terms.idx[k, :n, :L]  # (n, L): A_k[rows[c, l], c] = feat[l]
+        f = terms.feat[k, :L]
+        r = rows.ravel()
         cfg = int(terms.obs_cfg[k])
         if cfg >= 0:
-            a = A[:, cfg]
-            lam += state.num_h[k] * np.outer(a, a)
-            h += state.num_mu[k] * a
-        lam -= A @ state.den_h[k, :n, :n] @ A.T
-        h -= A @ state.den_mu[k, :n]
+            a_r, a_v = rows[cfg], f
+            np.add.at(lam, (a_r[:, None], a_r[None, :]), state.num_h[k] * np.outer(a_v, a_v))
+            np.add.at(h, a_r, state.num_mu[k] * a_v)
+        # (A den_h A^T)[r_i, r_j] = f_i f_j den_h[c_i, c_j] over the (c, l) pairs i, j
+        c = np.repeat(np.arange(n), L)
+        v = np.tile(f, n)
+        block = np.outer(v, v) * state.den_h[k][np.ix_(c, c)]
+        np.add.at(lam, (r[:, None], r[None, :]), -block)
+        np.add.at(h, r, -v * state.den_mu[k, c])
     return 0.5 * (lam + lam.T), h
 
 

@@ -38,17 +38,17 @@ def _check_unit_interval(name: str, value) -> float:
     return v
 
 
-def _spec_for_ep(model: pm.Model) -> CRFSpec:
+def _spec_for_ep(model: pm.Model, method: str = "ep") -> CRFSpec:
     try:
         spec = extract_crf(model)
     except ValueError as err:
         kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
-        raise ValueError(f"method='ep' fits the weights of a pmc.CRF likelihood with a Gaussian "
+        raise ValueError(f"method={method!r} fits the weights of a pmc.CRF likelihood with a Gaussian "
                          f"prior; it does not handle HCRFs (hidden states) or other likelihoods "
                          f"(this model observes {kinds}). Use method='nuts' or, for HCRFs, "
                          f"'bp_hcrf_vi'. ({err})") from err
-    require_gaussian_prior(spec, "ep")
-    require_all_labels(spec, "ep")
+    require_gaussian_prior(spec, method)
+    require_all_labels(spec, method)
     return spec
 
 

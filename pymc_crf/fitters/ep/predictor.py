@@ -17,9 +17,8 @@ import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.feature_products import as_feature_matrix
-from pymc_crf.fitters.ep.average import averaged_log_potentials
+from pymc_crf.fitters.ep.average import averaged_node_marginals
 from pymc_crf.fitters.predictors import Prediction, prediction, register_predictor
-from pymc_crf.inference.select import get_engine
 
 __all__ = ["predict_model_average"]
 
@@ -59,7 +58,6 @@ def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str 
             raise ValueError("the model has per-edge weights but the data has no edge features")
         else:
             xe = as_feature_matrix(data.edge_features)
-    node, edge = averaged_log_potentials(mean, cov, K, graphs.n_total_nodes, xn, xe,
-                                         info["potential"], float(info["epsilon"]))
-    marg = get_engine(inference, graphs).marginals(graphs, node, edge).node
+    marg = averaged_node_marginals(mean, cov, K, graphs, xn, xe, info["potential"],
+                                   float(info["epsilon"]), inference)
     return prediction(marg, marg.argmax(axis=1), "model_average", data.labels)
