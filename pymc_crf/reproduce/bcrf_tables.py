@@ -11,10 +11,16 @@ test nodes, maximum-marginal labels) of
 * BCRF-PEP / BCRF-TEP -- EP + approximate model averaging (Qi, Szummer & Minka 2005, eqs.
   (57)-(63): q-averaged potential tables, then exact marginals of the averaged tables);
 * true w -- the generating weights (an oracle, for scale);
+
 * NUTS (gold) -- Monte Carlo model averaging of the exact node marginals over NUTS draws from the
   exact posterior of the ``pmc.CRF`` model (its own trial, ``method="nuts"``; ``nuts_sampler``
   is PyMC's ``pm.sample`` option: nutpie compiles for about a minute and then samples fast,
   PyMC's NUTS starts at once and suits short runs).
+
+EP starts at the paper's step size (``step_size``, 0.8) with ``run_ep``'s step back-off schedule
+(a site's step is halved when its update would leave q or its cavity not positive definite, all
+steps when the mean oscillates) and up to its default 2000 sweeps; a trial records whether EP met
+its tolerance.
 """
 
 from __future__ import annotations
@@ -152,7 +158,7 @@ def _ep_trial(kind: str, train, test, w_true: np.ndarray, step_size: float) -> d
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 ep = run_ep(terms, np.zeros(terms.d), np.full(terms.d, PRIOR_VAR),
-                            transform=transform, step_size=step_size, tol=1e-4, max_iter=300)
+                            transform=transform, step_size=step_size, tol=1e-4)
         except np.linalg.LinAlgError:
             # A diverged power-EP run (non-finite site parameters at the paper's step 0.8):
             # recorded as a failure, its error rows left out of the means.
