@@ -157,6 +157,32 @@ def test_interrupted_run_resumes_from_the_cache(flaky_experiment, tmp_path):
     assert flaky_experiment["calls"] == [0, 1, 2, 3]
 
 
+def test_changed_code_is_a_different_trial(flaky_experiment, tmp_path):
+    """The cache key holds the code's fingerprint: the package sources and an experiment's
+    ``sources``; changing a source recomputes every trial, the same code reuses them."""
+    import dataclasses
+
+    from pymc_crf.reproduce.cache import code_fingerprint
+
+    flaky_experiment["fail"] = False
+    helper = tmp_path / "helper.py"
+    helper.write_text("A = 1\n")
+    assert code_fingerprint([helper]) == code_fingerprint([helper]) != code_fingerprint()
+    _REGISTRY["test-flaky"] = dataclasses.replace(_REGISTRY["test-flaky"],
+                                                  sources=(str(helper),))
+    kw = {"serial": True, "out": tmp_path / "out", "warm_up": False}
+    reproduce.run_experiment("test-flaky", **kw)
+    flaky_experiment["calls"] = []
+    assert reproduce.run_experiment("test-flaky", **kw).stats.cached == 4
+    assert flaky_experiment["calls"] == []
+    before = code_fingerprint([helper])
+    helper.write_text("A = 2\n")
+    assert code_fingerprint([helper]) != before
+    run = reproduce.run_experiment("test-flaky", **kw)
+    assert (run.stats.cached, run.stats.computed) == (0, 4)
+    assert flaky_experiment["calls"] == [0, 1, 2, 3]
+
+
 def test_serial_run_warms_up_with_the_first_quick_trial(flaky_experiment, tmp_path):
     flaky_experiment["fail"] = False
     run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path)

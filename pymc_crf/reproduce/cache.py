@@ -5,15 +5,39 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrialCache", "trial_key"]
+__all__ = ["TrialCache", "code_fingerprint", "trial_key"]
+
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def code_fingerprint(extra: Sequence[str | os.PathLike] = ()) -> str:
+    """The hex SHA-256 of the package's Python sources (every ``*.py`` under ``pymc_crf``, by
+    relative path and content) and of the ``extra`` files that exist.
+
+    Part of every trial key, so a cached trial is reused only by the code that computed it: a
+    change to any module, even one a trial does not seem to call, makes a fresh trial (a
+    conservative rule, since numbers move with numerics anywhere in the package).
+    """
+    h = hashlib.sha256()
+    files = sorted(_PACKAGE.rglob("*.py"))
+    for path in files:
+        h.update(str(path.relative_to(_PACKAGE)).encode())
+        h.update(path.read_bytes())
+    for path in map(Path, extra):
+        if path.is_file():
+            h.update(path.name.encode())
+            h.update(path.read_bytes())
+    return h.hexdigest()
 
 
 def trial_key(experiment: str, settings: dict[str, Any], seed: int, version: str) -> str:
-    """The hex SHA-256 of the experiment name, settings, seed and package version (canonical
-    JSON), so a change to any of them is a different trial."""
+    """The hex SHA-256 of the experiment name, settings, seed and code version (canonical
+    JSON; the command passes the package version and :func:`code_fingerprint`), so a change to
+    any of them is a different trial."""
     blob = json.dumps({"experiment": experiment, "settings": settings, "seed": int(seed),
                        "version": version}, sort_keys=True)
     return hashlib.sha256(blob.encode()).hexdigest()
@@ -28,7 +52,8 @@ class TrialCache:
         The cache folder (``OUT/cache`` for the command).
     experiment : str
     version : str
-        The package version, part of every key.
+        The code version, part of every key (the command uses ``"<package version>+<first 16
+        hex digits of code_fingerprint>"``).
     """
 
     def __init__(self, root: str | os.PathLike, experiment: str, version: str) -> None:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pymc_crf.reproduce.cache import TrialCache
+from pymc_crf.reproduce.cache import TrialCache, code_fingerprint
 from pymc_crf.reproduce.registry import Report, TrialResult, available, get
 from pymc_crf.reproduce.report import write_report
 from pymc_crf.reproduce.runner import RunStats, run_trials
@@ -83,7 +83,10 @@ def run_experiment(name: str, *, quick: bool = False, overrides: dict[str, Any] 
     reason = exp.unavailable()
     if reason is not None:
         return ReproduceRun([], None, {}, RunStats(), params, skipped=reason)
-    trial_cache = TrialCache(Path(out) / "cache", name, pymc_crf.__version__) if cache else None
+    trial_cache = None
+    if cache:
+        version = f"{pymc_crf.__version__}+{code_fingerprint(exp.sources)[:16]}"
+        trial_cache = TrialCache(Path(out) / "cache", name, version)
     results, stats = run_trials(name, exp.trials(params), trial_cache, scheduler=scheduler,
                                 n_workers=n_workers, serial=serial, warm_up=warm_up)
     report = exp.report(results, params)

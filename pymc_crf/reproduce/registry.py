@@ -65,6 +65,9 @@ class Experiment:
     unavailable : callable, optional
         ``unavailable() -> str | None``: a one-line reason the experiment cannot run here (data or
         files absent), or None.
+    sources : tuple of str
+        Files outside the package that the trials run (e.g. a ``bench/`` module): their
+        content is part of the cache key, as the package's own sources are.
     """
 
     name: str
@@ -74,6 +77,7 @@ class Experiment:
     run_trial: Callable[[dict[str, Any], int], dict[str, float]]
     report: Callable[[Sequence[TrialResult], dict[str, Any]], Report]
     unavailable: Callable[[], str | None] = field(default=lambda: None)
+    sources: tuple[str, ...] = ()
 
     def params(self, size: str = "full", overrides: dict[str, Any] | None = None
                ) -> dict[str, Any]:

@@ -177,4 +177,4 @@ for _fig in ("fig2", "fig4", "fig5", "fig6"):
         description=f"Welling & Parise 2006 fig. {_fig[3:]}: BL-MP, BL-BP, LV-CD, MC-BP, exchange "
                     f"against NUTS, {_WHAT[_fig]}",
         sizes=_SIZES[_fig], trials=_trials(_fig), run_trial=run_trial, report=_report(_fig),
-        unavailable=_unavailable))
+        unavailable=_unavailable, sources=(str(_BENCH),)))
