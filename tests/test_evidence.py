@@ -95,3 +95,37 @@ def test_fig3_shape_bp_lr_much_closer_to_ais_than_bic_at_small_n():
     bp_lr = np.array([np.mean([r["BP-LR"] for r in rs]) for rs in rows])
     bic = np.array([np.mean([r["BIC-ML"] for r in rs]) for rs in rows])
     assert np.all(bic > 10 * bp_lr), (bic, bp_lr)
+
+
+def test_nested_sequence_runs_through_the_true_structure():
+    """Parise & Welling 2006 fig. 2's model sequences: nested, one edge more per step, the true
+    structure at position |E*|, the complete graph last, the same sequence for the same seed."""
+    from pymc_crf.reproduce.model_scoring import nested_sequence
+
+    true = np.array([[0, 3], [1, 2], [2, 4]])
+    seq = nested_sequence(true, 5, seed=7)
+    sets = [{tuple(e) for e in m.tolist()} for m in seq]
+    assert [len(s) for s in sets] == list(range(1, 11))
+    assert all(a < b for a, b in zip(sets, sets[1:], strict=False))
+    assert sets[2] == {(0, 3), (1, 2), (2, 4)}
+    assert sets[-1] == {(i, j) for i in range(5) for j in range(i + 1, 5)}
+    again = nested_sequence(true, 5, seed=7)
+    assert all(np.array_equal(a, b) for a, b in zip(seq, again, strict=True))
+    other = nested_sequence(true, 5, seed=8)
+    assert any(not np.array_equal(a, b) for a, b in zip(seq, other, strict=True))
+
+
+def test_fig2_trial_scores_a_model_of_the_sequence():
+    """A fig. 2 trial scores the k-edge model of its data set's sequence: the signed and absolute
+    differences agree, and the model with more edges than the true one is a different model."""
+    from pymc_crf.reproduce.model_scoring import METHODS, run_trial
+
+    base = {"n": 50, "d": 0.5 / 4, "n_samples": 50, "n_temps": 200, "n_runs": 2}
+    r1 = run_trial({**base, "edges": 1}, 0)
+    r10 = run_trial({**base, "edges": 10}, 0)
+    for m in METHODS:
+        assert r1[m] == abs(r1[f"{m} - AIS"])
+    assert r1["true edges"] == r10["true edges"] >= 1
+    # BIC's penalty grows with the number of weights: the complete graph is penalised more
+    assert r10["BIC-ML - AIS"] < r1["BIC-ML - AIS"]
+
