@@ -129,3 +129,28 @@ def test_fig2_trial_scores_a_model_of_the_sequence():
     # BIC's penalty grows with the number of weights: the complete graph is penalised more
     assert r10["BIC-ML - AIS"] < r1["BIC-ML - AIS"]
 
+
+def test_ais_on_a_graph_without_edges_matches_quadrature():
+    """Independent 0/1 units (no edges): the evidence factorises into one 1-D integral per node,
+    ``int Bern(x_i | sigmoid(b)) N(b | 0, 1) db``, which quadrature gives to 1e-10; AIS (and the
+    batched likelihood it runs on, with zero edges) lies within 4 of its standard errors."""
+    from scipy import integrate
+
+    from pymc_crf.graphs.batch import GraphBatch
+
+    data = pmc.datasets.parise_welling_random_structure(d=0.125, n_samples=30, seed=0)
+    graphs = GraphBatch.from_edges([np.zeros((0, 2), np.int64)], [5])
+    with pm.Model() as model:
+        b = pm.Normal("b", 0.0, 1.0, shape=5)
+        pmc.MRF("x", graphs=graphs, node_weights=b, parameterization="boltzmann",
+                observed=data.samples)
+    exact = 0.0
+    n = data.samples.shape[0]
+    for k in data.samples.sum(axis=0):
+        def f(t, k=k):
+            return np.exp(k * t - n * np.logaddexp(0.0, t) - 0.5 * t * t) / np.sqrt(2 * np.pi)
+        exact += np.log(integrate.quad(f, -12, 12, epsabs=0, epsrel=1e-12, limit=200)[0])
+    ais = pmc.log_marginal_likelihood(model, "ais", n_temps=1000, n_runs=10, random_seed=1,
+                                      progressbar=False)
+    assert abs(float(ais) - exact) < 4 * ais.std_error, (float(ais), ais.std_error, exact)
+    assert ais.std_error < 0.3

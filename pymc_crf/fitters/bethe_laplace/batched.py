@@ -65,7 +65,7 @@ class BatchedLikelihood:
         m = lik.engine.marginals(self.batch, node, edge)
         log_z = np.bincount(self.graph_of, m.log_z, minlength=R)
         mn = m.node.reshape(R, -1)
-        me = m.edge.reshape(R, E, -1)
+        me = m.edge.reshape(R, E, self.K * self.K)  # explicit: -1 is ambiguous when E == 0
         if self.shared:
             me = me.sum(axis=1, keepdims=True)
         if self.linear:
