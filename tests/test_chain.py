@@ -227,6 +227,21 @@ def test_rejects_bad_input():
         CH.log_partition(loop, np.zeros((3, 2)), np.zeros((3, 2, 2)))
 
 
+def test_model_with_chain_engine_names_the_graph_that_is_not_a_canonical_chain():
+    """A path numbered out of order is a tree to the chain engine: the model refuses it at
+    construction, naming the graph and the fix."""
+    import pymc as pm
+
+    import pymc_crf as pmc
+
+    graphs = GraphBatch.from_edges([np.array([[0, 1], [1, 2]]), np.array([[1, 0], [0, 2]])],
+                                   [3, 3])
+    with pm.Model(), pytest.raises(ValueError, match=r"graph 1 is a tree, not a canonical chain"
+                                                     r".*GraphBatch.chains"):
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=graphs, edge_weights=w, inference="chain", observed=np.zeros(6, int))
+
+
 @pytest.mark.parametrize("shared", [True, False])
 @pytest.mark.parametrize("K", [2, 5, 10])
 def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):

@@ -969,12 +969,16 @@ class ChainEngine(Engine):
     def supports(self, batch: GraphBatch) -> bool:
         return batch.is_chain
 
-    def _check(self, batch, node_logpot, edge_logpot):
+    def check_supported(self, batch: GraphBatch) -> None:
+        """Raise a ValueError naming the first graph that is not a canonical chain."""
         if not batch.is_chain:
             bad = int(np.flatnonzero(batch.kinds != "chain")[0])
             raise ValueError(f"chain engine: graph {bad} is a {batch.kinds[bad]}, not a canonical "
-                             "chain (edges (0,1), (1,2), ... in order); use 'junction_tree' or "
-                             "'auto'")
+                             "chain (edges (0,1), (1,2), ... in order; GraphBatch.chains builds "
+                             "them); use 'junction_tree' or 'auto'")
+
+    def _check(self, batch, node_logpot, edge_logpot):
+        self.check_supported(batch)
         return check_potentials(batch, node_logpot, edge_logpot)
 
     def log_partition(self, batch, node_logpot, edge_logpot):
