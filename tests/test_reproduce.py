@@ -22,7 +22,8 @@ def test_list_names_every_experiment(capsys):
     out = capsys.readouterr().out
     for name in ("thesis-table-5.1", "thesis-table-5.2", "thesis-ch3-treeep", "thesis-ch4-ard",
                  "luo-table-v",
-                 "japanese-vowels", "parise-welling-fig3", "parise-welling-fig4",
+                 "japanese-vowels", "parise-welling-fig2", "parise-welling-fig3",
+                 "parise-welling-fig4",
                  "welling-parise-fig2", "welling-parise-fig4", "welling-parise-fig5",
                  "welling-parise-fig6"):
         line = next(ln for ln in out.splitlines() if ln.startswith(name + " "))
