@@ -973,7 +973,7 @@ class ChainEngine(Engine):
         """Raise a ValueError naming the first graph that is not a canonical chain."""
         if not batch.is_chain:
             bad = int(np.flatnonzero(batch.kinds != "chain")[0])
-            raise ValueError(f"chain engine: graph {bad} is a {batch.kinds[bad]}, not a canonical "
+            raise ValueError(f"chain engine: graph {bad} ({batch.kinds[bad]}) is not a canonical "
                              "chain (edges (0,1), (1,2), ... in order; GraphBatch.chains builds "
                              "them); use 'junction_tree' or 'auto'")
 
