@@ -1,0 +1,160 @@
+"""Why the diagonal Laplace approximation flattens the CoNLL-2000 marginals: a token's score
+variance under the diagonal approximation against the full Laplace approximation.
+
+The chunking CRF of ``examples/conll2000_chunking.py`` (CRFsuite's feature template and L2
+objective as a N(0, 1/2) prior) is fitted by MAP on the first ``--train`` sentences. The full
+Laplace approximation is N(w_MAP, A^-1) with A the negative log-posterior Hessian at the MAP,
+``A v = J^T Cov(J v) + v / sigma^2`` (J: weights -> log-potential tables; Cov: the chain's
+sufficient-statistic covariance, ``ChainEngine.covariance_vector_product``). For ``--tokens``
+random test tokens i, their best label k and runner-up k', the score ``s_ik = x_i . W[:, k]`` and
+the margin ``s_ik - s_ik'`` (what the softmax sees) have variance ``u^T A^-1 u`` (``u`` the
+weight-space direction), solved here by conjugate gradients with A never formed, against the
+diagonal approximation's ``sum_j x_ij^2 (sd_jk^2 [+ sd_jk'^2])``.
+
+With ``--evidence-prior``, instead: the prior variance of the node weights chosen by evidence
+(MacKay 1992's fixed point ``sigma^2 <- ||W||^2 / gamma``, ``gamma = sum_j (1 - var_j / sigma^2)``
+with the diagonal Laplace variances), refitting the MAP at each step, and the accuracy and
+expected calibration error of the MAP and the posterior-averaged marginals (5 draws) of the
+first ``--test`` test sentences at each prior.
+
+Run:  .venv/bin/python bench/conll_laplace_variance.py [--train 300] [--tokens 20]
+      .venv/bin/python bench/conll_laplace_variance.py --evidence-prior [--steps 6]
+(needs ../shared/data/conll2000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+import scipy.sparse.linalg as spla
+
+import pymc_crf as pmc
+from pymc_crf.datasets import data_dir, read_conll2000, token_features
+from pymc_crf.features import encode_tags, sequence_batch
+from pymc_crf.fitters import extract_crf
+from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, posterior_averaged_marginals
+from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.metrics import reliability_curve
+
+C2 = 1.0
+SIGMA = (1.0 / (2.0 * C2)) ** 0.5
+
+
+def _map_fit(words, X, y, K, sigma_w):
+    """The chunking CRF with N(0, sigma_w^2) node weights and CRFsuite's table prior, its MAP
+    fit, spec and flat MAP weights."""
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, sigma_w, shape=(X.shape[1], K))
+        T = pm.Normal("T", 0.0, SIGMA, shape=(K, K))
+        pmc.CRF("y", graphs=sequence_batch(words), node_features=X, node_weights=W,
+                edge_weights=T, observed=y)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = pmc.fit(model, method="map", ftol=1e-6, gtol=1e-5, log_likelihood=False,
+                      progressbar=False)
+    spec = extract_crf(model)
+    w_map = spec.flatten({"W": fit.posterior["W"].values[0, 0],
+                          "T": fit.posterior["T"].values[0, 0]})
+    return fit, spec, w_map
+
+
+def evidence_prior(words, X, y, K, test, steps: int) -> None:
+    """MacKay's fixed point for the node weights' prior variance, with the MAP and averaged
+    predictions' accuracy and ECE at each step."""
+    F, s2 = X.shape[1], SIGMA**2
+    print("| prior variance | gamma | next variance | MAP accuracy | MAP ECE | averaged accuracy "
+          "| averaged ECE |")
+    print("|---|---|---|---|---|---|---|")
+    for _ in range(steps):
+        fit, spec, w_map = _map_fit(words, X, y, K, s2**0.5)
+        sd = diagonal_laplace_sd(spec, w_map)
+        gamma = float(np.sum(1.0 - sd[:F * K] ** 2 / s2))
+        nxt = float(np.sum(w_map[:F * K] ** 2)) / gamma
+        cells = []
+        for marg in (pmc.predict(fit, test, "bpe").marginals,
+                     posterior_averaged_marginals(spec, w_map, sd, test, draws=5,
+                                                  random_seed=0)):
+            cells += [f"{np.mean(marg.argmax(1) == test.labels):.4f}",
+                      f"{reliability_curve(marg, test.labels, n_bins=10).ece:.3f}"]
+        print(f"| {s2:.4f} | {gamma:.0f} | {nxt:.4f} | " + " | ".join(cells) + " |")
+        s2 = nxt
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", type=int, default=300)
+    ap.add_argument("--test", type=int, default=200)
+    ap.add_argument("--tokens", type=int, default=20)
+    ap.add_argument("--evidence-prior", action="store_true")
+    ap.add_argument("--steps", type=int, default=6)
+    args = ap.parse_args(argv)
+    if not data_dir("conll2000").exists():
+        print(f"skipped: {data_dir('conll2000')} not found")
+        return
+    words, pos, chunks = (a[:args.train] for a in read_conll2000("train"))
+    twords, tpos, tchunks = (a[:args.test] for a in read_conll2000("test"))
+    vec = pmc.FeatureVectorizer(min_freq=1)
+    X = vec.fit_transform([token_features(w, p) for w, p in zip(words, pos, strict=True)])
+    Xt = vec.transform([token_features(w, p) for w, p in zip(twords, tpos, strict=True)])
+    classes = sorted({t for s in chunks + tchunks for t in s})
+    y, _ = encode_tags(chunks, classes)
+    yt, _ = encode_tags(tchunks, classes)
+    K, F = len(classes), X.shape[1]
+    if args.evidence_prior:
+        evidence_prior(words, X, y, K, pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=K),
+                       args.steps)
+        return
+    fit, spec, w_map = _map_fit(words, X, y, K, SIGMA)
+    lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
+    node, edge = lik.log_potentials(w_map)
+    d = w_map.size
+    print(f"{args.train} sentences, {X.shape[0]} tokens, {F} features, K = {K}: {d} weights")
+
+    def hess(v):
+        tn, te = lik.pushforward(w_map, v)
+        cn, ce = lik.engine.covariance_vector_product(spec.batch, node, edge, tn, te)
+        return lik.pullback(w_map, cn, ce) + v / prior.sd**2
+
+    A = spla.LinearOperator((d, d), matvec=hess, dtype=np.float64)
+    sd = diagonal_laplace_sd(spec, w_map)
+    sd_W = sd[:F * K].reshape(F, K)
+    W_map = w_map[:F * K].reshape(F, K)
+    scores = np.asarray(Xt @ W_map)
+    rng = np.random.default_rng(0)
+    picks = rng.choice(Xt.shape[0], size=args.tokens, replace=False)
+    rows = []
+    t0 = time.perf_counter()
+    for i in picks:
+        k, k2 = (int(c) for c in np.argsort(scores[i])[::-1][:2])
+        x = Xt[i].toarray().ravel()
+        row = [int(x.astype(bool).sum())]
+        # the score of the MAP label, and its margin over the runner-up (what the softmax sees)
+        for cols in ({k: 1.0}, {k: 1.0, k2: -1.0}):
+            u = np.zeros(d)
+            for c, sign in cols.items():
+                u[:F * K].reshape(F, K)[:, c] = sign * x
+            sol, info = spla.cg(A, u, rtol=1e-8, maxiter=5000)
+            diag = float(sum(np.sum(x**2 * sd_W[:, c] ** 2) for c in cols))
+            row += [diag, float(u @ sol), info]
+        rows.append(row)
+    r = np.array(rows, dtype=float)
+    print(f"{args.tokens} test tokens, CG solves in {time.perf_counter() - t0:.1f} s "
+          f"(all converged: {bool(np.all(r[:, [3, 6]] == 0))})")
+    print("| active features | score: diagonal var | score: full var | margin: diagonal var "
+          "| margin: full var | margin: diagonal / full |")
+    print("|---|---|---|---|---|---|")
+    for a, d1, f1, _, d2, f2, _ in rows:
+        print(f"| {a:.0f} | {d1:.3f} | {f1:.3f} | {d2:.3f} | {f2:.3f} | {d2 / f2:.1f} |")
+    for name, (a, b) in (("score", (1, 2)), ("margin", (4, 5))):
+        ratio = r[:, a] / r[:, b]
+        print(f"{name}: diagonal / full variance median {np.median(ratio):.2f} (range "
+              f"{ratio.min():.2f}-{ratio.max():.2f}); sd diagonal {np.sqrt(r[:, a]).mean():.2f}, "
+              f"full {np.sqrt(r[:, b]).mean():.2f} on average")
+
+
+if __name__ == "__main__":
+    main()
