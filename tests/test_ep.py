@@ -20,8 +20,10 @@ machine with the seeds used below; the asserted tolerances in brackets):
 * NUTS truth (slow test ``test_ep_vs_nuts``; ``pm.sample`` on the ``CRF`` model of
   ``bcrf_synthetic(kind, n_train=10, seed=0)``, 2 chains x 2000 draws, seed 0; EP step size 0.5),
   max / mean over the 24 weights of the mean error in sds, sd ratio range, sweeps:
-  loops:  PEP 0.705 / 0.219 / [0.62, 1.03], 212 sweeps; TEP 0.828 / 0.290 / [0.79, 1.11], 45 sweeps
-  chains: PEP 0.185 / 0.067 / [0.90, 1.01],  72 sweeps; TEP 0.229 / 0.098 / [0.91, 1.12], 37 sweeps
+  loops:  PEP 0.713 / 0.201 / [0.62, 1.05], 1147 sweeps; TEP 0.862 / 0.285 / [0.80, 1.11], 45 sweeps
+  chains: PEP 0.202 / 0.070 / [0.88, 1.03],   72 sweeps; TEP 0.246 / 0.098 / [0.90, 1.14], 37 sweeps
+  (PEP on the loops backs its step off and needs more than 500 sweeps, so the test keeps
+  ``run_ep``'s default of 2000)
   [loops: max < 1.0, mean < 0.4, sd ratio in [0.55, 1.3]; chains: max < 0.3, mean < 0.15,
   sd ratio in [0.85, 1.2]]. On these loops PEP with the paper's step size 0.8 oscillates and does
   not converge in 300 sweeps (thesis figs. 5-6/5-7 report PEP oscillating); 0.5 converges. About
@@ -428,7 +430,8 @@ def test_ep_vs_nuts(kind):
     mu, sd = x.mean(0), x.std(0)
     tol_max, tol_mean, lo, hi = (1.0, 0.4, 0.55, 1.3) if kind == "loop" else (0.3, 0.15, 0.85, 1.2)
     for transform in (1.0, 0.0):
-        ep = run(batch, Xe, labels, K, transform=transform, step_size=0.5, tol=1e-5, max_iter=500)
+        # the default 2000 sweeps: with the step back-off, PEP needs 1147 on the loops
+        ep = run(batch, Xe, labels, K, transform=transform, step_size=0.5, tol=1e-5)
         assert ep.converged
         z = np.abs(ep.mean - mu) / sd
         ratio = np.sqrt(np.diag(ep.cov)) / sd
