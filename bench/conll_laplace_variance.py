@@ -36,6 +36,7 @@ import pymc_crf as pmc
 from pymc_crf.datasets import data_dir, read_conll2000, token_features
 from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters import extract_crf
+from pymc_crf.fitters.bethe_laplace.curvature import fisher_vector_product
 from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, posterior_averaged_marginals
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.metrics import reliability_curve
@@ -110,14 +111,12 @@ def main(argv: list[str] | None = None) -> None:
         return
     fit, spec, w_map = _map_fit(words, X, y, K, SIGMA)
     lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
-    node, edge = lik.log_potentials(w_map)
     d = w_map.size
     print(f"{args.train} sentences, {X.shape[0]} tokens, {F} features, K = {K}: {d} weights")
+    fvp = fisher_vector_product(lik, w_map, lik.engine)
 
     def hess(v):
-        tn, te = lik.pushforward(w_map, v)
-        cn, ce = lik.engine.covariance_vector_product(spec.batch, node, edge, tn, te)
-        return lik.pullback(w_map, cn, ce) + v / prior.sd**2
+        return fvp(v) + v / prior.sd**2
 
     A = spla.LinearOperator((d, d), matvec=hess, dtype=np.float64)
     sd = diagonal_laplace_sd(spec, w_map)

@@ -68,6 +68,25 @@ def test_exact_precision_is_the_negative_log_posterior_hessian(case):
     np.testing.assert_allclose(fit.covariance @ fit.precision, np.eye(p.size), atol=1e-8)
 
 
+@pytest.mark.parametrize("case", ["crf-loglinear-features", "mrf-grid"])
+def test_fisher_vector_product_is_the_negative_log_likelihood_hessian(case):
+    """The matrix-free ``J^T C J v`` (log-linear potentials) against finite differences of the
+    log-likelihood gradient, and against the columns of ``fisher_matrix``."""
+    from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, fisher_vector_product
+
+    m = _mrf(GRID) if case == "mrf-grid" else _crf("loglinear", shared=False)
+    p = weight_problem(m, "bethe_laplace")
+    eng = exact_engine(p)
+    lik = p.make_likelihood(eng)
+    w = np.random.default_rng(3).normal(0.0, 0.3, p.size)
+    fvp = fisher_vector_product(lik, w, eng)
+    v = np.random.default_rng(4).normal(size=p.size)
+    h = 1e-5
+    fd = -(lik(w + h * v)[1] - lik(w - h * v)[1]) / (2 * h)
+    np.testing.assert_allclose(fvp(v), fd, rtol=1e-6, atol=1e-6)
+    np.testing.assert_allclose(fvp(v), fisher_matrix(lik, w, eng) @ v, rtol=1e-10, atol=1e-10)
+
+
 def test_linear_response_is_exact_on_trees_and_close_on_a_grid():
     p = weight_problem(_mrf(TREE), "bethe_laplace")
     ex = laplace_fit(p, map="exact", covariance="exact")

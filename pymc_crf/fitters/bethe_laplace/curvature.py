@@ -25,7 +25,7 @@ from pymc_crf.inference.bp import BeliefPropagation, BPState
 from pymc_crf.inference.linear_response import linear_response_vector_product
 from pymc_crf.potentials import get_potential
 
-__all__ = ["fisher_matrix", "potential_curvature", "covariance_product"]
+__all__ = ["fisher_matrix", "fisher_vector_product", "potential_curvature", "covariance_product"]
 
 
 def covariance_product(lik, w: np.ndarray, engine: Engine, state: BPState | None = None):
@@ -41,6 +41,21 @@ def covariance_product(lik, w: np.ndarray, engine: Engine, state: BPState | None
         def prod(vn, ve):
             return engine.covariance_vector_product(batch, node, edge, vn, ve)
     return prod
+
+
+def fisher_vector_product(lik, w: np.ndarray, engine: Engine, state: BPState | None = None):
+    """``v -> J^T C J v`` at ``w`` without forming the (d, d) matrix (times ``n_samples`` for an
+    MRF likelihood, as :func:`fisher_matrix`): the log-likelihood's negative Hessian for
+    log-linear potentials, for matrix-free solves with many weights."""
+    prod = covariance_product(lik, w, engine, state)
+    scale = float(getattr(lik, "n_samples", 1))
+
+    def fvp(v: np.ndarray) -> np.ndarray:
+        vn, ve = lik.pushforward(w, v)
+        cn, ce = prod(vn, ve)
+        return scale * lik.pullback(w, cn, ce)
+
+    return fvp
 
 
 def _linear_response_columns(lik, w: np.ndarray, engine: BeliefPropagation,
@@ -67,14 +82,12 @@ def fisher_matrix(lik, w: np.ndarray, engine: Engine, state: BPState | None = No
     eye = np.eye(d)
     if isinstance(engine, BeliefPropagation) and lik.batch.n_edges:
         F = _linear_response_columns(lik, w, engine, state, eye)
+        F *= float(getattr(lik, "n_samples", 1))
     else:
-        prod = covariance_product(lik, w, engine, state)
+        fvp = fisher_vector_product(lik, w, engine, state)
         F = np.empty((d, d))
         for j in range(d):
-            vn, ve = lik.pushforward(w, eye[j])
-            cn, ce = prod(vn, ve)
-            F[:, j] = lik.pullback(w, cn, ce)
-    F *= float(getattr(lik, "n_samples", 1))
+            F[:, j] = fvp(eye[j])
     return 0.5 * (F + F.T)
 
 
