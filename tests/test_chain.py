@@ -60,6 +60,9 @@ def test_weighted_marginals(problem, seed):
     ref = BF.weighted_marginals(batch, node, edge, w)  # generic version: per-edge weights, then sum
     gn, ge = CH.weighted_marginals(batch, node, edge, w)
     assert _rel(gn, ref[0]) < 1e-9 and _rel(ge, ref[1]) < 1e-9
+    lz, gn, ge = CH.log_z_and_weighted_marginals(batch, node, edge, w)
+    assert _rel(lz, BF.log_partition(batch, node, edge)) < 1e-9
+    assert _rel(gn, ref[0]) < 1e-9 and _rel(ge, ref[1]) < 1e-9
 
 
 def test_numba_kernels():
@@ -74,7 +77,8 @@ def test_numba_kernels():
         ref = BF.weighted_marginals(batch, node, edge, w)
         np.testing.assert_allclose(log_z(node, edge), BF.log_partition(batch, node, edge),
                                    rtol=1e-9)
-        kn, ke = vjp(node, edge, w)
+        lz, kn, ke = vjp(node, edge, w)
+        np.testing.assert_allclose(lz, BF.log_partition(batch, node, edge), rtol=1e-9)
         assert _rel(kn, ref[0]) < 1e-9 and _rel(ke, ref[1]) < 1e-9
 
 

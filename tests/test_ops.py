@@ -66,3 +66,56 @@ def test_hessian_equals_brute_force_covariance(rng):
                           mode="FAST_COMPILE")(
         np.concatenate([node.ravel(), edge.ravel()]))
     np.testing.assert_allclose(H, BruteForce().feature_covariance(b, node, edge), atol=1e-10)
+
+
+@pytest.mark.parametrize("bname", list(BATCHES))
+def test_log_z_and_gradient_fused_into_one_engine_pass(bname, rng):
+    """A compiled value-and-gradient graph runs the engine once (``LogPartitionWithGrad``), with
+    the numbers of the unfused pair (the rewrite excluded) and of brute force."""
+    from pymc_crf.ops import LogPartition, LogPartitionGrad, LogPartitionWithGrad
+
+    b = BATCHES[bname]
+    K = 3
+    node = rng.normal(size=(b.n_total_nodes, K)) * 3
+    edge = rng.normal(size=(b.n_edges, K, K)) * 3
+    N, E = pt.dmatrix(), pt.tensor3()
+    lz = log_partition(N, E, b)
+    weights = np.arange(1.0, b.n_graphs + 1)
+    total = (lz * weights).sum()
+    outs = [total, *pytensor.grad(total, [N, E])]
+    fused = pytensor.function([N, E], outs)
+    ops = [type(n.op) for n in fused.maker.fgraph.apply_nodes]
+    assert ops.count(LogPartitionWithGrad) == 1
+    assert LogPartition not in ops and LogPartitionGrad not in ops
+    plain = pytensor.function(
+        [N, E], outs, mode=pytensor.compile.get_default_mode().excluding(
+            "fuse_log_partition_with_grad"))
+    assert LogPartitionWithGrad not in [type(n.op) for n in plain.maker.fgraph.apply_nodes]
+    for a, c in zip(fused(node, edge), plain(node, edge), strict=True):
+        np.testing.assert_allclose(a, c, rtol=1e-13, atol=1e-13)
+    bf = BruteForce()
+    np.testing.assert_allclose(fused(node, edge)[0],
+                               weights @ bf.log_partition(b, node, edge), rtol=1e-12)
+
+
+def test_no_fusion_when_the_gradient_weights_depend_on_log_z(rng):
+    """log sum_g exp(log Z_g) (a hidden CRF's class sum): the VJP weights are a softmax of the
+    log Zs, so the two Ops stay apart (fusing them would make a cycle); the numbers are right."""
+    from pymc_crf.ops import LogPartition, LogPartitionGrad, LogPartitionWithGrad
+
+    b = BATCHES["chains"]
+    node = rng.normal(size=(b.n_total_nodes, 3))
+    edge = rng.normal(size=(b.n_edges, 3, 3))
+    N, E = pt.dmatrix(), pt.tensor3()
+    total = pt.logsumexp(log_partition(N, E, b))
+    f = pytensor.function([N, E], [total, *pytensor.grad(total, [N, E])])
+    ops = [type(n.op) for n in f.maker.fgraph.apply_nodes]
+    assert LogPartition in ops and LogPartitionGrad in ops and LogPartitionWithGrad not in ops
+    bf = BruteForce()
+    lz = bf.log_partition(b, node, edge)
+    val, gn, ge = f(node, edge)
+    w = np.exp(lz - np.logaddexp.reduce(lz))
+    exp_n, exp_e = bf.weighted_marginals(b, node, edge, w)
+    np.testing.assert_allclose(val, np.logaddexp.reduce(lz), rtol=1e-12)
+    np.testing.assert_allclose(gn, exp_n, atol=1e-12)
+    np.testing.assert_allclose(ge, exp_e, atol=1e-12)

@@ -246,10 +246,19 @@ class Engine(ABC):
 
     def weighted_marginals(self, batch: GraphBatch, node_logpot, edge_logpot,
                            graph_weights) -> tuple[np.ndarray, np.ndarray]:
-        """Marginals of graph g times ``graph_weights[g]``: the vector-Jacobian product of log Z.
+        """Marginals of graph g times ``graph_weights[g]``: the vector-Jacobian product of log Z
+        (``log_z_and_weighted_marginals`` without log Z)."""
+        return self.log_z_and_weighted_marginals(batch, node_logpot, edge_logpot,
+                                                 graph_weights)[1:]
 
-        The generic version expands a shared edge table so the weights apply per edge before the
-        sum over edges; engines override it with a one-pass kernel.
+    def log_z_and_weighted_marginals(self, batch: GraphBatch, node_logpot, edge_logpot,
+                                     graph_weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """log Z (G,) and the marginals of graph g times ``graph_weights[g]``, from one pass.
+
+        A compiled model that needs both log Z and its gradient runs this once instead of log Z
+        and the marginals separately. The generic version expands a shared edge table so the
+        weights apply per edge before the sum over edges; engines override it with a one-pass
+        kernel.
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         w = np.asarray(graph_weights, dtype=np.float64)
@@ -258,10 +267,12 @@ class Engine(ABC):
         m = self.marginals(batch, node, np.ascontiguousarray(full))
         gn = m.node * w[batch.node_graph][:, None]
         ge = m.edge * w[batch.edge_graph][:, None, None]
-        return gn, (ge.sum(axis=0, keepdims=True) if shared else ge)
+        return (np.asarray(m.log_z, dtype=np.float64), gn,
+                ge.sum(axis=0, keepdims=True) if shared else ge)
 
     def numba_kernels(self, batch: GraphBatch):
-        """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models.
+        """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models;
+        ``vjp`` returns ``(log_z, weighted node marginals, weighted edge marginals)``.
 
         None means the PyTensor Ops call this engine from numba's object mode.
         """

@@ -25,6 +25,7 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.allocation import empty_pages, zeros_pages
 from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
 from pymc_crf.inference.kernels import (
     MAX,
@@ -704,7 +705,7 @@ def _workspace(sizes):
         pos = ((pos + 511) // 512) * 512 + 80 * (k % 6)
         starts.append(pos)
         pos += sizes[k]
-    buf = np.empty(pos + 512)
+    buf = empty_pages(pos + 512)
     base = ((4096 - buf.ctypes.data % 4096) % 4096) // 8  # the first buffer 4 KiB-aligned
     return [buf[base + starts[k]: base + starts[k] + sizes[k]] for k in range(len(sizes))]
 
@@ -779,11 +780,11 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
 def _fb_outputs(node, edge, want_marginals):
     """Zeroed node and edge marginal outputs of forward-backward."""
     N, K = node.shape
-    node_m = np.zeros((N, K)) if want_marginals else np.zeros((0, K))
+    node_m = zeros_pages((N, K)) if want_marginals else np.zeros((0, K))
     if edge.shape[0] == 1 or not want_marginals:
         return node_m, np.zeros((1 if want_marginals else 0, K, K))
     # per-edge marginals: every entry is written (each edge lies on one chain), no zero-fill
-    return node_m, np.empty((edge.shape[0], K, K))
+    return node_m, empty_pages((edge.shape[0], K, K))
 
 
 @njit(cache=True)
@@ -913,8 +914,8 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
     """
     N, K = node.shape
     shared = edge.shape[0] == 1
-    out_n = np.zeros((N, K))
-    out_e = np.zeros((1 if shared else edge.shape[0], K, K))
+    out_n = zeros_pages((N, K))
+    out_e = zeros_pages((1 if shared else edge.shape[0], K, K))
     noi = unused_arrays()[0]
     for g in range(node_off.shape[0] - 1):
         lo = node_off[g]
@@ -1011,7 +1012,8 @@ class ChainEngine(Engine):
         return _tangent_fb(node, edge, batch.node_offsets, batch.edge_offsets, vn, ve)
 
     def numba_kernels(self, batch: GraphBatch):
-        """Njit closures ``(log_z(node, edge), vjp(node, edge, g))`` over this batch's offsets.
+        """Njit closures ``(log_z(node, edge), vjp(node, edge, g))`` over this batch's offsets;
+        ``vjp`` returns log Z and the marginals weighted by ``g`` from one pass.
 
         Used by the PyTensor Ops' numba implementation so compiled models call the kernels directly.
         """
@@ -1026,14 +1028,13 @@ class ChainEngine(Engine):
 
         @njit
         def vjp(node, edge, g):
-            _, gn, ge = _forward_backward(node, edge, no, eo, True, g)
-            return gn, ge
+            return _forward_backward(node, edge, no, eo, True, g)
 
         return log_z, vjp
 
-    def weighted_marginals(self, batch, node_logpot, edge_logpot, graph_weights):
-        """Marginals of graph g times ``graph_weights[g]`` (the VJP of log Z), one pass."""
+    def log_z_and_weighted_marginals(self, batch, node_logpot, edge_logpot, graph_weights):
+        """log Z and the marginals of graph g times ``graph_weights[g]`` (the VJP of log Z),
+        one pass."""
         node, edge = self._check(batch, node_logpot, edge_logpot)
         gw = np.ascontiguousarray(graph_weights, dtype=np.float64)
-        _, gn, ge = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)
-        return gn, ge
+        return _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)

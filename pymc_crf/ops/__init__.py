@@ -4,7 +4,9 @@ from pymc_crf.ops.log_partition import (
     LogPartition,
     LogPartitionGrad,
     LogPartitionHVP,
+    LogPartitionWithGrad,
     log_partition,
 )
 
-__all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "log_partition"]
+__all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "LogPartitionWithGrad",
+           "log_partition"]

@@ -7,6 +7,12 @@ derivatives (Laplace approximations, Hessians) work too.
 
 Everything from features to log-potentials is ordinary PyTensor, so autodiff does the chain rule.
 
+A compiled logp-and-gradient graph holds ``LogPartition(n, e)`` and ``LogPartitionGrad(n, e, g)``
+of the same tables; the ``fuse_log_partition_with_grad`` rewrite replaces the pair by one
+``LogPartitionWithGrad`` node, so the engine runs once (its marginals pass gives log Z too)
+instead of a log Z pass plus a marginals pass. With per-edge tables the log Z pass alone costs a
+third of the marginals pass (every table is exponentiated in both).
+
 Each Op registers a numba implementation. Engines that provide ``numba_kernels`` (the chain engine)
 are called directly from compiled code; the others run in numba's object mode through the engine's
 Python entry point (an explicit choice, so PyTensor does not warn about a silent fallback).
@@ -22,13 +28,17 @@ import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, grad_not_implemented
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
+from pytensor.graph.rewriting.basic import node_rewriter
+from pytensor.graph.traversal import ancestors
 from pytensor.link.numba.dispatch.basic import get_numba_type, register_funcify_and_cache_key
+from pytensor.tensor.rewriting.basic import register_specialize
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine, require_log_z
 
-__all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "log_partition"]
+__all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "LogPartitionWithGrad",
+           "log_partition"]
 
 
 class _BatchOp(Op):
@@ -107,6 +117,57 @@ class LogPartitionGrad(_BatchOp):
                   for c, o in zip(output_grads, outputs, strict=True))
         hn, he, hg = LogPartitionHVP(self.batch, self.engine)(*inputs, cn, ce)
         return [hn, he, hg]
+
+
+class LogPartitionWithGrad(_BatchOp):
+    """``(log Z, weighted node marginals, weighted edge marginals)`` from one engine pass: the
+    outputs of ``LogPartition(n, e)`` and ``LogPartitionGrad(n, e, g)`` together.
+
+    Made only by the ``fuse_log_partition_with_grad`` rewrite, after differentiation, so it has
+    no gradient of its own.
+    """
+
+    def make_node(self, node_logpot, edge_logpot, g):
+        node, edge = self._inputs(node_logpot, edge_logpot)
+        g = pt.as_tensor_variable(g).astype("float64")
+        return Apply(self, [node, edge, g],
+                     [pt.dvector(shape=(self.batch.n_graphs,)), node.type(), edge.type()])
+
+    def perform(self, node, inputs, output_storage):
+        lz, gn, ge = self.engine.log_z_and_weighted_marginals(self.batch, *inputs)
+        output_storage[0][0] = np.asarray(lz, dtype=np.float64)
+        output_storage[1][0] = np.asarray(gn, dtype=np.float64)
+        output_storage[2][0] = np.asarray(ge, dtype=np.float64)
+
+    def infer_shape(self, node, shapes):
+        return [(self.batch.n_graphs,), shapes[0], shapes[1]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        return [grad_not_implemented(self, i, x, "the fused log Z and gradient node (made by a "
+                                     "rewrite after differentiation)")
+                for i, x in enumerate(inputs)]
+
+
+@node_rewriter([LogPartition])
+def fuse_log_partition_with_grad(fgraph, node):
+    """``LogPartition(n, e)`` and a ``LogPartitionGrad(n, e, g)`` of the same batch, engine and
+    tables become one ``LogPartitionWithGrad(n, e, g)``, unless ``g`` depends on log Z (as in a
+    hidden CRF, whose class weights are a softmax of the log Zs): fusing would make a cycle."""
+    n, e = node.inputs
+    op = node.op
+    lz_out = node.outputs[0]
+    for client, _ in fgraph.clients[n]:
+        cop = getattr(client, "op", None)
+        if (isinstance(cop, LogPartitionGrad) and cop.batch is op.batch
+                and cop.engine is op.engine and client.inputs[0] is n and client.inputs[1] is e
+                and lz_out not in set(ancestors([client.inputs[2]]))):
+            lz, gn, ge = LogPartitionWithGrad(op.batch, op.engine)(n, e, client.inputs[2])
+            return {node.outputs[0]: lz, client.outputs[0]: gn, client.outputs[1]: ge}
+    return None
+
+
+# overwrite: a re-imported module (importlib.reload) registers its own classes' rewrite
+register_specialize(fuse_log_partition_with_grad, overwrite_existing=True)
 
 
 class LogPartitionHVP(_BatchOp):
@@ -212,7 +273,7 @@ def _objmode_impl(op, node):
     return impl, f"pymc_crf.objmode.{type(op).__name__}.v{_KERNEL_VERSION}.{key}"
 
 
-_KERNEL_VERSION = 6
+_KERNEL_VERSION = 7
 
 
 def _cache_key(op, which: str) -> str:
@@ -235,19 +296,42 @@ def _numba_log_partition(op, node, **kwargs):
     return impl, _cache_key(op, "log_z")
 
 
-@register_funcify_and_cache_key(LogPartitionGrad)
-def _numba_log_partition_grad(op, node, **kwargs):
+def _vjp_call(op):
+    """Njit ``(node, edge, g) -> (log Z, weighted node, weighted edge marginals)`` from the
+    engine's kernels, or None for an engine without them."""
     kernels = op.engine.numba_kernels(op.batch)
     if kernels is None:
-        return _objmode_impl(op, node)
+        return None
     vjp = kernels[1]
 
     @numba.njit
-    def impl(node_logpot, edge_logpot, g):
+    def call(node_logpot, edge_logpot, g):
         return vjp(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot),
                    np.ascontiguousarray(g))
 
+    return call
+
+
+@register_funcify_and_cache_key(LogPartitionGrad)
+def _numba_log_partition_grad(op, node, **kwargs):
+    call = _vjp_call(op)
+    if call is None:
+        return _objmode_impl(op, node)
+
+    @numba.njit
+    def impl(node_logpot, edge_logpot, g):
+        _, gn, ge = call(node_logpot, edge_logpot, g)
+        return gn, ge
+
     return impl, _cache_key(op, "vjp")
+
+
+@register_funcify_and_cache_key(LogPartitionWithGrad)
+def _numba_log_partition_with_grad(op, node, **kwargs):
+    call = _vjp_call(op)
+    if call is None:
+        return _objmode_impl(op, node)
+    return call, _cache_key(op, "log_z_vjp")
 
 
 @register_funcify_and_cache_key(LogPartitionHVP)
