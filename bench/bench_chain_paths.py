@@ -22,6 +22,9 @@ Every time is given as a ratio to the two BLAS products ``X @ W`` and ``X.T @ G`
 same rounds. Targets: objective <= 2x the BLAS products; compiled logp + dlogp <= 1.3x the
 objective; edge-feature models <= 2x the shared one.
 
+A floor row times what any per-edge objective must do besides the recursions: the BLAS pair,
+the edge products ``Xe @ We`` and ``Xe.T @ M`` and one exp of each of the E K^2 table entries.
+
 Last, a ragged batch: 600 chains of length 3-14, K = 26, log-potentials N(0, s^2) with s = 1 and
 s = 30 (node-row plus table ranges of several hundred): ``ChainEngine.marginals`` time of each
 and their ratio.
@@ -107,6 +110,13 @@ def main(argv=None):
     cases.update(case("shared", batch, X, y, W, T))
     cases.update(case("constant", batch, X, y, W, T[None], Xe=np.ones((E, 1))))
     cases.update(case("per-edge", batch, X, y, W, Te, Xe=Xe))
+    # what any per-edge objective must do besides the engine's recursions: the BLAS pair, the
+    # edge products Xe @ We and Xe.T @ M, and one exp of each of the E K^2 table entries
+    Me = rng.normal(size=(E, Te[0].size))
+    ebuf = np.empty((E, Te[0].size))
+    floor_key = "per-edge floor: BLAS pair + edge products + exp"
+    cases[floor_key] = lambda: (X @ W, X.T @ Gm, np.exp(np.dot(Xe, Te.reshape(3, -1), out=ebuf),
+                                                      out=ebuf), Xe.T @ Me)
     cases.update(case("wide", batch, X, y, 30.0 * W, 40.0 * T))
     # the user's ragged batch: 600 chains of length 3-14, K = 26
     rng = np.random.default_rng(0)
@@ -134,6 +144,9 @@ def main(argv=None):
         for what in ("objective value + grad", "compiled logp + dlogp"):
             r = rows[f"{name}: {what}"][0] / rows[f"shared: {what}"][0]
             print(f"{name:9s} {what} / shared = {r:5.2f} (target <= 2)")
+    fl = rows[floor_key][0]
+    print(f"per-edge  floor / BLAS = {fl / ref:5.2f}; objective / floor = "
+          f"{rows['per-edge: objective value + grad'][0] / fl:5.2f}")
     s1 = rows["600 chains K=26, scale 1: marginals"][0]
     s30 = rows["600 chains K=26, scale 30: marginals"][0]
     print(f"600 chains K=26: scale 30 / scale 1 = {s30 / s1:.2f}")
