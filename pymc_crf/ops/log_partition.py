@@ -10,8 +10,8 @@ Everything from features to log-potentials is ordinary PyTensor, so autodiff doe
 A compiled logp-and-gradient graph holds ``LogPartition(n, e)`` and ``LogPartitionGrad(n, e, g)``
 of the same tables; the ``fuse_log_partition_with_grad`` rewrite replaces the pair by one
 ``LogPartitionWithGrad`` node, so the engine runs once (its marginals pass gives log Z too)
-instead of a log Z pass plus a marginals pass. With per-edge tables the log Z pass alone costs a
-third of the marginals pass (every table is exponentiated in both).
+instead of a log Z pass plus a marginals pass. With per-edge tables the log Z pass alone costs
+about two thirds of the marginals pass (every table is exponentiated in both).
 
 Each Op registers a numba implementation. Engines that provide ``numba_kernels`` (the chain engine)
 are called directly from compiled code; the others run in numba's object mode through the engine's
