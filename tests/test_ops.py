@@ -69,7 +69,8 @@ def test_hessian_equals_brute_force_covariance(rng):
 
 
 @pytest.mark.parametrize("bname", list(BATCHES))
-def test_log_z_and_gradient_fused_into_one_engine_pass(bname, rng):
+@pytest.mark.parametrize("shared", [False, True])
+def test_log_z_and_gradient_fused_into_one_engine_pass(bname, shared, rng):
     """A compiled value-and-gradient graph runs the engine once (``LogPartitionWithGrad``), with
     the numbers of the unfused pair (the rewrite excluded) and of brute force."""
     from pymc_crf.ops import LogPartition, LogPartitionGrad, LogPartitionWithGrad
@@ -77,7 +78,7 @@ def test_log_z_and_gradient_fused_into_one_engine_pass(bname, rng):
     b = BATCHES[bname]
     K = 3
     node = rng.normal(size=(b.n_total_nodes, K)) * 3
-    edge = rng.normal(size=(b.n_edges, K, K)) * 3
+    edge = rng.normal(size=(1 if shared else b.n_edges, K, K)) * 3
     N, E = pt.dmatrix(), pt.tensor3()
     lz = log_partition(N, E, b)
     weights = np.arange(1.0, b.n_graphs + 1)
@@ -94,8 +95,12 @@ def test_log_z_and_gradient_fused_into_one_engine_pass(bname, rng):
     for a, c in zip(fused(node, edge), plain(node, edge), strict=True):
         np.testing.assert_allclose(a, c, rtol=1e-13, atol=1e-13)
     bf = BruteForce()
-    np.testing.assert_allclose(fused(node, edge)[0],
-                               weights @ bf.log_partition(b, node, edge), rtol=1e-12)
+    val, gn, ge = fused(node, edge)
+    np.testing.assert_allclose(val, weights @ bf.log_partition(b, node, edge), rtol=1e-12)
+    exp_n, exp_e = bf.weighted_marginals(b, node, edge, weights)
+    assert ge.shape == edge.shape
+    np.testing.assert_allclose(gn, exp_n, atol=1e-12)
+    np.testing.assert_allclose(ge, exp_e, atol=1e-12)
 
 
 def test_no_fusion_when_the_gradient_weights_depend_on_log_z(rng):

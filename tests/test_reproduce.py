@@ -224,3 +224,5 @@ def test_dask_local_cluster_matches_serial_with_nuts(tmp_path):
     sn = [r[nuts] for r in s if nuts in r]
     assert len(dn) == len(sn) == 1
     assert abs(dn[0] - sn[0]) <= 3 / 150 + 1e-12
+    assert [ln for ln in dask.report.tables.splitlines() if "NUTS" not in ln] == \
+        [ln for ln in serial.report.tables.splitlines() if "NUTS" not in ln]

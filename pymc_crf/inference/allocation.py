@@ -25,7 +25,7 @@ from numba import njit, types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
-__all__ = ["empty_pages", "zeros_pages"]
+__all__ = ["advise_huge_pages", "empty_pages", "zeros_pages"]
 
 _MADV_HUGEPAGE = 14  # linux/mman-common.h, the same on every architecture
 _HUGE_PAGE = 1 << 21
@@ -34,14 +34,16 @@ _MIN_BYTES = 1 << 22  # numpy's threshold for the same advice
 
 @intrinsic
 def _advise_huge_pages(typingctx, addr, length):
-    """``madvise(addr, length, MADV_HUGEPAGE)``; its return value is ignored (advice only)."""
+    """``madvise(addr, length, MADV_HUGEPAGE)``: 0 on success (and off Linux, where nothing is
+    called), -1 when the kernel refuses the advice."""
     sig = types.int32(types.uintp, types.uintp)
 
     def codegen(context, builder, signature, args):
         if not sys.platform.startswith("linux"):
             return ir.Constant(ir.IntType(32), 0)
         i8p = ir.IntType(8).as_pointer()
-        fnty = ir.FunctionType(ir.IntType(32), [i8p, ir.IntType(64), ir.IntType(32)])
+        size_t = context.get_value_type(types.uintp)
+        fnty = ir.FunctionType(ir.IntType(32), [i8p, size_t, ir.IntType(32)])
         fn = cgutils.get_or_insert_function(builder.module, fnty, "madvise")
         ptr = builder.inttoptr(args[0], i8p)
         return builder.call(fn, [ptr, args[1], ir.Constant(ir.IntType(32), _MADV_HUGEPAGE)])
@@ -50,29 +52,67 @@ def _advise_huge_pages(typingctx, addr, length):
 
 
 @njit(cache=True)
-def _advise(a):
+def advise_huge_pages(a):
+    """Advise huge pages for the whole 2 MiB blocks inside array ``a``'s memory.
+
+    Parameters
+    ----------
+    a : ndarray
+        A contiguous array, best still untouched (pages already faulted in stay small until the
+        kernel's background thread merges them).
+
+    Returns
+    -------
+    int
+        ``madvise``'s result: 0 when the advice was taken (or not needed: below 4 MB, off
+        Linux), -1 when the kernel refused it. Callers may ignore it; it is advice only.
+    """
     nbytes = a.size * a.itemsize
     if nbytes < _MIN_BYTES:
-        return
+        return 0
     p = a.ctypes.data
     h = np.uintp(_HUGE_PAGE)
+    # Only whole, aligned 2 MiB blocks can become huge pages. Rounding the range inward (unlike
+    # numpy, which advises from the enclosing 4 KiB page) keeps the advice off the neighbouring
+    # heap memory that shares the first and last blocks with this array.
     start = (p + h - np.uintp(1)) // h * h
     end = (p + np.uintp(nbytes)) // h * h
     if end > start:
-        _advise_huge_pages(start, end - start)
+        return _advise_huge_pages(start, end - start)
+    return 0
 
 
 @njit(cache=True)
 def empty_pages(shape):
-    """``np.empty(shape)`` (float64) with huge pages advised for its untouched memory."""
+    """``np.empty(shape)`` (float64) with huge pages advised for its untouched memory.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+
+    Returns
+    -------
+    ndarray
+        Uninitialised float64 array of that shape.
+    """
     a = np.empty(shape)
-    _advise(a)
+    advise_huge_pages(a)
     return a
 
 
 @njit(cache=True)
 def zeros_pages(shape):
-    """``np.zeros(shape)`` (float64) with huge pages advised before the zero fill."""
+    """``np.zeros(shape)`` (float64) with huge pages advised before the zero fill.
+
+    Parameters
+    ----------
+    shape : int or tuple of int
+
+    Returns
+    -------
+    ndarray
+        Zero float64 array of that shape.
+    """
     a = empty_pages(shape)
     a.fill(0.0)
     return a

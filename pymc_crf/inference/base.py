@@ -247,18 +247,38 @@ class Engine(ABC):
     def weighted_marginals(self, batch: GraphBatch, node_logpot, edge_logpot,
                            graph_weights) -> tuple[np.ndarray, np.ndarray]:
         """Marginals of graph g times ``graph_weights[g]``: the vector-Jacobian product of log Z
-        (``log_z_and_weighted_marginals`` without log Z)."""
+        (``log_z_and_weighted_marginals`` without log Z).
+
+        Engines with a one-pass kernel override ``log_z_and_weighted_marginals``, not this
+        method: compiled models call that one.
+        """
         return self.log_z_and_weighted_marginals(batch, node_logpot, edge_logpot,
                                                  graph_weights)[1:]
 
     def log_z_and_weighted_marginals(self, batch: GraphBatch, node_logpot, edge_logpot,
                                      graph_weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """log Z (G,) and the marginals of graph g times ``graph_weights[g]``, from one pass.
+        """log Z and the marginals of graph g times ``graph_weights[g]``, from one pass.
 
-        A compiled model that needs both log Z and its gradient runs this once instead of log Z
-        and the marginals separately. The generic version expands a shared edge table so the
-        weights apply per edge before the sum over edges; engines override it with a one-pass
-        kernel.
+        A compiled model that needs both log Z and its gradient runs this once (the
+        ``LogPartitionWithGrad`` node) instead of ``log_partition`` and the marginals
+        separately, so an engine's ``marginals(...).log_z`` must be the number its
+        ``log_partition`` gives. The generic version expands a shared edge table so the weights
+        apply per edge before the sum over edges; engines with a one-pass kernel override it.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+        node_logpot : array_like, shape (N, K)
+        edge_logpot : array_like, shape (E, K, K) or (1, K, K)
+        graph_weights : array_like, shape (G,)
+
+        Returns
+        -------
+        log_z : ndarray, shape (G,)
+        node : ndarray, shape (N, K)
+            Node marginals of graph g times ``graph_weights[g]``.
+        edge : ndarray, shape (E, K, K), or (1, K, K) for a shared table
+            Edge marginals likewise (summed over edges for a shared table).
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         w = np.asarray(graph_weights, dtype=np.float64)

@@ -120,11 +120,22 @@ class LogPartitionGrad(_BatchOp):
 
 
 class LogPartitionWithGrad(_BatchOp):
-    """``(log Z, weighted node marginals, weighted edge marginals)`` from one engine pass: the
-    outputs of ``LogPartition(n, e)`` and ``LogPartitionGrad(n, e, g)`` together.
+    """log Z and its vector-Jacobian product from one engine pass: the outputs of
+    ``LogPartition(n, e)`` and ``LogPartitionGrad(n, e, g)`` together.
 
     Made only by the ``fuse_log_partition_with_grad`` rewrite, after differentiation, so it has
-    no gradient of its own.
+    no gradient of its own. Calls ``Engine.log_z_and_weighted_marginals``.
+
+    Parameters
+    ----------
+    batch : GraphBatch
+    engine : Engine
+
+    Notes
+    -----
+    Applied to ``(node_logpot (N, K), edge_logpot (E, K, K) or (1, K, K), g (G,))`` it returns
+    ``(log_z (G,), g-weighted node marginals (N, K), g-weighted edge marginals)``, the latter
+    shaped like ``edge_logpot``.
     """
 
     def make_node(self, node_logpot, edge_logpot, g):
