@@ -17,17 +17,20 @@ BATCHES = {
 MODES = {"numba": "NUMBA", "c": Mode(linker="cvm"), "python": Mode(linker="py")}
 
 
+def _weighted_problem(bname, shared, rng, K=3):
+    """Batch, tables (scale 3), symbolic inputs, their log Z and per-graph weights 1..G."""
+    b = BATCHES[bname]
+    node = rng.normal(size=(b.n_total_nodes, K)) * 3
+    edge = rng.normal(size=(1 if shared else b.n_edges, K, K)) * 3
+    N, E = pt.dmatrix(), pt.tensor3()
+    return b, node, edge, N, E, log_partition(N, E, b), np.arange(1.0, b.n_graphs + 1)
+
+
 @pytest.mark.parametrize("bname", list(BATCHES))
 @pytest.mark.parametrize("shared", [False, True])
 @pytest.mark.parametrize("mode", list(MODES))
 def test_log_partition_value_and_gradient_all_backends(bname, shared, mode, rng):
-    b = BATCHES[bname]
-    K = 3
-    node = rng.normal(size=(b.n_total_nodes, K)) * 3
-    edge = rng.normal(size=(1 if shared else b.n_edges, K, K)) * 3
-    N, E = pt.dmatrix(), pt.tensor3()
-    lz = log_partition(N, E, b)
-    weights = np.arange(1.0, b.n_graphs + 1)
+    b, node, edge, N, E, lz, weights = _weighted_problem(bname, shared, rng)
     gn, ge = pytensor.grad((lz * weights).sum(), [N, E])
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # no silent object-mode fallback warning
@@ -75,13 +78,7 @@ def test_log_z_and_gradient_fused_into_one_engine_pass(bname, shared, rng):
     the numbers of the unfused pair (the rewrite excluded) and of brute force."""
     from pymc_crf.ops import LogPartition, LogPartitionGrad, LogPartitionWithGrad
 
-    b = BATCHES[bname]
-    K = 3
-    node = rng.normal(size=(b.n_total_nodes, K)) * 3
-    edge = rng.normal(size=(1 if shared else b.n_edges, K, K)) * 3
-    N, E = pt.dmatrix(), pt.tensor3()
-    lz = log_partition(N, E, b)
-    weights = np.arange(1.0, b.n_graphs + 1)
+    b, node, edge, N, E, lz, weights = _weighted_problem(bname, shared, rng)
     total = (lz * weights).sum()
     outs = [total, *pytensor.grad(total, [N, E])]
     fused = pytensor.function([N, E], outs)

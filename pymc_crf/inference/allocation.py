@@ -102,17 +102,8 @@ def empty_pages(shape):
 
 @njit(cache=True)
 def zeros_pages(shape):
-    """``np.zeros(shape)`` (float64) with huge pages advised before the zero fill.
-
-    Parameters
-    ----------
-    shape : int or tuple of int
-
-    Returns
-    -------
-    ndarray
-        Zero float64 array of that shape.
-    """
+    """``empty_pages(shape)`` filled with zeros: the advice comes before the fill, so the zero
+    fill faults in huge pages (the counterpart of ``np.zeros``; same parameter)."""
     a = empty_pages(shape)
     a.fill(0.0)
     return a
