@@ -247,16 +247,21 @@ def gaussian_moments(code, mu, s2, eps):
 
 
 # ---------------------------------------------------------------------------- table builders
-def linear_scores(node_features, node_weights, edge_features, edge_weights):
+def linear_scores(node_features, node_weights, edge_features, edge_weights, out=None):
     """Numpy scores ``a = x w``: node (N, K) or None, and edge (1, K, K) for a shared table
-    (``edge_features`` None) or (E, K, K) from edge features (Fe, K, K) weights, or None."""
-    a_node = None if node_weights is None else features_dot(node_features, node_weights)
+    (``edge_features`` None) or (E, K, K) from edge features (Fe, K, K) weights, or None.
+
+    ``out``, an optional pair of arrays (node, edge; either None), receives the feature
+    products (see :func:`~pymc_crf.feature_products.features_dot`)."""
+    out_node, out_edge = (None, None) if out is None else out
+    a_node = (None if node_weights is None
+              else features_dot(node_features, node_weights, out=out_node))
     if edge_weights is None:
         a_edge = None
     elif edge_features is None:
         a_edge = np.asarray(edge_weights, dtype=np.float64)[None]
     else:
-        a_edge = features_dot(edge_features, edge_weights)
+        a_edge = features_dot(edge_features, edge_weights, out=out_edge)
     return a_node, a_edge
 
 
@@ -275,15 +280,18 @@ def constant_row(features) -> np.ndarray | None:
 
 def log_potential_tables(potential: str | Potential, epsilon: float, n_nodes: int, K: int,
                          node_features=None, node_weights=None, edge_features=None,
-                         edge_weights=None) -> tuple[np.ndarray, np.ndarray, Any, Any]:
+                         edge_weights=None, out=None) -> tuple[np.ndarray, np.ndarray, Any, Any]:
     """Numpy engine tables of one weight set: ``(node, edge, a_node, a_edge)``.
 
     ``node`` (N, K) (zeros without node weights), ``edge`` (E, K, K), or (1, K, K) for a shared
     table (``edge_features`` None) or zeros without edge weights; ``a_node`` / ``a_edge`` are the
     scores (None where there are no weights), for derivatives through :meth:`Potential.dlog`.
+    ``out`` (node, edge) receives the feature products, as in :func:`linear_scores`; for
+    log-linear potentials the tables are then those arrays.
     """
     pot = get_potential(potential)
-    a_node, a_edge = linear_scores(node_features, node_weights, edge_features, edge_weights)
+    a_node, a_edge = linear_scores(node_features, node_weights, edge_features, edge_weights,
+                                   out=out)
     node = np.zeros((n_nodes, K)) if a_node is None else pot.log(a_node, epsilon)
     edge = np.zeros((1, K, K)) if a_edge is None else pot.log(a_edge, epsilon)
     return node, edge, a_node, a_edge

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from pymc_crf.inference.allocation import advise_huge_pages, empty_pages, zeros_pages
+from pymc_crf.allocation import advise_huge_pages, empty_pages, zeros_pages
 
 
 @njit

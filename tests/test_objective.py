@@ -247,3 +247,49 @@ def test_constant_edge_features_are_one_shared_table():
         lp_prior, g_prior = GaussianLogPrior(spec)(w)
         np.testing.assert_allclose(lp, ll + lp_prior, rtol=1e-10)
         np.testing.assert_allclose(gm, g + g_prior, rtol=1e-10, atol=1e-12)
+
+
+def test_objective_reuses_its_score_arrays_safely():
+    """The objective forms its feature products in arrays it keeps from call to call: values
+    equal a fresh objective's at every call, a returned array is never overwritten by a later
+    call, and threads calling at once each get their own numbers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = np.random.default_rng(7)
+    spec = extract_crf(_model("tree_loop", "loglinear", rng))  # per-edge tables
+    lik = CRFLogLikelihood(spec)
+    ws = [rng.normal(size=spec.flat_size) for _ in range(6)]
+    fresh = [CRFLogLikelihood(spec)(w) for w in ws]
+    fresh_pw = [CRFLogLikelihood(spec).pointwise(w) for w in ws]
+    first = lik.pointwise(ws[0])
+    kept = first.copy()
+    for w, (v, g), pw in zip(ws, fresh, fresh_pw, strict=True):
+        v2, g2 = lik(w)
+        assert v2 == v and np.array_equal(g2, g)
+        assert np.array_equal(lik.pointwise(w), pw)
+    node_buf, edge_buf = lik._buffers
+    assert node_buf is not None and edge_buf is not None  # the per-edge products are kept
+    assert np.array_equal(first, kept)
+    with lik._buffers_lock:  # as if another thread were inside a call: fresh arrays
+        v2, g2 = lik(ws[2])
+        assert v2 == fresh[2][0] and np.array_equal(g2, fresh[2][1])
+    with ThreadPoolExecutor(4) as pool:
+        out = list(pool.map(lik, ws * 4))
+    for (v, g), (v2, g2) in zip(fresh * 4, out, strict=True):
+        assert v2 == v and np.array_equal(g2, g)
+
+
+def test_features_dot_into_out():
+    """``features_dot`` writes into ``out`` for dense and sparse features alike."""
+    import scipy.sparse
+
+    from pymc_crf.feature_products import features_dot
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(7, 3)) * (rng.random((7, 3)) < 0.5)
+    w = rng.normal(size=(3, 2, 2))
+    for feats in (x, scipy.sparse.csr_matrix(x)):
+        out = np.full((7, 4), np.nan)
+        r = features_dot(feats, w, out=out)
+        assert r.shape == (7, 2, 2) and np.shares_memory(r, out)
+        np.testing.assert_allclose(r, np.einsum("rf,fij->rij", x, w), rtol=1e-14)

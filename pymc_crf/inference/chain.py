@@ -24,8 +24,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from pymc_crf.allocation import empty_pages, zeros_pages
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.allocation import empty_pages, zeros_pages
 from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
 from pymc_crf.inference.kernels import (
     MAX,
