@@ -115,8 +115,8 @@ def features_dot_pt(x: Any, w):
     w2 = w if w.ndim == 2 else w.reshape((w.shape[0], -1))
     if is_sparse(x):
         out = ps.structured_dot(ps.as_sparse_variable(x), w2)
-    else:
-        out = feature_dot(x, w2)
+    else:  # the engines work in float64 (weights may be float32 under floatX=float32)
+        out = feature_dot(pt.cast(pt.as_tensor_variable(x), "float64"), pt.cast(w2, "float64"))
     return out if w.ndim == 2 else out.reshape((out.shape[0], *[w.shape[i]
                                                                 for i in range(1, w.ndim)]))
 

@@ -65,3 +65,15 @@ def test_dense_crf_graph_forms_its_products_with_feature_dot():
     sparse = features_dot_pt(scipy.sparse.csr_matrix(X), W)
     assert not any(isinstance(v.owner.op, FeatureDot)
                    for v in ancestors([sparse]) if v.owner is not None)
+
+
+def test_features_dot_pt_casts_to_float64():
+    """float32 weights (PyTensor's floatX=float32) and integer features give the float64 product,
+    as ``pt.dot`` did."""
+    x = np.arange(6).reshape(3, 2)
+    w = pt.matrix("w", dtype="float32", shape=(2, 2))
+    out = features_dot_pt(x, w)
+    assert out.dtype == "float64"
+    w0 = np.array([[0.5, -1.0], [2.0, 0.25]], dtype="float32")
+    np.testing.assert_allclose(pytensor.function([w], out)(w0), x @ w0.astype(np.float64),
+                               rtol=1e-15)
