@@ -17,6 +17,9 @@ use it.
 
 from __future__ import annotations
 
+import hashlib
+import pathlib
+import sys
 from typing import Any
 
 import numba
@@ -28,6 +31,7 @@ from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.link.numba.dispatch.basic import register_funcify_and_cache_key
 
+import pymc_crf.allocation as allocation
 from pymc_crf.allocation import zeros_pages
 
 __all__ = ["FeatureDot", "as_feature_matrix", "dense_features", "features_dot",
@@ -68,6 +72,10 @@ def features_dot(x: Any, w: np.ndarray, out: np.ndarray | None = None) -> np.nda
     shape = (x.shape[0], *w.shape[1:])
     if out is None:
         return np.asarray(x @ w2).reshape(shape)
+    if (out.dtype != np.float64 or not out.flags.c_contiguous
+            or out.size != x.shape[0] * w2.shape[1]):
+        raise ValueError(f"out must be a C-contiguous float64 array of {x.shape[0] * w2.shape[1]} "
+                         f"entries, got {out.dtype} {out.shape}")
     flat = out.reshape(x.shape[0], w2.shape[1])  # a view: out is C-contiguous
     if scipy.sparse.issparse(x):
         flat[...] = x @ w2  # scipy has no out=; its product is single-threaded
@@ -133,6 +141,9 @@ class FeatureDot(Op):
         x, w = pt.as_tensor_variable(x), pt.as_tensor_variable(w)
         if x.ndim != 2 or w.ndim != 2 or x.dtype != "float64" or w.dtype != "float64":
             raise TypeError(f"FeatureDot takes two float64 matrices, got {x.type} and {w.type}")
+        f, f2 = x.type.shape[1], w.type.shape[0]
+        if f is not None and f2 is not None and f != f2:
+            raise ValueError(f"FeatureDot: {f} feature columns but {f2} weight rows")
         out = pt.tensor(dtype="float64", shape=(x.type.shape[0], w.type.shape[1]))
         return Apply(self, [x, w], [out])
 
@@ -163,4 +174,11 @@ def _numba_feature_dot(op, node, **kwargs):
         np.dot(x, w, out)
         return out
 
-    return impl, "pymc_crf.feature_dot.v1"
+    return impl, f"pymc_crf.feature_dot.{_SOURCE_KEY}"
+
+
+# PyTensor's numba cache tells stale entries apart by their key alone: the key carries a hash of
+# this module and of the allocator it calls, so any edit of either recompiles.
+_SOURCE_KEY = hashlib.sha256(b"".join(
+    pathlib.Path(m.__file__).read_bytes() for m in (sys.modules[__name__], allocation)
+)).hexdigest()[:16]

@@ -40,11 +40,13 @@ def test_feature_dot_equals_dot_with_gradients(mode):
             assert any(isinstance(n.op, FeatureDot) for n in fn.maker.fgraph.apply_nodes)
 
 
-def test_feature_dot_refuses_non_matrices():
+def test_feature_dot_refuses_bad_inputs():
     with pytest.raises(TypeError, match="two float64 matrices"):
         feature_dot(np.ones(3), pt.matrix("w"))
     with pytest.raises(TypeError, match="two float64 matrices"):
         feature_dot(np.ones((3, 2), dtype="float32"), pt.matrix("w", dtype="float32"))
+    with pytest.raises(ValueError, match="2 feature columns but 3 weight rows"):
+        feature_dot(np.ones((3, 2)), pt.matrix("w", shape=(3, 4)))
 
 
 def test_dense_crf_graph_forms_its_products_with_feature_dot():

@@ -1,5 +1,6 @@
 """The engine objective (weight-space log-likelihood) against the compiled PyMC model."""
 
+import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
@@ -252,7 +253,7 @@ def test_constant_edge_features_are_one_shared_table():
 def test_objective_reuses_its_score_arrays_safely():
     """The objective forms its feature products in arrays it keeps from call to call: values
     equal a fresh objective's at every call, a returned array is never overwritten by a later
-    call, and threads calling at once each get their own numbers."""
+    call, threads calling at once each get their own numbers, and it pickles."""
     from concurrent.futures import ThreadPoolExecutor
 
     rng = np.random.default_rng(7)
@@ -277,6 +278,11 @@ def test_objective_reuses_its_score_arrays_safely():
         out = list(pool.map(lik, ws * 4))
     for (v, g), (v2, g2) in zip(fresh * 4, out, strict=True):
         assert v2 == v and np.array_equal(g2, g)
+    # PyMC pickles step methods (which hold the objective) for spawn / forkserver sampling
+    clone = cloudpickle.loads(cloudpickle.dumps(lik))
+    assert clone._buffers is None and lik._buffers is not None
+    v, g = clone(ws[1])
+    assert v == fresh[1][0] and np.array_equal(g, fresh[1][1])
 
 
 def test_features_dot_into_out():
@@ -293,3 +299,6 @@ def test_features_dot_into_out():
         r = features_dot(feats, w, out=out)
         assert r.shape == (7, 2, 2) and np.shares_memory(r, out)
         np.testing.assert_allclose(r, np.einsum("rf,fij->rij", x, w), rtol=1e-14)
+    for bad in (np.empty((4, 7)).T, np.empty((7, 5)), np.empty((7, 4), dtype=np.float32)):
+        with pytest.raises(ValueError, match="C-contiguous float64 array of 28 entries"):
+            features_dot(x, w, out=bad)

@@ -98,6 +98,17 @@ class CRFLogLikelihood:
         self._buffers = None
         self._buffers_lock = threading.Lock()
 
+    def __getstate__(self):
+        # step methods holding this objective are pickled by PyMC's multiprocess sampling
+        # (spawn / forkserver); the lock cannot be, and the arrays are only scratch
+        state = self.__dict__.copy()
+        state["_buffers"] = state["_buffers_lock"] = None
+        return state
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._buffers_lock = threading.Lock()
+
     @contextlib.contextmanager
     def _scratch(self):
         """The objective's own score arrays (:meth:`_score_buffers`) for the duration of one
@@ -111,15 +122,17 @@ class CRFLogLikelihood:
 
     def _score_buffers(self) -> tuple[np.ndarray | None, np.ndarray | None]:
         """Node (N, K) and per-edge (E, K^2) score arrays owned by this objective, for the
-        feature products of :meth:`__call__` and :meth:`pointwise` (None where that product is
-        absent, has one row, or has sparse features: scipy's product is single-threaded and
-        makes its own array, which a copy into ours would only add to).
+        feature products of :meth:`__call__` and :meth:`pointwise` on fully observed labels
+        (None where that product is absent, comes from constant edge rows (one shared table), or
+        has sparse features: scipy's product is single-threaded and makes its own array, which a
+        copy into ours would only add to).
 
         An optimiser calls the objective hundreds of times with products of the same shape.
         Reusing their arrays keeps BLAS from faulting in tens of MB of fresh pages at every
-        call, which two BLAS threads do slowly: the per-edge benchmark's objective (E = 49,000,
-        K = 10; the two ways called in turn, 30 rounds, three runs) took 38.7-72.3 ms by median
-        with fresh arrays and 34.9-35.4 ms with these (minima 34.5-36.1 and 33.1-33.7 ms).
+        call, which two BLAS threads do slowly: the per-edge objective of
+        ``bench/bench_chain_paths.py`` (E = 49,000, K = 10) took 38.1-42.8 ms by median with
+        these against 68.6-104.8 ms with fresh arrays (docs/benchmarks.md, "Fresh large
+        arrays"). The arrays live as long as the objective (39 MB for that edge product).
         """
         if self._buffers is None:
             b, K = self.batch, self.K
