@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import pathlib
-import sys
 from typing import Any
 
 import numba
@@ -180,5 +179,4 @@ def _numba_feature_dot(op, node, **kwargs):
 # PyTensor's numba cache tells stale entries apart by their key alone: the key carries a hash of
 # this module and of the allocator it calls, so any edit of either recompiles.
 _SOURCE_KEY = hashlib.sha256(b"".join(
-    pathlib.Path(m.__file__).read_bytes() for m in (sys.modules[__name__], allocation)
-)).hexdigest()[:16]
+    pathlib.Path(f).read_bytes() for f in (__file__, allocation.__file__))).hexdigest()[:16]

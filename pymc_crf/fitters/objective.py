@@ -136,10 +136,9 @@ class CRFLogLikelihood:
         """
         if self._buffers is None:
             b, K = self.batch, self.K
-            dense = lambda x: isinstance(x, np.ndarray)  # noqa: E731
-            node = np.empty((b.n_total_nodes, K)) if dense(self.X) else None
+            node = np.empty((b.n_total_nodes, K)) if isinstance(self.X, np.ndarray) else None
             edge = None
-            if dense(self.Xe) and self._edge_row is None:
+            if isinstance(self.Xe, np.ndarray) and self._edge_row is None:
                 edge = np.empty((b.n_edges, K * K))
             self._buffers = (node, edge)
         return self._buffers
