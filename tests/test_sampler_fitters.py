@@ -39,6 +39,27 @@ def test_fit_mrf_and_exchange_flag():
     assert res.attrs["exact_auxiliary"] == 1
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_mrf_labels_changed_in_pm_data_are_checked(method):
+    import pymc as pm
+    from test_step_methods import TREE
+
+    from pymc_crf.graphs.batch import GraphBatch
+
+    g = GraphBatch.from_edges([TREE], [5])
+    with pm.Model() as m:
+        X = pm.Data("X", np.array([[0, 1, 1, 0, 1], [1, 1, 0, 0, 0]]))
+        b = pm.Normal("b", 0.0, 1.0, shape=5)
+        w = pm.Normal("w", 0.0, 1.0, shape=4)
+        pmc.MRF("x", graphs=g, node_weights=b, edge_weights=w, parameterization="ising",
+                observed=X)
+    for bad, label in ((2, "2"), (-1, "-1")):
+        with m:
+            pm.set_data({"X": np.array([[0, 1, bad, 0, 1], [1, 1, 0, 0, 0]])})
+        with pytest.raises(ValueError, match=f"'x': label {label} at row 0, node 2 is outside 0..1"):
+            pmc.fit(m, method=method, draws=5, tune=5, chains=1)
+
+
 # ------------------------------------------------------------------ slow: against NUTS
 def _agreement(res, ref, names):
     """Largest |mean difference| in units of the combined MCSE, and the CVM score."""

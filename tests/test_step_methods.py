@@ -271,6 +271,92 @@ def test_mrf_model_through_the_same_path(cls):
     assert np.unique(idata["posterior"]["w"].values[0, :, 0]).size > 5
 
 
+
+def _tree_crf_declared(edge_first: bool) -> pm.Model:
+    """The CRF on copies of the 5-node tree with node weights W (3, 2) and a shared table T
+    (2, 2), declared in either order (weights of different sizes: a mixed-up ravel shows)."""
+    rng = np.random.default_rng(5)
+    batch = GraphBatch.from_edges([TREE] * 4, [5] * 4)
+    X = rng.normal(size=(batch.n_total_nodes, 3))
+    y = rng.integers(0, 2, size=batch.n_total_nodes)
+    with pm.Model() as m:
+        if edge_first:
+            T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+            W = pm.Normal("W", 0.0, 0.5, shape=(3, 2))
+        else:
+            W = pm.Normal("W", 0.0, 0.5, shape=(3, 2))
+            T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    return m
+
+
+@pytest.mark.parametrize("cls", [BetheMH, Exchange, LangevinCD])
+def test_declaration_order_of_the_weights_does_not_change_the_draws(cls):
+    # with the weights as the only free variables PyMC hands the step the whole point in
+    # declaration order; the step must still read node weights, then edge weights
+    draws = []
+    for edge_first in (False, True):
+        m = _tree_crf_declared(edge_first)
+        with m:
+            idata = pm.sample(draws=40, tune=40, chains=1, step=cls(), random_seed=3,
+                              initvals={"W": np.full((3, 2), 0.1), "T": np.full((2, 2), -0.2)},
+                              progressbar=False, compute_convergence_checks=False)
+        draws.append({k: idata["posterior"][k].values for k in ("W", "T")})
+    for k in ("W", "T"):
+        np.testing.assert_array_equal(draws[0][k], draws[1][k])
+    assert np.unique(draws[0]["W"][0, :, 0, 0]).size > 3
+
+
+@pytest.mark.parametrize("cls", [BetheMH, Exchange, LangevinCD])
+def test_every_sequential_chain_of_a_compound_step_tunes(cls):
+    # PyMC sets ``tune`` only on the outer CompoundStep at the start of a chain
+    m = hierarchical_model()
+    with m:
+        idata = pm.sample(draws=5, tune=30, chains=2, cores=1, step=[cls([m["W"], m["T"]])],
+                          random_seed=2, progressbar=False, compute_convergence_checks=False,
+                          discard_tuned_samples=False)
+    stats = idata["warmup_sample_stats"]
+    name = "step_size" if cls is LangevinCD else "scaling"
+    for c in range(2):
+        scale = stats[name].values[c]
+        assert np.unique(scale[np.isfinite(scale)]).size > 10, (cls.__name__, c)
+
+
+def test_langevin_cd_rejects_divergent_moves_after_tuning():
+    m = tree_model(n_graphs=3)
+    point = m.initial_point()
+    for step_size, diverging in ((30.0, True), (0.01, False)):
+        with m:
+            st = LangevinCD(step_size=step_size, tune=False)
+        st.setup_chain(np.random.default_rng(0), 0, 20)
+        for _ in range(5):
+            new, stats = st.step(point)
+            assert stats[0]["diverging"] is diverging
+            moved = not np.array_equal(new["W"], point["W"])
+            assert moved is not diverging
+    with m, pytest.raises(ValueError, match="max_energy_error"):
+        LangevinCD(max_energy_error=0.0)
+
+
+def test_langevin_cd_in_a_compound_step_stays_bounded():
+    # a hyper-prior scale that shrinks makes the tuned step unstable; unadjusted moves grew W
+    # to ~1e152 here before divergent moves were rejected
+    m = hierarchical_model()
+    with m:
+        idata = pm.sample(draws=1000, tune=300, chains=1, step=[LangevinCD([m["W"], m["T"]])],
+                          random_seed=2, progressbar=False, compute_convergence_checks=False)
+    assert np.abs(idata["posterior"]["W"].values).max() < 10.0
+    assert idata["sample_stats"]["diverging"].values.any()  # NUTS's or LangevinCD's
+
+
+@pytest.mark.parametrize("cls", [BetheMH, Exchange, LangevinCD])
+def test_tuning_settings_are_checked(cls):
+    m = tree_model()
+    with m, pytest.raises(ValueError, match="target_accept"):
+        cls(target_accept=1.5)
+    with m, pytest.raises(ValueError, match="adapt_window"):
+        cls(adapt_window=0)
+
 # ------------------------------------------------------------------ Bethe-Laplace proposal
 def test_laplace_proposal_is_the_bethe_laplace_covariance_and_accepts_sensibly():
     from pymc_crf.step_methods.laplace_proposal import laplace_init

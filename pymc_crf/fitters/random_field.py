@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 
-from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization
+from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
 from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.fitters.spec import CRFSpec, WeightSpec, _weight_spec, extract_crf, single_observed
 from pymc_crf.graphs.batch import GraphBatch
@@ -109,7 +109,12 @@ def extract_mrf(model: pm.Model | None = None) -> MRFSpec:
     rv = single_observed(model, MRFRV, "pmc.MRF")
     op: MRFRV = rv.owner.op
     info: MRFInfo = op.info(op.dist_params(rv.owner))
-    labels = np.asarray(_observed(model, rv), dtype=np.int64)
+    # labels held in pm.Data may have been changed since the model was built (pm.set_data)
+    try:
+        labels = check_mrf_labels(info.batch, _observed(model, rv), info.n_labels,
+                                  info.param.parameterization)
+    except ValueError as err:
+        raise ValueError(f"observed labels of {rv.name!r}: {err}") from None
     nw = _weight_spec(model, info.node_weights)
     ew = _weight_spec(model, info.edge_weights)
     weights = {info.node_weights, info.edge_weights}

@@ -96,6 +96,11 @@ class ProposalAdaptation:
     def __init__(self, d: int, initial_scale: float, target: float, window: int = 50,
                  diagonal: bool = False, optimal_scale: float | None = None,
                  base_cov: np.ndarray | None = None, prior_weight: float | None = None):
+        # the steps' own keyword names, as users pass them (target_accept, adapt_window)
+        if not 0.0 < target < 1.0:
+            raise ValueError(f"target_accept must lie in (0, 1); got {target}")
+        if int(window) != window or window < 1:
+            raise ValueError(f"adapt_window must be a positive integer; got {window}")
         self.d, self.target, self.window0, self.diagonal = int(d), float(target), int(window), diagonal
         self.initial_scale = float(initial_scale)
         self.optimal_scale = float(optimal_scale if optimal_scale is not None else initial_scale)

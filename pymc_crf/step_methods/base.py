@@ -71,7 +71,7 @@ class RandomFieldStep(ArrayStepShared):
         self.field = field
         self.d = field.size
         self.rest, shared = rest_logp(model, field, vars, initial_point, compile_kwargs)
-        self.tune = tune
+        self.tune = self._tune_requested = bool(tune)
         self.n_tune: int | None = None  # tuning steps of the current chain (from setup_chain)
         super().__init__(vars, shared, blocked=blocked, rng=rng)
 
@@ -79,6 +79,9 @@ class RandomFieldStep(ArrayStepShared):
     def setup_chain(self, rng, tune: int, draws: int) -> None:
         super().setup_chain(rng, tune, draws)
         self.n_tune = int(tune)
+        # PyMC sets ``tune`` at the start of a chain only on the outermost step: inside a
+        # CompoundStep, stop_tuning at the end of one chain would leave every later chain untuned
+        self.tune = self._tune_requested and self.n_tune > 0
         self.reset_chain()
 
     def reset_chain(self) -> None:
@@ -95,7 +98,19 @@ class RandomFieldStep(ArrayStepShared):
         return S
 
     def reset_tuning(self) -> None:
+        if self.n_tune is not None:
+            self.tune = self._tune_requested and self.n_tune > 0
         self.reset_chain()
+
+    def step(self, point: dict) -> tuple[dict, list[dict]]:
+        # PyMC's ArrayStepShared.step ravels the whole point, in the model's declaration order,
+        # when there are no shared variables (the weights are the only free variables); astep
+        # reads the weights in the likelihood's flat order (self.var_names), so cut the point
+        # down to them in that order whatever the declaration order.
+        if self.shared:
+            return super().step(point)
+        new, stats = super().step({name: point[name] for name in self.var_names})
+        return {**point, **new}, stats
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
         q, stats = self._propose(np.asarray(q0.data, dtype=np.float64), bool(self.tune))

@@ -72,8 +72,6 @@ class BetheMH(RandomFieldStep):
                  blocked: bool = True):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
-        if not 0.0 < target_accept < 1.0:
-            raise ValueError(f"target_accept must lie in (0, 1); got {target_accept}")
         self.engine = WarmStartBP(damping=damping, schedule=schedule, tol=tol, max_iter=max_iter)
         self.likelihood = self.field.likelihood(self.engine)
         self.adaptation = random_walk_adaptation(self.d, self._proposal_base(S), scaling,

@@ -18,7 +18,15 @@ tuning phase: ``M`` from the (co)variance of the tuning draws, ``h`` so that an 
 MALA acceptance rate (the log-density difference integrated by the trapezoid rule along the
 move from the two CD gradients) reaches ``target_accept``. During tuning only, moves also pass a
 Metropolis test with that estimated ratio, so that a first step size far too large cannot throw the
-chain to weights where the Gibbs sampler's potentials overflow.
+chain to weights where the Gibbs sampler's potentials overflow. After tuning, a move whose estimated
+log acceptance ratio is below ``-max_energy_error`` (default 10: a Metropolis test would accept it
+with probability below 5e-5) is rejected and reported as ``diverging``, as NUTS reports
+divergences. In a compound step another variable can change the weights' posterior scale, e.g. a
+hyper-prior scale that shrinks, and a step size tuned before is then unstable: unadjusted moves
+grew the weights of a hierarchical tree CRF to 1e152 within a few hundred draws. NUTS's threshold
+of 1000 applies to whole trajectories; here an unstable step's error compounds from move to move,
+and at 1000 the weights had already moved far enough (|W| = 8 at prior scale 0.14) to trap the
+NUTS step on the scale.
 """
 
 from __future__ import annotations
@@ -49,6 +57,9 @@ class LangevinCD(RandomFieldStep):
         Estimated MALA acceptance rate aimed for in tuning (0.574, Roberts & Rosenthal 1998).
     adapt_window : int
         First preconditioner window of the tuning phase, in draws.
+    max_energy_error : float
+        After tuning, moves whose estimated log acceptance ratio is below ``-max_energy_error``
+        are rejected as divergent (default 10; see the module notes).
     S : array (d,) or (d, d), or "laplace", optional
         Starting preconditioner: standard deviations (d,) (a diagonal preconditioner), a
         covariance (d, d) or ``"laplace"`` (the Bethe-Laplace posterior's, as
@@ -58,8 +69,10 @@ class LangevinCD(RandomFieldStep):
     Notes
     -----
     Stats: ``tune``, ``step_size``, ``accept_rate`` (the estimated MALA acceptance rate of the
-    move), ``accepted`` (every move after tuning; in tuning, the estimated Metropolis test),
-    ``grad_norm`` (of the CD gradient of the log posterior).
+    move), ``accepted`` (after tuning every move that is not divergent; in tuning, the estimated
+    Metropolis test), ``diverging`` (a move rejected after tuning for its estimated log
+    acceptance ratio below ``-max_energy_error``), ``grad_norm`` (of the CD gradient of the log
+    posterior).
     """
 
     name = "langevin_cd"
@@ -69,19 +82,21 @@ class LangevinCD(RandomFieldStep):
         "step_size": (np.float64, []),
         "accept_rate": (np.float64, []),
         "accepted": (bool, []),
+        "diverging": (bool, []),
         "grad_norm": (np.float64, []),
     }
 
     def __init__(self, vars=None, *, step_size: float | None = None, cd_steps: int = 1,
-                 target_accept: float = 0.574, adapt_window: int = 50, S=None,
-                 tune: bool = True, model=None, rng=None, initial_point=None,
-                 compile_kwargs=None, blocked: bool = True):
+                 target_accept: float = 0.574, adapt_window: int = 50,
+                 max_energy_error: float = 10.0, S=None, tune: bool = True, model=None,
+                 rng=None, initial_point=None, compile_kwargs=None, blocked: bool = True):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
         if int(cd_steps) < 1:
             raise ValueError(f"cd_steps must be >= 1; got {cd_steps}")
-        if not 0.0 < target_accept < 1.0:
-            raise ValueError(f"target_accept must lie in (0, 1); got {target_accept}")
+        if not max_energy_error > 0:
+            raise ValueError(f"max_energy_error must be positive; got {max_energy_error}")
+        self.max_energy_error = float(max_energy_error)
         self.cd_steps = int(cd_steps)
         self.gibbs = Gibbs(burn_in=0, thin=self.cd_steps, n_samples=1)
         self.likelihood = self.field.likelihood()
@@ -138,9 +153,13 @@ class LangevinCD(RandomFieldStep):
         log_q01 = -0.5 * float(back @ back) / h
         log_ratio = delta + log_q01 - log_q10
         accepted, accept_rate = self._metropolis(log_ratio, test=tune)
+        diverging = not tune and not log_ratio >= -self.max_energy_error  # NaN too
+        if diverging:
+            accepted = False
         if accepted:
             self._cache = (q1.copy(), g_ll1)
         q = q1 if accepted else q0
         self.adaptation.update(q, accept_rate, tune)
         return q, {"step_size": eps, "accept_rate": accept_rate, "accepted": bool(accepted),
+                   "diverging": diverging,
                    "grad_norm": float(np.linalg.norm(g1 if accepted else g0))}
