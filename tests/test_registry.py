@@ -59,3 +59,16 @@ def test_unknown_names_list_the_registered_ones(scratch_registry):
         return options
 
     assert get_predictor("probe") is probe
+
+
+def test_an_option_a_fitter_does_not_take_is_named_with_the_ones_it_takes(scratch_registry):
+    @pmc.fitters.register("strict")
+    def strict(model, *, draws: int = 10, seed=None):
+        return draws
+
+    with pm.Model() as m:
+        pm.Normal("x")
+    assert pmc.fit(m, method="strict", draws=3) == 3
+    with pytest.raises(TypeError, match=r"method='strict' has no option 'tune'; its options: "
+                                        r"draws, seed"):
+        pmc.fit(m, method="strict", draws=3, tune=5)

@@ -210,3 +210,18 @@ def test_diagonal_laplace_is_the_exact_hessian_diagonal_without_edges():
     avg = posterior_averaged_marginals(spec, w, np.zeros_like(w), data, draws=2)
     np.testing.assert_allclose(avg, lik.engine.marginals(batch, *lik.log_potentials(w)).node,
                                atol=1e-12)
+
+
+def test_diagonal_laplace_refuses_missing_labels():
+    from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
+
+    rng = np.random.default_rng(8)
+    batch = pmc.GraphBatch.chains([1] * 10)
+    y = rng.integers(0, 3, size=10)
+    y[::2] = -1
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(4, 3))
+        pmc.CRF("y", graphs=batch, node_features=rng.normal(size=(10, 4)), node_weights=W,
+                observed=y)
+    with pytest.raises(ValueError, match="needs every label observed"):
+        diagonal_laplace_sd(extract_crf(m), np.zeros(12))

@@ -72,3 +72,23 @@ def test_do_fixes_the_weights(loop_data, loop_model):
     assert spec.edge_weights.prior == "other" and "not a free PyMC variable" in spec.edge_weights.reason
     with pytest.raises(ValueError, match="not a free PyMC variable"):
         require_gaussian_prior(spec, "ep")
+
+
+def test_tied_node_and_edge_weights_are_refused_by_weight_space_fitters():
+    # one variable as both weights fills two slots of the flat vector that would move apart
+    g = pmc.GraphBatch.chains([4])
+    X = np.array([[0, 1, 1, 0], [1, 1, 0, 0], [0, 0, 1, 1]])
+    with pm.Model() as m:
+        a = pm.Normal("a", 0.0, 0.2)
+        pmc.MRF("x", graphs=g, node_weights=a, edge_weights=a, parameterization="ising",
+                observed=X)
+    for method in ("bethe_laplace", "bethe_mh", "exchange", "langevin_cd"):
+        kw = {"draws": 5} if method == "bethe_laplace" else {"draws": 5, "tune": 5, "chains": 1}
+        with pytest.raises(ValueError, match="'a' is both the node and the edge weights"):
+            pmc.fit(m, method=method, **kw)
+    # the compiled MAP takes the model as written: the maximiser of its logp over a grid
+    res = pmc.fit(m, method="map")
+    logp = m.compile_logp()
+    grid = np.linspace(-0.5, 0.5, 10001)
+    best = grid[np.argmax([logp({"a": v}) for v in grid])]
+    assert abs(float(res["posterior"]["a"].values.ravel()[0]) - best) < 2e-4

@@ -22,7 +22,7 @@ import numpy as np
 
 from pymc_crf.feature_products import as_feature_matrix, features_tdot
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.fitters.spec import CRFSpec, require_gaussian_prior
+from pymc_crf.fitters.spec import CRFSpec, require_all_labels, require_gaussian_prior
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential_tables
 
@@ -38,6 +38,8 @@ def diagonal_laplace_sd(spec: CRFSpec, w_map: np.ndarray) -> np.ndarray:
     """Posterior standard deviations (flat weight order) of the diagonal Laplace approximation at
     ``w_map`` (module docstring); log-linear potentials and fixed Normal priors only."""
     require_gaussian_prior(spec, "diagonal Laplace")
+    # missing labels would need the clamped marginals' covariance subtracted; refused instead
+    require_all_labels(spec, "diagonal Laplace")
     if spec.potential != "loglinear":
         raise ValueError("the diagonal Laplace approximation takes log-linear potentials; got "
                          f"{spec.potential!r}")

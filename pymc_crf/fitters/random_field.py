@@ -24,7 +24,7 @@ import pymc as pm
 
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
 from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.spec import CRFSpec, WeightSpec, _weight_spec, extract_crf, single_observed
+from pymc_crf.fitters.spec import CRFSpec, WeightSpec, extract_crf, single_observed, weight_specs
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 
@@ -115,8 +115,7 @@ def extract_mrf(model: pm.Model | None = None) -> MRFSpec:
                                   info.param.parameterization)
     except ValueError as err:
         raise ValueError(f"observed labels of {rv.name!r}: {err}") from None
-    nw = _weight_spec(model, info.node_weights)
-    ew = _weight_spec(model, info.edge_weights)
+    nw, ew = weight_specs(model, info.node_weights, info.edge_weights)
     weights = {info.node_weights, info.edge_weights}
     free = tuple(v.name for v in model.free_RVs if v not in weights)
     return MRFSpec(model, rv.name, info.batch, labels, info.n_labels,

@@ -7,6 +7,7 @@ A fitter is a function ``fn(model, **options) -> xarray.DataTree`` following the
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Callable
 
 import pymc as pm
@@ -85,4 +86,12 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
     load_builtin()
     if method not in _FITTERS:
         raise ValueError(f"unknown method {method!r}; available: {sorted(_FITTERS)}")
-    return _FITTERS[method](model, **options)
+    fitter = _FITTERS[method]
+    params = inspect.signature(fitter).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        unknown = sorted(set(options) - set(params))
+        if unknown:
+            known = sorted(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY)
+            raise TypeError(f"method={method!r} has no option {', '.join(map(repr, unknown))}; "
+                            f"its options: {', '.join(known)}")
+    return fitter(model, **options)

@@ -7,7 +7,7 @@ weight tensors) and from the model's ``rvs_to_values``, so a model rebuilt by ``
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pymc as pm
@@ -139,6 +139,21 @@ def _weight_spec(model: pm.Model, tensor) -> WeightSpec | None:
     return WeightSpec(tensor.name, shape, dims, "normal", mu_v, sd_v)
 
 
+def weight_specs(model: pm.Model, node_tensor, edge_tensor
+                 ) -> tuple[WeightSpec | None, WeightSpec | None]:
+    """The WeightSpecs of a random field's node and edge weight tensors. One variable given as
+    both (tied weights) would fill two slots of the flat weight vector that weight-space fitters
+    move independently: both are then marked ``"other"``, which those fitters refuse (NUTS and
+    the compiled MAP take the model as written)."""
+    nw, ew = _weight_spec(model, node_tensor), _weight_spec(model, edge_tensor)
+    if nw is not None and ew is not None and node_tensor is edge_tensor:
+        reason = (f"the same variable {nw.name!r} is both the node and the edge weights (tied "
+                  "weights), which a flat weight vector with one slot per tensor cannot express")
+        nw = replace(nw, prior="other", reason=reason)
+        ew = replace(ew, prior="other", reason=reason)
+    return nw, ew
+
+
 def single_observed(model: pm.Model, op_type: type, label: str):
     """The one observed variable of ``model`` whose Op is an ``op_type`` (``label`` names it in
     the one-line error raised when there is none or more than one)."""
@@ -201,8 +216,7 @@ def extract_crf(model: pm.Model | None = None) -> CRFSpec:
     op: CRFRV = rv.owner.op
     info: CRFInfo = op.info(op.dist_params(rv.owner))
     labels = observed_labels(model, rv, info)
-    nw = _weight_spec(model, info.node_weights)
-    ew = _weight_spec(model, info.edge_weights)
+    nw, ew = weight_specs(model, info.node_weights, info.edge_weights)
     weights = {info.node_weights, info.edge_weights}
     free = tuple(v.name for v in model.free_RVs if v not in weights)
     return CRFSpec(model, rv.name, info.batch, labels, info.n_labels, info.potential,

@@ -101,7 +101,8 @@ def potential_curvature(lik, w: np.ndarray, node_marg: np.ndarray, edge_marg: np
     probit potentials (None for log-linear ones, where it vanishes).
 
     ``node_marg`` (N, K) and ``edge_marg`` ((E, K, K), or (1, K, K) summed for a shared table)
-    are the marginals at ``w`` from the same engine as the covariance.
+    are the marginals at ``w``; the fitter passes those of the MAP search's engine, whose
+    residuals balance the prior at the MAP.
     """
     if getattr(lik, "potential", "loglinear") == "loglinear":
         return None

@@ -71,8 +71,9 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     -----
     Probit potentials are handled exactly: their log-likelihood Hessian has the extra term
     ``-sum_t (s_t - mu_t) phi''(a_t) x_t x_t^T`` of the potential's second derivative
-    (:func:`~pymc_crf.fitters.bethe_laplace.curvature.potential_curvature`), with the marginals
-    of the covariance engine.
+    (:func:`~pymc_crf.fitters.bethe_laplace.curvature.potential_curvature`), with the residuals
+    ``s_t - mu_t`` from the marginals of the MAP search's engine, so that they balance the prior
+    at the MAP.
 
     Returns
     -------

@@ -64,10 +64,10 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
     method : {"bethe_laplace", "laplace_exact", "bic", "map", "ais"}
         See the module docstring.
     map : {"exact", "bp"}, optional
-        How ``"bethe_laplace"`` and ``"map"`` find the MAP: BP beliefs in the gradient after a
-        pseudo-moment-matching start (``"bp"``, the default for ``"bethe_laplace"``: BP-LR) or
-        exact gradients (``"exact"``, the default for ``"map"``: BP-LR-ExactGrad for
-        ``"bethe_laplace"``).
+        How ``"bethe_laplace"`` and ``"map"`` find the MAP: BP beliefs in the gradient (``"bp"``,
+        the default for ``"bethe_laplace"``: BP-LR, which starts an MRF at the pseudo-moment
+        matching solution; ``"map"`` starts at the prior mean) or exact gradients (``"exact"``,
+        the default for ``"map"``: BP-LR-ExactGrad for ``"bethe_laplace"``).
     bp : BeliefPropagation, optional
         BP engine of the Bethe parts.
     maxiter, gtol
