@@ -57,7 +57,7 @@ def _as_dataset(x) -> xr.Dataset:
 
 def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             test: CRFData | None = None, var_names: list[str] | None = None,
-            predict_method: str = "average", draws: int = 100, model=None,
+            predict_method: str = "average", draws: int | None = 200, model=None,
             n_draws: int | None = None) -> pd.DataFrame:
     """One row per method: run time, posterior accuracy against ``reference``, test error.
 
@@ -66,16 +66,29 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     (23), normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
     (for results with several MCMC chains), ``log_marginal_likelihood`` where the method gives
     one, and ``test_error`` of ``predict(..., method=predict_method, draws=draws)`` when ``test``
-    is given (``n_draws``: deprecated name of ``draws``).
+    is given (``draws`` defaults to ``predict``'s; ``n_draws``: deprecated name of ``draws``).
+
+    Parameters are matched by name: ``var_names`` (default: the reference's posterior variables
+    that every result has, in the reference's order; without a reference, the first result's),
+    whatever order each fitter stores them in.
     """
     draws = renamed(draws, n_draws, "n_draws", "draws")
     if reference is not None and reference not in results:
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")
-    ref = posterior_matrix(results[reference], var_names) if reference else None
+    if var_names is None and results:
+        base = results[reference] if reference is not None else next(iter(results.values()))
+        var_names = [v for v in base["posterior"].data_vars
+                     if all(v in r["posterior"].data_vars for r in results.values())]
+    else:
+        for key, res in results.items():
+            missing = [v for v in var_names or [] if v not in res["posterior"].data_vars]
+            if missing:
+                raise ValueError(f"result {key!r} has no posterior variable(s) {missing}")
+    ref = posterior_matrix(results[reference], var_names) if reference and var_names else None
     rows = []
     for name, res in results.items():
         row: dict = {"method": name, "wall_time": float(res.attrs.get("wall_time", np.nan))}
-        mat = posterior_matrix(res, var_names)
+        mat = posterior_matrix(res, var_names) if var_names else None
         if ref is not None and mat.shape[1] == ref.shape[1]:
             row["mean_abs_err"] = float(np.abs(mat.mean(0) - ref.mean(0)).mean())
             sd_ref = ref.std(0)
@@ -83,7 +96,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
                 if mat.shape[0] > 1 else np.nan
             row["cvm"] = cvm_score(mat, ref, normalize=True) if mat.shape[0] > 1 else np.nan
         post = res["posterior"]
-        if post.sizes.get("chain", 1) > 1 and post.sizes.get("draw", 1) > 3:
+        if var_names and post.sizes.get("chain", 1) > 1 and post.sizes.get("draw", 1) > 3:
             ess = _as_dataset(az.ess(res, var_names=var_names))
             rhat = _as_dataset(az.rhat(res, var_names=var_names))
             row["min_ess"] = float(min(np.min(ess[v].values) for v in ess.data_vars))

@@ -85,6 +85,11 @@ def predict(result: xr.DataTree, data, method: str = "average", *,
     """
     draws = renamed(draws, n_draws, "n_draws", "draws")
     random_seed = renamed(random_seed, seed, "seed", "random_seed")
+    if draws is not None and (int(draws) != draws or draws < 1):
+        raise ValueError(f"draws must be a positive integer or None (all draws); got {draws!r}")
+    if not hasattr(data, "graphs"):
+        raise TypeError("data must be a CRFData or SequenceData (pmc.CRFData(graphs, labels, "
+                        f"node_features=...), or from pmc.datasets); got {type(data).__name__}")
     load_builtin()
     if method in ("average", "bpe", "map") and "crf" not in result.attrs:
         # Hidden-CRF results predict a class per graph with their own predictors.

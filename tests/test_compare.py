@@ -79,3 +79,22 @@ def test_compare_test_error_is_the_prediction_error():
     pred = pmc.predict(res, test, method="bpe")
     wrong = np.count_nonzero(pred.labels != test.labels)
     assert table.loc["map", "test_error"] == pytest.approx(wrong / test.labels.size)
+
+
+def test_parameters_are_matched_by_name_whatever_order_each_result_stores():
+    rng = np.random.default_rng(0)
+    a, b = rng.normal(size=(2, 50, 2)), 5.0 + rng.normal(size=(2, 50, 3))
+
+    def two_vars(first):
+        data = {"a": a, "b": b}
+        order = ("a", "b") if first == "a" else ("b", "a")
+        post = xr.Dataset({k: (("chain", "draw", f"{k}_dim"), data[k]) for k in order},
+                          coords={"chain": [0, 1], "draw": np.arange(50)})
+        return xr.DataTree.from_dict({"posterior": post})
+
+    table = pmc.compare({"ref": two_vars("a"), "other": two_vars("b")}, reference="ref")
+    assert table.loc["other", "mean_abs_err"] == pytest.approx(0.0, abs=1e-12)
+    assert table.loc["other", "cvm"] == pytest.approx(0.0, abs=1e-12)
+    with pytest.raises(ValueError, match=r"'ref' has no posterior variable\(s\) \['c'\]"):
+        pmc.compare({"ref": two_vars("a"), "other": two_vars("b")}, reference="ref",
+                    var_names=["a", "c"])

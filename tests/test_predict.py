@@ -74,3 +74,102 @@ def test_unknown_method(fitted):
     res, test = fitted
     with pytest.raises(ValueError, match="unknown predict method"):
         pmc.predict(res, test, method="nope")
+
+
+def _chain_data(seed=0):
+    from pymc_crf.datasets import CRFData
+
+    rng = np.random.default_rng(seed)
+    batch = pmc.GraphBatch.chains([5, 3, 4] * 3)
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = rng.integers(0, 2, batch.n_total_nodes)
+    tb = pmc.GraphBatch.chains([4])
+    test = CRFData(tb, np.array([0, 1, 1, 0]), node_features=rng.normal(size=(4, 2)), n_labels=2)
+    return batch, X, y, test
+
+
+def _exact_marginals(test, W, T):
+    """Node marginals of the one test chain by enumeration."""
+    node = test.node_features @ W
+    marg = np.zeros((4, 2))
+    scores = {lab: sum(node[i, lab[i]] for i in range(4)) + sum(T[lab[i], lab[i + 1]]
+                                                              for i in range(3))
+              for lab in itertools.product(range(2), repeat=4)}
+    log_z = np.logaddexp.reduce(list(scores.values()))
+    for lab, s in scores.items():
+        for i in range(4):
+            marg[i, lab[i]] += np.exp(s - log_z)
+    return marg
+
+
+def test_predict_uses_constant_and_deterministic_weights():
+    import pymc as pm
+
+    batch, X, y, test = _chain_data()
+    T_fixed = np.array([[3.0, -3.0], [-3.0, 3.0]])
+    with pm.Model() as m:
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        T = pm.Normal("T", 0, 1, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    # T fixed by pm.do: a constant the result must carry for predict
+    fixed = pmc.fit(pm.do(m, {"T": T_fixed}), method="map", progressbar=False)
+    W_map = fixed["posterior"]["W"].values[0, 0]
+    for method in ("bpe", "average"):
+        pred = pmc.predict(fixed, test, method=method)
+        np.testing.assert_allclose(pred.marginals, _exact_marginals(test, W_map, T_fixed),
+                                   atol=1e-10)
+    # weights as a pm.Deterministic (a non-centred prior) and as an unnamed expression
+    for named in (True, False):
+        with pm.Model() as m2:
+            z = pm.Normal("z", 0, 1, shape=(2, 2))
+            s = pm.HalfNormal("s", 1.0)
+            W2 = pm.Deterministic("W", s * z) if named else s * z
+            T2 = pm.Normal("T", 0, 1, shape=(2, 2))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W2, edge_weights=T2,
+                    observed=y)
+        res = pmc.fit(m2, method="map", progressbar=False)
+        if named:
+            pred = pmc.predict(res, test, method="bpe")
+            want = _exact_marginals(test, res["posterior"]["W"].values[0, 0],
+                                    res["posterior"]["T"].values[0, 0])
+            np.testing.assert_allclose(pred.marginals, want, atol=1e-10)
+        else:
+            with pytest.raises(ValueError, match="unnamed expression.*pm.Deterministic"):
+                pmc.predict(res, test, method="bpe")
+
+
+def test_predict_names_mismatched_data():
+    import pymc as pm
+
+    from pymc_crf.datasets import CRFData
+
+    batch, X, y, test = _chain_data()
+    with pm.Model() as m:
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        T = pm.Normal("T", 0, 1, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    res = pmc.fit(m, method="map", progressbar=False)
+    wide = CRFData(test.graphs, test.labels, node_features=np.ones((4, 3)), n_labels=2)
+    with pytest.raises(ValueError, match="node features have 3 columns; the model's node "
+                                         "weights expect 2"):
+        pmc.predict(res, wide, method="bpe")
+    high = CRFData(test.graphs, np.array([0, 1, 4, 0]), node_features=test.node_features,
+                   n_labels=5)
+    with pytest.raises(ValueError, match="label 4 .* outside 0..1"):
+        pmc.predict(res, high, method="bpe")
+    for bad in (0, -1, 2.5):
+        with pytest.raises(ValueError, match="draws must be a positive integer"):
+            pmc.predict(res, test, draws=bad)
+    with pytest.raises(TypeError, match="data must be a CRFData"):
+        pmc.predict(res, (test.graphs, test.node_features))
+
+
+def test_label_level_methods_on_a_hidden_crf_result_say_so():
+    import xarray as xr
+
+    from pymc_crf.fitters.predictors import result_layout
+
+    res = xr.DataTree.from_dict({"posterior": xr.Dataset()})
+    res.attrs["hcrf_weights"] = ["theta_x", "theta_y", "theta_e"]
+    with pytest.raises(ValueError, match="hidden-CRF .* result"):
+        result_layout(res)

@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 import xarray as xr
+from pytensor.graph.traversal import ancestors
 
 from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.select import get_engine
@@ -56,7 +57,16 @@ class Prediction:
 def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labels=None
                ) -> Prediction:
     """A :class:`Prediction` with the error rate against ``true_labels`` (when given)."""
-    err = None if true_labels is None else float(np.mean(labels != np.asarray(true_labels)))
+    err = None
+    if true_labels is not None:
+        true_labels = np.asarray(true_labels)
+        K = marginals.shape[-1]
+        bad = (true_labels < 0) | (true_labels >= K)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"the data's label {true_labels.flat[i]} (entry {i}) is outside "
+                             f"0..{K - 1}, the labels of the fitted model")
+        err = float(np.mean(labels != true_labels))
     return Prediction(marginals, labels, method, err)
 
 
@@ -82,11 +92,30 @@ def available_predictors() -> list[str]:
     return sorted(_PREDICTORS)
 
 
+def _weight_source(spec, key: str) -> dict:
+    """Where a predictor finds one weight tensor of ``spec``'s CRF: ``{key: name}`` (the
+    posterior variable: a free variable or a ``pm.Deterministic``), ``{key: None, key_value:
+    array as lists}`` (a constant, e.g. weights fixed with ``pm.do``) or ``{key: None,
+    key_expression: True}`` (an unnamed expression of free variables: no draws to read)."""
+    ws = getattr(spec, key)
+    if ws is None:
+        return {key: None}
+    if ws.name:
+        return {key: ws.name}
+    tensor = getattr(spec.info, key)
+    model = spec.model
+    if getattr(tensor, "name", None) and model.named_vars.get(tensor.name) is tensor:
+        return {key: tensor.name}  # a pm.Deterministic: its draws are in the posterior
+    free = set(model.free_RVs) | set(model.value_vars)
+    if any(v in free for v in ancestors([tensor])):
+        return {key: None, f"{key}_expression": True}
+    return {key: None, f"{key}_value": np.asarray(tensor.eval(), dtype=np.float64).tolist()}
+
+
 def crf_attrs(spec) -> str:
     """What a predictor needs to rebuild log-potentials, as a JSON attr stored on results."""
     return json.dumps({
-        "node_weights": spec.node_weights.name if spec.node_weights else None,
-        "edge_weights": spec.edge_weights.name if spec.edge_weights else None,
+        **_weight_source(spec, "node_weights"), **_weight_source(spec, "edge_weights"),
         "shared_edge_table": bool(spec.shared_edge_table), "potential": spec.potential,
         "epsilon": spec.epsilon, "n_labels": spec.n_labels, "engine": spec.info.engine_name,
         "exact_log_z": spec.info.exact})
@@ -96,6 +125,10 @@ def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
     """The CRF layout of a result: its ``crf`` attr, or read from ``model`` (or the context)."""
     if "crf" in result.attrs:
         return json.loads(result.attrs["crf"])
+    if "hcrf_weights" in result.attrs or result.attrs.get("method") == "bp_hcrf_vi":
+        raise ValueError("this is a hidden-CRF (pmc.HCRF) result, which predicts one class per "
+                         "graph: use predict's 'average' (or 'hcrf_average'; 'bp_hcrf' for "
+                         "bp_hcrf_vi results); label-level methods and sample_labels are for CRFs")
     from pymc_crf.fitters.spec import extract_crf
 
     try:
@@ -108,14 +141,26 @@ def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
 
 def weight_draws(result: xr.DataTree, info: dict) -> dict[str, np.ndarray]:
     """Weight draws flattened over (chain, draw): ``"node_weights"`` / ``"edge_weights"`` ->
-    (S, *shape)."""
+    (S, *shape); a constant weight (``pm.do``, a fixed array) repeated for every draw."""
     post = result["posterior"]
+    n_draws = int(post.sizes.get("chain", 1) * post.sizes.get("draw", 1))
     out = {}
     for key in ("node_weights", "edge_weights"):
-        name = info[key]
+        name, what = info.get(key), key.replace("_", " ")
         if name is not None:
+            if name not in post:
+                raise ValueError(f"the result's posterior has no {name!r}, the CRF's {what}; "
+                                 "a fitter that does not store deterministics cannot predict "
+                                 "from a model whose weights are a pm.Deterministic")
             da = post[name]
             out[key] = da.values.reshape(-1, *da.shape[2:])
+        elif info.get(f"{key}_value") is not None:
+            value = np.asarray(info[f"{key}_value"], dtype=np.float64)
+            out[key] = np.broadcast_to(value, (n_draws, *value.shape))
+        elif info.get(f"{key}_expression"):
+            raise ValueError(f"the CRF's {what} are an unnamed expression of other variables, "
+                             "whose draws the result does not hold: wrap the expression in "
+                             "pm.Deterministic('name', ...) so that its draws are stored")
     return out
 
 
@@ -127,33 +172,42 @@ def log_potentials_for(data, info: dict, node_w, edge_w):
     shared = info["shared_edge_table"]
     if edge_w is not None and not shared and data.edge_features is None:
         raise ValueError("the model has per-edge weights but the data has no edge features")
+    for what, x, w in (("node", data.node_features, node_w),
+                       ("edge", None if shared else data.edge_features, edge_w)):
+        if x is not None and w is not None and x.shape[1] != np.shape(w)[0]:
+            raise ValueError(f"the data's {what} features have {x.shape[1]} columns; the model's "
+                             f"{what} weights expect {np.shape(w)[0]}")
     node, edge, _, _ = log_potential_tables(
         info["potential"], info["epsilon"], data.graphs.n_total_nodes, info["n_labels"],
         data.node_features, node_w, None if shared else data.edge_features, edge_w)
     return node, edge
 
 
-def posterior_mean(result: xr.DataTree, draws: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+def posterior_mean(result: xr.DataTree, draws: dict[str, np.ndarray],
+                   info: dict | None = None) -> dict[str, np.ndarray]:
     """The posterior mean of the weights: a Gaussian fit's exact ``mean_vector`` when the result
-    has one (flat order: node weights, then edge weights), else the mean of the draws."""
+    has one (flat order: the free weights, node weights first), else the mean of the draws.
+    ``info`` (:func:`crf_attrs`) tells constant weights, which the mean vector does not hold."""
+    mean = {k: v.mean(axis=0) for k, v in draws.items()}
     if "fit" not in result.children:
-        return {k: v.mean(axis=0) for k, v in draws.items()}
+        return mean
     flat = np.asarray(result["fit"]["mean_vector"].values)
-    out, i = {}, 0
-    for key in ("node_weights", "edge_weights"):
-        if key in draws:
-            shape = draws[key].shape[1:]
-            size = int(np.prod(shape))
-            out[key] = flat[i:i + size].reshape(shape)
-            i += size
+    free = [k for k in ("node_weights", "edge_weights")
+            if k in draws and (info is None or info.get(k) is not None)]
+    out, i = dict(mean), 0
+    for key in free:
+        shape = draws[key].shape[1:]
+        size = int(np.prod(shape))
+        out[key] = flat[i:i + size].reshape(shape)
+        i += size
     if i != flat.size:  # the fit covers other parameters too: the draws' mean instead
-        return {k: v.mean(axis=0) for k, v in draws.items()}
+        return mean
     return out
 
 
 def _plug_in(result, data, model, inference):
     info = result_layout(result, model)
-    mean = posterior_mean(result, weight_draws(result, info))
+    mean = posterior_mean(result, weight_draws(result, info), info)
     node, edge = log_potentials_for(data, info, mean.get("node_weights"), mean.get("edge_weights"))
     engine = get_engine(inference, data.graphs)
     return engine, node, edge
