@@ -175,21 +175,29 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
             A_lik = A_lik - extra
     A = A_lik + np.diag(1.0 / prior.sd**2)
     A = 0.5 * (A + A.T)
-    cov = _inverse_pd(A)
+    hint = ""
+    if bethe:
+        hint = ("; this fit pairs the MAP of " + ("exact" if map == "exact" else "BP")
+                + " gradients with BP linear response: covariance='exact' (the exact Laplace "
+                "approximation, when an exact engine can run)"
+                + (" or map='bp' (BP throughout)" if map == "exact" else "")
+                + " may exist where this pairing does not")
+    cov = _inverse_pd(A, hint)
     ll = float(np.sum(lik_cov.pointwise(w)))
     lp = float(prior(w)[0])
     return LaplaceFit(w, A, cov, ll, lp, problem.n_data, map, covariance, info, report, w_pmm,
                       {"fisher": A_lik})
 
 
-def _inverse_pd(A: np.ndarray) -> np.ndarray:
-    """Inverse of a symmetric matrix that should be positive definite (clear error otherwise)."""
+def _inverse_pd(A: np.ndarray, hint: str = "") -> np.ndarray:
+    """Inverse of a symmetric matrix that should be positive definite (clear error otherwise,
+    ending with ``hint``)."""
     vals, vecs = np.linalg.eigh(A)
     if not np.all(vals > 0):
         raise ValueError(f"the negative log-posterior Hessian at the MAP is not positive definite "
                          f"(smallest eigenvalue {vals.min():.3g}): the Laplace approximation does "
                          "not exist here (probit potentials far from the MAP, or a BP fixed point "
-                         "that is not a minimum of the Bethe free energy)")
+                         f"that is not a minimum of the Bethe free energy){hint}")
     inv = (vecs / vals) @ vecs.T
     return 0.5 * (inv + inv.T)
 
