@@ -45,6 +45,14 @@ def test_fit_dispatches_with_options_and_context(scratch_registry):
     with pytest.raises(ValueError, match="already registered"):
         pmc.fitters.register("probe")(lambda model: None)
 
+    # a notebook cell run again: the same module and qualified name replace the old definition
+    @pmc.fitters.register("probe")
+    def probe(model, **options):  # noqa: F811
+        return "redefined"
+
+    with m:
+        assert pmc.fit(method="probe") == "redefined"
+
 
 def test_unknown_names_list_the_registered_ones(scratch_registry):
     with pm.Model() as m:

@@ -19,11 +19,20 @@ _FITTERS: dict[str, Callable[..., DataTree]] = {}
 
 
 def register(name: str) -> Callable[[Callable[..., DataTree]], Callable[..., DataTree]]:
-    """Decorator registering ``fn(model, **options) -> DataTree`` as ``pmc.fit(method=name)``."""
+    """Decorator registering ``fn(model, **options) -> DataTree`` as ``pmc.fit(method=name)``.
+
+    A name taken by another function raises; a function of the same module and qualified name
+    replaces its earlier definition (a notebook cell run again).
+    """
 
     def decorator(fn: Callable[..., DataTree]) -> Callable[..., DataTree]:
-        if name in _FITTERS and _FITTERS[name] is not fn:
-            raise ValueError(f"a fitter named {name!r} is already registered")
+        old = _FITTERS.get(name)
+        redefined = old is not None and (
+            (getattr(old, "__module__", None), getattr(old, "__qualname__", None))
+            == (getattr(fn, "__module__", None), getattr(fn, "__qualname__", None)))
+        if old is not None and old is not fn and not redefined:
+            raise ValueError(f"a fitter named {name!r} is already registered "
+                             f"({getattr(old, '__module__', '?')}.{getattr(old, '__qualname__', '?')})")
         _FITTERS[name] = fn
         return fn
 
