@@ -121,3 +121,18 @@ def test_no_fusion_when_the_gradient_weights_depend_on_log_z(rng):
     np.testing.assert_allclose(val, np.logaddexp.reduce(lz), rtol=1e-12)
     np.testing.assert_allclose(gn, exp_n, atol=1e-12)
     np.testing.assert_allclose(ge, exp_e, atol=1e-12)
+
+
+def test_static_shape_mismatches_are_refused_when_the_graph_is_built():
+    b = GraphBatch.chains([3, 2])  # 5 nodes, 3 edges
+    K = 3
+    with pytest.raises(ValueError, match="node log-potentials have 6 rows; the batch has 5"):
+        log_partition(np.zeros((6, K)), np.zeros((3, K, K)), b)
+    with pytest.raises(ValueError, match="edge log-potentials have 2 tables; the batch has 3"):
+        log_partition(np.zeros((5, K)), np.zeros((2, K, K)), b)
+    with pytest.raises(ValueError, match="3 labels but the edge tables are 2 x 2"):
+        log_partition(np.zeros((5, K)), np.zeros((3, 2, 2)), b)
+    # symbolic inputs without static shapes are checked by the engine at evaluation
+    n, e = pt.dmatrix("n"), pt.tensor3("e", dtype="float64")
+    lz = log_partition(n, e, b)
+    assert lz.eval({n: np.zeros((5, K)), e: np.zeros((1, K, K))}).shape == (2,)

@@ -66,6 +66,20 @@ class _BatchOp(Op):
         if node.ndim != 2 or edge.ndim != 3:
             raise ValueError(f"log-potentials must be (N, K) and (E, K, K) tensors; got ndim "
                              f"{node.ndim} and {edge.ndim}")
+        # the shapes known when the graph is built are checked now (the engine checks the rest,
+        # and NaN, when the graph is evaluated)
+        b = self.batch
+        (n_rows, K), (e_rows, k1, k2) = node.type.shape, edge.type.shape
+        if n_rows is not None and n_rows != b.n_total_nodes:
+            raise ValueError(f"node log-potentials have {n_rows} rows; the batch has "
+                             f"{b.n_total_nodes} nodes")
+        if e_rows is not None and e_rows not in (b.n_edges, 1):
+            raise ValueError(f"edge log-potentials have {e_rows} tables; the batch has "
+                             f"{b.n_edges} edges (or give 1 shared table)")
+        sizes = {k for k in (K, k1, k2) if k is not None}
+        if len(sizes) > 1:
+            raise ValueError(f"node log-potentials have {K} labels but the edge tables are "
+                             f"{k1} x {k2}")
         return node, edge
 
 
