@@ -23,3 +23,27 @@ def test_map_with_jitter_then_predict_routes_to_hcrf():
     np.testing.assert_allclose(pred.marginals.sum(1), 1.0)
     assert pred.error_rate == np.mean(pred.labels != te.labels)
     assert pred.error_rate < 0.5  # 3 well-separated HMM classes; chance is 2/3
+
+
+def test_map_from_a_symmetric_start_warns():
+    import pytest
+
+    tr, _ = pmc.datasets.hmm_classes(n_train_per_class=2, n_test_per_class=2, T=8, seed=0)
+    F, S, C = tr.node_features.shape[1], 2, tr.n_classes
+    with pm.Model() as model:
+        tx = pm.Normal("theta_x", 0, 3, shape=(F, S))
+        ty = pm.Normal("theta_y", 0, 3, shape=(S, C))
+        te_ = pm.Normal("theta_e", 0, 3, shape=(S, S, C))
+        pmc.HCRF("y", graphs=tr.graphs, node_features=tr.node_features, theta_x=tx, theta_y=ty,
+                 theta_e=te_, observed=tr.labels)
+    with pytest.warns(UserWarning, match="symmetric subspace"):
+        pmc.fit(model, method="map", maxiter=5, progressbar=False)
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        pmc.fit(model, method="map", maxiter=5, jitter=0.1, random_seed=0, progressbar=False)
+        rng = np.random.default_rng(0)
+        start = {"theta_x": rng.normal(size=(F, S)), "theta_y": rng.normal(size=(S, C)),
+                 "theta_e": rng.normal(size=(S, S, C))}
+        pmc.fit(model, method="map", maxiter=5, start=start, progressbar=False)

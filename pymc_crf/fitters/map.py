@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+import warnings
 
 import numpy as np
 import pymc as pm
@@ -90,6 +91,8 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood,
                                progressbar=progressbar)
     point = model.initial_point() if start is None else {**model.initial_point(), **start}
+    if jitter == 0:
+        _warn_symmetric_hcrf_start(model, point)
     value_vars = model.value_vars
     x0 = DictToArrayBijection.map({v.name: point[v.name] for v in value_vars})
     if jitter > 0:
@@ -140,6 +143,30 @@ def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
                        options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
                                 "ftol": settings["ftol"]})
     return res, trace
+
+
+def _warn_symmetric_hcrf_start(model: pm.Model, point: dict) -> None:
+    """Warn when an HCRF's weights all start at one value (PyMC's initial point of a zero-mean
+    Normal is 0): every hidden state then gets the same gradient and L-BFGS stays in the
+    symmetric subspace, where the HCRF predicts at chance (docs/hcrf.md)."""
+    from pymc_crf.distributions.hcrf import find_hcrf
+
+    try:
+        rv, _, _ = find_hcrf(model)
+    except ValueError:
+        return
+    starts = []
+    for w in rv.owner.op.weights(rv.owner):
+        value = model.rvs_to_values.get(w)
+        if value is None or value.name not in point:
+            return  # an expression or a constant: its start is not one value by construction
+        starts.append(np.ravel(point[value.name]))
+    flat = np.concatenate(starts)
+    if flat.size and np.all(flat == flat[0]):
+        warnings.warn("pmc.HCRF: every weight starts at the same value, where all hidden states "
+                      "get the same gradient and MAP stays in the symmetric subspace (it then "
+                      "predicts at chance); pass jitter=0.1 with a random_seed, or a random "
+                      "start=", UserWarning, stacklevel=3)
 
 
 def _diagnostics(res, trace: list[float]) -> dict:
