@@ -68,6 +68,15 @@ def _token_items(token: Mapping[str, Any], where: tuple[int, int]):
                             "(an indicator name=value), bool or a number")
 
 
+def _check_user_bias(value: float, where: tuple[int, int]) -> None:
+    """Refuse a user ``"bias"`` feature that would overwrite the built-in constant-1 column."""
+    if value != 1.0:
+        raise ValueError(f"token {where[1]} of sentence {where[0]} has its own feature 'bias' = "
+                         f"{value}, which clashes with the vectorizer's built-in bias column "
+                         "(constant 1): rename the feature, or use FeatureVectorizer(bias=False) "
+                         "to keep it as an ordinary feature")
+
+
 class FeatureVectorizer:
     """Map sentences of per-token feature dicts to a sparse (tokens, features) CSR matrix.
 
@@ -76,7 +85,9 @@ class FeatureVectorizer:
     min_freq : int
         Keep a feature only if it occurs in at least this many training tokens.
     bias : bool
-        Add a constant feature ``"bias"`` (column 0) to every token.
+        Add a constant feature ``"bias"`` (column 0) to every token. A token's own ``"bias"``
+        feature must then be 1 (it is the same column; any other value is an error); with
+        ``bias=False`` it is an ordinary feature.
 
     Attributes
     ----------
@@ -108,12 +119,37 @@ class FeatureVectorizer:
         self.bias = bool(bias)
 
     def fit(self, sentences: Iterable[Sentence]) -> FeatureVectorizer:
-        """Build the vocabulary from training sentences."""
+        """Build the vocabulary from training sentences.
+
+        Parameters
+        ----------
+        sentences : iterable of sentences
+            Each a sequence of token dicts. Read once, so a generator is fine.
+
+        Returns
+        -------
+        FeatureVectorizer
+            ``self``, fitted.
+
+        Raises
+        ------
+        ValueError
+            If ``bias=True`` and a token has its own ``"bias"`` feature with a value other than 1
+            (see :meth:`transform`).
+        """
         counts: Counter[str] = Counter()
         for s, sentence in enumerate(sentences):
             for t, token in enumerate(sentence):
-                counts.update({name for name, _ in _token_items(token, (s, t))})
-        names = sorted(n for n, c in counts.items() if c >= self.min_freq and n != "bias")
+                names = set()
+                for name, value in _token_items(token, (s, t)):
+                    if self.bias and name == "bias":
+                        _check_user_bias(value, (s, t))
+                    names.add(name)
+                counts.update(names)
+        # with the built-in bias on, a user "bias" (value 1, checked above) is that same column;
+        # with it off, "bias" is an ordinary feature
+        names = sorted(n for n, c in counts.items()
+                       if c >= self.min_freq and not (self.bias and n == "bias"))
         if self.bias:
             names = ["bias", *names]
         self.feature_names_ = names
@@ -121,8 +157,29 @@ class FeatureVectorizer:
         return self
 
     def transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:
-        """The (tokens, features) CSR matrix of ``sentences`` with the fitted columns; features
-        outside the vocabulary are ignored and counted (``n_unseen_``, ``unseen_features_``)."""
+        """The (tokens, features) CSR matrix of ``sentences`` with the fitted columns.
+
+        Features outside the vocabulary are ignored and counted (``n_unseen_``,
+        ``unseen_features_``).
+
+        Parameters
+        ----------
+        sentences : iterable of sentences
+            Each a sequence of token dicts. Read once, so a generator is fine.
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix
+            One row per token (all sentences stacked), one column per fitted feature.
+
+        Raises
+        ------
+        ValueError
+            If the vectorizer is not fitted, or if ``bias=True`` and a token has its own
+            ``"bias"`` feature with a value other than 1: it would share column 0 with the
+            built-in constant. A user ``"bias": 1.0`` (the sklearn-crfsuite tutorial's feature,
+            and what :meth:`inverse_transform` gives back) is the built-in bias and is accepted.
+        """
         if not hasattr(self, "vocabulary_"):
             raise ValueError("FeatureVectorizer is not fitted: call fit(training_sentences) first")
         vocab = self.vocabulary_
@@ -135,6 +192,9 @@ class FeatureVectorizer:
                 if self.bias:
                     row[0] = 1.0
                 for name, value in _token_items(token, (s, t)):
+                    if self.bias and name == "bias":
+                        _check_user_bias(value, (s, t))
+                        continue  # column 0 already holds the built-in 1
                     j = vocab.get(name)
                     if j is None:
                         unseen[name] += 1
@@ -164,8 +224,23 @@ class FeatureVectorizer:
                                                      strict=True)}
                 for i in range(X.shape[0])]
 
-    def fit_transform(self, sentences: Sequence[Sentence]) -> scipy.sparse.csr_matrix:
-        """:meth:`fit` then :meth:`transform` on the same sentences."""
+    def fit_transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:
+        """:meth:`fit` then :meth:`transform` on the same sentences.
+
+        Parameters
+        ----------
+        sentences : iterable of sentences
+            Each a sequence of token dicts; a generator is fine (it is read into a list once).
+
+        Returns
+        -------
+        scipy.sparse.csr_matrix
+            The training sentences' (tokens, features) matrix.
+        """
+        # fit and transform each read the sentences once: a one-shot iterator (a generator) would
+        # be used up by fit and transform would silently give a (0, F) matrix
+        if not isinstance(sentences, Sequence):
+            sentences = list(sentences)
         return self.fit(sentences).transform(sentences)
 
 

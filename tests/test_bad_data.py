@@ -4,10 +4,14 @@ graphs given as networkx graphs (converted to a GraphBatch)."""
 import networkx as nx
 import numpy as np
 import pymc as pm
+import pytensor.sparse as ps
+import pytensor.tensor as pt
 import pytest
+import scipy.sparse as sp
 from pymc.logprob.utils import ParameterValueError
 
 import pymc_crf as pmc
+from pymc_crf.distributions.crf import crf_log_potentials
 from pymc_crf.fitters.spec import extract_crf
 from pymc_crf.graphs import as_graph_batch
 
@@ -113,3 +117,41 @@ def test_networkx_graph_for_mrf_and_hcrf():
         h = pmc.HCRF("h", graphs=[nx.path_graph(3), nx.path_graph(2)], node_features=X,
                      theta_x=tx, theta_y=ty, theta_e=te, observed=np.array([0, 2]))
     assert h.owner.op.batch.n_graphs == 2
+
+
+def test_symbolic_features_are_refused_with_a_clear_error():
+    # features in pm.Data used to fail with numpy's "setting an array element with a sequence";
+    # they are fixed data (batch checks, engines and feature products are built from their
+    # values), so a variable whose value pm.set_data could change is refused by name
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    Xe = np.ones((BATCH.n_edges, 1))
+    y = np.array([0, 1, 1, 1, 0])
+    with pm.Model(), pytest.raises(ValueError) as exc:
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, node_features=pm.Data("X", X), node_weights=W,
+                edge_weights=np.zeros((2, 2)), observed=y)
+    _one_line_error(exc, "CRF: node_features is a PyTensor", "pm.Data",
+                    "numpy arrays or scipy.sparse matrices", "Labels (observed=) may be pm.Data")
+    with pytest.raises(ValueError) as exc:
+        crf_log_potentials(BATCH, edge_features=pt.matrix("Xe"),
+                               edge_weights=np.zeros((1, 2, 2)))
+    _one_line_error(exc, "CRF: edge_features is a PyTensor TensorVariable")
+    with pm.Model(), pytest.raises(ValueError) as exc:
+        tx = pm.Normal("theta_x", 0, 1, shape=(2, 2))
+        pmc.HCRF("h", graphs=BATCH, node_features=pm.Data("X", X), theta_x=tx,
+                 theta_y=np.zeros((2, 3)), theta_e=np.zeros((2, 2, 3)), observed=np.array([0, 2]))
+    _one_line_error(exc, "HCRF: node_features is a PyTensor", "pm.Data")
+    # a PyTensor constant is fixed data: taken as its value, dense or sparse
+    W, T = np.array([[0.5, -0.2], [0.1, 0.3]]), np.array([[[0.4, -0.4], [0.0, 0.2]]])
+    want = crf_log_potentials(BATCH, X, W, Xe, T)[:2]
+    for x, xe in ((pt.constant(X), pt.constant(Xe)),
+                  (ps.as_sparse_variable(sp.csr_matrix(X)), Xe)):
+        got = crf_log_potentials(BATCH, x, W, xe, T)[:2]
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g.eval(), w.eval())
+
+
+def test_mrf_names_feature_arguments_it_does_not_take():
+    with pytest.raises(TypeError, match="an MRF takes no node_features.*use pmc.CRF"):
+        pmc.MRF.dist(graphs=nx.path_graph(3), node_features=np.zeros((3, 1)),
+                     node_weights=np.zeros((3, 2)), n_samples=2)

@@ -68,6 +68,30 @@ def test_invalid_constructors():
         GraphBatch.from_networkx([nx.DiGraph([(0, 1)])])
 
 
+def test_from_networkx_multigraphs_and_directed_graphs():
+    # a multigraph used to fail with "too many values to unpack (expected 2)": iterating its
+    # edge view gives (u, v, key) triples
+    with pytest.raises(GraphStructureError,
+                       match=r"graph 1 is a multigraph with parallel edges between nodes 'a' and "
+                             r"'b'.*nx.Graph\(G\)"):
+        GraphBatch.from_networkx([nx.path_graph(2), nx.MultiGraph([("a", "b"), ("b", "a")])])
+    # without parallel edges a multigraph is just a graph
+    multi = GraphBatch.from_networkx(nx.MultiGraph([(0, 1), (1, 2), (2, 0)]))
+    plain = GraphBatch.from_networkx(nx.Graph([(0, 1), (1, 2), (2, 0)]))
+    np.testing.assert_array_equal(multi.edges, plain.edges)
+    assert list(multi.kinds) == ["loopy"]
+    for directed in (nx.DiGraph([(0, 1)]), nx.MultiDiGraph([(0, 1)])):
+        with pytest.raises(GraphStructureError, match=r"directed .*to_undirected\(\)"):
+            GraphBatch.from_networkx(directed)
+    with pytest.raises(TypeError, match="graph 1 is a list, not a networkx graph"):
+        GraphBatch.from_networkx([nx.path_graph(2), [(0, 1)]])
+    # edge orientation follows G.edges: the end first in G.nodes, whatever add_edge was given
+    G = nx.Graph()
+    G.add_nodes_from(["x", "y"])
+    G.add_edge("y", "x")
+    assert GraphBatch.from_networkx(G).edges.tolist() == [[0, 1]]
+
+
 def test_label_and_feature_checks():
     b = GraphBatch.chains([2, 3])
     assert b.check_labels([[0, 1], [1, 1, 0]], 2).tolist() == [0, 1, 1, 1, 0]
@@ -83,6 +107,9 @@ def test_label_and_feature_checks():
         b.check_features(np.array([[0.0], [np.inf], [1], [1], [1]]), "node")
     with pytest.raises(ValueError, match="one row per node"):
         b.check_features(np.zeros((4, 2)), "node")
+    # numpy's "setting an array element with a sequence" used to come out as is
+    with pytest.raises(ValueError, match="edge features must be a numeric array .* got a list"):
+        b.check_features([[0.0], [1.0, 2.0], [0.0]], "edge")
 
 
 def test_cached_computes_once_per_key():

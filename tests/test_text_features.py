@@ -58,6 +58,44 @@ def test_vectorizer_bad_use():
         FeatureVectorizer().fit([["w=a"]])
 
 
+def test_vectorizer_reads_one_shot_iterators():
+    # fit_transform used to hand the same generator to fit and transform: fit used it up and
+    # transform silently returned a (0, F) matrix
+    expected = FeatureVectorizer().fit_transform(TRAIN)
+    vec = FeatureVectorizer()
+    X = vec.fit_transform(s for s in TRAIN)
+    assert X.shape == (3, 5)
+    np.testing.assert_array_equal(X.toarray(), expected.toarray())
+    np.testing.assert_array_equal(vec.lengths_, [2, 1])
+    # fit and transform each read their input once, so generators work for them too
+    vec = FeatureVectorizer().fit(iter(TRAIN))
+    np.testing.assert_array_equal(vec.transform(s for s in TRAIN).toarray(), expected.toarray())
+
+
+def test_user_bias_feature_does_not_overwrite_the_built_in_bias():
+    # a token's own "bias" used to overwrite column 0 silently (value 5 there)
+    with pytest.raises(ValueError, match=r"own feature 'bias' = 5.0.*built-in bias.*bias=False"):
+        FeatureVectorizer().fit([[{"w": "a", "bias": 5.0}]])
+    vec = FeatureVectorizer().fit(TRAIN)
+    with pytest.raises(ValueError, match=r"token 1 of sentence 0 .*'bias' = 2.0"):
+        vec.transform([[{"w": "a"}, {"bias": 2.0}]])
+    # "bias": 1.0 (sklearn-crfsuite's tutorial feature, and inverse_transform's output) is the
+    # built-in column itself: accepted, one column, value 1
+    with_one = [[dict(tok, bias=1.0) for tok in s] for s in TRAIN]
+    X = vec.transform(with_one)
+    assert vec.n_unseen_ == 0
+    np.testing.assert_array_equal(X.toarray(), vec.transform(TRAIN).toarray())
+    np.testing.assert_array_equal(vec.transform([vec.inverse_transform(X)]).toarray(),
+                                  X.toarray())
+    assert FeatureVectorizer().fit(with_one).feature_names_ == vec.feature_names_
+    # without the built-in bias a user "bias" is an ordinary feature, kept with its values
+    plain = FeatureVectorizer(bias=False)
+    X = plain.fit_transform([[{"w": "a", "bias": 5.0}, {"w": "b"}]])
+    assert plain.feature_names_ == ["bias", "w=a", "w=b"]
+    np.testing.assert_array_equal(X.toarray(), [[5, 1, 0], [0, 0, 1]])
+    assert plain.n_unseen_ == 0
+
+
 def test_encode_tags_and_sequence_batch():
     y, classes = encode_tags([["B-NP", "I-NP"], ["O"]])
     assert classes == ["B-NP", "I-NP", "O"]

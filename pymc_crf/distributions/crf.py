@@ -22,6 +22,7 @@ import scipy.sparse
 from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
+from pytensor.graph.basic import Constant, Variable
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.sparse.variable import SparseConstant
 from pytensor.tensor.random.op import RandomVariable
@@ -94,10 +95,49 @@ def _static_last_dim(w) -> int | None:
         return None
 
 
+def fixed_features(x: Any, name: str, dist: str = "CRF") -> Any:
+    """Feature input ``x`` as fixed data, refusing PyTensor variables with a clear error.
+
+    Parameters
+    ----------
+    x : array, scipy.sparse matrix, PyTensor constant or None
+        A feature argument (``node_features`` / ``edge_features``) as the user gave it.
+    name : str
+        The argument's name, for the message.
+    dist : str
+        The distribution's name, for the message.
+
+    Returns
+    -------
+    array, scipy.sparse matrix or None
+        ``x`` itself, or a PyTensor constant's value.
+
+    Raises
+    ------
+    ValueError
+        If ``x`` is a shared variable (``pm.Data``) or a symbolic tensor.
+    """
+    if isinstance(x, Constant):  # a fixed value wrapped as a tensor: unwrap it
+        return x.data
+    if isinstance(x, Variable):
+        # the graph batch's feature checks, the inference engine and the fitters' feature
+        # products are all built from the features' values when the model is built; a value
+        # read then would silently go stale after pm.set_data, so the variable is refused
+        raise ValueError(
+            f"{dist}: {name} is a PyTensor {type(x).__name__} (pm.Data or a symbolic tensor); "
+            "features must be numpy arrays or scipy.sparse matrices fixed when the model is "
+            "built: pass the array itself. Labels (observed=) may be pm.Data; to predict on new "
+            "features, give the test data (features included) to pmc.predict instead of "
+            "pm.set_data.")
+    return x
+
+
 def _checked_inputs(batch: GraphBatch, node_features, node_weights, edge_features, edge_weights,
                     potential: str, epsilon: float, n_labels: int | None):
     """Validated ``(X, Wn, Xe, We, K)``: features as arrays, weights as tensors, K the labels."""
     check_potential(potential, epsilon)
+    node_features = fixed_features(node_features, "node_features")
+    edge_features = fixed_features(edge_features, "edge_features")
     if node_weights is None and edge_weights is None:
         raise ValueError("a CRF needs node_weights, edge_weights, or both")
     if (node_features is None) != (node_weights is None):
@@ -299,7 +339,9 @@ class CRF(Distribution):
         One row per node (all graphs stacked). Sparse features stay sparse (CSR): the products
         with the weights are sparse-dense (``pytensor.sparse.structured_dot`` in the model,
         :mod:`pymc_crf.feature_products` in the fitters), e.g. the indicator features of
-        :class:`pymc_crf.FeatureVectorizer`.
+        :class:`pymc_crf.FeatureVectorizer`. Features are fixed data, read when the model is
+        built: a ``pm.Data`` or symbolic tensor is refused with a ``ValueError`` (the labels may
+        be ``pm.Data``; new features for prediction go to :func:`pymc_crf.predict`).
     node_weights : tensor (F, K), optional
     edge_features : array or scipy.sparse matrix (E, Fe), optional
         One row per edge; a plain transition matrix is ``edge_weights`` of shape (K, K) with no edge features.

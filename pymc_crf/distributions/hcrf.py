@@ -49,6 +49,7 @@ from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
+from pymc_crf.distributions.crf import fixed_features
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
@@ -264,7 +265,8 @@ class HCRF(Distribution):
     graphs : GraphBatch
         One graph per labelled example (``GraphBatch.chains(lengths)`` for sequences).
     node_features : array (N, F)
-        Features of every node, graphs concatenated in batch order.
+        Features of every node, graphs concatenated in batch order. Fixed data: a ``pm.Data`` or
+        symbolic tensor is refused (the labels may be ``pm.Data``).
     theta_x : tensor (F, S)
         Feature-to-state weights.
     theta_y : tensor (S, C)
@@ -320,7 +322,7 @@ class HCRF(Distribution):
     def _prepare(graphs, node_features, theta_x, theta_y, theta_e, n_states=None,
                  n_classes=None, inference=None, **_ignored):
         graphs = as_graph_batch(graphs)
-        X = graphs.check_features(node_features, "node")
+        X = graphs.check_features(fixed_features(node_features, "node_features", "HCRF"), "node")
         sx, sy, se = _static_shape(theta_x), _static_shape(theta_y), _static_shape(theta_e)
         for nm, sh, nd in (("theta_x", sx, 2), ("theta_y", sy, 2), ("theta_e", se, 3)):
             if sh is not None and len(sh) != nd:

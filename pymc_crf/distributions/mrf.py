@@ -430,6 +430,12 @@ class MRF(Distribution):
              parameterization: str = "table", inference: str | Engine = "auto",
              max_treewidth: int = 10, n_labels: int | None = None,
              n_samples: int | None = None, **kwargs):
+        for key in ("node_features", "edge_features"):
+            # PyMC would pass them on to rv_op ("unexpected keyword argument"), which does not
+            # say that an MRF has no features by design
+            if key in kwargs:
+                raise TypeError(f"an MRF takes no {key}: its potentials are the weights "
+                                "themselves; for potentials computed from features use pmc.CRF")
         graphs = as_graph_batch(graphs)
         if graphs.n_graphs != 1:
             raise ValueError(f"an MRF models labellings of ONE graph; got a batch of "

@@ -131,15 +131,62 @@ class GraphBatch:
 
     @classmethod
     def from_networkx(cls, graphs: Sequence[nx.Graph] | nx.Graph) -> GraphBatch:
-        """Graphs from networkx graphs; nodes are numbered in ``G.nodes`` order."""
+        """Graphs from undirected networkx graphs; nodes are numbered in ``G.nodes`` order.
+
+        Parameters
+        ----------
+        graphs : networkx.Graph or sequence of them
+            Undirected graphs. A ``networkx.MultiGraph`` is taken if it has no parallel edges
+            (its edge keys are ignored).
+
+        Returns
+        -------
+        GraphBatch
+
+        Raises
+        ------
+        TypeError
+            If an item is not a networkx graph.
+        GraphStructureError
+            For a directed graph (``DiGraph``, ``MultiDiGraph``): CRF graphs are undirected;
+            convert with ``G.to_undirected()``. For a multigraph with parallel edges: a pairwise
+            CRF has one potential table per node pair; merge them with ``nx.Graph(G)``. And for
+            whatever :class:`GraphBatch` refuses (self loops, empty graphs...).
+
+        Notes
+        -----
+        Each edge is oriented as ``G.edges`` reports it, ``(u, v)``: an edge table's first index
+        is the label of ``u``. For a ``networkx.Graph`` ``u`` is the end that comes first in
+        ``G.nodes``, whatever order ``add_edge`` was given; use :meth:`from_edges` to choose the
+        orientation of each edge.
+        """
         if isinstance(graphs, nx.Graph):
             graphs = [graphs]
         edge_lists, n_nodes = [], []
         for g, G in enumerate(graphs):
+            if not isinstance(G, nx.Graph):
+                raise TypeError(f"graph {g} is a {type(G).__name__}, not a networkx graph")
             if G.is_directed():
-                raise GraphStructureError(f"graph {g} is directed; CRF graphs are undirected")
+                # orientation here only indexes an edge table; a directed input would suggest
+                # directed semantics the CRF does not have, so it is refused rather than guessed
+                raise GraphStructureError(
+                    f"graph {g} is a directed networkx {type(G).__name__}; CRF graphs are "
+                    "undirected: pass G.to_undirected() (or use GraphBatch.from_edges to fix "
+                    "each edge's orientation)")
             index = {v: i for i, v in enumerate(G.nodes)}
-            edge_lists.append([(index[u], index[v]) for u, v in G.edges])
+            # G.edges() gives (u, v) pairs for graphs and multigraphs alike (iterating a
+            # multigraph's edge view gives (u, v, key) triples)
+            pairs = list(G.edges())
+            if G.is_multigraph():
+                seen: set[frozenset] = set()
+                for u, v in pairs:
+                    if frozenset((u, v)) in seen:
+                        raise GraphStructureError(
+                            f"graph {g} is a multigraph with parallel edges between nodes {u!r} "
+                            f"and {v!r}; a pairwise CRF has one potential table per node pair: "
+                            "merge them with nx.Graph(G)")
+                    seen.add(frozenset((u, v)))
+            edge_lists.append([(index[u], index[v]) for u, v in pairs])
             n_nodes.append(G.number_of_nodes())
         return cls.from_edges(edge_lists, n_nodes)
 
@@ -402,7 +449,14 @@ class GraphBatch:
                 row = int(np.searchsorted(csr.indptr, bad, side="right") - 1)
                 raise ValueError(f"sparse {where} features contain NaN or inf (first at row {row})")
             return csr if csr.has_sorted_indices else csr.sorted_indices()
-        arr = np.asarray(x, dtype=np.float64)
+        try:
+            arr = np.asarray(x, dtype=np.float64)
+        except (TypeError, ValueError) as err:
+            # ragged lists, strings, symbolic tensors...: numpy's own message ("setting an array
+            # element with a sequence") does not say which input was wrong
+            raise ValueError(f"{where} features must be a numeric array or a scipy.sparse "
+                             f"matrix; got a {type(x).__name__} that numpy cannot read as "
+                             f"floats ({err})") from err
         if arr.ndim == 1:
             arr = arr[:, None]
         if arr.ndim != 2 or arr.shape[0] != rows:
