@@ -361,6 +361,8 @@ class CRF(Distribution):
     -----
     The value is a (G, L) int64 matrix padded with -1 (``pad_labels``); ``observed`` may also be
     flat (N,) labels or a list of per-graph arrays. Give ``dims=("graph", "position")`` to label it.
+    Labels held in ``pm.Data`` or given to ``pm.observe`` are the value itself, so they must be the
+    padded (G, L) matrix: ``pmc.pad_labels(batch, flat_labels)``.
 
     Observed labels may be missing (masked in a numpy masked array, NaN, or -1): they are summed
     out of the likelihood, ``log Z(clamped to the observed labels) - log Z`` per graph (0 for a
