@@ -214,11 +214,10 @@ def test_bl_mp_against_nuts_on_a_small_grid():
 def test_a_hybrid_fit_without_a_laplace_approximation_names_the_settings_that_may_work():
     # the README's model with 5 training graphs: the exact MAP with BP linear response gives an
     # indefinite Hessian, while covariance="exact" and map="bp" both exist
+    from pymc_crf.cli import build_bcrf_model
+
     train, _ = pmc.datasets.bcrf_synthetic("loop", n_train=5, n_test=2, seed=0)
-    with pm.Model(coords=train.coords) as m:
-        w = pm.Normal("w", 0.0, 5**0.5, dims=("edge_feature", "label_i", "label_j"))
-        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
-                potential="probit", observed=train.labels, dims=("graph", "position"))
+    m = build_bcrf_model(train)
     with pytest.raises(ValueError, match="covariance='exact'.*or map='bp'"):
         pmc.fit(m, method="bethe_laplace", progressbar=False)
     for kw in ({"covariance": "exact"}, {"map": "bp"}):

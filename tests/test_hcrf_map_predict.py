@@ -6,15 +6,22 @@ import pymc as pm
 import pymc_crf as pmc
 
 
-def test_map_with_jitter_then_predict_routes_to_hcrf():
-    tr, te = pmc.datasets.hmm_classes(n_train_per_class=4, n_test_per_class=10, T=20, seed=0)
-    F, S, C = tr.node_features.shape[1], 4, tr.n_classes
+def _hcrf_model(tr, S: int) -> pm.Model:
+    """An HCRF with S hidden states and N(0, 3^2) priors on the training data ``tr``."""
+    F, C = tr.node_features.shape[1], tr.n_classes
     with pm.Model() as model:
         tx = pm.Normal("theta_x", 0, 3, shape=(F, S))
         ty = pm.Normal("theta_y", 0, 3, shape=(S, C))
         te_ = pm.Normal("theta_e", 0, 3, shape=(S, S, C))
         pmc.HCRF("y", graphs=tr.graphs, node_features=tr.node_features, theta_x=tx, theta_y=ty,
                  theta_e=te_, observed=tr.labels)
+    return model
+
+
+def test_map_with_jitter_then_predict_routes_to_hcrf():
+    tr, te = pmc.datasets.hmm_classes(n_train_per_class=4, n_test_per_class=10, T=20, seed=0)
+    C = tr.n_classes
+    model = _hcrf_model(tr, 4)
     res = pmc.fit(model, method="map", jitter=0.5, random_seed=1, maxiter=300)
     assert res.attrs["hcrf_weights"] == ["theta_x", "theta_y", "theta_e"]
     pred = pmc.predict(res, te)  # no model needed: routed to the HCRF predictor
@@ -30,12 +37,7 @@ def test_map_from_a_symmetric_start_warns():
 
     tr, _ = pmc.datasets.hmm_classes(n_train_per_class=2, n_test_per_class=2, T=8, seed=0)
     F, S, C = tr.node_features.shape[1], 2, tr.n_classes
-    with pm.Model() as model:
-        tx = pm.Normal("theta_x", 0, 3, shape=(F, S))
-        ty = pm.Normal("theta_y", 0, 3, shape=(S, C))
-        te_ = pm.Normal("theta_e", 0, 3, shape=(S, S, C))
-        pmc.HCRF("y", graphs=tr.graphs, node_features=tr.node_features, theta_x=tx, theta_y=ty,
-                 theta_e=te_, observed=tr.labels)
+    model = _hcrf_model(tr, S)
     with pytest.warns(UserWarning, match="symmetric subspace"):
         pmc.fit(model, method="map", maxiter=5, progressbar=False)
     import warnings
