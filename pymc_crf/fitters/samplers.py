@@ -31,9 +31,9 @@ import numpy as np
 import pymc as pm
 from xarray import DataTree
 
+from pymc_crf.fitters.random_field import extract_random_field
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
-from pymc_crf.fitters.spec import check_observed_labels
 
 if TYPE_CHECKING:
     from pymc_crf.step_methods.laplace_proposal import LaplaceInit
@@ -74,7 +74,9 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
 
     step_cls = getattr(step_methods, step_name)
     t0 = time.perf_counter()
-    check_observed_labels(model)
+    # the random field and its labels (CRF or MRF, pm.Data included) are checked before the
+    # Bethe-Laplace proposal, whose failure would otherwise only be a warning
+    extract_random_field(model)
     init = _laplace(model, S, start)
     proposal = "user"
     if isinstance(S, str):
