@@ -34,7 +34,7 @@ def _one_line_error(excinfo, *parts):
         assert part in msg, msg
 
 
-@pytest.mark.parametrize("method", ["map", "nuts", "ep", "bethe_mh"])
+@pytest.mark.parametrize("method", ["map", "nuts", "ep", "bethe_mh", "bethe_laplace"])
 def test_out_of_range_data_labels_fail_at_fit_time(method):
     model = _data_model()
     bad = LABELS.copy()

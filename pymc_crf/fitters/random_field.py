@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 
+from pymc_crf.distributions.crf import CRFRV
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
 from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.fitters.spec import CRFSpec, WeightSpec, extract_crf, single_observed, weight_specs
@@ -257,11 +258,11 @@ def extract_random_field(model: pm.Model | None = None) -> CRFSpec | MRFSpec:
             raise ValueError("the model has both a CRF and an MRF likelihood; fitters take "
                              "exactly one random field")
         return extract_mrf(model)
-    try:
-        return extract_crf(model)
-    except ValueError:
+    if not any(isinstance(rv.owner.op, CRFRV) for rv in model.observed_RVs):
         raise ValueError("this fitter needs a model with an observed pmc.CRF or pmc.MRF "
-                         f"likelihood; found {kinds or 'no observed variables'}") from None
+                         f"likelihood; found {kinds or 'no observed variables'}")
+    # the CRF's own errors (labels out of range, several CRFs) are the ones to report
+    return extract_crf(model)
 
 
 def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None = None):
