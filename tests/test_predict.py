@@ -118,6 +118,15 @@ def test_predict_uses_constant_and_deterministic_weights():
         pred = pmc.predict(fixed, test, method=method)
         np.testing.assert_allclose(pred.marginals, _exact_marginals(test, W_map, T_fixed),
                                    atol=1e-10)
+    # T held in pm.Data: its value at fit time, as a constant
+    with pm.Model() as m_data:
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        T = pm.Data("T", T_fixed)
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    held = pmc.fit(m_data, method="map", progressbar=False)
+    pred = pmc.predict(held, test, method="bpe")
+    np.testing.assert_allclose(pred.marginals, _exact_marginals(
+        test, held["posterior"]["W"].values[0, 0], T_fixed), atol=1e-10)
     # weights as a pm.Deterministic (a non-centred prior) and as an unnamed expression
     for named in (True, False):
         with pm.Model() as m2:

@@ -95,8 +95,9 @@ def available_predictors() -> list[str]:
 def _weight_source(spec, key: str) -> dict:
     """Where a predictor finds one weight tensor of ``spec``'s CRF: ``{key: name}`` (the
     posterior variable: a free variable or a ``pm.Deterministic``), ``{key: None, key_value:
-    array as lists}`` (a constant, e.g. weights fixed with ``pm.do``) or ``{key: None,
-    key_expression: True}`` (an unnamed expression of free variables: no draws to read)."""
+    array as lists}`` (a constant: weights fixed with ``pm.do``, or held in ``pm.Data``) or
+    ``{key: None, key_expression: True}`` (an unnamed expression of free variables: no draws to
+    read)."""
     ws = getattr(spec, key)
     if ws is None:
         return {key: None}
@@ -104,8 +105,10 @@ def _weight_source(spec, key: str) -> dict:
         return {key: ws.name}
     tensor = getattr(spec.info, key)
     model = spec.model
-    if getattr(tensor, "name", None) and model.named_vars.get(tensor.name) is tensor:
+    if (getattr(tensor, "name", None) and model.named_vars.get(tensor.name) is tensor
+            and tensor not in model.data_vars):
         return {key: tensor.name}  # a pm.Deterministic: its draws are in the posterior
+    # constants, including pm.Data (its value at fit time), are recorded by value
     free = set(model.free_RVs) | set(model.value_vars)
     if any(v in free for v in ancestors([tensor])):
         return {key: None, f"{key}_expression": True}
