@@ -118,6 +118,16 @@ class FeatureVectorizer:
         self.min_freq = int(min_freq)
         self.bias = bool(bias)
 
+    def _items(self, token: Mapping[str, Any], where: tuple[int, int]):
+        """The token's ``(name, value)`` features. With the built-in bias on, a user ``"bias"``
+        (which must be 1) is that same column 0 and is left out here; with it off, ``"bias"`` is
+        an ordinary feature."""
+        for name, value in _token_items(token, where):
+            if self.bias and name == "bias":
+                _check_user_bias(value, where)
+                continue
+            yield name, value
+
     def fit(self, sentences: Iterable[Sentence]) -> FeatureVectorizer:
         """Build the vocabulary from training sentences.
 
@@ -140,16 +150,8 @@ class FeatureVectorizer:
         counts: Counter[str] = Counter()
         for s, sentence in enumerate(sentences):
             for t, token in enumerate(sentence):
-                names = set()
-                for name, value in _token_items(token, (s, t)):
-                    if self.bias and name == "bias":
-                        _check_user_bias(value, (s, t))
-                    names.add(name)
-                counts.update(names)
-        # with the built-in bias on, a user "bias" (value 1, checked above) is that same column;
-        # with it off, "bias" is an ordinary feature
-        names = sorted(n for n, c in counts.items()
-                       if c >= self.min_freq and not (self.bias and n == "bias"))
+                counts.update({name for name, _ in self._items(token, (s, t))})
+        names = sorted(n for n, c in counts.items() if c >= self.min_freq)
         if self.bias:
             names = ["bias", *names]
         self.feature_names_ = names
@@ -191,10 +193,7 @@ class FeatureVectorizer:
                 row: dict[int, float] = {}
                 if self.bias:
                     row[0] = 1.0
-                for name, value in _token_items(token, (s, t)):
-                    if self.bias and name == "bias":
-                        _check_user_bias(value, (s, t))
-                        continue  # column 0 already holds the built-in 1
+                for name, value in self._items(token, (s, t)):
                     j = vocab.get(name)
                     if j is None:
                         unseen[name] += 1
