@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import arviz as az
 import numpy as np
@@ -12,6 +13,9 @@ import xarray as xr
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.options import renamed
 from pymc_crf.predict import predict
+
+if TYPE_CHECKING:
+    import pymc as pm
 
 __all__ = ["compare", "cvm_score", "posterior_matrix"]
 
@@ -57,7 +61,7 @@ def _as_dataset(x) -> xr.Dataset:
 
 def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             test: CRFData | None = None, var_names: list[str] | None = None,
-            predict_method: str = "average", draws: int | None = 200, model=None,
+            predict_method: str = "average", draws: int | None = 200, model: pm.Model | None = None,
             n_draws: int | None = None) -> pd.DataFrame:
     """One row per method: run time, posterior accuracy against ``reference``, test error.
 

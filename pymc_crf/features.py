@@ -213,7 +213,7 @@ class FeatureVectorizer:
         self.unseen_features_ = set(unseen)
         return X
 
-    def inverse_transform(self, X) -> list[dict[str, float]]:
+    def inverse_transform(self, X: scipy.sparse.spmatrix | np.ndarray) -> list[dict[str, float]]:
         """One ``{feature name: value}`` dict per row of a matrix in this vectorizer's columns
         (the kept features only), e.g. to give another CRF toolkit exactly the same features."""
         X = scipy.sparse.csr_matrix(X)

@@ -7,6 +7,8 @@ The predictors live with the fitters (:mod:`pymc_crf.fitters.predictors`): ``"av
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pymc as pm
 import xarray as xr
 
@@ -22,6 +24,10 @@ from pymc_crf.fitters.predictors import (
     weight_draws,
 )
 
+if TYPE_CHECKING:
+    from pymc_crf.datasets.base import CRFData
+    from pymc_crf.datasets.hmm import SequenceData
+
 __all__ = ["Prediction", "crf_attrs", "log_potentials_for", "predict", "register_predictor",
            "weight_draws"]
 
@@ -36,7 +42,7 @@ def _model_has_hcrf(model) -> bool:
     return True
 
 
-def predict(result: xr.DataTree, data, method: str = "average", *,
+def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "average", *,
             draws: int | None = 200, model: pm.Model | None = None,
             inference: str = "auto", random_seed: int | None = 0, n_draws: int | None = None,
             seed: int | None = None, predictions: bool = False, sample_labels: int = 0,

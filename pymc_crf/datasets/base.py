@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -68,7 +69,7 @@ class CRFData:
         """Labels as the (G, L) matrix a ``pmc.CRF`` variable holds (-1 past each graph's end)."""
         return pad_labels(self.graphs, self.labels, self.n_labels)
 
-    def subset(self, graphs) -> CRFData:
+    def subset(self, graphs: Sequence[int] | np.ndarray) -> CRFData:
         """The listed graphs as a new data set."""
         graphs = np.asarray(graphs, dtype=np.int64)
         nidx = self.graphs.node_index(graphs)

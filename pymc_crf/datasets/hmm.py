@@ -6,6 +6,7 @@ Each class is a 4-state Gaussian HMM over a subset of eight hidden states ``h1..
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -83,7 +84,7 @@ class SequenceData:
     def n_graphs(self) -> int:
         return self.graphs.n_graphs
 
-    def subset(self, graphs) -> SequenceData:
+    def subset(self, graphs: Sequence[int] | np.ndarray) -> SequenceData:
         """The listed sequences, in that order."""
         graphs = np.asarray(graphs, dtype=np.int64)
         idx = self.graphs.node_index(graphs)

@@ -54,7 +54,8 @@ class GraphBatch:
         The graph each node / edge belongs to.
     """
 
-    def __init__(self, n_nodes: Sequence[int] | np.ndarray, edges: np.ndarray, edge_counts):
+    def __init__(self, n_nodes: Sequence[int] | np.ndarray, edges: np.ndarray,
+                 edge_counts: Sequence[int] | np.ndarray):
         n_nodes = np.asarray(n_nodes)
         if n_nodes.ndim != 1 or n_nodes.size == 0:
             raise GraphStructureError("a GraphBatch needs at least one graph (n_nodes is empty)")

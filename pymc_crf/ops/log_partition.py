@@ -31,7 +31,9 @@ from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import node_rewriter
 from pytensor.graph.traversal import ancestors
 from pytensor.link.numba.dispatch.basic import get_numba_type, register_funcify_and_cache_key
+from pytensor.tensor import TensorLike
 from pytensor.tensor.rewriting.basic import register_specialize
+from pytensor.tensor.variable import TensorVariable
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
@@ -230,8 +232,8 @@ class LogPartitionHVP(_BatchOp):
                 for i, x in enumerate(inputs)]
 
 
-def log_partition(node_logpot, edge_logpot, batch: GraphBatch, inference: str | Engine = "auto",
-                  max_treewidth: int = 10):
+def log_partition(node_logpot: TensorLike, edge_logpot: TensorLike, batch: GraphBatch,
+                  inference: str | Engine = "auto", max_treewidth: int = 10) -> TensorVariable:
     """log Z per graph as a differentiable PyTensor vector of shape (G,).
 
     Parameters
@@ -244,6 +246,10 @@ def log_partition(node_logpot, edge_logpot, batch: GraphBatch, inference: str | 
         Any engine that gives log Z (``"gibbs"`` does not and is refused).
     max_treewidth : int
         Limit for the junction tree (``"auto"`` falls back to BP above it).
+
+    Returns
+    -------
+    TensorVariable, shape (G,)
     """
     engine = get_engine(inference, batch, max_treewidth=max_treewidth, need_log_z=True)
     return LogPartition(batch, engine)(node_logpot, edge_logpot)

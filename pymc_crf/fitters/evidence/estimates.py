@@ -14,6 +14,7 @@ Methods (Parise & Welling 2006 sec. 4 names in brackets):
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -22,6 +23,9 @@ from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit, laplace_log_evid
 from pymc_crf.fitters.bethe_laplace.problem import bp_engine, exact_engine, weight_problem
 from pymc_crf.fitters.evidence.ais import ais_log_evidence
 from pymc_crf.fitters.options import renamed
+
+if TYPE_CHECKING:
+    from pymc_crf.inference.bp import BeliefPropagation
 
 __all__ = ["LogEvidence", "log_marginal_likelihood", "EVIDENCE_METHODS"]
 
@@ -50,10 +54,12 @@ class LogEvidence(float):
 
 
 def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_laplace", *,
-                            map: str | None = None, bp=None, maxiter: int = 5000,
+                            map: str | None = None, bp: BeliefPropagation | None = None, maxiter: int = 5000,
                             gtol: float = 1e-8, engine: str = "exact", n_runs: int = 10,
                             n_temps: int = 1000, n_leapfrog: int = 5, step_size: float = 0.5,
-                            random_seed=None, seed=None, progressbar: bool = True) -> LogEvidence:
+                            random_seed: int | np.random.Generator | None = None,
+                            seed: int | np.random.Generator | None = None,
+                            progressbar: bool = True) -> LogEvidence:
     """Log marginal likelihood ``log int p(D | w) p(w) dw`` of a CRF or MRF model.
 
     Parameters
