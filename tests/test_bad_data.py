@@ -34,7 +34,8 @@ def _one_line_error(excinfo, *parts):
         assert part in msg, msg
 
 
-@pytest.mark.parametrize("method", ["map", "nuts", "ep", "bethe_mh", "bethe_laplace"])
+@pytest.mark.parametrize("method", ["map", "nuts", "ep", "predictive_ard", "bethe_mh",
+                                    "bethe_laplace"])
 def test_out_of_range_data_labels_fail_at_fit_time(method):
     model = _data_model()
     bad = LABELS.copy()
@@ -44,6 +45,25 @@ def test_out_of_range_data_labels_fail_at_fit_time(method):
         pmc.fit(model, method=method, progressbar=False)
     _one_line_error(exc, "observed labels of 't'", "label 5 at node 1 of graph 1",
                     "outside 0..1")
+    assert "HCRF" not in str(exc.value)  # the label is the problem, not the kind of model
+
+
+@pytest.mark.parametrize("method", ["ep", "predictive_ard", "bethe_laplace"])
+@pytest.mark.parametrize("extra", ["potential", "observed"])
+def test_weight_space_fitters_refuse_other_likelihood_terms(method, extra):
+    """A fitter that approximates the CRF's weight posterior alone would leave a pm.Potential or
+    another observed variable out of the posterior; it says so instead."""
+    with pm.Model() as model:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=LABELS)
+        if extra == "potential":
+            pm.Potential("pen", -100.0 * (w**2).sum())
+        else:
+            pm.Normal("z", w[0, 0], 0.01, observed=5.0)
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(model, method=method, progressbar=False)
+    _one_line_error(exc, f"method={method!r}", "pen" if extra == "potential" else "'z'",
+                    "leave out")
 
 
 def test_nan_data_labels_are_missing_at_fit_time():

@@ -128,6 +128,30 @@ def test_bad_input_errors():
         GraphBatch.chains([3, 0])
 
 
+@pytest.mark.parametrize("bad", [-1, 3])
+def test_data_labels_out_of_range_raise(bad):
+    """Class labels in pm.Data can change after the model is built: the compiled logp and the
+    fitters name a label outside 0..C-1 (no wrap-around of -1, no read past log Z)."""
+    from pymc.logprob.utils import ParameterValueError
+
+    import pymc_crf as pmc
+
+    rng = np.random.default_rng(0)
+    batch, X, *_ = random_problem(rng, [2, 3], S=2, C=3)
+    with pm.Model() as model:
+        y = pm.Data("y", np.array([0, 2]))
+        tx = pm.Normal("theta_x", 0.0, 1.0, shape=(2, 2))
+        ty = pm.Normal("theta_y", 0.0, 1.0, shape=(2, 3))
+        te = pm.Normal("theta_e", 0.0, 1.0, shape=(2, 2, 3))
+        HCRF("c", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te, observed=y)
+    pm.set_data({"y": np.array([0, bad])}, model=model)
+    with pytest.raises(ParameterValueError, match="HCRF class labels must lie in 0..2"):
+        model.compile_logp()(model.initial_point())
+    for method in ("map", "bp_hcrf_vi"):
+        with pytest.raises(ValueError, match=f"HCRF label {bad} of graph 1 is outside"):
+            pmc.fit(model, method=method, progressbar=False)
+
+
 def test_from_sequences_round_trip():
     seqs = [np.arange(6.0).reshape(3, 2), np.ones((1, 2))]
     batch, X = from_sequences(seqs)

@@ -148,7 +148,7 @@ def test_map_engine_path_only_for_pure_crf_models():
     m_obs = build(lambda W: pm.Normal("z", W.sum(), 0.1, observed=5.0))
     m_pot = build(lambda W: pm.Potential("pen", -50 * (W**2).sum()))
     m_det = build(lambda W: pm.Deterministic("W2", 2 * W))
-    for m, why in ((m_obs, "observed variables besides the CRF"), (m_pot, "potentials")):
+    for m, why in ((m_obs, "also observes"), (m_pot, "pm.Potential terms")):
         with pytest.raises(ValueError, match=why):
             pmc.fit(m, method="map", engine_objective=True)
         auto = pmc.fit(m, method="map")

@@ -43,6 +43,7 @@ from typing import Any
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
@@ -149,7 +150,13 @@ def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_featu
                                   batch.n_edges, backend=pt)
     log_z = log_partition(node, edge, rep, inference=inference).reshape((C, G))
     y = pt.cast(value, "int64")
-    return log_z[y, pt.arange(G)] - pt.logsumexp(log_z, axis=0)
+    # Labels may come from pm.Data: a class outside 0..C-1 is raised by name wherever the logp
+    # runs (as pmc.CRF does); the clip keeps the indexing in range until the check fires.
+    valid = pt.all(pt.and_(pt.ge(y, 0), pt.lt(y, C)))
+    y = pt.clip(y, 0, C - 1)
+    return check_parameters(log_z[y, pt.arange(G)] - pt.logsumexp(log_z, axis=0), valid,
+                            msg=f"HCRF class labels must lie in 0..{C - 1}",
+                            can_be_replaced_by_ninf=False)
 
 
 # ---------------------------------------------------------------------------- distribution
@@ -243,7 +250,9 @@ def find_hcrf(model: pm.Model):
                          f"likelihood; found {len(found)}")
     rv = found[0]
     obs = model.rvs_to_values[rv]
-    labels = np.asarray(obs.data if hasattr(obs, "data") else obs.eval()).astype(np.int64)
+    labels = np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
+    # labels in pm.Data can have been changed since the model was built
+    labels = check_class_labels(labels, rv.owner.op.batch.n_graphs, rv.owner.op.n_classes)
     return rv, rv.owner.op.info(rv.owner), labels
 
 

@@ -20,6 +20,7 @@ from pymc_crf.fitters.spec import (
     CRFSpec,
     check_observed_labels,
     extract_crf,
+    other_model_terms,
     require_gaussian_prior,
 )
 
@@ -185,11 +186,9 @@ def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
         return None, str(err)
     if not spec.info.exact:
         return None, f"its CRF uses the approximate {spec.info.engine_name!r} engine"
-    others = [rv.name for rv in model.observed_RVs if rv.name != spec.observed_name]
-    if others:
-        return None, f"it has observed variables besides the CRF: {others}"
-    if model.potentials:
-        return None, f"it has potentials: {[p.name for p in model.potentials]}"
+    reason = other_model_terms(spec)
+    if reason:
+        return None, reason
     if any(model.rvs_to_initial_values.get(rv) is not None for rv in model.free_RVs):
         return None, "it sets initial values (initval); pass start= instead"
     return spec, ""

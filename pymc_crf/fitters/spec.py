@@ -18,11 +18,12 @@ from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
+from pymc_crf.distributions.hcrf import HCRFRV, find_hcrf
 from pymc_crf.graphs.batch import GraphBatch
 
 __all__ = ["CRFSpec", "WeightSpec", "check_observed_labels", "extract_crf", "observed_labels",
-           "require_all_labels",
-           "require_gaussian_prior", "single_observed"]
+           "other_model_terms", "require_all_labels", "require_gaussian_prior",
+           "require_sole_likelihood", "single_observed"]
 
 
 @dataclass(frozen=True)
@@ -201,12 +202,14 @@ def _is_cast(op) -> bool:
 
 
 def check_observed_labels(model: pm.Model) -> None:
-    """Validate the observed labels of every ``pmc.CRF`` in ``model`` (:func:`observed_labels`):
-    for fitters that hand the model to a sampler, which would report a bad label as a failed
-    initialisation."""
+    """Validate the observed labels of every ``pmc.CRF`` (:func:`observed_labels`) and
+    ``pmc.HCRF`` in ``model``: for fitters that hand the model to a sampler, which would report a
+    bad label as a failed initialisation."""
     for rv in model.observed_RVs:
         if isinstance(rv.owner.op, CRFRV):
             observed_labels(model, rv)
+        elif isinstance(rv.owner.op, HCRFRV):
+            find_hcrf(model)  # checks the class labels
 
 
 def extract_crf(model: pm.Model | None = None) -> CRFSpec:
@@ -237,6 +240,27 @@ def require_gaussian_prior(spec: CRFSpec, method: str) -> None:
                          f"weights; this model also has {list(spec.free_vars)}")
 
 
+def other_model_terms(spec) -> str:
+    """Why the random field of ``spec`` is not the model's whole likelihood ("" when it is): other
+    observed variables or ``pm.Potential`` terms, which a fitter of the field's weights alone would
+    leave out."""
+    model = spec.model
+    others = [rv.name for rv in model.observed_RVs if rv.name != spec.observed_name]
+    if others:
+        return f"this model also observes {others}"
+    if model.potentials:
+        return f"this model has pm.Potential terms {[p.name for p in model.potentials]}"
+    return ""
+
+
+def require_sole_likelihood(spec, method: str) -> None:
+    """Raise a clear error unless the random field of ``spec`` is the model's only likelihood term
+    (see :func:`other_model_terms`)."""
+    reason = other_model_terms(spec)
+    if reason:
+        raise ValueError(f"method={method!r} approximates a model whose only likelihood is the "
+                         f"random field; {reason}, which it would leave out. Use method='nuts' or "
+                         "'map' for such models.")
 
 
 def require_all_labels(spec, method: str) -> None:

@@ -14,7 +14,11 @@ import pymc as pm
 
 from pymc_crf.fitters.objective import GaussianLogPrior
 from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
-from pymc_crf.fitters.spec import require_all_labels, require_gaussian_prior
+from pymc_crf.fitters.spec import (
+    require_all_labels,
+    require_gaussian_prior,
+    require_sole_likelihood,
+)
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bp import BeliefPropagation
 from pymc_crf.inference.select import get_engine
@@ -71,13 +75,7 @@ def weight_problem(model: pm.Model | None, method: str) -> WeightProblem:
     spec = extract_random_field(model)
     require_gaussian_prior(spec, method)
     require_all_labels(spec, method)
-    others = [rv.name for rv in model.observed_RVs if rv.name != spec.observed_name]
-    if others:
-        raise ValueError(f"method={method!r} needs the random field to be the only observed "
-                         f"variable; this model also observes {others}")
-    if model.potentials:
-        raise ValueError(f"method={method!r} cannot include pm.Potential terms "
-                         f"({[p.name for p in model.potentials]}) in its approximation")
+    require_sole_likelihood(spec, method)
     n_data = int(getattr(spec, "n_samples", spec.batch.n_graphs))
     kind = "mrf" if hasattr(spec, "n_samples") else "crf"
 

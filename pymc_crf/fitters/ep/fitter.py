@@ -14,6 +14,7 @@ import warnings
 import numpy as np
 import pymc as pm
 
+from pymc_crf.distributions.crf import CRFRV
 from pymc_crf.feature_products import dense_features
 from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
 from pymc_crf.fitters.ep.terms import build_terms
@@ -25,6 +26,7 @@ from pymc_crf.fitters.spec import (
     extract_crf,
     require_all_labels,
     require_gaussian_prior,
+    require_sole_likelihood,
 )
 from pymc_crf.inference.bp import ConvergenceWarning
 
@@ -39,16 +41,17 @@ def _check_unit_interval(name: str, value) -> float:
 
 
 def _spec_for_ep(model: pm.Model, method: str = "ep") -> CRFSpec:
-    try:
-        spec = extract_crf(model)
-    except ValueError as err:
+    if not any(isinstance(rv.owner.op, CRFRV) for rv in model.observed_RVs):
         kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
         raise ValueError(f"method={method!r} fits the weights of a pmc.CRF likelihood with a Gaussian "
                          f"prior; it does not handle HCRFs (hidden states) or other likelihoods "
-                         f"(this model observes {kinds}). Use method='nuts' or, for HCRFs, "
-                         f"'bp_hcrf_vi'. ({err})") from err
+                         f"(this model observes {kinds or 'nothing'}). Use method='nuts' or, for "
+                         "HCRFs, 'bp_hcrf_vi'.")
+    # the CRF's own errors (labels out of range, several CRFs) are the ones to report
+    spec = extract_crf(model)
     require_gaussian_prior(spec, method)
     require_all_labels(spec, method)
+    require_sole_likelihood(spec, method)
     return spec
 
 
