@@ -308,6 +308,10 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
     for name, v in (("step_size", step_size), ("damping", damping)):
         if v is not None and not (0.0 < float(v) <= 1.0):
             raise ValueError(f"{name} must lie in (0, 1]; got {v}")
+    if not (np.isfinite(tol) and tol > 0):
+        raise ValueError(f"tol must be a finite number > 0; got {tol}")
+    if int(max_iter) < 1:
+        raise ValueError(f"max_iter must be >= 1 (EP sweeps); got {max_iter}")
     if damping is None:
         damping = 0.5 * step_size
     pot = get_potential(potential).code
