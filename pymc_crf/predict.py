@@ -13,7 +13,7 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.fitters import load_builtin
-from pymc_crf.fitters.options import renamed
+from pymc_crf.fitters.options import check_options, renamed
 from pymc_crf.fitters.prediction_group import add_predictions, sample_predictive_labels
 from pymc_crf.fitters.predictors import (
     Prediction,
@@ -59,8 +59,10 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         ``"average"``: exact marginals averaged over ``draws`` posterior draws (Monte Carlo model
         averaging); ``"bpe"``: exact marginals at the posterior mean (the Bayes point estimate);
         ``"map"``: MAP labelling at the posterior mean (Viterbi / max-product); or a method a fitter
-        registered (e.g. ``"model_average"`` for EP results). Results of hidden-CRF models
-        (``pmc.HCRF``) are sent to the HCRF predictors (class probabilities per graph).
+        registered (e.g. ``"model_average"`` for EP results). For results of hidden-CRF models
+        (``pmc.HCRF``) ``"average"`` is sent to the HCRF predictors (class probabilities per
+        graph: ``"hcrf_average"``, or ``"bp_hcrf"`` for ``bp_hcrf_vi``); ``"bpe"`` and ``"map"``
+        are refused.
     draws : int or None
         Draws used by ``"average"`` (None: all).
     model : pm.Model, optional
@@ -99,12 +101,21 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
     load_builtin()
     if method in ("average", "bpe", "map") and "crf" not in result.attrs:
         # Hidden-CRF results predict a class per graph with their own predictors.
-        if result.attrs.get("method") == "bp_hcrf_vi":
-            method = "bp_hcrf"
-        elif "hcrf_weights" in result.attrs or _model_has_hcrf(model):
-            method = "hcrf_average"
-    pred = get_predictor(method)(result, data, draws=draws, model=model, inference=inference,
-                                 random_seed=random_seed, **options)
+        hidden = (result.attrs.get("method") == "bp_hcrf_vi" or "hcrf_weights" in result.attrs
+                  or "hcrf_layout" in result.attrs or _model_has_hcrf(model))
+        if hidden and method != "average":
+            raise ValueError(f"method={method!r} labels the nodes of a CRF at the posterior mean; "
+                             "this is a hidden-CRF (pmc.HCRF) result, which predicts one class "
+                             "per graph: use method='average' (p(c | x) averaged over the "
+                             "posterior)")
+        if hidden:
+            method = "bp_hcrf" if result.attrs.get("method") == "bp_hcrf_vi" else "hcrf_average"
+    predictor = get_predictor(method)
+    # every predictor takes (and may ignore) the common arguments above; other options must be
+    # its own
+    check_options(predictor, options, f"predict method {method!r}")
+    pred = predictor(result, data, draws=draws, model=model, inference=inference,
+                     random_seed=random_seed, **options)
     if predictions or sample_labels:
         sampled = (sample_predictive_labels(result, data, sample_labels, model=model,
                                             inference=inference, random_seed=random_seed)

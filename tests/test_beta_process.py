@@ -10,6 +10,7 @@ import pytest
 from scipy import integrate, stats
 from scipy.special import logsumexp
 
+import pymc_crf as pmc
 from pymc_crf.datasets.hmm import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
 from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
@@ -189,6 +190,10 @@ def test_both_test_time_rules_classify_well_above_chance(hmm_small, small_fit):
         assert acc > 0.8, (rule, acc)
     with pytest.raises(ValueError, match="rule must be one of"):
         predict_bp_hcrf(small_fit, test, rule="usage")
+    with pytest.raises(ValueError, match="max_iter must be an integer >= 1"):
+        predict_bp_hcrf(small_fit, test, max_iter=0)
+    with pytest.raises(TypeError, match="has no option 'rul'"):
+        pmc.predict(small_fit, test, rul="prior")
 
 
 def test_local_z_reaches_the_brute_force_optimum():

@@ -49,3 +49,47 @@ def test_map_from_a_symmetric_start_warns():
         start = {"theta_x": rng.normal(size=(F, S)), "theta_y": rng.normal(size=(S, C)),
                  "theta_e": rng.normal(size=(S, S, C))}
         pmc.fit(model, method="map", maxiter=5, start=start, progressbar=False)
+
+
+def test_predict_reads_expression_and_constant_weights_or_refuses():
+    """An HCRF weight that is an unnamed expression has no draws to read: predict refuses it
+    (rather than reading the variable it was built from); a pm.Deterministic and a constant are
+    read as they are, matching class_log_probs at the fitted weights."""
+    import pytest
+
+    from pymc_crf.distributions.hcrf import class_log_probs
+
+    tr, te = pmc.datasets.hmm_classes(n_train_per_class=2, n_test_per_class=3, T=6, seed=0)
+    F, S, C = tr.node_features.shape[1], 2, tr.n_classes
+    te_fixed = np.zeros((S, S, C))
+
+    def build(wrap):
+        with pm.Model() as model:
+            tx = pm.Normal("theta_x", 0, 1, shape=(F, S))
+            ty = pm.Normal("theta_y", 0, 1, shape=(S, C))
+            pmc.HCRF("y", graphs=tr.graphs, node_features=tr.node_features, theta_x=wrap(tx),
+                     theta_y=ty, theta_e=te_fixed, observed=tr.labels)
+        return model
+
+    expr = build(lambda tx: 3.0 * tx)
+    res = pmc.fit(expr, method="map", jitter=0.5, random_seed=0, maxiter=5, progressbar=False)
+    for kw in ({}, {"model": expr}):
+        with pytest.raises(ValueError, match="theta_x is an unnamed expression"):
+            pmc.predict(res, te, **kw)
+    det = build(lambda tx: pm.Deterministic("scaled", 3.0 * tx))
+    res = pmc.fit(det, method="map", jitter=0.5, random_seed=0, maxiter=5, progressbar=False)
+    post = res["posterior"]
+    want = np.exp(class_log_probs(te.graphs, te.node_features, post["scaled"].values[0, 0],
+                                  post["theta_y"].values[0, 0], te_fixed))
+    np.testing.assert_allclose(pmc.predict(res, te).marginals, want, atol=1e-12)
+    np.testing.assert_allclose(pmc.predict(res, te, inference="junction_tree").marginals, want,
+                               atol=1e-10)
+    for method in ("bpe", "map"):
+        with pytest.raises(ValueError, match="hidden-CRF"):
+            pmc.predict(res, te, method=method)
+    with pytest.raises(TypeError, match="has no option 'drawz'"):
+        pmc.predict(res, te, drawz=3)
+    with pytest.raises(ValueError, match="the HCRF was fitted with"):
+        pmc.predict(res, pmc.datasets.hmm.SequenceData(
+            graphs=te.graphs, node_features=te.node_features[:, :-1], labels=te.labels,
+            n_classes=C, coords=te.coords))

@@ -182,3 +182,11 @@ def test_label_level_methods_on_a_hidden_crf_result_say_so():
     res.attrs["hcrf_weights"] = ["theta_x", "theta_y", "theta_e"]
     with pytest.raises(ValueError, match="hidden-CRF .* result"):
         result_layout(res)
+
+
+def test_misspelt_options_are_refused(fitted):
+    res, test = fitted
+    with pytest.raises(TypeError, match="predict method 'average' has no option 'drawz'"):
+        pmc.predict(res, test, drawz=5)
+    with pytest.raises(TypeError, match="'inferenc'.*its options"):
+        pmc.predict(res, test, method="model_average", inferenc="bp")

@@ -1,11 +1,25 @@
-"""Option names shared by the fitters (PyMC's: ``draws``, ``random_seed``) and their old aliases."""
+"""Option names shared by the fitters (PyMC's: ``draws``, ``random_seed``) and their old aliases,
+and the check that every option a user passes is one the method takes."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
+from collections.abc import Callable, Iterable
 from typing import Any
 
-__all__ = ["renamed"]
+__all__ = ["check_options", "renamed"]
+
+
+def check_options(fn: Callable, options: Iterable[str], what: str) -> None:
+    """Raise a TypeError naming the options ``fn`` has no parameter for (a misspelt option would
+    otherwise be dropped by a ``**kwargs`` catch-all), and the ones it has."""
+    params = inspect.signature(fn).parameters
+    unknown = sorted(set(options) - {k for k, p in params.items() if p.kind is not p.VAR_KEYWORD})
+    if unknown:
+        known = sorted(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY)
+        raise TypeError(f"{what} has no option {', '.join(map(repr, unknown))}; its options: "
+                        f"{', '.join(known)}")
 
 
 def renamed(value: Any, old_value: Any, old: str, new: str) -> Any:

@@ -24,6 +24,7 @@ import pymc as pm
 import xarray as xr
 from pytensor.graph.traversal import ancestors
 
+from pymc_crf.feature_products import dense_features
 from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential_tables
@@ -103,12 +104,17 @@ def _weight_source(spec, key: str) -> dict:
         return {key: None}
     if ws.name:
         return {key: ws.name}
-    tensor = getattr(spec.info, key)
-    model = spec.model
+    return tensor_source(spec.model, getattr(spec.info, key), key)
+
+
+def tensor_source(model: pm.Model, tensor, key: str) -> dict:
+    """Where a predictor finds the weight tensor ``tensor`` of ``model``: ``{key: name}`` (a
+    named variable of the model: free, or a ``pm.Deterministic``), ``{key: None, key_value: array
+    as lists}`` (a constant, including ``pm.Data`` at fit time) or ``{key: None,
+    key_expression: True}`` (an unnamed expression of free variables: no draws to read)."""
     if (getattr(tensor, "name", None) and model.named_vars.get(tensor.name) is tensor
             and tensor not in model.data_vars):
-        return {key: tensor.name}  # a pm.Deterministic: its draws are in the posterior
-    # constants, including pm.Data (its value at fit time), are recorded by value
+        return {key: tensor.name}  # a free variable or a pm.Deterministic: draws in the posterior
     free = set(model.free_RVs) | set(model.value_vars)
     if any(v in free for v in ancestors([tensor])):
         return {key: None, f"{key}_expression": True}
@@ -128,7 +134,8 @@ def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
     """The CRF layout of a result: its ``crf`` attr, or read from ``model`` (or the context)."""
     if "crf" in result.attrs:
         return json.loads(result.attrs["crf"])
-    if "hcrf_weights" in result.attrs or result.attrs.get("method") == "bp_hcrf_vi":
+    if ("hcrf_weights" in result.attrs or "hcrf_layout" in result.attrs
+            or result.attrs.get("method") == "bp_hcrf_vi"):
         raise ValueError("this is a hidden-CRF (pmc.HCRF) result, which predicts one class per "
                          "graph: use predict's 'average' (or 'hcrf_average'; 'bp_hcrf' for "
                          "bp_hcrf_vi results); label-level methods and sample_labels are for CRFs")
@@ -259,31 +266,84 @@ def predict_average(result: xr.DataTree, data, *, draws: int | None = 200,
     return prediction(marg, marg.argmax(axis=1), "average", data.labels)
 
 
+HCRF_WEIGHTS = ("theta_x", "theta_y", "theta_e")
+
+
+def hcrf_test_features(data, n_features: int) -> np.ndarray:
+    """The node features of ``data`` for an HCRF fitted with ``n_features`` features: dense
+    float64, one finite row per node (clear errors else)."""
+    X = np.asarray(dense_features(data.graphs.check_features(data.node_features, "node")))
+    if X.shape[1] != n_features:
+        raise ValueError(f"the data have {X.shape[1]} node features; the HCRF was fitted with "
+                         f"{n_features}")
+    return X
+
+
+def hcrf_layout(model: pm.Model) -> dict:
+    """Where a predictor finds the three weight tensors of ``model``'s ``pmc.HCRF``
+    (:func:`tensor_source` of each)."""
+    from pymc_crf.distributions.hcrf import find_hcrf
+
+    rv, _, _ = find_hcrf(model)
+    params = rv.owner.op.weights(rv.owner)
+    return {k: v for key, p in zip(HCRF_WEIGHTS, params, strict=True)
+            for k, v in tensor_source(model, p, key).items()}
+
+
+def _hcrf_weight_draws(result: xr.DataTree, weights, model) -> list[np.ndarray]:
+    """The (S, ...) draws of theta_x, theta_y, theta_e: from the posterior variables ``weights``
+    names, else as the result's ``hcrf_layout`` attr (or ``model``) says, else the default
+    names."""
+    post = result["posterior"]
+    if weights is None and "hcrf_layout" not in result.attrs and model is not None:
+        layout = hcrf_layout(pm.modelcontext(model))
+    elif weights is None and "hcrf_layout" in result.attrs:
+        layout = json.loads(result.attrs["hcrf_layout"])
+    else:
+        names = weights or tuple(result.attrs.get("hcrf_weights", HCRF_WEIGHTS))
+        layout = dict(zip(HCRF_WEIGHTS, names, strict=True))
+    missing = [layout[k] for k in HCRF_WEIGHTS if layout[k] is not None and layout[k] not in post]
+    if missing:
+        raise ValueError(f"posterior has no variables {missing}; pass weights=(theta_x, theta_y, "
+                         "theta_e) names")
+    named = [layout[k] for k in HCRF_WEIGHTS if layout[k] is not None]
+    n = (int(np.prod(post[named[0]].shape[:2])) if named
+         else int(np.prod([post.sizes[d] for d in ("chain", "draw") if d in post.sizes]) or 1))
+    stack = []
+    for k in HCRF_WEIGHTS:
+        if layout.get(f"{k}_expression"):
+            raise ValueError(f"the HCRF's {k} is an unnamed expression of free variables, so the "
+                             "result holds no draws of it: wrap it in pm.Deterministic(name, ...) "
+                             "and fit again")
+        if layout[k] is None:
+            value = np.asarray(layout[f"{k}_value"], dtype=np.float64)
+            stack.append(np.broadcast_to(value, (n, *value.shape)))
+        else:
+            stack.append(np.asarray(post[layout[k]].values).reshape(-1, *post[layout[k]].shape[2:]))
+    return stack
+
+
 @register_predictor("hcrf_average")
 def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str] | None = None,
                          *, draws: int | None = 200, n_draws: int | None = None,
+                         model: pm.Model | None = None, inference: str = "auto",
                          **_ignored: Any) -> Prediction:
     """``p(c | X)`` of a hidden CRF averaged over the ``posterior`` draws of any fit (MAP, NUTS,
     VI), ``draws`` of them evenly thinned (None: all; ``n_draws``: deprecated name).
 
     ``weights`` names the posterior variables (theta_x, theta_y, theta_e); default: the result's
-    ``hcrf_weights`` attr, else ``("theta_x", "theta_y", "theta_e")``.
+    layout attrs (recorded by ``pmc.fit``: variable names, constants), else ``model``'s, else
+    ``("theta_x", "theta_y", "theta_e")``. ``inference``: the engine of the hidden-state
+    log Z.
     """
     from pymc_crf.distributions.hcrf import class_log_probs
 
     draws = renamed(draws, n_draws, "n_draws", "draws")
-    post = result["posterior"]
-    if weights is None:
-        weights = tuple(result.attrs.get("hcrf_weights", ("theta_x", "theta_y", "theta_e")))
-    missing = [n for n in weights if n not in post]
-    if missing:
-        raise ValueError(f"posterior has no variables {missing}; pass weights=(theta_x, theta_y, "
-                         "theta_e) names")
-    stack = [np.asarray(post[n].values).reshape(-1, *post[n].shape[2:]) for n in weights]
+    stack = _hcrf_weight_draws(result, weights, model)
     if draws is not None and stack[0].shape[0] > draws:
         keep = np.linspace(0, stack[0].shape[0] - 1, int(draws)).round().astype(int)
         stack = [a[keep] for a in stack]
-    X = np.asarray(data.node_features, dtype=np.float64)
-    probs = np.mean([np.exp(class_log_probs(data.graphs, X, a, b, c))
+    X = hcrf_test_features(data, stack[0].shape[1])
+    probs = np.mean([np.exp(class_log_probs(data.graphs, X, a, b, c, inference))
                      for a, b, c in zip(*stack, strict=True)], axis=0)
     return prediction(probs, probs.argmax(axis=1), "hcrf_average", getattr(data, "labels", None))

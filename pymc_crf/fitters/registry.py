@@ -13,6 +13,8 @@ from collections.abc import Callable
 import pymc as pm
 from xarray import DataTree
 
+from pymc_crf.fitters.options import check_options
+
 __all__ = ["available", "fit", "fitter", "load_builtin", "register"]
 
 _FITTERS: dict[str, Callable[..., DataTree]] = {}
@@ -96,11 +98,7 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
     if method not in _FITTERS:
         raise ValueError(f"unknown method {method!r}; available: {sorted(_FITTERS)}")
     fitter = _FITTERS[method]
-    params = inspect.signature(fitter).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        unknown = sorted(set(options) - set(params))
-        if unknown:
-            known = sorted(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY)
-            raise TypeError(f"method={method!r} has no option {', '.join(map(repr, unknown))}; "
-                            f"its options: {', '.join(known)}")
+    # a fitter with **kwargs hands them on (NUTS to pm.sample), which checks them itself
+    if not any(p.kind is p.VAR_KEYWORD for p in inspect.signature(fitter).parameters.values()):
+        check_options(fitter, options, f"method={method!r}")
     return fitter(model, **options)

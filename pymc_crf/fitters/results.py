@@ -17,8 +17,7 @@ from pymc.backends.arviz import (
     find_observations,
 )
 
-from pymc_crf.distributions.hcrf import find_hcrf
-from pymc_crf.fitters.predictors import crf_attrs
+from pymc_crf.fitters.predictors import HCRF_WEIGHTS, crf_attrs, hcrf_layout
 from pymc_crf.fitters.random_field import extract_mrf, random_field_pointwise_log_likelihood
 from pymc_crf.fitters.spec import extract_crf
 
@@ -27,14 +26,17 @@ __all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaus
 
 
 def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
+    """The posterior names of the HCRF's three weights (``hcrf_weights``) or, when some weight is
+    a constant or an unnamed expression, where each is (``hcrf_layout``, :func:`hcrf_layout`)."""
     try:
-        rv, _, _ = find_hcrf(model)
+        layout = hcrf_layout(model)
     except ValueError:
         return
-    params = rv.owner.op.weights(rv.owner)
-    names = [getattr(p, "name", None) for p in params]
-    if all(n in idata["posterior"] for n in names if n) and all(names):
+    names = [layout[k] for k in HCRF_WEIGHTS]
+    if all(names) and all(n in idata["posterior"] for n in names):
         idata.attrs["hcrf_weights"] = names
+    else:
+        idata.attrs["hcrf_layout"] = json.dumps(layout)
 
 
 def _record_mrf_log_z(idata: xr.DataTree, model: pm.Model) -> None:

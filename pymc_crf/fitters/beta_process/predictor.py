@@ -18,7 +18,12 @@ from pymc_crf.distributions.hcrf import class_log_probs, replicate_batch
 from pymc_crf.fitters.beta_process.fitter import sign_split
 from pymc_crf.fitters.beta_process.stick_breaking import BPFactors, z_natural_terms
 from pymc_crf.fitters.beta_process.test_time import class_scores_local_z
-from pymc_crf.fitters.predictors import Prediction, prediction, register_predictor
+from pymc_crf.fitters.predictors import (
+    Prediction,
+    hcrf_test_features,
+    prediction,
+    register_predictor,
+)
 from pymc_crf.inference.select import get_engine
 
 __all__ = ["predict_bp_hcrf"]
@@ -52,10 +57,12 @@ def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20,
     """
     if rule not in RULES:
         raise ValueError(f"bp_hcrf predictor: rule must be one of {RULES}; got {rule!r}")
+    if int(max_iter) != max_iter or max_iter < 1:
+        raise ValueError(f"bp_hcrf predictor: max_iter must be an integer >= 1; got {max_iter!r}")
     if "bp_hcrf_point" not in result.children:
         raise ValueError("method='bp_hcrf' needs a bp_hcrf_vi result (a 'bp_hcrf_point' group)")
     point = result["bp_hcrf_point"]
-    X = np.asarray(data.node_features, dtype=np.float64)
+    X = hcrf_test_features(data, point["plugin_theta_x"].shape[0])
     if rule == "prior":
         tx, ty, te = (np.asarray(point[f"plugin_theta_{k}"].values) for k in ("x", "y", "e"))
         probs = np.exp(class_log_probs(data.graphs, X, tx, ty, te))
