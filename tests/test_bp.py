@@ -194,6 +194,27 @@ def test_both_scaled_sums_underflowing_take_the_log_domain(schedule, damping):
                                BruteForce().log_partition(b, node, edge), rtol=1e-10)
 
 
+@pytest.mark.parametrize("K", [2, 3, 4])
+def test_huge_potentials_on_trees_equal_brute_force(K):
+    """Log-potentials of scale 3000 on a tree (with -inf entries): every scaled sum of a message
+    can underflow (to 0, or to subnormals), which must take the log domain; BP is then exact."""
+    rng = np.random.default_rng(K)
+    b = GraphBatch.from_edges([[(0, 1), (1, 2), (1, 3), (3, 4)]], [5])
+    for _ in range(20):
+        node = rng.normal(scale=3000.0, size=(5, K))
+        edge = rng.normal(scale=3000.0, size=(4, K, K))
+        edge[rng.random(edge.shape) < 0.15] = -np.inf
+        exact = BruteForce().log_partition(b, node, edge)
+        if not np.isfinite(exact).all():
+            continue
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", ConvergenceWarning)
+            bp = BeliefPropagation()
+            np.testing.assert_allclose(bp.log_partition(b, node, edge), exact, rtol=1e-10)
+            np.testing.assert_allclose(bp.marginals(b, node, edge).node,
+                                       BruteForce().marginals(b, node, edge).node, atol=1e-8)
+
+
 def test_threaded_flooding_gives_identical_results():
     rng = np.random.default_rng(9)
     b = GraphBatch.grid(4, 5, n_graphs=3)

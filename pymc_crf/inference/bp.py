@@ -87,8 +87,11 @@ def _send(edge, P, tab, flip, cav, maxprod, damping, msg, d, a, out):
             out[xt] = acc
             if acc > smax:
                 smax = acc
+        # Every term lies in [0, 1]; underflow costs at most K 2^-1074 per sum, so a sum of at
+        # least 1e-300 is accurate to ~1e-20 relative. Smaller sums (all of them, when every
+        # product underflows and smax is 0) go to the log domain.
         for xt in range(K):
-            if out[xt] < 1e-250 * smax:
+            if not (out[xt] >= 1e-300 and out[xt] >= 1e-250 * smax):
                 exact_log = True
         if not exact_log:
             for xt in range(K):
@@ -140,13 +143,14 @@ def _send_binary(P, tab, flip, c0, c1, damping, msg, d, out):
         s0 = a0 * P[tab, 0, 0] + a1 * P[tab, 1, 0]
         s1 = a0 * P[tab, 0, 1] + a1 * P[tab, 1, 1]
     # `<=`: both sums can underflow to 0 (a label whose cavity and table row are both ~745 below
-    # the other's), which the exact log-domain route handles
+    # the other's), which the exact log-domain route handles; so do sums below 1e-300, whose
+    # subnormal terms are not accurate
     if s0 >= s1:
-        if s1 <= 1e-250 * s0:
+        if s1 <= 1e-250 * s0 or s1 < 1e-300:
             return -1.0
         o0, o1 = 0.0, np.log(s1 / s0)
     else:
-        if s0 <= 1e-250 * s1:
+        if s0 <= 1e-250 * s1 or s0 < 1e-300:
             return -1.0
         o0, o1 = np.log(s0 / s1), 0.0
     m0, m1 = msg[d, 0], msg[d, 1]
