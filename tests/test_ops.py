@@ -136,3 +136,30 @@ def test_static_shape_mismatches_are_refused_when_the_graph_is_built():
     n, e = pt.dmatrix("n"), pt.tensor3("e", dtype="float64")
     lz = log_partition(n, e, b)
     assert lz.eval({n: np.zeros((5, K)), e: np.zeros((1, K, K))}).shape == (2,)
+
+
+@pytest.mark.parametrize("bad", ["inf", "nan", "edge_rows", "node_rows", "edge_k"])
+def test_compiled_chain_kernels_check_their_inputs(bad):
+    """The numba-compiled chain path raises what the Python engines raise (no log Z from NaN,
+    +inf or tables shaped for another batch, which would be read out of bounds)."""
+    rng = np.random.default_rng(0)
+    batch = GraphBatch.chains([3, 2])
+    node, edge = pt.matrix("node"), pt.tensor3("edge")
+    lz = log_partition(node, edge, batch).sum()
+    f = pytensor.function([node, edge], [lz, *pytensor.grad(lz, [node, edge])], mode="NUMBA")
+    n0, e0 = rng.normal(size=(5, 3)), rng.normal(size=(3, 3, 3))
+    np.testing.assert_allclose(f(n0, e0)[0], BruteForce().log_partition(batch, n0, e0).sum())
+    n, e = n0.copy(), e0.copy()
+    if bad == "inf":
+        n[2, 1] = np.inf
+    elif bad == "nan":
+        e[1, 0, 2] = np.nan
+    elif bad == "edge_rows":
+        e = e0[:2]
+    elif bad == "node_rows":
+        n = n0[:3]
+    else:
+        e = e0[:, :2, :2]
+    message = {"inf": "NaN or \\+inf", "nan": "NaN or \\+inf", "node_rows": "one row per node"}
+    with pytest.raises(ValueError, match=message.get(bad, "edge log-potentials must have shape")):
+        f(n, e)

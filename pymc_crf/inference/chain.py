@@ -788,6 +788,26 @@ def _fb_outputs(node, edge, want_marginals):
 
 
 @njit(cache=True)
+def _check_tables(node, edge, n_nodes, n_edges):
+    """``check_potentials`` inside compiled models: the shapes of the tables against the batch
+    (a wrong row count would read or write outside them) and no NaN or +inf entry."""
+    K = node.shape[1]
+    if node.shape[0] != n_nodes:
+        raise ValueError("log Z: node log-potentials must have one row per node of the batch "
+                         "(N, K); check the features' rows and the number of labels/classes")
+    if K < 1:
+        raise ValueError("log Z: need at least one label (K >= 1)")
+    if (edge.shape[1] != K or edge.shape[2] != K
+            or (edge.shape[0] != n_edges and edge.shape[0] != 1)):
+        raise ValueError("log Z: edge log-potentials must have shape (E, K, K), or (1, K, K) "
+                         "for a shared table, with the node tables' K")
+    for table in (node.reshape(-1), edge.reshape(-1)):
+        for i in range(table.size):
+            if not table[i] < np.inf:  # NaN or +inf (-inf entries are forbidden labels)
+                raise ValueError("log Z: log-potentials contain NaN or +inf")
+
+
+@njit(cache=True)
 def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     """Scaled forward-backward over the batch. Returns log Z (G,), node (N, K) and edge marginals
     ((E, K, K), or (1, K, K) summed over edges for a shared table).
@@ -1021,13 +1041,19 @@ class ChainEngine(Engine):
             return None
         no, eo = batch.node_offsets.copy(), batch.edge_offsets.copy()
         empty = np.zeros(0)
+        n_nodes, n_edges, n_graphs = batch.n_total_nodes, batch.n_edges, batch.n_graphs
 
         @njit
         def log_z(node, edge):
+            _check_tables(node, edge, n_nodes, n_edges)
             return _forward_backward(node, edge, no, eo, False, empty)[0]
 
         @njit
         def vjp(node, edge, g):
+            _check_tables(node, edge, n_nodes, n_edges)
+            if g.shape[0] != n_graphs:
+                raise ValueError("log Z gradient: the output gradient must have one entry per "
+                                 "graph")
             return _forward_backward(node, edge, no, eo, True, g)
 
         return log_z, vjp
