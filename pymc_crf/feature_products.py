@@ -87,7 +87,8 @@ def features_tdot(x: Any, g: np.ndarray) -> np.ndarray:
     """``x.T @ g`` for (R, F) features and an (R, ...) cotangent: a dense (F, ...) array (the
     gradient of ``features_dot`` in the weights)."""
     g = np.asarray(g, dtype=np.float64)
-    out = x.T @ g.reshape(g.shape[0], -1)
+    # reshape with the trailing size spelled out: -1 is ambiguous for zero rows (no edges)
+    out = x.T @ g.reshape(g.shape[0], int(np.prod(g.shape[1:], dtype=np.int64)))
     return np.asarray(out).reshape((x.shape[1], *g.shape[1:]))
 
 

@@ -38,6 +38,12 @@ def test_subset_and_indices():
     assert s.n_nodes.tolist() == [1, 3] and s.n_edges == 3
     assert b.node_index([2, 1]).tolist() == [5, 2, 3, 4]
     assert b.edge_index([1]).tolist() == [1, 2, 3]
+    assert GraphBatch.from_edges([[(0.0, 1.0)]], [2]).edges.tolist() == [[0, 1]]
+    for bad in ([-1], [3], [0.5]):
+        with pytest.raises(GraphStructureError, match="graph id"):
+            b.subset(bad)
+        with pytest.raises(GraphStructureError, match="graph id"):
+            b.node_index(bad)
 
 
 def test_structure_groups_share_shapes():
@@ -51,6 +57,8 @@ def test_structure_groups_share_shapes():
     ([[(0, 1), (0, 1)]], [2], "duplicate edge"),
     ([[(0, 5)]], [3], "out of range"),
     ([[]], [0], "no nodes"),
+    ([[(0.5, 1)]], [2], "whole numbers; got 0.5"),
+    ([[(0, 1, 2)]], [3], r"pairs, shape \(E, 2\)"),
 ])
 def test_invalid_graphs(edges, n, msg):
     with pytest.raises(GraphStructureError, match=msg):

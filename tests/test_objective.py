@@ -302,3 +302,20 @@ def test_features_dot_into_out():
     for bad in (np.empty((4, 7)).T, np.empty((7, 5)), np.empty((7, 4), dtype=np.float32)):
         with pytest.raises(ValueError, match="C-contiguous float64 array of 28 entries"):
             features_dot(x, w, out=bad)
+
+
+def test_edge_features_of_a_batch_without_edges():
+    """Single-node graphs with (0, F) edge features: the objective's gradient (zero rows in
+    features_tdot) and MAP work, and the edge weights stay at their prior mean."""
+    batch = GraphBatch.chains([1, 1, 1])
+    X = np.array([[1.0], [-1.0], [0.5]])
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(1, 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=np.zeros((0, 2)),
+                edge_weights=T, observed=np.array([0, 1, 0]))
+    res = pmc.fit(m, method="map", progressbar=False)
+    np.testing.assert_allclose(res["posterior"]["T"].values, 0.0, atol=1e-8)
+    ref = pmc.fit(m, method="map", engine_objective=False, progressbar=False)
+    np.testing.assert_allclose(res["posterior"]["W"].values, ref["posterior"]["W"].values,
+                               atol=1e-6)

@@ -36,6 +36,28 @@ class GraphStructureError(ValueError):
     """A graph batch is malformed (self loop, duplicate edge, id out of range, empty graph...)."""
 
 
+def _edge_array(el: Any, g: int) -> np.ndarray:
+    """Graph ``g``'s edge list as an (E, 2) int64 array: whole-number node ids in pairs."""
+    if not len(el):
+        return np.zeros((0, 2), np.int64)
+    try:
+        arr = np.asarray(el)
+    except ValueError as err:  # ragged pairs
+        raise GraphStructureError(f"graph {g}: the edge list must be (i, j) pairs ({err})") from err
+    if arr.ndim != 2 or arr.shape[1] != 2:
+        raise GraphStructureError(f"graph {g}: the edge list must be (i, j) pairs, shape (E, 2); "
+                                  f"got shape {arr.shape}")
+    if not np.issubdtype(arr.dtype, np.integer):
+        flat = arr.reshape(-1)
+        whole = (np.isfinite(flat) & (flat == np.round(flat))
+                 if np.issubdtype(arr.dtype, np.floating) else np.zeros(flat.size, bool))
+        if not whole.all():
+            raise GraphStructureError(f"graph {g}: node ids in the edge list must be whole "
+                                      f"numbers; got {flat[np.argmin(whole)]!s} "
+                                      f"(dtype {arr.dtype})")
+    return arr.astype(np.int64)
+
+
 class GraphBatch:
     """A batch of undirected pairwise graphs, flattened into one block-diagonal graph.
 
@@ -110,7 +132,7 @@ class GraphBatch:
         offsets = np.concatenate([[0], np.cumsum(n_nodes)])
         parts, counts = [], []
         for g, el in enumerate(edge_lists):
-            el = np.asarray(el, dtype=np.int64).reshape(-1, 2) if len(el) else np.zeros((0, 2), np.int64)
+            el = _edge_array(el, g)
             if el.size and (el.min() < 0 or el.max() >= n_nodes[g]):
                 raise GraphStructureError(
                     f"graph {g}: node id out of range 0..{n_nodes[g] - 1} in its edge list")
@@ -213,8 +235,20 @@ class GraphBatch:
         return (f"GraphBatch({self.n_graphs} graphs, {self.n_total_nodes} nodes, "
                 f"{self.n_edges} edges: {kinds})")
 
+    def _graph_ids(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
+        """``graphs`` as int64 ids, each in 0..G-1 (negative ids would slice the offsets wrongly)."""
+        ids = np.asarray(graphs)
+        if ids.size and not np.issubdtype(ids.dtype, np.integer):
+            raise GraphStructureError(f"graph ids must be integers; got dtype {ids.dtype}")
+        ids = ids.astype(np.int64).reshape(-1)
+        bad = ids[(ids < 0) | (ids >= self.n_graphs)]
+        if bad.size:
+            raise GraphStructureError(f"graph id {int(bad[0])} is outside 0..{self.n_graphs - 1}")
+        return ids
+
     def local_edges(self, g: int) -> np.ndarray:
         """Edges of graph ``g`` in local node ids."""
+        g = int(self._graph_ids([g])[0])
         lo, hi = self.edge_offsets[g], self.edge_offsets[g + 1]
         return self.edges[lo:hi] - self.node_offsets[g]
 
@@ -226,17 +260,17 @@ class GraphBatch:
 
     def subset(self, graphs: Sequence[int] | np.ndarray) -> GraphBatch:
         """A new batch made of the listed graphs, in that order."""
-        graphs = np.asarray(graphs, dtype=np.int64)
+        graphs = self._graph_ids(graphs)
         return GraphBatch.from_edges([self.local_edges(g) for g in graphs], self.n_nodes[graphs])
 
     def node_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """Global node ids of the listed graphs (to slice node arrays consistently with `subset`)."""
-        graphs = np.asarray(graphs, dtype=np.int64)
+        graphs = self._graph_ids(graphs)
         return np.concatenate([np.arange(self.node_offsets[g], self.node_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
 
     def edge_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
-        graphs = np.asarray(graphs, dtype=np.int64)
+        graphs = self._graph_ids(graphs)
         return np.concatenate([np.arange(self.edge_offsets[g], self.edge_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
 
