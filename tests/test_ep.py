@@ -684,3 +684,39 @@ def test_step_backoff_converges_on_paper_table_loops():
         if fixed.converged and fixed.skips[-1].sum() <= 2:
             assert bo.converged, seed
     assert n_ok >= 9
+
+
+def test_tep_warns_at_its_degenerate_fixed_point():
+    """Under a wide prior TEP can stop with every label belief on the observed label, where the
+    1/Z sites cancel the data and q(w) is the prior: the fitter warns there (docs/ep.md), and not
+    at a prior where TEP fits the data."""
+    import warnings
+
+    import pymc as pm
+
+    import pymc_crf as pmc
+    from pymc_crf.inference.bp import ConvergenceWarning
+
+    rng = np.random.default_rng(0)
+    batch = pmc.GraphBatch.chains([3] * 4)
+    Xe = np.abs(rng.normal(1.0, 0.3, (batch.n_edges, 1)))
+    labels = rng.integers(0, 2, batch.n_total_nodes)
+
+    def fit(sd):
+        with pm.Model() as model:
+            w = pm.Normal("w", 0.0, sd, shape=(1, 2, 2))
+            pmc.CRF("y", graphs=batch, edge_features=Xe, edge_weights=w, observed=labels)
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            res = pmc.fit(model, method="ep", variant="tep", draws=10, progressbar=False,
+                          log_likelihood=False)
+        locked = [w for w in caught if issubclass(w.category, ConvergenceWarning)
+                  and "1/Z sites cancel" in str(w.message)]
+        return res, locked
+
+    res, locked = fit(10.0)
+    assert locked
+    np.testing.assert_allclose(np.diag(res["fit"]["covariance_matrix"].values), 100.0, rtol=0.01)
+    res, locked = fit(1.0)
+    assert not locked
+    assert np.diag(res["fit"]["covariance_matrix"].values).max() < 0.7

@@ -55,6 +55,16 @@ def _spec_for_ep(model: pm.Model, method: str = "ep") -> CRFSpec:
     return spec
 
 
+def _label_beliefs_locked(run, labels: np.ndarray, prior_var: np.ndarray) -> bool:
+    """Whether EP stopped at the degenerate fixed point of TEP: every label belief on the observed
+    label (> 0.999) and every weight's variance still that of the prior (> 0.99 of it)."""
+    if run.state.logq.shape[0] != labels.size:  # nodes without factors have no belief
+        return False
+    q = np.exp(run.state.logq[np.arange(labels.size), labels])
+    free = prior_var > 0
+    return bool(q.min() > 0.999 and (np.diag(run.cov)[free] > 0.99 * prior_var[free]).all())
+
+
 def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: int | None = None):
     """Node and edge feature arrays in the flat weight layout of :mod:`.terms` for a spec.
 
@@ -159,6 +169,11 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
                       "cavity or update was not positive definite), so the result ignores that "
                       "much of the data; try a smaller step_size or variant='tep'",
                       ConvergenceWarning, stacklevel=2)
+    if m_k < 1.0 and _label_beliefs_locked(run, spec.labels, prior_var):
+        warnings.warn("transformed EP stopped where its label beliefs equal the observed labels at "
+                      "every node, so the 1/Z sites cancel the data terms and q(w) is the prior "
+                      "(a fixed point of TEP under wide priors, docs/ep.md); use variant='pep' or "
+                      "a smaller prior sd", ConvergenceWarning, stacklevel=2)
     rng = np.random.default_rng(random_seed)
     flat = draws_from_gaussian(run.mean, run.cov, int(draws), int(chains), rng)
     posterior = spec.unflatten(flat)
