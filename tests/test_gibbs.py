@@ -96,3 +96,17 @@ def test_init_and_bad_input():
         Gibbs().sample(b, bad, edge, 5)
     with pytest.raises(NotImplementedError, match="log Z"):
         Gibbs().log_partition(b, node, edge)
+
+
+def test_a_start_the_constraints_rule_out_moves_to_an_allowed_labelling():
+    """Labels forced equal along a path, started from a labelling that breaks the constraint
+    (no burn-in): the chain moves to an allowed labelling instead of dividing 0 by 0, and every
+    kept sample is allowed."""
+    b = GraphBatch.chains([3])
+    node = np.zeros((3, 3))
+    edge = np.full((1, 3, 3), -np.inf)
+    edge[0][np.diag_indices(3)] = 0.0
+    for seed in range(5):
+        s = Gibbs(burn_in=0, n_samples=50, seed=seed).sample(b, node, edge, 50)
+        labels = np.asarray(s.labels if hasattr(s, "labels") else s).reshape(-1, 3)
+        assert (labels == labels[:, :1]).all()

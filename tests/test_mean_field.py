@@ -103,3 +103,16 @@ def test_non_convergence_is_reported_and_bad_settings_rejected():
         MeanField(tol=0.0)
     with pytest.raises(ValueError, match="max_iter"):
         MeanField(max_iter=0)
+
+
+def test_hard_constraints_and_impossible_models():
+    """Forbidden (-inf) transitions that rule out every label under the start's marginals: mean
+    field moves to a labelling the constraints allow (its bound 0 <= log 2 here) instead of
+    dividing 0 by 0; an impossible model gives log Z = -inf."""
+    b = GraphBatch.chains([2])
+    node = np.zeros((2, 2))
+    edge = np.array([[[0.0, -np.inf], [-np.inf, 0.0]]])
+    mf = MeanField()
+    assert mf.log_partition(b, node, edge)[0] == 0.0
+    np.testing.assert_array_equal(mf.marginals(b, node, edge).node, [[1.0, 0.0], [1.0, 0.0]])
+    assert mf.log_partition(b, np.full((2, 2), -np.inf), edge)[0] == -np.inf

@@ -11,7 +11,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-__all__ = ["exp_normalise", "slot_entry"]
+__all__ = ["exp_normalise", "keep_least_forbidden", "slot_entry"]
 
 
 @njit(cache=True, inline="always")
@@ -36,3 +36,40 @@ def exp_normalise(p):
         p[k] = np.exp(p[k] - m) if p[k] > -np.inf else 0.0
         tot += p[k]
     return tot
+
+
+@njit(cache=True, inline="always")
+def keep_least_forbidden(p, forbidden):
+    """In place: keep the log weights ``p`` (finite parts) of the labels with the least weight on
+    forbidden (-inf) entries, -inf for the others; all 0 when every label's node entry is -inf
+    (``forbidden`` inf: an impossible model, uniform).
+
+    Labels with some forbidden weight are dropped when another label has none: exactly the
+    conditional with -inf entries. When every label has some (neighbour labels or marginals that
+    the constraints rule out: a Gibbs chain started there, mean field from a start that mixes
+    incompatible labels) the conditional would be 0 / 0; the label with the least forbidden
+    weight (ties: the largest finite part, then the first) is kept alone, the limit of the
+    conditional as each -inf entry goes to -M, M -> infinity, with ties broken so that a
+    symmetric start moves towards a labelling the constraints allow.
+    """
+    K = p.shape[0]
+    least = np.inf
+    for k in range(K):
+        if forbidden[k] < least:
+            least = forbidden[k]
+    if least == np.inf:
+        for k in range(K):
+            p[k] = 0.0
+        return
+    if least == 0.0:
+        for k in range(K):
+            if forbidden[k] > 0.0:
+                p[k] = -np.inf
+        return
+    best = -1
+    for k in range(K):
+        if forbidden[k] <= least * (1.0 + 1e-12) and (best < 0 or p[k] > p[best]):
+            best = k
+    for k in range(K):
+        if k != best:
+            p[k] = -np.inf

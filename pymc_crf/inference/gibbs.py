@@ -28,7 +28,7 @@ from pymc_crf.inference.base import (
     check_potentials,
     labelling_score,
 )
-from pymc_crf.inference.conditionals import exp_normalise, slot_entry
+from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 
 __all__ = ["Gibbs", "GibbsChain", "colour_order"]
 
@@ -51,16 +51,23 @@ def _sweeps(node, edge, shared, x, order, src, edge_of, flip, in_ptr, in_idx, u,
     the state in ``samples[keep[s]]`` and add the conditionals of that sweep to ``rb``."""
     K = node.shape[1]
     p = np.empty(K)
+    nf = np.empty(K)
     for s in range(u.shape[0]):
         rec = keep[start + s] >= 0
         for j in range(order.shape[0]):
             i = order[j]
             for k in range(K):
                 lk = node[i, k]
+                nf[k] = np.inf if lk == -np.inf else 0.0  # number of forbidden entries
                 for q in range(in_ptr[i], in_ptr[i + 1]):
                     d = in_idx[q]
-                    lk += slot_entry(edge, shared, edge_of, flip, d, k, x[src[d]])
+                    e = slot_entry(edge, shared, edge_of, flip, d, k, x[src[d]])
+                    if e == -np.inf:
+                        nf[k] += 1.0
+                    else:
+                        lk += e
                 p[k] = lk
+            keep_least_forbidden(p, nf)
             tot = exp_normalise(p)
             target = u[s, i] * tot
             acc = 0.0

@@ -16,7 +16,7 @@ from numba import njit
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_potentials
-from pymc_crf.inference.conditionals import exp_normalise, slot_entry
+from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine
 
@@ -29,6 +29,7 @@ def _mf_run(node, edge, shared, q, order, ptr, src, edge_of, flip, in_ptr, in_id
     """Sweeps of block coordinate ascent, one colour class at a time, until every graph has
     converged (its largest marginal change in a sweep below ``tol``) or ``max_iter``."""
     lq = np.empty(node.shape[1])
+    fm = np.empty(node.shape[1])
     active = ~converged
     for it in range(max_iter):
         step = np.zeros(n_graphs)
@@ -37,26 +38,33 @@ def _mf_run(node, edge, shared, q, order, ptr, src, edge_of, flip, in_ptr, in_id
                 i = order[j]
                 if active[node_graph[i]]:
                     _update_node(node, edge, shared, q, i, src, edge_of, flip, in_ptr, in_idx,
-                                 damping, lq, step, node_graph[i])
+                                 damping, lq, fm, step, node_graph[i])
         record_sweep(it, step, tol, active, iters, changes, converged)
         if not active.any():
             break
 
 
 @njit(cache=True, inline="always")
-def _update_node(node, edge, shared, q, i, src, edge_of, flip, in_ptr, in_idx, damping, lq, step,
-                 g):
-    """q_i <- (1 - damping) softmax(local field) + damping q_i; records the change in step[g]."""
+def _update_node(node, edge, shared, q, i, src, edge_of, flip, in_ptr, in_idx, damping, lq, fm,
+                 step, g):
+    """q_i <- (1 - damping) softmax(local field) + damping q_i; records the change in step[g].
+    ``fm[k]``: the neighbours' marginal mass on entries forbidden to label k (-inf)."""
     K = node.shape[1]
     for k in range(K):
         acc = node[i, k]
+        fm[k] = np.inf if acc == -np.inf else 0.0
         for p in range(in_ptr[i], in_ptr[i + 1]):
             d = in_idx[p]
             nb = src[d]
             for y in range(K):
                 if q[nb, y] > 0.0:
-                    acc += q[nb, y] * slot_entry(edge, shared, edge_of, flip, d, k, y)
+                    e = slot_entry(edge, shared, edge_of, flip, d, k, y)
+                    if e == -np.inf:
+                        fm[k] += q[nb, y]
+                    else:
+                        acc += q[nb, y] * e
         lq[k] = acc
+    keep_least_forbidden(lq, fm)
     tot = exp_normalise(lq)
     for k in range(K):
         new = (1.0 - damping) * lq[k] / tot + damping * q[i, k]
