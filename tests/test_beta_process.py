@@ -233,6 +233,8 @@ def test_bad_input_errors(hmm_small):
         fit(model, method="bp_hcrf_vi", truncation=5)
     with pytest.raises(ValueError, match="rounds must be"):
         fit(model, method="bp_hcrf_vi", rounds=0)
+    with pytest.raises(ValueError, match="n_restarts must be an integer"):
+        fit(model, method="bp_hcrf_vi", n_restarts=1.7)
     with pm.Model() as no_hcrf:
         pm.Normal("x", 0, 1, observed=np.zeros(3))
     with pytest.raises(ValueError, match="exactly one observed pmc.HCRF"):

@@ -261,12 +261,16 @@ class HCRF(Distribution):
 
     Use inside a ``pm.Model`` like any distribution::
 
-        with pm.Model(coords=train.coords | {"state": range(S)}) as model:
+        coords = train.coords | {"state": range(S), "state_to": range(S)}
+        with pm.Model(coords=coords) as model:
             tx = pm.Normal("theta_x", 0, 1, dims=("feature", "state"))
             ty = pm.Normal("theta_y", 0, 1, dims=("state", "class"))
             te = pm.Normal("theta_e", 0, 1, dims=("state", "state_to", "class"))
             pmc.HCRF("y", graphs=train.graphs, node_features=train.node_features,
-                     theta_x=tx, theta_y=ty, theta_e=te, observed=train.labels)
+                     theta_x=tx, theta_y=ty, theta_e=te, n_states=S,
+                     n_classes=train.n_classes, observed=train.labels)
+
+    (Weights with ``dims`` have no static shape, hence ``n_states`` and ``n_classes``.)
 
     Parameters
     ----------

@@ -148,8 +148,8 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         raise ValueError(f"bp_hcrf_vi: truncation must be an integer >= 1, got {truncation!r}")
     if rounds < 1 or int(rounds) != rounds:
         raise ValueError(f"bp_hcrf_vi: rounds must be an integer >= 1, got {rounds!r}")
-    if n_restarts < 1:
-        raise ValueError(f"bp_hcrf_vi: n_restarts must be >= 1, got {n_restarts!r}")
+    if n_restarts < 1 or int(n_restarts) != n_restarts:
+        raise ValueError(f"bp_hcrf_vi: n_restarts must be an integer >= 1, got {n_restarts!r}")
     K = info.n_states if truncation is None else int(truncation)
     if K != info.n_states:
         raise ValueError(f"bp_hcrf_vi: truncation={K} but the model's HCRF has n_states="
