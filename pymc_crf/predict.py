@@ -7,6 +7,7 @@ The predictors live with the fitters (:mod:`pymc_crf.fitters.predictors`): ``"av
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING
 
 import pymc as pm
@@ -33,10 +34,10 @@ __all__ = ["Prediction", "crf_attrs", "log_potentials_for", "predict", "register
 
 
 def _model_has_hcrf(model) -> bool:
-    from pymc_crf.distributions.hcrf import find_hcrf
+    from pymc_crf.distributions.hcrf import single_hcrf
 
     try:
-        find_hcrf(pm.modelcontext(model))
+        single_hcrf(pm.modelcontext(model))
     except (TypeError, ValueError):
         return False
     return True
@@ -111,11 +112,14 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         if hidden:
             method = "bp_hcrf" if result.attrs.get("method") == "bp_hcrf_vi" else "hcrf_average"
     predictor = get_predictor(method)
-    # every predictor takes (and may ignore) the common arguments above; other options must be
-    # its own
-    check_options(predictor, options, f"predict method {method!r}")
-    pred = predictor(result, data, draws=draws, model=model, inference=inference,
-                     random_seed=random_seed, **options)
+    common = {"draws": draws, "model": model, "inference": inference, "random_seed": random_seed}
+    params = inspect.signature(predictor).parameters
+    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
+        # the shared arguments a predictor does not name are not its concern; any other option
+        # must be one of its own (a misspelt one would otherwise be lost)
+        check_options(predictor, options, f"predict method {method!r}")
+        common = {k: v for k, v in common.items() if k in params}
+    pred = predictor(result, data, **common, **options)
     if predictions or sample_labels:
         sampled = (sample_predictive_labels(result, data, sample_labels, model=model,
                                             inference=inference, random_seed=random_seed)

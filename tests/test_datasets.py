@@ -43,3 +43,15 @@ def test_japanese_vowels_shapes_and_labels():
     np.testing.assert_allclose(train.node_features.std(axis=0), 1.0, atol=1e-12)
     raw, _ = pmc.datasets.japanese_vowels(standardise=False)
     assert raw.node_features[0, 0] == pytest.approx(1.860936)  # first frame as shipped
+
+
+def test_subset_refuses_graph_ids_that_are_not_graphs():
+    import pytest
+
+    from pymc_crf.graphs.batch import GraphStructureError
+
+    train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=3, n_test=1, seed=0)
+    assert train.subset([2, 0]).graphs.n_graphs == 2
+    for bad in ([0.5], [-1], [3]):
+        with pytest.raises(GraphStructureError, match="graph id"):
+            train.subset(bad)

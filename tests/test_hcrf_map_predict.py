@@ -76,12 +76,19 @@ def test_predict_reads_expression_and_constant_weights_or_refuses():
     for kw in ({}, {"model": expr}):
         with pytest.raises(ValueError, match="theta_x is an unnamed expression"):
             pmc.predict(res, te, **kw)
+    bare = res.copy()  # as pm.sample's output: no layout recorded, the model in context says it
+    bare.attrs = {k: v for k, v in res.attrs.items() if not k.startswith("hcrf")}
+    with expr, pytest.raises(ValueError, match="theta_x is an unnamed expression"):
+        pmc.predict(bare, te)
     det = build(lambda tx: pm.Deterministic("scaled", 3.0 * tx))
     res = pmc.fit(det, method="map", jitter=0.5, random_seed=0, maxiter=5, progressbar=False)
     post = res["posterior"]
     want = np.exp(class_log_probs(te.graphs, te.node_features, post["scaled"].values[0, 0],
                                   post["theta_y"].values[0, 0], te_fixed))
     np.testing.assert_allclose(pmc.predict(res, te).marginals, want, atol=1e-12)
+    # a layout recorded by pmc.fit is used before the model passed as model=
+    det_data = build(lambda tx: pm.Deterministic("scaled", 3.0 * tx))
+    np.testing.assert_allclose(pmc.predict(res, te, model=det_data).marginals, want, atol=1e-12)
     np.testing.assert_allclose(pmc.predict(res, te, inference="junction_tree").marginals, want,
                                atol=1e-10)
     for method in ("bpe", "map"):

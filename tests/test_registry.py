@@ -69,6 +69,31 @@ def test_unknown_names_list_the_registered_ones(scratch_registry):
     assert get_predictor("probe") is probe
 
 
+def test_predict_hands_a_predictor_its_own_options(scratch_registry):
+    """A predictor with **options gets every option and the shared arguments; one that names its
+    options gets those it names, and an option it does not name is refused."""
+    import xarray as xr
+
+    data = pmc.CRFData(pmc.GraphBatch.chains([2]), None)
+    res = xr.DataTree()
+
+    @register_predictor("open_probe")
+    def open_probe(result, data, **options):
+        return options
+
+    @register_predictor("strict_probe")
+    def strict_probe(result, data, *, inference="auto", temperature=1.0):
+        return {"inference": inference, "temperature": temperature}
+
+    got = pmc.predict(res, data, "open_probe", temperature=2.0)
+    assert got["temperature"] == 2.0 and set(got) >= {"draws", "model", "inference"}
+    assert pmc.predict(res, data, "strict_probe", temperature=2.0, inference="bp") == {
+        "inference": "bp", "temperature": 2.0}
+    with pytest.raises(TypeError, match="'strict_probe' has no option 'temprature'; its "
+                                        "options: inference, temperature"):
+        pmc.predict(res, data, "strict_probe", temprature=2.0)
+
+
 def test_an_option_a_fitter_does_not_take_is_named_with_the_ones_it_takes(scratch_registry):
     @pmc.fitters.register("strict")
     def strict(model, *, draws: int = 10, seed=None):

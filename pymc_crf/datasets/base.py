@@ -71,7 +71,7 @@ class CRFData:
 
     def subset(self, graphs: Sequence[int] | np.ndarray) -> CRFData:
         """The listed graphs as a new data set."""
-        graphs = np.asarray(graphs, dtype=np.int64)
+        graphs = self.graphs.graph_ids(graphs)
         nidx = self.graphs.node_index(graphs)
         eidx = self.graphs.edge_index(graphs)
         return CRFData(self.graphs.subset(graphs),

@@ -86,7 +86,7 @@ class SequenceData:
 
     def subset(self, graphs: Sequence[int] | np.ndarray) -> SequenceData:
         """The listed sequences, in that order."""
-        graphs = np.asarray(graphs, dtype=np.int64)
+        graphs = self.graphs.graph_ids(graphs)
         idx = self.graphs.node_index(graphs)
         coords = dict(self.coords)
         coords["graph"] = np.arange(len(graphs))

@@ -57,8 +57,8 @@ from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
 
-__all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "from_sequences", "replicate_batch", "pair_logpots",
-           "class_log_probs", "check_class_labels", "hcrf_logp"]
+__all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "single_hcrf", "from_sequences",
+           "replicate_batch", "pair_logpots", "class_log_probs", "check_class_labels", "hcrf_logp"]
 
 
 # ---------------------------------------------------------------------------- helpers (numpy)
@@ -242,13 +242,19 @@ def _numba_hcrf_rv(op: HCRFRV, node):
     return objmode_random_fn(op, key, ndim=1)
 
 
-def find_hcrf(model: pm.Model):
-    """The single observed HCRF variable of ``model``, its info and labels (G,)."""
+def single_hcrf(model: pm.Model):
+    """The single observed HCRF variable of ``model`` (a clear error if there is none or
+    several)."""
     found = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, HCRFRV)]
     if len(found) != 1:
         raise ValueError(f"this fitter needs a model with exactly one observed pmc.HCRF "
                          f"likelihood; found {len(found)}")
-    rv = found[0]
+    return found[0]
+
+
+def find_hcrf(model: pm.Model):
+    """The single observed HCRF variable of ``model``, its info and its checked labels (G,)."""
+    rv = single_hcrf(model)
     obs = model.rvs_to_values[rv]
     labels = np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
     # labels in pm.Data can have been changed since the model was built

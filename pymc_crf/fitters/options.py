@@ -19,7 +19,7 @@ def check_options(fn: Callable, options: Iterable[str], what: str) -> None:
     if unknown:
         known = sorted(k for k, p in params.items() if p.kind is p.KEYWORD_ONLY)
         raise TypeError(f"{what} has no option {', '.join(map(repr, unknown))}; its options: "
-                        f"{', '.join(known)}")
+                        f"{', '.join(known) or 'none'}")
 
 
 def renamed(value: Any, old_value: Any, old: str, new: str) -> Any:

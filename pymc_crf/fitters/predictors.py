@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 import pymc as pm
@@ -72,7 +71,11 @@ def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labe
 
 
 def register_predictor(name: str) -> Callable:
-    """Decorator registering ``fn(result, data, **options) -> Prediction`` as a predict method."""
+    """Decorator registering ``fn(result, data, **options) -> Prediction`` as a predict method.
+
+    ``pmc.predict`` hands ``fn`` the arguments it shares with every method (``draws``, ``model``,
+    ``inference``, ``random_seed``) that ``fn`` names, and the user's other options; an option
+    ``fn`` does not name is refused, unless ``fn`` takes ``**options`` itself."""
 
     def decorator(fn):
         _PREDICTORS[name] = fn
@@ -225,7 +228,7 @@ def _plug_in(result, data, model, inference):
 
 @register_predictor("bpe")
 def predict_bpe(result: xr.DataTree, data, *, model: pm.Model | None = None,
-                inference: str = "auto", **_ignored: Any) -> Prediction:
+                inference: str = "auto") -> Prediction:
     """Exact node marginals at the posterior mean and their max-marginal labels."""
     engine, node, edge = _plug_in(result, data, model, inference)
     marg = engine.marginals(data.graphs, node, edge).node
@@ -234,7 +237,7 @@ def predict_bpe(result: xr.DataTree, data, *, model: pm.Model | None = None,
 
 @register_predictor("map")
 def predict_map(result: xr.DataTree, data, *, model: pm.Model | None = None,
-                inference: str = "auto", **_ignored: Any) -> Prediction:
+                inference: str = "auto") -> Prediction:
     """The MAP labelling at the posterior mean (marginals there too)."""
     engine, node, edge = _plug_in(result, data, model, inference)
     marg = engine.marginals(data.graphs, node, edge).node
@@ -245,7 +248,7 @@ def predict_map(result: xr.DataTree, data, *, model: pm.Model | None = None,
 @register_predictor("average")
 def predict_average(result: xr.DataTree, data, *, draws: int | None = 200,
                     model: pm.Model | None = None, inference: str = "auto",
-                    random_seed: int | None = 0, **_ignored: Any) -> Prediction:
+                    random_seed: int | None = 0) -> Prediction:
     """Exact node marginals averaged over ``draws`` posterior draws (None: all), chosen without
     replacement with ``random_seed``."""
     info = result_layout(result, model)
@@ -282,9 +285,9 @@ def hcrf_test_features(data, n_features: int) -> np.ndarray:
 def hcrf_layout(model: pm.Model) -> dict:
     """Where a predictor finds the three weight tensors of ``model``'s ``pmc.HCRF``
     (:func:`tensor_source` of each)."""
-    from pymc_crf.distributions.hcrf import find_hcrf
+    from pymc_crf.distributions.hcrf import single_hcrf
 
-    rv, _, _ = find_hcrf(model)
+    rv = single_hcrf(model)  # the weights' layout does not need the (training) labels
     params = rv.owner.op.weights(rv.owner)
     return {k: v for key, p in zip(HCRF_WEIGHTS, params, strict=True)
             for k, v in tensor_source(model, p, key).items()}
@@ -292,16 +295,21 @@ def hcrf_layout(model: pm.Model) -> dict:
 
 def _hcrf_weight_draws(result: xr.DataTree, weights, model) -> list[np.ndarray]:
     """The (S, ...) draws of theta_x, theta_y, theta_e: from the posterior variables ``weights``
-    names, else as the result's ``hcrf_layout`` attr (or ``model``) says, else the default
-    names."""
+    names, else as the result records (``hcrf_weights`` / ``hcrf_layout``, from ``pmc.fit``),
+    else as ``model`` (or the model in context) says, else under the default names."""
     post = result["posterior"]
-    if weights is None and "hcrf_layout" not in result.attrs and model is not None:
-        layout = hcrf_layout(pm.modelcontext(model))
-    elif weights is None and "hcrf_layout" in result.attrs:
+    layout = None
+    if weights is not None:
+        layout = dict(zip(HCRF_WEIGHTS, weights, strict=True))
+    elif "hcrf_weights" in result.attrs:
+        layout = dict(zip(HCRF_WEIGHTS, result.attrs["hcrf_weights"], strict=True))
+    elif "hcrf_layout" in result.attrs:
         layout = json.loads(result.attrs["hcrf_layout"])
     else:
-        names = weights or tuple(result.attrs.get("hcrf_weights", HCRF_WEIGHTS))
-        layout = dict(zip(HCRF_WEIGHTS, names, strict=True))
+        try:  # pm.sample output records nothing: the model says where the weights are
+            layout = hcrf_layout(pm.modelcontext(model))
+        except TypeError:  # no model given and none in context
+            layout = dict(zip(HCRF_WEIGHTS, HCRF_WEIGHTS, strict=True))
     missing = [layout[k] for k in HCRF_WEIGHTS if layout[k] is not None and layout[k] not in post]
     if missing:
         raise ValueError(f"posterior has no variables {missing}; pass weights=(theta_x, theta_y, "
@@ -326,8 +334,7 @@ def _hcrf_weight_draws(result: xr.DataTree, weights, model) -> list[np.ndarray]:
 @register_predictor("hcrf_average")
 def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str] | None = None,
                          *, draws: int | None = 200, n_draws: int | None = None,
-                         model: pm.Model | None = None, inference: str = "auto",
-                         **_ignored: Any) -> Prediction:
+                         model: pm.Model | None = None, inference: str = "auto") -> Prediction:
     """``p(c | X)`` of a hidden CRF averaged over the ``posterior`` draws of any fit (MAP, NUTS,
     VI), ``draws`` of them evenly thinned (None: all; ``n_draws``: deprecated name).
 

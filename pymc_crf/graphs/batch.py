@@ -235,7 +235,7 @@ class GraphBatch:
         return (f"GraphBatch({self.n_graphs} graphs, {self.n_total_nodes} nodes, "
                 f"{self.n_edges} edges: {kinds})")
 
-    def _graph_ids(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
+    def graph_ids(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """``graphs`` as int64 ids, each in 0..G-1 (negative ids would slice the offsets wrongly)."""
         ids = np.asarray(graphs)
         if ids.size and not np.issubdtype(ids.dtype, np.integer):
@@ -248,7 +248,7 @@ class GraphBatch:
 
     def local_edges(self, g: int) -> np.ndarray:
         """Edges of graph ``g`` in local node ids."""
-        g = int(self._graph_ids([g])[0])
+        g = int(self.graph_ids([g])[0])
         lo, hi = self.edge_offsets[g], self.edge_offsets[g + 1]
         return self.edges[lo:hi] - self.node_offsets[g]
 
@@ -260,17 +260,17 @@ class GraphBatch:
 
     def subset(self, graphs: Sequence[int] | np.ndarray) -> GraphBatch:
         """A new batch made of the listed graphs, in that order."""
-        graphs = self._graph_ids(graphs)
+        graphs = self.graph_ids(graphs)
         return GraphBatch.from_edges([self.local_edges(g) for g in graphs], self.n_nodes[graphs])
 
     def node_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """Global node ids of the listed graphs (to slice node arrays consistently with `subset`)."""
-        graphs = self._graph_ids(graphs)
+        graphs = self.graph_ids(graphs)
         return np.concatenate([np.arange(self.node_offsets[g], self.node_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
 
     def edge_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
-        graphs = self._graph_ids(graphs)
+        graphs = self.graph_ids(graphs)
         return np.concatenate([np.arange(self.edge_offsets[g], self.edge_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
 

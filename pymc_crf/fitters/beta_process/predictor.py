@@ -32,8 +32,7 @@ RULES = ("local_z", "prior")
 
 
 @register_predictor("bp_hcrf")
-def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20,
-                    **_ignored) -> Prediction:
+def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20) -> Prediction:
     """Class probabilities ``p(c | X)`` of new sequences from a ``bp_hcrf_vi`` result.
 
     Parameters

@@ -27,11 +27,9 @@ __all__ = ["WeightProblem", "weight_problem", "exact_engine", "bp_engine"]
 
 
 def _refuse_hcrf(model: pm.Model, method: str) -> None:
-    from pymc_crf.distributions.hcrf import find_hcrf
+    from pymc_crf.distributions.hcrf import HCRFRV
 
-    try:
-        find_hcrf(model)
-    except ValueError:
+    if not any(isinstance(rv.owner.op, HCRFRV) for rv in model.observed_RVs):
         return
     raise ValueError(
         f"method={method!r} does not handle hidden-variable models (pmc.HCRF): the hidden-variable "

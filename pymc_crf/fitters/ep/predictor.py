@@ -24,8 +24,8 @@ __all__ = ["predict_model_average"]
 
 
 @register_predictor("model_average")
-def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str = "auto",
-                          **_ignored) -> Prediction:
+def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str = "auto"
+                          ) -> Prediction:
     """Node marginals of the q-averaged CRF of ``data`` and their max-marginal labels.
 
     Parameters
