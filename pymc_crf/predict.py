@@ -7,7 +7,6 @@ The predictors live with the fitters (:mod:`pymc_crf.fitters.predictors`): ``"av
 
 from __future__ import annotations
 
-import inspect
 from typing import TYPE_CHECKING
 
 import pymc as pm
@@ -113,12 +112,11 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
             method = "bp_hcrf" if result.attrs.get("method") == "bp_hcrf_vi" else "hcrf_average"
     predictor = get_predictor(method)
     common = {"draws": draws, "model": model, "inference": inference, "random_seed": random_seed}
-    params = inspect.signature(predictor).parameters
-    if not any(p.kind is p.VAR_KEYWORD for p in params.values()):
-        # the shared arguments a predictor does not name are not its concern; any other option
-        # must be one of its own (a misspelt one would otherwise be lost)
-        check_options(predictor, options, f"predict method {method!r}")
-        common = {k: v for k, v in common.items() if k in params}
+    # any other option must be one of the predictor's own (a misspelt one would be lost); the
+    # shared arguments a predictor does not name are not its concern
+    named = check_options(predictor, options, f"predict method {method!r}")
+    if named is not None:
+        common = {k: v for k, v in common.items() if k in named}
     pred = predictor(result, data, **common, **options)
     if predictions or sample_labels:
         sampled = (sample_predictive_labels(result, data, sample_labels, model=model,

@@ -298,7 +298,6 @@ def _hcrf_weight_draws(result: xr.DataTree, weights, model) -> list[np.ndarray]:
     names, else as the result records (``hcrf_weights`` / ``hcrf_layout``, from ``pmc.fit``),
     else as ``model`` (or the model in context) says, else under the default names."""
     post = result["posterior"]
-    layout = None
     if weights is not None:
         layout = dict(zip(HCRF_WEIGHTS, weights, strict=True))
     elif "hcrf_weights" in result.attrs:

@@ -25,7 +25,14 @@ import pymc as pm
 from pymc_crf.distributions.crf import CRFRV
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
 from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.spec import CRFSpec, WeightSpec, extract_crf, single_observed, weight_specs
+from pymc_crf.fitters.spec import (
+    CRFSpec,
+    WeightSpec,
+    extract_crf,
+    observes,
+    single_observed,
+    weight_specs,
+)
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 
@@ -253,12 +260,12 @@ def extract_random_field(model: pm.Model | None = None) -> CRFSpec | MRFSpec:
     """The model's single ``pmc.CRF`` (a ``CRFSpec``) or ``pmc.MRF`` (an ``MRFSpec``) likelihood."""
     model = pm.modelcontext(model)
     kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
-    if any(isinstance(rv.owner.op, MRFRV) for rv in model.observed_RVs):
+    if observes(model, MRFRV):
         if len(kinds) > 1 and "CRFRV" in kinds:
             raise ValueError("the model has both a CRF and an MRF likelihood; fitters take "
                              "exactly one random field")
         return extract_mrf(model)
-    if not any(isinstance(rv.owner.op, CRFRV) for rv in model.observed_RVs):
+    if not observes(model, CRFRV):
         raise ValueError("this fitter needs a model with an observed pmc.CRF or pmc.MRF "
                          f"likelihood; found {kinds or 'no observed variables'}")
     # the CRF's own errors (labels out of range, several CRFs) are the ones to report

@@ -21,7 +21,7 @@ from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
 from pymc_crf.distributions.hcrf import HCRFRV, find_hcrf
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["CRFSpec", "WeightSpec", "check_observed_labels", "extract_crf", "observed_labels",
+__all__ = ["CRFSpec", "WeightSpec", "check_observed_labels", "extract_crf", "observed_labels", "observes",
            "other_model_terms", "require_all_labels", "require_gaussian_prior",
            "require_sole_likelihood", "single_observed"]
 
@@ -153,6 +153,11 @@ def weight_specs(model: pm.Model, node_tensor, edge_tensor
         nw = replace(nw, prior="other", reason=reason)
         ew = replace(ew, prior="other", reason=reason)
     return nw, ew
+
+
+def observes(model: pm.Model, op_type: type) -> bool:
+    """Whether ``model`` has an observed variable whose Op is an ``op_type``."""
+    return any(isinstance(rv.owner.op, op_type) for rv in model.observed_RVs)
 
 
 def single_observed(model: pm.Model, op_type: type, label: str):

@@ -12,9 +12,11 @@ from typing import Any
 
 import pymc as pm
 
+from pymc_crf.distributions.hcrf import HCRFRV
 from pymc_crf.fitters.objective import GaussianLogPrior
 from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
 from pymc_crf.fitters.spec import (
+    observes,
     require_all_labels,
     require_gaussian_prior,
     require_sole_likelihood,
@@ -27,9 +29,7 @@ __all__ = ["WeightProblem", "weight_problem", "exact_engine", "bp_engine"]
 
 
 def _refuse_hcrf(model: pm.Model, method: str) -> None:
-    from pymc_crf.distributions.hcrf import HCRFRV
-
-    if not any(isinstance(rv.owner.op, HCRFRV) for rv in model.observed_RVs):
+    if not observes(model, HCRFRV):
         return
     raise ValueError(
         f"method={method!r} does not handle hidden-variable models (pmc.HCRF): the hidden-variable "

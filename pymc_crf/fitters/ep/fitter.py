@@ -24,6 +24,7 @@ from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.fitters.spec import (
     CRFSpec,
     extract_crf,
+    observes,
     require_all_labels,
     require_gaussian_prior,
     require_sole_likelihood,
@@ -41,7 +42,7 @@ def _check_unit_interval(name: str, value) -> float:
 
 
 def _spec_for_ep(model: pm.Model, method: str = "ep") -> CRFSpec:
-    if not any(isinstance(rv.owner.op, CRFRV) for rv in model.observed_RVs):
+    if not observes(model, CRFRV):
         kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
         raise ValueError(f"method={method!r} fits the weights of a pmc.CRF likelihood with a Gaussian "
                          f"prior; it does not handle HCRFs (hidden states) or other likelihoods "

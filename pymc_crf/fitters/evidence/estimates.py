@@ -54,7 +54,8 @@ class LogEvidence(float):
 
 
 def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_laplace", *,
-                            map: str | None = None, bp: BeliefPropagation | None = None, maxiter: int = 5000,
+                            map: str | None = None, bp: BeliefPropagation | None = None,
+                            maxiter: int = 5000,
                             gtol: float = 1e-8, engine: str = "exact", n_runs: int = 10,
                             n_temps: int = 1000, n_leapfrog: int = 5, step_size: float = 0.5,
                             random_seed: int | np.random.Generator | None = None,
