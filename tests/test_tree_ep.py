@@ -1,5 +1,7 @@
 """TreeEP: exact on trees and single loops, better than BP on loopy graphs, clear errors."""
 
+import warnings
+
 import networkx as nx
 import numpy as np
 import pytest
@@ -103,3 +105,41 @@ def test_no_convergence_is_reported_and_bad_tree_masks_rejected():
         TreeEP().run(b, node, edge, tree_mask=np.zeros(b.n_edges, bool))
     with pytest.raises(ValueError, match="damping"):
         TreeEP(damping=1.0)
+
+
+def test_hard_constraints_in_edge_tables():
+    # forbidden pairs (-inf edge entries): on a 3-cycle only one labelling is possible, and a
+    # forbidden state must not come back through a neutral term
+    b = GraphBatch.from_edges([[(0, 1), (0, 2), (1, 2)]], [3])
+    node = np.array([[0.0, 1.0], [0.0, -1.0], [-1.0, 1.0]])
+    edge = np.array([[[-np.inf, 1.0], [1.0, -1.0]], [[-np.inf, -1.0], [-np.inf, -np.inf]],
+                     [[-np.inf, 0.0], [1.0, -1.0]]])
+    m = TreeEP(tol=1e-12).marginals(b, node, edge)
+    np.testing.assert_allclose(m.log_z, [-1.0], rtol=1e-12)
+    np.testing.assert_allclose(m.node, [[1, 0], [0, 1], [0, 1]], atol=1e-12)
+    assert m.report["converged"].all()
+    # random single loops and trees with forbidden node and edge entries: exact; on denser
+    # graphs no NaN, and a graph with no possible labelling has log Z = -inf as in the
+    # exact engines
+    rng = np.random.default_rng(11)
+    for _ in range(40):
+        K = int(rng.integers(2, 4))
+        cyc = int(rng.integers(3, 6))
+        b = GraphBatch.from_networkx(
+            [nx.cycle_graph(cyc), nx.random_labeled_tree(4, seed=1), nx.complete_graph(4),
+             nx.grid_2d_graph(2, 3)])
+        node, edge = _potentials(b, K, rng)
+        edge[rng.random(edge.shape) < 0.3] = -np.inf
+        node[rng.random(node.shape) < 0.2] = -np.inf
+        with np.errstate(all="ignore"):
+            ex = BruteForce().marginals(b, node, edge)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            m = TreeEP(tol=1e-12).marginals(b, node, edge)
+        assert not np.isnan(m.log_z).any() and not np.isnan(m.node).any()
+        np.testing.assert_array_equal(np.isneginf(m.log_z), np.isneginf(ex.log_z))
+        for g in (0, 1):  # exact on the loop and the tree
+            if np.isfinite(ex.log_z[g]):
+                np.testing.assert_allclose(m.log_z[g], ex.log_z[g], rtol=1e-9, atol=1e-9)
+                rows = b.node_index([g])
+                np.testing.assert_allclose(m.node[rows], ex.node[rows], atol=1e-9)

@@ -364,12 +364,19 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, into, pa
                 lzt, lzc, lzq = _chain_pass(o, off_e[o], edge_tab, pn, pe, n0, e0, L, node, Psi,
                                             tu, adj_ptr, adj_nbr, adj_te, msg, t, phi, C, Cq, al,
                                             be, ac, bc, col, tmp)
+                # The terms only rule out what the graph rules out, so a tilted chain with no
+                # possible labelling means the graph has none: log Z is -inf, the terms stay
+                # as they are, and the off-tree belief is uniform (as BP's beliefs are then).
+                feasible = lzt > -np.inf and lzc > -np.inf
                 if final:
                     # EP evidence term and the tilted marginal of the off-tree edge itself
-                    log_s[o] = lzt - lzq
+                    log_s[o] = lzt - lzq if feasible else -np.inf
                     for a in range(K):
                         for y in range(K):
-                            off_marg[o, a, y] = np.exp(al[L, a, y] + be[L, a, y] - lzt)
+                            off_marg[o, a, y] = (np.exp(al[L, a, y] + be[L, a, y] - lzt)
+                                                 if feasible else 1.0 / (K * K))
+                    continue
+                if not feasible:
                     continue
                 # new term: tilted / cavity pair ratios, inner node ratios divided out (3.9)-(3.10)
                 for k in range(L):
@@ -382,13 +389,19 @@ def _tree_ep_run(node, edge_tab, Psi, tu, tv, adj_ptr, adj_nbr, adj_te, into, pa
                             lcn[y] = ac[k + 1, y] + bc[k + 1, y] - lzc
                     for x in range(K):
                         for y in range(K):
-                            v = 0.0
-                            if lp[x, y] > -np.inf or lc[x, y] > -np.inf:
-                                v = lp[x, y] - lc[x, y]
-                            if k < L - 1 and (lpn[y] > -np.inf or lcn[y] > -np.inf):
-                                v -= lpn[y] - lcn[y]
-                            if v != v:
+                            # A pair the tilted chain rules out gets a -inf term whatever the
+                            # node ratio (which is 0 / 0 there when y itself is ruled out); a
+                            # pair the cavity already rules out gets a neutral term (the tilted
+                            # one is then ruled out too). Only pairs possible in both take the
+                            # ratio, and their node marginals are then positive in both.
+                            if lp[x, y] == -np.inf:
+                                v = -np.inf if lc[x, y] > -np.inf else 0.0
+                            elif lc[x, y] == -np.inf:
                                 v = 0.0
+                            else:
+                                v = lp[x, y] - lc[x, y]
+                                if k < L - 1:
+                                    v -= lpn[y] - lcn[y]
                             old = t[e0 + k, x, y]
                             if damping > 0.0 and v > -np.inf and old > -np.inf:
                                 v = (1.0 - damping) * v + damping * old
