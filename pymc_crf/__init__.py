@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from pymc_crf.fitters import fit, log_marginal_likelihood
     from pymc_crf.graphs import GraphBatch, GraphStructureError
     from pymc_crf.impute import impute
-    from pymc_crf.inference import ApproximateInferenceWarning
+    from pymc_crf.inference import ApproximateInferenceWarning, ConvergenceWarning
     from pymc_crf.ops import log_partition
     from pymc_crf.predict import Prediction, predict
 
@@ -52,6 +52,7 @@ _LAZY = {
     "GraphBatch": "pymc_crf.graphs",
     "GraphStructureError": "pymc_crf.graphs",
     "ApproximateInferenceWarning": "pymc_crf.inference",
+    "ConvergenceWarning": "pymc_crf.inference",
     "log_partition": "pymc_crf.ops",
     "Prediction": "pymc_crf.predict",
     "predict": "pymc_crf.predict",
@@ -64,6 +65,7 @@ __all__ = [
     "MRF",
     "ApproximateInferenceWarning",
     "CRFData",
+    "ConvergenceWarning",
     "FeatureVectorizer",
     "GraphBatch",
     "GraphStructureError",

@@ -74,6 +74,22 @@ def test_fit_group_and_compare_column():
     assert table.loc["bl", "log_marginal_likelihood"] == pytest.approx(float(ev), abs=1e-8)
 
 
+def test_a_search_stopped_by_maxiter_warns_and_is_recorded():
+    # the Laplace evidence at a point short of the mode is a different number: say so
+    m = _crf_model()
+    for meth in ("laplace_exact", "bethe_laplace", "map"):
+        with pytest.warns(pmc.ConvergenceWarning, match="maxiter=1 .*Increase maxiter"):
+            short = log_marginal_likelihood(m, meth, maxiter=1, progressbar=False)
+        assert short.details["map_converged"] is False
+        full = log_marginal_likelihood(m, meth, progressbar=False)
+        assert full.details["map_converged"] is True
+        assert abs(float(short) - float(full)) > 1e-3
+    with pytest.warns(pmc.ConvergenceWarning, match="pmc.fit\\(method='map'\\).*maxiter=2"):
+        pmc.fit(m, method="map", maxiter=2, progressbar=False)
+    with pytest.warns(pmc.ConvergenceWarning, match="Laplace mean"):
+        pmc.fit(m, method="bethe_laplace", maxiter=1, draws=10, progressbar=False)
+
+
 def test_bad_evidence_options():
     m = _mrf_model()
     with pytest.raises(ValueError, match="unknown evidence method"):

@@ -15,6 +15,7 @@ at most ``ftol``, or the largest gradient entry at most ``gtol``, or ``maxiter``
 
 from __future__ import annotations
 
+import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,26 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg.blas import daxpy
 
-__all__ = ["LBFGSResult", "lbfgs"]
+from pymc_crf.inference.base import ConvergenceWarning
+
+__all__ = ["LBFGSResult", "lbfgs", "warn_iteration_limit"]
+
+
+def warn_iteration_limit(res, maxiter: int, what: str, consequence: str,
+                         stacklevel: int = 3) -> None:
+    """One :class:`~pymc_crf.inference.base.ConvergenceWarning` when an L-BFGS run (scipy's or
+    :func:`lbfgs`) stopped at its iteration limit: the point is then not the optimum.
+
+    Stops for lack of progress (the relative decrease below ``ftol``, or scipy's line search
+    failing at the limit of float precision) are not warned about: they end most runs that
+    reach the optimum to machine precision.
+    """
+    if res.success or int(res.nit) < int(maxiter):
+        return
+    warnings.warn(f"{what}: L-BFGS stopped at maxiter={int(maxiter)} iterations with gradient "
+                  f"norm {float(np.linalg.norm(res.jac)):.3g}, before converging; "
+                  f"{consequence}. Increase maxiter.", ConvergenceWarning,
+                  stacklevel=stacklevel + 1)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from pymc.blocking import DictToArrayBijection
 from pymc.util import get_default_varnames
 from scipy.optimize import minimize
 
-from pymc_crf.fitters.lbfgs import lbfgs
+from pymc_crf.fitters.lbfgs import lbfgs, warn_iteration_limit
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
@@ -126,7 +126,8 @@ _LARGE = 100_000
 
 def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
     """L-BFGS with the fitter's options (:func:`pymc_crf.fitters.lbfgs.lbfgs` for large problems
-    or when asked, else scipy's L-BFGS-B); returns the result and the objective trace."""
+    or when asked, else scipy's L-BFGS-B); returns the result and the objective trace, and
+    warns when ``maxiter`` stopped the run."""
     own = settings["optimizer"] == "lbfgs" or (settings["optimizer"] == "auto"
                                               and x0.size >= _LARGE)
     trace: list[float] = []
@@ -134,15 +135,18 @@ def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
         if own:
             res = lbfgs(objective, x0, maxiter=settings["maxiter"], gtol=settings["gtol"],
                         ftol=settings["ftol"], callback=lambda f: bar.advance())
-            return res, res.trace
+            trace = res.trace
+        else:
 
-        def callback(intermediate_result):
-            trace.append(float(intermediate_result.fun))
-            bar.advance()
+            def callback(intermediate_result):
+                trace.append(float(intermediate_result.fun))
+                bar.advance()
 
-        res = minimize(objective, x0, jac=True, method="L-BFGS-B", callback=callback,
-                       options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
-                                "ftol": settings["ftol"]})
+            res = minimize(objective, x0, jac=True, method="L-BFGS-B", callback=callback,
+                           options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
+                                    "ftol": settings["ftol"]})
+    warn_iteration_limit(res, settings["maxiter"], "pmc.fit(method='map')",
+                         "the weights returned are not the posterior mode", stacklevel=4)
     return res, trace
 
 

@@ -21,6 +21,7 @@ from scipy.optimize import minimize
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
 from pymc_crf.fitters.bethe_laplace.pmm import pmm_start
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, bp_engine, exact_engine
+from pymc_crf.fitters.lbfgs import warn_iteration_limit
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
 
@@ -58,9 +59,12 @@ class LaplaceFit:
 
 def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1e-8,
              use_prior: bool = True, progressbar: bool = False,
-             description: str = "MAP (L-BFGS iterations)") -> tuple[np.ndarray, dict]:
+             description: str = "MAP (L-BFGS iterations)",
+             consequence: str = "the Laplace mean, covariance and evidence are those of this "
+                                "point, not of the mode") -> tuple[np.ndarray, dict]:
     """L-BFGS ascent of ``log p(D | w) (+ log p(w))``; returns the point and optimiser record
-    (with a progress bar of the iterations when ``progressbar``)."""
+    (with a progress bar of the iterations when ``progressbar``). A run stopped by ``maxiter``
+    warns, naming the ``consequence`` (``warn_iteration_limit``)."""
     trace: list[float] = []
 
     def objective(x):
@@ -81,6 +85,7 @@ def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1
         res = minimize(objective, np.asarray(x0, dtype=np.float64), jac=True, method="L-BFGS-B",
                        callback=callback,
                        options={"maxiter": int(maxiter), "gtol": float(gtol), "ftol": 1e-15})
+    warn_iteration_limit(res, maxiter, description.split(" (")[0], consequence)
     info = {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
             "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
             "objective": np.float64(res.fun), "grad_norm": np.float64(np.linalg.norm(res.jac)),

@@ -101,24 +101,30 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         fit = laplace_fit(problem, map=map or "bp", covariance="bp", bp=bp, maxiter=maxiter,
                           gtol=gtol, progressbar=progressbar)
         return LogEvidence(laplace_log_evidence(fit), method, 0.0, time.perf_counter() - t0,
-                           {"map": fit.map_mode, "bp_converged": fit.bp_converged})
+                           {"map": fit.map_mode, "bp_converged": fit.bp_converged,
+                            "map_converged": bool(fit.optimizer["success"])})
     if method == "laplace_exact":
         fit = laplace_fit(problem, map="exact", covariance="exact", maxiter=maxiter, gtol=gtol,
                           progressbar=progressbar)
-        return LogEvidence(laplace_log_evidence(fit), method, 0.0, time.perf_counter() - t0)
+        return LogEvidence(laplace_log_evidence(fit), method, 0.0, time.perf_counter() - t0,
+                           {"map_converged": bool(fit.optimizer["success"])})
     if method == "map":
         mode = map or "exact"
         lik = problem.make_likelihood(exact_engine(problem) if mode == "exact"
                                       else bp_engine(bp))
-        w, _ = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol,
-                        progressbar=progressbar)
+        w, info = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol,
+                           progressbar=progressbar,
+                           consequence="the estimate is the log joint at this point, not at "
+                                       "the mode")
         value = float(np.sum(lik.pointwise(w)) + problem.prior(w)[0])
-        return LogEvidence(value, method, 0.0, time.perf_counter() - t0, {"map": mode})
+        return LogEvidence(value, method, 0.0, time.perf_counter() - t0,
+                           {"map": mode, "map_converged": bool(info["success"])})
     if method == "bic":
         lik = problem.make_likelihood(exact_engine(problem))
         w, info = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol,
                            use_prior=False, progressbar=progressbar,
-                           description="BIC: maximum likelihood (L-BFGS iterations)")
+                           description="BIC: maximum likelihood (L-BFGS iterations)",
+                           consequence="BIC is computed at this point, not at the maximum")
         value = float(np.sum(lik.pointwise(w))) - 0.5 * problem.size * np.log(problem.n_data)
         return LogEvidence(value, method, 0.0, time.perf_counter() - t0,
                            {"ml_converged": bool(info["success"])})
