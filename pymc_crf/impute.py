@@ -23,6 +23,7 @@ import xarray as xr
 
 from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.fitters.spec import extract_crf
+from pymc_crf.validation import whole_number
 
 __all__ = ["impute"]
 
@@ -57,6 +58,8 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
         (chain, draw, missing) one label draw per posterior draw used.
     """
     model = pm.modelcontext(model)
+    if draws is not None:
+        draws = whole_number(draws, "draws (None for all draws)")
     spec = extract_crf(model)
     lik = CRFLogLikelihood(spec)
     obs = lik.observed_labels

@@ -23,6 +23,7 @@ from pymc_crf.fitters.predictors import (
     register_predictor,
     weight_draws,
 )
+from pymc_crf.validation import whole_number
 
 if TYPE_CHECKING:
     from pymc_crf.datasets.base import CRFData
@@ -93,8 +94,8 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
     """
     draws = renamed(draws, n_draws, "n_draws", "draws")
     random_seed = renamed(random_seed, seed, "seed", "random_seed")
-    if draws is not None and (int(draws) != draws or draws < 1):
-        raise ValueError(f"draws must be a positive integer or None (all draws); got {draws!r}")
+    if draws is not None:
+        draws = whole_number(draws, "draws (None for all draws)")
     if not hasattr(data, "graphs"):
         raise TypeError("data must be a CRFData or SequenceData (pmc.CRFData(graphs, labels, "
                         f"node_features=...), or from pmc.datasets); got {type(data).__name__}")

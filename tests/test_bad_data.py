@@ -175,3 +175,47 @@ def test_mrf_names_feature_arguments_it_does_not_take():
     with pytest.raises(TypeError, match="an MRF takes no node_features.*use pmc.CRF"):
         pmc.MRF.dist(graphs=nx.path_graph(3), node_features=np.zeros((3, 1)),
                      node_weights=np.zeros((3, 2)), n_samples=2)
+
+
+def test_whole_number_options_are_checked():
+    # 2.7 sweeps used to run as 2, True as 1; each count option names itself
+    from pymc_crf.inference import BeliefPropagation, TreeEP
+    from pymc_crf.validation import whole_number
+
+    assert whole_number(3.0, "n") == 3 and whole_number(0, "n", minimum=0) == 0
+    for bad in (2.7, True, "3", np.nan, np.inf, 0):
+        with pytest.raises(ValueError, match="max_iter must be an integer >= 1"):
+            BeliefPropagation(max_iter=bad)
+    with pytest.raises(ValueError, match="max_iter must be an integer >= 1"):
+        TreeEP(max_iter=1.5)
+    with pytest.raises(ValueError, match="threads must be True, False or None"):
+        BeliefPropagation(threads="yes")
+    with pytest.raises(ValueError, match="n_irrelevant must be an integer >= 0"):
+        pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=2, n_irrelevant=1.5)
+
+
+def test_complex_potentials_are_refused():
+    from pymc_crf.inference import BeliefPropagation, ChainEngine
+
+    b = pmc.GraphBatch.chains([3])
+    node = np.zeros((3, 2), complex)
+    for eng in (ChainEngine(), BeliefPropagation()):
+        with pytest.raises(ValueError, match="must be real numbers"):
+            eng.log_partition(b, node, np.zeros((1, 2, 2)))
+
+
+def test_impute_and_predict_check_draws():
+    rng = np.random.default_rng(0)
+    batch = pmc.GraphBatch.chains([3, 3])
+    X = rng.normal(size=(6, 2))
+    y = np.ma.masked_array(rng.integers(0, 2, 6), mask=[0, 1, 0, 0, 0, 1])
+    with pm.Model() as m:
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    r = pmc.fit(m, method="map", progressbar=False)
+    for bad in (0, 2.5, -1):
+        with pytest.raises(ValueError, match=r"draws \(None for all draws\) must be an integer"):
+            pmc.impute(r, m, draws=bad)
+    data = pmc.CRFData(batch, rng.integers(0, 2, 6), node_features=X)
+    with pytest.raises(ValueError, match=r"draws \(None for all draws\) must be an integer"):
+        pmc.predict(r, data, model=m, draws=0)

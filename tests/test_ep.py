@@ -520,8 +520,9 @@ def test_fitter_bad_input():
         fit(model, method="ep", transform=1.5)
     with pytest.raises(ValueError, match="variant"):
         fit(model, method="ep", variant="ep")
-    with pytest.raises(ValueError, match="max_iter must be >= 1"):
-        fit(model, method="ep", max_iter=0)
+    for bad in (0, 2.5):
+        with pytest.raises(ValueError, match=r"max_iter \(EP sweeps\) must be an integer >= 1"):
+            fit(model, method="ep", max_iter=bad)
     for bad in (0.0, -1e-3, np.nan):
         with pytest.raises(ValueError, match="tol must be"):
             fit(model, method="ep", tol=bad)

@@ -167,7 +167,7 @@ def test_predict_names_mismatched_data():
     with pytest.raises(ValueError, match="label 4 .* outside 0..1"):
         pmc.predict(res, high, method="bpe")
     for bad in (0, -1, 2.5):
-        with pytest.raises(ValueError, match="draws must be a positive integer"):
+        with pytest.raises(ValueError, match=r"draws \(None for all draws\) must be an integer >= 1"):
             pmc.predict(res, test, draws=bad)
     with pytest.raises(TypeError, match="data must be a CRFData"):
         pmc.predict(res, (test.graphs, test.node_features))

@@ -8,6 +8,7 @@ from pymc_crf.datasets.base import CRFData
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential
+from pymc_crf.validation import whole_number
 
 __all__ = ["bcrf_synthetic"]
 
@@ -72,9 +73,7 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
         raise ValueError(f"a {kind} needs at least {3 if kind == 'loop' else 2} nodes")
     if noise < 0:
         raise ValueError("noise must be >= 0")
-    if int(n_irrelevant) != n_irrelevant or n_irrelevant < 0:
-        raise ValueError(f"n_irrelevant must be an integer >= 0; got {n_irrelevant}")
-    n_irrelevant = int(n_irrelevant)
+    n_irrelevant = whole_number(n_irrelevant, "n_irrelevant", minimum=0)
     rng = np.random.default_rng(seed)
     rng_irrelevant = np.random.default_rng([seed, 1])
     w = rng.normal(0.0, np.sqrt(PRIOR_VARIANCE), size=(N_EDGE_FEATURES, 2, 2))

@@ -26,6 +26,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.validation import whole_number
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
            "MapResult", "Marginals", "as_generator", "check_direction", "check_iteration_settings",
@@ -91,6 +92,8 @@ class LoopyResult(NamedTuple):
 
 def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.ndarray, np.ndarray]:
     """Validate shapes and finiteness of log-potential tables; returns contiguous float64 copies."""
+    if np.iscomplexobj(node_logpot) or np.iscomplexobj(edge_logpot):
+        raise ValueError("log-potentials must be real numbers; got a complex array")
     node = np.ascontiguousarray(node_logpot, dtype=np.float64)
     edge = np.ascontiguousarray(edge_logpot, dtype=np.float64)
     if node.ndim != 2 or node.shape[0] != batch.n_total_nodes:
@@ -136,11 +139,10 @@ def check_iteration_settings(tol: float, max_iter: int, damping: float
     """
     if not float(tol) > 0.0:
         raise ValueError(f"tol must be positive; got {tol}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be >= 1; got {max_iter}")
+    max_iter = whole_number(max_iter, "max_iter")
     if not 0.0 <= float(damping) < 1.0:
         raise ValueError(f"damping must lie in [0, 1); got {damping}")
-    return float(tol), int(max_iter), float(damping)
+    return float(tol), max_iter, float(damping)
 
 
 def convergence_report(iterations: np.ndarray, max_change: np.ndarray,

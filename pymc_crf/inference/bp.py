@@ -329,6 +329,9 @@ class BeliefPropagation(LoopyEngine):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
         self.schedule = schedule
+        if threads is not None and not isinstance(threads, bool | np.bool_):
+            raise ValueError(f"threads must be True, False or None (by batch size); got "
+                             f"{threads!r}")
         self.threads = threads
 
     def _chunks(self, batch: GraphBatch) -> int:

@@ -37,6 +37,7 @@ from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
 from pymc_crf.inference.select import get_engine
+from pymc_crf.validation import whole_number
 
 __all__ = ["fit_bp_hcrf_vi", "sign_split", "plug_in_weights"]
 
@@ -144,12 +145,10 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
     t0 = time.perf_counter()
     draws = renamed(draws, n_draws, "n_draws", "draws")
     rv, info, labels = find_hcrf(model)
-    if truncation is not None and (int(truncation) != truncation or truncation < 1):
-        raise ValueError(f"bp_hcrf_vi: truncation must be an integer >= 1, got {truncation!r}")
-    if rounds < 1 or int(rounds) != rounds:
-        raise ValueError(f"bp_hcrf_vi: rounds must be an integer >= 1, got {rounds!r}")
-    if n_restarts < 1 or int(n_restarts) != n_restarts:
-        raise ValueError(f"bp_hcrf_vi: n_restarts must be an integer >= 1, got {n_restarts!r}")
+    if truncation is not None:
+        whole_number(truncation, "bp_hcrf_vi: truncation")
+    whole_number(rounds, "bp_hcrf_vi: rounds")
+    whole_number(n_restarts, "bp_hcrf_vi: n_restarts")
     K = info.n_states if truncation is None else int(truncation)
     if K != info.n_states:
         raise ValueError(f"bp_hcrf_vi: truncation={K} but the model's HCRF has n_states="

@@ -25,6 +25,7 @@ from pymc_crf.fitters.predictors import (
     register_predictor,
 )
 from pymc_crf.inference.select import get_engine
+from pymc_crf.validation import whole_number
 
 __all__ = ["predict_bp_hcrf"]
 
@@ -56,8 +57,7 @@ def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20) 
     """
     if rule not in RULES:
         raise ValueError(f"bp_hcrf predictor: rule must be one of {RULES}; got {rule!r}")
-    if int(max_iter) != max_iter or max_iter < 1:
-        raise ValueError(f"bp_hcrf predictor: max_iter must be an integer >= 1; got {max_iter!r}")
+    whole_number(max_iter, "bp_hcrf predictor: max_iter")
     if "bp_hcrf_point" not in result.children:
         raise ValueError("method='bp_hcrf' needs a bp_hcrf_vi result (a 'bp_hcrf_point' group)")
     point = result["bp_hcrf_point"]

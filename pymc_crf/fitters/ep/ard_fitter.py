@@ -129,7 +129,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
                         use_edge=xe is not None)
     n_steps = 10 * len(groups) if max_steps is None else int(max_steps)
     ep_options = dict(transform=m_k, step_size=step_size, damping=damping, tol=ep_tol,
-                      max_iter=int(max_iter), backoff=bool(backoff), min_step=float(min_step))
+                      max_iter=max_iter, backoff=bool(backoff), min_step=float(min_step))
     with fit_progress("ARD steps", n_steps + 1, progressbar) as bar:
         path = run_ard(terms, spec.batch, spec.labels, xn, xe, groups, 1.0 / var0,
                        potential=spec.potential, epsilon=spec.epsilon, tol=tol,

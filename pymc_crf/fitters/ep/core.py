@@ -36,6 +36,7 @@ from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import EPTerms
 from pymc_crf.fitters.progress import track
 from pymc_crf.potentials import get_potential
+from pymc_crf.validation import whole_number
 
 __all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform", "site_natural_params"]
 
@@ -310,8 +311,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
             raise ValueError(f"{name} must lie in (0, 1]; got {v}")
     if not (np.isfinite(tol) and tol > 0):
         raise ValueError(f"tol must be a finite number > 0; got {tol}")
-    if int(max_iter) < 1:
-        raise ValueError(f"max_iter must be >= 1 (EP sweeps); got {max_iter}")
+    max_iter = whole_number(max_iter, "max_iter (EP sweeps)")
     if damping is None:
         damping = 0.5 * step_size
     pot = get_potential(potential).code

@@ -154,7 +154,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     prior_var = np.concatenate([w.prior_sd.ravel() ** 2 for w in spec.weights])
     run = run_ep(terms, prior_mean, prior_var, potential=spec.potential, epsilon=spec.epsilon,
                  transform=m_k, step_size=step_size, damping=damping, tol=tol,
-                 max_iter=int(max_iter), backoff=bool(backoff), min_step=float(min_step),
+                 max_iter=max_iter, backoff=bool(backoff), min_step=float(min_step),
                  progressbar=progressbar)
     if not run.converged:
         warnings.warn(f"EP did not converge in {run.iterations} sweeps (last change of the mean "

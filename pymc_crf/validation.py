@@ -1,0 +1,18 @@
+"""Checks of option values shared by the engines, fitters and data generators."""
+
+from __future__ import annotations
+
+import numbers
+
+__all__ = ["whole_number"]
+
+
+def whole_number(value, name: str, minimum: int = 1) -> int:
+    """``value`` as an int when it is a whole number >= ``minimum`` (``3`` and ``3.0`` pass;
+    ``2.7``, ``True``, ``"3"`` and NaN do not), else a ValueError naming ``name``."""
+    ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
+          and value == value and abs(value) != float("inf") and int(value) == value
+          and value >= minimum)
+    if not ok:
+        raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
+    return int(value)
