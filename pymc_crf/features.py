@@ -197,8 +197,8 @@ class FeatureVectorizer:
                     j = vocab.get(name)
                     if j is None:
                         unseen[name] += 1
-                    else:
-                        row[j] = value
+                    else:  # names that coincide add up, as in scikit-learn's DictVectorizer
+                        row[j] = row.get(j, 0.0) + value
                 indices.extend(row)
                 data.extend(row.values())
                 indptr.append(len(indices))
@@ -216,7 +216,8 @@ class FeatureVectorizer:
     def inverse_transform(self, X: scipy.sparse.spmatrix | np.ndarray) -> list[dict[str, float]]:
         """One ``{feature name: value}`` dict per row of a matrix in this vectorizer's columns
         (the kept features only), e.g. to give another CRF toolkit exactly the same features."""
-        X = scipy.sparse.csr_matrix(X)
+        X = scipy.sparse.csr_matrix(X, copy=True)  # duplicate entries are summed in place below
+        X.sum_duplicates()
         names = self.feature_names_
         return [{names[j]: float(v) for j, v in zip(X.indices[X.indptr[i]:X.indptr[i + 1]],
                                                      X.data[X.indptr[i]:X.indptr[i + 1]],
@@ -244,8 +245,14 @@ class FeatureVectorizer:
 
 
 def sequence_batch(lengths: Iterable[int] | Sequence[Sentence]) -> GraphBatch:
-    """The chain ``GraphBatch`` of sentences (or of their lengths), one chain per sentence."""
+    """The chain ``GraphBatch`` of sentences (or of their lengths), one chain per sentence.
+    Every sentence needs at least one token (drop empty ones first)."""
     lengths = [x if isinstance(x, numbers.Integral) else len(x) for x in lengths]
+    empty = [i for i, n in enumerate(lengths) if n == 0]
+    if empty:
+        raise ValueError(f"sentence {empty[0]} has no tokens ({len(empty)} empty sentences in "
+                         "all): a chain needs at least one node; drop empty sentences (and "
+                         "their tags) before building the batch")
     return GraphBatch.chains(np.asarray(lengths, dtype=np.int64))
 
 
@@ -253,9 +260,16 @@ def encode_tags(tag_sequences: Iterable[Sequence[str]],
                 classes: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Flat integer labels (all sentences stacked) and the class names.
 
-    ``classes`` fixes the label order (for test data, pass the training classes); by default it is
-    the sorted set of tags seen. A tag outside ``classes`` is an error naming it.
+    ``classes`` fixes the label order (for test data, pass the classes the model was built with);
+    by default it is the sorted set of tags seen. A tag outside ``classes`` is an error naming it.
+    A test split may hold tags that training never shows (CoNLL-2000's ``I-LST``): build
+    ``classes`` from the tags of both splits, as ``examples/conll2000_chunking.py`` does, so that
+    the model has a (never observed) label for them and they count as errors.
     """
+    classes = None if classes is None else list(classes)
+    if classes is not None and len(set(classes)) != len(classes):
+        dup = sorted({c for c in classes if classes.count(c) > 1})
+        raise ValueError(f"classes must be distinct; {dup[:5]} appear more than once")
     seqs = [list(s) for s in tag_sequences]
     if classes is None:
         classes = sorted({t for s in seqs for t in s})

@@ -7,7 +7,8 @@
   token all equal a gold chunk's.
 * :func:`reliability_curve` / :func:`expected_calibration_error`: how well the confidence of a
   prediction (the largest marginal) matches its accuracy, over equal-width confidence bins
-  (Guo et al. 2017's ECE: the bin-size-weighted mean of ``|accuracy - confidence|``).
+  ``((m - 1) / M, m / M]`` (Guo et al. 2017, sec. 2; a confidence of exactly 0 goes to the first
+  bin), and their ECE: the bin-size-weighted mean of ``|accuracy - confidence|``.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+
+from pymc_crf.validation import whole_number
 
 __all__ = ["ChunkScore", "Reliability", "bio_chunks", "chunk_f1", "expected_calibration_error",
            "reliability_curve"]
@@ -70,6 +73,9 @@ class ChunkScore:
 
 def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) -> ChunkScore:
     """Chunk precision / recall / F1 over sentences of gold and predicted BIO tags."""
+    gold, predicted = list(gold), list(predicted)
+    if len(gold) != len(predicted):
+        raise ValueError(f"chunk_f1: {len(gold)} gold sentences but {len(predicted)} predicted")
     n_gold = n_pred = n_correct = 0
     for s, (g, p) in enumerate(zip(gold, predicted, strict=True)):
         if len(g) != len(p):
@@ -100,17 +106,29 @@ class Reliability:
 
 
 def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> Reliability:
-    """Reliability curve of (N, K) predicted marginals against true labels (N,): predictions are
-    the argmax, their confidence the largest marginal, binned into ``n_bins`` equal bins of [0, 1]."""
+    """Reliability curve of (N, K) predicted marginals against true labels (N,) in 0..K-1:
+    predictions are the argmax, their confidence the largest marginal, binned into ``n_bins``
+    equal bins ``(a, b]`` of [0, 1] (module docstring). Drop unlabelled positions (the package's
+    missing label -1) before calling."""
+    n_bins = whole_number(n_bins, "n_bins")
     marginals = np.asarray(marginals, dtype=np.float64)
     labels = np.asarray(labels)
     if marginals.ndim != 2 or labels.shape != (marginals.shape[0],):
         raise ValueError(f"marginals must be (N, K) and labels (N,); got {marginals.shape} and "
                          f"{labels.shape}")
+    if marginals.shape[0] == 0:
+        raise ValueError("reliability_curve: no predictions (N = 0)")
+    if not np.isfinite(marginals).all():
+        raise ValueError("reliability_curve: marginals contain NaN or inf")
+    K = marginals.shape[1]
+    if not (np.issubdtype(labels.dtype, np.integer) and labels.min() >= 0 and labels.max() < K):
+        raise ValueError(f"reliability_curve: labels must be integers in 0..{K - 1}; got values "
+                         f"from {labels.min()} to {labels.max()} (drop missing labels, -1, "
+                         "first)")
     conf = marginals.max(axis=1)
     correct = (marginals.argmax(axis=1) == labels).astype(np.float64)
     edges = np.linspace(0.0, 1.0, n_bins + 1)
-    b = np.clip(np.searchsorted(edges, conf, side="right") - 1, 0, n_bins - 1)
+    b = np.clip(np.searchsorted(edges, conf, side="left") - 1, 0, n_bins - 1)
     count = np.bincount(b, minlength=n_bins).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
         mean_conf = np.bincount(b, conf, minlength=n_bins) / count

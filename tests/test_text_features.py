@@ -108,6 +108,22 @@ def test_encode_tags_and_sequence_batch():
     vec = FeatureVectorizer()
     data = pmc.CRFData(batch, y, vec.fit_transform(TRAIN), n_labels=3)
     assert sp.issparse(data.node_features)
+    with pytest.raises(ValueError, match=r"classes must be distinct; \['A'\]"):
+        encode_tags([["A"]], ["A", "B", "A"])
+    with pytest.raises(ValueError, match="sentence 1 has no tokens"):
+        sequence_batch([[{"w": "a"}], [], [{"w": "b"}]])
+
+
+def test_coinciding_feature_names_add_up():
+    # as in scikit-learn's DictVectorizer: "w" = "a" is the indicator "w=a", which a numeric
+    # "w=a" feature of the same token adds to; int and str keys with one name coincide too
+    vec = FeatureVectorizer(bias=False)
+    X = vec.fit_transform([[{"w": "a", "w=a": 2.0}, {1: 2.0, "1": 3.0}]])
+    assert vec.feature_names_ == ["1", "w=a"]
+    np.testing.assert_array_equal(X.toarray(), [[0.0, 3.0], [5.0, 0.0]])
+    dup = sp.csr_matrix((np.ones(2), [1, 1], [0, 2]), shape=(1, 2))
+    assert vec.inverse_transform(dup) == [{"w=a": 2.0}]
+    assert dup.nnz == 2  # the caller's matrix is left as it was
 
 
 def test_token_features_template():
@@ -169,10 +185,26 @@ def test_reliability_and_ece_hand_made():
     assert r.accuracy[1] == pytest.approx(0.75)
     assert expected_calibration_error(marg, labels, 2) == pytest.approx(abs(0.75 - 0.7875))
     r10 = reliability_curve(marg, labels, n_bins=10)
-    # bins [0.6,0.7), [0.7,0.8), [0.9,1.0]: |1-0.6|, |1-0.7|, |0.5-0.925|
-    assert r10.ece == pytest.approx((0.4 + 0.3 + 2 * 0.425) / 4)
+    # bins (a, b] (Guo et al. 2017): (0.5, 0.6], (0.6, 0.7], (0.8, 0.9], (0.9, 1.0] hold one
+    # prediction each: |1 - 0.6|, |1 - 0.7|, |0 - 0.9|, |1 - 0.95|
+    np.testing.assert_array_equal(r10.count, [0, 0, 0, 0, 0, 1, 1, 0, 1, 1])
+    assert r10.ece == pytest.approx((0.4 + 0.3 + 0.9 + 0.05) / 4)
+    # a confidence on a bin edge belongs to the bin below it: binary ties at 0.5, half right
+    ties = reliability_curve(np.full((4, 2), 0.5), np.array([0, 1, 0, 1]), n_bins=10)
+    np.testing.assert_array_equal(np.flatnonzero(ties.count), [4])
+    assert ties.ece == pytest.approx(0.0)
     with pytest.raises(ValueError, match=r"\(N, K\)"):
         reliability_curve(marg, labels[:2])
+    with pytest.raises(ValueError, match="n_bins must be an integer >= 1"):
+        reliability_curve(marg, labels, n_bins=0)
+    with pytest.raises(ValueError, match="N = 0"):
+        reliability_curve(np.zeros((0, 2)), np.zeros(0, int))
+    with pytest.raises(ValueError, match="NaN or inf"):
+        reliability_curve(np.full((1, 2), np.nan), np.array([0]))
+    with pytest.raises(ValueError, match=r"integers in 0..1.*-1"):
+        reliability_curve(marg, np.array([0, -1, 0, 1]))
+    with pytest.raises(ValueError, match="2 gold sentences but 1 predicted"):
+        chunk_f1([["O"], ["O"]], [["O"]])
 
 
 def test_crfsuite_reference_on_the_same_columns():

@@ -57,7 +57,7 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
     (train, test) : tuple of CRFData
         With ``edge_features`` (E, 6 + n_irrelevant), ``labels``, ``true_weights["w"]``
         (6 + n_irrelevant, 2, 2), potential
-        ``"probit"``, epsilon 0.
+        ``"probit"``, epsilon 0. ``test`` is None when ``n_test=0``.
 
     Examples
     --------

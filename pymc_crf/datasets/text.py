@@ -5,7 +5,8 @@ The data sets live outside the package, in ``../shared/data`` relative to the re
 source, citation and licence:
 
 * ``conll2000/``: CoNLL-2000 chunking (Tjong Kim Sang & Buchholz 2000), ``word POS chunk`` per
-  line, 8,936 training and 2,012 test sentences, 23 BIO chunk tags;
+  line, 8,936 training and 2,012 test sentences, 23 BIO chunk tags (22 in the training split;
+  ``I-LST`` occurs only in the test split, on 2 tokens);
 * ``ptb_sample_pos/``: NLTK's Penn Treebank WSJ sample (Marcus et al. 1993), ``word<TAB>POS`` per
   line, 3,914 sentences, 45 tags; **non-commercial use only** (LDC copyright), so never ship it.
 
