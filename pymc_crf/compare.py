@@ -93,7 +93,11 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     for name, res in results.items():
         row: dict = {"method": name, "wall_time": float(res.attrs.get("wall_time", np.nan))}
         mat = posterior_matrix(res, var_names) if var_names else None
-        if ref is not None and mat.shape[1] == ref.shape[1]:
+        if ref is not None and mat.shape[1] != ref.shape[1]:
+            raise ValueError(f"result {name!r} has {mat.shape[1]} entries per draw in "
+                             f"{var_names}, the reference {reference!r} {ref.shape[1]}: results "
+                             "of different models cannot be compared against one reference")
+        if ref is not None:
             row["mean_abs_err"] = float(np.abs(mat.mean(0) - ref.mean(0)).mean())
             sd_ref = ref.std(0)
             row["sd_ratio"] = float(np.mean(mat.std(0) / np.where(sd_ref > 0, sd_ref, np.nan))) \

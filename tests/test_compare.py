@@ -98,3 +98,7 @@ def test_parameters_are_matched_by_name_whatever_order_each_result_stores():
     with pytest.raises(ValueError, match=r"'ref' has no posterior variable\(s\) \['c'\]"):
         pmc.compare({"ref": two_vars("a"), "other": two_vars("b")}, reference="ref",
                     var_names=["a", "c"])
+    # a same-named variable of another shape is another model: refused, not a row without columns
+    rng3 = rng.normal(size=(2, 50, 3))
+    with pytest.raises(ValueError, match="'wide' has 3 entries per draw .* 'ref' 2"):
+        pmc.compare({"ref": _result(a, 1.0), "wide": _result(rng3, 1.0)}, reference="ref")
