@@ -44,6 +44,7 @@ def test_map_from_a_symmetric_start_warns():
 
     with warnings.catch_warnings():
         warnings.simplefilter("error", UserWarning)
+        warnings.simplefilter("ignore", pmc.ConvergenceWarning)  # maxiter=5 on purpose
         pmc.fit(model, method="map", maxiter=5, jitter=0.1, random_seed=0, progressbar=False)
         rng = np.random.default_rng(0)
         start = {"theta_x": rng.normal(size=(F, S)), "theta_y": rng.normal(size=(S, C)),
