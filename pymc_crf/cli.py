@@ -14,6 +14,7 @@ import argparse
 import ast
 import importlib
 import inspect
+import re
 import subprocess
 import sys
 import time
@@ -21,6 +22,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+
+from pymc_crf.validation import int_at_least
 
 __all__ = ["bench_scripts", "build_bcrf_model", "build_parser", "main", "run_demo"]
 
@@ -108,22 +111,6 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
     return table, results
 
 
-def _int_at_least(minimum: int):
-    """An argparse type: an integer >= ``minimum`` (a one-line error otherwise)."""
-
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-        if value < minimum:
-            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
-        return value
-
-    parse.__name__ = f"integer >= {minimum}"
-    return parse
-
-
 def _method_list(text: str) -> tuple[str, ...]:
     """An argparse type: comma-separated fitter names (checked against the registry later, once
     pymc_crf is imported), or ``all``."""
@@ -156,9 +143,14 @@ def bench_scripts() -> dict[str, Path]:
 
 
 def _summary(path: Path) -> str:
-    """The first line of a script's docstring (read, not run)."""
+    """The first sentence of a script's docstring (read, not run), joined across its wrapped
+    lines."""
     doc = ast.get_docstring(ast.parse(path.read_text()))
-    return doc.splitlines()[0] if doc else ""
+    if not doc:
+        return ""
+    para = " ".join(doc.split("\n\n")[0].split())
+    end = re.search(r"\.\s+[A-Z]", para)  # not the dot of "ch. 3"
+    return para if end is None else para[:end.start() + 1]
 
 
 def _run_bench(args, parser: argparse.ArgumentParser) -> int:
@@ -188,6 +180,10 @@ def _run_demo_command(args, parser: argparse.ArgumentParser) -> int:
 
     valid = [m for m in pmc.fitters.available() if m not in DEMO_EXCLUDED]
     methods = tuple(valid) if args.methods == ("all",) else args.methods
+    hcrf_only = [m for m in methods if m in DEMO_EXCLUDED]
+    if hcrf_only:
+        parser.error(f"argument --methods: {', '.join(map(repr, hcrf_only))} fits hidden CRFs "
+                     "(pmc.HCRF); the demo model is a CRF (see examples/hcrf_japanese_vowels.py)")
     unknown = [m for m in methods if m not in valid]
     if unknown:
         parser.error(f"argument --methods: unknown {', '.join(map(repr, unknown))}; choose from "
@@ -201,14 +197,14 @@ def _run_demo_command(args, parser: argparse.ArgumentParser) -> int:
 def _add_demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--kind", choices=("chain", "loop"), default="chain",
                       help="the synthetic data of Qi, Szummer & Minka 2005, sec. 8.1")
-    demo.add_argument("--n-train", type=_int_at_least(1), default=30, help="training graphs")
-    demo.add_argument("--n-test", type=_int_at_least(1), default=1000, help="test graphs")
-    demo.add_argument("--seed", type=_int_at_least(0), default=0)
+    demo.add_argument("--n-train", type=int_at_least(1), default=30, help="training graphs")
+    demo.add_argument("--n-test", type=int_at_least(1), default=1000, help="test graphs")
+    demo.add_argument("--seed", type=int_at_least(0), default=0)
     demo.add_argument("--methods", type=_method_list, default=("map", "nuts"),
                       help="comma-separated fitters (default map,nuts), or 'all'")
-    demo.add_argument("--draws", type=_int_at_least(1), default=1000)
-    demo.add_argument("--tune", type=_int_at_least(0), default=1000)
-    demo.add_argument("--chains", type=_int_at_least(1), default=2)
+    demo.add_argument("--draws", type=int_at_least(1), default=1000)
+    demo.add_argument("--tune", type=int_at_least(0), default=1000)
+    demo.add_argument("--chains", type=int_at_least(1), default=2)
     demo.add_argument("--no-progressbar", action="store_true", help="no progress bars")
 
 
@@ -243,7 +239,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     for name, help_text in PLUGINS.items():
         if not _plugin_installed(name):
             continue
-        plugin = sub.add_parser(name, help=help_text)
+        plugin = sub.add_parser(name, help=help_text, description=help_text[0].upper()
+                                + help_text[1:] + ".")
         if argv and name in argv:
             module = importlib.import_module(f"pymc_crf.{name}")
             module.add_arguments(plugin)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import argparse
 import numbers
 
-__all__ = ["whole_number"]
+__all__ = ["int_at_least", "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
@@ -16,3 +17,20 @@ def whole_number(value, name: str, minimum: int = 1) -> int:
     if not ok:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
     return int(value)
+
+
+def int_at_least(minimum: int):
+    """An argparse type: an integer >= ``minimum`` (a one-line error otherwise), for the
+    command line's counts."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be >= {minimum}, got {value}")
+        return value
+
+    parse.__name__ = f"integer >= {minimum}"
+    return parse

@@ -73,6 +73,9 @@ def test_unknown_method_lists_the_valid_ones(capsys):
     for method in ("map", "nuts", "ep", "bethe_laplace"):
         assert method in line[0]
     assert "bp_hcrf_vi" not in line[0]  # a hidden-CRF fitter cannot fit the demo's CRF
+    with pytest.raises(SystemExit):
+        main(["demo", "--methods", "bp_hcrf_vi"])
+    assert "fits hidden CRFs (pmc.HCRF); the demo model is a CRF" in capsys.readouterr().err
 
 
 def test_bench_list_names_every_script(capsys):

@@ -6,6 +6,7 @@ import json
 import numpy as np
 import pytest
 
+import pymc_crf as pmc
 from pymc_crf import reproduce
 from pymc_crf.cli import main
 from pymc_crf.reproduce.registry import _REGISTRY, Experiment, Report, Trial
@@ -37,6 +38,20 @@ def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
     assert "no parameter(s) trails" in capsys.readouterr().err
     assert main(["reproduce", "thesis-ch3-treeep", "--set", "trials"]) == 2
     assert "KEY=VALUE" in capsys.readouterr().err
+    # values are checked against the presets' types and counts (they ended in tracebacks)
+    for bad, message in (('trials="abc"', "takes an integer like 10; got 'abc'"),
+                         ("trials=1.5", "takes an integer like 10; got 1.5"),
+                         ("trials=0", "must be >= 1; got 0"),
+                         ("strengths=[1]", "takes an object like"),
+                         ("graphs=[]", "takes a list like")):
+        assert main(["reproduce", "thesis-ch3-treeep", "--set", bad, "--show-params"]) == 2
+        assert message in capsys.readouterr().err
+    assert main(["reproduce", "thesis-ch4-ard", "--quick", "--set", "n_irrelevant=0",
+                 "--set", "max_steps=null", "--show-params"]) == 0
+    for workers in ("0", "-1"):
+        with pytest.raises(SystemExit):
+            main(["reproduce", "thesis-ch3-treeep", "--workers", workers])
+        assert "--workers" in capsys.readouterr().err
     assert main(["reproduce"]) == 2
 
 
@@ -88,12 +103,18 @@ def test_quick_run_writes_table_and_figure(name, tmp_path):
     assert len(json.loads(run.paths["trials"].read_text())) == len(trials)
 
 
-def test_absent_vowels_data_is_skipped_with_a_message(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("JAPANESE_VOWELS_DIR", str(tmp_path / "nowhere"))
-    run = reproduce.run_experiment("japanese-vowels", quick=True, serial=True, out=tmp_path)
-    assert not run.results and "nowhere" in run.skipped and "not found" in run.skipped
-    assert main(["reproduce", "japanese-vowels", "--quick", "--out", str(tmp_path)]) == 0
-    assert "japanese-vowels: SKIPPED" in capsys.readouterr().out
+def test_vowels_experiment_reads_the_shipped_data():
+    # no folder outside the package is needed: the experiment runs on a user's machine
+    from pymc_crf.reproduce.hcrf_tables import vowels_data
+    from pymc_crf.reproduce.registry import get
+
+    assert get("japanese-vowels").unavailable() is None
+    train, test = vowels_data(30)
+    full_train, full_test = pmc.datasets.japanese_vowels()
+    assert (train.graphs.n_graphs, test.graphs.n_graphs) == (9, 13)
+    np.testing.assert_array_equal(train.labels, full_train.labels[::30])
+    np.testing.assert_array_equal(test.node_features[:test.graphs.n_nodes[0]],
+                                  full_test.node_features[:full_test.graphs.n_nodes[0]])
 
 
 def test_cli_quick_run(tmp_path, capsys):
@@ -226,3 +247,16 @@ def test_dask_local_cluster_matches_serial_with_nuts(tmp_path):
     assert abs(dn[0] - sn[0]) <= 3 / 150 + 1e-12
     assert [ln for ln in dask.report.tables.splitlines() if "NUTS" not in ln] == \
         [ln for ln in serial.report.tables.splitlines() if "NUTS" not in ln]
+
+
+def test_library_versions_are_part_of_the_cache_key(monkeypatch):
+    # a trial cached under another PyMC (or linker) must not be reused
+    from importlib import metadata
+
+    from pymc_crf.reproduce.cache import environment_fingerprint
+
+    before = environment_fingerprint()
+    real = metadata.version
+    monkeypatch.setattr(metadata, "version",
+                        lambda dist: "0.0.1" if dist == "pymc" else real(dist))
+    assert environment_fingerprint() != before

@@ -161,4 +161,4 @@ register(Experiment(
                     "n_irrelevant": 14, "max_steps": None},
            "quick": {"kinds": ["chain"], "seeds": 1, "n_train": 6, "n_test": 20,
                      "n_irrelevant": 2, "max_steps": 3}},
-    trials=_trials, run_trial=run_trial, report=_report))
+    trials=_trials, run_trial=run_trial, report=_report, zero_ok=("n_irrelevant",)))

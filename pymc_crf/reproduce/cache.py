@@ -9,21 +9,23 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TrialCache", "code_fingerprint", "trial_key"]
+__all__ = ["TrialCache", "code_fingerprint", "environment_fingerprint", "trial_key"]
 
 _PACKAGE = Path(__file__).resolve().parents[1]
 
 
 def code_fingerprint(extra: Sequence[str | os.PathLike] = ()) -> str:
-    """The hex SHA-256 of the package's Python sources (every ``*.py`` under ``pymc_crf``, by
-    relative path and content) and of the ``extra`` files that exist.
+    """The hex SHA-256 of the package's Python sources and shipped data (every ``*.py`` under
+    ``pymc_crf`` and every file under ``pymc_crf/datasets/data``, by relative path and content)
+    and of the ``extra`` files that exist.
 
     Part of every trial key, so a cached trial is reused only by the code that computed it: a
     change to any module, even one a trial does not seem to call, makes a fresh trial (a
     conservative rule, since numbers move with numerics anywhere in the package).
     """
     h = hashlib.sha256()
-    files = sorted(_PACKAGE.rglob("*.py"))
+    files = sorted([*_PACKAGE.rglob("*.py"),
+                    *(p for p in (_PACKAGE / "datasets" / "data").rglob("*") if p.is_file())])
     for path in files:
         h.update(str(path.relative_to(_PACKAGE)).encode())
         h.update(path.read_bytes())
@@ -32,6 +34,24 @@ def code_fingerprint(extra: Sequence[str | os.PathLike] = ()) -> str:
             h.update(path.name.encode())
             h.update(path.read_bytes())
     return h.hexdigest()
+
+
+def environment_fingerprint() -> str:
+    """The hex SHA-256 of what besides the package's code moves the numbers: the Python and
+    library versions (numpy, scipy, numba, PyTensor, PyMC, ArviZ, nutpie) and PyTensor's linker
+    (the NUTS rows differ between the numba and C backends)."""
+    import platform
+    from importlib import metadata
+
+    import pytensor
+
+    parts = [platform.python_version(), str(pytensor.config.linker), str(pytensor.config.mode)]
+    for dist in ("numpy", "scipy", "numba", "pytensor", "pymc", "arviz", "nutpie"):
+        try:
+            parts.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            parts.append(f"{dist}=absent")
+    return hashlib.sha256("|".join(parts).encode()).hexdigest()
 
 
 def trial_key(experiment: str, settings: dict[str, Any], seed: int, version: str) -> str:

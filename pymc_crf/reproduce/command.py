@@ -11,10 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pymc_crf.reproduce.cache import TrialCache, code_fingerprint
+from pymc_crf.reproduce.cache import TrialCache, code_fingerprint, environment_fingerprint
 from pymc_crf.reproduce.registry import Report, TrialResult, available, get
 from pymc_crf.reproduce.report import write_report
 from pymc_crf.reproduce.runner import RunStats, run_trials
+from pymc_crf.validation import int_at_least
 
 __all__ = ["ReproduceRun", "add_arguments", "parse_overrides", "run", "run_experiment"]
 
@@ -85,7 +86,8 @@ def run_experiment(name: str, *, quick: bool = False, overrides: dict[str, Any] 
         return ReproduceRun([], None, {}, RunStats(), params, skipped=reason)
     trial_cache = None
     if cache:
-        version = f"{pymc_crf.__version__}+{code_fingerprint(exp.sources)[:16]}"
+        version = (f"{pymc_crf.__version__}+{code_fingerprint(exp.sources)[:16]}"
+                   f"+{environment_fingerprint()[:16]}")
         trial_cache = TrialCache(Path(out) / "cache", name, version)
     results, stats = run_trials(name, exp.trials(params), trial_cache, scheduler=scheduler,
                                 n_workers=n_workers, serial=serial, warm_up=warm_up)
@@ -112,7 +114,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--scheduler", metavar="ADDRESS",
                        help="address of a running Dask scheduler (default: a LocalCluster)")
     where.add_argument("--serial", action="store_true", help="run the trials in this process")
-    parser.add_argument("--workers", type=int, default=None,
+    parser.add_argument("--workers", type=int_at_least(1), default=None,
                         help="LocalCluster worker processes (default: the number of CPUs)")
     parser.add_argument("--no-cache", action="store_true",
                         help="neither read nor write the trial cache")

@@ -4,18 +4,14 @@ BP-HCRF variational inference against a MAP-trained HCRF.
 One trial is one method on one split: ``"bp_hcrf_vi"`` (truncation K, R rounds, random restarts;
 prediction with the plug-in weights) or ``"map_hcrf"`` (L-BFGS from a random start -- zero weights
 are a symmetric saddle of the HCRF -- with predictions averaged over the fit). The vowels task
-reads ``../shared/data/japanese_vowels`` relative to the repository root (or
-``$JAPANESE_VOWELS_DIR``) and is skipped with a message when that folder is absent.
+uses the copy of the data that ships with the package (:func:`pymc_crf.datasets.japanese_vowels`).
 """
 
 from __future__ import annotations
 
-import gzip
-import os
 import time
 import warnings
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,7 +19,7 @@ import numpy as np
 from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
 from pymc_crf.reproduce.report import markdown_table, mean_se, new_figure
 
-__all__ = ["PAPER_TABLE_V", "run_trial", "vowels_data", "vowels_folder"]
+__all__ = ["PAPER_TABLE_V", "run_trial", "vowels_data"]
 
 # Luo, Sun & Zhao, table V: accuracy % (mean ± sd over 5 random splits; 5 training and 100 test
 # sequences per class, T = 100, K = 10, R = 4). The paper reports no Japanese vowels result.
@@ -31,43 +27,12 @@ PAPER_TABLE_V = {"BP-HCRF VI": (99.93, 0.15), "MAP-HCRF": (99.80, 0.30)}
 LABELS = {"bp_hcrf_vi": "BP-HCRF VI", "map_hcrf": "MAP-HCRF"}
 
 
-def vowels_folder() -> Path:
-    """``$JAPANESE_VOWELS_DIR`` or ``../shared/data/japanese_vowels`` from the repository root."""
-    root = Path(__file__).resolve().parents[2]
-    return Path(os.environ.get("JAPANESE_VOWELS_DIR",
-                               root.parent / "shared" / "data" / "japanese_vowels"))
-
-
-def _read_csv(path: Path) -> tuple[list[np.ndarray], np.ndarray]:
-    with gzip.open(path, "rt") as fh:
-        header = fh.readline().strip().split(",")
-        arr = np.loadtxt(fh, delimiter=",")
-    seq = arr[:, header.index("seq_id")].astype(int)
-    lab = arr[:, header.index("label")].astype(int)
-    feats = arr[:, [i for i, h in enumerate(header) if h.startswith("lpc_")]]
-    ids = np.unique(seq)
-    return [feats[seq == i] for i in ids], np.array([lab[seq == i][0] for i in ids]) - 1
-
-
 def vowels_data(every: int = 1):
     """(train, test) ``SequenceData`` of the Japanese vowels (9 speakers, 12 LPC features
-    standardised with training statistics), every ``every``-th sequence; None if absent."""
-    from pymc_crf.datasets.hmm import SequenceData
-    from pymc_crf.distributions.hcrf import from_sequences
+    standardised with training statistics), every ``every``-th sequence of each split."""
+    from pymc_crf.datasets.japanese_vowels import japanese_vowels
 
-    folder = vowels_folder()
-    if not (folder / "train.csv.gz").exists():
-        return None
-    tr_s, tr_y = _read_csv(folder / "train.csv.gz")
-    te_s, te_y = _read_csv(folder / "test.csv.gz")
-    allx = np.concatenate(tr_s)
-    mu, sd = allx.mean(0), allx.std(0)  # training statistics only
-    out = []
-    for seqs, y in ((tr_s[::every], tr_y[::every]), (te_s[::every], te_y[::every])):
-        batch, X = from_sequences([(s - mu) / sd for s in seqs])
-        out.append(SequenceData(graphs=batch, node_features=X, labels=y, n_classes=9,
-                                coords={"graph": np.arange(len(y))}))
-    return out
+    return tuple(d.subset(np.arange(0, d.graphs.n_graphs, every)) for d in japanese_vowels())
 
 
 def _hcrf_model(data, S: int, prior_sd: float = 3.0):
@@ -120,10 +85,7 @@ def run_trial(settings: dict[str, Any], seed: int) -> dict[str, float]:
     from pymc_crf.datasets.hmm import hmm_classes
 
     if settings["task"] == "vowels":
-        data = vowels_data(settings["every"])
-        if data is None:
-            raise FileNotFoundError(f"Japanese vowels data not found in {vowels_folder()}")
-        train, test = data
+        train, test = vowels_data(settings["every"])
     else:
         train, test = hmm_classes(n_train_per_class=settings["n_train_per_class"],
                                   n_test_per_class=settings["n_test_per_class"],
@@ -190,14 +152,6 @@ def _report(task: str):
     return report
 
 
-def _vowels_unavailable() -> str | None:
-    folder = vowels_folder()
-    if (folder / "train.csv.gz").exists():
-        return None
-    return (f"Japanese vowels data folder {folder} not found (put train.csv.gz / test.csv.gz "
-            "there or set JAPANESE_VOWELS_DIR)")
-
-
 _FIT_FULL = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 10, "rounds": 4,
              "restarts": 8, "max_iter": 20, "map_states": 10, "map_maxiter": 500}
 _FIT_QUICK = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 2, "rounds": 1,
@@ -216,8 +170,7 @@ register(Experiment(
 register(Experiment(
     name="japanese-vowels",
     description="Japanese vowels speaker identification (9 speakers): BP-HCRF VI vs MAP-HCRF "
-                "(needs ../shared/data/japanese_vowels)",
+                "(data shipped with the package)",
     sizes={"full": {**_FIT_FULL, "splits": 1, "every": 1},
            "quick": {**_FIT_QUICK, "splits": 1, "every": 30}},
-    trials=_trials("vowels"), run_trial=run_trial, report=_report("vowels"),
-    unavailable=_vowels_unavailable))
+    trials=_trials("vowels"), run_trial=run_trial, report=_report("vowels")))

@@ -7,6 +7,8 @@ function of ``(settings, seed)`` and turns the finished trials into a :class:`Re
 
 from __future__ import annotations
 
+import json
+import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +70,9 @@ class Experiment:
     sources : tuple of str
         Files outside the package that the trials run (e.g. a ``bench/`` module): their
         content is part of the cache key, as the package's own sources are.
+    zero_ok : tuple of str
+        Integer parameters that may be 0 (every other integer parameter is a count >= 1, unless
+        a preset gives it 0).
     """
 
     name: str
@@ -78,6 +83,7 @@ class Experiment:
     report: Callable[[Sequence[TrialResult], dict[str, Any]], Report]
     unavailable: Callable[[], str | None] = field(default=lambda: None)
     sources: tuple[str, ...] = ()
+    zero_ok: tuple[str, ...] = ()
 
     def params(self, size: str = "full", overrides: dict[str, Any] | None = None
                ) -> dict[str, Any]:
@@ -90,8 +96,54 @@ class Experiment:
         if unknown:
             raise ValueError(f"experiment {self.name!r} has no parameter(s) "
                              f"{', '.join(sorted(unknown))} (parameters: {', '.join(params)})")
+        for key, value in (overrides or {}).items():
+            self._check_value(key, value)
         params.update(overrides or {})
         return params
+
+    def _check_value(self, key: str, value: Any) -> None:
+        """Refuse an override whose JSON type none of the presets gives ``key`` (``trials="abc"``,
+        ``trials=1.5``, a list for a dict), or a count below its minimum, with a ValueError."""
+        presets = [p[key] for p in self.sizes.values() if key in p]
+
+        def kind(v: Any) -> str:
+            if v is None:
+                return "null"
+            if isinstance(v, bool):
+                return "true/false"
+            if isinstance(v, numbers.Integral):
+                return "integer"
+            if isinstance(v, numbers.Real):
+                return "number"
+            return {str: "string", list: "list", tuple: "list", dict: "object"}.get(type(v),
+                                                                                   "other")
+
+        def fits(v: Any, p: Any, name: str) -> bool:
+            k, kp = kind(v), kind(p)
+            if kp == "integer":
+                if k not in ("integer", "number") or v != int(v):
+                    return False
+                low = 0 if (name in self.zero_ok or p == 0) else 1
+                if v < low:
+                    raise ValueError(f"parameter {name} of {self.name!r} must be >= {low}; "
+                                     f"got {v!r}")
+                return True
+            if kp == "number":
+                return k in ("integer", "number")
+            if kp == "list":
+                return (k == "list" and len(v) > 0
+                        and all(any(fits(x, q, name) for q in p) for x in v))
+            if kp == "object":
+                return k == "object"
+            return k == kp
+
+        if not any(fits(value, p, key) for p in presets):
+            shown = " or ".join(sorted({kind(p) for p in presets}))
+            example = json.dumps(presets[0], default=float)
+            example = example if len(example) <= 60 else example[:57] + "..."
+            raise ValueError(f"parameter {key} of {self.name!r} takes "
+                             f"{'an' if shown[0] in 'aeiou' else 'a'} {shown} like {example}; "
+                             f"got {value!r}")
 
 
 _REGISTRY: dict[str, Experiment] = {}
