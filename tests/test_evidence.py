@@ -84,8 +84,9 @@ def test_a_search_stopped_by_maxiter_warns_and_is_recorded():
         full = log_marginal_likelihood(m, meth, progressbar=False)
         assert full.details["map_converged"] is True
         assert abs(float(short) - float(full)) > 1e-3
-    with pytest.warns(pmc.ConvergenceWarning, match="pmc.fit\\(method='map'\\).*maxiter=2"):
+    with pytest.warns(pmc.ConvergenceWarning, match="pmc.fit\\(method='map'\\).*maxiter=2") as rec:
         pmc.fit(m, method="map", maxiter=2, progressbar=False)
+    assert rec[0].filename == __file__  # the user's line, not the package's
     with pytest.warns(pmc.ConvergenceWarning, match="Laplace mean"):
         pmc.fit(m, method="bethe_laplace", maxiter=1, draws=10, progressbar=False)
 

@@ -15,6 +15,7 @@ at most ``ftol``, or the largest gradient entry at most ``gtol``, or ``maxiter``
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections import deque
 from collections.abc import Callable
@@ -27,22 +28,24 @@ from pymc_crf.inference.base import ConvergenceWarning
 
 __all__ = ["LBFGSResult", "lbfgs", "warn_iteration_limit"]
 
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
-def warn_iteration_limit(res, maxiter: int, what: str, consequence: str,
-                         stacklevel: int = 3) -> None:
+
+def warn_iteration_limit(res, maxiter: int, what: str, consequence: str) -> None:
     """One :class:`~pymc_crf.inference.base.ConvergenceWarning` when an L-BFGS run (scipy's or
     :func:`lbfgs`) stopped at its iteration limit: the point is then not the optimum.
 
     Stops for lack of progress (the relative decrease below ``ftol``, or scipy's line search
     failing at the limit of float precision) are not warned about: they end most runs that
-    reach the optimum to machine precision.
+    reach the optimum to machine precision. The warning points at the first caller outside the
+    package (the user's ``pmc.fit`` line).
     """
     if res.success or int(res.nit) < int(maxiter):
         return
     warnings.warn(f"{what}: L-BFGS stopped at maxiter={int(maxiter)} iterations with gradient "
                   f"norm {float(np.linalg.norm(res.jac)):.3g}, before converging; "
                   f"{consequence}. Increase maxiter.", ConvergenceWarning,
-                  stacklevel=stacklevel + 1)
+                  skip_file_prefixes=(_PACKAGE_DIR,))
 
 
 @dataclass

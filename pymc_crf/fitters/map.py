@@ -146,7 +146,7 @@ def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
                            options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
                                     "ftol": settings["ftol"]})
     warn_iteration_limit(res, settings["maxiter"], "pmc.fit(method='map')",
-                         "the weights returned are not the posterior mode", stacklevel=4)
+                         "the weights returned are not the posterior mode")
     return res, trace
 
 

@@ -160,7 +160,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         warnings.warn(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
                       f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "
                       f"figs. 5-6, 5-7): try a smaller step_size (e.g. 0.3), variant='tep', or "
-                      f"more max_iter", ConvergenceWarning, stacklevel=2)
+                      f"more max_iter", ConvergenceWarning, stacklevel=3)  # the caller of pmc.fit
     # A fixed point reached by skipping many terms has dropped that much of the data: the Gaussian
     # is then not an approximation of this posterior, so say so.
     n_terms = 2 * ((xe is not None) * spec.batch.n_edges + (xn is not None) * spec.batch.n_total_nodes)
@@ -169,12 +169,12 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         warnings.warn(f"EP's last sweep skipped {last_skipped} of {n_terms} term updates (their "
                       "cavity or update was not positive definite), so the result ignores that "
                       "much of the data; try a smaller step_size or variant='tep'",
-                      ConvergenceWarning, stacklevel=2)
+                      ConvergenceWarning, stacklevel=3)  # the caller of pmc.fit
     if m_k < 1.0 and _label_beliefs_locked(run, spec.labels, prior_var):
         warnings.warn("transformed EP stopped where its label beliefs equal the observed labels at "
                       "every node, so the 1/Z sites cancel the data terms and q(w) is the prior "
                       "(a fixed point of TEP under wide priors, docs/ep.md); use variant='pep' or "
-                      "a smaller prior sd", ConvergenceWarning, stacklevel=2)
+                      "a smaller prior sd", ConvergenceWarning, stacklevel=3)  # the caller of pmc.fit
     rng = np.random.default_rng(random_seed)
     flat = draws_from_gaussian(run.mean, run.cov, int(draws), int(chains), rng)
     posterior = spec.unflatten(flat)
