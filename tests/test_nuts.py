@@ -100,3 +100,14 @@ def test_nuts_covers_true_weights_and_nutpie_agrees():
         a, b = (res[s]["posterior"][v].values.reshape(-1, *truth[v].shape) for s in res)
         se = np.sqrt(a.var(0) / 400 + b.var(0) / 400)  # ESS >= 400 per sampler, conservatively
         assert np.all(np.abs(a.mean(0) - b.mean(0)) < 4 * se), v
+
+
+def test_misspelt_sample_options_are_refused_by_name():
+    # refused before anything is compiled; real step settings (target_accept) are not typos
+    model, _ = _chain_model(2, 3, 2, 1, seed=0)
+    for typo, meant in (("drawz", "draws"), ("chians", "chains"), ("randon_seed", "random_seed")):
+        with pytest.raises(ValueError, match=f"no option '{typo}'; did you mean '{meant}'"):
+            pmc.fit(model, method="nuts", **{typo: 10})
+    from pymc_crf.fitters.nuts import _refuse_typos
+
+    _refuse_typos({"target_accept": 0.9, "nuts_sampler": "pymc", "init": "adapt_diag"})

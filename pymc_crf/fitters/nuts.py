@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import time
 
 import pymc as pm
@@ -20,8 +22,11 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     log-likelihood, and attrs ``method``/``wall_time`` like every other fitter.
 
     ``progressbar`` is ``pm.sample``'s (its own bar, or nutpie's; ``False`` silences it); the other
-    keyword arguments go to ``pm.sample`` too."""
+    keyword arguments go to ``pm.sample`` too. A keyword that is none of ``pm.sample``'s own but
+    close to one (``drawz=``) is taken for a typo and refused: ``pm.sample`` would hand it to the
+    step method or nutpie, whose errors do not name the intended option."""
     t0 = time.perf_counter()
+    _refuse_typos(sample_kwargs)
     check_observed_labels(model)
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
@@ -31,3 +36,15 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     idata.attrs.update({"method": "nuts", "wall_time": time.perf_counter() - t0,
                         "settings": f'{{"draws": {draws}, "tune": {tune}, "chains": {chains}}}'})
     return idata
+
+
+def _refuse_typos(sample_kwargs: dict) -> None:
+    known = [p for p in inspect.signature(pm.sample).parameters if p != "kwargs"]
+    for key in sample_kwargs:
+        if key in known:
+            continue
+        close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
+        if close:
+            raise ValueError(f"method='nuts' has no option {key!r}; did you mean {close[0]!r}? "
+                             "(the options are pm.sample's, and step-method settings such as "
+                             "target_accept)")
