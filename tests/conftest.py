@@ -1,9 +1,15 @@
 import numpy as np
+import pymc  # noqa: F401
 import pytest
 from hypothesis import settings
 
 settings.register_profile("default", deadline=None, max_examples=25, derandomize=True)
 settings.load_profile("default")
+
+# PyMC is imported here, before any test captures output: imported for the first time inside a
+# test with captured stdout (``pmc.fitters`` is imported lazily, so a CLI test can be the first),
+# its progress bars keep writing to that test's closed capture ("I/O operation on closed file" in
+# every later fit with a progress bar in the same process).
 
 
 @pytest.fixture
