@@ -27,6 +27,20 @@ def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
     ``sum_i (F_1(X_i) - F_2(X_i))^2`` over all samples ``X_i`` of both sets, with empirical CDFs;
     for (n, d) arrays the per-dimension scores are summed (Welling & Parise 2006, sec. 7). With ``normalize``
     it is divided by ``N1 + N2`` (a mean squared CDF difference, comparable across sample sizes).
+
+    Parameters
+    ----------
+    s1, s2 : numpy.ndarray
+        The two sample sets: (n1,) and (n2,) draws of one quantity, or (n1, d) and (n2, d) draws
+        of ``d`` (the same ``d`` in both).
+    normalize : bool
+        Divide each dimension's sum by ``N1 + N2``, the number of pooled samples.
+
+    Returns
+    -------
+    float
+        The score, summed over dimensions: 0 for identical empirical distributions, larger the
+        further apart they are.
     """
     s1 = np.asarray(s1, dtype=np.float64)
     s2 = np.asarray(s2, dtype=np.float64)
@@ -59,6 +73,24 @@ def _as_dataset(x) -> xr.Dataset:
     return x
 
 
+def check_results(results, caller: str) -> None:
+    """Refuse anything but a non-empty dict of name -> fitted DataTree with a posterior group
+    (``compare`` and the plots of several results take one)."""
+    if not isinstance(results, Mapping):
+        raise TypeError(f"{caller}: results must be a dict of name -> fitted DataTree; "
+                        f"got {type(results).__name__}")
+    if not results:
+        raise ValueError(f"{caller} needs at least one result: pass a dict of name -> fitted "
+                         "DataTree (e.g. {'nuts': idata, 'ep': ep}); got an empty dict")
+    for key, res in results.items():
+        if not isinstance(res, xr.DataTree):
+            raise TypeError(f"results[{key!r}] must be a fitted DataTree (from pmc.fit or "
+                            f"pm.sample); got {type(res).__name__}")
+        if "posterior" not in res.children:
+            raise ValueError(f"results[{key!r}] has no 'posterior' group (it has "
+                             f"{list(res.children)})")
+
+
 def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             test: CRFData | None = None, var_names: list[str] | None = None,
             predict_method: str = "average", draws: int | None = 200, model: pm.Model | None = None,
@@ -75,11 +107,40 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     Parameters are matched by name: ``var_names`` (default: the reference's posterior variables
     that every result has, in the reference's order; without a reference, the first result's),
     whatever order each fitter stores them in.
+
+    Parameters
+    ----------
+    results : dict of str to DataTree
+        Fitted results (any fitter, or ``pm.sample``), keyed by the method name to show; at least
+        one.
+    reference : str, optional
+        Key of the reference result (usually NUTS) that ``mean_abs_err``, ``sd_ratio`` and ``cvm``
+        compare against; without it those columns are left out.
+    test : CRFData, optional
+        Labelled test data for the ``test_error`` column.
+    var_names : list of str, optional
+        Posterior variables to compare (default: as above).
+    predict_method : str
+        ``method`` of :func:`pymc_crf.predict` for the test error.
+    draws : int or None
+        ``draws`` of :func:`pymc_crf.predict` (None: all).
+    model : pm.Model, optional
+        Passed to :func:`pymc_crf.predict`; needed only for results that do not record their CRF
+        layout (``pm.sample`` output).
+    n_draws : int, optional
+        Deprecated name of ``draws``.
+
+    Returns
+    -------
+    pandas.DataFrame
+        One row per result, indexed by ``method`` (the keys of ``results``, in their order), with
+        the columns above that apply.
     """
+    check_results(results, "compare")
     draws = renamed(draws, n_draws, "n_draws", "draws")
     if reference is not None and reference not in results:
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")
-    if var_names is None and results:
+    if var_names is None:
         base = results[reference] if reference is not None else next(iter(results.values()))
         var_names = [v for v in base["posterior"].data_vars
                      if all(v in r["posterior"].data_vars for r in results.values())]

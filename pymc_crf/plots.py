@@ -7,7 +7,7 @@ the axes it drew on, so ArviZ plots and these can share a figure.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -15,11 +15,12 @@ import pandas as pd
 import xarray as xr
 from matplotlib.axes import Axes
 
-from pymc_crf.compare import cvm_score, posterior_matrix
+from pymc_crf.compare import check_results, cvm_score, posterior_matrix
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.metrics import Reliability
 from pymc_crf.predict import Prediction
+from pymc_crf.validation import whole_number
 
 __all__ = ["plot_compare", "plot_convergence", "plot_marginals_chain", "plot_marginals_grid",
            "plot_reliability",
@@ -28,10 +29,40 @@ __all__ = ["plot_compare", "plot_convergence", "plot_marginals_chain", "plot_mar
 _REFERENCE_COLOR = "0.55"
 
 
+def _check_ax(ax) -> None:
+    """Refuse an ``ax=`` that is not one matplotlib Axes (None passes: draw on a new figure)."""
+    if ax is not None and not isinstance(ax, Axes):
+        raise TypeError(f"ax must be one matplotlib Axes (or None for a new figure); "
+                        f"got {type(ax).__name__}")
+
+
+def _check_names(value, name: str) -> list[str] | None:
+    """``value`` (None or a sequence of names) as a list; a lone str is refused, not split."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be a list of names; got the str {value!r} "
+                        f"(write [{value!r}])")
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of names; got {type(value).__name__}")
+    return list(value)
+
+
+def _check_mapping(value, name: str, what: str) -> None:
+    """Refuse a ``value`` that is not a non-empty dict of label -> ``what``."""
+    if not isinstance(value, Mapping):
+        raise TypeError(f"{name} must be a dict of name -> {what}; got {type(value).__name__}")
+    if not value:
+        raise ValueError(f"{name} is empty: pass a dict of name -> {what}")
+
+
 def _axes_grid(n: int, ax, ncols: int, panel_size=(3.0, 2.3)) -> np.ndarray:
     """``n`` axes: the caller's (checked) or a new figure's, as a flat object array."""
     if ax is not None:
         axes = np.ravel(np.asarray(ax, dtype=object))
+        wrong = [type(a).__name__ for a in axes if not isinstance(a, Axes)]
+        if wrong:
+            raise TypeError(f"ax must be matplotlib Axes or an array of them; got {wrong[0]}")
         if axes.size < n:
             raise ValueError(f"this plot needs {n} axes; ax= gives {axes.size}")
         return axes[:n]
@@ -75,7 +106,8 @@ def _gaussian_marginals(result: xr.DataTree, names: list[str]) -> tuple[np.ndarr
 def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequence[str] | None = None,
                              reference: str | None = None, *, bins: int = 30,
                              max_panels: int | None = 12, sort: str | None = "cvm",
-                             gaussian: bool = True, ncols: int = 4, ax=None) -> np.ndarray:
+                             gaussian: bool = True, ncols: int = 4,
+                             ax: Axes | Sequence[Axes] | np.ndarray | None = None) -> np.ndarray:
     """Marginal posterior of every weight, one panel per weight, all methods overlaid.
 
     In the style of Welling & Parise 2006, figs. 3, 7 and 8: the reference posterior (usually NUTS)
@@ -118,14 +150,18 @@ def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequ
     >>> axes = pmc.plots.plot_posterior_marginals(  # doctest: +SKIP
     ...     {"nuts": gold, "ep": ep, "map": point}, reference="nuts", max_panels=8)
     """
-    if not results:
-        raise ValueError("results is empty: pass a dict of name -> fitted DataTree")
+    check_results(results, "plot_posterior_marginals")
     if reference is not None and reference not in results:
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")
     if sort not in ("cvm", None):
         raise ValueError(f"sort must be 'cvm' or None; got {sort!r}")
+    var_names = _check_names(var_names, "var_names")
+    bins = whole_number(bins, "bins")
+    if max_panels is not None:
+        max_panels = whole_number(max_panels, "max_panels")
+    ncols = whole_number(ncols, "ncols")
     first = next(iter(results.values()))
-    var_names = list(var_names) if var_names is not None else list(first["posterior"].data_vars)
+    var_names = var_names if var_names is not None else list(first["posterior"].data_vars)
     for key, res in results.items():
         missing = [v for v in var_names if v not in res["posterior"].data_vars]
         if missing:
@@ -186,7 +222,8 @@ def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequ
 
 
 def plot_compare(table: pd.DataFrame, columns: Sequence[str] | None = None, *,
-                 reference: str | None = None, ax=None) -> np.ndarray:
+                 reference: str | None = None,
+                 ax: Axes | Sequence[Axes] | np.ndarray | None = None) -> np.ndarray:
     """Bars of the scores of :func:`pymc_crf.compare`, one panel per column, one bar per method.
 
     When the table has several rows per method (e.g. ``pd.concat`` of ``compare`` tables over
@@ -217,13 +254,13 @@ def plot_compare(table: pd.DataFrame, columns: Sequence[str] | None = None, *,
     """
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"table must be the DataFrame pmc.compare returns; got {type(table).__name__}")
+    columns = _check_names(columns, "columns")
     if reference is not None:
         table = table[table.index != reference]
     if columns is None:
         columns = [c for c in ("cvm", "mean_abs_err", "sd_ratio", "test_error", "wall_time")
                    if c in table.columns and table[c].notna().any()]
     else:
-        columns = list(columns)
         missing = [c for c in columns if c not in table.columns]
         if missing:
             raise ValueError(f"columns {missing} are not in the table (it has {list(table.columns)})")
@@ -269,7 +306,7 @@ def _diagnostics_group(result) -> tuple[xr.Dataset, dict]:
 
 
 def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] | None = None, *,
-                     ax=None) -> np.ndarray:
+                     ax: Axes | Sequence[Axes] | np.ndarray | None = None) -> np.ndarray:
     """Convergence traces of an iterative fitter (EP sweeps, VI bound, MAP objective).
 
     Reads the result's ``diagnostics`` group (or MAP's ``optimizer_result``): every variable with
@@ -298,6 +335,10 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
     >>> ep = pmc.fit(model, method="ep")  # doctest: +SKIP
     >>> axes = pmc.plots.plot_convergence(ep)  # doctest: +SKIP
     """
+    if not isinstance(result, xr.DataTree | xr.Dataset):
+        raise TypeError("result must be a fitter's DataTree or a diagnostics Dataset; "
+                        f"got {type(result).__name__}")
+    var_names = _check_names(var_names, "var_names")
     ds, settings = _diagnostics_group(result)
     traces = [v for v in ds.data_vars if ds[v].ndim == 1 and not str(v).endswith("time")
               and np.issubdtype(ds[v].dtype, np.number)]
@@ -305,7 +346,7 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
         missing = [v for v in var_names if v not in traces]
         if missing:
             raise ValueError(f"no per-iteration trace named {missing}; available: {traces}")
-        traces = list(var_names)
+        traces = var_names
     if not traces:
         raise ValueError("the diagnostics have no per-iteration traces to plot")
     changes = [v for v in traces if "change" in str(v)]
@@ -344,7 +385,10 @@ def _graph_nodes(n_nodes: int, data: CRFData | GraphBatch | None, graph) -> tupl
 
 
 def _check_prediction(prediction: Prediction) -> np.ndarray:
-    marg = np.asarray(getattr(prediction, "marginals", None))
+    if not isinstance(prediction, Prediction):
+        raise TypeError("prediction must be a pmc.Prediction (what pmc.predict returns); "
+                        f"got {type(prediction).__name__}")
+    marg = np.asarray(prediction.marginals)
     if marg.ndim != 2:
         raise TypeError("prediction must be a pmc.predict result with (N, K) node marginals; the "
                         "per-graph class probabilities of hidden CRFs are not node marginals")
@@ -384,6 +428,7 @@ def plot_marginals_chain(prediction: Prediction, data: CRFData | GraphBatch | No
     >>> ax = pmc.plots.plot_marginals_chain(pred, test, graph=[0, 1, 2])  # doctest: +SKIP
     """
     marg = _check_prediction(prediction)
+    _check_ax(ax)
     nodes, sizes = _graph_nodes(marg.shape[0], data, graph)
     if ax is None:
         _, ax = plt.subplots(figsize=(min(12.0, 1.5 + 0.35 * nodes.size), 0.9 + 0.35 * marg.shape[1]),
@@ -448,10 +493,15 @@ def plot_marginals_grid(prediction: Prediction, shape: tuple[int, int],
     >>> ax = pmc.plots.plot_marginals_grid(pred, (8, 8), test, graph=0)  # doctest: +SKIP
     """
     marg = _check_prediction(prediction)
-    rows, cols = (int(s) for s in shape)
-    if not 0 <= label < marg.shape[1]:
+    _check_ax(ax)
+    if isinstance(shape, str) or not isinstance(shape, Sequence | np.ndarray) or len(shape) != 2:
+        raise TypeError(f"shape must be a (rows, cols) pair; got {shape!r}")
+    rows, cols = whole_number(shape[0], "shape[0] (rows)"), whole_number(shape[1], "shape[1] (cols)")
+    label = whole_number(label, "label", minimum=0)
+    graph = whole_number(graph, "graph", minimum=0)
+    if not label < marg.shape[1]:
         raise ValueError(f"label {label} out of range 0..{marg.shape[1] - 1}")
-    nodes, _ = _graph_nodes(marg.shape[0], data, int(graph))
+    nodes, _ = _graph_nodes(marg.shape[0], data, graph)
     if rows * cols != nodes.size:
         raise ValueError(f"shape {rows}x{cols} has {rows * cols} nodes; the graph has {nodes.size}")
     if ax is None:
@@ -469,10 +519,41 @@ def plot_marginals_grid(prediction: Prediction, shape: tuple[int, int],
     return ax
 
 
-def plot_reliability(curves: Mapping[str, Reliability], *, ax=None, title: str = ""):
+def plot_reliability(curves: Mapping[str, Reliability], *, ax: Axes | None = None,
+                     title: str = "") -> Axes:
     """Reliability curves (accuracy against mean confidence per bin) of several predictors, from
     :func:`pymc_crf.metrics.reliability_curve`, with the diagonal of perfect calibration and each
-    curve's expected calibration error in the legend. Returns the axes."""
+    curve's expected calibration error in the legend. Returns the axes.
+
+    Parameters
+    ----------
+    curves : dict of str to Reliability
+        One :class:`~pymc_crf.metrics.Reliability` per predictor, keyed by the label to show
+        (with the curve's ECE) in the legend.
+    ax : matplotlib Axes, optional
+        Axes to draw on (default: a new figure's).
+    title : str
+        Title of the axes.
+
+    Returns
+    -------
+    matplotlib.axes.Axes
+        One line per curve (bins with no predictions left out) after the dashed diagonal.
+
+    Examples
+    --------
+    >>> import pymc_crf as pmc
+    >>> curve = pmc.metrics.reliability_curve(pred.marginals, test.labels)  # doctest: +SKIP
+    >>> ax = pmc.plots.plot_reliability({"nuts": curve})  # doctest: +SKIP
+    """
+    _check_mapping(curves, "curves", "Reliability")
+    for name, r in curves.items():
+        if not isinstance(r, Reliability):
+            raise TypeError(f"curves[{name!r}] must be a pymc_crf.metrics.Reliability (from "
+                            f"pmc.metrics.reliability_curve); got {type(r).__name__}")
+    if not isinstance(title, str):
+        raise TypeError(f"title must be a str; got {type(title).__name__}")
+    _check_ax(ax)
     if ax is None:
         _, ax = plt.subplots(figsize=(5, 4.5))
     ax.plot([0, 1], [0, 1], color="0.6", lw=1, ls="--")

@@ -102,3 +102,15 @@ def test_parameters_are_matched_by_name_whatever_order_each_result_stores():
     rng3 = rng.normal(size=(2, 50, 3))
     with pytest.raises(ValueError, match="'wide' has 3 entries per draw .* 'ref' 2"):
         pmc.compare({"ref": _result(a, 1.0), "wide": _result(rng3, 1.0)}, reference="ref")
+
+
+def test_compare_refuses_no_results_and_results_that_are_not_fits():
+    with pytest.raises(ValueError, match="compare needs at least one result"):
+        pmc.compare({})
+    res = _result(np.zeros((1, 5, 2)), 1.0)
+    with pytest.raises(TypeError, match="results must be a dict of name -> fitted DataTree; got list"):
+        pmc.compare([res])
+    with pytest.raises(TypeError, match=r"results\['a'\] must be a fitted DataTree .*got ndarray"):
+        pmc.compare({"a": np.zeros((5, 2))})
+    with pytest.raises(ValueError, match=r"results\['a'\] has no 'posterior' group"):
+        pmc.compare({"a": xr.DataTree()})

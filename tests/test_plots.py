@@ -199,3 +199,95 @@ def test_marginals_grid_bad_input():
         plots.plot_marginals_grid(pred, (3, 4), data, graph=5)
     with pytest.raises(ValueError, match="prediction has 24 nodes but the graphs have 12"):
         plots.plot_marginals_grid(pred, (3, 4), pmc.GraphBatch.grid(3, 4))
+
+
+def test_posterior_marginals_refuses_bad_input_by_name(fits):
+    ep = fits["ep"]
+    with pytest.raises(TypeError, match="results must be a dict of name -> fitted DataTree; got list"):
+        plots.plot_posterior_marginals([ep])
+    with pytest.raises(ValueError, match="plot_posterior_marginals needs at least one result"):
+        plots.plot_posterior_marginals({})
+    with pytest.raises(TypeError, match=r"results\['ep'\] must be a fitted DataTree .*got ndarray"):
+        plots.plot_posterior_marginals({"ep": posterior_matrix(ep)})
+    with pytest.raises(ValueError, match=r"results\['ep'\] has no 'posterior' group"):
+        plots.plot_posterior_marginals({"ep": ep.copy().drop_nodes("posterior")})
+    with pytest.raises(ValueError, match="max_panels must be an integer >= 1; got 0"):
+        plots.plot_posterior_marginals({"ep": ep}, max_panels=0)
+    with pytest.raises(ValueError, match="bins must be an integer >= 1; got 2.5"):
+        plots.plot_posterior_marginals({"ep": ep}, bins=2.5)
+    with pytest.raises(ValueError, match="ncols must be an integer >= 1; got 0"):
+        plots.plot_posterior_marginals({"ep": ep}, ncols=0)
+    with pytest.raises(TypeError,
+                       match=r"var_names must be a list of names; got the str 'w' \(write \['w'\]\)"):
+        plots.plot_posterior_marginals({"ep": ep}, var_names="w")
+    fig = plt.figure()
+    with pytest.raises(TypeError, match="ax must be matplotlib Axes or an array of them; got Figure"):
+        plots.plot_posterior_marginals({"ep": ep}, max_panels=1, ax=fig)
+
+
+def test_compare_and_convergence_refuse_bad_input_by_name(fits):
+    table = pd.DataFrame({"cvm": [0.0, 0.2]}, index=pd.Index(["nuts", "ep"], name="method"))
+    with pytest.raises(TypeError, match="columns must be a list of names; got the str 'cvm'"):
+        plots.plot_compare(table, columns="cvm")
+    with pytest.raises(TypeError, match="result must be a fitter's DataTree or a diagnostics "
+                                        "Dataset; got dict"):
+        plots.plot_convergence({"ep": fits["ep"]})
+    with pytest.raises(TypeError, match="var_names must be a list of names; got the str 'skipped'"):
+        plots.plot_convergence(fits["ep"], var_names="skipped")
+
+
+def test_marginals_plots_refuse_bad_input_by_name(fits):
+    pred, data = _grid_prediction(3, 4, seed=2)
+    with pytest.raises(TypeError, match="prediction must be a pmc.Prediction .*got DataTree"):
+        plots.plot_marginals_chain(fits["map"], data)
+    with pytest.raises(TypeError, match="prediction must be a pmc.Prediction .*got DataTree"):
+        plots.plot_marginals_grid(fits["map"], (3, 4), data)
+    _, two = plt.subplots(1, 2)
+    with pytest.raises(TypeError, match="ax must be one matplotlib Axes .*got ndarray"):
+        plots.plot_marginals_chain(pred, data, ax=two)
+    with pytest.raises(TypeError, match="ax must be one matplotlib Axes .*got ndarray"):
+        plots.plot_marginals_grid(pred, (3, 4), data, ax=two)
+    for shape in (12, (3,), "34"):
+        with pytest.raises(TypeError, match=r"shape must be a \(rows, cols\) pair"):
+            plots.plot_marginals_grid(pred, shape, data)
+    with pytest.raises(ValueError, match=r"shape\[0\] \(rows\) must be an integer >= 1; got 0"):
+        plots.plot_marginals_grid(pred, (0, 4), data)
+    with pytest.raises(ValueError, match=r"shape\[1\] \(cols\) must be an integer >= 1; got 4.5"):
+        plots.plot_marginals_grid(pred, (3, 4.5), data)
+    with pytest.raises(ValueError, match="label must be an integer >= 0; got '1'"):
+        plots.plot_marginals_grid(pred, (3, 4), data, label="1")
+    with pytest.raises(ValueError, match="graph must be an integer >= 0; got 0.5"):
+        plots.plot_marginals_grid(pred, (3, 4), data, graph=0.5)
+
+
+def _reliability():
+    marg = np.array([[0.95, 0.05], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    return pmc.metrics.reliability_curve(marg, np.array([0, 1, 0, 1]), 5)
+
+
+def test_reliability_lines_hold_the_used_bins():
+    curve = _reliability()
+    ax = plots.plot_reliability({"a": curve}, title="t")
+    diagonal, line = ax.lines
+    used = curve.count > 0
+    np.testing.assert_array_equal(line.get_xdata(), curve.confidence[used])
+    np.testing.assert_array_equal(line.get_ydata(), curve.accuracy[used])
+    assert line.get_label() == f"a (ECE {curve.ece:.3f})" and ax.get_title() == "t"
+    _, mine = plt.subplots()
+    assert plots.plot_reliability({"a": curve}, ax=mine) is mine
+
+
+def test_reliability_refuses_bad_input_by_name():
+    pred, _ = _grid_prediction(3, 4, seed=3)
+    with pytest.raises(TypeError, match=r"curves\['nuts'\] must be a pymc_crf.metrics.Reliability "
+                                        r"\(from pmc.metrics.reliability_curve\); got Prediction"):
+        plots.plot_reliability({"nuts": pred})
+    with pytest.raises(TypeError, match="curves must be a dict of name -> Reliability; got list"):
+        plots.plot_reliability([_reliability()])
+    with pytest.raises(ValueError, match="curves is empty"):
+        plots.plot_reliability({})
+    with pytest.raises(TypeError, match="title must be a str; got int"):
+        plots.plot_reliability({"a": _reliability()}, title=3)
+    _, two = plt.subplots(1, 2)
+    with pytest.raises(TypeError, match="ax must be one matplotlib Axes .*got ndarray"):
+        plots.plot_reliability({"a": _reliability()}, ax=two)

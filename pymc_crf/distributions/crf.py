@@ -44,6 +44,23 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
 
     With ``missing=True`` a label may be missing: masked (a numpy masked array), NaN or ``-1``;
     missing labels are ``-1`` in the result, like the padding past each graph's last node.
+
+    Parameters
+    ----------
+    batch : GraphBatch
+        The graphs the labels belong to.
+    labels : array or list of arrays
+        Flat (N,) labels in the batch's node order, a list of one array per graph, or a padded
+        (G, L) matrix (``L`` = the largest graph's node count, ``-1`` past each graph's last node).
+    n_labels : int, optional
+        Number of labels ``K``: labels must lie in 0..K-1 (default: the range is not checked).
+    missing : bool
+        Allow missing labels (as above).
+
+    Returns
+    -------
+    numpy.ndarray
+        The (G, L) int64 matrix: row ``g`` holds graph ``g``'s labels, then ``-1`` padding.
     """
     if missing:
         labels = ([_missing_as_minus_one(x) for x in labels] if isinstance(labels, list | tuple)
@@ -79,7 +96,21 @@ def _missing_as_minus_one(labels: Any) -> np.ndarray:
 
 
 def unpad_labels(batch: GraphBatch, padded: np.ndarray) -> np.ndarray:
-    """Flat (..., N) labels from padded (..., G, L) ones."""
+    """Flat (..., N) labels from padded (..., G, L) ones.
+
+    Parameters
+    ----------
+    batch : GraphBatch
+        The graphs the labels belong to.
+    padded : numpy.ndarray
+        Padded labels (..., G, L), as :func:`pad_labels` returns, with any leading dimensions
+        (e.g. chain and draw).
+
+    Returns
+    -------
+    numpy.ndarray
+        The (..., N) labels in the batch's node order (the padding dropped).
+    """
     padded = np.asarray(padded)
     pos = np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]
     return padded[..., batch.node_graph, pos]
