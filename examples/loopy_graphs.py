@@ -114,7 +114,7 @@ train, test = data.subset(range(N_TRAIN)), data.subset(range(N_TRAIN, N_TRAIN + 
 fits = {}
 for inference in ("junction_tree", "bp"):
     with pm.Model(coords=train.coords) as grid_model:
-        W = pm.Normal("W", 0.0, 2.0, dims=("node_feature", "label"))
+        W = pm.Normal("W", 0.0, 2.0, dims=("node_feature", "node_label"))
         T = pm.Normal("T", 0.0, 2.0, dims=("label_i", "label_j"))
         pmc.CRF("y", graphs=train.graphs, node_features=train.node_features, node_weights=W,
                 edge_weights=T, observed=train.labels, inference=inference,

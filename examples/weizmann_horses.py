@@ -171,7 +171,7 @@ print(f"node features {train.node_features.shape}, edge features {train.edge_fea
 BP = BeliefPropagation(schedule="sequential", damping=0.0, tol=1e-10, max_iter=2000)
 
 with pm.Model(coords=train.coords) as model:
-    W = pm.Normal("W", 0.0, 1.0, dims=("node_feature", "label"))
+    W = pm.Normal("W", 0.0, 1.0, dims=("node_feature", "node_label"))
     V = pm.Normal("V", 0.0, 0.5, dims=("edge_feature", "label_i", "label_j"))
     pmc.CRF("y", graphs=train.graphs, node_features=train.node_features, node_weights=W,
             edge_features=train.edge_features, edge_weights=V, observed=train.labels,

@@ -55,3 +55,22 @@ def test_subset_refuses_graph_ids_that_are_not_graphs():
     for bad in ([0.5], [-1], [3]):
         with pytest.raises(GraphStructureError, match="graph id"):
             train.subset(bad)
+
+
+def test_dataset_coords_work_with_az_summary():
+    # ArviZ's summary names its output dim "label" and refuses variables with such a dim
+    import arviz as az
+    import pymc as pm
+
+    train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=4, n_test=2, seed=0)
+    assert "label" not in train.coords
+    X = np.random.default_rng(0).normal(size=(train.graphs.n_total_nodes, 2))
+    coords = {**train.coords, "node_feature": [0, 1]}
+    with pm.Model(coords=coords) as m:
+        W = pm.Normal("W", 0.0, 1.0, dims=("node_feature", "node_label"))
+        T = pm.Normal("T", 0.0, 1.0, dims=("label_i", "label_j"))
+        pmc.CRF("y", graphs=train.graphs, node_features=X, node_weights=W, edge_weights=T,
+                observed=train.labels)
+    res = pmc.fit(m, method="bethe_laplace", draws=20, random_seed=0, progressbar=False)
+    table = az.summary(res)
+    assert len(table) == 2 * 2 + 2 * 2

@@ -16,11 +16,11 @@ def _chain_model(n_seq, length, K, F, seed):
     W_true = rng.normal(size=(F, K))  # drawn from the prior below: coverage is then calibrated
     T_true = rng.normal(size=(K, K))
     y = ChainEngine().sample(b, X @ W_true, T_true[None], 1, rng)[0]
-    coords = {"feature": range(F), "label": range(K), "label_j": range(K),
+    coords = {"feature": range(F), "node_label": range(K), "label_j": range(K),
               "graph": range(n_seq), "position": range(length)}
     with pm.Model(coords=coords) as model:
-        W = pm.Normal("W", 0.0, 1.0, dims=("feature", "label"))
-        T = pm.Normal("T", 0.0, 1.0, dims=("label", "label_j"))
+        W = pm.Normal("W", 0.0, 1.0, dims=("feature", "node_label"))
+        T = pm.Normal("T", 0.0, 1.0, dims=("node_label", "label_j"))
         pmc.CRF("y", graphs=b, node_features=X, node_weights=W, edge_weights=T, observed=y,
                 dims=("graph", "position"))
     return model, {"W": W_true, "T": T_true}

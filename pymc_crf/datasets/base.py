@@ -26,8 +26,10 @@ class CRFData:
     edge_features : ndarray or scipy.sparse CSR (E, Fe), or None
     n_labels : int
     coords : dict
-        Coordinates for ``pm.Model(coords=...)``: ``graph``, ``position``, ``label``, ``label_i``,
-        ``label_j`` and ``node_feature`` / ``edge_feature`` where present.
+        Coordinates for ``pm.Model(coords=...)``: ``graph``, ``position``, ``node_label`` (the
+        label dim of node weights), ``label_i``, ``label_j`` (of edge tables) and
+        ``node_feature`` / ``edge_feature`` where present. No dim is called ``label``: ArviZ's
+        ``az.summary`` names its own output dim so and refuses variables that have one.
     true_weights : dict of name -> ndarray, optional
         The weights the labels were generated from (synthetic data).
     potential, epsilon
@@ -56,7 +58,7 @@ class CRFData:
     def coords(self) -> dict:
         c = {"graph": np.arange(self.graphs.n_graphs),
              "position": np.arange(int(self.graphs.n_nodes.max())),
-             "label": np.arange(self.n_labels), "label_i": np.arange(self.n_labels),
+             "node_label": np.arange(self.n_labels), "label_i": np.arange(self.n_labels),
              "label_j": np.arange(self.n_labels)}
         if self.node_features is not None:
             c["node_feature"] = np.arange(self.node_features.shape[1])
