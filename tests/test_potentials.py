@@ -111,3 +111,23 @@ def test_hcrf_pair_tables_numpy_equals_pytensor_and_definition():
     np.testing.assert_allclose(n2, node)
     np.testing.assert_allclose(e2, edge)
     assert hcrf_pair_tables(X, tx, ty, te, 0)[1].shape == (1, S, S)
+
+
+def test_probit_second_derivative_far_in_the_lower_tail():
+    # -a f' - f'^2 cancels for a << 0 (it gave -1.0083 at a = -3000 and -1.61 at -1e4); the
+    # reference is the asymptotic series of the Mills ratio, accurate to rounding for x >= 100
+    from pymc_crf.potentials import get_potential
+
+    P = get_potential("probit")
+    x = np.array([100.0, 3000.0, 1e4])
+    r = 1 / x - 2 / x**3 + 10 / x**5 - 74 / x**7 + 706 / x**9
+    np.testing.assert_allclose(P.d2log(-x), -(x + r) * r, rtol=1e-14)
+    # elsewhere, and with label noise: the central difference of the first derivative
+    a = np.linspace(-12.0, 8.0, 81)
+    for eps in (0.0, 0.1, 1e-300):
+        fd = (P.dlog(a + 1e-5, eps) - P.dlog(a - 1e-5, eps)) / 2e-5
+        np.testing.assert_allclose(P.d2log(a, eps), fd, rtol=1e-7, atol=1e-9)
+    # no jump where the continued fraction takes over
+    for eps in (0.0, 0.2):
+        left, right = P.d2log(np.array([-5.0 - 1e-12, -5.0 + 1e-12]), eps)
+        assert abs(left - right) < 1e-11
