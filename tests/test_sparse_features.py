@@ -225,3 +225,32 @@ def test_diagonal_laplace_refuses_missing_labels():
                 observed=y)
     with pytest.raises(ValueError, match="needs every label observed"):
         diagonal_laplace_sd(extract_crf(m), np.zeros(12))
+
+
+def test_prior_and_posterior_predictive_draws_with_sparse_features():
+    # the numba wrapper of random variables cannot take a sparse input: PyTensor's object-mode
+    # fallback draws instead, from the CRF's own distribution (checked against exact marginals)
+    import arviz as az
+
+    from pymc_crf.inference import ChainEngine
+
+    rng = np.random.default_rng(0)
+    b = pmc.GraphBatch.chains([3, 2])
+    X = np.eye(5)[:, :4] + 0.5
+    W = rng.normal(size=(4, 2))
+    T = np.array([[0.8, -0.3], [-0.5, 0.6]])
+    with pm.Model() as m:
+        pmc.CRF("y", graphs=b, node_features=sp.csr_matrix(X), node_weights=W, edge_weights=T,
+                observed=np.array([0, 1, 0, 1, 1]))
+    prior = pm.sample_prior_predictive(draws=4000, model=m, random_seed=1)
+    draws = pmc.unpad_labels(b, prior["prior_predictive"]["y"].values.reshape(-1, 2, 3))
+    exact = ChainEngine().marginals(b, X @ W, T[None]).node[:, 1]
+    se = np.sqrt(exact * (1 - exact) / draws.shape[0])
+    assert np.all(np.abs(draws.mean(axis=0) - exact) < 4.5 * se)
+    with pm.Model() as m2:
+        w = pm.Normal("w", 0.0, 1.0, shape=(4, 2))
+        pmc.CRF("y", graphs=b, node_features=sp.csr_matrix(X), node_weights=w, edge_weights=T,
+                observed=np.array([0, 1, 0, 1, 1]))
+    idata = az.from_dict({"posterior": {"w": np.broadcast_to(W, (1, 3, 4, 2)).copy()}})
+    post = pm.sample_posterior_predictive(idata, model=m2, random_seed=0, progressbar=False)
+    assert post["posterior_predictive"]["y"].shape == (1, 3, 2, 3)

@@ -12,6 +12,7 @@ from linear scores through ``potential`` (Qi, Szummer & Minka 2005, eqs. (1)-(4)
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -582,10 +583,19 @@ def crf_support_point(op: CRFRV, rv, *params):
     return pt.as_tensor_variable(_pad(op.batch, np.zeros(op.batch.n_total_nodes, np.int64)))
 
 
+# Draws always run the engine's sampler from object mode; PyTensor's notice that its fallback does
+# so (for sparse features, below) tells the user nothing to act on.
+warnings.filterwarnings("ignore", message=r"Numba will use object mode to run CRFRV",
+                        category=UserWarning)
+
+
 @numba_core_rv_funcify.register(CRFRV)
 def _numba_crf_rv(op: CRFRV, node):
     """Draws in numba through the engine's sampler in object mode (:mod:`.numba_draws`), named by
-    batch structure, engine settings and potential."""
+    batch structure, engine settings and potential. With sparse features (which the numba
+    wrapper of random variables cannot broadcast) PyTensor's object-mode fallback draws them."""
+    if any(isinstance(p.type, ps.SparseTensorType) for p in node.inputs):
+        raise NotImplementedError("sparse features: drawn by the object-mode fallback")
     key = content_key(op.batch, op.engine, "CRFRV", op.potential, op.epsilon, op.n_labels,
                       op.layout)
     return objmode_random_fn(op, key, ndim=2)
