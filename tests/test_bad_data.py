@@ -219,3 +219,21 @@ def test_impute_and_predict_check_draws():
     data = pmc.CRFData(batch, rng.integers(0, 2, 6), node_features=X)
     with pytest.raises(ValueError, match=r"draws \(None for all draws\) must be an integer"):
         pmc.predict(r, data, model=m, draws=0)
+
+
+def test_labels_swapped_by_set_data_are_checked_for_layout():
+    # a new shape gave only "total size of new array must be unchanged"; padding other than -1
+    # was ignored (constant labels and pad_labels refuse it)
+    b = pmc.GraphBatch.chains([3, 2])
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    with pm.Model() as m:
+        lab = pm.Data("lab", pmc.pad_labels(b, np.array([0, 1, 0, 1, 1]), 2))
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        pmc.CRF("y", graphs=b, node_features=X, node_weights=W, observed=lab)
+    before = m.compile_logp()(m.initial_point())
+    for bad in (np.zeros((3, 3), int), np.array([[0, 1, 0], [1, 1, 0]])):
+        pm.set_data({"lab": bad}, model=m)
+        with pytest.raises(AssertionError, match=r"the \(2, 3\) \(graphs, max nodes\) matrix"):
+            m.compile_logp()(m.initial_point())
+    pm.set_data({"lab": np.array([[0, 1, 0], [1, 1, -1]])}, model=m)
+    assert m.compile_logp()(m.initial_point()) == pytest.approx(before)

@@ -188,6 +188,20 @@ def test_bad_labels(labels, msg):
         pmc.MRF("x", graphs=LOOP, edge_weights=w, parameterization="ising", observed=labels)
 
 
+def test_labels_from_pm_data_are_checked_where_the_logp_runs():
+    # swapped in with pm.set_data, they skip the construction-time checks above
+    from pymc.logprob.utils import ParameterValueError
+
+    with pm.Model() as m:
+        data = pm.Data("data", np.array([[0, 1, 1, 0]]))
+        w = pm.Normal("w", 0, 1)
+        pmc.MRF("x", graphs=LOOP, edge_weights=w, parameterization="ising", observed=data)
+    assert np.isfinite(m.compile_logp()(m.initial_point()))
+    pm.set_data({"data": np.array([[0, 1, 2, 0]])}, model=m)
+    with pytest.raises(ParameterValueError, match=r"MRF samples must lie in 0..1"):
+        m.compile_logp()(m.initial_point())
+
+
 @pytest.mark.parametrize("kind,wn,we,msg", [
     ("table", np.zeros((3, 2)), None, r"node_weights .* must have shape \(2,\) .* or \(4, 2\)"),
     ("table", np.zeros(2), np.zeros((3, 3)), r"edge_weights .* \(2, 2\) .* \(4, 2, 2\)"),

@@ -92,3 +92,21 @@ def test_tied_node_and_edge_weights_are_refused_by_weight_space_fitters():
     grid = np.linspace(-0.5, 0.5, 10001)
     best = grid[np.argmax([logp({"a": v}) for v in grid])]
     assert abs(float(res["posterior"]["a"].values.ravel()[0]) - best) < 2e-4
+
+
+def test_weight_space_fitters_name_a_fixed_weight_table():
+    import numpy as np
+    import pymc as pm
+    import pytest
+
+    import pymc_crf as pmc
+
+    b = pmc.GraphBatch.chains([3, 2])
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    with pm.Model() as m:
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        pmc.CRF("y", graphs=b, node_features=X, node_weights=W, edge_weights=np.eye(2),
+                observed=np.array([0, 1, 0, 1, 1]))
+    for method in ("ep", "bethe_laplace"):
+        with pytest.raises(ValueError, match="edge_weights is a constant or an expression"):
+            pmc.fit(m, method=method, progressbar=False)

@@ -25,6 +25,7 @@ from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.graph.basic import Constant, Variable
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
+from pytensor.raise_op import Assert
 from pytensor.sparse.variable import SparseConstant
 from pytensor.tensor.random.op import RandomVariable
 
@@ -495,11 +496,22 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
 
 
 def _flat_labels(batch: GraphBatch, value):
-    """The (G, L) label matrix as flat (N,) labels, one per node."""
-    L = int(batch.n_nodes.max())
+    """The (G, L) label matrix as flat (N,) labels, one per node. Labels given at run time
+    (``pm.Data`` swapped by ``pm.set_data``) are checked there: the (G, L) shape, and -1 past
+    each graph's end (as ``pad_labels`` and constant labels are checked at construction)."""
+    G, L = batch.n_graphs, int(batch.n_nodes.max())
     N = batch.n_total_nodes
+    layout = (f"CRF labels must be the ({G}, {L}) (graphs, max nodes) matrix of this batch, -1 "
+              "past each graph's end (pmc.pad_labels makes it from flat labels)")
+    if value.ndim != 2:
+        raise ValueError(f"{layout}; got {value.ndim} dimensions")
+    value = Assert(layout)(value, pt.and_(pt.eq(value.shape[0], G), pt.eq(value.shape[1], L)))
+    flat = value.reshape((G * L,))
     flat_pos = batch.node_graph * L + (np.arange(N) - batch.node_offsets[batch.node_graph])
-    return value.reshape((batch.n_graphs * L,))[flat_pos]
+    pad_pos = np.setdiff1d(np.arange(G * L), flat_pos)
+    if pad_pos.size:
+        flat = Assert(layout)(flat, pt.all(pt.eq(flat[pad_pos], -1)))
+    return flat[flat_pos]
 
 
 def _observed_score(batch: GraphBatch, t, node_logpot, edge_logpot):

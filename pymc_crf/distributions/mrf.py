@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 import pytensor.tensor as pt
+from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
@@ -504,7 +505,11 @@ def mrf_logp(op: MRFRV, values, rng, size, *params, **kwargs):
         score = score + edge_logpot[rows[None, :], t[:, u], t[:, v]].sum(axis=-1)
     # log Z once for all N rows: the gradient through it is N * marginals (Op VJP with g = N)
     log_z = LogPartition(batch, op.engine)(node_logpot, edge_logpot)[0]
-    return pt.switch(valid, score - log_z, -np.inf)
+    # a data error (labels from pm.Data outside 0..K-1) raised by name, as pmc.CRF does: a -inf
+    # log-likelihood would send a sampler after a model that cannot hold the data
+    return check_parameters(score - log_z, pt.all(valid),
+                            msg=f"MRF samples must lie in 0..{op.param.n_labels - 1} at every "
+                            "node", can_be_replaced_by_ninf=False)
 
 
 @_support_point.register(MRFRV)

@@ -111,14 +111,15 @@ class CRFSpec:
         return names
 
 
-def _weight_spec(model: pm.Model, tensor) -> WeightSpec | None:
+def _weight_spec(model: pm.Model, tensor, role: str) -> WeightSpec | None:
     if tensor is None:
         return None
     shape = tuple(int(s) for s in tensor.shape.eval()) if tensor.type.shape.count(None) \
         else tuple(int(s) for s in tensor.type.shape)
     if tensor not in model.rvs_to_values or tensor in model.observed_RVs:
         return WeightSpec(None, shape, None, "other",
-                          reason="the weights are an expression, not a free PyMC variable")
+                          reason=f"{role} is a constant or an expression, not a free PyMC "
+                                 "variable")
     dims = model.named_vars_to_dims.get(tensor.name)
     op = tensor.owner.op
     if not isinstance(op, NormalRV):
@@ -146,7 +147,8 @@ def weight_specs(model: pm.Model, node_tensor, edge_tensor
     both (tied weights) would fill two slots of the flat weight vector that weight-space fitters
     move independently: both are then marked ``"other"``, which those fitters refuse (NUTS and
     the compiled MAP take the model as written)."""
-    nw, ew = _weight_spec(model, node_tensor), _weight_spec(model, edge_tensor)
+    nw = _weight_spec(model, node_tensor, "node_weights")
+    ew = _weight_spec(model, edge_tensor, "edge_weights")
     if nw is not None and ew is not None and node_tensor is edge_tensor:
         reason = (f"the same variable {nw.name!r} is both the node and the edge weights (tied "
                   "weights), which a flat weight vector with one slot per tensor cannot express")
