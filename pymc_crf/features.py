@@ -37,6 +37,7 @@ import numpy as np
 import scipy.sparse
 
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.validation import whole_number
 
 __all__ = ["CRFsuiteRun", "FeatureVectorizer", "crfsuite_fit_predict", "encode_tags",
            "sequence_batch"]
@@ -113,9 +114,7 @@ class FeatureVectorizer:
     """
 
     def __init__(self, min_freq: int = 1, bias: bool = True):
-        if int(min_freq) != min_freq or min_freq < 1:
-            raise ValueError(f"min_freq must be a positive integer; got {min_freq!r}")
-        self.min_freq = int(min_freq)
+        self.min_freq = whole_number(min_freq, "min_freq")
         self.bias = bool(bias)
 
     def _items(self, token: Mapping[str, Any], where: tuple[int, int]):

@@ -175,21 +175,22 @@ class Probit(Potential):
         # h itself is x + that fraction there: exp(log N - log Phi) would carry the rounding of
         # two logs of size a^2 / 2 (5e-9 relative at a = -1e4).
         a = np.asarray(score, dtype=np.float64)
-        log_pdf = -0.5 * a**2 - _LOG_SQRT_2PI
-        log_cdf = _log_ndtr_np(a)
+        shape, a = a.shape, a.reshape(-1)
         far = a < -_CF_FROM
-        x = np.where(far, -a, _CF_FROM)
-        tail = np.zeros_like(x)
-        for k in range(_CF_TERMS, 1, -1):
-            tail = k / (x + tail)
         with np.errstate(over="ignore"):
-            h = np.where(far, 0.0, np.exp(log_pdf - log_cdf))
-        r = np.where(far, 1.0 / (x + tail), a + h)
-        h = np.where(far, x + r, h)
+            h = np.exp(-0.5 * a**2 - _LOG_SQRT_2PI - _log_ndtr_np(a))
+        r = a + h
+        if far.any():  # the fraction only where it is needed
+            x = -a[far]
+            tail = np.zeros_like(x)
+            for k in range(_CF_TERMS, 1, -1):
+                tail = k / (x + tail)
+            r[far] = 1.0 / (x + tail)
+            h[far] = x + r[far]
         if epsilon == 0.0:
-            return -h * r
+            return (-h * r).reshape(shape)
         eps_over_g = np.exp(np.log(epsilon) - self.log(a, epsilon))
-        return -(1.0 - eps_over_g) * h * (r - eps_over_g * h)
+        return (-(1.0 - eps_over_g) * h * (r - eps_over_g * h)).reshape(shape)
 
     def log_expected(self, mean, var, epsilon=0.0):
         # E[Phi(y)] = Phi(mean / sqrt(1 + var))  (Qi, Szummer & Minka 2005, eqs. (59)-(60))

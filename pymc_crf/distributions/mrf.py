@@ -32,6 +32,7 @@ from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
+from pymc_crf.validation import whole_number
 
 __all__ = ["MRF", "MRFRV", "MRFInfo", "MRFParameterization", "PARAMETERIZATIONS",
            "check_mrf_labels"]
@@ -446,8 +447,7 @@ class MRF(Distribution):
             n_samples = _shape_rows(shape)
         if n_samples is None:
             raise ValueError("MRF.dist needs n_samples (the number of labellings, rows)")
-        if int(n_samples) != n_samples or n_samples < 1:
-            raise ValueError(f"n_samples must be a positive integer; got {n_samples!r}")
+        n_samples = whole_number(n_samples, "n_samples")
         n = int(graphs.n_nodes[0])
         expected = (int(n_samples), n)
         if kwargs.pop("size", None) is not None or (

@@ -15,8 +15,6 @@ at most ``ftol``, or the largest gradient entry at most ``gtol``, or ``maxiter``
 
 from __future__ import annotations
 
-import os
-import warnings
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -24,11 +22,9 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.linalg.blas import daxpy
 
-from pymc_crf.inference.base import ConvergenceWarning
+from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
 
 __all__ = ["LBFGSResult", "lbfgs", "warn_iteration_limit"]
-
-_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def warn_iteration_limit(res, maxiter: int, what: str, consequence: str) -> None:
@@ -42,10 +38,9 @@ def warn_iteration_limit(res, maxiter: int, what: str, consequence: str) -> None
     """
     if res.success or int(res.nit) < int(maxiter):
         return
-    warnings.warn(f"{what}: L-BFGS stopped at maxiter={int(maxiter)} iterations with gradient "
-                  f"norm {float(np.linalg.norm(res.jac)):.3g}, before converging; "
-                  f"{consequence}. Increase maxiter.", ConvergenceWarning,
-                  skip_file_prefixes=(_PACKAGE_DIR,))
+    warn_at_caller(f"{what}: L-BFGS stopped at maxiter={int(maxiter)} iterations with gradient "
+                   f"norm {float(np.linalg.norm(res.jac)):.3g}, before converging; "
+                   f"{consequence}. Increase maxiter.", ConvergenceWarning)
 
 
 @dataclass

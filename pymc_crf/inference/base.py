@@ -19,6 +19,7 @@ table, edge marginals and edge directions are summed/broadcast over edges accord
 
 from __future__ import annotations
 
+import os
 import warnings
 from abc import ABC, abstractmethod
 from typing import NamedTuple
@@ -31,7 +32,7 @@ from pymc_crf.validation import whole_number
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
            "MapResult", "Marginals", "as_generator", "check_direction", "check_iteration_settings",
            "check_potentials", "convergence_report", "decode", "labelling_score",
-           "warn_unconverged"]
+           "warn_at_caller", "warn_unconverged"]
 
 
 class ConvergenceWarning(UserWarning):
@@ -41,6 +42,15 @@ class ConvergenceWarning(UserWarning):
 class ApproximateInferenceWarning(UserWarning):
     """log Z is approximate (Bethe, TreeEP or mean field): the likelihood and its posterior are
     approximate."""
+
+
+_PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def warn_at_caller(message: str, category: type[Warning]) -> None:
+    """``warnings.warn`` attributed to the first frame outside the package (the user's
+    ``pmc.fit`` line), however deep inside the package the warning is raised."""
+    warnings.warn(message, category, skip_file_prefixes=(_PACKAGE_DIR,))
 
 
 class Marginals(NamedTuple):

@@ -38,6 +38,7 @@ from pymc_crf.inference.base import (
     check_direction,
     check_potentials,
 )
+from pymc_crf.validation import whole_number
 
 __all__ = ["JunctionTree"]
 
@@ -570,8 +571,7 @@ class JunctionTree(Engine):
 
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        if int(n_samples) != n_samples or n_samples < 0:
-            raise ValueError(f"n_samples must be a non-negative integer, got {n_samples!r}")
+        n_samples = whole_number(n_samples, "n_samples", minimum=0)
         rng = as_generator(rng)
         K = node.shape[1]
         edge2 = edge.reshape(edge.shape[0], K * K)

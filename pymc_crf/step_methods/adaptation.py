@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from pymc_crf.validation import whole_number
+
 __all__ = ["ProposalAdaptation", "ScaleAdaptation", "proposal_covariance",
            "random_walk_adaptation"]
 
@@ -99,8 +101,7 @@ class ProposalAdaptation:
         # the steps' own keyword names, as users pass them (target_accept, adapt_window)
         if not 0.0 < target < 1.0:
             raise ValueError(f"target_accept must lie in (0, 1); got {target}")
-        if int(window) != window or window < 1:
-            raise ValueError(f"adapt_window must be a positive integer; got {window}")
+        whole_number(window, "adapt_window")
         self.d, self.target, self.window0, self.diagonal = int(d), float(target), int(window), diagonal
         self.initial_scale = float(initial_scale)
         self.optimal_scale = float(optimal_scale if optimal_scale is not None else initial_scale)

@@ -9,7 +9,6 @@ q(w) = N(m, V) in the model's dims.
 from __future__ import annotations
 
 import time
-import warnings
 
 import numpy as np
 import pymc as pm
@@ -29,7 +28,7 @@ from pymc_crf.fitters.spec import (
     require_gaussian_prior,
     require_sole_likelihood,
 )
-from pymc_crf.inference.bp import ConvergenceWarning
+from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
 
 __all__ = ["fit_ep", "ep_inputs"]
 
@@ -157,24 +156,24 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
                  max_iter=max_iter, backoff=bool(backoff), min_step=float(min_step),
                  progressbar=progressbar)
     if not run.converged:
-        warnings.warn(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
-                      f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "
-                      f"figs. 5-6, 5-7): try a smaller step_size (e.g. 0.3), variant='tep', or "
-                      f"more max_iter", ConvergenceWarning, stacklevel=3)  # the caller of pmc.fit
+        warn_at_caller(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
+                       f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "
+                       f"figs. 5-6, 5-7): try a smaller step_size (e.g. 0.3), variant='tep', or "
+                       f"more max_iter", ConvergenceWarning)
     # A fixed point reached by skipping many terms has dropped that much of the data: the Gaussian
     # is then not an approximation of this posterior, so say so.
     n_terms = 2 * ((xe is not None) * spec.batch.n_edges + (xn is not None) * spec.batch.n_total_nodes)
     last_skipped = int(run.skips[-1].sum()) if len(run.skips) else 0
     if n_terms and last_skipped > 0.1 * n_terms:
-        warnings.warn(f"EP's last sweep skipped {last_skipped} of {n_terms} term updates (their "
-                      "cavity or update was not positive definite), so the result ignores that "
-                      "much of the data; try a smaller step_size or variant='tep'",
-                      ConvergenceWarning, stacklevel=3)  # the caller of pmc.fit
+        warn_at_caller(f"EP's last sweep skipped {last_skipped} of {n_terms} term updates (their "
+                       "cavity or update was not positive definite), so the result ignores that "
+                       "much of the data; try a smaller step_size or variant='tep'",
+                       ConvergenceWarning)
     if m_k < 1.0 and _label_beliefs_locked(run, spec.labels, prior_var):
-        warnings.warn("transformed EP stopped where its label beliefs equal the observed labels at "
-                      "every node, so the 1/Z sites cancel the data terms and q(w) is the prior "
-                      "(a fixed point of TEP under wide priors, docs/ep.md); use variant='pep' or "
-                      "a smaller prior sd", ConvergenceWarning, stacklevel=3)  # the caller of pmc.fit
+        warn_at_caller("transformed EP stopped where its label beliefs equal the observed labels at "
+                       "every node, so the 1/Z sites cancel the data terms and q(w) is the prior "
+                       "(a fixed point of TEP under wide priors, docs/ep.md); use variant='pep' or "
+                       "a smaller prior sd", ConvergenceWarning)
     rng = np.random.default_rng(random_seed)
     flat = draws_from_gaussian(run.mean, run.cov, int(draws), int(chains), rng)
     posterior = spec.unflatten(flat)
