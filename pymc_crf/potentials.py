@@ -74,7 +74,9 @@ def log_ndtr_pt(a):
     # Keep both branches finite so the gradient of the unused one is not NaN.
     a_neg = pt.minimum(a, -1.0)
     a_pos = pt.maximum(a, -1.0)
-    neg = pt.log(pt.erfcx(-a_neg * s) / 2.0) - a_neg**2 / 2.0
+    # log(erfcx) - log 2 rather than log(erfcx / 2): PyTensor's log-of-product rewrite checks
+    # every ancestor of a Log(Mul) node, and fails (logging a traceback) on sparse features.
+    neg = pt.log(pt.erfcx(-a_neg * s)) - (np.log(2.0) + a_neg**2 / 2.0)
     pos = pt.log1p(-pt.erfc(a_pos * s) / 2.0)
     return pt.switch(a < -1.0, neg, pos)
 

@@ -7,6 +7,7 @@ uses), the MAP, Bethe-Laplace and EP fits, and ``pmc.predict``.
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytest
 import scipy.sparse as sp
 
@@ -96,15 +97,18 @@ def test_engine_objective_sparse_equals_dense(batch, potential):
             np.testing.assert_allclose(a, b, rtol=0, atol=1e-10)
 
 
-def test_compiled_logp_and_gradient_sparse_equal_dense():
-    """The PyTensor path (structured_dot) that NUTS and the compiled MAP use."""
+@pytest.mark.parametrize("potential", ["loglinear", "probit"])
+def test_compiled_logp_and_gradient_sparse_equal_dense(potential):
+    """The PyTensor path (structured_dot) that NUTS and the compiled MAP use; every graph
+    rewrite applies cleanly (a failing rewrite raises here instead of logging a traceback)."""
     rng = np.random.default_rng(2)
     X, Xe, y = _data(CHAIN, rng)
     point = {"W": rng.normal(size=(5, 3)), "V": rng.normal(size=(3, 3, 3))}
     out = []
     for sparse in (False, True):
-        m = _model(CHAIN, X, Xe, y, sparse=sparse)
-        out.append((m.compile_logp()(point), m.compile_dlogp()(point)))
+        m = _model(CHAIN, X, Xe, y, sparse=sparse, potential=potential)
+        with pytensor.config.change_flags(on_opt_error="raise"):
+            out.append((m.compile_logp()(point), m.compile_dlogp()(point)))
     assert abs(out[0][0] - out[1][0]) < 1e-10
     np.testing.assert_allclose(out[1][1], out[0][1], rtol=0, atol=1e-10)
 
