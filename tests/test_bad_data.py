@@ -192,6 +192,37 @@ def test_whole_number_options_are_checked():
         BeliefPropagation(threads="yes")
     with pytest.raises(ValueError, match="n_irrelevant must be an integer >= 0"):
         pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=2, n_irrelevant=1.5)
+    with pytest.raises(ValueError, match="n_train must be an integer >= 1; got 2.5"):
+        pmc.datasets.bcrf_synthetic("chain", n_train=2.5, n_test=2)
+    with pytest.raises(ValueError, match="n_test must be an integer >= 0; got -1"):
+        pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=-1)
+
+
+def test_sampler_and_draw_counts_are_whole_numbers():
+    from pymc_crf.fitters.evidence.ais import ais_log_evidence, default_schedule
+    from pymc_crf.inference import Gibbs
+
+    for kw, name in (({"burn_in": 0.5}, "burn_in"), ({"thin": 1.5}, "thin"),
+                     ({"n_samples": 2.5}, "n_samples")):
+        with pytest.raises(ValueError, match=f"{name} must be an integer"):
+            Gibbs(**kw)
+    b = pmc.GraphBatch.chains([3])
+    with pytest.raises(ValueError, match="n_samples must be an integer >= 1; got 1.5"):
+        Gibbs().run(b, np.zeros((3, 2)), np.zeros((1, 2, 2)), n_samples=1.5)
+    with pytest.raises(ValueError, match="n_temps must be an integer >= 1; got 2.5"):
+        default_schedule(2.5)
+    with pytest.raises(ValueError, match="n_runs must be an integer >= 2; got 1"):
+        ais_log_evidence(None, None, None, n_runs=1, n_temps=3)
+    train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=0, n_nodes=3)
+    with pm.Model() as model:
+        w = pm.Normal("w", 0.0, 1.0, shape=train.edge_features.shape[1:] + (2, 2))
+        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
+                potential="probit", observed=train.labels)
+    for method in ("ep", "bethe_laplace"):
+        with pytest.raises(ValueError, match="draws must be an integer >= 1; got 2.5"):
+            pmc.fit(model, method=method, draws=2.5, progressbar=False)
+        with pytest.raises(ValueError, match="chains must be an integer >= 1; got 0"):
+            pmc.fit(model, method=method, chains=0, progressbar=False)
 
 
 def test_complex_potentials_are_refused():

@@ -61,7 +61,7 @@ def test_predict_without_predictions_leaves_the_result_alone(loop_model, loop_da
     result = pmc.fit(loop_model, method="map", progressbar=False)
     pmc.predict(result, loop_data[1], method="bpe")
     assert "predictions" not in result.children
-    with pytest.raises(ValueError, match="sample_labels must be a positive"):
+    with pytest.raises(ValueError, match="sample_labels must be an integer >= 1"):
         pmc.predict(result, loop_data[1], method="bpe", sample_labels=-3)
 
 

@@ -183,6 +183,11 @@ def test_clear_errors():
         Exchange()
     with m, pytest.raises(ValueError, match="cd_steps"):
         LangevinCD(cd_steps=0)
+    # counts are whole numbers: 2.5 is refused, not run as 2
+    with m, pytest.raises(ValueError, match="cd_steps must be an integer >= 1; got 2.5"):
+        LangevinCD(cd_steps=2.5)
+    with m, pytest.raises(ValueError, match="aux_sweeps must be an integer >= 1; got 2.5"):
+        Exchange(aux_sweeps=2.5)
 
 
 def test_exchange_beyond_exact_sampling_is_flagged_approximate():

@@ -67,8 +67,8 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
     """
     if kind not in ("loop", "chain"):
         raise ValueError(f"kind must be 'loop' or 'chain', got {kind!r}")
-    if n_train < 1 or n_test < 0:
-        raise ValueError("n_train must be >= 1 and n_test >= 0")
+    n_train = whole_number(n_train, "n_train")
+    n_test = whole_number(n_test, "n_test", minimum=0)
     if n_nodes < (3 if kind == "loop" else 2):
         raise ValueError(f"a {kind} needs at least {3 if kind == 'loop' else 2} nodes")
     if noise < 0:

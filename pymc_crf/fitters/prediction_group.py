@@ -28,6 +28,7 @@ from pymc_crf.fitters.predictors import (
     weight_draws,
 )
 from pymc_crf.inference.select import get_engine
+from pymc_crf.validation import whole_number
 
 __all__ = ["add_predictions", "sample_predictive_labels"]
 
@@ -57,8 +58,7 @@ def sample_predictive_labels(result: xr.DataTree, data, n: int, *, model=None,
     posterior weight draw (chosen uniformly, with ``random_seed``) and one draw of the CRF's labels
     at those weights (exact on chains and junction trees, Gibbs on loopy graphs).
     """
-    if int(n) < 1:
-        raise ValueError(f"sample_labels must be a positive number of labellings; got {n}")
+    n = whole_number(n, "sample_labels")
     info = result_layout(result, model)
     ws = weight_draws(result, info)
     S = next(iter(ws.values())).shape[0]

@@ -29,6 +29,7 @@ from pymc_crf.inference.base import (
     labelling_score,
 )
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
+from pymc_crf.validation import whole_number
 
 __all__ = ["Gibbs", "GibbsChain", "colour_order"]
 
@@ -111,13 +112,9 @@ class Gibbs(Engine):
     has_log_z = False
 
     def __init__(self, burn_in: int = 200, thin: int = 1, n_samples: int = 2000, seed=None):
-        if int(burn_in) < 0:
-            raise ValueError(f"burn_in must be >= 0; got {burn_in}")
-        if int(thin) < 1:
-            raise ValueError(f"thin must be >= 1; got {thin}")
-        if int(n_samples) < 1:
-            raise ValueError(f"n_samples must be >= 1; got {n_samples}")
-        self.burn_in, self.thin, self.n_samples = int(burn_in), int(thin), int(n_samples)
+        self.burn_in = whole_number(burn_in, "burn_in", minimum=0)
+        self.thin = whole_number(thin, "thin")
+        self.n_samples = whole_number(n_samples, "n_samples")
         self.seed = seed
 
     def run(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int, rng=None,
@@ -131,9 +128,7 @@ class Gibbs(Engine):
         divergence); by default the start is drawn uniformly.
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        n_samples = int(n_samples)
-        if n_samples < 1:
-            raise ValueError(f"n_samples must be >= 1; got {n_samples}")
+        n_samples = whole_number(n_samples, "n_samples")
         rng = as_generator(self.seed if rng is None else rng)
         N, K = node.shape
         if np.isneginf(node).all(axis=1).any():

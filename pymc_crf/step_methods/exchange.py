@@ -26,6 +26,7 @@ from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.inference.select import ApproximateInferenceWarning, get_engine
 from pymc_crf.step_methods.adaptation import random_walk_adaptation
 from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
+from pymc_crf.validation import whole_number
 
 __all__ = ["Exchange"]
 
@@ -68,14 +69,13 @@ class Exchange(RandomFieldStep):
                  compile_kwargs=None, blocked: bool = True):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
-        if int(aux_sweeps) < 1:
-            raise ValueError(f"aux_sweeps must be >= 1; got {aux_sweeps}")
+        aux_sweeps = whole_number(aux_sweeps, "aux_sweeps")
         batch = self.field.batch
         if isinstance(sampler, str) and sampler in ("auto", "gibbs"):
             engine = (get_engine("auto", batch, max_treewidth=max_treewidth, warn=False)
                       if sampler == "auto" else None)
             if engine is None or not engine.exact:
-                engine = Gibbs(burn_in=int(aux_sweeps) - 1, thin=1, n_samples=1)
+                engine = Gibbs(burn_in=aux_sweeps - 1, thin=1, n_samples=1)
         else:
             engine = get_engine(sampler, batch, max_treewidth=max_treewidth, warn=False)
         self.sampler = engine

@@ -37,6 +37,7 @@ from scipy.linalg import solve_triangular
 from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.step_methods.adaptation import ProposalAdaptation
 from pymc_crf.step_methods.base import RandomFieldStep
+from pymc_crf.validation import whole_number
 
 __all__ = ["LangevinCD"]
 
@@ -92,12 +93,10 @@ class LangevinCD(RandomFieldStep):
                  rng=None, initial_point=None, compile_kwargs=None, blocked: bool = True):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
-        if int(cd_steps) < 1:
-            raise ValueError(f"cd_steps must be >= 1; got {cd_steps}")
         if not max_energy_error > 0:
             raise ValueError(f"max_energy_error must be positive; got {max_energy_error}")
         self.max_energy_error = float(max_energy_error)
-        self.cd_steps = int(cd_steps)
+        self.cd_steps = whole_number(cd_steps, "cd_steps")
         self.gibbs = Gibbs(burn_in=0, thin=self.cd_steps, n_samples=1)
         self.likelihood = self.field.likelihood()
         self._data_stats = self.field.statistics(self.field.labels)

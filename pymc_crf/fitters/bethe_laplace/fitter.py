@@ -22,6 +22,7 @@ from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.validation import whole_number
 
 __all__ = ["fit_bethe_laplace"]
 
@@ -87,8 +88,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     n_draws = renamed(draws, n_draws, "n_draws", "draws")
     n_chains = renamed(chains, n_chains, "n_chains", "chains")
     seed = renamed(random_seed, seed, "seed", "random_seed")
-    if int(n_draws) < 1 or int(n_chains) < 1:
-        raise ValueError("draws and chains must be >= 1")
+    n_draws, n_chains = whole_number(n_draws, "draws"), whole_number(n_chains, "chains")
     problem = weight_problem(model, "bethe_laplace")
     fit = laplace_fit(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
                       progressbar=progressbar)

@@ -21,6 +21,7 @@ from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
+from pymc_crf.validation import whole_number
 
 __all__ = ["fit_predictive_ard"]
 
@@ -110,8 +111,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
         damping = _check_unit_interval("damping", damping)
     if not tol > 0:
         raise ValueError(f"tol must be > 0; got {tol}")
-    if int(draws) < 1 or int(chains) < 1:
-        raise ValueError(f"draws and chains must be >= 1; got {draws}, {chains}")
+    draws, chains = whole_number(draws, "draws"), whole_number(chains, "chains")
     m_k = variant_transform(variant)
     spec = _spec_for_ep(model, "predictive_ard")
     xn, xe = ep_inputs(spec)

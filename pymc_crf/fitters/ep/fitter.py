@@ -29,6 +29,7 @@ from pymc_crf.fitters.spec import (
     require_sole_likelihood,
 )
 from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
+from pymc_crf.validation import whole_number
 
 __all__ = ["fit_ep", "ep_inputs"]
 
@@ -143,8 +144,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     m_k = variant_transform(variant, transform)
     if transform is not None:
         variant = "pep" if m_k == 1.0 else ("tep" if m_k == 0.0 else "tpep")
-    if int(draws) < 1 or int(chains) < 1:
-        raise ValueError(f"draws and chains must be >= 1; got {draws}, {chains}")
+    draws, chains = whole_number(draws, "draws"), whole_number(chains, "chains")
     spec = _spec_for_ep(model)
     xn, xe = ep_inputs(spec)
     terms = build_terms(spec.batch, spec.n_labels, spec.labels, xn, xe,

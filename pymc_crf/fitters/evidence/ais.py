@@ -21,6 +21,7 @@ from scipy.special import logsumexp
 
 from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
 from pymc_crf.fitters.progress import track
+from pymc_crf.validation import whole_number
 
 __all__ = ["AISRun", "BatchedLikelihood", "ais_log_evidence", "default_schedule"]
 
@@ -39,9 +40,8 @@ class AISRun:
 
 def default_schedule(n_temps: int, power: float = 4.0) -> np.ndarray:
     """``b_t = (t / T)^power``: dense near the prior, where the weights change fastest."""
-    if int(n_temps) < 1:
-        raise ValueError(f"n_temps must be >= 1; got {n_temps}")
-    return (np.arange(int(n_temps) + 1) / int(n_temps)) ** power
+    n_temps = whole_number(n_temps, "n_temps")
+    return (np.arange(n_temps + 1) / n_temps) ** power
 
 
 def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temps: int = 1000,
@@ -73,10 +73,10 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
     betas = default_schedule(n_temps) if schedule is None else np.asarray(schedule, float)
     if betas[0] != 0.0 or betas[-1] != 1.0 or np.any(np.diff(betas) <= 0):
         raise ValueError("schedule must increase strictly from 0 to 1")
-    if int(n_runs) < 2:
-        raise ValueError("n_runs must be >= 2 (the Monte Carlo error needs several runs)")
+    # the Monte Carlo error needs several runs
+    R = whole_number(n_runs, "n_runs", minimum=2)
     mean, sd = prior.mean, prior.sd
-    d, R = mean.size, int(n_runs)
+    d = mean.size
     blik = BatchedLikelihood(lik, R)
     prec0 = np.diag(1.0 / sd**2)
     fisher = 0.5 * (fisher + fisher.T)
