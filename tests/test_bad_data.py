@@ -209,10 +209,17 @@ def test_sampler_and_draw_counts_are_whole_numbers():
     b = pmc.GraphBatch.chains([3])
     with pytest.raises(ValueError, match="n_samples must be an integer >= 1; got 1.5"):
         Gibbs().run(b, np.zeros((3, 2)), np.zeros((1, 2, 2)), n_samples=1.5)
+    from pymc_crf.inference import BruteForce, ChainEngine
+
+    for engine in (ChainEngine(), BruteForce()):
+        with pytest.raises(ValueError, match="n_samples must be an integer >= 0; got 2.5"):
+            engine.sample(b, np.zeros((3, 2)), np.zeros((1, 2, 2)), 2.5)
     with pytest.raises(ValueError, match="n_temps must be an integer >= 1; got 2.5"):
         default_schedule(2.5)
     with pytest.raises(ValueError, match="n_runs must be an integer >= 2; got 1"):
         ais_log_evidence(None, None, None, n_runs=1, n_temps=3)
+    with pytest.raises(ValueError, match="n_leapfrog must be an integer >= 1; got 0.5"):
+        ais_log_evidence(None, None, None, n_temps=3, n_leapfrog=0.5)
     train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=0, n_nodes=3)
     with pm.Model() as model:
         w = pm.Normal("w", 0.0, 1.0, shape=train.edge_features.shape[1:] + (2, 2))

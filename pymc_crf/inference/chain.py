@@ -36,6 +36,7 @@ from pymc_crf.inference.kernels import (
     logsumexp_1d,
     unused_arrays,
 )
+from pymc_crf.validation import whole_number
 
 __all__ = ["ChainEngine"]
 
@@ -1019,7 +1020,8 @@ class ChainEngine(Engine):
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = self._check(batch, node_logpot, edge_logpot)
         la = _log_forward(node, edge, batch.node_offsets, batch.edge_offsets)
-        u = as_generator(rng).random((int(n_samples), batch.n_total_nodes))
+        n_samples = whole_number(n_samples, "n_samples", minimum=0)
+        u = as_generator(rng).random((n_samples, batch.n_total_nodes))
         return _ffbs(la, edge, batch.node_offsets, batch.edge_offsets, u)
 
     def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):

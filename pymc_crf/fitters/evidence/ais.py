@@ -75,6 +75,7 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
         raise ValueError("schedule must increase strictly from 0 to 1")
     # the Monte Carlo error needs several runs
     R = whole_number(n_runs, "n_runs", minimum=2)
+    n_leapfrog = whole_number(n_leapfrog, "n_leapfrog")
     mean, sd = prior.mean, prior.sd
     d = mean.size
     blik = BatchedLikelihood(lik, R)
@@ -101,7 +102,7 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
         eps = step_size * rng.uniform(0.8, 1.2)
         w, g = W.copy(), g0
         P = P + 0.5 * eps * g
-        for i in range(int(n_leapfrog)):
+        for i in range(n_leapfrog):
             w = w + eps * cho_solve(cf, P.T).T
             ll_new, gl_new = blik(w)
             n_eval += 1
