@@ -105,6 +105,14 @@ class Gibbs(Engine):
         Number of kept sweeps used by :meth:`marginals` and :meth:`map_assignment`.
     seed : int or Generator or None
         Default random source when a method gets no ``rng``.
+
+    Notes
+    -----
+    With -inf log-potentials (hard constraints) a single-site sampler can be reducible: two
+    allowed labellings that differ in several nodes, with every path of one-node changes between
+    them passing through forbidden labellings, are never both visited. The chain then samples
+    only the allowed labellings it can reach from its start, and its marginals describe those.
+    Exact engines (chain, junction tree) sample such models correctly.
     """
 
     name = "gibbs"
