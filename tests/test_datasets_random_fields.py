@@ -78,3 +78,12 @@ def test_bad_generator_arguments():
         pmc.datasets.parise_welling_random_structure(edge_prob=0.0)
     with pytest.raises(ValueError, match="sd must be positive"):
         pmc.datasets.welling_parise_grid(sd=0.0)
+    # counts are whole numbers: 2.5 samples are refused, not drawn as 2
+    with pytest.raises(ValueError, match="n_samples must be an integer >= 1; got 2.5"):
+        pmc.datasets.parise_welling_random_structure(n_samples=2.5)
+    with pytest.raises(ValueError, match="n_samples must be an integer >= 1; got 3.9"):
+        pmc.datasets.welling_parise_grid(n_samples=3.9)
+    with pytest.raises(ValueError, match="rows must be an integer >= 1; got 2.5"):
+        pmc.datasets.welling_parise_grid(rows=2.5)
+    with pytest.raises(ValueError, match="n_nodes must be an integer >= 2; got 1"):
+        pmc.datasets.parise_welling_random_structure(n_nodes=1)

@@ -109,7 +109,37 @@ def test_decoding_scores_exactly_and_sampling_is_gibbs_on_the_model(name):
         exact = BruteForce().map_assignment(b, node, edge)
         np.testing.assert_allclose(got.score[2:], exact.score[2:], atol=1e-12)
     s = eng.sample(b, node, edge, 20, rng=3)
-    np.testing.assert_array_equal(s, Gibbs().sample(b, node, edge, 20, rng=3))
+    assert s.shape == (20, b.n_total_nodes)
+    np.testing.assert_array_equal(s, eng.sample(b, node, edge, 20, rng=3))  # seeded
+    assert eng.sample(b, node, edge, 0).shape == (0, b.n_total_nodes)
+
+
+@pytest.mark.parametrize("name", ENGINES)
+def test_samples_are_independent_draws_from_the_model(name):
+    """A 4x4 Ising grid: the magnetisation of the draws follows its exact law (enumeration of
+    the 2^16 labellings), and consecutive draws are uncorrelated; at a strong coupling, where a
+    single-site chain keeps its sign for thousands of sweeps, half the draws are positive."""
+    from scipy import stats
+
+    b = GraphBatch.grid(4, 4)
+    eng = ENGINES[name]()
+    configs = np.indices((2,) * 16).reshape(16, -1).T
+    mag = (2 * configs - 1).sum(1)
+    for coupling, n in ((0.6, 3000), (1.0, 2000)):
+        edge = coupling * np.array([[[1.0, -1.0], [-1.0, 1.0]]])
+        s = eng.sample(b, np.zeros((16, 2)), edge, n, rng=0)
+        m = (2 * s - 1).sum(1)
+        assert abs(np.corrcoef(m[:-1], m[1:])[0, 1]) < 0.1
+        nonzero = m[m != 0]
+        assert abs((nonzero > 0).mean() - 0.5) < 5 * 0.5 / np.sqrt(nonzero.size)
+        if coupling == 0.6:
+            score = labelling_score(b, np.zeros((16, 2)), edge, configs)[:, 0]
+            p = np.exp(score - score.max())
+            values = np.arange(-16, 17, 2)
+            exact = np.array([p[mag == v].sum() for v in values]) / p.sum()
+            counts = np.array([(m == v).sum() for v in values])
+            assert (exact * n >= 5).all()  # every cell large enough for the chi-square test
+            assert stats.chisquare(counts, exact * n).pvalue > 1e-3
 
 
 def test_labelling_score_of_several_labellings_is_the_score_of_each(rng):

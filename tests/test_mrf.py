@@ -259,6 +259,10 @@ def test_engines_auto_bp_warning_and_named():
         with pytest.raises(ValueError, match="treewidth .* above max_treewidth=2"):
             pmc.MRF("z", graphs=grid, edge_weights=0.2, parameterization="ising",
                     inference="junction_tree", max_treewidth=2, observed=X)
+        # Gibbs has no log Z, so it cannot define the likelihood: refused when the model is built
+        with pytest.raises(ValueError, match="gibbs"):
+            pmc.MRF("g", graphs=grid, edge_weights=0.2, parameterization="ising",
+                    inference="gibbs", observed=X)
 
 
 def test_parameterization_adjoint_is_transpose(rng):

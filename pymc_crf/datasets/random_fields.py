@@ -16,6 +16,7 @@ from pymc_crf.distributions.mrf import check_mrf_labels, mrf_parameterization
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.junction_tree import JunctionTree
+from pymc_crf.validation import whole_number
 
 __all__ = ["MRFData", "parise_welling_random_structure", "welling_parise_grid"]
 
@@ -127,8 +128,8 @@ def parise_welling_random_structure(n_nodes: int = 5, d: float = 0.5 / 4,
     if parameterization not in ("boltzmann", "ising"):
         raise ValueError(f"parameterization must be 'boltzmann' or 'ising'; got "
                          f"{parameterization!r}")
-    if n_nodes < 2:
-        raise ValueError(f"n_nodes must be at least 2; got {n_nodes}")
+    n_nodes = whole_number(n_nodes, "n_nodes", minimum=2)
+    n_samples = whole_number(n_samples, "n_samples")
     if not 0.0 < edge_prob <= 1.0:
         raise ValueError(f"edge_prob must lie in (0, 1]; got {edge_prob}")
     if d <= 0 or epsilon < 0:
@@ -143,7 +144,7 @@ def parise_welling_random_structure(n_nodes: int = 5, d: float = 0.5 / 4,
     b = rng.uniform(-1.0, 1.0, size=n_nodes)
     node, edge = _tables(graph, parameterization, b, w)
     # exact sampling by exhaustive enumeration, as the paper
-    samples = BruteForce().sample(graph, node, edge, int(n_samples), rng)
+    samples = BruteForce().sample(graph, node, edge, n_samples, rng)
     return MRFData(graph, samples, b, w, parameterization,
                    description="Parise & Welling 2006 sec. 4.1: random structure on "
                                f"{n_nodes} nodes, d={d:g}, eps={epsilon:g}",
@@ -178,6 +179,8 @@ def welling_parise_grid(rows: int = 5, cols: int = 5, n_samples: int = 1000,
     """
     if sd <= 0:
         raise ValueError(f"sd must be positive; got {sd}")
+    rows, cols = whole_number(rows, "rows"), whole_number(cols, "cols")
+    n_samples = whole_number(n_samples, "n_samples")
     rng = np.random.default_rng(seed)
     graph = GraphBatch.grid(rows, cols)
     if graph.n_edges == 0:
@@ -185,7 +188,7 @@ def welling_parise_grid(rows: int = 5, cols: int = 5, n_samples: int = 1000,
     w = rng.normal(0.0, sd, size=graph.n_edges)
     b = rng.normal(0.0, sd, size=rows * cols)
     node, edge = _tables(graph, "ising", b, w)
-    samples = JunctionTree().sample(graph, node, edge, int(n_samples), rng)
+    samples = JunctionTree().sample(graph, node, edge, n_samples, rng)
     return MRFData(graph, samples, b, w, "ising",
                    description=f"Welling & Parise 2006 sec. 7: {rows} x {cols} +-1 grid, "
                                f"weights and biases N(0, {sd**2:g})",

@@ -266,7 +266,7 @@ _EDGE_SIGNATURES = {("table", True): "(k,k)", ("table", False): "(e,k,k)",
 
 class MRFRV(RandomVariable):
     """``n_samples`` i.i.d. labellings of one graph, drawn with the engine's sampler (exact for
-    chain and junction-tree engines, Gibbs for loopy BP).
+    chain and junction-tree engines; for the loopy engines one Gibbs chain per labelling).
 
     The parameters are the MRF's own weight tensors (node weights, edge weights, or both, as
     ``param`` says); the parameterisation, graph, engine and ``n_samples`` are Op settings.
@@ -456,7 +456,7 @@ class MRF(Distribution):
                              "size or shape")
         Wn, We = _as_tensor(node_weights), _as_tensor(edge_weights)
         param = mrf_parameterization(graphs, parameterization, Wn, We, n_labels)
-        engine = get_engine(inference, graphs, max_treewidth=max_treewidth)
+        engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
         params = [w if w.dtype.startswith("float") else w.astype("float64")
                   for w in (Wn, We) if w is not None]
         return super().dist(params, batch=graphs, engine=engine, n_samples=int(n_samples),

@@ -7,8 +7,8 @@ Each engine implements one method, ``run(batch, node_logpot, edge_logpot) ->``
 * ``log_partition`` / ``marginals``: the run's estimate of log Z and its beliefs;
 * ``map_assignment``: the argmax of the beliefs of :meth:`LoopyEngine.decoding_run` (BP runs
   max-product there), scored exactly;
-* ``sample``: exact-model samples from the Gibbs sampler, never from the approximation (a belief
-  product is not a joint distribution on loopy graphs);
+* ``sample``: exact-model samples from independent Gibbs chains, never from the approximation
+  (a belief product is not a joint distribution on loopy graphs);
 * constructor settings ``tol``, ``max_iter``, ``damping`` validated in one place, and one
   :class:`~pymc_crf.inference.base.ConvergenceWarning` naming the method when some graphs of a
   batch did not converge.
@@ -36,6 +36,7 @@ from pymc_crf.inference.base import (
     warn_unconverged,
 )
 from pymc_crf.inference.gibbs import Gibbs
+from pymc_crf.validation import whole_number
 
 __all__ = ["LoopyEngine"]
 
@@ -103,5 +104,17 @@ class LoopyEngine(Engine):
 
     def sample(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int,
                rng: np.random.Generator | int | None = None) -> np.ndarray:
-        """Samples from the model itself (not from the beliefs), by the Gibbs engine."""
-        return Gibbs().sample(batch, node_logpot, edge_logpot, n_samples, rng)
+        """``n_samples`` independent labellings (n_samples, N) from the model itself (not from
+        the beliefs): one Gibbs chain per labelling (the :class:`Gibbs` defaults: uniform start,
+        200 sweeps of burn-in), all run together on copies of the batch. Consecutive sweeps of
+        one chain would be correlated draws; on a strongly coupled grid every one would have the
+        sign of the first."""
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        n = whole_number(n_samples, "n_samples", minimum=0)
+        if n <= 1:
+            return Gibbs().sample(batch, node, edge, 1, rng)[:n]
+        copies = batch.cached(("loopy", "copies", n),
+                              lambda: batch.subset(np.tile(np.arange(batch.n_graphs), n)))
+        edges = edge if edge.shape[0] == 1 else np.tile(edge, (n, 1, 1))
+        draw = Gibbs().sample(copies, np.tile(node, (n, 1)), edges, 1, rng)
+        return draw.reshape(n, batch.n_total_nodes)
