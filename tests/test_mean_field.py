@@ -116,3 +116,18 @@ def test_hard_constraints_and_impossible_models():
     assert mf.log_partition(b, node, edge)[0] == 0.0
     np.testing.assert_array_equal(mf.marginals(b, node, edge).node, [[1.0, 0.0], [1.0, 0.0]])
     assert mf.log_partition(b, np.full((2, 2), -np.inf), edge)[0] == -np.inf
+
+
+def test_a_fixed_point_on_forbidden_labellings_warns():
+    """A triangle with a pendant node whose -inf entries leave mean field at point masses that
+    the constraints forbid, with every single-node change forbidden too: the bound is -inf
+    though the exact log Z is -6.519, and a warning says so."""
+    ninf = -np.inf
+    b = GraphBatch.from_edges([[(0, 1), (1, 2), (2, 0), (2, 3)]], [4])
+    node = np.array([[-0.852, -1.063], [1.35, -2.843], [-0.408, 0.544], [-0.656, 0.425]])
+    edge = np.array([[[-1.153, -0.122], [ninf, -0.101]], [[0.029, -0.08], [1.001, ninf]],
+                     [[ninf, -0.407], [ninf, -1.653]], [[-2.042, ninf], [0.153, -0.799]]])
+    assert np.isclose(BruteForce().log_partition(b, node, edge)[0], -6.519, atol=1e-3)
+    for init in ("uniform", "node"):
+        with pytest.warns(ConvergenceWarning, match="mean field stopped on 1 of 1 graphs"):
+            assert MeanField(init=init).log_partition(b, node, edge)[0] == -np.inf

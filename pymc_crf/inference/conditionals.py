@@ -50,7 +50,9 @@ def keep_least_forbidden(p, forbidden):
     incompatible labels) the conditional would be 0 / 0; the label with the least forbidden
     weight (ties: the largest finite part, then the first) is kept alone, the limit of the
     conditional as each -inf entry goes to -M, M -> infinity, with ties broken so that a
-    symmetric start moves towards a labelling the constraints allow.
+    symmetric start tends towards a labelling the constraints allow. It is a heuristic: a state
+    where every label of every node has some forbidden weight stays where it is (mean field then
+    warns).
     """
     K = p.shape[0]
     least = np.inf

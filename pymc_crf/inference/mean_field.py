@@ -15,7 +15,7 @@ from numba import njit
 
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import LoopyResult, check_potentials
+from pymc_crf.inference.base import ConvergenceWarning, LoopyResult, check_potentials, warn_at_caller
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine
@@ -140,5 +140,15 @@ class MeanField(LoopyEngine):
         pair = q[batch.edges[:, 0]][:, :, None] * q[batch.edges[:, 1]][:, None, :]
         with np.errstate(divide="ignore"):
             log_node, log_edge = np.log(q), np.log(pair)
-        return LoopyResult(None, log_node, log_edge, _bound(batch, node, edge, q),
-                           self.report(iters, changes, converged))
+        log_z = _bound(batch, node, edge, q)
+        stuck = np.isneginf(log_z)
+        if self.warn and stuck.any():
+            # every label of some node is forbidden by the neighbours' point masses: a fixed point
+            # of single-node coordinate ascent that no allowed labelling is reachable from
+            warn_at_caller(
+                f"mean field stopped on {int(stuck.sum())} of {G} graphs at marginals that put "
+                "mass on labellings the -inf log-potentials forbid (bound -inf; allowed "
+                "labellings may still exist, but single-node updates cannot reach them from "
+                "there). Use an exact engine or BP for models with hard constraints.",
+                ConvergenceWarning)
+        return LoopyResult(None, log_node, log_edge, log_z, self.report(iters, changes, converged))
