@@ -10,7 +10,6 @@ from pymc_crf.inference import (
     BeliefPropagation,
     BruteForce,
     ConvergenceWarning,
-    Gibbs,
     LoopyEngine,
     LoopyResult,
     MeanField,

@@ -141,7 +141,9 @@ class MeanField(LoopyEngine):
         with np.errstate(divide="ignore"):
             log_node, log_edge = np.log(q), np.log(pair)
         log_z = _bound(batch, node, edge, q)
-        stuck = np.isneginf(log_z)
+        # (a node with every label -inf makes -inf the exact log Z, nothing to warn about)
+        dead = np.bincount(batch.node_graph, weights=np.isneginf(node).all(1), minlength=G) > 0
+        stuck = np.isneginf(log_z) & ~dead
         if self.warn and stuck.any():
             # every label of some node is forbidden by the neighbours' point masses: a fixed point
             # of single-node coordinate ascent that no allowed labelling is reachable from
