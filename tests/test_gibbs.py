@@ -110,3 +110,24 @@ def test_a_start_the_constraints_rule_out_moves_to_an_allowed_labelling():
         s = Gibbs(burn_in=0, n_samples=50, seed=seed).sample(b, node, edge, 50)
         labels = np.asarray(s.labels if hasattr(s, "labels") else s).reshape(-1, 3)
         assert (labels == labels[:, :1]).all()
+
+
+def test_kept_labellings_the_constraints_forbid_warn():
+    """A triangle whose every edge entry is -inf allows no labelling (exact log Z -inf): the
+    chain's samples would be forbidden labellings, and a warning says so. Where the constraints
+    leave allowed labellings (only equal neighbours on a 4-cycle), the chain reaches one during
+    burn-in and nothing is said."""
+    import warnings
+
+    from pymc_crf.inference.base import ConvergenceWarning
+
+    tri = GraphBatch.from_edges([[(0, 1), (1, 2), (2, 0)]], [3])
+    with pytest.warns(ConvergenceWarning, match="forbid on 1 of 1 graphs"):
+        Gibbs(seed=0).sample(tri, np.zeros((3, 2)), np.full((3, 2, 2), -np.inf), 2)
+    ring = GraphBatch.from_edges([[(0, 1), (1, 2), (2, 3), (3, 0)]], [4])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for seed in range(5):
+            s = Gibbs(seed=seed, burn_in=5).sample(ring, np.zeros((4, 2)),
+                                                   np.array([[[0.0, -np.inf], [0.0, 0.0]]]), 3)
+            assert (s == s[:, :1]).all()

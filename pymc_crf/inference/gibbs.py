@@ -21,12 +21,14 @@ from numba import njit
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import (
+    ConvergenceWarning,
     Engine,
     MapResult,
     Marginals,
     as_generator,
     check_potentials,
     labelling_score,
+    warn_at_caller,
 )
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.validation import whole_number
@@ -157,6 +159,14 @@ class Gibbs(Engine):
             u = rng.random((min(chunk, total - start), N))
             _sweeps(node, edge, shared, x, order, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                     u, keep, samples, rb, start)
+        forbidden = np.isneginf(labelling_score(batch, node, edge, samples)).any(0)
+        if forbidden.any():
+            warn_at_caller(
+                f"Gibbs kept labellings that the -inf log-potentials forbid on "
+                f"{int(forbidden.sum())} of {batch.n_graphs} graphs: the chain never reached an "
+                "allowed labelling (the model may allow none, or single-site moves cannot reach "
+                "one from the start); its samples and marginals there are not the model's",
+                ConvergenceWarning)
         return GibbsChain(samples, rb / n_samples)
 
     # -------------------------------------------------------------- Engine interface
