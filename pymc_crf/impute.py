@@ -17,11 +17,15 @@ posterior. ``extend_inferencedata=True`` still stores the draws where PyMC would
 
 from __future__ import annotations
 
+import json
+from types import SimpleNamespace
+
 import numpy as np
 import pymc as pm
 import xarray as xr
 
 from pymc_crf.fitters.objective import CRFLogLikelihood
+from pymc_crf.fitters.predictors import crf_attrs, log_potentials_for, weight_draws
 from pymc_crf.fitters.spec import extract_crf
 from pymc_crf.validation import whole_number
 
@@ -67,16 +71,20 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
         raise ValueError(f"the labels of {spec.observed_name!r} have no missing entries to impute; "
                          "mark missing labels with -1 or a numpy masked array")
     post = result["posterior"]
-    absent = [w.name for w in spec.weights if w.name is None or w.name not in post]
-    if absent:
-        raise ValueError(f"the result's posterior has no draws of the CRF weights {absent}")
     if extend_inferencedata and draws is not None:
         raise ValueError("extend_inferencedata=True stores one label draw per posterior draw; "
                          "leave draws=None")
+    # the weights as predict reads them: free variables and pm.Deterministic by name from the
+    # posterior, constants (pm.do, fixed arrays, pm.Data) from the model
+    info = json.loads(crf_attrs(spec))
+    weights = weight_draws(result, info)
+    for key, ws in (("node_weights", spec.node_weights), ("edge_weights", spec.edge_weights)):
+        if ws is not None and weights[key].shape[1:] != ws.shape:
+            raise ValueError(f"the result's {info[key]!r} has shape {weights[key].shape[1:]}; "
+                             f"the model's {key.replace('_', ' ')} have shape {ws.shape}: is "
+                             "the result from another model?")
     n_chains, n_draws = (int(post.sizes["chain"]), int(post.sizes["draw"]))
-    flat = np.concatenate([np.asarray(post[w.name].values).reshape(n_chains * n_draws, -1)
-                           for w in spec.weights], axis=1)
-    keep = np.arange(flat.shape[0])
+    keep = np.arange(n_chains * n_draws)
     if draws is not None and draws < keep.size:
         keep = np.linspace(0, keep.size - 1, int(draws)).round().astype(np.int64)
     rng = np.random.default_rng(random_seed)
@@ -87,8 +95,12 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
     engine = lik.engine
     marg = np.zeros((nodes.size, spec.n_labels))
     label_draws = np.empty((keep.size, nodes.size), np.int64)
+    fields = SimpleNamespace(graphs=b, node_features=spec.node_features,
+                             edge_features=spec.edge_features)
     for i, s in enumerate(keep):
-        node, edge = lik.log_potentials(flat[s])
+        node, edge = log_potentials_for(fields, info, *(
+            None if weights.get(k) is None else weights[k][s]
+            for k in ("node_weights", "edge_weights")))
         shared = edge.shape[0] == 1 and b.n_edges != 1
         tables = part.tables(node, edge, shared)
         marg += engine.marginals(part.batch, *tables).node[missing]

@@ -111,6 +111,9 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
                              "posterior)")
         if hidden:
             method = "bp_hcrf" if result.attrs.get("method") == "bp_hcrf_vi" else "hcrf_average"
+    if "crf" in result.attrs and not hasattr(data, "edge_features"):
+        raise ValueError(f"this CRF result labels the nodes of graphs given as pmc.CRFData; got "
+                         f"{type(data).__name__} (one class per sequence, for pmc.HCRF results)")
     predictor = get_predictor(method)
     common = {"draws": draws, "model": model, "inference": inference, "random_seed": random_seed}
     # any other option must be one of the predictor's own (a misspelt one would be lost); the

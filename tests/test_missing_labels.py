@@ -234,6 +234,41 @@ def test_impute_over_nuts_draws_matches_brute_force_average(rng):
     assert set(np.unique(post["y_unobserved"].values)) <= set(range(K))
 
 
+def test_impute_reads_constant_and_deterministic_weights_and_refuses_other_models(rng):
+    """Edge weights fixed as a numpy array, held in pm.Data, or a pm.Deterministic: imputation
+    reads them as predict does and equals the exact conditional at the MAP; a result whose
+    weights have another shape is refused."""
+    b = BATCHES["chains"]
+    y = _labels(b, rng)
+    X = rng.normal(size=(b.n_total_nodes, F))
+    T0 = rng.normal(size=(K, K))
+    for kind in ("array", "data", "deterministic"):
+        with pm.Model() as m:
+            W = pm.Normal("W", 0, 1, shape=(F, K))
+            if kind == "array":
+                T = T0
+            elif kind == "data":
+                T = pm.Data("T", T0)
+            else:
+                T = pm.Deterministic("T", 0.5 * pm.Normal("T_raw", 0, 1, shape=(K, K)))
+            pmc.CRF("y", graphs=b, node_features=X, node_weights=W, edge_weights=T, observed=y)
+        res = pmc.fit(m, method="map")
+        w = res["posterior"]["W"].values[0, 0]
+        t = res["posterior"]["T"].values[0, 0] if kind == "deterministic" else T0
+        node = X @ w
+        exact = _brute_conditional(b, node, t[None], y)
+        imp = pmc.impute(res, m)
+        np.testing.assert_allclose(imp["marginals"].values, exact[y < 0], atol=1e-12)
+    other, _, _ = _model(b, y, "shared", rng)
+    with pm.Model() as wide:
+        pmc.CRF("y", graphs=b, node_features=np.ones((b.n_total_nodes, F + 1)),
+                node_weights=pm.Normal("W", 0, 1, shape=(F + 1, K)),
+                edge_weights=pm.Normal("T", 0, 1, shape=(K, K)), observed=y)
+    with pytest.raises(ValueError, match=rf"the result's 'W' has shape \({F}, {K}\); the "
+                                         rf"model's node weights have shape \({F + 1}, {K}\)"):
+        pmc.impute(pmc.fit(other, method="map"), wide)
+
+
 def test_fitters_without_missing_label_support_refuse(rng):
     b = BATCHES["chains"]
     m, _, _ = _model(b, _labels(b, rng), "shared", rng)

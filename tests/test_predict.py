@@ -171,6 +171,39 @@ def test_predict_names_mismatched_data():
             pmc.predict(res, test, draws=bad)
     with pytest.raises(TypeError, match="data must be a CRFData"):
         pmc.predict(res, (test.graphs, test.node_features))
+    # EP's model_average (expected potentials, its own path) checks the columns too
+    ep = pmc.fit(m, method="ep", draws=10, progressbar=False)
+    for cols in (1, 3):
+        narrow = CRFData(test.graphs, test.labels, node_features=np.ones((4, cols)), n_labels=2)
+        with pytest.raises(ValueError, match=f"node features have {cols} columns; the model's "
+                                             "node weights expect 2"):
+            pmc.predict(ep, narrow, method="model_average")
+    # the labels must be one per node: a CRF result given sequence classes is refused
+    seq = pmc.datasets.SequenceData(test.graphs, test.node_features, np.array([1]), 2)
+    with pytest.raises(ValueError, match="this CRF result labels the nodes .* got SequenceData"):
+        pmc.predict(res, seq)
+
+
+def test_hidden_crf_predictions_need_one_class_per_graph():
+    """A hidden-CRF result predicts one class per graph: labels per node (CRFData) are refused
+    instead of broadcast against the classes."""
+    import pymc as pm
+
+    from pymc_crf.datasets import CRFData
+
+    rng = np.random.default_rng(1)
+    b = pmc.GraphBatch.chains([3, 3])
+    X = rng.normal(size=(6, 2))
+    with pm.Model() as m:
+        pmc.HCRF("y", graphs=b, node_features=X,
+                 theta_x=pm.Normal("theta_x", 0, 1, shape=(2, 2)),
+                 theta_y=pm.Normal("theta_y", 0, 1, shape=(2, 2)),
+                 theta_e=pm.Normal("theta_e", 0, 1, shape=(2, 2, 2)), observed=[0, 1])
+    res = pmc.fit(m, method="map", jitter=0.1, random_seed=0, progressbar=False)
+    nodes = CRFData(pmc.GraphBatch.chains([4]), np.array([0, 1, 1, 1]),
+                    node_features=rng.normal(size=(4, 2)))
+    with pytest.raises(ValueError, match="the data has 4 labels; this prediction has 1"):
+        pmc.predict(res, nodes)
 
 
 def test_label_level_methods_on_a_hidden_crf_result_say_so():

@@ -60,6 +60,12 @@ def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labe
     err = None
     if true_labels is not None:
         true_labels = np.asarray(true_labels)
+        if true_labels.shape != np.shape(labels):
+            raise ValueError(
+                f"the data has {true_labels.size} labels; this prediction has "
+                f"{np.size(labels)} ({method!r}). A CRF result labels every node (pmc.CRFData); "
+                "a hidden-CRF result predicts one class per graph (SequenceData, or labels of "
+                "shape (G,))")
         K = marginals.shape[-1]
         bad = (true_labels < 0) | (true_labels >= K)
         if bad.any():
@@ -177,6 +183,14 @@ def weight_draws(result: xr.DataTree, info: dict) -> dict[str, np.ndarray]:
     return out
 
 
+def check_feature_columns(what: str, features, expected: int) -> None:
+    """Raise a ValueError when ``features`` (the data's ``what`` features) do not have the
+    ``expected`` columns, the leading dimension of the model's ``what`` weights."""
+    if features.shape[1] != expected:
+        raise ValueError(f"the data's {what} features have {features.shape[1]} columns; the "
+                         f"model's {what} weights expect {expected}")
+
+
 def log_potentials_for(data, info: dict, node_w, edge_w):
     """Numpy node (N, K) and edge (E, K, K) / (1, K, K) log-potentials of ``data`` for one weight
     set, in the layout ``info`` (:func:`crf_attrs`) records."""
@@ -187,9 +201,8 @@ def log_potentials_for(data, info: dict, node_w, edge_w):
         raise ValueError("the model has per-edge weights but the data has no edge features")
     for what, x, w in (("node", data.node_features, node_w),
                        ("edge", None if shared else data.edge_features, edge_w)):
-        if x is not None and w is not None and x.shape[1] != np.shape(w)[0]:
-            raise ValueError(f"the data's {what} features have {x.shape[1]} columns; the model's "
-                             f"{what} weights expect {np.shape(w)[0]}")
+        if x is not None and w is not None:
+            check_feature_columns(what, x, np.shape(w)[0])
     node, edge, _, _ = log_potential_tables(
         info["potential"], info["epsilon"], data.graphs.n_total_nodes, info["n_labels"],
         data.node_features, node_w, None if shared else data.edge_features, edge_w)

@@ -18,7 +18,12 @@ import xarray as xr
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.feature_products import as_feature_matrix
 from pymc_crf.fitters.ep.average import averaged_node_marginals
-from pymc_crf.fitters.predictors import Prediction, prediction, register_predictor
+from pymc_crf.fitters.predictors import (
+    Prediction,
+    check_feature_columns,
+    prediction,
+    register_predictor,
+)
 
 __all__ = ["predict_model_average"]
 
@@ -58,6 +63,11 @@ def predict_model_average(result: xr.DataTree, data: CRFData, *, inference: str 
             raise ValueError("the model has per-edge weights but the data has no edge features")
         else:
             xe = as_feature_matrix(data.edge_features)
+    post = result["posterior"]
+    for what, x in (("node", xn), ("edge", None if info["shared_edge_table"] else xe)):
+        name = info[f"{what}_weights"]
+        if x is not None and name in post:
+            check_feature_columns(what, x, post[name].shape[2])  # dims (chain, draw, feature, ...)
     marg = averaged_node_marginals(mean, cov, K, graphs, xn, xe, info["potential"],
                                    float(info["epsilon"]), inference)
     return prediction(marg, marg.argmax(axis=1), "model_average", data.labels)
