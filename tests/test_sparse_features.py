@@ -142,6 +142,17 @@ def test_map_and_predict_sparse_equal_dense(batch):
         np.testing.assert_array_equal(p1.labels, p0.labels)
         p2 = pmc.predict(fits[1], data[1], method)  # the sparse fit on sparse data
         np.testing.assert_allclose(p2.marginals, p0.marginals, rtol=0, atol=1e-7)
+    # the predictions groups: the sparse features are stored as their CSR arrays
+    pmc.predict(fits[1], data[1], "bpe", predictions=True, sample_labels=3, random_seed=0)
+    pmc.predict(fits[0], data[0], "bpe", predictions=True, sample_labels=3, random_seed=0)
+    c0, c1 = fits[0]["predictions_constant_data"], fits[1]["predictions_constant_data"]
+    for key, dense in (("node_features", X), ("edge_features", Xe)):
+        np.testing.assert_array_equal(c0[key].values, dense)
+        csr = sp.csr_matrix((c1[f"{key}_data"].values, c1[f"{key}_indices"].values,
+                             c1[f"{key}_indptr"].values), shape=c1.attrs[f"{key}_shape"])
+        np.testing.assert_array_equal(csr.toarray(), dense)
+    np.testing.assert_allclose(fits[1]["predictions"]["y_marginals"].values,
+                               fits[0]["predictions"]["y_marginals"].values, rtol=0, atol=1e-7)
 
 
 def test_bethe_laplace_sparse_equals_dense():

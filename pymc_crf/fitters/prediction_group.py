@@ -10,7 +10,8 @@ Groups added to the result (in place):
   position): n labellings drawn from the posterior predictive ``p(y* | x*, D)``, one exact (or
   Gibbs, on loopy graphs) draw from the CRF at each of n posterior weight draws.
 * ``predictions_constant_data``: the new graphs' ``node_features`` / ``edge_features`` and
-  ``n_nodes``.
+  ``n_nodes``; sparse features as their CSR arrays ``node_features_data``, ``_indices`` and
+  ``_indptr``, with the shape in the attr ``node_features_shape`` (likewise for edges).
 
 ``name`` is the observed variable's (from ``observed_data``) and the label dims are the observed
 variable's own, so the new group reads like the rest of the result.
@@ -19,6 +20,7 @@ variable's own, so the new group reads like the rest of the result.
 from __future__ import annotations
 
 import numpy as np
+import scipy.sparse as sp
 import xarray as xr
 
 from pymc_crf.fitters.predictors import (
@@ -106,11 +108,20 @@ def add_predictions(result: xr.DataTree, data, prediction: Prediction,
     ds = xr.Dataset(group, coords=coords,
                     attrs={"predict_method": prediction.method,
                            "sample_dims": ["chain", "draw"] if sampled is not None else []})
+    const, attrs = {"n_nodes": (("graph",), np.asarray(batch.n_nodes))}, {}
+    for key, rows in (("node_features", "node"), ("edge_features", "edge")):
+        x = getattr(data, key, None)
+        if x is None:
+            continue
+        if sp.issparse(x):  # its CSR arrays: a dense copy of text features would not fit
+            x = sp.csr_matrix(x)
+            const.update({f"{key}_data": ((f"{key}_nnz",), x.data),
+                          f"{key}_indices": ((f"{key}_nnz",), x.indices),
+                          f"{key}_indptr": ((f"{key}_indptr",), x.indptr)})
+            attrs[f"{key}_shape"] = list(x.shape)
+        else:
+            const[key] = ((rows, key.replace("features", "feature")), np.asarray(x))
+    constant = xr.Dataset(const, attrs=attrs)
     result["predictions"] = ds
-    const = {"n_nodes": (("graph",), np.asarray(batch.n_nodes))}
-    if getattr(data, "node_features", None) is not None:
-        const["node_features"] = (("node", "node_feature"), np.asarray(data.node_features))
-    if getattr(data, "edge_features", None) is not None:
-        const["edge_features"] = (("edge", "edge_feature"), np.asarray(data.edge_features))
-    result["predictions_constant_data"] = xr.Dataset(const)
+    result["predictions_constant_data"] = constant
     return result
