@@ -108,6 +108,10 @@ def test_misspelt_sample_options_are_refused_by_name():
     for typo, meant in (("drawz", "draws"), ("chians", "chains"), ("randon_seed", "random_seed")):
         with pytest.raises(ValueError, match=f"no option '{typo}'; did you mean '{meant}'"):
             pmc.fit(model, method="nuts", **{typo: 10})
+    # the old option names of ep / bethe_laplace, which pm.sample would silently ignore
+    for old, new in (("seed", "random_seed"), ("n_draws", "draws"), ("n_chains", "chains")):
+        with pytest.raises(ValueError, match=f"takes pm.sample's '{new}', not '{old}'"):
+            pmc.fit(model, method="nuts", **{old: 1})
     from pymc_crf.fitters.nuts import _refuse_typos
 
     _refuse_typos({"target_accept": 0.9, "nuts_sampler": "pymc", "init": "adapt_diag"})

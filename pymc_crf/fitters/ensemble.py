@@ -109,10 +109,11 @@ def supergraph(batch: GraphBatch, node_tables: list[np.ndarray], edge_tables: li
 
 
 @register_predictor("supergraph")
-def predict_supergraph(result: xr.DataTree, data: CRFData, *, draws: int | None = 20,
+def predict_supergraph(result: xr.DataTree, data: CRFData, *, draws: int | None = 200,
                        model=None, inference: str = "auto", random_seed: int | None = 0,
                        coupling: float = np.inf, supergraph_inference="auto") -> Prediction:
-    """Max-product labelling of the super-graph of ``draws`` posterior draws (fig. 1).
+    """Max-product labelling of the super-graph of ``draws`` posterior draws (fig. 1); the
+    super-graph has ``draws`` copies of each test graph, so fewer draws (e.g. 20) are faster.
 
     ``supergraph_inference`` is the engine for the super-graph (a name or an Engine):
     ``"auto"`` takes the exact junction tree when the super-graph's treewidth allows and falls

@@ -33,7 +33,8 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
             jitter: float = 0.0, random_seed: int | None = None,
             engine_objective: bool | None = None, optimizer: str = "auto",
             progressbar: bool = True):
-    """MAP estimate of every free variable of ``model`` by L-BFGS-B.
+    """MAP estimate of every free variable of ``model`` by L-BFGS (scipy's L-BFGS-B, or the
+    package's own L-BFGS for large models: see ``optimizer``).
 
     The objective is the model's log posterior in the unconstrained space (without the Jacobian of
     the transforms by default, i.e. the mode of the posterior density of the original variables),
@@ -68,6 +69,8 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         ``gtol`` and ``ftol`` rules); ``"auto"``: ``"lbfgs"`` from 10^5 weights on (text CRFs with
         sparse features, where L-BFGS-B's own work per iteration exceeds the objective's), else
         ``"scipy"``.
+    progressbar : bool
+        Show a progress bar of the optimiser's iterations.
 
     Returns
     -------

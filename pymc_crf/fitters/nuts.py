@@ -38,11 +38,18 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     return idata
 
 
+# the option names some other fitters take for one more release (docs/fit_contract.md); pm.sample
+# would pass them on to its step methods, which ignore them
+_OLD_NAMES = {"seed": "random_seed", "n_draws": "draws", "n_chains": "chains"}
+
+
 def _refuse_typos(sample_kwargs: dict) -> None:
     known = [p for p in inspect.signature(pm.sample).parameters if p != "kwargs"]
     for key in sample_kwargs:
         if key in known:
             continue
+        if key in _OLD_NAMES:
+            raise ValueError(f"method='nuts' takes pm.sample's {_OLD_NAMES[key]!r}, not {key!r}")
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
         if close:
             raise ValueError(f"method='nuts' has no option {key!r}; did you mean {close[0]!r}? "

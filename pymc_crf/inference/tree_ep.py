@@ -2,7 +2,7 @@
 
 The approximation ``q`` is a spanning-tree MRF (Qi 2005, eq. (3.2)). The tree is the maximum spanning
 tree of the mutual information estimated from each edge's own factors (node potentials times the
-edge table, Qi 2005, sec. 3.4, after Chow & Liu). Tree edges enter ``q`` exactly; each off-tree edge
+edge table, Qi 2005, sec. 3.4, after Chow & Liu 1968). Tree edges enter ``q`` exactly; each off-tree edge
 ``o = (u, v)`` is approximated by a term living on the tree path ``u = p_0, ..., p_L = v``
 (Qi 2005, eq. (3.6)): pairwise log tables ``t_o[k](x_{p_k}, x_{p_{k+1}})``, the path's separator
 divisions folded into the pairwise tables. So ``q ∝ exp(node + Psi)`` with tree tables

@@ -124,6 +124,13 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         ``pi ~ Beta(1, alpha_pi)`` (Luo, Sun & Zhao, eq. (11)).
     theta_prior_sd
         Half-normal prior scale of theta (``np.inf``: the paper's maximum likelihood).
+    taylor_terms
+        Terms of the series for ``E_q[log p(z = 0 | .)]`` of the stick-breaking construction
+        (the Taylor expansion of Luo, Sun & Zhao; the bound's truncation error falls with it).
+    theta_maxiter
+        L-BFGS iterations of each M-step on theta.
+    log_likelihood
+        Add the per-graph ``log_likelihood`` group (of the draws).
     draws
         Draws of the variational posterior in the ``posterior`` group (``n_draws``: deprecated
         name).

@@ -94,11 +94,13 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
 
     Examples
     --------
+    >>> import pymc as pm
+    >>> import pymc_crf as pmc
     >>> train, test = pmc.datasets.bcrf_synthetic("loop", n_train=20, seed=0, n_irrelevant=10)
     >>> with pm.Model(coords=train.coords) as model:
     ...     w = pm.Normal("w", 0.0, 5 ** 0.5, dims=("edge_feature", "label_i", "label_j"))
-    ...     pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features,
-    ...             edge_weights=w, potential="probit", observed=train.labels)
+    ...     t = pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features,
+    ...                 edge_weights=w, potential="probit", observed=train.labels)
     >>> res = pmc.fit(model, method="predictive_ard")   # doctest: +SKIP
     >>> res["ard"]["features_kept"].values               # doctest: +SKIP
     """

@@ -83,6 +83,8 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         log Z of the AIS likelihood.
     n_runs, n_temps, n_leapfrog, step_size, random_seed
         AIS settings (independent runs, temperatures, HMC leapfrog steps and step size).
+    seed : int or Generator, optional
+        Former name of ``random_seed`` (accepted with a ``FutureWarning``).
     progressbar : bool
         Show progress bars of the MAP search and of AIS's temperatures (PyMC's; ``False``
         silences them).
