@@ -38,8 +38,10 @@ def test_map_from_a_symmetric_start_warns():
     tr, _ = pmc.datasets.hmm_classes(n_train_per_class=2, n_test_per_class=2, T=8, seed=0)
     F, S, C = tr.node_features.shape[1], 2, tr.n_classes
     model = _hcrf_model(tr, S)
-    with pytest.warns(UserWarning, match="symmetric subspace"):
+    with pytest.warns(UserWarning, match="symmetric subspace") as rec:
         pmc.fit(model, method="map", maxiter=5, progressbar=False)
+    # attributed to the caller's line, not to the package
+    assert [r.filename for r in rec if "symmetric" in str(r.message)] == [__file__]
     import warnings
 
     with warnings.catch_warnings():

@@ -272,8 +272,12 @@ def test_impute_reads_constant_and_deterministic_weights_and_refuses_other_model
 def test_fitters_without_missing_label_support_refuse(rng):
     b = BATCHES["chains"]
     m, _, _ = _model(b, _labels(b, rng), "shared", rng)
+    import warnings
+
     for method in ("ep", "bethe_laplace", "bethe_mh"):
-        with pytest.raises(ValueError, match="missing"):
+        # refused before anything else: no proposal fallback warning first
+        with warnings.catch_warnings(), pytest.raises(ValueError, match="missing"):
+            warnings.simplefilter("error", UserWarning)
             pmc.fit(m, method=method)
     with pytest.raises(ValueError, match="missing"):
         pmc.log_marginal_likelihood(m, method="laplace_exact")

@@ -132,8 +132,9 @@ def test_fitters_start_from_the_bethe_laplace_fit_where_it_applies():
     assert res.attrs["proposal"] == "unit" and res.attrs["start"] == "initial_point"
     # a hierarchical prior: no Bethe-Laplace fit, so "auto" falls back (with a warning) ...
     h = hierarchical_model()
-    with pytest.warns(UserWarning, match="no Bethe-Laplace proposal"):
+    with pytest.warns(UserWarning, match="no Bethe-Laplace proposal") as rec:
         res = pmc.fit(h, method="langevin_cd", draws=10, tune=10, chains=1, random_seed=3)
+    assert {r.filename for r in rec if "Bethe-Laplace" in str(r.message)} == {__file__}
     assert res.attrs["proposal"] == "unit"
     # ... and "laplace" insists
     with pytest.raises(ValueError, match="no Bethe-Laplace proposal"):

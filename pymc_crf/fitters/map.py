@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-import warnings
 
 import numpy as np
 import pymc as pm
@@ -23,6 +22,7 @@ from pymc_crf.fitters.spec import (
     other_model_terms,
     require_gaussian_prior,
 )
+from pymc_crf.inference.base import warn_at_caller
 
 __all__ = ["fit_map"]
 
@@ -171,10 +171,10 @@ def _warn_symmetric_hcrf_start(model: pm.Model, point: dict) -> None:
         starts.append(np.ravel(point[value.name]))
     flat = np.concatenate(starts)
     if flat.size and np.all(flat == flat[0]):
-        warnings.warn("pmc.HCRF: every weight starts at the same value, where all hidden states "
-                      "get the same gradient and MAP stays in the symmetric subspace (it then "
-                      "predicts at chance); pass jitter=0.1 with a random_seed, or a random "
-                      "start=", UserWarning, stacklevel=3)
+        warn_at_caller("pmc.HCRF: every weight starts at the same value, where all hidden states "
+                       "get the same gradient and MAP stays in the symmetric subspace (it then "
+                       "predicts at chance); pass jitter=0.1 with a random_seed, or a random "
+                       "start=", UserWarning)
 
 
 def _diagnostics(res, trace: list[float]) -> dict:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from typing import TYPE_CHECKING
 
 import numpy as np
@@ -34,6 +33,8 @@ from xarray import DataTree
 from pymc_crf.fitters.random_field import extract_random_field
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.fitters.spec import require_all_labels
+from pymc_crf.inference.base import warn_at_caller
 
 if TYPE_CHECKING:
     from pymc_crf.step_methods.laplace_proposal import LaplaceInit
@@ -60,8 +61,8 @@ def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
     except ValueError as err:
         if "laplace" in wanted:
             raise
-        warnings.warn(f"{err}; the samplers start from unit proposals at the model's initial "
-                      "point", UserWarning, stacklevel=4)
+        warn_at_caller(f"{err}; the samplers start from unit proposals at the model's initial "
+                       "point", UserWarning)
         return None
 
 
@@ -74,9 +75,10 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
 
     step_cls = getattr(step_methods, step_name)
     t0 = time.perf_counter()
-    # the random field and its labels (CRF or MRF, pm.Data included) are checked before the
-    # Bethe-Laplace proposal, whose failure would otherwise only be a warning
-    extract_random_field(model)
+    # the random field and its labels (CRF or MRF, pm.Data included; the steps need every label)
+    # are checked before the Bethe-Laplace proposal, whose failure would otherwise only be a
+    # warning
+    require_all_labels(extract_random_field(model), method)
     init = _laplace(model, S, start)
     proposal = "user"
     if isinstance(S, str):
