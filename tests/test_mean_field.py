@@ -135,3 +135,17 @@ def test_a_fixed_point_on_forbidden_labellings_warns():
     for init in ("uniform", "node"):
         with pytest.warns(ConvergenceWarning, match="mean field stopped on 1 of 1 graphs"):
             assert MeanField(init=init).log_partition(b, node, edge)[0] == -np.inf
+
+
+def test_damped_mean_field_on_hard_constraints_keeps_a_finite_bound():
+    """Damping leaves a vanishing mass on forbidden labels; the final undamped sweep removes it:
+    the same bound as without damping and no warning."""
+    b = GraphBatch.from_edges([[(0, 1), (1, 2)]], [3])
+    node = np.array([[0.5, 0.0], [0.0, 0.0], [0.0, 0.2]])
+    edge = np.array([[[0.0, -np.inf], [-np.inf, 0.0]]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        plain = MeanField(init="uniform").log_partition(b, node, edge)
+        damped = MeanField(damping=0.5, init="uniform").log_partition(b, node, edge)
+    np.testing.assert_allclose(damped, plain, atol=1e-9)
+    assert plain[0] <= BruteForce().log_partition(b, node, edge)[0]

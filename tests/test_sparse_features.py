@@ -151,6 +151,7 @@ def test_map_and_predict_sparse_equal_dense(batch):
         csr = sp.csr_matrix((c1[f"{key}_data"].values, c1[f"{key}_indices"].values,
                              c1[f"{key}_indptr"].values), shape=c1.attrs[f"{key}_shape"])
         np.testing.assert_array_equal(csr.toarray(), dense)
+        assert {f"{key}_data", f"{key}_indices", f"{key}_indptr"} <= set(c1.data_vars)
     np.testing.assert_allclose(fits[1]["predictions"]["y_marginals"].values,
                                fits[0]["predictions"]["y_marginals"].values, rtol=0, atol=1e-7)
 

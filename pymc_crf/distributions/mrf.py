@@ -266,7 +266,8 @@ _EDGE_SIGNATURES = {("table", True): "(k,k)", ("table", False): "(e,k,k)",
 
 class MRFRV(RandomVariable):
     """``n_samples`` i.i.d. labellings of one graph, drawn with the engine's sampler (exact for
-    chain and junction-tree engines; for the loopy engines one Gibbs chain per labelling).
+    chain and junction-tree engines; the loopy engines draw with the junction tree where it runs,
+    else from independent Gibbs chains).
 
     The parameters are the MRF's own weight tensors (node weights, edge weights, or both, as
     ``param`` says); the parameterisation, graph, engine and ``n_samples`` are Op settings.

@@ -117,7 +117,7 @@ def add_predictions(result: xr.DataTree, data, prediction: Prediction,
             x = sp.csr_matrix(x)
             const.update({f"{key}_data": ((f"{key}_nnz",), x.data),
                           f"{key}_indices": ((f"{key}_nnz",), x.indices),
-                          f"{key}_indptr": ((f"{key}_indptr",), x.indptr)})
+                          f"{key}_indptr": ((f"{key}_row_ptr",), x.indptr)})
             attrs[f"{key}_shape"] = list(x.shape)
         else:
             const[key] = ((rows, key.replace("features", "feature")), np.asarray(x))

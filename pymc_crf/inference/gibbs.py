@@ -33,7 +33,7 @@ from pymc_crf.inference.base import (
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.validation import whole_number
 
-__all__ = ["Gibbs", "GibbsChain", "colour_order"]
+__all__ = ["Gibbs", "GibbsChain", "colour_order", "independent_draws"]
 
 # The colour classes are graph structure (also used by mean field); this name stays importable.
 colour_order = colour_classes
@@ -159,14 +159,13 @@ class Gibbs(Engine):
             u = rng.random((min(chunk, total - start), N))
             _sweeps(node, edge, shared, x, order, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
                     u, keep, samples, rb, start)
-        forbidden = np.isneginf(labelling_score(batch, node, edge, samples)).any(0)
-        if forbidden.any():
+        if (np.isneginf(node).any() or np.isneginf(edge).any()) and np.isneginf(
+                labelling_score(batch, node, edge, samples)).any():
             warn_at_caller(
-                f"Gibbs kept labellings that the -inf log-potentials forbid on "
-                f"{int(forbidden.sum())} of {batch.n_graphs} graphs: the chain never reached an "
-                "allowed labelling (the model may allow none, or single-site moves cannot reach "
-                "one from the start); its samples and marginals there are not the model's",
-                ConvergenceWarning)
+                "Gibbs kept labellings that the -inf log-potentials forbid: on some graphs the "
+                "chain never reached an allowed labelling (the model may allow none, or "
+                "single-site moves cannot reach one from the start); its samples and marginals "
+                "there are not the model's", ConvergenceWarning)
         return GibbsChain(samples, rb / n_samples)
 
     # -------------------------------------------------------------- Engine interface
@@ -202,3 +201,30 @@ class Gibbs(Engine):
         best = np.argmax(scores, axis=0)
         labels = samples[best[batch.node_graph], np.arange(batch.n_total_nodes)]
         return MapResult(labels, scores[best, np.arange(batch.n_graphs)])
+
+
+def independent_draws(batch: GraphBatch, node: np.ndarray, edge: np.ndarray, n_samples: int,
+                      rng=None, chains: int = 16, burn_in: int = 200, thin: int = 10
+                      ) -> np.ndarray:
+    """``n_samples`` labellings (n_samples, N) of the model from ``min(n_samples, chains)``
+    independent Gibbs chains run together on copies of the batch, each from a uniform start with
+    ``burn_in`` sweeps, then one draw every ``thin`` sweeps; row ``i`` comes from chain
+    ``i % chains``.
+
+    Several chains keep a slowly mixing model's draws from all sharing the state of one chain (on
+    a strongly coupled grid, one sign for every draw); drawing several times from each chain after
+    one burn-in keeps the cost at ``chains * burn_in + thin * n_samples`` sweeps of the batch.
+    Like any Gibbs output the draws follow the model, and are independent, only as far as the
+    chains mix within ``burn_in`` and ``thin`` sweeps.
+    """
+    n = whole_number(n_samples, "n_samples", minimum=0)
+    chains = whole_number(min(max(n, 1), chains), "chains")
+    gibbs = Gibbs(burn_in=burn_in, thin=thin)
+    if chains == 1:
+        return gibbs.sample(batch, node, edge, max(n, 1), rng)[:n]
+    copies = batch.cached(("gibbs", "copies", chains),
+                          lambda: batch.subset(np.tile(np.arange(batch.n_graphs), chains)))
+    edges = edge if edge.shape[0] == 1 else np.tile(edge, (chains, 1, 1))
+    per = -(-n // chains)
+    draws = gibbs.sample(copies, np.tile(node, (chains, 1)), edges, per, rng)
+    return draws.reshape(per * chains, batch.n_total_nodes)[:n]

@@ -515,6 +515,15 @@ class JunctionTree(Engine):
                 f"{self.max_table_entries}")
         return _compile(jt, batch.local_edges(g), K)
 
+    def fits(self, batch: GraphBatch, n_labels: int) -> bool:
+        """Whether the engine runs on ``batch`` with ``n_labels`` labels: every treewidth within
+        the limit and every graph's clique tables within ``max_table_entries``."""
+        if not self.supports(batch):
+            return False
+        return all(sum(n_labels ** len(c) for c in batch.junction_tree(int(gs[0]),
+                                                                        self.heuristic).cliques)
+                   <= self.max_table_entries for gs in batch.structure_groups.values())
+
     def check_supported(self, batch: GraphBatch) -> None:
         """Raise a ValueError naming the first graph whose treewidth exceeds the limit."""
         tw = batch.treewidth(self.heuristic, limit=self.max_treewidth)

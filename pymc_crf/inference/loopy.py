@@ -7,14 +7,16 @@ Each engine implements one method, ``run(batch, node_logpot, edge_logpot) ->``
 * ``log_partition`` / ``marginals``: the run's estimate of log Z and its beliefs;
 * ``map_assignment``: the argmax of the beliefs of :meth:`LoopyEngine.decoding_run` (BP runs
   max-product there), scored exactly;
-* ``sample``: exact-model samples from independent Gibbs chains, never from the approximation
-  (a belief product is not a joint distribution on loopy graphs);
+* ``sample``: samples of the model itself, never of the approximation (a belief product is not
+  a joint distribution on loopy graphs): exact junction-tree draws where the treewidth allows,
+  else independent Gibbs chains;
 * constructor settings ``tol``, ``max_iter``, ``damping`` validated in one place, and one
   :class:`~pymc_crf.inference.base.ConvergenceWarning` naming the method when some graphs of a
   batch did not converge.
 
 This lives beside ``base.py`` rather than in it because sampling delegates to
-:class:`~pymc_crf.inference.gibbs.Gibbs`, itself an engine built on ``base.py``.
+:class:`~pymc_crf.inference.junction_tree.JunctionTree` and
+:class:`~pymc_crf.inference.gibbs.Gibbs`, themselves engines built on ``base.py``.
 """
 
 from __future__ import annotations
@@ -35,7 +37,8 @@ from pymc_crf.inference.base import (
     decode,
     warn_unconverged,
 )
-from pymc_crf.inference.gibbs import Gibbs
+from pymc_crf.inference.gibbs import independent_draws
+from pymc_crf.inference.junction_tree import JunctionTree
 from pymc_crf.validation import whole_number
 
 __all__ = ["LoopyEngine"]
@@ -64,6 +67,8 @@ class LoopyEngine(Engine):
     def __init__(self, tol: float, max_iter: int, damping: float, warn: bool = True):
         self.tol, self.max_iter, self.damping = check_iteration_settings(tol, max_iter, damping)
         self.warn = bool(warn)
+        # the Gibbs settings of sample() where the junction tree cannot draw exactly
+        self.sample_settings = {"chains": 16, "burn_in": 200, "thin": 10}
 
     @abstractmethod
     def run(self, batch: GraphBatch, node_logpot, edge_logpot) -> LoopyResult:
@@ -104,17 +109,16 @@ class LoopyEngine(Engine):
 
     def sample(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int,
                rng: np.random.Generator | int | None = None) -> np.ndarray:
-        """``n_samples`` independent labellings (n_samples, N) from the model itself (not from
-        the beliefs): one Gibbs chain per labelling (the :class:`Gibbs` defaults: uniform start,
-        200 sweeps of burn-in), all run together on copies of the batch. Consecutive sweeps of
-        one chain would be correlated draws; on a strongly coupled grid every one would have the
-        sign of the first."""
+        """``n_samples`` labellings (n_samples, N) from the model itself, never from the beliefs:
+        exact draws of the junction tree wherever it runs (treewidth within its default limit,
+        clique tables within its memory bound), else draws of independent Gibbs chains
+        (:func:`~pymc_crf.inference.gibbs.independent_draws` with the engine's
+        ``sample_settings``, by default 16 chains, 200 sweeps of burn-in, a draw every 10
+        sweeps; set the attribute to change them), approximate as far as the chains have not
+        mixed."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n = whole_number(n_samples, "n_samples", minimum=0)
-        if n <= 1:
-            return Gibbs().sample(batch, node, edge, 1, rng)[:n]
-        copies = batch.cached(("loopy", "copies", n),
-                              lambda: batch.subset(np.tile(np.arange(batch.n_graphs), n)))
-        edges = edge if edge.shape[0] == 1 else np.tile(edge, (n, 1, 1))
-        draw = Gibbs().sample(copies, np.tile(node, (n, 1)), edges, 1, rng)
-        return draw.reshape(n, batch.n_total_nodes)
+        exact = JunctionTree()
+        if exact.fits(batch, node.shape[1]):
+            return exact.sample(batch, node, edge, n, rng)
+        return independent_draws(batch, node, edge, n, rng, **self.sample_settings)

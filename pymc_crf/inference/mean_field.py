@@ -137,6 +137,12 @@ class MeanField(LoopyEngine):
         _mf_run(node, edge, edge.shape[0] == 1, q, order, ptr, st.src, st.edge, st.flip,
                 st.in_ptr, st.in_idx, batch.node_graph, G, self.damping, self.tol, self.max_iter,
                 iters, changes, converged)
+        if self.damping > 0 and (np.isneginf(node).any() or np.isneginf(edge).any()):
+            # damping leaves a vanishing mass on labels the constraints forbid (a -inf bound);
+            # one undamped sweep removes it and keeps a fixed point where it is
+            _mf_run(node, edge, edge.shape[0] == 1, q, order, ptr, st.src, st.edge, st.flip,
+                    st.in_ptr, st.in_idx, batch.node_graph, G, 0.0, self.tol, 1,
+                    np.zeros(G, np.int64), np.zeros(G), np.zeros(G, np.bool_))
         pair = q[batch.edges[:, 0]][:, :, None] * q[batch.edges[:, 1]][:, None, :]
         with np.errstate(divide="ignore"):
             log_node, log_edge = np.log(q), np.log(pair)
