@@ -127,8 +127,15 @@ def test_samples_are_exact_where_the_junction_tree_runs(name):
     big = GraphBatch.grid(12, 12)  # treewidth 12, above the junction tree's default 10
     node_b = np.random.default_rng(0).normal(size=(144, 2))
     edge_b = 0.3 * np.array([[[1.0, -1.0], [-1.0, 1.0]]])
+    settings = {k: v for k, v in eng.sample_settings.items() if k != "exact_table_entries"}
     np.testing.assert_array_equal(eng.sample(big, node_b, edge_b, 40, rng=5),
-                                  independent_draws(big, node_b, edge_b, 40, rng=5))
+                                  independent_draws(big, node_b, edge_b, 40, rng=5, **settings))
+    # a complete graph on 6 nodes with K = 16 (16.7 M clique-table entries) is cheaper by Gibbs
+    k6 = GraphBatch.from_networkx([nx.complete_graph(6)])
+    node_k, edge_k = np.zeros((6, 16)), np.zeros((15, 16, 16))
+    assert not JunctionTree().fits(k6, 16, total_entries=2 ** 20)
+    np.testing.assert_array_equal(eng.sample(k6, node_k, edge_k, 3, rng=1),
+                                  independent_draws(k6, node_k, edge_k, 3, rng=1, **settings))
 
 
 def test_independent_gibbs_draws_follow_the_model():

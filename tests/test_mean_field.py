@@ -149,3 +149,31 @@ def test_damped_mean_field_on_hard_constraints_keeps_a_finite_bound():
         damped = MeanField(damping=0.5, init="uniform").log_partition(b, node, edge)
     np.testing.assert_allclose(damped, plain, atol=1e-9)
     assert plain[0] <= BruteForce().log_partition(b, node, edge)[0]
+
+
+def test_damped_runs_with_hard_constraints_end_at_fixed_points():
+    """Random loopy models with -inf entries: a damped run's marginals are a fixed point of the
+    plain update (an undamped continuation moves nothing and gains no bound)."""
+    from pymc_crf.graphs.adjacency import colour_classes, message_layout
+    from pymc_crf.inference.mean_field import _bound, _mf_run
+
+    rng = np.random.default_rng(0)
+    b = GraphBatch.from_networkx([nx.cycle_graph(5), nx.grid_2d_graph(2, 3),
+                                  nx.complete_graph(4), nx.path_graph(4)])
+    K, G = 3, b.n_graphs
+    st, (order, ptr) = message_layout(b), colour_classes(b)
+    for _ in range(20):
+        node = rng.normal(size=(b.n_total_nodes, K))
+        edge = rng.normal(0.0, 1.0, (b.n_edges, K, K))
+        edge[rng.random(edge.shape) < 0.2] = -np.inf
+        for damping in (0.5, 0.8):
+            run = MeanField(damping=damping, init="uniform", max_iter=3000, warn=False).run(
+                b, node, edge)
+            q = np.exp(run.log_node)
+            q2 = q.copy()
+            _mf_run(node, edge, False, q2, order, ptr, st.src, st.edge, st.flip, st.in_ptr,
+                    st.in_idx, b.node_graph, G, 0.0, 1e-10, 3000, np.zeros(G, np.int64),
+                    np.zeros(G), np.zeros(G, np.bool_))
+            finite = np.isfinite(run.log_z)
+            assert np.abs(q2 - q).max() < 1e-6
+            assert np.all(_bound(b, node, edge, q2)[finite] - run.log_z[finite] < 1e-9)

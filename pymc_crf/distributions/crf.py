@@ -270,7 +270,8 @@ def _constant_value(x) -> np.ndarray:
 
 
 class CRFRV(RandomVariable):
-    """Labels of a fixed graph batch drawn exactly (or by Gibbs on loopy graphs) from the CRF.
+    """Labels of a fixed graph batch drawn from the CRF by its engine's sampler (exact where a
+    junction tree runs, else Gibbs).
 
     The parameters are the CRF's own inputs: the features and weights present in ``layout`` (a
     tuple of names from ``node_features``, ``node_weights``, ``edge_features``, ``edge_weights``;

@@ -7,8 +7,9 @@ Groups added to the result (in place):
   position) for CRF results (one row per new graph, padded with NaN / -1 past each graph's end, as
   the observed labels are); for hidden CRFs ``{name}_marginals`` (graph, class) and
   ``{name}_labels`` (graph,). With ``sample_labels=n``, ``{name}`` (chain, draw, graph,
-  position): n labellings drawn from the posterior predictive ``p(y* | x*, D)``, one exact (or
-  Gibbs, on loopy graphs) draw from the CRF at each of n posterior weight draws.
+  position): n labellings drawn from the posterior predictive ``p(y* | x*, D)``, one draw from
+  the CRF at each of n posterior weight draws (the engine's ``sample``: exact where a junction
+  tree runs, else Gibbs).
 * ``predictions_constant_data``: the new graphs' ``node_features`` / ``edge_features`` and
   ``n_nodes``; sparse features as their CSR arrays ``node_features_data``, ``_indices`` and
   ``_indptr``, with the shape in the attr ``node_features_shape`` (likewise for edges).
@@ -58,7 +59,7 @@ def sample_predictive_labels(result: xr.DataTree, data, n: int, *, model=None,
                              inference: str = "auto", random_seed=None) -> np.ndarray:
     """``n`` labellings (n, N) of ``data``'s graphs from the posterior predictive: for each, a
     posterior weight draw (chosen uniformly, with ``random_seed``) and one draw of the CRF's labels
-    at those weights (exact on chains and junction trees, Gibbs on loopy graphs).
+    at those weights (the engine's ``sample``: exact where a junction tree runs, else Gibbs).
     """
     n = whole_number(n, "sample_labels")
     info = result_layout(result, model)

@@ -218,10 +218,12 @@ def independent_draws(batch: GraphBatch, node: np.ndarray, edge: np.ndarray, n_s
     chains mix within ``burn_in`` and ``thin`` sweeps.
     """
     n = whole_number(n_samples, "n_samples", minimum=0)
-    chains = whole_number(min(max(n, 1), chains), "chains")
+    if n == 0:
+        return np.empty((0, batch.n_total_nodes), np.int64)
+    chains = whole_number(min(n, chains), "chains")
     gibbs = Gibbs(burn_in=burn_in, thin=thin)
     if chains == 1:
-        return gibbs.sample(batch, node, edge, max(n, 1), rng)[:n]
+        return gibbs.sample(batch, node, edge, n, rng)
     copies = batch.cached(("gibbs", "copies", chains),
                           lambda: batch.subset(np.tile(np.arange(batch.n_graphs), chains)))
     edges = edge if edge.shape[0] == 1 else np.tile(edge, (chains, 1, 1))

@@ -515,14 +515,17 @@ class JunctionTree(Engine):
                 f"{self.max_table_entries}")
         return _compile(jt, batch.local_edges(g), K)
 
-    def fits(self, batch: GraphBatch, n_labels: int) -> bool:
+    def fits(self, batch: GraphBatch, n_labels: int, total_entries: float | None = None) -> bool:
         """Whether the engine runs on ``batch`` with ``n_labels`` labels: every treewidth within
-        the limit and every graph's clique tables within ``max_table_entries``."""
+        the limit and every graph's clique tables within ``max_table_entries`` (and, with
+        ``total_entries``, the tables of all distinct graph shapes together within it)."""
         if not self.supports(batch):
             return False
-        return all(sum(n_labels ** len(c) for c in batch.junction_tree(int(gs[0]),
-                                                                        self.heuristic).cliques)
-                   <= self.max_table_entries for gs in batch.structure_groups.values())
+        sizes = [sum(n_labels ** len(c) for c in batch.junction_tree(int(gs[0]),
+                                                                      self.heuristic).cliques)
+                 for gs in batch.structure_groups.values()]
+        return max(sizes) <= self.max_table_entries and (total_entries is None
+                                                         or sum(sizes) <= total_entries)
 
     def check_supported(self, batch: GraphBatch) -> None:
         """Raise a ValueError naming the first graph whose treewidth exceeds the limit."""

@@ -67,8 +67,10 @@ class LoopyEngine(Engine):
     def __init__(self, tol: float, max_iter: int, damping: float, warn: bool = True):
         self.tol, self.max_iter, self.damping = check_iteration_settings(tol, max_iter, damping)
         self.warn = bool(warn)
-        # the Gibbs settings of sample() where the junction tree cannot draw exactly
-        self.sample_settings = {"chains": 16, "burn_in": 200, "thin": 10}
+        # sample(): the junction tree's budget (clique-table entries of all distinct graph
+        # shapes), and the Gibbs settings where it is exceeded
+        self.sample_settings = {"exact_table_entries": 2 ** 20, "chains": 16, "burn_in": 200,
+                                "thin": 10}
 
     @abstractmethod
     def run(self, batch: GraphBatch, node_logpot, edge_logpot) -> LoopyResult:
@@ -109,16 +111,19 @@ class LoopyEngine(Engine):
 
     def sample(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int,
                rng: np.random.Generator | int | None = None) -> np.ndarray:
-        """``n_samples`` labellings (n_samples, N) from the model itself, never from the beliefs:
-        exact draws of the junction tree wherever it runs (treewidth within its default limit,
-        clique tables within its memory bound), else draws of independent Gibbs chains
-        (:func:`~pymc_crf.inference.gibbs.independent_draws` with the engine's
-        ``sample_settings``, by default 16 chains, 200 sweeps of burn-in, a draw every 10
-        sweeps; set the attribute to change them), approximate as far as the chains have not
-        mixed."""
+        """``n_samples`` labellings (n_samples, N) from the model itself, never from the beliefs.
+
+        Exact draws of the junction tree where it is cheap (treewidth within its default limit,
+        clique tables of all distinct graph shapes within ``sample_settings
+        ["exact_table_entries"]``, 2^20 by default), else draws of independent Gibbs chains
+        (:func:`~pymc_crf.inference.gibbs.independent_draws` with the other ``sample_settings``:
+        16 chains, 200 sweeps of burn-in, a draw every 10 sweeps by default), approximate as far
+        as the chains have not mixed. Change the settings by assigning to the attribute."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n = whole_number(n_samples, "n_samples", minimum=0)
+        gibbs = dict(self.sample_settings)
+        budget = gibbs.pop("exact_table_entries")
         exact = JunctionTree()
-        if exact.fits(batch, node.shape[1]):
+        if exact.fits(batch, node.shape[1], total_entries=budget):
             return exact.sample(batch, node, edge, n, rng)
-        return independent_draws(batch, node, edge, n, rng, **self.sample_settings)
+        return independent_draws(batch, node, edge, n, rng, **gibbs)

@@ -65,9 +65,18 @@ def _update_node(node, edge, shared, q, i, src, edge_of, flip, in_ptr, in_idx, d
                         acc += q[nb, y] * e
         lq[k] = acc
     keep_least_forbidden(lq, fm)
+    # a label the constraints rule out gets exactly 0, not a damped share of its old mass: a
+    # remnant would act as a hard exclusion on the neighbours and stop the run short of a fixed
+    # point (the other labels share the removed mass in proportion)
+    dropped = 0.0
+    for k in range(K):
+        fm[k] = 1.0 if lq[k] == -np.inf else 0.0  # fm now marks the ruled-out labels
+        dropped += damping * q[i, k] * fm[k]
     tot = exp_normalise(lq)
     for k in range(K):
         new = (1.0 - damping) * lq[k] / tot + damping * q[i, k]
+        if dropped > 0.0:
+            new = 0.0 if fm[k] != 0.0 else new / (1.0 - dropped)
         c = abs(new - q[i, k])
         if c > step[g]:
             step[g] = c
@@ -137,12 +146,6 @@ class MeanField(LoopyEngine):
         _mf_run(node, edge, edge.shape[0] == 1, q, order, ptr, st.src, st.edge, st.flip,
                 st.in_ptr, st.in_idx, batch.node_graph, G, self.damping, self.tol, self.max_iter,
                 iters, changes, converged)
-        if self.damping > 0 and (np.isneginf(node).any() or np.isneginf(edge).any()):
-            # damping leaves a vanishing mass on labels the constraints forbid (a -inf bound);
-            # one undamped sweep removes it and keeps a fixed point where it is
-            _mf_run(node, edge, edge.shape[0] == 1, q, order, ptr, st.src, st.edge, st.flip,
-                    st.in_ptr, st.in_idx, batch.node_graph, G, 0.0, self.tol, 1,
-                    np.zeros(G, np.int64), np.zeros(G), np.zeros(G, np.bool_))
         pair = q[batch.edges[:, 0]][:, :, None] * q[batch.edges[:, 1]][:, None, :]
         with np.errstate(divide="ignore"):
             log_node, log_edge = np.log(q), np.log(pair)
