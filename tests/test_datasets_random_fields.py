@@ -71,19 +71,17 @@ def test_grid_parameters_samples_and_model():
     assert model["x"].owner.op.engine.name == "junction_tree"
 
 
-def test_bad_generator_arguments():
-    with pytest.raises(ValueError, match="'boltzmann' or 'ising'"):
-        pmc.datasets.parise_welling_random_structure(parameterization="potts")
-    with pytest.raises(ValueError, match="edge_prob"):
-        pmc.datasets.parise_welling_random_structure(edge_prob=0.0)
-    with pytest.raises(ValueError, match="sd must be positive"):
-        pmc.datasets.welling_parise_grid(sd=0.0)
+@pytest.mark.parametrize("make, kwargs, message", [
+    ("parise_welling_random_structure", {"parameterization": "potts"}, "'boltzmann' or 'ising'"),
+    ("parise_welling_random_structure", {"edge_prob": 0.0}, "edge_prob"),
+    ("welling_parise_grid", {"sd": 0.0}, "sd must be positive"),
     # counts are whole numbers: 2.5 samples are refused, not drawn as 2
-    with pytest.raises(ValueError, match="n_samples must be an integer >= 1; got 2.5"):
-        pmc.datasets.parise_welling_random_structure(n_samples=2.5)
-    with pytest.raises(ValueError, match="n_samples must be an integer >= 1; got 3.9"):
-        pmc.datasets.welling_parise_grid(n_samples=3.9)
-    with pytest.raises(ValueError, match="rows must be an integer >= 1; got 2.5"):
-        pmc.datasets.welling_parise_grid(rows=2.5)
-    with pytest.raises(ValueError, match="n_nodes must be an integer >= 2; got 1"):
-        pmc.datasets.parise_welling_random_structure(n_nodes=1)
+    ("parise_welling_random_structure", {"n_samples": 2.5},
+     "n_samples must be an integer >= 1; got 2.5"),
+    ("welling_parise_grid", {"n_samples": 3.9}, "n_samples must be an integer >= 1; got 3.9"),
+    ("welling_parise_grid", {"rows": 2.5}, "rows must be an integer >= 1; got 2.5"),
+    ("parise_welling_random_structure", {"n_nodes": 1}, "n_nodes must be an integer >= 2; got 1"),
+])
+def test_bad_generator_arguments(make, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(pmc.datasets, make)(**kwargs)
