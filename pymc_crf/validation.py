@@ -5,12 +5,17 @@ from __future__ import annotations
 import argparse
 import numbers
 
+import numpy as np
+
 __all__ = ["int_at_least", "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
     """``value`` as an int when it is a whole number >= ``minimum`` (``3`` and ``3.0`` pass;
-    ``2.7``, ``True``, ``"3"`` and NaN do not), else a ValueError naming ``name``."""
+    ``2.7``, ``True``, ``"3"`` and NaN do not; numpy scalars and 0-d arrays count as their
+    value), else a ValueError naming ``name``."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
     ok = (isinstance(value, numbers.Real) and not isinstance(value, bool)
           and value == value and abs(value) != float("inf") and int(value) == value
           and value >= minimum)

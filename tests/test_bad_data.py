@@ -183,6 +183,7 @@ def test_whole_number_options_are_checked():
     from pymc_crf.validation import whole_number
 
     assert whole_number(3.0, "n") == 3 and whole_number(0, "n", minimum=0) == 0
+    assert whole_number(np.int64(4), "n") == 4 and whole_number(np.array(5.0), "n") == 5
     for bad in (2.7, True, "3", np.nan, np.inf, 0):
         with pytest.raises(ValueError, match="max_iter must be an integer >= 1"):
             BeliefPropagation(max_iter=bad)
