@@ -86,7 +86,7 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
     n_chains, n_draws = (int(post.sizes["chain"]), int(post.sizes["draw"]))
     keep = np.arange(n_chains * n_draws)
     if draws is not None and draws < keep.size:
-        keep = np.linspace(0, keep.size - 1, int(draws)).round().astype(np.int64)
+        keep = np.linspace(0, keep.size - 1, draws).round().astype(np.int64)
     rng = np.random.default_rng(random_seed)
     b = spec.batch
     part = obs.part(~obs.full)

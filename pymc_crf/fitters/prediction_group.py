@@ -67,8 +67,8 @@ def sample_predictive_labels(result: xr.DataTree, data, n: int, *, model=None,
     S = next(iter(ws.values())).shape[0]
     rng = np.random.default_rng(random_seed)
     engine = get_engine(inference, data.graphs)
-    out = np.empty((int(n), data.graphs.n_total_nodes), dtype=np.int64)
-    for i, s in enumerate(rng.integers(0, S, size=int(n))):
+    out = np.empty((n, data.graphs.n_total_nodes), dtype=np.int64)
+    for i, s in enumerate(rng.integers(0, S, size=n)):
         node, edge = log_potentials_for(
             data, info, ws["node_weights"][s] if "node_weights" in ws else None,
             ws["edge_weights"][s] if "edge_weights" in ws else None)

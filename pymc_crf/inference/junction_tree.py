@@ -505,9 +505,13 @@ class JunctionTree(Engine):
             out.append((comp, gs, batch.node_offsets[gs], batch.edge_offsets[gs]))
         return out
 
+    def _table_entries(self, batch: GraphBatch, g: int, K: int) -> int:
+        """Clique-table entries of graph ``g``'s junction tree with ``K`` labels."""
+        return sum(K ** len(c) for c in batch.junction_tree(g, self.heuristic).cliques)
+
     def _compile_shape(self, batch: GraphBatch, g: int, K: int) -> _Compiled:
         jt = batch.junction_tree(g, self.heuristic)
-        total = sum(K ** len(c) for c in jt.cliques)
+        total = self._table_entries(batch, g, K)
         if total > self.max_table_entries:
             raise ValueError(
                 f"junction_tree: graph {g} needs {total} clique-table entries "
@@ -521,8 +525,7 @@ class JunctionTree(Engine):
         ``total_entries``, the tables of all distinct graph shapes together within it)."""
         if not self.supports(batch):
             return False
-        sizes = [sum(n_labels ** len(c) for c in batch.junction_tree(int(gs[0]),
-                                                                      self.heuristic).cliques)
+        sizes = [self._table_entries(batch, int(gs[0]), n_labels)
                  for gs in batch.structure_groups.values()]
         return max(sizes) <= self.max_table_entries and (total_entries is None
                                                          or sum(sizes) <= total_entries)

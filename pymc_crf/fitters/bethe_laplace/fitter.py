@@ -94,7 +94,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                       progressbar=progressbar)
     log_ev = laplace_log_evidence(fit)
     rng = np.random.default_rng(seed)
-    flat = draws_from_gaussian(fit.mean, fit.covariance, int(n_draws), int(n_chains), rng)
+    flat = draws_from_gaussian(fit.mean, fit.covariance, n_draws, n_chains, rng)
     spec = problem.spec
     draws = spec.unflatten(flat)
     pointwise = None
@@ -108,7 +108,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                    "log_likelihood_at_map": np.float64(fit.log_likelihood),
                    "log_prior_at_map": np.float64(fit.log_prior)}
     settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
-                "gtol": gtol, "draws": int(n_draws), "chains": int(n_chains), "random_seed": seed}
+                "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed}
     result = build_result(model, draws, "bethe_laplace", settings, time.perf_counter() - t0,
                           mean_vector=fit.mean, covariance_matrix=fit.covariance,
                           param_names=spec.param_names(), diagnostics=diagnostics,

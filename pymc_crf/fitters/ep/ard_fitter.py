@@ -140,7 +140,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
     chosen = path.choose(criterion)
     best = path.steps[chosen]
     rng = np.random.default_rng(random_seed)
-    flat = draws_from_gaussian(best.mean, best.cov, int(draws), int(chains), rng)
+    flat = draws_from_gaussian(best.mean, best.cov, draws, chains, rng)
     flat[..., np.diag(best.cov) == 0] = 0.0
     steps = path.steps
     kept = [names[g] for g in range(len(groups)) if np.isfinite(best.alpha[g])]
@@ -170,7 +170,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
                 "warm_start": bool(warm_start),
                 "step_size": step_size, "damping": damping, "ep_tol": ep_tol,
                 "max_iter": int(max_iter), "backoff": bool(backoff), "min_step": min_step,
-                "draws": int(draws), "chains": int(chains), "random_seed": random_seed,
+                "draws": draws, "chains": chains, "random_seed": random_seed,
                 "potential": spec.potential, "epsilon": spec.epsilon, "n_labels": K}
     return build_result(model, spec.unflatten(flat), "predictive_ard", settings,
                         time.perf_counter() - t0, mean_vector=best.mean,

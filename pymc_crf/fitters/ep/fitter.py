@@ -175,7 +175,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
                        "(a fixed point of TEP under wide priors, docs/ep.md); use variant='pep' or "
                        "a smaller prior sd", ConvergenceWarning)
     rng = np.random.default_rng(random_seed)
-    flat = draws_from_gaussian(run.mean, run.cov, int(draws), int(chains), rng)
+    flat = draws_from_gaussian(run.mean, run.cov, draws, chains, rng)
     posterior = spec.unflatten(flat)
     skips = run.skips
     diagnostics = {
@@ -188,7 +188,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     settings = {"variant": variant, "transform": m_k, "step_size": step_size,
                 "damping": 0.5 * step_size if damping is None else damping, "tol": tol,
                 "max_iter": int(max_iter), "backoff": bool(backoff), "min_step": float(min_step),
-                "draws": int(draws), "chains": int(chains),
+                "draws": draws, "chains": chains,
                 "random_seed": random_seed, "potential": spec.potential, "epsilon": spec.epsilon,
                 "n_labels": spec.n_labels}
     wall = time.perf_counter() - t0
