@@ -127,7 +127,9 @@ def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 1
                          "first)")
     conf = marginals.max(axis=1)
     correct = (marginals.argmax(axis=1) == labels).astype(np.float64)
-    edges = np.linspace(0.0, 1.0, n_bins + 1)
+    # edges m / M by one division each, so a confidence equal to m / M (a vote fraction k / S,
+    # say) meets its edge exactly; np.linspace's edges can be one rounding step off it
+    edges = np.arange(n_bins + 1) / n_bins
     b = np.clip(np.searchsorted(edges, conf, side="left") - 1, 0, n_bins - 1)
     count = np.bincount(b, minlength=n_bins).astype(np.int64)
     with np.errstate(invalid="ignore", divide="ignore"):
