@@ -389,9 +389,10 @@ def _check_prediction(prediction: Prediction) -> np.ndarray:
         raise TypeError("prediction must be a pmc.Prediction (what pmc.predict returns); "
                         f"got {type(prediction).__name__}")
     marg = np.asarray(prediction.marginals)
-    if marg.ndim != 2:
+    if marg.ndim != 2 or prediction.per_graph:
         raise TypeError("prediction must be a pmc.predict result with (N, K) node marginals; the "
-                        "per-graph class probabilities of hidden CRFs are not node marginals")
+                        f"per-graph class probabilities of hidden CRFs ({prediction.method!r}) "
+                        "are not node marginals")
     return marg
 
 

@@ -166,6 +166,10 @@ def test_predict_names_mismatched_data():
                    n_labels=5)
     with pytest.raises(ValueError, match="label 4 .* outside 0..1"):
         pmc.predict(res, high, method="bpe")
+    halves = CRFData(test.graphs, np.array([0.0, 0.5, 1.0, 0.0]),
+                     node_features=test.node_features, n_labels=2)
+    with pytest.raises(ValueError, match="labels must be whole numbers; entry 1 is 0.5"):
+        pmc.predict(res, halves, method="bpe")
     for bad in (0, -1, 2.5):
         with pytest.raises(ValueError, match=r"draws \(None for all draws\) must be an integer >= 1"):
             pmc.predict(res, test, draws=bad)
@@ -204,6 +208,19 @@ def test_hidden_crf_predictions_need_one_class_per_graph():
                     node_features=rng.normal(size=(4, 2)))
     with pytest.raises(ValueError, match="the data has 4 labels; this prediction has 1"):
         pmc.predict(res, nodes)
+    # class probabilities are per graph: the node-marginal plots refuse them by name
+    seqs = pmc.datasets.SequenceData(b, X, np.array([0, 1]), 2)
+    pred = pmc.predict(res, seqs)
+    assert pred.per_graph
+    assert "2 graphs" in repr(pred)
+    for plot, args in ((pmc.plots.plot_marginals_chain, (seqs.graphs,)),
+                       (pmc.plots.plot_marginals_grid, ((1, 3), seqs.graphs))):
+        with pytest.raises(TypeError, match="class probabilities of hidden CRFs "
+                                            "\\('hcrf_average'\\) are not node marginals"):
+            plot(pred, *args)
+    half = pmc.datasets.SequenceData(b, X, np.array([0.0, 0.5]), 2)
+    with pytest.raises(ValueError, match="labels must be whole numbers; entry 1 is 0.5"):
+        pmc.predict(res, half)
 
 
 def test_label_level_methods_on_a_hidden_crf_result_say_so():

@@ -41,25 +41,39 @@ class Prediction:
     """Marginals and predicted labels, and the error rate when labels were given.
 
     For CRF results ``marginals`` are node marginals (N, K) and ``labels`` one per node; for hidden
-    CRFs they are class probabilities (G, C) and one class per graph.
+    CRFs (``per_graph`` True) they are class probabilities (G, C) and one class per graph.
     """
 
     marginals: np.ndarray
     labels: np.ndarray
     method: str
     error_rate: float | None = None
+    per_graph: bool = False
 
     def __repr__(self) -> str:
         err = "" if self.error_rate is None else f", error_rate={self.error_rate:.4f}"
-        return f"Prediction(method={self.method!r}, {self.labels.size} nodes{err})"
+        what = "graphs" if self.per_graph else "nodes"
+        return f"Prediction(method={self.method!r}, {self.labels.size} {what}{err})"
 
 
-def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labels=None
-               ) -> Prediction:
-    """A :class:`Prediction` with the error rate against ``true_labels`` (when given)."""
+def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labels=None,
+               *, per_graph: bool = False) -> Prediction:
+    """A :class:`Prediction` with the error rate against ``true_labels`` (when given);
+    ``per_graph``: class probabilities of hidden CRFs, one row per graph."""
     err = None
     if true_labels is not None:
         true_labels = np.asarray(true_labels)
+        if not (np.issubdtype(true_labels.dtype, np.integer) or true_labels.dtype == bool):
+            try:
+                as_float = true_labels.astype(np.float64)
+            except (TypeError, ValueError):
+                raise ValueError("the data's labels must be whole numbers; got an array of "
+                                 f"dtype {true_labels.dtype}") from None
+            whole = np.isfinite(as_float) & (as_float == np.round(as_float))
+            if not whole.all():
+                i = int(np.flatnonzero(~whole.ravel())[0])
+                raise ValueError(f"the data's labels must be whole numbers; entry {i} is "
+                                 f"{true_labels.flat[i].item()!r}")
         if true_labels.shape != np.shape(labels):
             raise ValueError(
                 f"the data has {true_labels.size} labels; this prediction has "
@@ -73,7 +87,7 @@ def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labe
             raise ValueError(f"the data's label {true_labels.flat[i]} (entry {i}) is outside "
                              f"0..{K - 1}, the labels of the fitted model")
         err = float(np.mean(labels != true_labels))
-    return Prediction(marginals, labels, method, err)
+    return Prediction(marginals, labels, method, err, per_graph)
 
 
 def register_predictor(name: str) -> Callable:
@@ -365,4 +379,5 @@ def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str
     X = hcrf_test_features(data, stack[0].shape[1])
     probs = np.mean([np.exp(class_log_probs(data.graphs, X, a, b, c, inference))
                      for a, b, c in zip(*stack, strict=True)], axis=0)
-    return prediction(probs, probs.argmax(axis=1), "hcrf_average", getattr(data, "labels", None))
+    return prediction(probs, probs.argmax(axis=1), "hcrf_average", getattr(data, "labels", None),
+                      per_graph=True)

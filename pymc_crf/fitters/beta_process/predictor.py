@@ -65,7 +65,8 @@ def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20) 
     if rule == "prior":
         tx, ty, te = (np.asarray(point[f"plugin_theta_{k}"].values) for k in ("x", "y", "e"))
         probs = np.exp(class_log_probs(data.graphs, X, tx, ty, te))
-        return prediction(probs, probs.argmax(axis=1), "bp_hcrf", getattr(data, "labels", None))
+        return prediction(probs, probs.argmax(axis=1), "bp_hcrf", getattr(data, "labels", None),
+                      per_graph=True)
     W = {k: np.asarray(point[f"theta_{k}"].values) * np.asarray(point[f"E_log_pi_{k}"].values)
          for k in ("x", "y", "e")}
     C = W["y"].shape[1]
@@ -81,4 +82,5 @@ def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20) 
     scores -= scores.max(axis=1, keepdims=True)
     probs = np.exp(scores)
     probs /= probs.sum(axis=1, keepdims=True)
-    return prediction(probs, probs.argmax(axis=1), "bp_hcrf", getattr(data, "labels", None))
+    return prediction(probs, probs.argmax(axis=1), "bp_hcrf", getattr(data, "labels", None),
+                      per_graph=True)
