@@ -24,6 +24,23 @@ def whole_number(value, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def positive_number(value, name: str, *, allow_zero: bool = False,
+                    allow_inf: bool = False) -> float:
+    """``value`` as a float when it is a real number > 0 (>= 0 with ``allow_zero``; ``inf``
+    only with ``allow_inf``), else a ValueError naming ``name``. ``True``, strings and NaN do
+    not pass."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    ok = isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value
+    if ok:
+        ok = (value >= 0 if allow_zero else value > 0) and (allow_inf or value != float("inf"))
+    if not ok:
+        what = ">= 0" if allow_zero else "> 0"
+        finite = "" if allow_inf else " and finite"
+        raise ValueError(f"{name} must be a number {what}{finite}; got {value!r}")
+    return float(value)
+
+
 def int_at_least(minimum: int):
     """An argparse type: an integer >= ``minimum`` (a one-line error otherwise), for the
     command line's counts."""

@@ -199,6 +199,19 @@ def test_whole_number_options_are_checked():
         pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=-1)
 
 
+def test_positive_number_options():
+    from pymc_crf.validation import positive_number
+
+    assert positive_number(2, "a") == 2.0 and positive_number(np.array(0.5), "a") == 0.5
+    assert positive_number(0, "a", allow_zero=True) == 0.0
+    assert positive_number(np.inf, "a", allow_inf=True) == np.inf
+    for bad in (0, -1.0, True, "1", np.nan, np.inf, None):
+        with pytest.raises(ValueError, match="a must be a number > 0 and finite; got"):
+            positive_number(bad, "a")
+    with pytest.raises(ValueError, match="a must be a number >= 0; got -1"):
+        positive_number(-1, "a", allow_zero=True, allow_inf=True)
+
+
 def test_sampler_and_draw_counts_are_whole_numbers():
     from pymc_crf.fitters.evidence.ais import ais_log_evidence, default_schedule
     from pymc_crf.inference import Gibbs

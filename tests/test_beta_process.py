@@ -235,6 +235,23 @@ def test_bad_input_errors(hmm_small):
         fit(model, method="bp_hcrf_vi", rounds=0)
     with pytest.raises(ValueError, match="n_restarts must be an integer"):
         fit(model, method="bp_hcrf_vi", n_restarts=1.7)
+    # every numeric option is checked before the fit (alpha=0 gave "log-potentials contain NaN",
+    # theta_prior_sd=0 a ZeroDivisionError, taylor_terms=0 and gamma=0 a wrong bound)
+    for option, value, match in (
+            ("max_iter", 0, "max_iter must be an integer >= 1"),
+            ("taylor_terms", 0, "taylor_terms must be an integer >= 1"),
+            ("taylor_terms", 2.5, "taylor_terms must be an integer >= 1"),
+            ("theta_maxiter", 0, "theta_maxiter must be an integer >= 1"),
+            ("draws", 0, "draws must be an integer >= 1"),
+            ("tol", -1.0, r"tol must be a number >= 0 and finite"),
+            ("tol", np.nan, r"tol must be a number >= 0 and finite"),
+            ("alpha", 0.0, r"alpha must be a number > 0 and finite"),
+            ("gamma", 0.0, r"gamma must be a number > 0 and finite"),
+            ("alpha_pi", -1.0, r"alpha_pi must be a number > 0 and finite"),
+            ("theta_prior_sd", 0.0, r"theta_prior_sd must be a number > 0; got 0.0"),
+            ("theta_prior_sd", -10.0, r"theta_prior_sd must be a number > 0; got -10.0")):
+        with pytest.raises(ValueError, match=f"bp_hcrf_vi: {match}"):
+            fit(model, method="bp_hcrf_vi", **{option: value})
     with pm.Model() as no_hcrf:
         pm.Normal("x", 0, 1, observed=np.zeros(3))
     with pytest.raises(ValueError, match="exactly one observed pmc.HCRF"):

@@ -37,7 +37,7 @@ from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
 from pymc_crf.inference.select import get_engine
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["fit_bp_hcrf_vi", "sign_split", "plug_in_weights"]
 
@@ -117,18 +117,18 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         the others, and the poor fits had the lowest bounds (docs/hcrf.md); the table V
         reproduction uses 8.
     max_iter, tol
-        Outer iterations and relative bound tolerance of each run.
+        Outer iterations (>= 1) and relative bound tolerance (>= 0) of each run.
     alpha, gamma
-        Beta-process concentration and mass (fixed).
+        Beta-process concentration and mass (fixed, > 0).
     alpha_pi
-        ``pi ~ Beta(1, alpha_pi)`` (Luo, Sun & Zhao, eq. (11)).
+        ``pi ~ Beta(1, alpha_pi)`` (Luo, Sun & Zhao, eq. (11)), > 0.
     theta_prior_sd
-        Half-normal prior scale of theta (``np.inf``: the paper's maximum likelihood).
+        Half-normal prior scale of theta, > 0 (``np.inf``: the paper's maximum likelihood).
     taylor_terms
         Terms of the series for ``E_q[log p(z = 0 | .)]`` of the stick-breaking construction
-        (the Taylor expansion of Luo, Sun & Zhao; the bound's truncation error falls with it).
+        (the Taylor expansion of Luo, Sun & Zhao; the bound's truncation error falls with it), >= 1.
     theta_maxiter
-        L-BFGS iterations of each M-step on theta.
+        L-BFGS iterations of each M-step on theta, >= 1.
     log_likelihood
         Add the per-graph ``log_likelihood`` group (of the draws).
     draws
@@ -156,6 +156,15 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         whole_number(truncation, "bp_hcrf_vi: truncation")
     whole_number(rounds, "bp_hcrf_vi: rounds")
     whole_number(n_restarts, "bp_hcrf_vi: n_restarts")
+    max_iter = whole_number(max_iter, "bp_hcrf_vi: max_iter")
+    taylor_terms = whole_number(taylor_terms, "bp_hcrf_vi: taylor_terms")
+    theta_maxiter = whole_number(theta_maxiter, "bp_hcrf_vi: theta_maxiter")
+    draws = whole_number(draws, "bp_hcrf_vi: draws")
+    tol = positive_number(tol, "bp_hcrf_vi: tol", allow_zero=True)
+    alpha, gamma, alpha_pi = (positive_number(v, f"bp_hcrf_vi: {n}") for v, n in
+                              ((alpha, "alpha"), (gamma, "gamma"), (alpha_pi, "alpha_pi")))
+    theta_prior_sd = positive_number(theta_prior_sd, "bp_hcrf_vi: theta_prior_sd",
+                                     allow_inf=True)
     K = info.n_states if truncation is None else int(truncation)
     if K != info.n_states:
         raise ValueError(f"bp_hcrf_vi: truncation={K} but the model's HCRF has n_states="
@@ -177,7 +186,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                           theta_maxiter=theta_maxiter)
     rng = np.random.default_rng(random_seed)
     state, finals, _ = fit_restarts(data, engine, settings, int(n_restarts), rng, progressbar)
-    weight_draws, factors = _draws(state, int(draws), rng)
+    weight_draws, factors = _draws(state, draws, rng)
     names = [w.name for w in weights]
     posterior = dict(zip(names, (weight_draws["theta_x"], weight_draws["theta_y"],
                                  weight_draws["theta_e"]), strict=True))
