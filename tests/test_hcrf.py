@@ -9,6 +9,7 @@ import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from scipy import sparse
 from scipy.special import logsumexp
 
 from pymc_crf.datasets.hmm import HMM_TRANSITIONS, hmm_classes
@@ -122,10 +123,52 @@ def test_bad_input_errors():
         HCRF("y", observed=np.array([0, 1]), **(kw | {"theta_x": np.zeros((3, 2))}))
     with pm.Model(), pytest.raises(ValueError, match="node features must have shape"):
         HCRF("y", observed=np.array([0, 1]), **(kw | {"node_features": X[:-1]}))
+    with pm.Model(), pytest.raises(TypeError, match="HCRF: node_features must be a dense array; "
+                                                    "got a scipy.sparse matrix"):
+        HCRF("y", observed=np.array([0, 1]), **(kw | {"node_features": sparse.csr_array(X)}))
     with pytest.raises(ValueError, match="sequence 1 has length 0"):
         from_sequences([np.zeros((3, 2)), np.zeros((0, 2))])
     with pytest.raises(GraphStructureError, match=">= 1"):
         GraphBatch.chains([3, 0])
+
+
+def test_weights_with_dims_are_checked_against_n_states_and_n_classes():
+    """Weights with dims have no static shape: sizes that disagree with n_states / n_classes are
+    named where the logp runs, by the fitters and by the draws (a wrong n_states gave a correct
+    logp but a whole bp_hcrf_vi fit with the wrong number of states, then an xarray error)."""
+    import pymc_crf as pmc
+
+    rng = np.random.default_rng(0)
+    batch, X, *_ = random_problem(rng, [2, 3], S=3, C=3)
+    coords = {"f": range(2), "s": range(3), "s2": range(3), "c": range(3)}
+    with pm.Model(coords=coords) as model:
+        tx = pm.Normal("tx", 0, 1, dims=("f", "s"))
+        ty = pm.Normal("ty", 0, 1, dims=("s", "c"))
+        te = pm.Normal("te", 0, 1, dims=("s", "s2", "c"))
+        HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
+             n_states=2, n_classes=3, observed=np.array([0, 1]))
+    msg = r"HCRF: theta_x must have shape \(2, 2\) \(features=2, n_states=2, n_classes=3\)"
+    # the compiled logp checks all three weights, in whatever order it runs them
+    with pytest.raises(AssertionError, match=r"HCRF: theta_[xye] must have shape .*\(features=2, "
+                                             r"n_states=2, n_classes=3\)"):
+        model.compile_logp(mode=FAST)(model.initial_point())
+    with pytest.raises(ValueError, match=msg + r"; got \(2, 3\)"):
+        pmc.fit(model, method="bp_hcrf_vi", progressbar=False)
+    with pytest.raises(ValueError, match=msg + r"; got \(2, 3\)"):
+        # shared variables: no static shape, so the draw itself checks
+        pm.draw(HCRF.dist(graphs=batch, node_features=X,
+                          theta_x=pytensor.shared(np.zeros((2, 3))),
+                          theta_y=pytensor.shared(np.zeros((3, 3))),
+                          theta_e=pytensor.shared(np.zeros((3, 3, 3))), n_states=2,
+                          n_classes=3), mode=FAST)
+    # the right sizes pass
+    with pm.Model(coords=coords) as good:
+        tx = pm.Normal("tx", 0, 1, dims=("f", "s"))
+        ty = pm.Normal("ty", 0, 1, dims=("s", "c"))
+        te = pm.Normal("te", 0, 1, dims=("s", "s2", "c"))
+        HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
+             n_states=3, n_classes=3, observed=np.array([0, 1]))
+    assert np.isfinite(good.compile_logp(mode=FAST)(good.initial_point()))
 
 
 @pytest.mark.parametrize("bad", [-1, 3])

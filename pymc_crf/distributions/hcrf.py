@@ -42,11 +42,14 @@ from typing import Any
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytensor.tensor as pt
+import scipy.sparse as sp
 from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
+from pytensor.raise_op import Assert
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
@@ -139,13 +142,52 @@ def class_log_probs(batch: GraphBatch, node_features: np.ndarray, theta_x, theta
     return log_softmax(log_z, axis=1)
 
 
+def expected_weight_shapes(n_features: int, n_states: int, n_classes: int) -> dict:
+    """The shapes of ``theta_x``, ``theta_y``, ``theta_e`` for these sizes."""
+    S, C = n_states, n_classes
+    return {"theta_x": (n_features, S), "theta_y": (S, C), "theta_e": (S, S, C)}
+
+
+def _shape_message(name: str, want: tuple, n_features: int, n_states: int,
+                   n_classes: int) -> str:
+    return (f"HCRF: {name} must have shape {want} (features={n_features}, n_states={n_states}, "
+            f"n_classes={n_classes})")
+
+
+def check_weight_shapes(shapes: Sequence[tuple], n_features: int, n_states: int,
+                        n_classes: int) -> None:
+    """A ValueError naming the first of (theta_x, theta_y, theta_e) whose shape in ``shapes``
+    is not the HCRF's (weights with ``dims`` get their sizes only when they are evaluated)."""
+    want = expected_weight_shapes(n_features, n_states, n_classes)
+    for (name, w), got in zip(want.items(), shapes, strict=True):
+        if tuple(got) != w:
+            raise ValueError(f"{_shape_message(name, w, n_features, n_states, n_classes)}; got "
+                             f"{tuple(int(d) for d in got)}")
+
+
 # ---------------------------------------------------------------------------- PyTensor logp
 def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_features: np.ndarray,
-              n_classes: int, inference: Any = "auto"):
-    """Per-graph ``log p(y_g | X_g)`` as a PyTensor vector (G,) (one ``log_partition`` call)."""
+              n_classes: int, inference: Any = "auto", n_states: int | None = None):
+    """Per-graph ``log p(y_g | X_g)`` as a PyTensor vector (G,) (one ``log_partition`` call).
+
+    With ``n_states`` the weights' shapes are asserted where the logp runs, by name (weights
+    with ``dims`` have no static shape)."""
     G, C = batch.n_graphs, n_classes
     rep = replicate_batch(batch, C)
     theta_x, theta_y, theta_e = (pt.as_tensor_variable(a) for a in (theta_x, theta_y, theta_e))
+    if n_states is not None:
+        X = pt.as_tensor_variable(node_features)
+        F = X.type.shape[1]               # fixed features: known when the graph is built
+        F_sym = X.shape[1] if F is None else F
+        checked = []
+        for (name, want), w in zip(expected_weight_shapes(F_sym, n_states, C).items(),
+                                   (theta_x, theta_y, theta_e), strict=True):
+            ok = pt.all([pt.eq(d, n) for d, n in zip(w.shape, want, strict=True)])
+            msg = _shape_message(name, expected_weight_shapes(F if F is not None else "F",
+                                                              n_states, C)[name],
+                                 F if F is not None else "F", n_states, C)
+            checked.append(Assert(msg)(w, ok))
+        theta_x, theta_y, theta_e = checked
     node, edge = hcrf_pair_tables(pt.as_tensor_variable(node_features), theta_x, theta_y, theta_e,
                                   batch.n_edges, backend=pt)
     log_z = log_partition(node, edge, rep, inference=inference).reshape((C, G))
@@ -210,11 +252,18 @@ class HCRFRV(RandomVariable):
         return list(self.dist_params(node)[1:])
 
     def info(self, node) -> HCRFInfo:
+        """The model as fitters read it; the weights' current shapes are checked against
+        ``n_states`` and ``n_classes``."""
         X = self.dist_params(node)[0]
         X = np.asarray(X.data if isinstance(X, pt.TensorConstant) else X.eval())
+        shapes = pytensor.function([], [w.shape for w in self.weights(node)],
+                                   on_unused_input="ignore", mode="FAST_COMPILE")()
+        check_weight_shapes(shapes, X.shape[1], self.n_states, self.n_classes)
         return HCRFInfo(self.batch, X, self.n_classes, self.n_states, self.inference)
 
     def rng_fn(self, rng, X, theta_x, theta_y, theta_e, size):
+        check_weight_shapes([np.shape(w) for w in (theta_x, theta_y, theta_e)], X.shape[1],
+                            self.n_states, self.n_classes)
         cum = np.cumsum(np.exp(class_log_probs(self.batch, X, theta_x, theta_y, theta_e,
                                                self.inference)), axis=1)          # (G, C)
         shape = () if size is None else tuple(size)
@@ -226,7 +275,7 @@ class HCRFRV(RandomVariable):
 def _hcrf_logprob(op: HCRFRV, values, rng, size, X, theta_x, theta_y, theta_e, **kwargs):
     [value] = values
     return hcrf_logp(value, theta_x, theta_y, theta_e, batch=op.batch, node_features=X,
-                     n_classes=op.n_classes, inference=op.inference)
+                     n_classes=op.n_classes, inference=op.inference, n_states=op.n_states)
 
 
 @_support_point.register(HCRFRV)
@@ -284,8 +333,9 @@ class HCRF(Distribution):
     graphs : GraphBatch
         One graph per labelled example (``GraphBatch.chains(lengths)`` for sequences).
     node_features : array (N, F)
-        Features of every node, graphs concatenated in batch order. Fixed data: a ``pm.Data`` or
-        symbolic tensor is refused (the labels may be ``pm.Data``).
+        Features of every node, graphs concatenated in batch order, dense. Fixed data: a
+        ``pm.Data`` or symbolic tensor is refused (the labels may be ``pm.Data``), and so is a
+        ``scipy.sparse`` matrix.
     theta_x : tensor (F, S)
         Feature-to-state weights.
     theta_y : tensor (S, C)
@@ -294,7 +344,8 @@ class HCRF(Distribution):
         Class-dependent edge weights; ``theta_e[a, b, c]`` scores state ``a`` at ``edges[e, 0]``
         (chains: frame ``t``) and ``b`` at ``edges[e, 1]`` (frame ``t + 1``).
     n_states, n_classes : int, optional
-        Needed only when the weights' static shapes are unknown.
+        Needed only when the weights' static shapes are unknown (weights with ``dims``); the
+        weights' sizes are then checked where the logp runs, by the fitters and by the draws.
     inference : str or Engine
         Engine for log Z of the hidden-state CRFs (``"auto"``: forward-backward on chains).
     observed : array (G,) of int, optional
@@ -341,6 +392,9 @@ class HCRF(Distribution):
     def _prepare(graphs, node_features, theta_x, theta_y, theta_e, n_states=None,
                  n_classes=None, inference=None, **_ignored):
         graphs = as_graph_batch(graphs)
+        if sp.issparse(node_features):
+            raise TypeError("HCRF: node_features must be a dense array; got a scipy.sparse "
+                            "matrix (sparse features are for pmc.CRF; use .toarray() here)")
         X = graphs.check_features(fixed_features(node_features, "node_features", "HCRF"), "node")
         sx, sy, se = _static_shape(theta_x), _static_shape(theta_y), _static_shape(theta_e)
         for nm, sh, nd in (("theta_x", sx, 2), ("theta_y", sy, 2), ("theta_e", se, 3)):
@@ -354,9 +408,11 @@ class HCRF(Distribution):
         S, C = int(S), int(C)
         if S < 1 or C < 2:
             raise ValueError(f"HCRF needs n_states >= 1 and n_classes >= 2; got {S}, {C}")
-        want = {"theta_x": (X.shape[1], S), "theta_y": (S, C), "theta_e": (S, S, C)}
-        for nm, sh in (("theta_x", sx), ("theta_y", sy), ("theta_e", se)):
-            if sh is not None and tuple(sh) != want[nm]:
-                raise ValueError(f"HCRF: {nm} must have shape {want[nm]} (features={X.shape[1]}, "
-                                 f"states={S}, classes={C}); got {tuple(sh)}")
+        known = [(nm, sh) for nm, sh in (("theta_x", sx), ("theta_y", sy), ("theta_e", se))
+                 if sh is not None]
+        want = expected_weight_shapes(X.shape[1], S, C)
+        for nm, sh in known:
+            if tuple(sh) != want[nm]:
+                raise ValueError(f"{_shape_message(nm, want[nm], X.shape[1], S, C)}; got "
+                                 f"{tuple(sh)}")
         return X, graphs, C, S
