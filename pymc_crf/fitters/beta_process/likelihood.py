@@ -16,6 +16,12 @@ gradients are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clam
 optimal, so its entropy and expected potential add up to ``log Z(y_n, n)``). All ``C * G`` pairs go
 through ONE call of the inference engine (the lead's chain forward-backward).
 
+The normaliser ``log sum_c Z(c, n)`` is taken at the expected potentials, not in expectation. The
+potentials are linear in z and pi's logarithms and ``log Z`` is convex in them, so by Jensen's
+inequality ``-log sum_c Z`` at the expected potentials is at least its expectation under q: the
+data term is at least the exact mean-field one, and the fit's bound is the paper's objective, not a
+guaranteed lower bound on ``log p(y | X)``.
+
 Gradients with respect to the effective weights and to ``rho`` use the marginals weighted by
 ``[c = y_n] - p(c | n)`` (clamped minus free).
 """

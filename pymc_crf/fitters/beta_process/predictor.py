@@ -4,7 +4,8 @@
 Two rules (see :mod:`.test_time` and docs/hcrf.md):
 
 * ``rule="local_z"`` (default): each sequence's own indicators q(z | c) are inferred per class with
-  the global factors fixed, and the per-class bounds on ``log p(c | X)`` are normalised;
+  the global factors fixed, and the per-class variational scores of ``log p(c | X)`` (not
+  bounds: see :mod:`.test_time`) are normalised;
 * ``rule="prior"``: the mean-field plug-in weights (``E log pi``, ``E z`` = the prior usage).
 """
 

@@ -1,6 +1,8 @@
 """Mean-field variational EM for the BP-HCRF (Luo, Sun & Zhao, secs. IV-V), with random restarts.
 
-The bound (one objective for every step, so each step can be checked to increase it)::
+The bound (one objective for every step, so each step can be checked to increase it; called the
+bound after the paper, though it is not a guaranteed lower bound on ``log p(y | X)``: see
+likelihood.py)::
 
     L = ell(theta, q(pi), q(z))                                   data term, see likelihood.py
         - sum KL(q(pi) || Beta(1, alpha_pi))                       Luo, Sun & Zhao, eqs. (11), (20)
