@@ -12,6 +12,7 @@ import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.options import renamed
+from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.predict import predict
 
 if TYPE_CHECKING:
@@ -149,6 +150,14 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             missing = [v for v in var_names or [] if v not in res["posterior"].data_vars]
             if missing:
                 raise ValueError(f"result {key!r} has no posterior variable(s) {missing}")
+    hidden = sorted({v for r in results.values() for v in r.attrs.get("hcrf_weights", ())
+                     if v in (var_names or ())})
+    if hidden:
+        warn_at_caller(
+            f"compare: {hidden} are hidden-state weights, identified only up to a relabelling "
+            "of the states (label switching, see pymc_crf.distributions.hcrf): mean_abs_err, "
+            "sd_ratio, cvm, min_ess and max_rhat of them can differ between equally good fits; "
+            "test_error and the log-likelihood are unaffected", UserWarning)
     ref = posterior_matrix(results[reference], var_names) if reference and var_names else None
     rows = []
     for name, res in results.items():

@@ -1,5 +1,7 @@
 """``compare`` and ``cvm_score``: every column against values computed here from the draws."""
 
+import warnings
+
 import arviz as az
 import numpy as np
 import pytest
@@ -70,6 +72,19 @@ def test_compare_columns_against_the_draws():
     assert table.loc["ref", "max_rhat"] < 1.02 < 1.5 < table.loc["stuck", "max_rhat"]
     with pytest.raises(ValueError, match="reference 'nuts' is not one of"):
         pmc.compare(results, reference="nuts")
+
+
+def test_compare_warns_that_hidden_state_weights_can_switch_labels():
+    rng = np.random.default_rng(2)
+    hidden = {k: _result(rng.normal(size=(2, 50, 2)), 1.0, hcrf_weights=["a", "b", "c"])
+              for k in ("nuts", "vi")}
+    with pytest.warns(UserWarning, match=r"compare: \['a'\] are hidden-state weights") as rec:
+        pmc.compare(hidden, reference="nuts")
+    assert rec[0].filename == __file__          # attributed to the caller's line
+    plain = {k: _result(rng.normal(size=(2, 50, 2)), 1.0) for k in ("nuts", "vi")}
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        pmc.compare(plain, reference="nuts")
 
 
 def test_compare_test_error_is_the_prediction_error():

@@ -21,8 +21,10 @@ potentials (``E_q z`` in eq. (14)) instead of its expectation ``E_q[log p(c | X,
 potentials are linear in z and ``log Z`` is convex in them, so by Jensen's inequality ``ell`` is
 at least that expectation: the score is *not* a lower bound on ``log p(c | X)``, and can exceed it
 (by up to 0.72 nats over 200 random two-state models against enumeration of z, with ``exp`` of
-the scores summing to 1.52 over the classes). Where q(z | c) is a point mass the two agree. The prior-only rule (every new sequence
-gets ``E z = usage``) is the ``rule="prior"`` alternative of the predictor.
+the scores summing to 1.52 over the classes). Where q(z | c) is a point mass the two agree.
+
+The prior-only rule (every new sequence gets ``E z = usage``) is the ``rule="prior"`` alternative
+of the predictor.
 """
 
 from __future__ import annotations
