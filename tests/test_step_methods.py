@@ -74,8 +74,9 @@ def mrf_model(n_rows: int = 40, seed: int = 0) -> pm.Model:
 MODELS = {"crf": lambda: tree_model(n_graphs=3), "mrf": lambda: mrf_model()}
 
 
-def hierarchical_model(seed: int = 0) -> pm.Model:
-    """Tree CRF whose weight prior scale is a free variable, plus another observed variable."""
+def hierarchical_model(seed: int = 0, potential: bool = False) -> pm.Model:
+    """Tree CRF whose weight prior scale is a free variable, plus another observed variable (and,
+    with ``potential``, a ``pm.Potential`` of the weights and the scale)."""
     rng = np.random.default_rng(seed)
     batch = GraphBatch.from_edges([TREE] * 4, [5] * 4)
     X = rng.normal(size=(batch.n_total_nodes, 2))
@@ -85,6 +86,8 @@ def hierarchical_model(seed: int = 0) -> pm.Model:
         W = pm.Normal("W", 0.0, s, shape=(2, 2))
         T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
         pm.Normal("z", W.sum(), 1.0, observed=np.array([0.3, -0.2]))
+        if potential:
+            pm.Potential("pot", -0.7 * s * (W.sum() - T[0, 1]) ** 2)
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
     return m
 
@@ -147,15 +150,19 @@ def test_cd_gradient_with_long_gibbs_runs_is_the_exact_gradient(kind, rng):
     assert np.all(np.abs(g.mean(0) - exact) < 5 * se + 1e-9)
 
 
-def test_rest_logp_of_a_hierarchical_model_matches_pymc(rng):
-    m = hierarchical_model()
+@pytest.mark.parametrize("potential", [False, True])
+def test_rest_logp_of_a_hierarchical_model_matches_pymc(rng, potential):
+    """The rest of the model's log density (priors, other observed variables, potentials) in the
+    step's variables, against PyMC's compiled logp; a potential's random variables must be
+    replaced by their values (they were redrawn at every call)."""
+    m = hierarchical_model(potential=potential)
     st = _step(BetheMH, m)
     assert st.shared  # s is not the step's variable: it is a shared input
     point = m.initial_point()
     point["s_log__"] = np.array(0.4)
     st.shared["s_log__"].set_value(point["s_log__"])
     others = [v for v in m.free_RVs + m.observed_RVs if v.name != "y"]
-    f = m.compile_logp(vars=others)
+    f = m.compile_logp(vars=others + list(m.potentials))
     for _ in range(2):
         q = rng.normal(size=st.d)
         point["W"], point["T"] = q[:4].reshape(2, 2), q[4:].reshape(2, 2)

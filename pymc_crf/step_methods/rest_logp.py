@@ -46,10 +46,10 @@ def rest_logp(model: pm.Model, field: RandomFieldTerm, vars: list, initial_point
             and all(w.prior == "normal" for w in spec.weights)):
         return GaussianLogPrior(spec), {}
     shared = make_shared_replacements(initial_point, vars, model)
+    # the potentials go through model.logp too: it writes them in the value variables (added
+    # as they stand, they would hold the random variables and redraw them at every call)
     others = [rv for rv in model.free_RVs + model.observed_RVs if rv is not field.rv]
-    logp = model.logp(vars=others, sum=True)
-    if model.potentials:
-        logp = logp + sum(pt.sum(p) for p in model.potentials)
+    logp = model.logp(vars=others + list(model.potentials), sum=True)
     grads = pt.grad(logp, vars, disconnected_inputs="ignore")
     dlogp = pt.concatenate([g.ravel() for g in grads])
     outs, inarray = join_nonshared_inputs(point=initial_point, outputs=[logp, dlogp], inputs=vars,
