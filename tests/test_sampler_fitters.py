@@ -64,6 +64,41 @@ def test_mrf_labels_changed_in_pm_data_are_checked(method):
             pmc.fit(m, method=method, draws=5, tune=5, chains=1)
 
 
+@pytest.mark.parametrize("method", METHODS)
+def test_sampler_options_and_unsupported_models_are_refused_by_name(method):
+    import pymc as pm
+
+    from pymc_crf.graphs.batch import GraphBatch
+
+    m = tree_model()
+    for option, value, match in (("chains", 0, "chains must be an integer >= 1"),
+                                 ("chains", -1, "chains must be an integer >= 1"),
+                                 ("cores", 0, "cores must be an integer >= 1"),
+                                 ("draws", 2.5, "draws must be an integer >= 1"),
+                                 ("tune", -1, "tune must be an integer >= 0")):
+        with pytest.raises(ValueError, match=f"{method}: {match}"):
+            pmc.fit(m, method=method, **{option: value})
+    step_option = {"bethe_mh": "scaling", "exchange": "scaling", "langevin_cd": "step_size"}
+    with pytest.raises(ValueError, match=f"{step_option[method]} must be a number > 0 and finite"):
+        pmc.fit(m, method=method, draws=5, tune=5, chains=1, **{step_option[method]: np.inf})
+    # what the step needs is checked before the Bethe-Laplace proposal: one error, no warning
+    b = GraphBatch.chains([3])
+    with pm.Model() as halfnormal:
+        W = pm.HalfNormal("W", 1.0, shape=(1, 2))
+        pmc.CRF("y", graphs=b, node_features=np.ones((3, 1)), node_weights=W,
+                observed=np.array([0, 1, 0]))
+    with pm.Model() as expressions:
+        W = pm.Normal("W", 0.0, 1.0, shape=(1, 2))
+        pmc.CRF("y", graphs=b, node_features=np.ones((3, 1)), node_weights=2.0 * W,
+                edge_weights=W[0, 0] * np.eye(2), observed=np.array([0, 1, 0]))
+    for model, match in ((halfnormal, "needs untransformed weights; 'W' has the transform"),
+                         (expressions, "needs the random-field weights to be free variables; "
+                                       "they are an expression")):
+        with warnings.catch_warnings(), pytest.raises(ValueError, match=match):
+            warnings.simplefilter("error", UserWarning)
+            pmc.fit(model, method=method, draws=5, tune=5, chains=1)
+
+
 # ------------------------------------------------------------------ slow: against NUTS
 def _agreement(res, ref, names):
     """Largest |mean difference| in units of the combined MCSE, and the CVM score."""

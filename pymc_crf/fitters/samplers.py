@@ -30,11 +30,10 @@ import numpy as np
 import pymc as pm
 from xarray import DataTree
 
-from pymc_crf.fitters.random_field import extract_random_field
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
-from pymc_crf.fitters.spec import require_all_labels
 from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.validation import whole_number
 
 if TYPE_CHECKING:
     from pymc_crf.step_methods.laplace_proposal import LaplaceInit
@@ -72,13 +71,19 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     # the step methods import the fitters' model readers, so they are imported here, not at the
     # top: importing either package first must work
     import pymc_crf.step_methods as step_methods
+    from pymc_crf.step_methods.field import RandomFieldTerm
 
     step_cls = getattr(step_methods, step_name)
     t0 = time.perf_counter()
-    # the random field and its labels (CRF or MRF, pm.Data included; the steps need every label)
-    # are checked before the Bethe-Laplace proposal, whose failure would otherwise only be a
-    # warning
-    require_all_labels(extract_random_field(model), method)
+    draws = whole_number(draws, f"{method}: draws")
+    tune = whole_number(tune, f"{method}: tune", minimum=0)
+    chains = whole_number(chains, f"{method}: chains")
+    if cores is not None:
+        cores = whole_number(cores, f"{method}: cores")
+    # what the step needs (the random field and every label, pm.Data included; free,
+    # untransformed, distinct weights) is checked before the Bethe-Laplace proposal, whose
+    # failure would otherwise only be a warning
+    RandomFieldTerm(model, step_name)
     init = _laplace(model, S, start)
     proposal = "user"
     if isinstance(S, str):

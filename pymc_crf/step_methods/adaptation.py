@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["ProposalAdaptation", "ScaleAdaptation", "proposal_covariance",
            "random_walk_adaptation"]
@@ -201,6 +201,5 @@ def random_walk_adaptation(d: int, S, scaling: float | None, target: float,
     optimal = 2.38 / np.sqrt(d)
     if scaling is None:
         scaling = optimal if S is not None else 0.1
-    if not scaling > 0:
-        raise ValueError(f"scaling must be positive; got {scaling}")
+    scaling = positive_number(scaling, "scaling")
     return ProposalAdaptation(d, scaling, target, window, optimal_scale=optimal, base_cov=S)

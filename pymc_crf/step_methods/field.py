@@ -43,14 +43,15 @@ class RandomFieldTerm:
     def __init__(self, model: pm.Model, method: str):
         spec = extract_random_field(model)
         require_all_labels(spec, method)
+        for w in spec.weights:
+            if w.name is None:
+                raise ValueError(f"{method} needs the random-field weights to be free variables; "
+                                 f"they are an expression ({w.reason})")
         names = [w.name for w in spec.weights]
         if len(set(names)) < len(names):
             raise ValueError(f"{method} needs distinct node and edge weight variables: "
                              f"{spec.weights[0].reason}; sample tied weights with NUTS")
         for w in spec.weights:
-            if w.name is None:
-                raise ValueError(f"{method} needs the random-field weights to be free variables; "
-                                 f"they are an expression ({w.reason})")
             rv = model[w.name]
             if model.rvs_to_transforms.get(rv) is not None:
                 raise ValueError(f"{method} needs untransformed weights; {w.name!r} has the "

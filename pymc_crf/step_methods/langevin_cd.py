@@ -37,7 +37,7 @@ from scipy.linalg import solve_triangular
 from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.step_methods.adaptation import ProposalAdaptation
 from pymc_crf.step_methods.base import RandomFieldStep
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["LangevinCD"]
 
@@ -93,9 +93,8 @@ class LangevinCD(RandomFieldStep):
                  rng=None, initial_point=None, compile_kwargs=None, blocked: bool = True):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
-        if not max_energy_error > 0:
-            raise ValueError(f"max_energy_error must be positive; got {max_energy_error}")
-        self.max_energy_error = float(max_energy_error)
+        self.max_energy_error = positive_number(max_energy_error, "max_energy_error",
+                                                allow_inf=True)
         self.cd_steps = whole_number(cd_steps, "cd_steps")
         self.gibbs = Gibbs(burn_in=0, thin=self.cd_steps, n_samples=1)
         self.likelihood = self.field.likelihood()
@@ -105,8 +104,7 @@ class LangevinCD(RandomFieldStep):
         S = self._proposal_base(S)
         if step_size is None:
             step_size = optimal if S is not None else 0.05
-        if not step_size > 0:
-            raise ValueError(f"step_size must be positive; got {step_size}")
+        step_size = positive_number(step_size, "step_size")
         # a full starting covariance makes the preconditioner full (a posterior with correlated
         # directions, e.g. the label-sum directions of log-linear weights, moves along them);
         # standard deviations or none keep it diagonal
