@@ -53,6 +53,14 @@ class RandomFieldStep(ArrayStepShared):
     default_blocked = True
     method_name = "RandomFieldStep"
 
+    def __new__(cls, *args, **kwargs):
+        # PyMC's BlockedStep.__new__ would split blocked=False into one step per weight tensor,
+        # each then refused for not holding all the weights
+        if kwargs.get("blocked", True) is False:
+            raise ValueError(f"{cls.method_name} moves all random-field weights as one block; "
+                             "blocked=False is not supported")
+        return super().__new__(cls, *args, **kwargs)
+
     def __init__(self, vars=None, *, model=None, rng=None, initial_point=None,
                  compile_kwargs=None, blocked: bool = True, tune: bool = True):
         model = pm.modelcontext(model)
