@@ -99,6 +99,67 @@ def test_bad_evidence_options():
         log_marginal_likelihood(m, "ais", n_runs=1)
     with pytest.raises(ValueError, match="engine"):
         log_marginal_likelihood(m, "ais", engine="gibbs")
+    # options are checked, also where they do not apply (map='bogus' ran as 'bp')
+    with pytest.raises(ValueError, match=r"map must be one of \('exact', 'bp'\); got 'bogus'"):
+        log_marginal_likelihood(m, "map", map="bogus")
+    with pytest.raises(ValueError, match="map= applies to methods 'bethe_laplace' and 'map', "
+                                         "not 'laplace_exact'"):
+        log_marginal_likelihood(m, "laplace_exact", map="bp")
+    with pytest.raises(ValueError, match="engine= applies to method 'ais', not 'bic'"):
+        log_marginal_likelihood(m, "bic", engine="bp")
+    # step_size=0 ran as prior importance sampling with an acceptance rate of 1
+    for bad in (0.0, np.nan, np.inf):
+        with pytest.raises(ValueError, match="step_size must be a number > 0 and finite"):
+            log_marginal_likelihood(m, "ais", step_size=bad, n_temps=3, progressbar=False)
+    with pytest.raises(ValueError, match="maxiter must be an integer >= 1; got -1"):
+        log_marginal_likelihood(m, "laplace_exact", maxiter=-1)
+    with pytest.raises(ValueError, match="gtol must be a number >= 0 and finite; got nan"):
+        log_marginal_likelihood(m, "bethe_laplace", gtol=np.nan)
+
+
+def test_invalid_normal_priors_are_refused_by_name():
+    """A Normal prior with sigma <= 0, inf or a non-finite mu (PyMC's logp is -inf or NaN): the
+    weight-space fitters refused it with a wrong cause, returned NaN, or (AIS) used N(0, 1)."""
+    X = np.random.default_rng(0).integers(0, 2, size=(30, 3))
+    for mu, sigma in ((0.0, -1.0), (0.0, 0.0), (0.0, np.inf), (np.nan, 1.0)):
+        with pm.Model() as m:
+            b = pm.Normal("b", 0.0, 1.0)
+            w = pm.Normal("w", mu, sigma)
+            pmc.MRF("x", graphs=pmc.GraphBatch.chains([3]), node_weights=b, edge_weights=w,
+                    parameterization="ising", observed=X)
+        for method in ("laplace_exact", "ais"):
+            with pytest.raises(ValueError, match="'w': a Normal prior needs a finite mu and a "
+                                                 "finite sigma > 0; entry 0 has mu="):
+                log_marginal_likelihood(m, method, progressbar=False)
+        with pytest.raises(ValueError, match="'w': a Normal prior needs"):
+            pmc.fit(m, method="bethe_laplace", progressbar=False)
+
+
+def test_exact_methods_on_a_too_wide_graph_name_what_to_use_instead():
+    X = np.random.default_rng(0).integers(0, 2, size=(5, 144))
+    with pm.Model() as m:
+        b = pm.Normal("b", 0.0, 1.0)
+        w = pm.Normal("w", 0.0, 0.3)
+        pmc.MRF("x", graphs=pmc.GraphBatch.grid(12, 12), node_weights=b, edge_weights=w,
+                parameterization="ising", observed=X)
+    hints = {"laplace_exact": "use method='bethe_laplace' \\(the Bethe approximation\\)",
+             "bic": "use method='bethe_laplace' or method='ais' with engine='bp'",
+             "map": "use map='bp' or method='bethe_laplace'",
+             "ais": "use engine='bp' \\(AIS on the Bethe likelihood\\) or "
+                    "method='bethe_laplace'"}
+    for method, hint in hints.items():
+        with pytest.raises(ValueError, match=f"exact inference is not possible.*; {hint}$"):
+            log_marginal_likelihood(m, method, progressbar=False)
+
+
+def test_log_evidence_copies_and_pickles():
+    import copy
+    import pickle
+
+    e = LogEvidence(-12.5, "ais", 0.1, 2.0, {"engine": "exact"})
+    for twin in (copy.copy(e), copy.deepcopy(e), pickle.loads(pickle.dumps(e))):
+        assert twin == -12.5 and twin.method == "ais" and twin.std_error == 0.1
+        assert twin.wall_time == 2.0 and twin.details == {"engine": "exact"}
 
 
 @pytest.mark.slow

@@ -138,6 +138,12 @@ def _weight_spec(model: pm.Model, tensor, role: str) -> WeightSpec | None:
                           reason="its Normal prior's mu/sigma depend on other random variables")
     if model.rvs_to_transforms.get(tensor) is not None:
         return WeightSpec(tensor.name, shape, dims, "other", reason="it has a transform")
+    # PyMC's own logp is -inf (or NaN) here; a fitter would return NaN or use another prior
+    bad = ~(np.isfinite(mu_v) & np.isfinite(sd_v) & (sd_v > 0))
+    if bad.any():
+        i = int(np.flatnonzero(bad.ravel())[0])
+        raise ValueError(f"{tensor.name!r}: a Normal prior needs a finite mu and a finite sigma "
+                         f"> 0; entry {i} has mu={float(mu_v.flat[i])}, sigma={float(sd_v.flat[i])}")
     return WeightSpec(tensor.name, shape, dims, "normal", mu_v, sd_v)
 
 

@@ -24,6 +24,7 @@ from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, bp_engine, exa
 from pymc_crf.fitters.lbfgs import warn_iteration_limit
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["LaplaceFit", "laplace_fit", "maximise", "MAP_MODES", "COVARIANCE_MODES"]
 
@@ -65,6 +66,8 @@ def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1
     """L-BFGS ascent of ``log p(D | w) (+ log p(w))``; returns the point and optimiser record
     (with a progress bar of the iterations when ``progressbar``). A run stopped by ``maxiter``
     warns, naming the ``consequence`` (``warn_iteration_limit``)."""
+    maxiter = whole_number(maxiter, "maxiter")
+    gtol = positive_number(gtol, "gtol", allow_zero=True)
     trace: list[float] = []
 
     def objective(x):

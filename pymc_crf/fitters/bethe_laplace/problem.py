@@ -83,16 +83,18 @@ def weight_problem(model: pm.Model | None, method: str) -> WeightProblem:
     return WeightProblem(model, spec, GaussianLogPrior(spec), make, n_data, kind)
 
 
-def exact_engine(problem: WeightProblem) -> Engine:
-    """The model's engine when it is exact, else the junction tree (clear error if too wide)."""
+def exact_engine(problem: WeightProblem,
+                 hint: str = "use map='bp' and covariance='bp'") -> Engine:
+    """The model's engine when it is exact, else the junction tree (a clear error if too wide,
+    ending with the caller's ``hint``: what to use instead)."""
     engine = problem.make_likelihood().engine
     if engine.exact:
         return engine
     try:
         return get_engine("junction_tree", problem.batch)
     except ValueError as err:
-        raise ValueError(f"exact inference is not possible on this graph ({err}); use map='bp' "
-                         "and covariance='bp'") from err
+        raise ValueError(f"exact inference is not possible on this graph ({err}); {hint}") \
+            from err
 
 
 def bp_engine(bp: BeliefPropagation | None, warn: bool = False) -> BeliefPropagation:

@@ -21,7 +21,7 @@ from scipy.special import logsumexp
 
 from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
 from pymc_crf.fitters.progress import track
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["AISRun", "BatchedLikelihood", "ais_log_evidence", "default_schedule"]
 
@@ -76,6 +76,7 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
     # the Monte Carlo error needs several runs
     R = whole_number(n_runs, "n_runs", minimum=2)
     n_leapfrog = whole_number(n_leapfrog, "n_leapfrog")
+    step_size = positive_number(step_size, "step_size")
     mean, sd = prior.mean, prior.sd
     d = mean.size
     blik = BatchedLikelihood(lik, R)

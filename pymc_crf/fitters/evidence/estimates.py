@@ -19,7 +19,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pymc as pm
 
-from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit, laplace_log_evidence, maximise
+from pymc_crf.fitters.bethe_laplace.laplace import (
+    MAP_MODES,
+    laplace_fit,
+    laplace_log_evidence,
+    maximise,
+)
 from pymc_crf.fitters.bethe_laplace.problem import bp_engine, exact_engine, weight_problem
 from pymc_crf.fitters.evidence.ais import ais_log_evidence
 from pymc_crf.fitters.options import renamed
@@ -47,6 +52,11 @@ class LogEvidence(float):
         obj.method, obj.std_error, obj.wall_time = method, float(std_error), float(wall_time)
         obj.details = dict(details or {})
         return obj
+
+    def __reduce__(self):
+        # float's own reduction would call __new__ without method (copy, deepcopy, pickle)
+        return (type(self), (float(self), self.method, self.std_error, self.wall_time,
+                             self.details))
 
     def __repr__(self) -> str:
         err = f" +- {self.std_error:.3g}" if self.std_error else ""
@@ -98,7 +108,19 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
     t0 = time.perf_counter()
     if method not in EVIDENCE_METHODS:
         raise ValueError(f"unknown evidence method {method!r}; choose one of {EVIDENCE_METHODS}")
+    if map is not None and method not in ("bethe_laplace", "map"):
+        raise ValueError(f"map= applies to methods 'bethe_laplace' and 'map', not {method!r}")
+    if map is not None and map not in MAP_MODES:
+        raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
+    if engine not in ("exact", "bp"):
+        raise ValueError(f"engine must be 'exact' or 'bp'; got {engine!r}")
+    if engine != "exact" and method != "ais":
+        raise ValueError(f"engine= applies to method 'ais', not {method!r}")
     problem = weight_problem(model, f"log_marginal_likelihood/{method}")
+    too_wide = {"laplace_exact": "use method='bethe_laplace' (the Bethe approximation)",
+                "bic": "use method='bethe_laplace' or method='ais' with engine='bp'",
+                "map": "use map='bp' or method='bethe_laplace'",
+                "ais": "use engine='bp' (AIS on the Bethe likelihood) or method='bethe_laplace'"}
     if method == "bethe_laplace":
         fit = laplace_fit(problem, map=map or "bp", covariance="bp", bp=bp, maxiter=maxiter,
                           gtol=gtol, progressbar=progressbar)
@@ -106,13 +128,14 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
                            {"map": fit.map_mode, "bp_converged": fit.bp_converged,
                             "map_converged": bool(fit.optimizer["success"])})
     if method == "laplace_exact":
+        exact_engine(problem, too_wide[method])
         fit = laplace_fit(problem, map="exact", covariance="exact", maxiter=maxiter, gtol=gtol,
                           progressbar=progressbar)
         return LogEvidence(laplace_log_evidence(fit), method, 0.0, time.perf_counter() - t0,
                            {"map_converged": bool(fit.optimizer["success"])})
     if method == "map":
         mode = map or "exact"
-        lik = problem.make_likelihood(exact_engine(problem) if mode == "exact"
+        lik = problem.make_likelihood(exact_engine(problem, too_wide[method]) if mode == "exact"
                                       else bp_engine(bp))
         w, info = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol,
                            progressbar=progressbar,
@@ -122,7 +145,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         return LogEvidence(value, method, 0.0, time.perf_counter() - t0,
                            {"map": mode, "map_converged": bool(info["success"])})
     if method == "bic":
-        lik = problem.make_likelihood(exact_engine(problem))
+        lik = problem.make_likelihood(exact_engine(problem, too_wide[method]))
         w, info = maximise(lik, problem.prior, problem.prior.mean, maxiter=maxiter, gtol=gtol,
                            use_prior=False, progressbar=progressbar,
                            description="BIC: maximum likelihood (L-BFGS iterations)",
@@ -131,9 +154,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         return LogEvidence(value, method, 0.0, time.perf_counter() - t0,
                            {"ml_converged": bool(info["success"])})
     # AIS: the mass matrices come from the exact Laplace curvature (efficiency only)
-    if engine not in ("exact", "bp"):
-        raise ValueError(f"engine must be 'exact' or 'bp'; got {engine!r}")
-    eng = exact_engine(problem) if engine == "exact" else bp_engine(bp)
+    eng = exact_engine(problem, too_wide[method]) if engine == "exact" else bp_engine(bp)
     fit = laplace_fit(problem, map="exact" if engine == "exact" else "bp",
                       covariance="exact" if engine == "exact" else "bp", bp=bp, maxiter=maxiter,
                       gtol=gtol, progressbar=progressbar)
