@@ -166,10 +166,6 @@ def test_predict_names_mismatched_data():
                    n_labels=5)
     with pytest.raises(ValueError, match="label 4 .* outside 0..1"):
         pmc.predict(res, high, method="bpe")
-    halves = CRFData(test.graphs, np.array([0.0, 0.5, 1.0, 0.0]),
-                     node_features=test.node_features, n_labels=2)
-    with pytest.raises(ValueError, match="labels must be whole numbers; entry 1 is 0.5"):
-        pmc.predict(res, halves, method="bpe")
     for bad in (0, -1, 2.5):
         with pytest.raises(ValueError, match=r"draws \(None for all draws\) must be an integer >= 1"):
             pmc.predict(res, test, draws=bad)
