@@ -140,13 +140,18 @@ def test_weights_with_dims_are_checked_against_n_states_and_n_classes():
 
     rng = np.random.default_rng(0)
     batch, X, *_ = random_problem(rng, [2, 3], S=3, C=3)
-    coords = {"f": range(2), "s": range(3), "s2": range(3), "c": range(3)}
-    with pm.Model(coords=coords) as model:
-        tx = pm.Normal("tx", 0, 1, dims=("f", "s"))
-        ty = pm.Normal("ty", 0, 1, dims=("s", "c"))
-        te = pm.Normal("te", 0, 1, dims=("s", "s2", "c"))
-        HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
-             n_states=2, n_classes=3, observed=np.array([0, 1]))
+    def build(n_states):
+        """Weights with 3 states by their dims; the HCRF told ``n_states``."""
+        coords = {"f": range(2), "s": range(3), "s2": range(3), "c": range(3)}
+        with pm.Model(coords=coords) as model:
+            tx = pm.Normal("tx", 0, 1, dims=("f", "s"))
+            ty = pm.Normal("ty", 0, 1, dims=("s", "c"))
+            te = pm.Normal("te", 0, 1, dims=("s", "s2", "c"))
+            HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
+                 n_states=n_states, n_classes=3, observed=np.array([0, 1]))
+        return model
+
+    model = build(2)
     msg = r"HCRF: theta_x must have shape \(2, 2\) \(features=2, n_states=2, n_classes=3\)"
     # the compiled logp checks all three weights, in whatever order it runs them
     with pytest.raises(AssertionError, match=r"HCRF: theta_[xye] must have shape .*\(features=2, "
@@ -162,12 +167,7 @@ def test_weights_with_dims_are_checked_against_n_states_and_n_classes():
                           theta_e=pytensor.shared(np.zeros((3, 3, 3))), n_states=2,
                           n_classes=3), mode=FAST)
     # the right sizes pass
-    with pm.Model(coords=coords) as good:
-        tx = pm.Normal("tx", 0, 1, dims=("f", "s"))
-        ty = pm.Normal("ty", 0, 1, dims=("s", "c"))
-        te = pm.Normal("te", 0, 1, dims=("s", "s2", "c"))
-        HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
-             n_states=3, n_classes=3, observed=np.array([0, 1]))
+    good = build(3)
     assert np.isfinite(good.compile_logp(mode=FAST)(good.initial_point()))
 
 
