@@ -138,7 +138,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
         the columns above that apply.
     """
     check_results(results, "compare")
-    draws = renamed(draws, n_draws, "n_draws", "draws")
+    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     if reference is not None and reference not in results:
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")
     if var_names is None:

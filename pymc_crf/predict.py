@@ -92,8 +92,8 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         ``marginals`` (N, K), ``labels`` (N,) (max-marginal labels, or MAP for ``"map"``),
         ``error_rate`` when ``data`` has labels.
     """
-    draws = renamed(draws, n_draws, "n_draws", "draws")
-    random_seed = renamed(random_seed, seed, "seed", "random_seed")
+    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
+    random_seed = renamed(random_seed, seed, "seed", "random_seed", default=0)
     if draws is not None:
         draws = whole_number(draws, "draws (None for all draws)")
     if not hasattr(data, "graphs"):

@@ -68,6 +68,12 @@ def test_average_over_draws_and_deprecated_names(fitted):
     with pytest.warns(FutureWarning, match="n_draws= is renamed draws="):
         old = pmc.predict(many, test, "average", n_draws=3)
     np.testing.assert_allclose(old.marginals, expect, atol=1e-10)
+    # both names, the new one changed from its default: refused, not settled silently
+    with pytest.raises(ValueError, match="give draws= or its old name n_draws=, not both "
+                                         r"\(draws=2, n_draws=3\)"):
+        pmc.predict(many, test, "average", draws=2, n_draws=3)
+    with pytest.raises(ValueError, match="give random_seed= or its old name seed=, not both"):
+        pmc.predict(many, test, "average", random_seed=1, seed=2)
 
 
 def test_unknown_method(fitted):

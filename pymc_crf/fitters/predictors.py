@@ -371,7 +371,7 @@ def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str
     """
     from pymc_crf.distributions.hcrf import class_log_probs
 
-    draws = renamed(draws, n_draws, "n_draws", "draws")
+    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     stack = _hcrf_weight_draws(result, weights, model)
     if draws is not None and stack[0].shape[0] > draws:
         keep = np.linspace(0, stack[0].shape[0] - 1, int(draws)).round().astype(int)

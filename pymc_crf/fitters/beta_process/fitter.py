@@ -150,7 +150,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         after every step and the step's name); attrs ``method``, settings, ``wall_time``.
     """
     t0 = time.perf_counter()
-    draws = renamed(draws, n_draws, "n_draws", "draws")
+    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     rv, info, labels = find_hcrf(model)
     if truncation is not None:
         whole_number(truncation, "bp_hcrf_vi: truncation")

@@ -85,9 +85,9 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         ``settings``, ``wall_time``, ``log_marginal_likelihood``.
     """
     t0 = time.perf_counter()
-    n_draws = renamed(draws, n_draws, "n_draws", "draws")
-    n_chains = renamed(chains, n_chains, "n_chains", "chains")
-    seed = renamed(random_seed, seed, "seed", "random_seed")
+    n_draws = renamed(draws, n_draws, "n_draws", "draws", default=1000)
+    n_chains = renamed(chains, n_chains, "n_chains", "chains", default=1)
+    seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
     n_draws, n_chains = whole_number(n_draws, "draws"), whole_number(n_chains, "chains")
     problem = weight_problem(model, "bethe_laplace")
     fit = laplace_fit(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,

@@ -134,9 +134,9 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``converged``, skip counts by kind, ``sweep_time``), ``log_likelihood`` per graph, attrs.
     """
     t0 = time.perf_counter()
-    draws = renamed(draws, n_draws, "n_draws", "draws")
-    chains = renamed(chains, n_chains, "n_chains", "chains")
-    random_seed = renamed(random_seed, seed, "seed", "random_seed")
+    draws = renamed(draws, n_draws, "n_draws", "draws", default=1000)
+    chains = renamed(chains, n_chains, "n_chains", "chains", default=1)
+    random_seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
     step_size = _check_unit_interval("step_size", step_size)
     min_step = _check_unit_interval("min_step", min_step)
     if damping is not None:

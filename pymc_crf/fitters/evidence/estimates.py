@@ -160,7 +160,8 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
                       gtol=gtol, progressbar=progressbar)
     run = ais_log_evidence(problem.make_likelihood(eng), problem.prior, fit.extra["fisher"],
                            n_runs=n_runs, n_temps=n_temps, n_leapfrog=n_leapfrog,
-                           step_size=step_size, rng=renamed(random_seed, seed, "seed", "random_seed"),
+                           step_size=step_size, rng=renamed(random_seed, seed, "seed", "random_seed",
+                                                       default=None),
                            progressbar=progressbar)
     return LogEvidence(run.value, method, run.std_error, time.perf_counter() - t0,
                        {"log_weights": run.log_weights, "acceptance_rate": run.acceptance_rate,
