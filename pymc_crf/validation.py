@@ -24,6 +24,24 @@ def whole_number(value, name: str, minimum: int = 1) -> int:
     return int(value)
 
 
+def real_number(value, name: str) -> float:
+    """``value`` as a float when it is a real number other than NaN (``True`` and strings do not
+    pass), else a ValueError naming ``name``."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if not (isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value):
+        raise ValueError(f"{name} must be a number; got {value!r}")
+    return float(value)
+
+
+def flag(value, name: str) -> bool:
+    """``value`` when it is a bool (numpy's too), else a ValueError naming ``name`` (the string
+    ``"False"`` is true in Python, so it is refused rather than read)."""
+    if not isinstance(value, bool | np.bool_):
+        raise ValueError(f"{name} must be True or False; got {value!r}")
+    return bool(value)
+
+
 def positive_number(value, name: str, *, allow_zero: bool = False,
                     allow_inf: bool = False) -> float:
     """``value`` as a float when it is a real number > 0 (>= 0 with ``allow_zero``; ``inf``

@@ -219,6 +219,16 @@ def test_fit_predictive_ard_bad_input():
         pmc.fit(_model(train, mu=1.0), method="predictive_ard", progressbar=False)
     with pytest.raises(ValueError, match="tol"):
         pmc.fit(_model(train), method="predictive_ard", tol=0, progressbar=False)
+    # max_steps=-1 crashed inside numpy, 2.5 ran 2 steps; tol=inf stopped after one step
+    for bad in (-1, 0, 2.5, True, np.nan):
+        with pytest.raises(ValueError, match="max_steps must be an integer >= 1"):
+            pmc.fit(_model(train), method="predictive_ard", max_steps=bad, progressbar=False)
+    with pytest.raises(ValueError, match="tol must be a number > 0 and finite; got inf"):
+        pmc.fit(_model(train), method="predictive_ard", tol=np.inf, progressbar=False)
+    for option in ("warm_start", "keep_path", "backoff"):
+        with pytest.raises(ValueError, match=f"{option} must be True or False"):
+            pmc.fit(_model(train), method="predictive_ard", progressbar=False,
+                    **{option: "False"})
 
 
 @pytest.mark.slow

@@ -74,6 +74,19 @@ def test_bagging_and_supergraph_match_brute_force(fitted):
     assert np.mean(bp.labels == exact.labels) > 0.85
 
 
+def test_ensemble_options_are_checked(fitted):
+    result, test = fitted
+    # coupling <= 0 untied or anti-tied the copies and changed the labels silently
+    for bad in (0.0, -1.0, np.nan, True):
+        with pytest.raises(ValueError, match="supergraph: coupling must be a number > 0"):
+            pmc.predict(result, test, method="supergraph", draws=3, coupling=bad)
+    with pytest.raises(ValueError, match="supergraph: inference= does not apply; "
+                                         "supergraph_inference="):
+        pmc.predict(result, test, method="supergraph", draws=3, inference="bp")
+    with pytest.raises(ValueError, match="bagging: weighted must be True or False"):
+        pmc.predict(result, test, method="bagging", draws=3, weighted="False")
+
+
 def test_ensemble_methods_against_average_and_map(fitted):
     result, test = fitted
     errs = {m: pmc.predict(result, test, method=m, draws=50).error_rate

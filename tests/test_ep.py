@@ -526,6 +526,16 @@ def test_fitter_bad_input():
     for bad in (0.0, -1e-3, np.nan):
         with pytest.raises(ValueError, match="tol must be"):
             fit(model, method="ep", tol=bad)
+    # True and strings are not numbers (step_size=True ran as 1.0, transform=True as PEP), and
+    # the string "False" is not False (backoff="False" ran with back-off)
+    for option, bad in (("step_size", True), ("step_size", "0.5"), ("damping", True),
+                        ("transform", True), ("min_step", "1"), ("tol", True), ("tol", "1e-4")):
+        with pytest.raises(ValueError, match=f"{option} must be a number"):
+            fit(model, method="ep", **{option: bad})
+    with pytest.raises(ValueError, match="backoff must be True or False; got 'False'"):
+        fit(model, method="ep", backoff="False")
+    with pytest.raises(ValueError, match="method='ep': log_likelihood must be True or False"):
+        fit(model, method="ep", log_likelihood="False")
 
 
 def test_fitter_refuses_hcrf():

@@ -32,6 +32,7 @@ from pymc_crf.fitters.predictors import (
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.bp import BeliefPropagation
 from pymc_crf.inference.select import get_engine
+from pymc_crf.validation import flag, positive_number
 
 __all__ = ["predict_bagging", "predict_supergraph", "supergraph"]
 
@@ -57,8 +58,11 @@ def predict_bagging(result: xr.DataTree, data: CRFData, *, draws: int | None = 2
     """Vote of the per-draw MAP labellings, each weighted by its probability under its draw.
 
     ``weighted=False`` gives the plain majority vote. ``marginals`` are the normalised vote
-    masses per node and label.
+    masses per node and label. Each draw's labelling is the engine's ``map_assignment``: the
+    MAP for exact engines and BP (max-product, exact on trees), the per-node argmax of the
+    beliefs for TreeEP and mean field (not the MAP, even on chains).
     """
+    weighted = flag(weighted, "bagging: weighted")
     info = result_layout(result, model)
     weights = weight_draws(result, info)
     engine = get_engine(inference, data.graphs)
@@ -119,8 +123,14 @@ def predict_supergraph(result: xr.DataTree, data: CRFData, *, draws: int | None 
     ``"auto"`` takes the exact junction tree when the super-graph's treewidth allows and falls
     back to max-product BP (the paper's choice, with an ``ApproximateInferenceWarning``)
     otherwise. ``marginals`` are the normalised max-marginal beliefs of the first copy (BP) or
-    the one-hot MAP labels (exact engines).
+    the one-hot MAP labels (exact engines). ``coupling`` > 0 is the penalty of two copies of a
+    node that disagree (``inf``, the default: hard constraints). ``inference`` does not apply
+    (the test graphs are only solved inside the super-graph).
     """
+    coupling = positive_number(coupling, "supergraph: coupling", allow_inf=True)
+    if inference != "auto":
+        raise ValueError("supergraph: inference= does not apply; supergraph_inference= is the "
+                         f"engine of the super-graph (got inference={inference!r})")
     info = result_layout(result, model)
     weights = weight_draws(result, info)
     idx = _draw_indices(weights, draws, random_seed)

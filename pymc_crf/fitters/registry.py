@@ -13,6 +13,7 @@ import pymc as pm
 from xarray import DataTree
 
 from pymc_crf.fitters.options import check_options
+from pymc_crf.validation import flag
 
 __all__ = ["available", "fit", "fitter", "load_builtin", "register"]
 
@@ -98,4 +99,6 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
         raise ValueError(f"unknown method {method!r}; available: {sorted(_FITTERS)}")
     fitter = _FITTERS[method]
     check_options(fitter, options, f"method={method!r}")  # a **kwargs fitter checks its own
+    if "log_likelihood" in options:  # before the fit: "False" would be read as true after it
+        flag(options["log_likelihood"], f"method={method!r}: log_likelihood")
     return fitter(model, **options)

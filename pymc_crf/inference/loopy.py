@@ -104,8 +104,10 @@ class LoopyEngine(Engine):
         return self.run(batch, node, edge)
 
     def map_assignment(self, batch: GraphBatch, node_logpot, edge_logpot) -> MapResult:
-        """Argmax of the node beliefs of :meth:`decoding_run` (exact on trees without ties; a
-        heuristic on loopy graphs), with the exact unnormalised log score of that labelling."""
+        """Argmax of the node beliefs of :meth:`decoding_run`, with the exact unnormalised log
+        score of that labelling. For BP's max-product beliefs it is the MAP on trees without ties
+        (a heuristic on loopy graphs); for sum-product or mean-field beliefs (TreeEP, mean field)
+        it is the per-node most probable label, which need not be the MAP even on a chain."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         return decode(batch, node, edge, self.decoding_run(batch, node, edge).log_node)
 

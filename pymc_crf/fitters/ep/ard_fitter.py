@@ -21,7 +21,7 @@ from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import flag, positive_number, whole_number
 
 __all__ = ["fit_predictive_ard"]
 
@@ -111,8 +111,10 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
     min_step = _check_unit_interval("min_step", min_step)
     if damping is not None:
         damping = _check_unit_interval("damping", damping)
-    if not tol > 0:
-        raise ValueError(f"tol must be > 0; got {tol}")
+    tol = positive_number(tol, "tol")
+    warm_start, keep_path = flag(warm_start, "warm_start"), flag(keep_path, "keep_path")
+    if max_steps is not None:
+        max_steps = whole_number(max_steps, "max_steps")
     draws, chains = whole_number(draws, "draws"), whole_number(chains, "chains")
     m_k = variant_transform(variant)
     spec = _spec_for_ep(model, "predictive_ard")
@@ -129,9 +131,9 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
     var0 = _group_prior_variances(prior_mean, prior_var, groups, names)
     terms = build_terms(spec.batch, K, spec.labels, xn, xe, use_node=xn is not None,
                         use_edge=xe is not None)
-    n_steps = 10 * len(groups) if max_steps is None else int(max_steps)
+    n_steps = 10 * len(groups) if max_steps is None else max_steps
     ep_options = dict(transform=m_k, step_size=step_size, damping=damping, tol=ep_tol,
-                      max_iter=max_iter, backoff=bool(backoff), min_step=float(min_step))
+                      max_iter=max_iter, backoff=flag(backoff, "backoff"), min_step=min_step)
     with fit_progress("ARD steps", n_steps + 1, progressbar) as bar:
         path = run_ard(terms, spec.batch, spec.labels, xn, xe, groups, 1.0 / var0,
                        potential=spec.potential, epsilon=spec.epsilon, tol=tol,

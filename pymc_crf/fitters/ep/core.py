@@ -36,7 +36,7 @@ from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import EPTerms
 from pymc_crf.fitters.progress import track
 from pymc_crf.potentials import get_potential
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, real_number, whole_number
 
 __all__ = ["EPState", "EPRun", "run_ep", "ep_sweep", "variant_transform", "site_natural_params"]
 
@@ -49,7 +49,7 @@ SKIP_NAMES = ("numerator_cavity", "numerator_update", "denominator_cavity",
 def variant_transform(variant: str, transform: float | None = None) -> float:
     """The transform m_k of thesis eq. (5.16) for a variant name: pep -> 1, tep -> 0."""
     if transform is not None:
-        t = float(transform)
+        t = real_number(transform, "transform")
         if not 0.0 <= t <= 1.0:
             raise ValueError(f"transform m_k must lie in [0, 1] (thesis eq. (5.16)); got {t}")
         return t
@@ -307,10 +307,9 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         those sites. If that q is not positive definite the run starts from scratch.
     """
     for name, v in (("step_size", step_size), ("damping", damping)):
-        if v is not None and not (0.0 < float(v) <= 1.0):
+        if v is not None and not (0.0 < real_number(v, name) <= 1.0):
             raise ValueError(f"{name} must lie in (0, 1]; got {v}")
-    if not (np.isfinite(tol) and tol > 0):
-        raise ValueError(f"tol must be a finite number > 0; got {tol}")
+    tol = positive_number(tol, "tol")
     max_iter = whole_number(max_iter, "max_iter (EP sweeps)")
     if damping is None:
         damping = 0.5 * step_size

@@ -29,13 +29,13 @@ from pymc_crf.fitters.spec import (
     require_sole_likelihood,
 )
 from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import flag, real_number, whole_number
 
 __all__ = ["fit_ep", "ep_inputs"]
 
 
 def _check_unit_interval(name: str, value) -> float:
-    v = float(value)
+    v = real_number(value, name)
     if not (0.0 < v <= 1.0):
         raise ValueError(f"{name} must lie in (0, 1] (thesis eqs. (5.57)-(5.62)); got {value}")
     return v
@@ -153,7 +153,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     prior_var = np.concatenate([w.prior_sd.ravel() ** 2 for w in spec.weights])
     run = run_ep(terms, prior_mean, prior_var, potential=spec.potential, epsilon=spec.epsilon,
                  transform=m_k, step_size=step_size, damping=damping, tol=tol,
-                 max_iter=max_iter, backoff=bool(backoff), min_step=float(min_step),
+                 max_iter=max_iter, backoff=flag(backoff, "backoff"), min_step=min_step,
                  progressbar=progressbar)
     if not run.converged:
         warn_at_caller(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
