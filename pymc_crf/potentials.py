@@ -87,12 +87,14 @@ class Potential(ABC):
 
     Subclasses set ``name`` and ``code`` (the kind's id inside numba kernels, read only by
     :func:`gaussian_moments`) and implement the methods below; ``identity`` is True when the
-    log-potential is the score itself (then ``dlog`` returns None and gradients skip the product).
+    log-potential is the score itself (then ``dlog`` returns None and gradients skip the product);
+    ``label_noise`` is True when the kind reads ``epsilon`` (others refuse a non-zero one).
     """
 
     name: ClassVar[str]
     code: ClassVar[int]
     identity: ClassVar[bool] = False
+    label_noise: ClassVar[bool] = False
 
     @abstractmethod
     def log(self, score: np.ndarray, epsilon: float = 0.0) -> np.ndarray:
@@ -149,6 +151,7 @@ class Probit(Potential):
     """``g(a) = eps + (1 - 2 eps) Phi(a)``, the robust probit (Qi, Szummer & Minka 2005, eq. (4))."""
 
     name, code = "probit", _PROBIT_CODE
+    label_noise = True
 
     def log(self, score, epsilon=0.0):
         lp = _log_ndtr_np(np.asarray(score, dtype=np.float64))
@@ -230,6 +233,10 @@ def check_potential(potential: str, epsilon: float) -> Potential:
     pot = get_potential(potential)
     if not (0.0 <= float(epsilon) < 0.5):
         raise ValueError(f"epsilon must lie in [0, 0.5), got {epsilon}")
+    if float(epsilon) != 0.0 and not pot.label_noise:
+        raise ValueError(f"epsilon (label noise) is a setting of the robust probit; "
+                         f"potential={pot.name!r} has no label noise and would ignore "
+                         f"epsilon={epsilon}: use potential='probit' or leave epsilon at 0")
     return pot
 
 

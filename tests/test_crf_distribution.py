@@ -121,6 +121,11 @@ def test_bad_features_and_weights(rng):
             pmc.CRF("b", graphs=b, node_features=X, node_weights=W3, observed=np.zeros(8, int))
         with pytest.raises(ValueError, match="go together"):
             pmc.CRF("c", graphs=b, node_weights=W, observed=np.zeros(8, int))
+        # label noise is the robust probit's: a log-linear CRF ignored epsilon silently
+        with pytest.raises(ValueError, match="epsilon \\(label noise\\) is a setting of the "
+                                             "robust probit; potential='loglinear'"):
+            pmc.CRF("d", graphs=b, node_features=X, node_weights=W, epsilon=0.2,
+                    observed=np.zeros(8, int))
 
 
 def test_junction_tree_refuses_graph_above_limit():

@@ -3,6 +3,7 @@
 import json
 
 import numpy as np
+import pytest
 from scipy.optimize import minimize
 
 import pymc_crf as pmc
@@ -45,3 +46,15 @@ def test_result_contract(loop_model):
     point = {"w": res["posterior"]["w"].values[0, 0]}
     ll = loop_model.compile_fn(loop_model.logp(vars=loop_model.observed_RVs))(point)
     assert np.isclose(res["log_likelihood"]["t"].values.sum(), ll)
+
+
+def test_optimizer_settings_are_checked(loop_model):
+    # scipy stopped before any iteration on ftol=-1 ("FACTR < 0") and the start came back as
+    # the MAP, without a warning
+    for option, bad, match in (("ftol", -1.0, "ftol must be a number >= 0 and finite"),
+                               ("gtol", -1.0, "gtol must be a number >= 0 and finite"),
+                               ("gtol", np.nan, "gtol must be a number >= 0 and finite"),
+                               ("maxiter", 0, "maxiter must be an integer >= 1"),
+                               ("maxiter", 2.5, "maxiter must be an integer >= 1")):
+        with pytest.raises(ValueError, match=match):
+            pmc.fit(loop_model, method="map", **{option: bad})

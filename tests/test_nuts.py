@@ -115,3 +115,14 @@ def test_misspelt_sample_options_are_refused_by_name():
     from pymc_crf.fitters.nuts import _refuse_typos
 
     _refuse_typos({"target_accept": 0.9, "nuts_sampler": "pymc", "init": "adapt_diag"})
+    # counts and target_accept are checked by name before pm.sample (chains=0 ended in a
+    # ZeroDivisionError inside PyMC, target_accept=1.5 ran)
+    for option, bad, match in (("draws", -5, "draws must be an integer >= 1"),
+                               ("draws", "100", "draws must be an integer >= 1"),
+                               ("tune", -1, "tune must be an integer >= 0"),
+                               ("chains", 0, "chains must be an integer >= 1"),
+                               ("cores", 0, "cores must be an integer >= 1"),
+                               ("target_accept", 1.5, r"target_accept must lie in \(0, 1\)"),
+                               ("target_accept", "0.9", "target_accept must be a number")):
+        with pytest.raises(ValueError, match=f"method='nuts': {match}"):
+            pmc.fit(model, method="nuts", **{option: bad})

@@ -23,6 +23,7 @@ from pymc_crf.fitters.spec import (
     require_gaussian_prior,
 )
 from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["fit_map"]
 
@@ -83,6 +84,11 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     t0 = time.perf_counter()
     if jitter < 0:
         raise ValueError(f"jitter must be >= 0, got {jitter}")
+    # scipy stops before the first iteration on a negative ftol or gtol ("FACTR < 0") and the
+    # start would come back as the MAP
+    maxiter = whole_number(maxiter, "maxiter")
+    gtol = positive_number(gtol, "gtol", allow_zero=True)
+    ftol = positive_number(ftol, "ftol", allow_zero=True)
     if optimizer not in ("auto", "scipy", "lbfgs"):
         raise ValueError(f"optimizer must be 'auto', 'scipy' or 'lbfgs'; got {optimizer!r}")
     check_observed_labels(model)

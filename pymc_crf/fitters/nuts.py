@@ -11,6 +11,7 @@ import pymc as pm
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
 from pymc_crf.fitters.spec import check_observed_labels
+from pymc_crf.validation import real_number, whole_number
 
 __all__ = ["fit_nuts"]
 
@@ -27,6 +28,17 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     step method or nutpie, whose errors do not name the intended option."""
     t0 = time.perf_counter()
     _refuse_typos(sample_kwargs)
+    # checked here: PyMC and nutpie fail on these with errors that do not name them (chains=0
+    # a ZeroDivisionError) or run with them (target_accept=1.5)
+    draws = whole_number(draws, "method='nuts': draws")
+    tune = whole_number(tune, "method='nuts': tune", minimum=0)
+    chains = whole_number(chains, "method='nuts': chains")
+    if sample_kwargs.get("cores") is not None:
+        whole_number(sample_kwargs["cores"], "method='nuts': cores")
+    if "target_accept" in sample_kwargs:
+        ta = real_number(sample_kwargs["target_accept"], "method='nuts': target_accept")
+        if not 0.0 < ta < 1.0:
+            raise ValueError(f"method='nuts': target_accept must lie in (0, 1); got {ta}")
     check_observed_labels(model)
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
