@@ -12,16 +12,17 @@ def node_edge_crf(batch, K: int, potential: str, shared: bool, rng) -> pm.Model:
     X = rng.normal(size=(N, 2))
     Xe = rng.normal(size=(E, 2))
     y = rng.integers(0, K, size=N)
+    eps = 0.05 if potential == "probit" else 0.0   # label noise is the probit's
     with pm.Model() as m:
         W = pm.Normal("W", 0.3, 1.5, shape=(2, K))
         if shared:
             T = pm.Normal("T", -0.2, 0.7, shape=(K, K))
             pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
-                    potential=potential, epsilon=0.05, observed=y)
+                    potential=potential, epsilon=eps, observed=y)
         else:
             V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
             pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
-                    edge_weights=V, potential=potential, epsilon=0.05, observed=y)
+                    edge_weights=V, potential=potential, epsilon=eps, observed=y)
     return m
 
 

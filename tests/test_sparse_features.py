@@ -37,17 +37,18 @@ def _data(batch, rng, K=3):
 
 def _model(batch, X, Xe, y, *, sparse: bool, potential="loglinear", edge="features", K=3):
     conv = sp.csr_matrix if sparse else np.asarray
+    eps = 0.05 if potential == "probit" else 0.0   # label noise is the probit's
     with pm.Model() as m:
         W = pm.Normal("W", 0.1, 1.3, shape=(X.shape[1], K))
         if edge == "features":
             V = pm.Normal("V", 0.0, 0.8, shape=(Xe.shape[1], K, K))
             pmc.CRF("y", graphs=batch, node_features=conv(X), node_weights=W,
-                    edge_features=conv(Xe), edge_weights=V, potential=potential, epsilon=0.05,
+                    edge_features=conv(Xe), edge_weights=V, potential=potential, epsilon=eps,
                     observed=y)
         else:
             T = pm.Normal("T", 0.0, 0.8, shape=(K, K))
             pmc.CRF("y", graphs=batch, node_features=conv(X), node_weights=W, edge_weights=T,
-                    potential=potential, epsilon=0.05, observed=y)
+                    potential=potential, epsilon=eps, observed=y)
     return m
 
 
