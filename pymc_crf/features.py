@@ -37,7 +37,7 @@ import numpy as np
 import scipy.sparse
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import flag, whole_number
 
 __all__ = ["CRFsuiteRun", "FeatureVectorizer", "crfsuite_fit_predict", "encode_tags",
            "sequence_batch"]
@@ -115,7 +115,7 @@ class FeatureVectorizer:
 
     def __init__(self, min_freq: int = 1, bias: bool = True):
         self.min_freq = whole_number(min_freq, "min_freq")
-        self.bias = bool(bias)
+        self.bias = flag(bias, "bias")
 
     def _items(self, token: Mapping[str, Any], where: tuple[int, int]):
         """The token's ``(name, value)`` features. With the built-in bias on, a user ``"bias"``
@@ -321,8 +321,8 @@ def crfsuite_fit_predict(vectorizer: FeatureVectorizer, X, lengths: Sequence[int
         trainer.append(xs, list(ts))
     trainer.select("lbfgs")
     trainer.set_params({"c1": 0.0, "c2": float(c2), "delta": float(delta),
-                        "feature.possible_states": bool(all_pairs),
-                        "feature.possible_transitions": bool(all_pairs)})
+                        "feature.possible_states": flag(all_pairs, "all_pairs"),
+                        "feature.possible_transitions": flag(all_pairs, "all_pairs")})
     with tempfile.TemporaryDirectory() as tmp:
         path = os.path.join(tmp, "model.crfsuite")
         t0, c0 = time.perf_counter(), time.process_time()

@@ -7,7 +7,7 @@ import numbers
 
 import numpy as np
 
-__all__ = ["int_at_least", "whole_number"]
+__all__ = ["flag", "int_at_least", "positive_number", "real_number", "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
@@ -35,11 +35,16 @@ def real_number(value, name: str) -> float:
 
 
 def flag(value, name: str) -> bool:
-    """``value`` when it is a bool (numpy's too), else a ValueError naming ``name`` (the string
-    ``"False"`` is true in Python, so it is refused rather than read)."""
-    if not isinstance(value, bool | np.bool_):
-        raise ValueError(f"{name} must be True or False; got {value!r}")
-    return bool(value)
+    """``value`` as a bool when it is one (numpy's and 0-d arrays too) or the integer 0 or 1,
+    else a ValueError naming ``name`` (the string ``"False"`` is true in Python, so it is
+    refused rather than read)."""
+    if isinstance(value, np.ndarray) and value.ndim == 0:
+        value = value.item()
+    if isinstance(value, bool | np.bool_):
+        return bool(value)
+    if isinstance(value, numbers.Integral) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{name} must be True or False; got {value!r}")
 
 
 def positive_number(value, name: str, *, allow_zero: bool = False,

@@ -199,6 +199,19 @@ def test_whole_number_options_are_checked():
         pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=-1)
 
 
+def test_flag_options():
+    from pymc_crf.validation import flag
+
+    for ok, want in ((True, True), (np.False_, False), (np.array(True), True), (0, False),
+                     (1, True)):
+        assert flag(ok, "f") is want
+    for bad in ("False", 2, 0.0, None, np.array([True])):
+        with pytest.raises(ValueError, match="f must be True or False; got"):
+            flag(bad, "f")
+    with pytest.raises(ValueError, match="bias must be True or False; got 'False'"):
+        pmc.FeatureVectorizer(bias="False")
+
+
 def test_positive_number_options():
     from pymc_crf.validation import positive_number
 

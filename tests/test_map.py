@@ -58,3 +58,24 @@ def test_optimizer_settings_are_checked(loop_model):
                                ("maxiter", 2.5, "maxiter must be an integer >= 1")):
         with pytest.raises(ValueError, match=match):
             pmc.fit(loop_model, method="map", **{option: bad})
+    with pytest.raises(ValueError, match="jitter must be a number >= 0 and finite; got nan"):
+        pmc.fit(loop_model, method="map", jitter=np.nan)
+    with pytest.raises(ValueError, match="engine_objective must be True or False; got 'False'"):
+        pmc.fit(loop_model, method="map", engine_objective="False")
+
+
+def test_map_refuses_a_start_with_minus_infinite_log_posterior():
+    """A Normal prior with a zero sigma entry: the engine objective refuses the prior by name,
+    the compiled model's log density is -inf everywhere, and the start is not a MAP."""
+    import pymc as pm
+
+    b = pmc.GraphBatch.chains([3, 3])
+    X = np.random.default_rng(0).normal(size=(6, 1))
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, np.array([[1.0, 0.0]]), shape=(1, 2))
+        pmc.CRF("y", graphs=b, node_features=X, node_weights=W, observed=np.array([0, 1] * 3))
+    with pytest.raises(ValueError, match="'W': a Normal prior needs a finite mu and a finite "
+                                         "sigma > 0; entry 1 has mu=0.0, sigma=0.0"):
+        pmc.fit(m, method="map", engine_objective=True)
+    with pytest.raises(ValueError, match="the log posterior is -inf or NaN at the start"):
+        pmc.fit(m, method="map")

@@ -274,9 +274,10 @@ def test_fitters_without_missing_label_support_refuse(rng):
     m, _, _ = _model(b, _labels(b, rng), "shared", rng)
     import warnings
 
-    for method in ("ep", "bethe_laplace", "bethe_mh"):
-        # refused before anything else: no proposal fallback warning first
-        with warnings.catch_warnings(), pytest.raises(ValueError, match="missing"):
+    for method in ("ep", "bethe_laplace", "bethe_mh", "exchange"):
+        # refused before anything else (no proposal fallback warning first), naming the method
+        with warnings.catch_warnings(), pytest.raises(ValueError,
+                                                      match=f"method='{method}'.*missing"):
             warnings.simplefilter("error", UserWarning)
             pmc.fit(m, method=method)
     with pytest.raises(ValueError, match="missing"):

@@ -126,3 +126,22 @@ def test_misspelt_sample_options_are_refused_by_name():
                                ("target_accept", "0.9", "target_accept must be a number")):
         with pytest.raises(ValueError, match=f"method='nuts': {match}"):
             pmc.fit(model, method="nuts", **{option: bad})
+    with pytest.raises(ValueError, match=r"method='nuts': nuts\['target_accept'\] must lie in"):
+        pmc.fit(model, method="nuts", nuts={"target_accept": 1.5})
+
+
+def test_nuts_leaves_none_counts_to_pm_sample(monkeypatch):
+    """chains=None and tune=None are pm.sample's own defaults: passed on, not refused."""
+    import pymc_crf.fitters.nuts as nuts_module
+
+    seen = {}
+
+    def fake_sample(**kwargs):
+        seen.update(kwargs)
+        raise RuntimeError("stop here")
+
+    monkeypatch.setattr(nuts_module.pm, "sample", fake_sample)
+    model, _ = _chain_model(2, 3, 2, 1, seed=0)
+    with pytest.raises(RuntimeError, match="stop here"):
+        pmc.fit(model, method="nuts", chains=None, tune=None, nuts={"target_accept": 0.9})
+    assert seen["chains"] is None and seen["tune"] is None

@@ -74,6 +74,9 @@ def test_average_over_draws_and_deprecated_names(fitted):
         pmc.predict(many, test, "average", draws=2, n_draws=3)
     with pytest.raises(ValueError, match="give random_seed= or its old name seed=, not both"):
         pmc.predict(many, test, "average", random_seed=1, seed=2)
+    # the new name at its default (a numpy integer too) leaves the old one in charge
+    with pytest.warns(FutureWarning, match="n_draws= is renamed draws="):
+        pmc.predict(many, test, "average", draws=np.int64(200), n_draws=3)
 
 
 def test_unknown_method(fitted):

@@ -197,11 +197,12 @@ def test_reliability_and_ece_hand_made():
     # np.linspace(0, 1, 8)[5] is one rounding step below 5 / 7
     for M in range(1, 41):
         for m in range(1, M + 1):
-            for conf in {m / M, (2 * m) / (2 * M), (3 * m) / (3 * M)}:
-                # the other M labels share the rest, each below conf
-                row = np.concatenate([[conf], np.full(M, (1.0 - conf) / M)])
-                edge = reliability_curve(row[None], np.array([0]), M)
-                assert np.flatnonzero(edge.count).tolist() == [m - 1], (m, M)
+            conf = m / M
+            assert conf == (2 * m) / (2 * M) == (3 * m) / (3 * M)  # equal fractions, one float
+            # the other M labels share the rest, each below conf
+            row = np.concatenate([[conf], np.full(M, (1.0 - conf) / M)])
+            edge = reliability_curve(row[None], np.array([0]), M)
+            assert np.flatnonzero(edge.count).tolist() == [m - 1], (m, M)
     with pytest.raises(ValueError, match=r"\(N, K\)"):
         reliability_curve(marg, labels[:2])
     with pytest.raises(ValueError, match="n_bins must be an integer >= 1"):

@@ -23,7 +23,7 @@ from pymc_crf.fitters.spec import (
     require_gaussian_prior,
 )
 from pymc_crf.inference.base import warn_at_caller
-from pymc_crf.validation import positive_number, whole_number
+from pymc_crf.validation import flag, positive_number, whole_number
 
 __all__ = ["fit_map"]
 
@@ -82,8 +82,9 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         used.
     """
     t0 = time.perf_counter()
-    if jitter < 0:
-        raise ValueError(f"jitter must be >= 0, got {jitter}")
+    jitter = positive_number(jitter, "jitter", allow_zero=True)
+    if engine_objective is not None:
+        engine_objective = flag(engine_objective, "engine_objective")
     # scipy stops before the first iteration on a negative ftol or gtol ("FACTR < 0") and the
     # start would come back as the MAP
     maxiter = whole_number(maxiter, "maxiter")
@@ -154,6 +155,10 @@ def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
             res = minimize(objective, x0, jac=True, method="L-BFGS-B", callback=callback,
                            options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
                                     "ftol": settings["ftol"]})
+    if not np.isfinite(res.fun):
+        raise ValueError("pmc.fit(method='map'): the log posterior is -inf or NaN at the start "
+                         "and at every point L-BFGS tried: check the priors (e.g. a sigma <= 0) "
+                         "and the start")
     warn_iteration_limit(res, settings["maxiter"], "pmc.fit(method='map')",
                          "the weights returned are not the posterior mode")
     return res, trace

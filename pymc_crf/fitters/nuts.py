@@ -31,14 +31,21 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     # checked here: PyMC and nutpie fail on these with errors that do not name them (chains=0
     # a ZeroDivisionError) or run with them (target_accept=1.5)
     draws = whole_number(draws, "method='nuts': draws")
-    tune = whole_number(tune, "method='nuts': tune", minimum=0)
-    chains = whole_number(chains, "method='nuts': chains")
+    # None: pm.sample's own defaults (tuning steps; max(2, cores) chains)
+    if tune is not None:
+        tune = whole_number(tune, "method='nuts': tune", minimum=0)
+    if chains is not None:
+        chains = whole_number(chains, "method='nuts': chains")
     if sample_kwargs.get("cores") is not None:
         whole_number(sample_kwargs["cores"], "method='nuts': cores")
-    if "target_accept" in sample_kwargs:
-        ta = real_number(sample_kwargs["target_accept"], "method='nuts': target_accept")
-        if not 0.0 < ta < 1.0:
-            raise ValueError(f"method='nuts': target_accept must lie in (0, 1); got {ta}")
+    nuts_kwargs = sample_kwargs.get("nuts")
+    for where, value in (("target_accept", sample_kwargs.get("target_accept")),
+                         ("nuts['target_accept']", nuts_kwargs.get("target_accept")
+                          if isinstance(nuts_kwargs, dict) else None)):
+        if value is not None:
+            ta = real_number(value, f"method='nuts': {where}")
+            if not 0.0 < ta < 1.0:
+                raise ValueError(f"method='nuts': {where} must lie in (0, 1); got {ta}")
     check_observed_labels(model)
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,

@@ -8,6 +8,8 @@ import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 __all__ = ["check_options", "renamed"]
 
 
@@ -37,7 +39,8 @@ def renamed(value: Any, old_value: Any, old: str, new: str, default: Any = _UNSE
     """
     if old_value is None:
         return value
-    same = value is default or (isinstance(value, int | float | str) and value == default)
+    same = value is default or (np.isscalar(value) and np.isscalar(default)
+                                and bool(value == default))
     if default is not _UNSET and not same:
         raise ValueError(f"give {new}= or its old name {old}=, not both ({new}={value!r}, "
                          f"{old}={old_value!r})")

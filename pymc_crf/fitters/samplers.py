@@ -76,14 +76,17 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     step_cls = getattr(step_methods, step_name)
     t0 = time.perf_counter()
     draws = whole_number(draws, f"{method}: draws")
-    tune = whole_number(tune, f"{method}: tune", minimum=0)
-    chains = whole_number(chains, f"{method}: chains")
+    # None: pm.sample's own defaults (tuning steps; max(2, cores) chains)
+    if tune is not None:
+        tune = whole_number(tune, f"{method}: tune", minimum=0)
+    if chains is not None:
+        chains = whole_number(chains, f"{method}: chains")
     if cores is not None:
         cores = whole_number(cores, f"{method}: cores")
     # what the step needs (the random field and every label, pm.Data included; free,
     # untransformed, distinct weights) is checked before the Bethe-Laplace proposal, whose
     # failure would otherwise only be a warning
-    RandomFieldTerm(model, step_name)
+    RandomFieldTerm(model, method)
     init = _laplace(model, S, start)
     proposal = "user"
     if isinstance(S, str):

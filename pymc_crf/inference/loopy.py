@@ -39,7 +39,7 @@ from pymc_crf.inference.base import (
 )
 from pymc_crf.inference.gibbs import independent_draws
 from pymc_crf.inference.junction_tree import JunctionTree
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import flag, whole_number
 
 __all__ = ["LoopyEngine"]
 
@@ -66,7 +66,7 @@ class LoopyEngine(Engine):
 
     def __init__(self, tol: float, max_iter: int, damping: float, warn: bool = True):
         self.tol, self.max_iter, self.damping = check_iteration_settings(tol, max_iter, damping)
-        self.warn = bool(warn)
+        self.warn = flag(warn, "warn")
         # sample(): the junction tree's budget (clique-table entries of all distinct graph
         # shapes), and the Gibbs settings where it is exceeded
         self.sample_settings = {"exact_table_entries": 2 ** 20, "chains": 16, "burn_in": 200,

@@ -14,6 +14,7 @@ from pymc_crf.fitters.random_field import extract_random_field
 from pymc_crf.step_methods.field import RandomFieldTerm
 from pymc_crf.step_methods.laplace_proposal import laplace_init
 from pymc_crf.step_methods.rest_logp import rest_logp
+from pymc_crf.validation import flag
 
 __all__ = ["RandomFieldStep"]
 
@@ -79,7 +80,7 @@ class RandomFieldStep(ArrayStepShared):
         self.field = field
         self.d = field.size
         self.rest, shared = rest_logp(model, field, vars, initial_point, compile_kwargs)
-        self.tune = self._tune_requested = bool(tune)
+        self.tune = self._tune_requested = flag(tune, "tune")
         self.n_tune: int | None = None  # tuning steps of the current chain (from setup_chain)
         super().__init__(vars, shared, blocked=blocked, rng=rng)
 
