@@ -14,6 +14,7 @@ from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.predict import predict
+from pymc_crf.validation import flag
 
 if TYPE_CHECKING:
     import pymc as pm
@@ -43,6 +44,7 @@ def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
         The score, summed over dimensions: 0 for identical empirical distributions, larger the
         further apart they are.
     """
+    normalize = flag(normalize, "normalize")
     s1 = np.asarray(s1, dtype=np.float64)
     s2 = np.asarray(s2, dtype=np.float64)
     if s1.ndim == 1:

@@ -27,7 +27,7 @@ import xarray as xr
 from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.fitters.predictors import crf_attrs, log_potentials_for, weight_draws
 from pymc_crf.fitters.spec import extract_crf
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import flag, whole_number
 
 __all__ = ["impute"]
 
@@ -62,6 +62,7 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
         (chain, draw, missing) one label draw per posterior draw used.
     """
     model = pm.modelcontext(model)
+    extend_inferencedata = flag(extend_inferencedata, "extend_inferencedata")
     if draws is not None:
         draws = whole_number(draws, "draws (None for all draws)")
     spec = extract_crf(model)

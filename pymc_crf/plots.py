@@ -7,6 +7,7 @@ the axes it drew on, so ArviZ plots and these can share a figure.
 from __future__ import annotations
 
 import json
+import numbers
 from collections.abc import Iterable, Mapping, Sequence
 
 import matplotlib.pyplot as plt
@@ -20,7 +21,7 @@ from pymc_crf.datasets.base import CRFData
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.metrics import Reliability
 from pymc_crf.predict import Prediction
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import flag, whole_number
 
 __all__ = ["plot_compare", "plot_convergence", "plot_marginals_chain", "plot_marginals_grid",
            "plot_reliability",
@@ -191,6 +192,7 @@ def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequ
     for key in results:
         styles[key] = _REFERENCE_COLOR if key == reference else colors[i % len(colors)]
         i += key != reference
+    gaussian = flag(gaussian, "gaussian")
     gauss = {k: _gaussian_marginals(r, names) if gaussian else None for k, r in results.items()}
     for a, j in zip(axes, order, strict=True):
         cols = {k: m[:, j] for k, m in mats.items()}
@@ -378,7 +380,11 @@ def _graph_nodes(n_nodes: int, data: CRFData | GraphBatch | None, graph) -> tupl
     if batch.n_total_nodes != n_nodes:
         raise ValueError(f"the prediction has {n_nodes} nodes but the graphs have "
                          f"{batch.n_total_nodes}: pass the data the prediction was made for")
-    graphs = np.atleast_1d(np.asarray(graph, dtype=np.int64))
+    graphs = np.atleast_1d(np.asarray(graph))
+    if graphs.ndim != 1 or not all(isinstance(g, numbers.Integral | np.integer)
+                                   and not isinstance(g, bool | np.bool_) for g in graphs.tolist()):
+        raise ValueError(f"graph must be a graph index or a list of them; got {graph!r}")
+    graphs = graphs.astype(np.int64)
     if graphs.size == 0 or graphs.min() < 0 or graphs.max() >= batch.n_graphs:
         raise ValueError(f"graph {graph!r} out of range 0..{batch.n_graphs - 1}")
     return batch.node_index(graphs), [int(batch.n_nodes[g]) for g in graphs]
@@ -440,7 +446,7 @@ def plot_marginals_chain(prediction: Prediction, data: CRFData | GraphBatch | No
     ax.scatter(pos, np.asarray(prediction.labels)[nodes], marker="x", color="red", s=30,
                label="predicted", zorder=3)
     labels = data.labels if isinstance(data, CRFData) else None
-    if true_labels and labels is not None:
+    if flag(true_labels, "true_labels") and labels is not None:
         ax.scatter(pos, labels[nodes], marker="o", facecolors="none", edgecolors="white", s=90,
                    label="true", zorder=3)
     for b in np.cumsum(sizes)[:-1]:
@@ -510,7 +516,7 @@ def plot_marginals_grid(prediction: Prediction, shape: tuple[int, int],
     image = ax.imshow(marg[nodes, label].reshape(rows, cols), cmap=cmap, vmin=0.0, vmax=1.0,
                       interpolation="nearest", origin="upper", extent=(-0.5, cols - 0.5, rows - 0.5, -0.5))
     labels = data.labels if isinstance(data, CRFData) else None
-    if show_errors and labels is not None:
+    if flag(show_errors, "show_errors") and labels is not None:
         wrong = np.flatnonzero(np.asarray(prediction.labels)[nodes] != labels[nodes])
         ax.scatter(wrong % cols, wrong // cols, marker="x", color="black", s=25)
         ax.set_xlabel(f"x: {wrong.size} of {nodes.size} labels wrong", fontsize="small")

@@ -302,3 +302,58 @@ def test_labels_swapped_by_set_data_are_checked_for_layout():
             m.compile_logp()(m.initial_point())
     pm.set_data({"lab": np.array([[0, 1, 0], [1, 1, -1]])}, model=m)
     assert m.compile_logp()(m.initial_point()) == pytest.approx(before)
+
+
+def test_public_options_are_read_strictly():
+    """Options of the public API that were misread or truncated silently ("False" read as True,
+    1.9 as a treewidth limit below 2, 2.5 as 2) are refused by name."""
+    from pymc_crf.inference import BeliefPropagation, BruteForce, JunctionTree, get_engine
+    from pymc_crf.inference.linear_response import linear_response_vector_product
+
+    b = pmc.GraphBatch.grid(2, 2)
+    with pytest.raises(ValueError, match="missing must be True or False; got 'False'"):
+        pmc.pad_labels(b, [0, np.nan, 1, 0], missing="False")
+    with pytest.raises(ValueError, match="standardise must be True or False"):
+        pmc.datasets.japanese_vowels(standardise="False")
+    with pytest.raises(ValueError, match="normalize must be True or False"):
+        pmc.cvm_score(np.zeros(3), np.ones(3), normalize="False")
+    with pytest.raises(ValueError, match="warn must be True or False"):
+        get_engine("bp", b, warn="False")
+    for bad in (1.9, 2.5, True, "3", np.nan):
+        with pytest.raises(ValueError, match="max_treewidth must be an integer >= 0"):
+            get_engine("auto", b, max_treewidth=bad)
+        with pytest.raises(ValueError, match="max_treewidth must be an integer >= 0"):
+            JunctionTree(max_treewidth=bad)
+    with pm.Model(), pytest.raises(ValueError, match="max_treewidth must be an integer >= 0"):
+        pmc.CRF("y", graphs=b, edge_weights=np.zeros((2, 2)), max_treewidth=1.9,
+                observed=np.zeros(4, int))
+    with pytest.raises(ValueError, match="max_table_entries must be an integer >= 1"):
+        JunctionTree(max_table_entries=2.5)
+    with pytest.raises(ValueError, match="max_configurations must be a number > 0"):
+        BruteForce(max_configurations=np.nan)
+    for bad in (True, "3", np.inf):
+        with pytest.raises(ValueError, match="tol must be a number > 0 and finite"):
+            BeliefPropagation(tol=bad)
+    with pytest.raises(ValueError, match="damping must be a number"):
+        BeliefPropagation(damping=None)
+    node, edge = np.zeros((4, 2)), np.zeros((1, 2, 2))
+    with pytest.raises(ValueError, match="rtol must be below 1; got 2.5"):
+        linear_response_vector_product(b, node, edge, node, edge, rtol=2.5)
+    with pytest.raises(ValueError, match="maxiter must be an integer >= 1"):
+        linear_response_vector_product(b, node, edge, node, edge, maxiter=0)
+    with pytest.raises(ValueError, match="grid\\(\\): rows must be an integer >= 1; got 2.5"):
+        pmc.GraphBatch.grid(2.5, 2)
+    with pm.Model(), pytest.raises(ValueError, match="HCRF: n_states must be an integer >= 1; "
+                                                     "got 2.5"):
+        pmc.HCRF("y", graphs=pmc.GraphBatch.chains([2]), node_features=np.zeros((2, 1)),
+                 theta_x=pt.zeros((1, 2)), theta_y=pt.zeros((2, 2)),
+                 theta_e=pt.zeros((2, 2, 2)), n_states=2.5, observed=np.array([0]))
+    pred = pmc.Prediction(np.full((4, 2), 0.5), np.zeros(4, int), "bpe")
+    data = pmc.CRFData(b, np.zeros(4, int))
+    with pytest.raises(ValueError, match="true_labels must be True or False"):
+        pmc.plots.plot_marginals_chain(pred, data, true_labels="False")
+    with pytest.raises(ValueError, match="show_errors must be True or False"):
+        pmc.plots.plot_marginals_grid(pred, (2, 2), data, show_errors="False")
+    for bad in (2.5, [0, 1.5], True):
+        with pytest.raises(ValueError, match="graph must be a graph index or a list of them"):
+            pmc.plots.plot_marginals_chain(pred, data, graph=bad)

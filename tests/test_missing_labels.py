@@ -224,6 +224,8 @@ def test_impute_over_nuts_draws_matches_brute_force_average(rng):
     res = pmc.fit(m, method="nuts", draws=40, tune=60, chains=1, random_seed=2,
                   nuts_sampler="pymc", compile_kwargs={"mode": "FAST_COMPILE"},
                   compute_convergence_checks=False)
+    with pytest.raises(ValueError, match="extend_inferencedata must be True or False"):
+        pmc.impute(res, m, extend_inferencedata="False")   # it extended the result
     imp = pmc.impute(res, m, extend_inferencedata=True)
     post = res["posterior"]
     ref = np.mean([_brute_conditional(b, *_tables(m, {"W": post["W"].values[0, s],

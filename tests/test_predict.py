@@ -180,6 +180,9 @@ def test_predict_names_mismatched_data():
             pmc.predict(res, test, draws=bad)
     with pytest.raises(TypeError, match="data must be a CRFData"):
         pmc.predict(res, (test.graphs, test.node_features))
+    with pytest.raises(ValueError, match="predictions must be True or False"):
+        pmc.predict(res, test, predictions="False")   # it wrote the groups into res
+    assert "predictions" not in res.children
     # EP's model_average (expected potentials, its own path) checks the columns too
     ep = pmc.fit(m, method="ep", draws=10, progressbar=False)
     for cols in (1, 3):

@@ -15,6 +15,7 @@ import numpy as np
 
 from pymc_crf.datasets.hmm import SequenceData
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.validation import flag
 
 __all__ = ["japanese_vowels"]
 
@@ -67,7 +68,7 @@ def japanese_vowels(standardise: bool = True) -> tuple[SequenceData, SequenceDat
     speaker); the test set is not (24-88 per speaker).
     """
     scale = None
-    if standardise:
+    if flag(standardise, "standardise"):
         X = _read("train")[2]
         scale = (X.mean(axis=0), X.std(axis=0))
     return _sequences("train", scale), _sequences("test", scale)

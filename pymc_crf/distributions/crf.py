@@ -36,6 +36,7 @@ from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
 from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
+from pymc_crf.validation import flag, whole_number
 
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
 
@@ -64,7 +65,7 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
     numpy.ndarray
         The (G, L) int64 matrix: row ``g`` holds graph ``g``'s labels, then ``-1`` padding.
     """
-    if missing:
+    if flag(missing, "missing"):
         labels = ([_missing_as_minus_one(x) for x in labels] if isinstance(labels, list | tuple)
                   else _missing_as_minus_one(labels))
     arr = labels if isinstance(labels, list | tuple) else np.asarray(labels)
@@ -297,7 +298,7 @@ class CRFRV(RandomVariable):
         self.n_labels = int(n_labels)
         self.layout = tuple(layout)
         self.inference = inference if isinstance(inference, str) else engine.name
-        self.max_treewidth = int(max_treewidth)
+        self.max_treewidth = whole_number(max_treewidth, "max_treewidth", minimum=0)
         shared = "edge_weights" in self.layout and "edge_features" not in self.layout
         sig = ",".join("(k,k)" if (p == "edge_weights" and shared) else _PARAM_SIGNATURES[p]
                        for p in self.layout)

@@ -59,6 +59,7 @@ from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
+from pymc_crf.validation import whole_number
 
 __all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "single_hcrf", "from_sequences",
            "replicate_batch", "pair_logpots", "class_log_probs", "check_class_labels", "hcrf_logp"]
@@ -405,7 +406,7 @@ class HCRF(Distribution):
         if S is None or C is None:
             raise ValueError("HCRF: cannot infer n_states / n_classes from the weights' shapes; "
                              "pass n_states= and n_classes=")
-        S, C = int(S), int(C)
+        S, C = whole_number(S, "HCRF: n_states"), whole_number(C, "HCRF: n_classes")
         if S < 1 or C < 2:
             raise ValueError(f"HCRF needs n_states >= 1 and n_classes >= 2; got {S}, {C}")
         known = [(nm, sh) for nm, sh in (("theta_x", sx), ("theta_y", sy), ("theta_e", se))

@@ -24,6 +24,7 @@ from pymc_crf.graphs.junction_tree import (
     elimination_order,
     junction_tree_from_edges,
 )
+from pymc_crf.validation import whole_number
 
 __all__ = ["GraphBatch", "GraphStructureError", "as_graph_batch"]
 
@@ -144,8 +145,8 @@ class GraphBatch:
     @classmethod
     def grid(cls, rows: int, cols: int, n_graphs: int = 1) -> GraphBatch:
         """``n_graphs`` copies of a ``rows x cols`` 4-connected grid, nodes in row-major order."""
-        if rows < 1 or cols < 1 or n_graphs < 1:
-            raise GraphStructureError("grid() needs rows, cols, n_graphs >= 1")
+        rows, cols = whole_number(rows, "grid(): rows"), whole_number(cols, "grid(): cols")
+        n_graphs = whole_number(n_graphs, "grid(): n_graphs")
         idx = np.arange(rows * cols).reshape(rows, cols)
         horiz = np.stack([idx[:, :-1].ravel(), idx[:, 1:].ravel()], axis=1)
         vert = np.stack([idx[:-1, :].ravel(), idx[1:, :].ravel()], axis=1)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, real_number, whole_number
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
            "MapResult", "Marginals", "as_generator", "check_direction", "check_iteration_settings",
@@ -147,12 +147,11 @@ def check_iteration_settings(tol: float, max_iter: int, damping: float
     ``tol`` > 0 is the per-sweep change below which a graph has converged, ``max_iter`` >= 1 caps
     the sweeps, ``damping`` in [0, 1) is the weight of the old value in each update.
     """
-    if not float(tol) > 0.0:
-        raise ValueError(f"tol must be positive; got {tol}")
+    tol = positive_number(tol, "tol")
     max_iter = whole_number(max_iter, "max_iter")
-    if not 0.0 <= float(damping) < 1.0:
+    if not 0.0 <= real_number(damping, "damping") < 1.0:
         raise ValueError(f"damping must lie in [0, 1); got {damping}")
-    return float(tol), max_iter, float(damping)
+    return tol, max_iter, float(damping)
 
 
 def convergence_report(iterations: np.ndarray, max_change: np.ndarray,

@@ -43,6 +43,7 @@ from scipy.sparse.linalg import LinearOperator, gmres, splu
 from pymc_crf.graphs.adjacency import message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_direction, check_potentials
+from pymc_crf.validation import flag, positive_number, whole_number
 
 __all__ = ["beliefs", "bethe_covariance_matrix", "bethe_covariance_products",
            "bethe_covariance_vector_product", "bethe_log_z", "cavity", "normalise_log",
@@ -312,6 +313,10 @@ def bethe_covariance_vector_product(batch: GraphBatch, node_logpot, edge_logpot,
     """
     node, edge = check_potentials(batch, node_logpot, edge_logpot)
     vn, ve = check_direction(node, edge, v_node, v_edge)
+    maxiter = whole_number(maxiter, "maxiter")
+    rtol = positive_number(rtol, "rtol")
+    if rtol >= 1.0:  # GMRES would stop at its start: a response off by the whole direction
+        raise ValueError(f"rtol must be below 1; got {rtol}")
     state, st, shared, W, q = _linearisation(batch, node, edge, engine, state)
     D, K = state.messages.shape
     dm = np.zeros((D, K))
@@ -403,7 +408,9 @@ def bethe_covariance_matrix(batch: GraphBatch, node_logpot, edge_logpot, engine,
     in one batched system (the graph replicated once per column), so this is for small graphs.
     """
     node, edge = check_potentials(batch, node_logpot, edge_logpot)
-    if not 0 <= graph < batch.n_graphs:
+    symmetrise = flag(symmetrise, "symmetrise")
+    graph = whole_number(graph, "graph", minimum=0)
+    if not graph < batch.n_graphs:
         raise ValueError(f"graph {graph} out of range 0..{batch.n_graphs - 1}")
     sub = batch.subset([graph])
     node = node[batch.node_index([graph])]

@@ -11,7 +11,7 @@ from scipy.special import logsumexp
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["BruteForce"]
 
@@ -23,7 +23,8 @@ class BruteForce(Engine):
     exact = True
 
     def __init__(self, max_configurations: float = 1e6):
-        self.max_configurations = max_configurations
+        self.max_configurations = positive_number(max_configurations, "max_configurations",
+                                                  allow_inf=True)
 
     def supports(self, batch: GraphBatch) -> bool:
         return True

@@ -472,11 +472,9 @@ class JunctionTree(Engine):
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of "
                              f"{HEURISTICS}")
-        if max_treewidth < 0:
-            raise ValueError(f"max_treewidth must be >= 0, got {max_treewidth}")
-        self.max_treewidth = int(max_treewidth)
+        self.max_treewidth = whole_number(max_treewidth, "max_treewidth", minimum=0)
         self.heuristic = heuristic
-        self.max_table_entries = int(max_table_entries)
+        self.max_table_entries = whole_number(max_table_entries, "max_table_entries")
 
     def __repr__(self) -> str:
         return f"JunctionTree(max_treewidth={self.max_treewidth}, heuristic={self.heuristic!r})"

@@ -13,6 +13,7 @@ from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.inference.junction_tree import JunctionTree
 from pymc_crf.inference.mean_field import MeanField
 from pymc_crf.inference.tree_ep import TreeEP
+from pymc_crf.validation import flag, whole_number
 
 __all__ = ["ENGINE_NAMES", "ApproximateInferenceWarning", "LOG_Z_ENGINE_NAMES", "get_engine",
            "require_log_z"]
@@ -70,6 +71,9 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
         The engine defines a likelihood (a ``CRF`` or the ``LogPartition`` Op): refuse engines
         without a log Z estimate (Gibbs) with a ValueError, before any model is evaluated.
     """
+    warn, need_log_z = flag(warn, "warn"), flag(need_log_z, "need_log_z")
+    # 1.9 would compare as a limit below 2 and send a treewidth-2 graph to loopy BP
+    max_treewidth = whole_number(max_treewidth, "max_treewidth", minimum=0)
     if isinstance(inference, Engine):
         if need_log_z:
             require_log_z(inference, inference.name)

@@ -57,7 +57,7 @@ class RandomFieldStep(ArrayStepShared):
     def __new__(cls, *args, **kwargs):
         # PyMC's BlockedStep.__new__ would split blocked=False into one step per weight tensor,
         # each then refused for not holding all the weights
-        if kwargs.get("blocked", True) is False:
+        if not flag(kwargs.get("blocked", True), "blocked"):
             raise ValueError(f"{cls.method_name} moves all random-field weights as one block; "
                              "blocked=False is not supported")
         return super().__new__(cls, *args, **kwargs)
