@@ -14,7 +14,7 @@ from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.predict import predict
-from pymc_crf.validation import flag
+from pymc_crf.validation import flag, name_list
 
 if TYPE_CHECKING:
     import pymc as pm
@@ -140,6 +140,10 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
         the columns above that apply.
     """
     check_results(results, "compare")
+    var_names = name_list(var_names, "compare: var_names")
+    if var_names == []:
+        raise ValueError("compare: var_names is empty; give the posterior variables to compare "
+                         "(None: those every result has)")
     draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     if reference is not None and reference not in results:
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")

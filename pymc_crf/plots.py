@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import numbers
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -21,7 +21,7 @@ from pymc_crf.datasets.base import CRFData
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.metrics import Reliability
 from pymc_crf.predict import Prediction
-from pymc_crf.validation import flag, whole_number
+from pymc_crf.validation import flag, name_list, whole_number
 
 __all__ = ["plot_compare", "plot_convergence", "plot_marginals_chain", "plot_marginals_grid",
            "plot_reliability",
@@ -36,17 +36,6 @@ def _check_ax(ax) -> None:
         raise TypeError(f"ax must be one matplotlib Axes (or None for a new figure); "
                         f"got {type(ax).__name__}")
 
-
-def _check_names(value, name: str) -> list[str] | None:
-    """``value`` (None or a sequence of names) as a list; a lone str is refused, not split."""
-    if value is None:
-        return None
-    if isinstance(value, str):
-        raise TypeError(f"{name} must be a list of names; got the str {value!r} "
-                        f"(write [{value!r}])")
-    if not isinstance(value, Iterable):
-        raise TypeError(f"{name} must be a list of names; got {type(value).__name__}")
-    return list(value)
 
 
 def _check_mapping(value, name: str, what: str) -> None:
@@ -156,7 +145,7 @@ def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequ
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")
     if sort not in ("cvm", None):
         raise ValueError(f"sort must be 'cvm' or None; got {sort!r}")
-    var_names = _check_names(var_names, "var_names")
+    var_names = name_list(var_names, "var_names")
     bins = whole_number(bins, "bins")
     if max_panels is not None:
         max_panels = whole_number(max_panels, "max_panels")
@@ -256,7 +245,7 @@ def plot_compare(table: pd.DataFrame, columns: Sequence[str] | None = None, *,
     """
     if not isinstance(table, pd.DataFrame):
         raise TypeError(f"table must be the DataFrame pmc.compare returns; got {type(table).__name__}")
-    columns = _check_names(columns, "columns")
+    columns = name_list(columns, "columns")
     if reference is not None:
         table = table[table.index != reference]
     if columns is None:
@@ -340,7 +329,7 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
     if not isinstance(result, xr.DataTree | xr.Dataset):
         raise TypeError("result must be a fitter's DataTree or a diagnostics Dataset; "
                         f"got {type(result).__name__}")
-    var_names = _check_names(var_names, "var_names")
+    var_names = name_list(var_names, "var_names")
     ds, settings = _diagnostics_group(result)
     traces = [v for v in ds.data_vars if ds[v].ndim == 1 and not str(v).endswith("time")
               and np.issubdtype(ds[v].dtype, np.number)]

@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import argparse
 import numbers
+from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["flag", "int_at_least", "positive_number", "real_number", "whole_number"]
+__all__ = ["flag", "int_at_least", "name_list", "positive_number", "real_number", "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
@@ -62,6 +63,19 @@ def positive_number(value, name: str, *, allow_zero: bool = False,
         finite = "" if allow_inf else " and finite"
         raise ValueError(f"{name} must be a number {what}{finite}; got {value!r}")
     return float(value)
+
+
+def name_list(value, name: str) -> list[str] | None:
+    """``value`` (None or a sequence of names) as a list; a lone str is refused, not split into
+    its characters."""
+    if value is None:
+        return None
+    if isinstance(value, str):
+        raise TypeError(f"{name} must be a list of names; got the str {value!r} "
+                        f"(write [{value!r}])")
+    if not isinstance(value, Iterable):
+        raise TypeError(f"{name} must be a list of names; got {type(value).__name__}")
+    return list(value)
 
 
 def int_at_least(minimum: int):

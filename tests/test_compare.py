@@ -72,6 +72,11 @@ def test_compare_columns_against_the_draws():
     assert table.loc["ref", "max_rhat"] < 1.02 < 1.5 < table.loc["stuck", "max_rhat"]
     with pytest.raises(ValueError, match="reference 'nuts' is not one of"):
         pmc.compare(results, reference="nuts")
+    # a lone name is not split into its characters, and no names is not no columns silently
+    with pytest.raises(TypeError, match="compare: var_names must be a list of names; got the str"):
+        pmc.compare(results, reference="ref", var_names="a")
+    with pytest.raises(ValueError, match="compare: var_names is empty"):
+        pmc.compare(results, reference="ref", var_names=[])
 
 
 def test_compare_warns_that_hidden_state_weights_can_switch_labels():

@@ -196,6 +196,8 @@ def test_clear_errors():
             cls(blocked=False)
         with m, pytest.raises(ValueError, match="blocked must be True or False; got 'False'"):
             cls(blocked="False")
+    with m, pytest.raises(ValueError, match="Exchange: unknown sampler 'gibs'"):
+        Exchange(sampler="gibs")
     # counts are whole numbers: 2.5 is refused, not run as 2
     with m, pytest.raises(ValueError, match="cd_steps must be an integer >= 1; got 2.5"):
         LangevinCD(cd_steps=2.5)

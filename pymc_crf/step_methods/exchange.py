@@ -23,7 +23,7 @@ import numpy as np
 
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.gibbs import Gibbs
-from pymc_crf.inference.select import ApproximateInferenceWarning, get_engine
+from pymc_crf.inference.select import ENGINE_NAMES, ApproximateInferenceWarning, get_engine
 from pymc_crf.step_methods.adaptation import random_walk_adaptation
 from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
 from pymc_crf.validation import whole_number
@@ -71,6 +71,9 @@ class Exchange(RandomFieldStep):
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
         aux_sweeps = whole_number(aux_sweeps, "aux_sweeps")
         batch = self.field.batch
+        if isinstance(sampler, str) and sampler not in ENGINE_NAMES:
+            raise ValueError(f"Exchange: unknown sampler {sampler!r}; choose 'auto', 'gibbs', an "
+                             f"exact engine of {ENGINE_NAMES} or an Engine instance")
         if isinstance(sampler, str) and sampler in ("auto", "gibbs"):
             engine = (get_engine("auto", batch, max_treewidth=max_treewidth, warn=False)
                       if sampler == "auto" else None)
