@@ -357,3 +357,8 @@ def test_public_options_are_read_strictly():
     for bad in (2.5, [0, 1.5], True):
         with pytest.raises(ValueError, match="graph must be a graph index or a list of them"):
             pmc.plots.plot_marginals_chain(pred, data, graph=bad)
+    # data sets check what the fitters and the CLI read from them
+    with pytest.raises(ValueError, match="CRFData: n_labels must be an integer >= 2; got 2.5"):
+        pmc.CRFData(b, np.zeros(4, int), n_labels=2.5)
+    with pytest.raises(ValueError, match="potential must be one of"):
+        pmc.CRFData(b, np.zeros(4, int), potential="probt")

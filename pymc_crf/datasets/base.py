@@ -9,6 +9,8 @@ import numpy as np
 
 from pymc_crf.distributions.crf import pad_labels
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.potentials import check_potential
+from pymc_crf.validation import whole_number
 
 __all__ = ["CRFData"]
 
@@ -47,6 +49,10 @@ class CRFData:
     description: str = ""
 
     def __post_init__(self):
+        # n_labels sizes the coords and the fitters' tables; potential and epsilon are read by
+        # the CLI's model builder
+        self.n_labels = whole_number(self.n_labels, "CRFData: n_labels", minimum=2)
+        check_potential(self.potential, self.epsilon)
         if self.labels is not None:
             self.labels = self.graphs.check_labels(self.labels, self.n_labels)
         if self.node_features is not None:
