@@ -226,9 +226,9 @@ def test_hidden_crf_predictions_need_one_class_per_graph():
         with pytest.raises(TypeError, match="class probabilities of hidden CRFs "
                                             "\\('hcrf_average'\\) are not node marginals"):
             plot(pred, *args)
-    half = pmc.datasets.SequenceData(b, X, np.array([0.0, 0.5]), 2)
+    # labels that are not whole numbers are refused with the data, before any prediction
     with pytest.raises(ValueError, match="labels must be whole numbers; entry 1 is 0.5"):
-        pmc.predict(res, half)
+        pmc.predict(res, pmc.datasets.SequenceData(b, X, np.array([0.0, 0.5]), 2))
 
 
 def test_label_level_methods_on_a_hidden_crf_result_say_so():

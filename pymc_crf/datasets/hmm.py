@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from pymc_crf.distributions.hcrf import check_class_labels
 from pymc_crf.graphs.batch import GraphBatch
 
 __all__ = ["SequenceData", "hmm_classes", "HMM_EMISSION_MEAN", "HMM_EMISSION_VAR",
@@ -79,6 +80,10 @@ class SequenceData:
     coords: dict = field(default_factory=dict)
     raw: np.ndarray | None = None
     hidden_states: np.ndarray | None = None
+
+    def __post_init__(self):
+        # the HCRF's own check: one whole class index per sequence, within 0..n_classes-1
+        self.labels = check_class_labels(self.labels, self.graphs.n_graphs, self.n_classes)
 
     @property
     def n_graphs(self) -> int:

@@ -109,8 +109,11 @@ def check_class_labels(labels: Any, n_graphs: int, n_classes: int) -> np.ndarray
         raise ValueError(f"HCRF labels must have one class per graph, shape ({n_graphs},); "
                          f"got shape {arr.shape}")
     if arr.dtype.kind == "f":
-        if not np.isfinite(arr).all() or not np.array_equal(arr, np.round(arr)):
-            raise ValueError("HCRF labels must be whole numbers (class indices)")
+        whole = np.isfinite(arr) & (arr == np.round(arr))
+        if not whole.all():
+            i = int(np.flatnonzero(~whole)[0])
+            raise ValueError(f"HCRF labels must be whole numbers; entry {i} is {arr[i].item()!r} "
+                             "(class indices)")
     elif arr.dtype.kind not in "iub":
         raise ValueError(f"HCRF labels must be integers, got dtype {arr.dtype}")
     arr = arr.astype(np.int64)
@@ -179,14 +182,13 @@ def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_featu
     if n_states is not None:
         X = pt.as_tensor_variable(node_features)
         F = X.type.shape[1]               # fixed features: known when the graph is built
-        F_sym = X.shape[1] if F is None else F
+        F_sym, F_label = (X.shape[1], "F") if F is None else (F, F)
+        shown = expected_weight_shapes(F_label, n_states, C)
         checked = []
         for (name, want), w in zip(expected_weight_shapes(F_sym, n_states, C).items(),
                                    (theta_x, theta_y, theta_e), strict=True):
             ok = pt.all([pt.eq(d, n) for d, n in zip(w.shape, want, strict=True)])
-            msg = _shape_message(name, expected_weight_shapes(F if F is not None else "F",
-                                                              n_states, C)[name],
-                                 F if F is not None else "F", n_states, C)
+            msg = _shape_message(name, shown[name], F_label, n_states, C)
             checked.append(Assert(msg)(w, ok))
         theta_x, theta_y, theta_e = checked
     node, edge = hcrf_pair_tables(pt.as_tensor_variable(node_features), theta_x, theta_y, theta_e,
@@ -257,8 +259,11 @@ class HCRFRV(RandomVariable):
         ``n_states`` and ``n_classes``."""
         X = self.dist_params(node)[0]
         X = np.asarray(X.data if isinstance(X, pt.TensorConstant) else X.eval())
-        shapes = pytensor.function([], [w.shape for w in self.weights(node)],
-                                   on_unused_input="ignore", mode="FAST_COMPILE")()
+        weights = self.weights(node)
+        shapes = [_static_shape(w) for w in weights]
+        if any(s is None for s in shapes):   # weights with dims: sizes known only when evaluated
+            shapes = pytensor.function([], [w.shape for w in weights],
+                                       on_unused_input="ignore", mode="FAST_COMPILE")()
         check_weight_shapes(shapes, X.shape[1], self.n_states, self.n_classes)
         return HCRFInfo(self.batch, X, self.n_classes, self.n_states, self.inference)
 

@@ -28,20 +28,17 @@ def check_options(fn: Callable, options: Iterable[str], what: str) -> set[str] |
     return set(params)
 
 
-_UNSET = object()
-
-
-def renamed(value: Any, old_value: Any, old: str, new: str, default: Any = _UNSET) -> Any:
+def renamed(value: Any, old_value: Any, old: str, new: str, *, default: Any) -> Any:
     """``old_value`` with a FutureWarning when the caller used the old option name, else ``value``.
 
-    The old name (default None) stays accepted for one release. With the new name's ``default``,
-    giving both names (the new one changed from its default) is refused.
+    The old name (default None) stays accepted for one release. Giving both names, the new one
+    changed from its ``default``, is refused.
     """
     if old_value is None:
         return value
     same = value is default or (np.isscalar(value) and np.isscalar(default)
                                 and bool(value == default))
-    if default is not _UNSET and not same:
+    if not same:
         raise ValueError(f"give {new}= or its old name {old}=, not both ({new}={value!r}, "
                          f"{old}={old_value!r})")
     warnings.warn(f"{old}= is renamed {new}= (as in PyMC); {old}= will be removed in the next "

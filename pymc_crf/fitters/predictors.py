@@ -62,18 +62,7 @@ def prediction(marginals: np.ndarray, labels: np.ndarray, method: str, true_labe
     ``per_graph``: class probabilities of hidden CRFs, one row per graph."""
     err = None
     if true_labels is not None:
-        true_labels = np.asarray(true_labels)
-        if not (np.issubdtype(true_labels.dtype, np.integer) or true_labels.dtype == bool):
-            try:
-                as_float = true_labels.astype(np.float64)
-            except (TypeError, ValueError):
-                raise ValueError("the data's labels must be whole numbers; got an array of "
-                                 f"dtype {true_labels.dtype}") from None
-            whole = np.isfinite(as_float) & (as_float == np.round(as_float))
-            if not whole.all():
-                i = int(np.flatnonzero(~whole.ravel())[0])
-                raise ValueError(f"the data's labels must be whole numbers; entry {i} is "
-                                 f"{true_labels.flat[i].item()!r}")
+        true_labels = np.asarray(true_labels)   # whole numbers: CRFData / SequenceData check
         if true_labels.shape != np.shape(labels):
             raise ValueError(
                 f"the data has {true_labels.size} labels; this prediction has "
