@@ -43,7 +43,9 @@ def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
                          ("trials=1.5", "takes an integer like 10; got 1.5"),
                          ("trials=0", "must be >= 1; got 0"),
                          ("strengths=[1]", "takes an object like"),
-                         ("graphs=[]", "takes a list like")):
+                         ("graphs=[]", "takes a list like"),
+                         ("trials=Infinity", "takes an integer like 10; got inf"),
+                         ("trials=NaN", "takes an integer like 10; got nan")):
         assert main(["reproduce", "thesis-ch3-treeep", "--set", bad, "--show-params"]) == 2
         assert message in capsys.readouterr().err
     assert main(["reproduce", "thesis-ch4-ard", "--quick", "--set", "n_irrelevant=0",
@@ -60,6 +62,12 @@ def test_show_params_applies_overrides(capsys):
                  "--set", "trials=3", "--show-params"]) == 0
     params = json.loads(capsys.readouterr().out)
     assert params["train"] == [10, 30] and params["trials"] == 3 and params["n_test"] == 50
+    # a whole float for an integer parameter is read as the integer (range(3.0) would fail)
+    assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "train=[10.0, 30]",
+                 "--set", "trials=3.0", "--show-params"]) == 0
+    params = json.loads(capsys.readouterr().out)
+    assert params["train"] == [10, 30] and params["trials"] == 3
+    assert all(type(v) is int for v in [*params["train"], params["trials"]])
 
 
 # The paper's numbers each report shows beside ours (Qi 2005 tables 3.1, 5.1 and 5.2; Luo, Sun &

@@ -8,6 +8,7 @@ function of ``(settings, seed)`` and turns the finished trials into a :class:`Re
 from __future__ import annotations
 
 import json
+import math
 import numbers
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -97,14 +98,16 @@ class Experiment:
             raise ValueError(f"experiment {self.name!r} has no parameter(s) "
                              f"{', '.join(sorted(unknown))} (parameters: {', '.join(params)})")
         for key, value in (overrides or {}).items():
-            self._check_value(key, value)
-        params.update(overrides or {})
+            params[key] = self._check_value(key, value)
         return params
 
-    def _check_value(self, key: str, value: Any) -> None:
-        """Refuse an override whose JSON type none of the presets gives ``key`` (``trials="abc"``,
-        ``trials=1.5``, a list for a dict), or a count below its minimum, with a ValueError."""
+    def _check_value(self, key: str, value: Any) -> Any:
+        """``value`` as the override of ``key`` (a whole float such as ``3.0`` where the presets
+        give an integer becomes ``3``), or a ValueError when none of the presets' JSON types fits
+        (``trials="abc"``, ``trials=1.5``, ``Infinity``, a list for a dict) or a count is below
+        its minimum."""
         presets = [p[key] for p in self.sizes.values() if key in p]
+        unfit = object()
 
         def kind(v: Any) -> str:
             if v is None:
@@ -118,32 +121,42 @@ class Experiment:
             return {str: "string", list: "list", tuple: "list", dict: "object"}.get(type(v),
                                                                                    "other")
 
-        def fits(v: Any, p: Any, name: str) -> bool:
+        def coerce(v: Any, p: Any, name: str) -> Any:
             k, kp = kind(v), kind(p)
             if kp == "integer":
-                if k not in ("integer", "number") or v != int(v):
-                    return False
+                if k not in ("integer", "number") or not math.isfinite(v) or v != int(v):
+                    return unfit
                 low = 0 if (name in self.zero_ok or p == 0) else 1
                 if v < low:
                     raise ValueError(f"parameter {name} of {self.name!r} must be >= {low}; "
                                      f"got {v!r}")
-                return True
+                return int(v)
             if kp == "number":
-                return k in ("integer", "number")
+                return v if k in ("integer", "number") and math.isfinite(v) else unfit
             if kp == "list":
-                return (k == "list" and len(v) > 0
-                        and all(any(fits(x, q, name) for q in p) for x in v))
+                if k != "list" or len(v) == 0:
+                    return unfit
+                out = []
+                for x in v:
+                    fitted = [c for c in (coerce(x, q, name) for q in p) if c is not unfit]
+                    if not fitted:
+                        return unfit
+                    out.append(fitted[0])
+                return out
             if kp == "object":
-                return k == "object"
-            return k == kp
+                return v if k == "object" else unfit
+            return v if k == kp else unfit
 
-        if not any(fits(value, p, key) for p in presets):
-            shown = " or ".join(sorted({kind(p) for p in presets}))
-            example = json.dumps(presets[0], default=float)
-            example = example if len(example) <= 60 else example[:57] + "..."
-            raise ValueError(f"parameter {key} of {self.name!r} takes "
-                             f"{'an' if shown[0] in 'aeiou' else 'a'} {shown} like {example}; "
-                             f"got {value!r}")
+        for p in presets:
+            fitted = coerce(value, p, key)
+            if fitted is not unfit:
+                return fitted
+        shown = " or ".join(sorted({kind(p) for p in presets}))
+        example = json.dumps(presets[0], default=float)
+        example = example if len(example) <= 60 else example[:57] + "..."
+        raise ValueError(f"parameter {key} of {self.name!r} takes "
+                         f"{'an' if shown[0] in 'aeiou' else 'a'} {shown} like {example}; "
+                         f"got {value!r}")
 
 
 _REGISTRY: dict[str, Experiment] = {}
