@@ -74,7 +74,7 @@ def test_grid_parameters_samples_and_model():
 @pytest.mark.parametrize("make, kwargs, message", [
     ("parise_welling_random_structure", {"parameterization": "potts"}, "'boltzmann' or 'ising'"),
     ("parise_welling_random_structure", {"edge_prob": 0.0}, "edge_prob"),
-    ("welling_parise_grid", {"sd": 0.0}, "sd must be positive"),
+    ("welling_parise_grid", {"sd": 0.0}, "sd must be a number > 0"),
     # counts are whole numbers: 2.5 samples are refused, not drawn as 2
     ("parise_welling_random_structure", {"n_samples": 2.5},
      "n_samples must be an integer >= 1; got 2.5"),

@@ -217,7 +217,7 @@ def test_hmm_classes_dataset():
         assert set(np.unique(train.hidden_states[node_class == c])) <= allowed[c]
     again, _ = hmm_classes(n_train_per_class=3, n_test_per_class=4, T=20, seed=1)
     np.testing.assert_array_equal(again.raw, train.raw)
-    with pytest.raises(ValueError, match="T must be a positive integer"):
+    with pytest.raises(ValueError, match="T must be an integer >= 1"):
         hmm_classes(T=0)
     with pytest.raises(ValueError, match="features must be"):
         hmm_classes(features="cubic")

@@ -8,7 +8,7 @@ from pymc_crf.datasets.base import CRFData
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["bcrf_synthetic"]
 
@@ -69,11 +69,11 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
         raise ValueError(f"kind must be 'loop' or 'chain', got {kind!r}")
     n_train = whole_number(n_train, "n_train")
     n_test = whole_number(n_test, "n_test", minimum=0)
-    if n_nodes < (3 if kind == "loop" else 2):
-        raise ValueError(f"a {kind} needs at least {3 if kind == 'loop' else 2} nodes")
-    if noise < 0:
-        raise ValueError("noise must be >= 0")
+    n_nodes = whole_number(n_nodes, f"n_nodes (a {kind} needs at least "
+                           f"{3 if kind == 'loop' else 2} nodes)", minimum=3 if kind == "loop" else 2)
+    noise = positive_number(noise, "noise", allow_zero=True)
     n_irrelevant = whole_number(n_irrelevant, "n_irrelevant", minimum=0)
+    seed = whole_number(seed, "seed", minimum=0)  # an int: it also seeds [seed, 1] below
     rng = np.random.default_rng(seed)
     rng_irrelevant = np.random.default_rng([seed, 1])
     w = rng.normal(0.0, np.sqrt(PRIOR_VARIANCE), size=(N_EDGE_FEATURES, 2, 2))

@@ -13,6 +13,7 @@ import numpy as np
 
 from pymc_crf.distributions.hcrf import check_class_labels
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.validation import generator, whole_number
 
 __all__ = ["SequenceData", "hmm_classes", "HMM_EMISSION_MEAN", "HMM_EMISSION_VAR",
            "HMM_CLASS_STATES", "HMM_TRANSITIONS"]
@@ -82,8 +83,19 @@ class SequenceData:
     hidden_states: np.ndarray | None = None
 
     def __post_init__(self):
+        if not isinstance(self.graphs, GraphBatch):
+            raise TypeError(f"SequenceData: graphs must be a GraphBatch (one chain per sequence); "
+                            f"got {type(self.graphs).__name__}")
+        self.n_classes = whole_number(self.n_classes, "SequenceData: n_classes")
         # the HCRF's own check: one whole class index per sequence, within 0..n_classes-1
         self.labels = check_class_labels(self.labels, self.graphs.n_graphs, self.n_classes)
+        self.node_features = self.graphs.check_features(self.node_features, "node")
+        N = self.graphs.n_total_nodes
+        for name in ("raw", "hidden_states"):
+            value = getattr(self, name)
+            if value is not None and np.shape(value)[:1] != (N,):
+                raise ValueError(f"SequenceData: {name} must have one entry per frame ({N}); "
+                                 f"got shape {np.shape(value)}")
 
     @property
     def n_graphs(self) -> int:
@@ -182,12 +194,11 @@ def hmm_classes(n_train_per_class: int = 5, n_test_per_class: int = 100, T: int 
         ``.graphs`` (chains), ``.node_features`` (N, F), ``.labels`` (G,), ``.n_classes`` (3),
         ``.coords`` (``feature``, ``class``, ``graph``).
     """
-    for name, v in (("n_train_per_class", n_train_per_class),
-                    ("n_test_per_class", n_test_per_class), ("T", T)):
-        if int(v) != v or v < 1:
-            raise ValueError(f"{name} must be a positive integer, got {v!r}")
+    n_train_per_class = whole_number(n_train_per_class, "n_train_per_class")
+    n_test_per_class = whole_number(n_test_per_class, "n_test_per_class")
+    T = whole_number(T, "T")
     _features(np.zeros(1), features)  # validates `features` before drawing anything
-    rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
-    train = _make(rng, int(n_train_per_class), int(T), features)
-    test = _make(rng, int(n_test_per_class), int(T), features)
+    rng = generator(seed, "seed")
+    train = _make(rng, n_train_per_class, T, features)
+    test = _make(rng, n_test_per_class, T, features)
     return train, test

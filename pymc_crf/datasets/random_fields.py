@@ -16,7 +16,7 @@ from pymc_crf.distributions.mrf import check_mrf_labels, mrf_parameterization
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.junction_tree import JunctionTree
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["MRFData", "parise_welling_random_structure", "welling_parise_grid"]
 
@@ -57,6 +57,25 @@ class MRFData:
     settings: dict = field(default_factory=dict)
 
     def __post_init__(self):
+        # the sizes are read by coords, log_potentials and the fitters' comparisons with the
+        # true weights, so they are checked here rather than where they are first used
+        if not isinstance(self.graphs, GraphBatch) or self.graphs.n_graphs != 1:
+            raise ValueError("MRFData: graphs must be a GraphBatch of one graph (the MRF's)")
+        if self.parameterization not in ("ising", "boltzmann"):
+            raise ValueError(f"MRFData: parameterization must be 'ising' or 'boltzmann'; got "
+                             f"{self.parameterization!r}")
+        if whole_number(self.n_labels, "MRFData: n_labels", minimum=2) != 2:
+            raise ValueError(f"MRFData: n_labels must be 2 for the binary "
+                             f"{self.parameterization!r} parameterization; got {self.n_labels!r}")
+        self.n_labels = 2
+        n, E = int(self.graphs.n_nodes[0]), self.graphs.n_edges
+        for name, size in (("node_weights", n), ("edge_weights", E)):
+            w = np.asarray(getattr(self, name), dtype=np.float64)
+            if w.shape != (size,) or not np.isfinite(w).all():
+                raise ValueError(f"MRFData: {name} must be {size} finite numbers, shape "
+                                 f"({size},); got shape {w.shape}"
+                                 + ("" if w.shape != (size,) else " with NaN or inf"))
+            setattr(self, name, w)
         self.samples = check_mrf_labels(self.graphs, self.samples, self.n_labels,
                                         self.parameterization)
 
@@ -130,11 +149,12 @@ def parise_welling_random_structure(n_nodes: int = 5, d: float = 0.5 / 4,
                          f"{parameterization!r}")
     n_nodes = whole_number(n_nodes, "n_nodes", minimum=2)
     n_samples = whole_number(n_samples, "n_samples")
-    if not 0.0 < edge_prob <= 1.0:
+    edge_prob = positive_number(edge_prob, "edge_prob")
+    if edge_prob > 1.0:
         raise ValueError(f"edge_prob must lie in (0, 1]; got {edge_prob}")
-    if d <= 0 or epsilon < 0:
-        raise ValueError(f"need d > 0 and epsilon >= 0; got d={d}, epsilon={epsilon}")
-    rng = np.random.default_rng(seed)
+    d = positive_number(d, "d")
+    epsilon = positive_number(epsilon, "epsilon", allow_zero=True)
+    rng = generator(seed, "seed")
     pairs = np.array([(i, j) for i in range(n_nodes) for j in range(i + 1, n_nodes)])
     keep = np.zeros(len(pairs), bool)
     while not keep.any():
@@ -151,7 +171,7 @@ def parise_welling_random_structure(n_nodes: int = 5, d: float = 0.5 / 4,
                    settings={"n_nodes": n_nodes, "d": d, "epsilon": epsilon,
                              "n_samples": n_samples, "edge_prob": edge_prob,
                              "parameterization": parameterization,
-                             "seed": seed if isinstance(seed, int | None) else "Generator"})
+                             "seed": "Generator" if isinstance(seed, np.random.Generator) else seed})
 
 
 def welling_parise_grid(rows: int = 5, cols: int = 5, n_samples: int = 1000,
@@ -177,11 +197,10 @@ def welling_parise_grid(rows: int = 5, cols: int = 5, n_samples: int = 1000,
     MRFData
         ``parameterization="ising"``.
     """
-    if sd <= 0:
-        raise ValueError(f"sd must be positive; got {sd}")
+    sd = positive_number(sd, "sd")
     rows, cols = whole_number(rows, "rows"), whole_number(cols, "cols")
     n_samples = whole_number(n_samples, "n_samples")
-    rng = np.random.default_rng(seed)
+    rng = generator(seed, "seed")
     graph = GraphBatch.grid(rows, cols)
     if graph.n_edges == 0:
         raise ValueError("the grid needs at least 2 nodes (it has no edges)")
@@ -193,4 +212,4 @@ def welling_parise_grid(rows: int = 5, cols: int = 5, n_samples: int = 1000,
                    description=f"Welling & Parise 2006 sec. 7: {rows} x {cols} +-1 grid, "
                                f"weights and biases N(0, {sd**2:g})",
                    settings={"rows": rows, "cols": cols, "n_samples": n_samples, "sd": sd,
-                             "seed": seed if isinstance(seed, int | None) else "Generator"})
+                             "seed": "Generator" if isinstance(seed, np.random.Generator) else seed})

@@ -59,6 +59,20 @@ def _edge_array(el: Any, g: int) -> np.ndarray:
     return arr.astype(np.int64)
 
 
+def _node_counts(n_nodes: Any) -> np.ndarray:
+    """``n_nodes`` as a 1-d integer array of counts >= 1 (one per graph), else a
+    GraphStructureError naming the problem."""
+    n_nodes = np.asarray(n_nodes)
+    if n_nodes.ndim != 1 or n_nodes.size == 0:
+        raise GraphStructureError("a GraphBatch needs at least one graph (n_nodes is empty)")
+    if not np.issubdtype(n_nodes.dtype, np.integer):
+        raise GraphStructureError(f"n_nodes must be integers, got dtype {n_nodes.dtype}")
+    if (n_nodes < 1).any():
+        bad = np.flatnonzero(n_nodes < 1)[:5].tolist()
+        raise GraphStructureError(f"graphs {bad} have no nodes: every graph needs >= 1 node")
+    return n_nodes
+
+
 class GraphBatch:
     """A batch of undirected pairwise graphs, flattened into one block-diagonal graph.
 
@@ -79,14 +93,7 @@ class GraphBatch:
 
     def __init__(self, n_nodes: Sequence[int] | np.ndarray, edges: np.ndarray,
                  edge_counts: Sequence[int] | np.ndarray):
-        n_nodes = np.asarray(n_nodes)
-        if n_nodes.ndim != 1 or n_nodes.size == 0:
-            raise GraphStructureError("a GraphBatch needs at least one graph (n_nodes is empty)")
-        if not np.issubdtype(n_nodes.dtype, np.integer):
-            raise GraphStructureError(f"n_nodes must be integers, got dtype {n_nodes.dtype}")
-        if (n_nodes < 1).any():
-            bad = np.flatnonzero(n_nodes < 1)[:5].tolist()
-            raise GraphStructureError(f"graphs {bad} have no nodes: every graph needs >= 1 node")
+        n_nodes = _node_counts(n_nodes)
         edges = np.asarray(edges, dtype=np.int64).reshape(-1, 2)
         edge_counts = np.asarray(edge_counts, dtype=np.int64)
         if edge_counts.shape != n_nodes.shape or edge_counts.sum() != edges.shape[0]:
@@ -126,7 +133,7 @@ class GraphBatch:
     @classmethod
     def from_edges(cls, edge_lists: Sequence[Any], n_nodes: Sequence[int]) -> GraphBatch:
         """Graphs from per-graph edge arrays in *local* node ids ``0..n_nodes[g]-1``."""
-        n_nodes = np.asarray(n_nodes)
+        n_nodes = _node_counts(n_nodes)  # before the edges: their range check needs the counts
         if len(edge_lists) != len(n_nodes):
             raise GraphStructureError(
                 f"{len(edge_lists)} edge lists but {len(n_nodes)} node counts")
