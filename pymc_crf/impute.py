@@ -27,7 +27,7 @@ import xarray as xr
 from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.fitters.predictors import crf_attrs, log_potentials_for, weight_draws
 from pymc_crf.fitters.spec import extract_crf
-from pymc_crf.validation import flag, whole_number
+from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["impute"]
 
@@ -88,7 +88,7 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
     keep = np.arange(n_chains * n_draws)
     if draws is not None and draws < keep.size:
         keep = np.linspace(0, keep.size - 1, draws).round().astype(np.int64)
-    rng = np.random.default_rng(random_seed)
+    rng = generator(random_seed, "random_seed")
     b = spec.batch
     part = obs.part(~obs.full)
     missing = ~obs.observed[part.nodes]

@@ -23,7 +23,7 @@ from pymc_crf.fitters.predictors import (
     register_predictor,
     weight_draws,
 )
-from pymc_crf.validation import flag, whole_number
+from pymc_crf.validation import flag, generator, whole_number
 
 if TYPE_CHECKING:
     from pymc_crf.datasets.base import CRFData
@@ -96,6 +96,7 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
     random_seed = renamed(random_seed, seed, "seed", "random_seed", default=0)
     if draws is not None:
         draws = whole_number(draws, "draws (None for all draws)")
+    generator(random_seed, "random_seed")
     predictions = flag(predictions, "predictions")
     if not hasattr(data, "graphs"):
         raise TypeError("data must be a CRFData or SequenceData (pmc.CRFData(graphs, labels, "

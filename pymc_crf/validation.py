@@ -8,7 +8,8 @@ from collections.abc import Iterable
 
 import numpy as np
 
-__all__ = ["flag", "int_at_least", "name_list", "positive_number", "real_number", "whole_number"]
+__all__ = ["flag", "generator", "int_at_least", "name_list", "positive_number", "real_number",
+           "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
@@ -63,6 +64,23 @@ def positive_number(value, name: str, *, allow_zero: bool = False,
         finite = "" if allow_inf else " and finite"
         raise ValueError(f"{name} must be a number {what}{finite}; got {value!r}")
     return float(value)
+
+
+def generator(seed, name: str) -> np.random.Generator:
+    """A numpy Generator from ``seed``: a Generator (returned as it is), None, a non-negative
+    integer, a sequence of them, a SeedSequence or a BitGenerator, as ``np.random.default_rng``
+    takes; anything else (``2.5``, ``-1``, ``True``, a string) is refused with an error naming
+    ``name`` rather than numpy's "SeedSequence expects int"."""
+    if isinstance(seed, np.random.Generator):
+        return seed
+    if isinstance(seed, bool | np.bool_):
+        raise TypeError(f"{name} must be None, a non-negative integer or a numpy Generator; "
+                        f"got {seed!r}")
+    try:
+        return np.random.default_rng(seed)
+    except (TypeError, ValueError) as err:
+        raise type(err)(f"{name} must be None, a non-negative integer (or a sequence of them) or "
+                        f"a numpy Generator; got {seed!r}") from None
 
 
 def name_list(value, name: str) -> list[str] | None:

@@ -362,3 +362,129 @@ def test_public_options_are_read_strictly():
         pmc.CRFData(b, np.zeros(4, int), n_labels=2.5)
     with pytest.raises(ValueError, match="potential must be one of"):
         pmc.CRFData(b, np.zeros(4, int), potential="probt")
+
+
+@pytest.mark.parametrize("bad", [2.5, -1, True, "0", np.nan])
+def test_seeds_are_refused_by_name(bad):
+    """A seed numpy cannot use is refused with the option's name (numpy's own message is
+    "SeedSequence expects int"), wherever the package draws from it."""
+    from pymc_crf.inference import BruteForce, Gibbs, JunctionTree
+
+    m = _data_model()
+    for method in ("map", "ep", "bethe_laplace", "nuts", "exchange"):
+        with pytest.raises((TypeError, ValueError),
+                           match=f"method='{method}': random_seed must be None, a non-negative"):
+            pmc.fit(m, method=method, random_seed=bad, progressbar=False)
+    with pytest.raises((TypeError, ValueError), match="method='nuts': random_seed must be"):
+        pmc.fit(m, method="nuts", random_seed=[1, bad], progressbar=False)
+    r = pmc.fit(m, method="map", progressbar=False)
+    data = pmc.CRFData(BATCH, np.array([0, 1, 1, 1, 0]))
+    with pytest.raises((TypeError, ValueError), match="random_seed must be None, a non-negative"):
+        pmc.predict(r, data, model=m, random_seed=bad)
+    with pytest.raises((TypeError, ValueError), match="seed must be None, a non-negative"):
+        pmc.datasets.hmm_classes(seed=bad)
+    with pytest.raises((TypeError, ValueError), match="seed must be None, a non-negative"):
+        pmc.datasets.welling_parise_grid(2, 2, n_samples=3, seed=bad)
+    with pytest.raises(ValueError, match="seed must be an integer >= 0"):
+        pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=2, seed=bad)
+    with pytest.raises((TypeError, ValueError), match="seed must be None, a non-negative"):
+        Gibbs(seed=bad)
+    node, edge = np.zeros((5, 2)), np.zeros((1, 2, 2))
+    for engine in (BruteForce(), JunctionTree(), Gibbs(burn_in=0, n_samples=1)):
+        with pytest.raises((TypeError, ValueError), match="rng must be None, a non-negative"):
+            engine.sample(BATCH, node, edge, 2, rng=bad)
+
+
+def test_seeds_numpy_takes_still_work():
+    from pymc_crf.validation import generator
+
+    g = np.random.default_rng(1)
+    assert generator(g, "s") is g
+    for seed in (None, 0, np.int64(3), [1, 2], np.random.SeedSequence(4)):
+        assert isinstance(generator(seed, "s"), np.random.Generator)
+    assert generator(5, "s").random() == np.random.default_rng(5).random()
+
+
+def test_gibbs_draws_zero_samples_like_the_exact_engines():
+    from pymc_crf.inference import Gibbs, JunctionTree
+
+    node, edge = np.zeros((5, 2)), np.zeros((1, 2, 2))
+    for engine in (Gibbs(burn_in=0, n_samples=1), JunctionTree()):
+        draws = engine.sample(BATCH, node, edge, 0, rng=0)
+        assert draws.shape == (0, 5) and draws.dtype == np.int64
+    with pytest.raises(ValueError, match="n_samples must be an integer >= 0"):
+        Gibbs().sample(BATCH, node, edge, -1, rng=0)
+
+
+def test_belief_propagation_threads_reads_zero_and_one_as_flags():
+    from pymc_crf.inference import BeliefPropagation
+
+    assert BeliefPropagation(threads=1).threads is True
+    assert BeliefPropagation(threads=np.bool_(False)).threads is False
+    assert BeliefPropagation(threads=None).threads is None
+    for bad in (2, "False", 0.5):
+        with pytest.raises(ValueError, match="threads must be True, False or None"):
+            BeliefPropagation(threads=bad)
+
+
+def test_from_edges_checks_node_counts_before_the_edges():
+    # an empty graph gave "node id out of range 0..-1"
+    with pytest.raises(pmc.GraphStructureError, match=r"graphs \[0\] have no nodes"):
+        pmc.GraphBatch.from_edges([np.array([[0, 1]])], [0])
+    with pytest.raises(pmc.GraphStructureError, match="n_nodes must be integers"):
+        pmc.GraphBatch.from_edges([np.array([[0, 1]])], [2.5])
+    with pytest.raises(pmc.GraphStructureError, match=r"node id out of range 0\.\.0"):
+        pmc.GraphBatch.from_edges([np.array([[0, 1]])], [1])
+
+
+def test_sequence_and_mrf_data_check_their_sizes():
+    chains = pmc.GraphBatch.chains([3, 2])
+    X = np.zeros((5, 2))
+    ok = pmc.datasets.SequenceData(chains, X, np.array([0, 1]), 2)
+    assert ok.n_classes == 2 and ok.node_features.dtype == np.float64
+    with pytest.raises(ValueError, match="SequenceData: n_classes must be an integer >= 1"):
+        pmc.datasets.SequenceData(chains, X, np.array([0, 1]), 2.5)
+    with pytest.raises(ValueError, match=r"node features must have shape \(5, n_features\)"):
+        pmc.datasets.SequenceData(chains, np.zeros((4, 2)), np.array([0, 1]), 2)
+    with pytest.raises(ValueError, match=r"SequenceData: raw must have one entry per frame \(5\)"):
+        pmc.datasets.SequenceData(chains, X, np.array([0, 1]), 2, raw=np.zeros(4))
+    with pytest.raises(TypeError, match="SequenceData: graphs must be a GraphBatch"):
+        pmc.datasets.SequenceData([3, 2], X, np.array([0, 1]), 2)
+
+    mrf = pmc.datasets.welling_parise_grid(2, 2, n_samples=3)
+    graph, samples = mrf.graphs, mrf.samples
+    b, w = mrf.node_weights, mrf.edge_weights
+    again = pmc.datasets.MRFData(graph, samples, list(b), list(w), "ising")
+    np.testing.assert_array_equal(again.log_potentials()[1], mrf.log_potentials()[1])
+    with pytest.raises(ValueError, match=r"MRFData: node_weights must be 4 finite numbers, "
+                                         r"shape \(4,\); got shape \(3,\)"):
+        pmc.datasets.MRFData(graph, samples, b[:3], w, "ising")
+    with pytest.raises(ValueError, match="MRFData: edge_weights .* with NaN or inf"):
+        pmc.datasets.MRFData(graph, samples, b, np.full(4, np.nan), "ising")
+    with pytest.raises(ValueError, match="MRFData: parameterization must be 'ising' or"):
+        pmc.datasets.MRFData(graph, samples, b, w, "potts")
+    with pytest.raises(ValueError, match="MRFData: n_labels must be 2 for the binary"):
+        pmc.datasets.MRFData(graph, samples, b, w, "ising", n_labels=3)
+    with pytest.raises(ValueError, match="MRFData: graphs must be a GraphBatch of one graph"):
+        pmc.datasets.MRFData(pmc.GraphBatch.grid(2, 2, n_graphs=2), samples, b, w, "ising")
+
+
+def test_data_generators_check_their_numbers():
+    for bad in (np.nan, "0.5", None):
+        with pytest.raises(ValueError, match="noise must be a number >= 0"):
+            pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=2, noise=bad)
+        with pytest.raises(ValueError, match="sd must be a number > 0"):
+            pmc.datasets.welling_parise_grid(2, 2, n_samples=3, sd=bad)
+        with pytest.raises(ValueError, match="d must be a number > 0"):
+            pmc.datasets.parise_welling_random_structure(n_samples=3, d=bad)
+        with pytest.raises(ValueError, match="edge_prob must be a number > 0"):
+            pmc.datasets.parise_welling_random_structure(n_samples=3, edge_prob=bad)
+    with pytest.raises(ValueError, match="edge_prob must lie in"):
+        pmc.datasets.parise_welling_random_structure(n_samples=3, edge_prob=1.5)
+    with pytest.raises(ValueError, match=r"n_nodes \(a loop needs at least 3 nodes\) must be an "
+                                         r"integer >= 3; got 2"):
+        pmc.datasets.bcrf_synthetic("loop", n_train=2, n_test=2, n_nodes=2)
+    with pytest.raises(ValueError, match="n_nodes .* must be an integer >= 2; got 2.5"):
+        pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=2, n_nodes=2.5)
+    with pytest.raises(ValueError, match="n_test_per_class must be an integer >= 1; got 2.5"):
+        pmc.datasets.hmm_classes(n_test_per_class=2.5)

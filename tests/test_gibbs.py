@@ -88,8 +88,9 @@ def test_init_and_bad_input():
         Gibbs(thin=0)
     with pytest.raises(ValueError, match="burn_in"):
         Gibbs(burn_in=-1)
-    with pytest.raises(ValueError, match="n_samples"):
-        Gibbs().sample(b, node, edge, 0)
+    with pytest.raises(ValueError, match="n_samples"):  # a run's marginals need a sample
+        Gibbs().run(b, node, edge, 0)
+    assert Gibbs().sample(b, node, edge, 0).shape == (0, node.shape[0])  # as the exact engines
     bad = node.copy()
     bad[0] = -np.inf
     with pytest.raises(ValueError, match="every label"):

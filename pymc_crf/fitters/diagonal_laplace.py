@@ -25,6 +25,7 @@ from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.spec import CRFSpec, require_all_labels, require_gaussian_prior
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential_tables
+from pymc_crf.validation import generator
 
 __all__ = ["diagonal_laplace_sd", "posterior_averaged_marginals"]
 
@@ -62,7 +63,7 @@ def posterior_averaged_marginals(spec: CRFSpec, mean: np.ndarray, sd: np.ndarray
                                  draws: int = 30, random_seed: int | None = None) -> np.ndarray:
     """Node marginals (N, K) of ``data`` (a ``CRFData``) averaged over ``draws`` weight draws from
     ``N(mean, diag(sd^2))`` in the flat weight order of ``spec``."""
-    rng = np.random.default_rng(random_seed)
+    rng = generator(random_seed, "random_seed")
     engine = get_engine("auto", data.graphs)
     nw, ew = spec.node_weights, spec.edge_weights
     total = np.zeros((data.graphs.n_total_nodes, spec.n_labels))

@@ -23,6 +23,7 @@ import xarray as xr
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.predictors import (
     Prediction,
+    draw_indices,
     log_potentials_for,
     prediction,
     register_predictor,
@@ -35,14 +36,6 @@ from pymc_crf.inference.select import get_engine
 from pymc_crf.validation import flag, positive_number
 
 __all__ = ["predict_bagging", "predict_supergraph", "supergraph"]
-
-
-def _draw_indices(draws: dict, n_draws: int | None, seed) -> np.ndarray:
-    S = next(iter(draws.values())).shape[0]
-    idx = np.arange(S)
-    if n_draws is not None and n_draws < S:
-        idx = np.sort(np.random.default_rng(seed).choice(S, size=n_draws, replace=False))
-    return idx
 
 
 def _tables(data: CRFData, info: dict, draws: dict, s: int):
@@ -69,7 +62,7 @@ def predict_bagging(result: xr.DataTree, data: CRFData, *, draws: int | None = 2
     b = data.graphs
     votes = np.zeros((b.n_total_nodes, info["n_labels"]))
     rows = np.arange(b.n_total_nodes)
-    for s in _draw_indices(weights, draws, random_seed):
+    for s in draw_indices(weights, draws, random_seed):
         node, edge = _tables(data, info, weights, s)
         best = engine.map_assignment(b, node, edge)
         w = np.ones(b.n_graphs)
@@ -133,7 +126,7 @@ def predict_supergraph(result: xr.DataTree, data: CRFData, *, draws: int | None 
                          f"engine of the super-graph (got inference={inference!r})")
     info = result_layout(result, model)
     weights = weight_draws(result, info)
-    idx = _draw_indices(weights, draws, random_seed)
+    idx = draw_indices(weights, draws, random_seed)
     tabs = [_tables(data, info, weights, s) for s in idx]
     b = data.graphs
     sb, node, edge = supergraph(b, [t[0] for t in tabs], [t[1] for t in tabs], coupling)

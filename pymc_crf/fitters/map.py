@@ -23,7 +23,7 @@ from pymc_crf.fitters.spec import (
     require_gaussian_prior,
 )
 from pymc_crf.inference.base import warn_at_caller
-from pymc_crf.validation import flag, positive_number, whole_number
+from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 __all__ = ["fit_map"]
 
@@ -107,7 +107,7 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     value_vars = model.value_vars
     x0 = DictToArrayBijection.map({v.name: point[v.name] for v in value_vars})
     if jitter > 0:
-        x0 = x0._replace(data=x0.data + jitter * np.random.default_rng(random_seed).standard_normal(
+        x0 = x0._replace(data=x0.data + jitter * generator(random_seed, "random_seed").standard_normal(
             x0.data.size))
     fn = model.compile_fn([model.logp(jacobian=jacobian), model.dlogp(jacobian=jacobian)],
                           inputs=value_vars, point_fn=False)
@@ -232,7 +232,7 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
                                  f"variable has shape {w.shape}")
         x0 = spec.flatten({**spec.unflatten(x0), **start})
     if settings["jitter"] > 0:
-        rng = np.random.default_rng(settings["random_seed"])
+        rng = generator(settings["random_seed"], "random_seed")
         x0 = x0 + settings["jitter"] * rng.standard_normal(x0.size)
 
     def objective(x):

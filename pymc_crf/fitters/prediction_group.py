@@ -31,7 +31,7 @@ from pymc_crf.fitters.predictors import (
     weight_draws,
 )
 from pymc_crf.inference.select import get_engine
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import generator, whole_number
 
 __all__ = ["add_predictions", "sample_predictive_labels"]
 
@@ -65,7 +65,7 @@ def sample_predictive_labels(result: xr.DataTree, data, n: int, *, model=None,
     info = result_layout(result, model)
     ws = weight_draws(result, info)
     S = next(iter(ws.values())).shape[0]
-    rng = np.random.default_rng(random_seed)
+    rng = generator(random_seed, "random_seed")
     engine = get_engine(inference, data.graphs)
     out = np.empty((n, data.graphs.n_total_nodes), dtype=np.int64)
     for i, s in enumerate(rng.integers(0, S, size=n)):

@@ -27,8 +27,9 @@ from pymc_crf.feature_products import dense_features
 from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential_tables
+from pymc_crf.validation import generator
 
-__all__ = ["Prediction", "available_predictors", "crf_attrs", "get_predictor",
+__all__ = ["Prediction", "available_predictors", "crf_attrs", "draw_indices", "get_predictor",
            "log_potentials_for", "posterior_mean", "predict_average", "predict_bpe",
            "predict_hcrf_average", "predict_map",
            "prediction", "register_predictor", "result_layout", "weight_draws"]
@@ -261,6 +262,17 @@ def predict_map(result: xr.DataTree, data, *, model: pm.Model | None = None,
     return prediction(marg, labels, "map", data.labels)
 
 
+def draw_indices(draws: dict[str, np.ndarray], n_draws: int | None, random_seed) -> np.ndarray:
+    """Indices, in increasing order, of ``n_draws`` of the posterior draws ``draws`` (name ->
+    (S, ...)) chosen without replacement with ``random_seed``; all S when ``n_draws`` is None or
+    at least S."""
+    S = next(iter(draws.values())).shape[0]
+    rng = generator(random_seed, "random_seed")  # checked even when every draw is used
+    if n_draws is None or n_draws >= S:
+        return np.arange(S)
+    return np.sort(rng.choice(S, size=n_draws, replace=False))
+
+
 @register_predictor("average")
 def predict_average(result: xr.DataTree, data, *, draws: int | None = 200,
                     model: pm.Model | None = None, inference: str = "auto",
@@ -270,11 +282,8 @@ def predict_average(result: xr.DataTree, data, *, draws: int | None = 200,
     info = result_layout(result, model)
     ws = weight_draws(result, info)
     engine = get_engine(inference, data.graphs)
-    S = next(iter(ws.values())).shape[0]
-    idx = np.arange(S)
-    if draws is not None and draws < S:
-        idx = np.random.default_rng(random_seed).choice(S, size=draws, replace=False)
     acc = None
+    idx = draw_indices(ws, draws, random_seed)
     for s in idx:
         node, edge = log_potentials_for(
             data, info, ws["node_weights"][s] if "node_weights" in ws else None,

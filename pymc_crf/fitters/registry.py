@@ -13,7 +13,7 @@ import pymc as pm
 from xarray import DataTree
 
 from pymc_crf.fitters.options import check_options
-from pymc_crf.validation import flag
+from pymc_crf.validation import flag, generator
 
 __all__ = ["available", "fit", "fitter", "load_builtin", "register"]
 
@@ -101,4 +101,8 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
     check_options(fitter, options, f"method={method!r}")  # a **kwargs fitter checks its own
     if "log_likelihood" in options:  # before the fit: "False" would be read as true after it
         flag(options["log_likelihood"], f"method={method!r}: log_likelihood")
+    seed = options.get("random_seed")
+    if seed is not None:  # before the fit: some fitters draw from it only late or on some paths
+        for s in seed if isinstance(seed, list | tuple) else [seed]:
+            generator(s, f"method={method!r}: random_seed")
     return fitter(model, **options)

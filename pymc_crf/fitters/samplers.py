@@ -26,14 +26,13 @@ import json
 import time
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pymc as pm
 from xarray import DataTree
 
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
 from pymc_crf.inference.base import warn_at_caller
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import generator, whole_number
 
 if TYPE_CHECKING:
     from pymc_crf.step_methods.laplace_proposal import LaplaceInit
@@ -96,8 +95,8 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     starting = "initvals"
     if initvals is None:
         if start is not None and init is not None:
-            rng = np.random.default_rng(random_seed if not isinstance(random_seed, list)
-                                        else random_seed[0])
+            rng = generator(random_seed if not isinstance(random_seed, list)
+                            else random_seed[0], "random_seed")
             initvals, starting = init.starts(chains, rng), "laplace"
         else:
             starting = "initial_point"

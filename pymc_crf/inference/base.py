@@ -30,7 +30,7 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.validation import positive_number, real_number, whole_number
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
-           "MapResult", "Marginals", "as_generator", "check_direction", "check_iteration_settings",
+           "MapResult", "Marginals", "check_direction", "check_iteration_settings",
            "check_potentials", "convergence_report", "decode", "labelling_score",
            "warn_at_caller", "warn_unconverged"]
 
@@ -340,9 +340,3 @@ class Engine(ABC):
                 sub, node, edge, v[:dn].reshape(node.shape), v[dn:].reshape(edge.shape))
             cov[:, j] = np.concatenate([cn.ravel(), ce.ravel()])
         return 0.5 * (cov + cov.T)
-
-
-def as_generator(rng: np.random.Generator | int | None) -> np.random.Generator:
-    """A numpy Generator from a Generator, a seed, or None."""
-    return rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
-

@@ -37,6 +37,7 @@ from pymc_crf.inference.bethe import (
 )
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine
+from pymc_crf.validation import flag
 
 __all__ = ["BPState", "BPStructure", "BeliefPropagation", "ConvergenceWarning", "bp_structure",
            "labelling_score"]
@@ -329,9 +330,12 @@ class BeliefPropagation(LoopyEngine):
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
         self.schedule = schedule
-        if threads is not None and not isinstance(threads, bool | np.bool_):
-            raise ValueError(f"threads must be True, False or None (by batch size); got "
-                             f"{threads!r}")
+        if threads is not None:  # read as every bool option is (0 and 1 too); None is BP's own
+            try:
+                threads = flag(threads, "threads")
+            except ValueError:
+                raise ValueError(f"threads must be True, False or None (by batch size); got "
+                                 f"{threads!r}") from None
         self.threads = threads
 
     def _chunks(self, batch: GraphBatch) -> int:

@@ -10,8 +10,8 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
-from pymc_crf.validation import positive_number, whole_number
+from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
+from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["BruteForce"]
 
@@ -83,7 +83,7 @@ class BruteForce(Engine):
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
-        rng = as_generator(rng)
+        rng = generator(rng, "rng")
         out = np.empty((n_samples, batch.n_total_nodes), np.int64)
         for g in range(batch.n_graphs):
             configs, s, _, _ = self._enumerate(batch, node, edge, g)

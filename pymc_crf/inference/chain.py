@@ -26,7 +26,7 @@ from numba import njit
 
 from pymc_crf.allocation import empty_pages, zeros_pages
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, as_generator, check_potentials
+from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
 from pymc_crf.inference.kernels import (
     MAX,
     SUM,
@@ -36,7 +36,7 @@ from pymc_crf.inference.kernels import (
     logsumexp_1d,
     unused_arrays,
 )
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import generator, whole_number
 
 __all__ = ["ChainEngine"]
 
@@ -1021,7 +1021,7 @@ class ChainEngine(Engine):
         node, edge = self._check(batch, node_logpot, edge_logpot)
         la = _log_forward(node, edge, batch.node_offsets, batch.edge_offsets)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
-        u = as_generator(rng).random((n_samples, batch.n_total_nodes))
+        u = generator(rng, "rng").random((n_samples, batch.n_total_nodes))
         return _ffbs(la, edge, batch.node_offsets, batch.edge_offsets, u)
 
     def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):

@@ -25,13 +25,12 @@ from pymc_crf.inference.base import (
     Engine,
     MapResult,
     Marginals,
-    as_generator,
     check_potentials,
     labelling_score,
     warn_at_caller,
 )
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import generator, whole_number
 
 __all__ = ["Gibbs", "GibbsChain", "colour_order", "independent_draws"]
 
@@ -125,6 +124,7 @@ class Gibbs(Engine):
         self.burn_in = whole_number(burn_in, "burn_in", minimum=0)
         self.thin = whole_number(thin, "thin")
         self.n_samples = whole_number(n_samples, "n_samples")
+        generator(seed, "seed")  # refuse a bad seed here, not at the first run
         self.seed = seed
 
     def run(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int, rng=None,
@@ -139,7 +139,7 @@ class Gibbs(Engine):
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n_samples = whole_number(n_samples, "n_samples")
-        rng = as_generator(self.seed if rng is None else rng)
+        rng = generator(self.seed, "seed") if rng is None else generator(rng, "rng")
         N, K = node.shape
         if np.isneginf(node).all(axis=1).any():
             i = int(np.flatnonzero(np.isneginf(node).all(axis=1))[0])
@@ -171,6 +171,9 @@ class Gibbs(Engine):
     # -------------------------------------------------------------- Engine interface
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         """``n_samples`` labellings (after burn-in, every ``thin``-th sweep), shape (n, N)."""
+        if whole_number(n_samples, "n_samples", minimum=0) == 0:
+            node, _ = check_potentials(batch, node_logpot, edge_logpot)
+            return np.empty((0, node.shape[0]), np.int64)
         return self.run(batch, node_logpot, edge_logpot, n_samples, rng).samples
 
     def marginals(self, batch, node_logpot, edge_logpot, rng=None):

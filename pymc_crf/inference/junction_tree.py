@@ -34,11 +34,10 @@ from pymc_crf.inference.base import (
     Engine,
     MapResult,
     Marginals,
-    as_generator,
     check_direction,
     check_potentials,
 )
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import generator, whole_number
 
 __all__ = ["JunctionTree"]
 
@@ -585,7 +584,7 @@ class JunctionTree(Engine):
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
-        rng = as_generator(rng)
+        rng = generator(rng, "rng")
         K = node.shape[1]
         edge2 = edge.reshape(edge.shape[0], K * K)
         out = np.zeros((int(n_samples), batch.n_total_nodes), np.int64)

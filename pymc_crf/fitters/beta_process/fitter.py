@@ -37,7 +37,7 @@ from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
 from pymc_crf.inference.select import get_engine
-from pymc_crf.validation import positive_number, whole_number
+from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["fit_bp_hcrf_vi", "sign_split", "plug_in_weights"]
 
@@ -184,7 +184,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                           alpha_pi=alpha_pi, theta_prior_sd=theta_prior_sd,
                           taylor_terms=taylor_terms, max_iter=max_iter, tol=tol,
                           theta_maxiter=theta_maxiter)
-    rng = np.random.default_rng(random_seed)
+    rng = generator(random_seed, "random_seed")
     state, finals, _ = fit_restarts(data, engine, settings, int(n_restarts), rng, progressbar)
     weight_draws, factors = _draws(state, draws, rng)
     names = [w.name for w in weights]

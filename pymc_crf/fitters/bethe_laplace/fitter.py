@@ -22,7 +22,7 @@ from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import generator, whole_number
 
 __all__ = ["fit_bethe_laplace"]
 
@@ -93,7 +93,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     fit = laplace_fit(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
                       progressbar=progressbar)
     log_ev = laplace_log_evidence(fit)
-    rng = np.random.default_rng(seed)
+    rng = generator(seed, "random_seed")
     flat = draws_from_gaussian(fit.mean, fit.covariance, n_draws, n_chains, rng)
     spec = problem.spec
     draws = spec.unflatten(flat)

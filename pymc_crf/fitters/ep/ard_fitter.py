@@ -21,7 +21,7 @@ from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
-from pymc_crf.validation import flag, positive_number, whole_number
+from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 __all__ = ["fit_predictive_ard"]
 
@@ -141,7 +141,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
                        progress=lambda step, state: bar.advance())
     chosen = path.choose(criterion)
     best = path.steps[chosen]
-    rng = np.random.default_rng(random_seed)
+    rng = generator(random_seed, "random_seed")
     flat = draws_from_gaussian(best.mean, best.cov, draws, chains, rng)
     flat[..., np.diag(best.cov) == 0] = 0.0
     steps = path.steps

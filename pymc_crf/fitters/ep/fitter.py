@@ -29,7 +29,7 @@ from pymc_crf.fitters.spec import (
     require_sole_likelihood,
 )
 from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
-from pymc_crf.validation import flag, real_number, whole_number
+from pymc_crf.validation import flag, generator, real_number, whole_number
 
 __all__ = ["fit_ep", "ep_inputs"]
 
@@ -174,7 +174,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
                        "every node, so the 1/Z sites cancel the data terms and q(w) is the prior "
                        "(a fixed point of TEP under wide priors, docs/ep.md); use variant='pep' or "
                        "a smaller prior sd", ConvergenceWarning)
-    rng = np.random.default_rng(random_seed)
+    rng = generator(random_seed, "random_seed")
     flat = draws_from_gaussian(run.mean, run.cov, draws, chains, rng)
     posterior = spec.unflatten(flat)
     skips = run.skips

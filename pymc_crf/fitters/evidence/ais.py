@@ -21,7 +21,7 @@ from scipy.special import logsumexp
 
 from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
 from pymc_crf.fitters.progress import track
-from pymc_crf.validation import positive_number, whole_number
+from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["AISRun", "BatchedLikelihood", "ais_log_evidence", "default_schedule"]
 
@@ -69,7 +69,7 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
     progressbar : bool
         Show a progress bar of the temperatures.
     """
-    rng = rng if isinstance(rng, np.random.Generator) else np.random.default_rng(rng)
+    rng = generator(rng, "random_seed")
     betas = default_schedule(n_temps) if schedule is None else np.asarray(schedule, float)
     if betas[0] != 0.0 or betas[-1] != 1.0 or np.any(np.diff(betas) <= 0):
         raise ValueError("schedule must increase strictly from 0 to 1")
