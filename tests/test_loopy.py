@@ -187,3 +187,33 @@ def test_labelling_score_of_several_labellings_is_the_score_of_each(rng):
                             if batch.edge_graph[e] == g) for g in range(2)]
             np.testing.assert_allclose(s, direct, atol=1e-12)
             np.testing.assert_allclose(labelling_score(batch, node, edge, r), direct, atol=1e-12)
+
+
+def test_graphs_within_the_junction_tree_stay_exact_beside_wider_ones():
+    """A batch mixing graphs the junction tree takes with wider ones is split: the former are
+    drawn exactly, the others by Gibbs, from one random stream (exact part first)."""
+    from pymc_crf.inference import JunctionTree
+    from pymc_crf.inference.gibbs import independent_draws
+
+    grid, chain = nx.grid_2d_graph(12, 12), nx.path_graph(4)  # treewidth 12 and 1
+    b = GraphBatch.from_networkx([chain, grid, chain])
+    rng = np.random.default_rng(0)
+    node = rng.normal(size=(b.n_total_nodes, 2))
+    edge = rng.normal(size=(b.n_edges, 2, 2))
+    eng = BeliefPropagation()
+    got = eng.sample(b, node, edge, 25, rng=7)
+    np.testing.assert_array_equal(got, eng.sample(b, node, edge, 25, rng=7))
+    assert JunctionTree().fitting_graphs(b, 2).tolist() == [True, False, True]
+    exact_g, wide_g = np.array([0, 2]), np.array([1])
+    stream = np.random.default_rng(7)
+    want_exact = JunctionTree().sample(b.subset(exact_g), node[b.node_index(exact_g)],
+                                       edge[b.edge_index(exact_g)], 25, stream)
+    settings = {k: v for k, v in eng.sample_settings.items() if k != "exact_table_entries"}
+    want_wide = independent_draws(b.subset(wide_g), node[b.node_index(wide_g)],
+                                  edge[b.edge_index(wide_g)], 25, stream, **settings)
+    np.testing.assert_array_equal(got[:, b.node_index(exact_g)], want_exact)
+    np.testing.assert_array_equal(got[:, b.node_index(wide_g)], want_wide)
+    # the table budget is spent on the smallest shapes first: a budget below the 4-node chain's
+    # tables (3 cliques of 4 entries) sends every graph to Gibbs
+    assert JunctionTree().fitting_graphs(b, 2, total_entries=11).tolist() == [False] * 3
+    assert JunctionTree().fitting_graphs(b, 2, total_entries=12).tolist() == [True, False, True]

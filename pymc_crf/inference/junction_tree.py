@@ -520,12 +520,29 @@ class JunctionTree(Engine):
         """Whether the engine runs on ``batch`` with ``n_labels`` labels: every treewidth within
         the limit and every graph's clique tables within ``max_table_entries`` (and, with
         ``total_entries``, the tables of all distinct graph shapes together within it)."""
-        if not self.supports(batch):
-            return False
-        sizes = [self._table_entries(batch, int(gs[0]), n_labels)
-                 for gs in batch.structure_groups.values()]
-        return max(sizes) <= self.max_table_entries and (total_entries is None
-                                                         or sum(sizes) <= total_entries)
+        return bool(self.fitting_graphs(batch, n_labels, total_entries).all())
+
+    def fitting_graphs(self, batch: GraphBatch, n_labels: int,
+                       total_entries: float | None = None) -> np.ndarray:
+        """Boolean mask (G,) of the graphs the engine takes: treewidth within the limit and
+        clique tables within ``max_table_entries``; with ``total_entries``, only as many graph
+        shapes as fit in it together, smallest tables first (so the mask is all True exactly when
+        :meth:`fits`)."""
+        tw = batch.treewidth(self.heuristic, limit=self.max_treewidth)
+        mask = np.zeros(batch.n_graphs, bool)
+        shapes = []
+        for gs in batch.structure_groups.values():
+            if tw[gs[0]] <= self.max_treewidth:  # table sizes only where the tree is cheap
+                size = self._table_entries(batch, int(gs[0]), n_labels)
+                if size <= self.max_table_entries:
+                    shapes.append((size, gs))
+        used = 0
+        for size, gs in sorted(shapes, key=lambda s: s[0]):
+            if total_entries is not None and used + size > total_entries:
+                break
+            used += size
+            mask[gs] = True
+        return mask
 
     def check_supported(self, batch: GraphBatch) -> None:
         """Raise a ValueError naming the first graph whose treewidth exceeds the limit."""

@@ -22,6 +22,7 @@ This lives beside ``base.py`` rather than in it because sampling delegates to
 from __future__ import annotations
 
 from abc import abstractmethod
+from functools import partial
 
 import numpy as np
 
@@ -39,7 +40,7 @@ from pymc_crf.inference.base import (
 )
 from pymc_crf.inference.gibbs import independent_draws
 from pymc_crf.inference.junction_tree import JunctionTree
-from pymc_crf.validation import flag, whole_number
+from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["LoopyEngine"]
 
@@ -115,9 +116,10 @@ class LoopyEngine(Engine):
                rng: np.random.Generator | int | None = None) -> np.ndarray:
         """``n_samples`` labellings (n_samples, N) from the model itself, never from the beliefs.
 
-        Exact draws of the junction tree where it is cheap (treewidth within its default limit,
-        clique tables of all distinct graph shapes within ``sample_settings
-        ["exact_table_entries"]``, 2^20 by default), else draws of independent Gibbs chains
+        Exact draws of the junction tree for the graphs where it is cheap (treewidth within its
+        default limit, clique tables of the distinct graph shapes together within
+        ``sample_settings["exact_table_entries"]``, 2^20 by default, smallest first), and draws
+        of independent Gibbs chains for the others
         (:func:`~pymc_crf.inference.gibbs.independent_draws` with the other ``sample_settings``:
         16 chains, 200 sweeps of burn-in, a draw every 10 sweeps by default), approximate as far
         as the chains have not mixed. Change the settings by assigning to the attribute."""
@@ -126,6 +128,21 @@ class LoopyEngine(Engine):
         gibbs = dict(self.sample_settings)
         budget = gibbs.pop("exact_table_entries")
         exact = JunctionTree()
-        if exact.fits(batch, node.shape[1], total_entries=budget):
+        mask = batch.cached(("loopy_sample", "exact_graphs", node.shape[1], budget),
+                            lambda: exact.fitting_graphs(batch, node.shape[1], budget))
+        if mask.all():
             return exact.sample(batch, node, edge, n, rng)
-        return independent_draws(batch, node, edge, n, rng, **gibbs)
+        if not mask.any():
+            return independent_draws(batch, node, edge, n, rng, **gibbs)
+        # one graph too wide for the junction tree leaves the others exact: the batch is split
+        rng = generator(rng, "rng")  # one stream for both parts (a seed would restart in each)
+        out = np.empty((n, batch.n_total_nodes), np.int64)
+        for part, draw in ((mask, exact.sample), (~mask, partial(independent_draws, **gibbs))):
+            graphs = np.flatnonzero(part)
+            sub, nodes, edges = batch.cached(
+                ("loopy_sample", "part", graphs.tobytes()),
+                lambda graphs=graphs: (batch.subset(graphs), batch.node_index(graphs),
+                                       batch.edge_index(graphs)))
+            out[:, nodes] = draw(sub, node[nodes], edge if edge.shape[0] == 1 else edge[edges],
+                                 n, rng)
+        return out
