@@ -488,3 +488,22 @@ def test_data_generators_check_their_numbers():
         pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=2, n_nodes=2.5)
     with pytest.raises(ValueError, match="n_test_per_class must be an integer >= 1; got 2.5"):
         pmc.datasets.hmm_classes(n_test_per_class=2.5)
+
+
+def test_brute_force_refuses_graphs_too_large_when_the_model_is_built():
+    # 2^25 labellings of a 5 x 5 grid were refused only at the first logp evaluation
+    big = pmc.GraphBatch.grid(5, 5)
+    with pm.Model(), pytest.raises(ValueError, match=r"brute_force: graph 0 has 25 nodes, so at "
+                                                     r"least 2\^25 labellings"):
+        pmc.CRF("y", graphs=big, edge_weights=np.zeros((2, 2)), inference="brute_force",
+                observed=np.zeros(25, int))
+    with pm.Model() as m:  # within the limit it builds and evaluates
+        pmc.CRF("y", graphs=pmc.GraphBatch.grid(3, 3), edge_weights=np.zeros((2, 2)),
+                inference="brute_force", observed=np.zeros(9, int))
+    assert m.compile_logp()({}) == pytest.approx(-9 * np.log(2))
+    from pymc_crf.inference import BruteForce
+
+    assert BruteForce(max_configurations=2 ** 25).supports(big)
+    with pm.Model(), pytest.raises(ValueError, match="brute_force: graph 0 has 25 nodes"):
+        pmc.CRF("y", graphs=big, edge_weights=np.zeros((2, 2)), inference=BruteForce(),
+                observed=np.zeros(25, int))

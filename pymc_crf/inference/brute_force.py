@@ -27,7 +27,18 @@ class BruteForce(Engine):
                                                   allow_inf=True)
 
     def supports(self, batch: GraphBatch) -> bool:
-        return True
+        """False when a graph has too many labellings even with two labels (the fewest a model
+        has), so that a model is refused when it is built rather than at its first evaluation;
+        the exact count ``K ** n`` is checked there."""
+        return bool(2.0 ** int(batch.n_nodes.max()) <= self.max_configurations)
+
+    def check_supported(self, batch: GraphBatch) -> None:
+        if not self.supports(batch):
+            g = int(np.argmax(batch.n_nodes))
+            raise ValueError(f"brute_force: graph {g} has {int(batch.n_nodes[g])} nodes, so at "
+                             f"least 2^{int(batch.n_nodes[g])} labellings, more than "
+                             f"max_configurations={self.max_configurations:g}; use "
+                             "inference='auto' (an exact engine where the treewidth allows)")
 
     # One graph at a time: (configs (C, n), log-weights (C,)) plus the node and edge ids.
     def _enumerate(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray, g: int):

@@ -77,6 +77,7 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
     if isinstance(inference, Engine):
         if need_log_z:
             require_log_z(inference, inference.name)
+        inference.check_supported(batch)  # as for a named engine: refused here, not at first use
         return inference
     if not isinstance(inference, str) or inference not in ENGINE_NAMES:
         raise ValueError(f"unknown inference {inference!r}; choose one of {ENGINE_NAMES} "
