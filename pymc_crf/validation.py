@@ -73,14 +73,16 @@ def generator(seed, name: str) -> np.random.Generator:
     ``name`` rather than numpy's "SeedSequence expects int"."""
     if isinstance(seed, np.random.Generator):
         return seed
+    if isinstance(seed, np.ndarray) and seed.ndim == 0:
+        seed = seed.item()
+    message = (f"{name} must be None, a non-negative integer (or a sequence of them) or a numpy "
+               f"Generator; got {seed!r}")
     if isinstance(seed, bool | np.bool_):
-        raise TypeError(f"{name} must be None, a non-negative integer or a numpy Generator; "
-                        f"got {seed!r}")
+        raise TypeError(message)
     try:
         return np.random.default_rng(seed)
     except (TypeError, ValueError) as err:
-        raise type(err)(f"{name} must be None, a non-negative integer (or a sequence of them) or "
-                        f"a numpy Generator; got {seed!r}") from None
+        raise type(err)(message) from None
 
 
 def name_list(value, name: str) -> list[str] | None:

@@ -400,9 +400,42 @@ def test_seeds_numpy_takes_still_work():
 
     g = np.random.default_rng(1)
     assert generator(g, "s") is g
-    for seed in (None, 0, np.int64(3), [1, 2], np.random.SeedSequence(4)):
+    for seed in (None, 0, np.int64(3), np.array(3), [1, 2], np.random.SeedSequence(4)):
         assert isinstance(generator(seed, "s"), np.random.Generator)
     assert generator(5, "s").random() == np.random.default_rng(5).random()
+    # per-chain lists of seeds, as PyMC takes them
+    m = _data_model()
+    assert pmc.fit(m, method="map", random_seed=[1, 2], progressbar=False).attrs["method"] == "map"
+
+
+def test_seeds_are_checked_before_the_work(monkeypatch):
+    """The deprecated name too, and the evidence's AIS seed before its Laplace fit."""
+    import pymc_crf.fitters.evidence.estimates as estimates
+    from pymc_crf.inference import Gibbs
+    from pymc_crf.inference.gibbs import independent_draws
+
+    m = _data_model()
+    with pytest.raises(TypeError, match="method='ep': seed must be"):
+        pmc.fit(m, method="ep", seed=2.5, progressbar=False)
+
+    def no_fit(*args, **kwargs):
+        raise AssertionError("the Laplace fit ran before the seed was checked")
+
+    monkeypatch.setattr(estimates, "laplace_fit", no_fit)
+    with pytest.raises(TypeError, match="random_seed must be None"):
+        pmc.log_marginal_likelihood(m, method="ais", random_seed=2.5)
+    with pm.Model() as m:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, edge_weights=w,
+                observed=np.ma.masked_array([0, 1, 1, 1, 0], mask=[0, 1, 0, 0, 0]))
+    r = pmc.fit(m, method="map", progressbar=False)
+    with pytest.raises(TypeError, match="random_seed must be None"):
+        pmc.impute(r, m, random_seed=2.5)
+    node, edge = np.zeros((5, 2)), np.zeros((1, 2, 2))
+    with pytest.raises(TypeError, match="rng must be None"):  # even when nothing is drawn
+        Gibbs().sample(BATCH, node, edge, 0, rng=2.5)
+    with pytest.raises(TypeError, match="rng must be None"):
+        independent_draws(BATCH, node, edge, 0, rng=2.5)
 
 
 def test_gibbs_draws_zero_samples_like_the_exact_engines():
@@ -435,6 +468,8 @@ def test_from_edges_checks_node_counts_before_the_edges():
         pmc.GraphBatch.from_edges([np.array([[0, 1]])], [2.5])
     with pytest.raises(pmc.GraphStructureError, match=r"node id out of range 0\.\.0"):
         pmc.GraphBatch.from_edges([np.array([[0, 1]])], [1])
+    with pytest.raises(pmc.GraphStructureError, match="n_nodes must be a 1-d sequence of node"):
+        pmc.GraphBatch.from_edges([np.array([[0, 1]])], 2)
 
 
 def test_sequence_and_mrf_data_check_their_sizes():
@@ -444,7 +479,7 @@ def test_sequence_and_mrf_data_check_their_sizes():
     assert ok.n_classes == 2 and ok.node_features.dtype == np.float64
     with pytest.raises(ValueError, match="SequenceData: n_classes must be an integer >= 1"):
         pmc.datasets.SequenceData(chains, X, np.array([0, 1]), 2.5)
-    with pytest.raises(ValueError, match=r"node features must have shape \(5, n_features\)"):
+    with pytest.raises(ValueError, match=r"SequenceData: node features must have shape \(5, "):
         pmc.datasets.SequenceData(chains, np.zeros((4, 2)), np.array([0, 1]), 2)
     with pytest.raises(ValueError, match=r"SequenceData: raw must have one entry per frame \(5\)"):
         pmc.datasets.SequenceData(chains, X, np.array([0, 1]), 2, raw=np.zeros(4))
@@ -467,6 +502,10 @@ def test_sequence_and_mrf_data_check_their_sizes():
         pmc.datasets.MRFData(graph, samples, b, w, "ising", n_labels=3)
     with pytest.raises(ValueError, match="MRFData: graphs must be a GraphBatch of one graph"):
         pmc.datasets.MRFData(pmc.GraphBatch.grid(2, 2, n_graphs=2), samples, b, w, "ising")
+    with pytest.raises(TypeError, match="MRFData: graphs must be a GraphBatch .* got list"):
+        pmc.datasets.MRFData([4], samples, b, w, "ising")
+    with pytest.raises(ValueError, match="MRFData: node_weights must be 4 finite numbers; got 'abcd'"):
+        pmc.datasets.MRFData(graph, samples, "abcd", w, "ising")
 
 
 def test_data_generators_check_their_numbers():
@@ -481,8 +520,7 @@ def test_data_generators_check_their_numbers():
             pmc.datasets.parise_welling_random_structure(n_samples=3, edge_prob=bad)
     with pytest.raises(ValueError, match="edge_prob must lie in"):
         pmc.datasets.parise_welling_random_structure(n_samples=3, edge_prob=1.5)
-    with pytest.raises(ValueError, match=r"n_nodes \(a loop needs at least 3 nodes\) must be an "
-                                         r"integer >= 3; got 2"):
+    with pytest.raises(ValueError, match=r"n_nodes \(of a loop\) must be an integer >= 3; got 2"):
         pmc.datasets.bcrf_synthetic("loop", n_train=2, n_test=2, n_nodes=2)
     with pytest.raises(ValueError, match="n_nodes .* must be an integer >= 2; got 2.5"):
         pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=2, n_nodes=2.5)

@@ -68,6 +68,10 @@ def test_show_params_applies_overrides(capsys):
     params = json.loads(capsys.readouterr().out)
     assert params["train"] == [10, 30] and params["trials"] == 3
     assert all(type(v) is int for v in [*params["train"], params["trials"]])
+    # JSON integers have no size limit (math.isfinite would overflow on this one)
+    assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", f"trials={10 ** 400}",
+                 "--show-params"]) == 0
+    assert json.loads(capsys.readouterr().out)["trials"] == 10 ** 400
 
 
 # The paper's numbers each report shows beside ours (Qi 2005 tables 3.1, 5.1 and 5.2; Luo, Sun &

@@ -69,8 +69,7 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
         raise ValueError(f"kind must be 'loop' or 'chain', got {kind!r}")
     n_train = whole_number(n_train, "n_train")
     n_test = whole_number(n_test, "n_test", minimum=0)
-    n_nodes = whole_number(n_nodes, f"n_nodes (a {kind} needs at least "
-                           f"{3 if kind == 'loop' else 2} nodes)", minimum=3 if kind == "loop" else 2)
+    n_nodes = whole_number(n_nodes, f"n_nodes (of a {kind})", minimum=3 if kind == "loop" else 2)
     noise = positive_number(noise, "noise", allow_zero=True)
     n_irrelevant = whole_number(n_irrelevant, "n_irrelevant", minimum=0)
     seed = whole_number(seed, "seed", minimum=0)  # an int: it also seeds [seed, 1] below

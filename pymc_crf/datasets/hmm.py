@@ -89,7 +89,10 @@ class SequenceData:
         self.n_classes = whole_number(self.n_classes, "SequenceData: n_classes")
         # the HCRF's own check: one whole class index per sequence, within 0..n_classes-1
         self.labels = check_class_labels(self.labels, self.graphs.n_graphs, self.n_classes)
-        self.node_features = self.graphs.check_features(self.node_features, "node")
+        try:
+            self.node_features = self.graphs.check_features(self.node_features, "node")
+        except ValueError as err:
+            raise ValueError(f"SequenceData: {err}") from None
         N = self.graphs.n_total_nodes
         for name in ("raw", "hidden_states"):
             value = getattr(self, name)

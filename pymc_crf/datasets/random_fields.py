@@ -59,8 +59,12 @@ class MRFData:
     def __post_init__(self):
         # the sizes are read by coords, log_potentials and the fitters' comparisons with the
         # true weights, so they are checked here rather than where they are first used
-        if not isinstance(self.graphs, GraphBatch) or self.graphs.n_graphs != 1:
-            raise ValueError("MRFData: graphs must be a GraphBatch of one graph (the MRF's)")
+        if not isinstance(self.graphs, GraphBatch):
+            raise TypeError(f"MRFData: graphs must be a GraphBatch of one graph (the MRF's); got "
+                            f"{type(self.graphs).__name__}")
+        if self.graphs.n_graphs != 1:
+            raise ValueError(f"MRFData: graphs must be a GraphBatch of one graph (the MRF's); got "
+                             f"{self.graphs.n_graphs} graphs")
         if self.parameterization not in ("ising", "boltzmann"):
             raise ValueError(f"MRFData: parameterization must be 'ising' or 'boltzmann'; got "
                              f"{self.parameterization!r}")
@@ -70,7 +74,11 @@ class MRFData:
         self.n_labels = 2
         n, E = int(self.graphs.n_nodes[0]), self.graphs.n_edges
         for name, size in (("node_weights", n), ("edge_weights", E)):
-            w = np.asarray(getattr(self, name), dtype=np.float64)
+            try:
+                w = np.asarray(getattr(self, name), dtype=np.float64)
+            except (TypeError, ValueError):
+                raise ValueError(f"MRFData: {name} must be {size} finite numbers; got "
+                                 f"{getattr(self, name)!r}") from None
             if w.shape != (size,) or not np.isfinite(w).all():
                 raise ValueError(f"MRFData: {name} must be {size} finite numbers, shape "
                                  f"({size},); got shape {w.shape}"

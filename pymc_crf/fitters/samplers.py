@@ -26,6 +26,7 @@ import json
 import time
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pymc as pm
 from xarray import DataTree
 
@@ -95,8 +96,8 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     starting = "initvals"
     if initvals is None:
         if start is not None and init is not None:
-            rng = generator(random_seed if not isinstance(random_seed, list)
-                            else random_seed[0], "random_seed")
+            rng = generator(random_seed[0] if isinstance(random_seed, list | tuple | np.ndarray)
+                            else random_seed, "random_seed")
             initvals, starting = init.starts(chains, rng), "laplace"
         else:
             starting = "initial_point"

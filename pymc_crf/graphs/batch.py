@@ -63,7 +63,10 @@ def _node_counts(n_nodes: Any) -> np.ndarray:
     """``n_nodes`` as a 1-d integer array of counts >= 1 (one per graph), else a
     GraphStructureError naming the problem."""
     n_nodes = np.asarray(n_nodes)
-    if n_nodes.ndim != 1 or n_nodes.size == 0:
+    if n_nodes.ndim != 1:
+        raise GraphStructureError(f"n_nodes must be a 1-d sequence of node counts, one per graph; "
+                                  f"got shape {n_nodes.shape}")
+    if n_nodes.size == 0:
         raise GraphStructureError("a GraphBatch needs at least one graph (n_nodes is empty)")
     if not np.issubdtype(n_nodes.dtype, np.integer):
         raise GraphStructureError(f"n_nodes must be integers, got dtype {n_nodes.dtype}")

@@ -173,6 +173,7 @@ class Gibbs(Engine):
         """``n_samples`` labellings (after burn-in, every ``thin``-th sweep), shape (n, N)."""
         if whole_number(n_samples, "n_samples", minimum=0) == 0:
             node, _ = check_potentials(batch, node_logpot, edge_logpot)
+            generator(rng, "rng")  # refused as when drawing
             return np.empty((0, node.shape[0]), np.int64)
         return self.run(batch, node_logpot, edge_logpot, n_samples, rng).samples
 
@@ -222,6 +223,7 @@ def independent_draws(batch: GraphBatch, node: np.ndarray, edge: np.ndarray, n_s
     """
     n = whole_number(n_samples, "n_samples", minimum=0)
     if n == 0:
+        generator(rng, "rng")  # refused as when drawing
         return np.empty((0, batch.n_total_nodes), np.int64)
     chains = whole_number(min(n, chains), "chains")
     gibbs = Gibbs(burn_in=burn_in, thin=thin)

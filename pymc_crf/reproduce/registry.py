@@ -121,10 +121,13 @@ class Experiment:
             return {str: "string", list: "list", tuple: "list", dict: "object"}.get(type(v),
                                                                                    "other")
 
+        def finite(v: Any) -> bool:  # JSON integers have no size limit: 10**400 is finite
+            return not isinstance(v, float) or math.isfinite(v)
+
         def coerce(v: Any, p: Any, name: str) -> Any:
             k, kp = kind(v), kind(p)
             if kp == "integer":
-                if k not in ("integer", "number") or not math.isfinite(v) or v != int(v):
+                if k not in ("integer", "number") or not finite(v) or v != int(v):
                     return unfit
                 low = 0 if (name in self.zero_ok or p == 0) else 1
                 if v < low:
@@ -132,7 +135,7 @@ class Experiment:
                                      f"got {v!r}")
                 return int(v)
             if kp == "number":
-                return v if k in ("integer", "number") and math.isfinite(v) else unfit
+                return v if k in ("integer", "number") and finite(v) else unfit
             if kp == "list":
                 if k != "list" or len(v) == 0:
                     return unfit

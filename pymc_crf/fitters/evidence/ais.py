@@ -69,7 +69,7 @@ def ais_log_evidence(lik, prior, fisher: np.ndarray, *, n_runs: int = 10, n_temp
     progressbar : bool
         Show a progress bar of the temperatures.
     """
-    rng = generator(rng, "random_seed")
+    rng = generator(rng, "rng")
     betas = default_schedule(n_temps) if schedule is None else np.asarray(schedule, float)
     if betas[0] != 0.0 or betas[-1] != 1.0 or np.any(np.diff(betas) <= 0):
         raise ValueError("schedule must increase strictly from 0 to 1")

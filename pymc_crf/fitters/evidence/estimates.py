@@ -28,6 +28,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 from pymc_crf.fitters.bethe_laplace.problem import bp_engine, exact_engine, weight_problem
 from pymc_crf.fitters.evidence.ais import ais_log_evidence
 from pymc_crf.fitters.options import renamed
+from pymc_crf.validation import generator
 
 if TYPE_CHECKING:
     from pymc_crf.inference.bp import BeliefPropagation
@@ -116,6 +117,8 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         raise ValueError(f"engine must be 'exact' or 'bp'; got {engine!r}")
     if engine != "exact" and method != "ais":
         raise ValueError(f"engine= applies to method 'ais', not {method!r}")
+    # before the Laplace fit that AIS starts with
+    rng = generator(renamed(random_seed, seed, "seed", "random_seed", default=None), "random_seed")
     problem = weight_problem(model, f"log_marginal_likelihood/{method}")
     too_wide = {"laplace_exact": "use method='bethe_laplace' (the Bethe approximation)",
                 "bic": "use method='bethe_laplace' or method='ais' with engine='bp'",
@@ -160,9 +163,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
                       gtol=gtol, progressbar=progressbar)
     run = ais_log_evidence(problem.make_likelihood(eng), problem.prior, fit.extra["fisher"],
                            n_runs=n_runs, n_temps=n_temps, n_leapfrog=n_leapfrog,
-                           step_size=step_size, rng=renamed(random_seed, seed, "seed", "random_seed",
-                                                       default=None),
-                           progressbar=progressbar)
+                           step_size=step_size, rng=rng, progressbar=progressbar)
     return LogEvidence(run.value, method, run.std_error, time.perf_counter() - t0,
                        {"log_weights": run.log_weights, "acceptance_rate": run.acceptance_rate,
                         "n_evaluations": run.n_evaluations, "engine": engine})
