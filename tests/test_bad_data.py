@@ -531,8 +531,9 @@ def test_data_generators_check_their_numbers():
 def test_brute_force_refuses_graphs_too_large_when_the_model_is_built():
     # 2^25 labellings of a 5 x 5 grid were refused only at the first logp evaluation
     big = pmc.GraphBatch.grid(5, 5)
-    with pm.Model(), pytest.raises(ValueError, match=r"brute_force: graph 0 has 25 nodes, so at "
-                                                     r"least 2\^25 labellings"):
+    with pm.Model(), pytest.raises(ValueError, match=r"brute_force: graph 0 has 2\^25 "
+                                                     r"labellings, more than "
+                                                     r"max_configurations=1000000; use"):
         pmc.CRF("y", graphs=big, edge_weights=np.zeros((2, 2)), inference="brute_force",
                 observed=np.zeros(25, int))
     with pm.Model() as m:  # within the limit it builds and evaluates
@@ -541,7 +542,11 @@ def test_brute_force_refuses_graphs_too_large_when_the_model_is_built():
     assert m.compile_logp()({}) == pytest.approx(-9 * np.log(2))
     from pymc_crf.inference import BruteForce
 
-    assert BruteForce(max_configurations=2 ** 25).supports(big)
-    with pm.Model(), pytest.raises(ValueError, match="brute_force: graph 0 has 25 nodes"):
+    BruteForce(max_configurations=2 ** 25).check_size(big, 2)
+    BruteForce().check_size(pmc.GraphBatch.chains([1100]), 1)  # one label: one labelling
+    BruteForce(max_configurations=np.inf).check_size(pmc.GraphBatch.chains([1100]), 2)
+    with pytest.raises(ValueError, match=r"graph 0 has 2\^1100 labellings"):  # no overflow
+        BruteForce().check_size(pmc.GraphBatch.chains([1100]), 2)
+    with pm.Model(), pytest.raises(ValueError, match=r"brute_force: graph 0 has 2\^25"):
         pmc.CRF("y", graphs=big, edge_weights=np.zeros((2, 2)), inference=BruteForce(),
                 observed=np.zeros(25, int))

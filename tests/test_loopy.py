@@ -217,3 +217,29 @@ def test_graphs_within_the_junction_tree_stay_exact_beside_wider_ones():
     # tables (3 cliques of 4 entries) sends every graph to Gibbs
     assert JunctionTree().fitting_graphs(b, 2, total_entries=11).tolist() == [False] * 3
     assert JunctionTree().fitting_graphs(b, 2, total_entries=12).tolist() == [True, False, True]
+
+
+def test_mixed_batch_with_a_shared_table_and_three_labels():
+    from pymc_crf.inference import JunctionTree
+    from pymc_crf.inference.gibbs import independent_draws
+
+    grid = nx.grid_2d_graph(11, 11)  # treewidth 11
+    b = GraphBatch.from_networkx([nx.cycle_graph(5), grid, nx.path_graph(3), grid])
+    rng = np.random.default_rng(1)
+    node = rng.normal(size=(b.n_total_nodes, 3))
+    edge = rng.normal(size=(1, 3, 3))  # one table shared by every edge
+    eng = TreeEP()
+    got = eng.sample(b, node, edge, 30, rng=np.random.default_rng(2))
+    exact_g, wide_g = np.array([0, 2]), np.array([1, 3])
+    stream = np.random.default_rng(2)
+    want_exact = JunctionTree().sample(b.subset(exact_g), node[b.node_index(exact_g)], edge, 30,
+                                       stream)
+    settings = {k: v for k, v in eng.sample_settings.items() if k != "exact_table_entries"}
+    want_wide = independent_draws(b.subset(wide_g), node[b.node_index(wide_g)], edge, 30, stream,
+                                  **settings)
+    np.testing.assert_array_equal(got[:, b.node_index(exact_g)], want_exact)
+    np.testing.assert_array_equal(got[:, b.node_index(wide_g)], want_wide)
+    assert got.max() == 2 and eng.sample(b, node, edge, 0).shape == (0, b.n_total_nodes)
+    eng.sample_settings["exact_table_entries"] = np.nan
+    with pytest.raises(ValueError, match=r'sample_settings\["exact_table_entries"\] must be'):
+        eng.sample(b, node, edge, 1)

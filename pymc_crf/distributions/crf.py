@@ -438,6 +438,7 @@ class CRF(Distribution):
         X, Wn, Xe, We, K = _checked_inputs(graphs, node_features, node_weights, edge_features,
                                            edge_weights, potential, epsilon, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
+        engine.check_size(graphs, K)  # e.g. brute force on too large a graph: refused here
         # sparse features enter the graph as sparse constants (PyMC would densify nothing else)
         given = {"node_features": _feature_input(X), "node_weights": Wn,
                  "edge_features": _feature_input(Xe), "edge_weights": We}

@@ -458,6 +458,7 @@ class MRF(Distribution):
         Wn, We = _as_tensor(node_weights), _as_tensor(edge_weights)
         param = mrf_parameterization(graphs, parameterization, Wn, We, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
+        engine.check_size(graphs, param.n_labels)  # e.g. brute force on too large a graph
         params = [w if w.dtype.startswith("float") else w.astype("float64")
                   for w in (Wn, We) if w is not None]
         return super().dist(params, batch=graphs, engine=engine, n_samples=int(n_samples),

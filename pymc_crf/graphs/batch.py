@@ -272,7 +272,13 @@ class GraphBatch:
     def subset(self, graphs: Sequence[int] | np.ndarray) -> GraphBatch:
         """A new batch made of the listed graphs, in that order."""
         graphs = self.graph_ids(graphs)
-        return GraphBatch.from_edges([self.local_edges(g) for g in graphs], self.n_nodes[graphs])
+        sub = GraphBatch.from_edges([self.local_edges(g) for g in graphs], self.n_nodes[graphs])
+        # junction trees are keyed by a graph's local structure, so they hold in any batch: the
+        # subset need not triangulate again what this batch already did
+        for key, value in self._cache.items():
+            if isinstance(key, tuple) and key[:1] == ("junction_tree",):
+                sub._cache[key] = value
+        return sub
 
     def node_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """Global node ids of the listed graphs (to slice node arrays consistently with `subset`)."""

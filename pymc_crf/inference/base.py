@@ -229,6 +229,11 @@ class Engine(ABC):
         """Whether this engine can run on every graph of ``batch``."""
         return True
 
+    def check_size(self, batch: GraphBatch, n_labels: int) -> None:
+        """Raise a ValueError when the engine cannot run on ``batch`` with ``n_labels`` labels
+        (a model's build calls it where the labels are known; by default every size runs)."""
+        return None
+
     def check_supported(self, batch: GraphBatch) -> None:
         """Raise a ValueError saying why the engine cannot run on ``batch`` (engines override this
         to name the offending graph)."""

@@ -6,6 +6,8 @@ Enumerates all ``K ** n`` labellings of each graph with plain numpy. Refuses gra
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from scipy.special import logsumexp
 
@@ -27,26 +29,27 @@ class BruteForce(Engine):
                                                   allow_inf=True)
 
     def supports(self, batch: GraphBatch) -> bool:
-        """False when a graph has too many labellings even with two labels (the fewest a model
-        has), so that a model is refused when it is built rather than at its first evaluation;
-        the exact count ``K ** n`` is checked there."""
-        return bool(2.0 ** int(batch.n_nodes.max()) <= self.max_configurations)
+        return True
 
-    def check_supported(self, batch: GraphBatch) -> None:
-        if not self.supports(batch):
-            g = int(np.argmax(batch.n_nodes))
-            raise ValueError(f"brute_force: graph {g} has {int(batch.n_nodes[g])} nodes, so at "
-                             f"least 2^{int(batch.n_nodes[g])} labellings, more than "
-                             f"max_configurations={self.max_configurations:g}; use "
-                             "inference='auto' (an exact engine where the treewidth allows)")
+    def check_size(self, batch: GraphBatch, n_labels: int) -> None:
+        """Refuse a batch whose largest graph has more than ``max_configurations`` labellings
+        with ``n_labels`` labels (compared in log space: 2^1100 overflows a float)."""
+        g = int(np.argmax(batch.n_nodes))
+        self._check_count(g, int(batch.n_nodes[g]), int(n_labels))
+
+    def _check_count(self, g: int, n: int, K: int) -> None:
+        if K > 1 and n * math.log2(K) > math.log2(self.max_configurations):
+            limit = self.max_configurations
+            limit = int(limit) if float(limit).is_integer() else limit
+            raise ValueError(f"brute_force: graph {g} has {K}^{n} labellings, more than "
+                             f"max_configurations={limit}; use inference='auto' (an exact engine "
+                             "where the treewidth allows)")
 
     # One graph at a time: (configs (C, n), log-weights (C,)) plus the node and edge ids.
     def _enumerate(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray, g: int):
         K = node.shape[1]
         n = int(batch.n_nodes[g])
-        if float(K) ** n > self.max_configurations:
-            raise ValueError(f"brute_force: graph {g} has {K}^{n} labellings, more than "
-                             f"max_configurations={self.max_configurations:g}")
+        self._check_count(g, n, K)
         lo = int(batch.node_offsets[g])
         elo, ehi = int(batch.edge_offsets[g]), int(batch.edge_offsets[g + 1])
         configs = np.indices((K,) * n).reshape(n, -1).T  # (C, n)

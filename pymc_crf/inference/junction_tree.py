@@ -520,7 +520,9 @@ class JunctionTree(Engine):
         """Whether the engine runs on ``batch`` with ``n_labels`` labels: every treewidth within
         the limit and every graph's clique tables within ``max_table_entries`` (and, with
         ``total_entries``, the tables of all distinct graph shapes together within it)."""
-        return bool(self.fitting_graphs(batch, n_labels, total_entries).all())
+        # the treewidths alone settle it when one is over the limit (no junction trees to build)
+        return self.supports(batch) and bool(self.fitting_graphs(batch, n_labels,
+                                                                 total_entries).all())
 
     def fitting_graphs(self, batch: GraphBatch, n_labels: int,
                        total_entries: float | None = None) -> np.ndarray:

@@ -40,7 +40,7 @@ from pymc_crf.inference.base import (
 )
 from pymc_crf.inference.gibbs import independent_draws
 from pymc_crf.inference.junction_tree import JunctionTree
-from pymc_crf.validation import flag, generator, whole_number
+from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 __all__ = ["LoopyEngine"]
 
@@ -126,7 +126,9 @@ class LoopyEngine(Engine):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n = whole_number(n_samples, "n_samples", minimum=0)
         gibbs = dict(self.sample_settings)
-        budget = gibbs.pop("exact_table_entries")
+        # a float for the cache key (a 0-d array is unhashable); NaN would admit every graph
+        budget = positive_number(gibbs.pop("exact_table_entries"),
+                                 'sample_settings["exact_table_entries"]', allow_inf=True)
         exact = JunctionTree()
         mask = batch.cached(("loopy_sample", "exact_graphs", node.shape[1], budget),
                             lambda: exact.fitting_graphs(batch, node.shape[1], budget))
