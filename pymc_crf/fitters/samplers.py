@@ -96,8 +96,8 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     starting = "initvals"
     if initvals is None:
         if start is not None and init is not None:
-            rng = generator(random_seed[0] if isinstance(random_seed, list | tuple | np.ndarray)
-                            else random_seed, "random_seed")
+            rng = generator(random_seed[0] if np.ndim(random_seed) > 0 else random_seed,
+                            "random_seed")  # a per-chain sequence starts from its first seed
             initvals, starting = init.starts(chains, rng), "laplace"
         else:
             starting = "initial_point"
