@@ -93,6 +93,13 @@ class CRFLogLikelihood:
             xety = pair.T @ self.Xe  # (K^2, Fe), sparse times dense or sparse features
             xety = xety.toarray() if scipy.sparse.issparse(xety) else np.asarray(xety)
             self._xety = xety.T.reshape(-1, self.K, self.K)
+        # Log-linear per-edge tables from dense edge features go to the engine as features and
+        # weights when it has its own Engine.log_z_and_feature_marginals (the chain engine's
+        # never forms the (E, K, K) tables or marginals)
+        self._feature_path = (self._xety is not None and self._pot.identity
+                              and isinstance(self.Xe, np.ndarray)
+                              and type(self.engine).log_z_and_feature_marginals
+                              is not Engine.log_z_and_feature_marginals)
         self.size = spec.flat_size
         # the score arrays of __call__, reused from call to call (see _score_buffers)
         self._buffers = None
@@ -138,7 +145,8 @@ class CRFLogLikelihood:
             b, K = self.batch, self.K
             node = np.empty((b.n_total_nodes, K)) if isinstance(self.X, np.ndarray) else None
             edge = None
-            if isinstance(self.Xe, np.ndarray) and self._edge_row is None:
+            if (isinstance(self.Xe, np.ndarray) and self._edge_row is None
+                    and not self._feature_path):
                 edge = np.empty((b.n_edges, K * K))
             self._buffers = (node, edge)
         return self._buffers
@@ -269,6 +277,8 @@ class CRFLogLikelihood:
 
     def _value_and_grad(self, w_flat: np.ndarray, out) -> tuple[float, np.ndarray]:
         """:meth:`__call__` of a fully observed CRF; ``out`` as in :meth:`_tables`."""
+        if self._feature_path:
+            return self._value_and_grad_features(w_flat, out)
         parts, a_node, node, a_edge, edge = self._tables(w_flat, shared_if_constant=True, out=out)
         m = self.engine.marginals(self.batch, node, edge)
         loglinear = self._pot.identity
@@ -304,6 +314,27 @@ class CRFLogLikelihood:
                     r *= self._pot.dlog(a_edge, self.epsilon)
                 g = features_tdot(self.Xe, r)
             grads.append(g)
+        return value, np.concatenate([g.ravel() for g in grads])
+
+    def _value_and_grad_features(self, w_flat: np.ndarray, out) -> tuple[float, np.ndarray]:
+        """:meth:`_value_and_grad` of log-linear per-edge tables from dense edge features: the
+        engine takes the features and weights (``Engine.log_z_and_feature_marginals``), so the
+        edge tables and edge marginals are never formed here."""
+        parts = self.spec.unflatten(np.asarray(w_flat, dtype=np.float64))
+        nw, ew = self.spec.node_weights, self.spec.edge_weights
+        We = parts[ew.name]
+        node, _, _, _ = log_potential_tables(
+            self._pot, self.epsilon, self.batch.n_total_nodes, self.K, self.X,
+            None if nw is None else parts[nw.name], out=None if out is None else (out[0], None))
+        log_z, gn, gW = self.engine.log_z_and_feature_marginals(self.batch, node, self.Xe, We)
+        # observed feature counts minus expected ones (the score is linear in the weights)
+        value = float(np.sum(self._xety * We)) - float(np.sum(log_z))
+        grads = []
+        if self.X is not None:
+            W = parts[nw.name]
+            value += float(np.sum(self._xty * W))
+            grads.append(self._xty - features_tdot(self.X, gn))
+        grads.append(self._xety - gW)
         return value, np.concatenate([g.ravel() for g in grads])
 
     def _summed_out(self, node: np.ndarray, edge: np.ndarray, gradient: bool):

@@ -25,13 +25,15 @@ from abc import ABC, abstractmethod
 from typing import NamedTuple
 
 import numpy as np
+from scipy.sparse import issparse
 
+from pymc_crf.feature_products import features_dot, features_tdot
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.validation import positive_number, real_number, whole_number
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
            "MapResult", "Marginals", "check_direction", "check_iteration_settings",
-           "check_potentials", "convergence_report", "decode", "labelling_score",
+           "check_feature_tables", "check_potentials", "convergence_report", "decode", "labelling_score",
            "warn_at_caller", "warn_unconverged"]
 
 
@@ -124,6 +126,39 @@ def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.nd
         if top == np.inf:
             raise ValueError("log-potentials contain +inf")
     return node, edge
+
+
+def check_feature_tables(batch: GraphBatch, node_logpot, edge_features, edge_weights,
+                         graph_weights=None) -> tuple[np.ndarray, np.ndarray, np.ndarray,
+                                                      np.ndarray]:
+    """Validate the inputs of ``Engine.log_z_and_feature_marginals``: node log-potentials (N, K)
+    as in :func:`check_potentials`, edge features (E, Fe) (dense or ``scipy.sparse``; left as
+    they are), finite edge weights (Fe, K, K) and graph weights (G,) (all ones when None).
+    Returns the node table, the edge weights as (Fe, K^2) and the graph weights, contiguous
+    float64."""
+    K = np.shape(node_logpot)[-1] if np.ndim(node_logpot) == 2 else 0
+    node, _ = check_potentials(batch, node_logpot, np.zeros((1, K, K)))  # the node table's checks
+    rows = np.shape(edge_features)
+    if len(rows) != 2 or rows[0] != batch.n_edges:
+        raise ValueError(f"edge features must have shape ({batch.n_edges}, Fe), one row per edge "
+                         f"of the batch; got {rows}")
+    values = edge_features.data if issparse(edge_features) else edge_features
+    if not np.isfinite(values).all():
+        raise ValueError("edge features contain NaN or inf")
+    We = np.ascontiguousarray(edge_weights, dtype=np.float64)
+    if We.shape != (rows[1], K, K):
+        raise ValueError(f"edge weights must have shape ({rows[1]}, {K}, {K}) (edge features, "
+                         f"labels, labels); got {We.shape}")
+    if not np.isfinite(We).all():
+        raise ValueError("edge weights contain NaN or inf")
+    if graph_weights is None:
+        gw = np.ones(batch.n_graphs)
+    else:
+        gw = np.ascontiguousarray(graph_weights, dtype=np.float64)
+        if gw.shape != (batch.n_graphs,):
+            raise ValueError(f"graph weights must have shape ({batch.n_graphs},); got "
+                             f"{gw.shape}")
+    return node, edge_features, We.reshape(rows[1], K * K), gw
 
 
 def check_direction(node: np.ndarray, edge: np.ndarray, v_node, v_edge
@@ -305,6 +340,42 @@ class Engine(ABC):
         ge = m.edge * w[batch.edge_graph][:, None, None]
         return (np.asarray(m.log_z, dtype=np.float64), gn,
                 ge.sum(axis=0, keepdims=True) if shared else ge)
+
+    def log_z_and_feature_marginals(self, batch: GraphBatch, node_logpot, edge_features,
+                                    edge_weights, graph_weights=None
+                                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """log Z and its gradient for log-linear edge tables made from edge features.
+
+        The edge table of edge e is ``sum_f edge_features[e, f] * edge_weights[f]``; returns log Z
+        with the vector-Jacobian product of log Z in the node tables and in ``edge_weights``.
+        This generic version forms the (E, K, K) tables and their marginals; the chain engine
+        never forms either.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+        node_logpot : array_like, shape (N, K)
+        edge_features : ndarray or scipy.sparse matrix, shape (E, Fe)
+            Finite (as ``GraphBatch.check_features`` returns them).
+        edge_weights : array_like, shape (Fe, K, K)
+        graph_weights : array_like, shape (G,), optional
+            Output gradient; all ones (the gradient of ``sum(log Z)``) when None.
+
+        Returns
+        -------
+        log_z : ndarray, shape (G,)
+        node : ndarray, shape (N, K)
+            Node marginals of graph g times ``graph_weights[g]``.
+        edge_weights_grad : ndarray, shape (Fe, K, K)
+            ``sum_e graph_weights[g(e)] * edge_features[e, f] * mu_e``, the expected edge
+            features (mu_e the edge marginals).
+        """
+        node, Xe, We, gw = check_feature_tables(batch, node_logpot, edge_features, edge_weights,
+                                                graph_weights)
+        K = node.shape[1]
+        edge = features_dot(Xe, We).reshape(batch.n_edges, K, K)
+        log_z, gn, ge = self.log_z_and_weighted_marginals(batch, node, edge, gw)
+        return log_z, gn, features_tdot(Xe, ge.reshape(batch.n_edges, K * K)).reshape(-1, K, K)
 
     def numba_kernels(self, batch: GraphBatch):
         """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models;

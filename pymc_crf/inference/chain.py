@@ -25,8 +25,15 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.allocation import empty_pages, zeros_pages
+from pymc_crf.feature_products import is_sparse
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
+from pymc_crf.inference.base import (
+    Engine,
+    MapResult,
+    Marginals,
+    check_feature_tables,
+    check_potentials,
+)
 from pymc_crf.inference.kernels import (
     MAX,
     SUM,
@@ -457,11 +464,67 @@ def _lane_tables(edge, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
 
 
 @njit(cache=True, fastmath=_FAST)
+def _lane_feature_tables(Xe, We, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
+    """``_lane_tables`` of log-linear edge tables made from edge features: the table of edge e
+    is ``sum_f Xe[e, f] We[f]`` (``We`` (Fe, K^2)), formed here block by block across the lanes,
+    so no (E, K, K) array of tables is ever made. A non-finite entry (a product that overflows)
+    raises."""
+    KK = K * K
+    Fe = Xe.shape[1]
+    Bu = _u(B)
+    cf = np.empty(B)
+    mx = np.empty(B)
+    lo = np.empty(B)
+    fin = np.empty(B)  # sum of v - v over a table: 0, or NaN when an entry is not finite
+    for b in range(B):
+        lthr[b] = _threshold(K, 0.0)
+    for t in range(1, Lb):
+        for x in range(KK * B):
+            xs[_u(x)] = 0.0
+        for f in range(Fe):
+            for b in range(B):
+                cf[b] = Xe[lane_elo[b] + t - 1, f] if t < lane_n[b] else 0.0
+            for x in range(KK):
+                w = We[f, x]
+                xo = _u(x) * Bu
+                for b in range(B):
+                    xs[xo + _u(b)] += cf[b] * w
+        for b in range(B):
+            mx[b] = -np.inf
+            lo[b] = np.inf
+            fin[b] = 0.0
+        for x in range(KK):
+            xo = _u(x) * Bu
+            for b in range(B):
+                v = xs[xo + _u(b)]
+                mx[b] = max(mx[b], v)
+                lo[b] = min(lo[b], v)
+                fin[b] += v - v
+        for b in range(B):
+            if not fin[b] == 0.0:
+                raise ValueError("log Z: the edge log-potentials Xe @ We are not finite (the "
+                                 "product of the edge features and weights overflows)")
+            if t < lane_n[b]:
+                lthr[b] = max(lthr[b], _threshold(K, mx[b] - lo[b]))
+            lshift[_u(t) * Bu + _u(b)] = mx[b]
+        for x in range(KK):
+            xo = _u(x) * Bu
+            for b in range(B):
+                xs[xo + _u(b)] -= mx[b]
+        _exp_nonpos(xs, P[t * KK * B:(t + 1) * KK * B], ks, KK * B)
+
+
+@njit(cache=True, fastmath=_FAST)
 def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
               want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
-              node_m, edge_m, log_z_lane, bad):
+              node_m, edge_m, log_z_lane, bad, Xe, We, gW):
     """Scaled forward-backward of ``len(lane_n)`` chains in lockstep (buffers laid out
     (t, j, lane)), with the shared table ``psi[0]`` or per-edge tables (made into ``P``).
+
+    With edge features (``Xe`` (E, Fe) non-empty, ``We`` (Fe, K^2)) the per-edge tables are
+    ``Xe @ We``, formed block by block (``edge`` is then not read), and instead of the edge
+    marginals the expected edge features ``sum_e Xe[e, f] mu_e`` (times ``lane_w``) are added
+    to ``gW`` (Fe, K^2): the (E, K, K) tables and marginals are never made.
 
     ``lane_n[b] = 0`` marks an unused lane. Writes ``log_z_lane``, the node marginals of each
     lane's graph (times ``lane_w``), and the edge marginals: per edge into ``edge_m``, or for a
@@ -486,10 +549,13 @@ def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n,
     lthr = np.empty(B)
     for b in range(B):
         bad[b] = False
+    feat = Xe.shape[0] > 0
     if shared:
         th = _threshold(K, erange[0])
         for b in range(B):
             lthr[b] = th
+    elif feat:
+        _lane_feature_tables(Xe, We, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks)
     else:
         _lane_tables(edge, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks)
     # exp of each row minus its maximum, gathered into (t, j, lane)
@@ -536,7 +602,9 @@ def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n,
         for b in range(B):
             if t < lane_n[b] and am[b] < lthr[b] and not bad[b]:
                 row = lane_lo[b] + t
-                e = 0 if shared else lane_elo[b] + t - 1
+                # feature tables are finite (checked as they are made): ``edge`` is then a
+                # (1, K, K) table of zeros, which forbids nothing
+                e = 0 if (shared or feat) else lane_elo[b] + t - 1
                 for j in range(K):
                     v = alpha[o + _u(j) * Bu + _u(b)]
                     ao = max(t - 1, 0) * K * B + b  # alpha_{t-1}(0) of the lane (signed)
@@ -629,11 +697,22 @@ def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n,
                     tj = _u(j) * Bu
                     for b in range(B):
                         P[pij + _u(b)] *= am[_u(b)] * tmp[tj + _u(b)]
-            for b in range(B):
-                if t < lane_n[b] and not bad[b]:
-                    eb = edge_flat[(lane_elo[b] + t - 1) * K * K:(lane_elo[b] + t) * K * K]
+            if feat:  # gW[f] += sum over lanes of Xe[e, f] times the lane's edge marginals
+                for f in range(Xe.shape[1]):
+                    for b in range(B):
+                        am[_u(b)] = Xe[lane_elo[b] + t - 1, f] if s[b] != 0.0 else 0.0
                     for x in range(K * K):
-                        eb[x] = P[pt_ + _u(x) * Bu + _u(b)]
+                        px = pt_ + _u(x) * Bu
+                        m = 0.0
+                        for b in range(B):
+                            m += am[_u(b)] * P[px + _u(b)]
+                        gW[f, x] += m
+            else:
+                for b in range(B):
+                    if t < lane_n[b] and not bad[b]:
+                        eb = edge_flat[(lane_elo[b] + t - 1) * K * K:(lane_elo[b] + t) * K * K]
+                        for x in range(K * K):
+                            eb[x] = P[pt_ + _u(x) * Bu + _u(b)]
         for b in range(B):
             if t < lane_n[b] and not bad[b]:
                 row = lane_lo[b] + t - 1
@@ -695,6 +774,46 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
 
 
 @njit(cache=True)
+def _fb_feature_graph(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
+    """Forward-backward of one chain whose edge tables come from edge features: its tables
+    ``Xe[elo:elo+n-1] @ We`` are made into a small array, ``_fb_graphs`` runs on them (scaled,
+    or in log space when the exactness test fails) and the chain's expected edge features
+    (times ``w``) are added to ``gW``. Returns log Z. For the graphs the lane kernel leaves to
+    the caller: longer than its block buffers, or failing the test there."""
+    K = node.shape[1]
+    KK = K * K
+    m = n - 1
+    tab = np.zeros((max(m, 1), K, K))
+    flat = tab.reshape(-1)
+    for e in range(m):
+        for f in range(Xe.shape[1]):
+            c = Xe[elo + e, f]
+            for x in range(KK):
+                flat[e * KK + x] += c * We[f, x]
+    for x in range(m * KK):
+        if not np.abs(flat[x]) < np.inf:
+            raise ValueError("log Z: the edge log-potentials Xe @ We are not finite (the "
+                             "product of the edge features and weights overflows)")
+    node_off = np.array([lo, lo + n])
+    edge_off = np.array([0, m])
+    # with one edge (or none) the (1, K, K) array reads as a shared table: that table is the
+    # chain's own, so the summed edge marginals are that edge's
+    psi, shift, erange = _edge_tables(tab[:1])
+    lz = np.empty(1)
+    em = np.zeros((tab.shape[0], K, K))
+    _fb_graphs(node, tab, psi, shift, erange, node_off, edge_off, np.zeros(1, np.int64),
+               want_marginals, np.full(1, w), lz, node_m, em)
+    if want_marginals:
+        emf = em.reshape(-1)
+        for e in range(m):
+            for f in range(Xe.shape[1]):
+                c = Xe[elo + e, f]
+                for x in range(KK):
+                    gW[f, x] += c * emf[e * KK + x]
+    return lz[0]
+
+
+@njit(cache=True)
 def _workspace(sizes):
     """Buffers of the given sizes carved from one allocation, each starting at a different
     offset modulo 4 KiB (multiples of 640 bytes). Separately allocated large buffers tend to be
@@ -713,12 +832,14 @@ def _workspace(sizes):
 
 @njit(cache=True)
 def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-                node_m, edge_m):
+                node_m, edge_m, Xe, We, gW):
     """Forward-backward of a batch, up to LANES graphs at a time (graphs in order of length; any
     too long for the block buffers, or failing the exactness test, go through the per-graph
-    kernels)."""
+    kernels). With edge features (``Xe`` non-empty; see ``_fb_block``) the expected edge
+    features go to ``gW`` instead of edge marginals to ``edge_m``."""
     K = node.shape[1]
-    shared = edge.shape[0] == 1
+    feat = Xe.shape[0] > 0
+    shared = edge.shape[0] == 1 and not feat
     G = node_off.shape[0] - 1
     B = min(LANES, 8 * ((G + 7) // 8))
     lengths = node_off[1:] - node_off[:-1]
@@ -757,12 +878,15 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
                 lane_n[b] = 0
         _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
                   want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
-                  node_m, edge_m, lz, bad)
+                  node_m, edge_m, lz, bad, Xe, We, gW)
         for b in range(B):
             if lane_n[b] == 0:
                 continue
             g = lane_g[b]
-            if bad[b]:
+            if bad[b] and feat:
+                log_z[g] = _fb_feature_graph(node, Xe, We, lane_lo[b], lane_n[b], lane_elo[b],
+                                             want_marginals, lane_w[b], node_m, gW)
+            elif bad[b]:
                 _fb_log_one(node, edge, shared, lane_lo[b], lane_elo[b], lane_n[b], lz1, node_m,
                             edge_m, want_marginals, lane_w[b])
                 log_z[g] = lz1[0]
@@ -772,7 +896,12 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
         for i in range(K):
             for j in range(K):
                 edge_m[0, i, j] += psi[0, i, j] * macc[i, j]
-    if n_blocked < G:
+    if n_blocked < G and feat:
+        for g in order[n_blocked:]:
+            log_z[g] = _fb_feature_graph(node, Xe, We, node_off[g], lengths[g], edge_off[g],
+                                         want_marginals, gw[g] if gw.shape[0] > 0 else 1.0,
+                                         node_m, gW)
+    elif n_blocked < G:
         _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, order[n_blocked:],
                    want_marginals, gw, log_z, node_m, edge_m)
 
@@ -821,12 +950,37 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     node_m, edge_m = _fb_outputs(node, edge, want_marginals)
     psi, shift, erange = _edge_tables(edge[:1])  # per-edge tables: made block by block
     if G > 1:
+        no_features = np.zeros((0, 0))
         _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-                    node_m, edge_m)
+                    node_m, edge_m, no_features, no_features, no_features)
     else:
         _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, np.arange(G),
                    want_marginals, gw, log_z, node_m, edge_m)
     return log_z, node_m, edge_m
+
+
+@njit(cache=True)
+def _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward`` of log-linear edge tables ``Xe @ We`` (Xe (E, Fe), We (Fe, K^2)),
+    never formed whole. Returns log Z (G,), the node marginals (N, K) and the expected edge
+    features ``sum_e Xe[e, f] mu_e`` (Fe, K^2), the marginals of graph g times ``gw[g]`` when
+    ``gw`` is non-empty: the vector-Jacobian product of log Z in the node tables and in ``We``."""
+    G = node_off.shape[0] - 1
+    K = node.shape[1]
+    log_z = np.empty(G)
+    node_m = zeros_pages((node.shape[0], K)) if want_marginals else np.zeros((0, K))
+    gW = np.zeros((We.shape[0], K * K))
+    if G > 1 and Xe.shape[0] > 0:
+        zero = np.zeros((1, K, K))  # read only by the exactness test's "forbidden" check
+        psi, shift, erange = _edge_tables(zero)
+        _fb_blocked(node, zero, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                    log_z, node_m, np.zeros((0, K, K)), Xe, We, gW)
+    else:  # one graph, or no edges (single-node chains): one chain at a time
+        for g in range(G):
+            log_z[g] = _fb_feature_graph(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
+                                         edge_off[g], want_marginals,
+                                         gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
+    return log_z, node_m, gW
 
 
 @njit(cache=True)
@@ -1059,6 +1213,23 @@ class ChainEngine(Engine):
             return _forward_backward(node, edge, no, eo, True, g)
 
         return log_z, vjp
+
+    def log_z_and_feature_marginals(self, batch, node_logpot, edge_features, edge_weights,
+                                    graph_weights=None):
+        """``Engine.log_z_and_feature_marginals`` without the (E, K, K) tables: for dense edge
+        features the lane kernel forms each block's tables from the features and adds the
+        expected edge features up as it goes (sparse ones take the generic version)."""
+        if is_sparse(edge_features):
+            return super().log_z_and_feature_marginals(batch, node_logpot, edge_features,
+                                                       edge_weights, graph_weights)
+        self.check_supported(batch)
+        node, Xe, We, gw = check_feature_tables(batch, node_logpot, edge_features, edge_weights,
+                                                graph_weights)
+        Xe = np.ascontiguousarray(Xe, dtype=np.float64)
+        K = node.shape[1]
+        log_z, gn, gW = _forward_backward_features(node, Xe, We, batch.node_offsets,
+                                                   batch.edge_offsets, True, gw)
+        return log_z, gn, gW.reshape(-1, K, K)
 
     def log_z_and_weighted_marginals(self, batch, node_logpot, edge_logpot, graph_weights):
         """log Z and the marginals of graph g times ``graph_weights[g]`` (the VJP of log Z),
