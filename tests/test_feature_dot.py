@@ -10,6 +10,7 @@ from pytensor.graph.traversal import ancestors
 
 import pymc_crf as pmc
 from pymc_crf.feature_products import FeatureDot, feature_dot, features_dot_pt
+from pymc_crf.ops import FeatureLogPartition
 
 
 # the large feature matrix is a constant of the compiled graph, which numba does not cache
@@ -49,9 +50,11 @@ def test_feature_dot_refuses_bad_inputs():
         feature_dot(np.ones((3, 2)), pt.matrix("w", shape=(3, 4)))
 
 
-def test_dense_crf_graph_forms_its_products_with_feature_dot():
-    """A CRF with dense node and edge features forms both products with ``FeatureDot`` (sparse
-    features keep ``structured_dot``)."""
+@pytest.mark.parametrize("potential", ["probit", "loglinear"])
+def test_dense_crf_graph_forms_its_products_with_feature_dot(potential):
+    """A CRF with dense node and edge features forms its products with ``FeatureDot`` (sparse
+    features keep ``structured_dot``): both with probit potentials; with log-linear ones on a
+    chain only the node product, the edge tables being left to ``FeatureLogPartition``."""
     rng = np.random.default_rng(1)
     batch = pmc.GraphBatch.chains([4, 3])
     X = rng.normal(size=(7, 2))
@@ -60,9 +63,10 @@ def test_dense_crf_graph_forms_its_products_with_feature_dot():
         W = pm.Normal("W", 0.0, 1.0, shape=(2, 3))
         V = pm.Normal("V", 0.0, 1.0, shape=(2, 3, 3))
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_features=Xe,
-                edge_weights=V, observed=rng.integers(0, 3, size=7))
+                edge_weights=V, potential=potential, observed=rng.integers(0, 3, size=7))
     ops = [v.owner.op for v in ancestors([m.logp()]) if v.owner is not None]
-    assert sum(isinstance(op, FeatureDot) for op in ops) == 2
+    assert sum(isinstance(op, FeatureDot) for op in ops) == (2 if potential == "probit" else 1)
+    assert any(isinstance(op, FeatureLogPartition) for op in ops) == (potential == "loglinear")
     assert isinstance(features_dot_pt(X, W).owner.op, FeatureDot)
     sparse = features_dot_pt(scipy.sparse.csr_matrix(X), W)
     assert not any(isinstance(v.owner.op, FeatureDot)

@@ -31,11 +31,17 @@ from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
-from pymc_crf.inference.base import Engine
+from pymc_crf.inference.base import Engine, forms_feature_tables
 from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.inference.select import get_engine
-from pymc_crf.ops.log_partition import LogPartition, content_key
-from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
+from pymc_crf.ops.log_partition import FeatureLogPartition, LogPartition, content_key
+from pymc_crf.potentials import (
+    check_potential,
+    constant_row,
+    get_potential,
+    log_potential_tables,
+    log_potential_tables_pt,
+)
 from pymc_crf.validation import flag, whole_number
 
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
@@ -488,6 +494,10 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     once, so fully observed data pay one log Z; labels given as a variable (``pm.Data``) pay a
     clamped and a plain log Z of the whole batch."""
     [value] = values
+    if isinstance(value, pt.TensorConstant) and _feature_path(op, params):
+        flat = unpad_labels(op.batch, np.asarray(value.data))
+        if (flat >= 0).all() or (flat < -1).any() or (flat >= op.n_labels).any():
+            return _logp_observed_features(op, value, params)
     node_logpot, edge_logpot = op.log_potentials(params)
     if not isinstance(value, pt.TensorConstant):
         return _logp_summed_out(op, value, node_logpot, edge_logpot)
@@ -546,6 +556,40 @@ def _logp_observed(op: CRFRV, value, node_logpot, edge_logpot):
     # outside 0..K-1 is a data error, raised by name (PyMC's ParameterValueError) wherever the
     # logp runs (PyMC's or nutpie's NUTS, find_MAP), rather than a -inf that samplers report as
     # failed initialisation; the clip above keeps the indexing in range until the check fires.
+    return check_parameters(score - log_z, valid,
+                            msg=f"CRF labels must lie in 0..{op.n_labels - 1} at every node",
+                            can_be_replaced_by_ninf=False)
+
+
+def _feature_path(op: CRFRV, params) -> bool:
+    """Whether log Z takes the edge features and weights (``FeatureLogPartition``): log-linear
+    per-edge tables from dense, not constant-row edge features, with an engine that forms the
+    tables itself (:func:`~pymc_crf.inference.base.forms_feature_tables`)."""
+    p = op.params(params)
+    x = p["edge_features"]
+    return (x is not None and not isinstance(x.type, ps.SparseTensorType)
+            and get_potential(op.potential).identity and forms_feature_tables(op.engine)
+            and constant_row(x) is None)
+
+
+def _logp_observed_features(op: CRFRV, value, params):
+    """:func:`_logp_observed` with the edge tables left to the engine: the labels' edge score
+    ``x_e . w[:, y_u, y_v]`` is a gather from the (Fe, K^2) weights and log Z is
+    ``FeatureLogPartition``, so no (E, K, K) array is formed."""
+    batch, K = op.batch, op.n_labels
+    p = op.params(params)
+    node_logpot, _ = log_potential_tables_pt(op.potential, op.epsilon, batch.n_total_nodes, K,
+                                             p["node_features"], p["node_weights"])
+    x = pt.cast(pt.as_tensor_variable(p["edge_features"]), "float64")
+    w = pt.cast(pt.as_tensor_variable(p["edge_weights"]), "float64").reshape((x.shape[1], K * K))
+    t = _flat_labels(batch, value)
+    valid = pt.and_(pt.ge(t, 0), pt.lt(t, K))
+    t = pt.clip(t, 0, K - 1)
+    N = batch.n_total_nodes
+    score = pt.zeros(batch.n_graphs)[batch.node_graph].inc(node_logpot[np.arange(N), t])
+    pair = t[batch.edges[:, 0]] * K + t[batch.edges[:, 1]]
+    score = score[batch.edge_graph].inc((x * w.T[pair]).sum(axis=1))
+    log_z = FeatureLogPartition(batch, op.engine)(node_logpot, x, w)
     return check_parameters(score - log_z, valid,
                             msg=f"CRF labels must lie in 0..{op.n_labels - 1} at every node",
                             can_be_replaced_by_ninf=False)

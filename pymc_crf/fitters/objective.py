@@ -27,7 +27,7 @@ import scipy.sparse
 
 from pymc_crf.feature_products import as_feature_matrix, features_tdot
 from pymc_crf.fitters.spec import CRFSpec
-from pymc_crf.inference.base import Engine
+from pymc_crf.inference.base import Engine, forms_feature_tables
 from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.potentials import constant_row, get_potential, linear_scores, log_potential_tables
 
@@ -98,8 +98,7 @@ class CRFLogLikelihood:
         # never forms the (E, K, K) tables or marginals)
         self._feature_path = (self._xety is not None and self._pot.identity
                               and isinstance(self.Xe, np.ndarray)
-                              and type(self.engine).log_z_and_feature_marginals
-                              is not Engine.log_z_and_feature_marginals)
+                              and forms_feature_tables(self.engine))
         self.size = spec.flat_size
         # the score arrays of __call__, reused from call to call (see _score_buffers)
         self._buffers = None

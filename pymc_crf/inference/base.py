@@ -33,7 +33,8 @@ from pymc_crf.validation import positive_number, real_number, whole_number
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
            "MapResult", "Marginals", "check_direction", "check_iteration_settings",
-           "check_feature_tables", "check_potentials", "convergence_report", "decode", "labelling_score",
+           "check_feature_tables", "check_potentials", "convergence_report",
+           "forms_feature_tables", "decode", "labelling_score",
            "warn_at_caller", "warn_unconverged"]
 
 
@@ -159,6 +160,14 @@ def check_feature_tables(batch: GraphBatch, node_logpot, edge_features, edge_wei
             raise ValueError(f"graph weights must have shape ({batch.n_graphs},); got "
                              f"{gw.shape}")
     return node, edge_features, We.reshape(rows[1], K * K), gw
+
+
+def forms_feature_tables(engine: Engine) -> bool:
+    """Whether ``engine`` has its own ``log_z_and_feature_marginals`` (the chain engine's forms
+    the edge tables from the features block by block); the generic one forms all (E, K, K)
+    tables, which the table paths do with fewer copies."""
+    return (type(engine).log_z_and_feature_marginals
+            is not Engine.log_z_and_feature_marginals)
 
 
 def check_direction(node: np.ndarray, edge: np.ndarray, v_node, v_edge
@@ -383,6 +392,13 @@ class Engine(ABC):
 
         None means the PyTensor Ops call this engine from numba's object mode.
         """
+        return None
+
+    def feature_numba_kernels(self, batch: GraphBatch):
+        """Optional njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
+        :meth:`log_z_and_feature_marginals` for compiled models (``x`` dense (E, Fe), ``w``
+        (Fe, K^2)); ``vjp`` returns ``(log_z, weighted node marginals, expected edge features
+        (Fe, K^2))``. None means the PyTensor Ops call this engine from numba's object mode."""
         return None
 
     def covariance_vector_product(self, batch: GraphBatch, node_logpot, edge_logpot,

@@ -1214,6 +1214,44 @@ class ChainEngine(Engine):
 
         return log_z, vjp
 
+    def feature_numba_kernels(self, batch: GraphBatch):
+        """Njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
+        :meth:`log_z_and_feature_marginals` over this batch's offsets (``w`` (Fe, K^2)), for the
+        edge-feature Ops' numba implementation."""
+        if not batch.is_chain:
+            return None
+        no, eo = batch.node_offsets.copy(), batch.edge_offsets.copy()
+        empty = np.zeros(0)
+        n_nodes, n_edges, n_graphs = batch.n_total_nodes, batch.n_edges, batch.n_graphs
+
+        @njit
+        def check(node, x, w):
+            _check_tables(node, np.zeros((1, node.shape[1], node.shape[1])), n_nodes, n_edges)
+            if x.shape[0] != n_edges or w.shape[0] != x.shape[1]:
+                raise ValueError("log Z: edge features must be (E, Fe) with one row per edge "
+                                 "of the batch, and edge weights (Fe, K^2)")
+            if w.shape[1] != node.shape[1] * node.shape[1]:
+                raise ValueError("log Z: edge weights must be (Fe, K^2) with the node tables' K")
+            for v in (x.reshape(-1), w.reshape(-1)):
+                for i in range(v.size):
+                    if not np.abs(v[i]) < np.inf:
+                        raise ValueError("log Z: edge features or weights contain NaN or inf")
+
+        @njit
+        def log_z(node, x, w):
+            check(node, x, w)
+            return _forward_backward_features(node, x, w, no, eo, False, empty)[0]
+
+        @njit
+        def vjp(node, x, w, g):
+            check(node, x, w)
+            if g.shape[0] != n_graphs:
+                raise ValueError("log Z gradient: the output gradient must have one entry per "
+                                 "graph")
+            return _forward_backward_features(node, x, w, no, eo, True, g)
+
+        return log_z, vjp
+
     def log_z_and_feature_marginals(self, batch, node_logpot, edge_features, edge_weights,
                                     graph_weights=None):
         """``Engine.log_z_and_feature_marginals`` without the (E, K, K) tables: for dense edge

@@ -1,6 +1,9 @@
 """PyTensor Ops wrapping the inference engines."""
 
 from pymc_crf.ops.log_partition import (
+    FeatureLogPartition,
+    FeatureLogPartitionGrad,
+    FeatureLogPartitionWithGrad,
     LogPartition,
     LogPartitionGrad,
     LogPartitionHVP,
@@ -8,5 +11,6 @@ from pymc_crf.ops.log_partition import (
     log_partition,
 )
 
-__all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "LogPartitionWithGrad",
+__all__ = ["FeatureLogPartition", "FeatureLogPartitionGrad", "FeatureLogPartitionWithGrad",
+           "LogPartition", "LogPartitionGrad", "LogPartitionHVP", "LogPartitionWithGrad",
            "log_partition"]

@@ -26,6 +26,7 @@ import numba
 import numpy as np
 import pytensor.tensor as pt
 from pytensor.gradient import DisconnectedType, grad_not_implemented
+from pytensor.gradient import pullback as graph_pullback
 from pytensor.graph.basic import Apply
 from pytensor.graph.op import Op
 from pytensor.graph.rewriting.basic import node_rewriter
@@ -39,7 +40,8 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine, require_log_z
 
-__all__ = ["LogPartition", "LogPartitionGrad", "LogPartitionHVP", "LogPartitionWithGrad",
+__all__ = ["FeatureLogPartition", "FeatureLogPartitionGrad", "FeatureLogPartitionWithGrad",
+           "LogPartition", "LogPartitionGrad", "LogPartitionHVP", "LogPartitionWithGrad",
            "log_partition"]
 
 
@@ -175,21 +177,144 @@ class LogPartitionWithGrad(_BatchOp):
                 for i, x in enumerate(inputs)]
 
 
-@node_rewriter([LogPartition])
+class _FeatureOp(_BatchOp):
+    """Inputs of the edge-feature Ops: node log-potentials (N, K), constant-shaped edge features
+    (E, Fe) and edge weights (Fe, K^2), whose product is the per-edge log-linear tables."""
+
+    def _feature_inputs(self, node_logpot, edge_features, edge_weights):
+        node = pt.as_tensor_variable(node_logpot).astype("float64")
+        x = pt.as_tensor_variable(edge_features).astype("float64")
+        w = pt.as_tensor_variable(edge_weights).astype("float64")
+        if node.ndim != 2 or x.ndim != 2 or w.ndim != 2:
+            raise ValueError("edge-feature log Z takes node log-potentials (N, K), edge features "
+                             f"(E, Fe) and edge weights (Fe, K^2); got ndim {node.ndim}, "
+                             f"{x.ndim} and {w.ndim}")
+        b = self.batch
+        n_rows, e_rows = node.type.shape[0], x.type.shape[0]
+        if n_rows is not None and n_rows != b.n_total_nodes:
+            raise ValueError(f"node log-potentials have {n_rows} rows; the batch has "
+                             f"{b.n_total_nodes} nodes")
+        if e_rows is not None and e_rows != b.n_edges:
+            raise ValueError(f"edge features have {e_rows} rows; the batch has {b.n_edges} "
+                             "edges")
+        return node, x, w
+
+    def _tables(self, node, x, w):
+        """The edge tables (E, K, K) ``x @ w``, for derivatives through the table Ops."""
+        K = node.shape[1]
+        return pt.dot(x, w).reshape((x.shape[0], K, K))
+
+    def _perform(self, inputs):
+        node, x, w, *g = inputs
+        K = node.shape[1]
+        return self.engine.log_z_and_feature_marginals(
+            self.batch, node, x, w.reshape(w.shape[0], K, K), g[0] if g else None)
+
+
+class FeatureLogPartition(_FeatureOp):
+    """log Z per graph of ``batch`` for node log-potentials (N, K) and the log-linear per-edge
+    tables ``edge_features @ edge_weights`` (features (E, Fe), weights (Fe, K^2)), through
+    ``Engine.log_z_and_feature_marginals``: the chain engine never forms the (E, K, K) tables or
+    their marginals. Its gradient is ``FeatureLogPartitionGrad``; in the edge features (constant
+    in a CRF) it is that of the table Ops."""
+
+    def __init__(self, batch: GraphBatch, engine: Engine):
+        require_log_z(engine, engine.name)
+        super().__init__(batch, engine)
+
+    def make_node(self, node_logpot, edge_features, edge_weights):
+        ins = self._feature_inputs(node_logpot, edge_features, edge_weights)
+        return Apply(self, list(ins), [pt.dvector(shape=(self.batch.n_graphs,))])
+
+    def perform(self, node, inputs, output_storage):
+        output_storage[0][0] = np.asarray(self._perform(inputs)[0], dtype=np.float64)
+
+    def infer_shape(self, node, shapes):
+        return [(self.batch.n_graphs,)]
+
+    def pullback(self, inputs, outputs, output_grads):
+        n, x, w = inputs
+        [g] = output_grads
+        gn, gw = FeatureLogPartitionGrad(self.batch, self.engine)(n, x, w, g)
+        # the edge features' gradient (never needed for constant features) by the table Ops
+        _, ge = LogPartitionGrad(self.batch, self.engine)(n, self._tables(n, x, w), g)
+        return [gn, pt.dot(ge.reshape((x.shape[0], w.shape[1])), w.T), gw]
+
+
+class FeatureLogPartitionGrad(_FeatureOp):
+    """Vector-Jacobian product of ``FeatureLogPartition`` in the node tables and the edge
+    weights: the node marginals of graph g times ``g[g]`` (N, K) and the expected edge features
+    ``sum_e g[g(e)] x_e mu_e`` (Fe, K^2). Second derivatives go through the table Ops."""
+
+    def make_node(self, node_logpot, edge_features, edge_weights, g):
+        ins = list(self._feature_inputs(node_logpot, edge_features, edge_weights))
+        ins.append(pt.as_tensor_variable(g).astype("float64"))
+        return Apply(self, ins, [ins[0].type(), ins[2].type()])
+
+    def perform(self, node, inputs, output_storage):
+        _, gn, gw = self._perform(inputs)
+        output_storage[0][0] = np.asarray(gn, dtype=np.float64)
+        output_storage[1][0] = np.asarray(gw, dtype=np.float64).reshape(inputs[2].shape)
+
+    def infer_shape(self, node, shapes):
+        return [shapes[0], shapes[2]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        n, x, w, g = inputs
+        gn, ge = LogPartitionGrad(self.batch, self.engine)(n, self._tables(n, x, w), g)
+        gw = pt.dot(x.T, ge.reshape((x.shape[0], w.shape[1])))
+        cots = [pt.zeros_like(o) if isinstance(c.type, DisconnectedType) else c
+                for c, o in zip(output_grads, outputs, strict=True)]
+        return graph_pullback([gn, gw], list(inputs), cots, disconnected_inputs="ignore")
+
+
+class FeatureLogPartitionWithGrad(_FeatureOp):
+    """``FeatureLogPartition`` and ``FeatureLogPartitionGrad`` of the same inputs from one engine
+    pass; made only by the ``fuse_log_partition_with_grad`` rewrite (no gradient of its own)."""
+
+    def make_node(self, node_logpot, edge_features, edge_weights, g):
+        ins = list(self._feature_inputs(node_logpot, edge_features, edge_weights))
+        ins.append(pt.as_tensor_variable(g).astype("float64"))
+        return Apply(self, ins, [pt.dvector(shape=(self.batch.n_graphs,)), ins[0].type(),
+                                 ins[2].type()])
+
+    def perform(self, node, inputs, output_storage):
+        lz, gn, gw = self._perform(inputs)
+        output_storage[0][0] = np.asarray(lz, dtype=np.float64)
+        output_storage[1][0] = np.asarray(gn, dtype=np.float64)
+        output_storage[2][0] = np.asarray(gw, dtype=np.float64).reshape(inputs[2].shape)
+
+    def infer_shape(self, node, shapes):
+        return [(self.batch.n_graphs,), shapes[0], shapes[2]]
+
+    def pullback(self, inputs, outputs, output_grads):
+        return [grad_not_implemented(self, i, x, "the fused log Z and gradient node (made by a "
+                                     "rewrite after differentiation)")
+                for i, x in enumerate(inputs)]
+
+
+# log Z Op -> (its gradient Op, the fused Op of both)
+_FUSED = {LogPartition: (LogPartitionGrad, LogPartitionWithGrad),
+          FeatureLogPartition: (FeatureLogPartitionGrad, FeatureLogPartitionWithGrad)}
+
+
+@node_rewriter([LogPartition, FeatureLogPartition])
 def fuse_log_partition_with_grad(fgraph, node):
     """``LogPartition(n, e)`` and a ``LogPartitionGrad(n, e, g)`` of the same batch, engine and
     tables become one ``LogPartitionWithGrad(n, e, g)``, unless ``g`` depends on log Z (as in a
-    hidden CRF, whose class weights are a softmax of the log Zs): fusing would make a cycle."""
-    n, e = node.inputs
+    hidden CRF, whose class weights are a softmax of the log Zs): fusing would make a cycle.
+    Likewise ``FeatureLogPartition(n, x, w)`` and ``FeatureLogPartitionGrad(n, x, w, g)``."""
     op = node.op
+    grad_type, fused_type = _FUSED[type(op)]
+    ins = node.inputs
     lz_out = node.outputs[0]
-    for client, _ in fgraph.clients[n]:
+    for client, _ in fgraph.clients[ins[0]]:
         cop = getattr(client, "op", None)
-        if (isinstance(cop, LogPartitionGrad) and cop.batch is op.batch
-                and cop.engine is op.engine and client.inputs[0] is n and client.inputs[1] is e
-                and lz_out not in set(ancestors([client.inputs[2]]))):
-            lz, gn, ge = LogPartitionWithGrad(op.batch, op.engine)(n, e, client.inputs[2])
-            return {node.outputs[0]: lz, client.outputs[0]: gn, client.outputs[1]: ge}
+        if (isinstance(cop, grad_type) and cop.batch is op.batch and cop.engine is op.engine
+                and all(a is b for a, b in zip(client.inputs[:-1], ins, strict=True))
+                and lz_out not in set(ancestors([client.inputs[-1]]))):
+            lz, *grads = fused_type(op.batch, op.engine)(*ins, client.inputs[-1])
+            return {lz_out: lz, **dict(zip(client.outputs, grads, strict=True))}
     return None
 
 
@@ -368,3 +493,56 @@ def _numba_log_partition_with_grad(op, node, **kwargs):
 @register_funcify_and_cache_key(LogPartitionHVP)
 def _numba_log_partition_hvp(op, node, **kwargs):
     return _objmode_impl(op, node)
+
+
+def _feature_call(op):
+    """Njit ``(node, x, w, g) -> (log Z, weighted node marginals, expected edge features)``
+    from the engine's feature kernel, or None for an engine without one."""
+    kernels = op.engine.feature_numba_kernels(op.batch)
+    if kernels is None:
+        return None
+    _, vjp = kernels
+
+    @numba.njit
+    def call(node_logpot, edge_features, edge_weights, g):
+        return vjp(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_features),
+                   np.ascontiguousarray(edge_weights), np.ascontiguousarray(g))
+
+    return call
+
+
+@register_funcify_and_cache_key(FeatureLogPartition)
+def _numba_feature_log_partition(op, node, **kwargs):
+    kernels = op.engine.feature_numba_kernels(op.batch)
+    if kernels is None:
+        return _objmode_impl(op, node)
+    log_z = kernels[0]
+
+    @numba.njit
+    def impl(node_logpot, edge_features, edge_weights):
+        return log_z(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_features),
+                     np.ascontiguousarray(edge_weights))
+
+    return impl, _cache_key(op, "feature_log_z")
+
+
+@register_funcify_and_cache_key(FeatureLogPartitionGrad)
+def _numba_feature_log_partition_grad(op, node, **kwargs):
+    call = _feature_call(op)
+    if call is None:
+        return _objmode_impl(op, node)
+
+    @numba.njit
+    def impl(node_logpot, edge_features, edge_weights, g):
+        _, gn, gw = call(node_logpot, edge_features, edge_weights, g)
+        return gn, gw
+
+    return impl, _cache_key(op, "feature_vjp")
+
+
+@register_funcify_and_cache_key(FeatureLogPartitionWithGrad)
+def _numba_feature_log_partition_with_grad(op, node, **kwargs):
+    call = _feature_call(op)
+    if call is None:
+        return _objmode_impl(op, node)
+    return call, _cache_key(op, "feature_log_z_vjp")
