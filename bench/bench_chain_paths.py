@@ -22,8 +22,11 @@ Every time is given as a ratio to the two BLAS products ``X @ W`` and ``X.T @ G`
 same rounds. Targets: objective <= 2x the BLAS products; compiled logp + dlogp <= 1.3x the
 objective; edge-feature models <= 2x the shared one.
 
-A floor row times what any per-edge objective must do besides the recursions: the BLAS pair,
-the edge products ``Xe @ We`` and ``Xe.T @ M`` and one exp of each of the E K^2 table entries.
+A floor row times what a per-edge objective that forms its tables must do besides the
+recursions: the BLAS pair, the edge products ``Xe @ We`` and ``Xe.T @ M`` and one exp of each of
+the E K^2 table entries. The package's per-edge objective and compiled model form no table array
+(``ChainEngine.log_z_and_feature_marginals``, ``FeatureLogPartition``), so they can run below it;
+its ``log Z`` and ``log Z + marginals`` rows time the engine on formed tables.
 
 Last, a ragged batch: 600 chains of length 3-14, K = 26, log-potentials N(0, s^2) with s = 1 and
 s = 30 (node-row plus table ranges of several hundred): ``ChainEngine.marginals`` time of each
@@ -110,8 +113,8 @@ def main(argv=None):
     cases.update(case("shared", batch, X, y, W, T))
     cases.update(case("constant", batch, X, y, W, T[None], Xe=np.ones((E, 1))))
     cases.update(case("per-edge", batch, X, y, W, Te, Xe=Xe))
-    # what any per-edge objective must do besides the engine's recursions: the BLAS pair, the
-    # edge products Xe @ We and Xe.T @ M, and one exp of each of the E K^2 table entries
+    # what a per-edge objective that forms its tables must do besides the engine's recursions:
+    # the BLAS pair, the edge products Xe @ We and Xe.T @ M, one exp of each table entry
     Me = rng.normal(size=(E, Te[0].size))
     ebuf = np.empty((E, Te[0].size))
     floor_key = "per-edge floor: BLAS pair + edge products + exp"

@@ -117,6 +117,11 @@ def test_bad_inputs_are_named():
         f(x, np.where(w > 0, np.nan, w))
     with pytest.raises(ValueError, match="Xe @ We are not finite"):
         f(np.full_like(x, 1e200), np.full_like(w, 1e200))
+    slow = pytensor.function([X, W], op(node, X, W), mode="FAST_COMPILE")  # perform()
+    with pytest.raises(ValueError, match=r"edge weights must be \(Fe, K\^2\) = \(2, 9\)"):
+        slow(x, w[:, :4])
+    with pytest.raises(ValueError, match="edge features contain NaN"):
+        slow(np.full_like(x, np.nan), w)
 
 
 def _logp_dlogp(model):

@@ -13,6 +13,11 @@ needs node-row plus table ranges above about 700) is recomputed in log space.
 
 Up to 64 chains run in lockstep, the chain index innermost, so the K x K products vectorise
 across chains (see ``_fb_block``); with per-edge tables each lane has its own table per step.
+Log-linear per-edge tables given as edge features and weights (``log_z_and_feature_marginals``)
+are formed block by block inside the same kernel, and the gradient in the weights (the expected
+edge features) is summed there too, so neither the (E, K, K) tables nor their marginals are
+ever made: for 49,000 edges and K = 10 those are two 39 MB arrays, written and read again by the
+feature products, which cost more than the recursions.
 
 The kernels run serially (no threads): they are called from compiled PyTensor functions, which
 run in forked PyMC workers or nutpie's sampler threads, one chain per core already; and right

@@ -178,8 +178,8 @@ class LogPartitionWithGrad(_BatchOp):
 
 
 class _FeatureOp(_BatchOp):
-    """Inputs of the edge-feature Ops: node log-potentials (N, K), constant-shaped edge features
-    (E, Fe) and edge weights (Fe, K^2), whose product is the per-edge log-linear tables."""
+    """Inputs of the edge-feature Ops: node log-potentials (N, K), edge features (E, Fe) and
+    edge weights (Fe, K^2), whose product is the per-edge log-linear tables."""
 
     def _feature_inputs(self, node_logpot, edge_features, edge_weights):
         node = pt.as_tensor_variable(node_logpot).astype("float64")
@@ -207,6 +207,9 @@ class _FeatureOp(_BatchOp):
     def _perform(self, inputs):
         node, x, w, *g = inputs
         K = node.shape[1]
+        if w.shape[1] != K * K:
+            raise ValueError(f"edge weights must be (Fe, K^2) = ({w.shape[0]}, {K * K}) with the "
+                             f"node tables' K = {K}; got {w.shape}")
         return self.engine.log_z_and_feature_marginals(
             self.batch, node, x, w.reshape(w.shape[0], K, K), g[0] if g else None)
 
@@ -429,7 +432,7 @@ def _objmode_impl(op, node):
     return impl, f"pymc_crf.objmode.{type(op).__name__}.v{_KERNEL_VERSION}.{key}"
 
 
-_KERNEL_VERSION = 9
+_KERNEL_VERSION = 10
 
 
 def _cache_key(op, which: str) -> str:
