@@ -1130,6 +1130,19 @@ def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
     return out_n, out_e
 
 
+def _closure_constants(batch: GraphBatch):
+    """What the njit closures of ``ChainEngine.numba_kernels`` close over: copies of the
+    batch's node and edge offsets and its node, edge and graph counts."""
+    return (batch.node_offsets.copy(), batch.edge_offsets.copy(), batch.n_total_nodes,
+            batch.n_edges, batch.n_graphs)
+
+
+@njit(cache=True)
+def _check_output_gradient(g, n_graphs):
+    if g.shape[0] != n_graphs:
+        raise ValueError("log Z gradient: the output gradient must have one entry per graph")
+
+
 class ChainEngine(Engine):
     """Exact forward-backward engine for batches of canonical chains.
 
@@ -1200,9 +1213,8 @@ class ChainEngine(Engine):
         """
         if not batch.is_chain:
             return None
-        no, eo = batch.node_offsets.copy(), batch.edge_offsets.copy()
+        no, eo, n_nodes, n_edges, n_graphs = _closure_constants(batch)
         empty = np.zeros(0)
-        n_nodes, n_edges, n_graphs = batch.n_total_nodes, batch.n_edges, batch.n_graphs
 
         @njit
         def log_z(node, edge):
@@ -1212,9 +1224,7 @@ class ChainEngine(Engine):
         @njit
         def vjp(node, edge, g):
             _check_tables(node, edge, n_nodes, n_edges)
-            if g.shape[0] != n_graphs:
-                raise ValueError("log Z gradient: the output gradient must have one entry per "
-                                 "graph")
+            _check_output_gradient(g, n_graphs)
             return _forward_backward(node, edge, no, eo, True, g)
 
         return log_z, vjp
@@ -1225,9 +1235,8 @@ class ChainEngine(Engine):
         edge-feature Ops' numba implementation."""
         if not batch.is_chain:
             return None
-        no, eo = batch.node_offsets.copy(), batch.edge_offsets.copy()
+        no, eo, n_nodes, n_edges, n_graphs = _closure_constants(batch)
         empty = np.zeros(0)
-        n_nodes, n_edges, n_graphs = batch.n_total_nodes, batch.n_edges, batch.n_graphs
 
         @njit
         def check(node, x, w):
@@ -1250,9 +1259,7 @@ class ChainEngine(Engine):
         @njit
         def vjp(node, x, w, g):
             check(node, x, w)
-            if g.shape[0] != n_graphs:
-                raise ValueError("log Z gradient: the output gradient must have one entry per "
-                                 "graph")
+            _check_output_gradient(g, n_graphs)
             return _forward_backward_features(node, x, w, no, eo, True, g)
 
         return log_z, vjp
