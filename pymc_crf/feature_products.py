@@ -67,7 +67,8 @@ def features_dot(x: Any, w: np.ndarray, out: np.ndarray | None = None) -> np.nda
     100 columns, inside an optimiser's objective; with one BLAS thread, 4.8 ms into fresh ones).
     """
     w = np.asarray(w, dtype=np.float64)
-    w2 = w.reshape(w.shape[0], -1)
+    # the trailing size spelled out: -1 is ambiguous for zero rows (no features)
+    w2 = w.reshape(w.shape[0], int(np.prod(w.shape[1:], dtype=np.int64)))
     shape = (x.shape[0], *w.shape[1:])
     if out is None:
         return np.asarray(x @ w2).reshape(shape)

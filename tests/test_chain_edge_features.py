@@ -144,3 +144,42 @@ def test_objective_takes_the_feature_path_and_matches_the_table_path(potential):
         (v, g), (vr, gr) = lik(w), tables(w)
         assert abs(v - vr) <= 1e-10 * abs(vr)
         assert _rel(g, gr) < 1e-10
+
+
+@pytest.mark.parametrize("lengths", [[4, 5], [9], [120, 3]])
+@pytest.mark.parametrize("big", [1e308, -1e308])
+def test_overflowing_tables_are_refused_on_every_path(lengths, big):
+    """Finite features and weights whose product overflows to +inf or -inf: refused by the lane
+    kernel ([4, 5]), the one-graph kernel ([9]) and the long-chain kernel ([120, 3]) alike."""
+    b = GraphBatch.chains(lengths)
+    We = np.zeros((1, 2, 2))
+    We[0, 0, 1] = big
+    with pytest.raises(ValueError, match="Xe @ We are not finite"):
+        CH.log_z_and_feature_marginals(b, np.zeros((b.n_total_nodes, 2)),
+                                       np.full((b.n_edges, 1), 10.0), We)
+
+
+def test_zero_edge_features():
+    """Edge features with no columns (every table zero): the generic version (brute force,
+    sparse features on the chain engine) and the chain kernel agree with zero tables."""
+    rng = np.random.default_rng(8)
+    b = GraphBatch.chains([3, 2, 4])
+    node = rng.normal(size=(b.n_total_nodes, 2))
+    ref = BF.log_partition(b, node, np.zeros((b.n_edges, 2, 2)))
+    Xe, We = np.zeros((b.n_edges, 0)), np.zeros((0, 2, 2))
+    for engine, x in [(BF, Xe), (CH, Xe), (CH, scipy.sparse.csr_matrix(Xe))]:
+        lz, gn, gW = engine.log_z_and_feature_marginals(b, node, x, We)
+        np.testing.assert_allclose(lz, ref, rtol=1e-12)
+        assert gW.shape == (0, 2, 2)
+
+
+def test_objective_pointwise_on_the_feature_path():
+    rng = np.random.default_rng(9)
+    batch = GraphBatch.chains(rng.integers(1, 9, size=30))
+    spec = extract_crf(node_edge_crf(batch, 3, "loglinear", False, rng))
+    lik, tables = CRFLogLikelihood(spec), CRFLogLikelihood(spec)
+    tables._feature_path = False
+    assert lik._feature_path
+    w = 3.0 * rng.normal(size=spec.flat_size)
+    np.testing.assert_allclose(lik.pointwise(w), tables.pointwise(w), rtol=1e-12, atol=1e-12)
+    assert abs(lik.pointwise(w).sum() - lik(w)[0]) < 1e-9

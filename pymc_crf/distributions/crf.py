@@ -31,14 +31,13 @@ from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
-from pymc_crf.inference.base import Engine, forms_feature_tables
+from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import FeatureLogPartition, LogPartition, content_key
 from pymc_crf.potentials import (
     check_potential,
-    constant_row,
-    get_potential,
+    feature_tables_path,
     log_potential_tables,
     log_potential_tables_pt,
 )
@@ -494,16 +493,14 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     once, so fully observed data pay one log Z; labels given as a variable (``pm.Data``) pay a
     clamped and a plain log Z of the whole batch."""
     [value] = values
-    if isinstance(value, pt.TensorConstant) and _feature_path(op, params):
-        flat = unpad_labels(op.batch, np.asarray(value.data))
-        if (flat >= 0).all() or (flat < -1).any() or (flat >= op.n_labels).any():
-            return _logp_observed_features(op, value, params)
-    node_logpot, edge_logpot = op.log_potentials(params)
     if not isinstance(value, pt.TensorConstant):
-        return _logp_summed_out(op, value, node_logpot, edge_logpot)
+        return _logp_summed_out(op, value, *op.log_potentials(params))
     flat = unpad_labels(op.batch, np.asarray(value.data))
     if (flat >= 0).all() or (flat < -1).any() or (flat >= op.n_labels).any():
-        return _logp_observed(op, value, node_logpot, edge_logpot)
+        if _feature_path(op, params):
+            return _logp_observed_features(op, value, params)
+        return _logp_observed(op, value, *op.log_potentials(params))
+    node_logpot, edge_logpot = op.log_potentials(params)
     return _logp_missing(op, ObservedLabels(op.batch, flat, op.n_labels), value, node_logpot,
                          edge_logpot)
 
@@ -543,33 +540,37 @@ def _shared_table(batch: GraphBatch, edge_logpot) -> bool:
     return edge_logpot.type.shape[0] == 1 and batch.n_edges != 1
 
 
-def _logp_observed(op: CRFRV, value, node_logpot, edge_logpot):
-    """Every label observed: score - log Z; labels outside 0..K-1 raise."""
-    batch = op.batch
-    K = node_logpot.shape[-1]
-    t = _flat_labels(batch, value)
-    valid = pt.and_(pt.ge(t, 0), pt.lt(t, K))
-    t = pt.clip(t, 0, K - 1)
-    score = _observed_score(batch, t, node_logpot, edge_logpot)
-    log_z = LogPartition(batch, op.engine)(node_logpot, edge_logpot)
+def _observed_labels(op: CRFRV, value):
+    """Flat labels (N,) of every-label-observed data, clipped into 0..K-1 for indexing, and
+    whether all lay there."""
+    t = _flat_labels(op.batch, value)
+    K = op.n_labels
+    return pt.clip(t, 0, K - 1), pt.and_(pt.ge(t, 0), pt.lt(t, K))
+
+
+def _checked_logp(op: CRFRV, logp, valid):
     # Observed labels may come from pm.Data and change after the model is built, so a label
     # outside 0..K-1 is a data error, raised by name (PyMC's ParameterValueError) wherever the
     # logp runs (PyMC's or nutpie's NUTS, find_MAP), rather than a -inf that samplers report as
-    # failed initialisation; the clip above keeps the indexing in range until the check fires.
-    return check_parameters(score - log_z, valid,
+    # failed initialisation; the clip of the labels keeps the indexing in range until the check
+    # fires.
+    return check_parameters(logp, valid,
                             msg=f"CRF labels must lie in 0..{op.n_labels - 1} at every node",
                             can_be_replaced_by_ninf=False)
 
 
+def _logp_observed(op: CRFRV, value, node_logpot, edge_logpot):
+    """Every label observed: score - log Z; labels outside 0..K-1 raise."""
+    t, valid = _observed_labels(op, value)
+    score = _observed_score(op.batch, t, node_logpot, edge_logpot)
+    log_z = LogPartition(op.batch, op.engine)(node_logpot, edge_logpot)
+    return _checked_logp(op, score - log_z, valid)
+
+
 def _feature_path(op: CRFRV, params) -> bool:
-    """Whether log Z takes the edge features and weights (``FeatureLogPartition``): log-linear
-    per-edge tables from dense, not constant-row edge features, with an engine that forms the
-    tables itself (:func:`~pymc_crf.inference.base.forms_feature_tables`)."""
-    p = op.params(params)
-    x = p["edge_features"]
-    return (x is not None and not isinstance(x.type, ps.SparseTensorType)
-            and get_potential(op.potential).identity and forms_feature_tables(op.engine)
-            and constant_row(x) is None)
+    """Whether log Z takes the edge features and weights (``FeatureLogPartition``; see
+    :func:`~pymc_crf.potentials.feature_tables_path`)."""
+    return feature_tables_path(op.potential, op.params(params)["edge_features"], op.engine)
 
 
 def _logp_observed_features(op: CRFRV, value, params):
@@ -582,17 +583,13 @@ def _logp_observed_features(op: CRFRV, value, params):
                                              p["node_features"], p["node_weights"])
     x = pt.cast(pt.as_tensor_variable(p["edge_features"]), "float64")
     w = pt.cast(pt.as_tensor_variable(p["edge_weights"]), "float64").reshape((x.shape[1], K * K))
-    t = _flat_labels(batch, value)
-    valid = pt.and_(pt.ge(t, 0), pt.lt(t, K))
-    t = pt.clip(t, 0, K - 1)
+    t, valid = _observed_labels(op, value)
     N = batch.n_total_nodes
     score = pt.zeros(batch.n_graphs)[batch.node_graph].inc(node_logpot[np.arange(N), t])
     pair = t[batch.edges[:, 0]] * K + t[batch.edges[:, 1]]
     score = score[batch.edge_graph].inc((x * w.T[pair]).sum(axis=1))
     log_z = FeatureLogPartition(batch, op.engine)(node_logpot, x, w)
-    return check_parameters(score - log_z, valid,
-                            msg=f"CRF labels must lie in 0..{op.n_labels - 1} at every node",
-                            can_be_replaced_by_ninf=False)
+    return _checked_logp(op, score - log_z, valid)
 
 
 def _logp_missing(op: CRFRV, obs: ObservedLabels, value, node_logpot, edge_logpot):
@@ -631,7 +628,7 @@ def _logp_summed_out(op: CRFRV, value, node_logpot, edge_logpot):
     log_partition = LogPartition(batch, op.engine)
     log_zc = log_partition(clamped, edge_logpot)
     log_z = log_partition(node_logpot, edge_logpot)
-    # a data error raised by name wherever the logp runs, as in _logp_observed
+    # a data error raised by name wherever the logp runs, as in _checked_logp
     return check_parameters(log_zc - log_z, pt.all(valid),
                             msg=f"CRF labels must lie in 0..{op.n_labels - 1} (or -1 for a "
                             "missing label) at every node", can_be_replaced_by_ninf=False)

@@ -27,9 +27,15 @@ import scipy.sparse
 
 from pymc_crf.feature_products import as_feature_matrix, features_tdot
 from pymc_crf.fitters.spec import CRFSpec
-from pymc_crf.inference.base import Engine, forms_feature_tables
+from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
-from pymc_crf.potentials import constant_row, get_potential, linear_scores, log_potential_tables
+from pymc_crf.potentials import (
+    constant_row,
+    feature_tables_path,
+    get_potential,
+    linear_scores,
+    log_potential_tables,
+)
 
 __all__ = ["CRFLogLikelihood", "GaussianLogPrior"]
 
@@ -95,10 +101,8 @@ class CRFLogLikelihood:
             self._xety = xety.T.reshape(-1, self.K, self.K)
         # Log-linear per-edge tables from dense edge features go to the engine as features and
         # weights when it has its own Engine.log_z_and_feature_marginals (the chain engine's
-        # never forms the (E, K, K) tables or marginals)
-        self._feature_path = (self._xety is not None and self._pot.identity
-                              and isinstance(self.Xe, np.ndarray)
-                              and forms_feature_tables(self.engine))
+        # forms no (E, K, K) tables or marginals but for chains too long for its lane blocks)
+        self._feature_path = feature_tables_path(self._pot, self.Xe, self.engine)
         self.size = spec.flat_size
         # the score arrays of __call__, reused from call to call (see _score_buffers)
         self._buffers = None
@@ -258,11 +262,20 @@ class CRFLogLikelihood:
             return self._summed_out(node, edge, gradient=False)[0]
         b = self.batch
         with self._scratch() as out:
-            _, _, node, _, edge = self._tables(w_flat, shared_if_constant=True, out=out)
-            s_node, s_edge = self._observed_scores(node, edge)
+            if self._feature_path:
+                parts, node = self._node_table(w_flat, out)
+                We = parts[self.spec.edge_weights.name]
+                s_node = node[self.rows, self.y]
+                s_edge = np.einsum("ef,fe->e", self.Xe,
+                                   We.reshape(-1, self.K * self.K)[:, self.yu * self.K + self.yv])
+                log_z = self.engine.log_z_and_feature_marginals(b, node, self.Xe, We)[0]
+            else:
+                _, _, node, _, edge = self._tables(w_flat, shared_if_constant=True, out=out)
+                s_node, s_edge = self._observed_scores(node, edge)
+                log_z = self.engine.log_partition(b, node, edge)
             score = (np.bincount(b.node_graph, s_node, minlength=b.n_graphs)
                      + np.bincount(b.edge_graph, s_edge, minlength=b.n_graphs))
-            return score - self.engine.log_partition(b, node, edge)
+            return score - log_z
 
     def __call__(self, w_flat: np.ndarray) -> tuple[float, np.ndarray]:
         """Total log-likelihood and its gradient (d,) in the flat weights."""
@@ -315,16 +328,23 @@ class CRFLogLikelihood:
             grads.append(g)
         return value, np.concatenate([g.ravel() for g in grads])
 
+    def _node_table(self, w_flat: np.ndarray, out) -> tuple[dict, np.ndarray]:
+        """Weights by name and the node table alone (the feature path's edge tables are left to
+        the engine); ``out`` as in :meth:`_tables`."""
+        parts = self.spec.unflatten(np.asarray(w_flat, dtype=np.float64))
+        nw = self.spec.node_weights
+        node, _, _, _ = log_potential_tables(
+            self._pot, self.epsilon, self.batch.n_total_nodes, self.K, self.X,
+            None if nw is None else parts[nw.name], out=None if out is None else (out[0], None))
+        return parts, node
+
     def _value_and_grad_features(self, w_flat: np.ndarray, out) -> tuple[float, np.ndarray]:
         """:meth:`_value_and_grad` of log-linear per-edge tables from dense edge features: the
         engine takes the features and weights (``Engine.log_z_and_feature_marginals``), so the
         edge tables and edge marginals are never formed here."""
-        parts = self.spec.unflatten(np.asarray(w_flat, dtype=np.float64))
+        parts, node = self._node_table(w_flat, out)
         nw, ew = self.spec.node_weights, self.spec.edge_weights
         We = parts[ew.name]
-        node, _, _, _ = log_potential_tables(
-            self._pot, self.epsilon, self.batch.n_total_nodes, self.K, self.X,
-            None if nw is None else parts[nw.name], out=None if out is None else (out[0], None))
         log_z, gn, gW = self.engine.log_z_and_feature_marginals(self.batch, node, self.Xe, We)
         # observed feature counts minus expected ones (the score is linear in the weights)
         value = float(np.sum(self._xety * We)) - float(np.sum(log_z))

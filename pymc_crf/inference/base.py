@@ -358,7 +358,7 @@ class Engine(ABC):
         The edge table of edge e is ``sum_f edge_features[e, f] * edge_weights[f]``; returns log Z
         with the vector-Jacobian product of log Z in the node tables and in ``edge_weights``.
         This generic version forms the (E, K, K) tables and their marginals; the chain engine
-        never forms either.
+        forms them only for chains longer than its lane blocks, one chain at a time.
 
         Parameters
         ----------

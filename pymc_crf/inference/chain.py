@@ -16,8 +16,9 @@ across chains (see ``_fb_block``); with per-edge tables each lane has its own ta
 Log-linear per-edge tables given as edge features and weights (``log_z_and_feature_marginals``)
 are formed block by block inside the same kernel, and the gradient in the weights (the expected
 edge features) is summed there too, so neither the (E, K, K) tables nor their marginals are
-ever made: for 49,000 edges and K = 10 those are two 39 MB arrays, written and read again by the
-feature products, which cost more than the recursions.
+made: for 49,000 edges and K = 10 those are two 39 MB arrays, written and read again by the
+feature products, which cost more than the recursions. Chains too long for the lane blocks
+(over 81 positions at K = 10) form their own tables and marginals, one chain at a time.
 
 The kernels run serially (no threads): they are called from compiled PyTensor functions, which
 run in forked PyMC workers or nutpie's sampler threads, one chain per core already; and right
@@ -468,11 +469,28 @@ def _lane_tables(edge, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
         _exp_nonpos(xs, P[t * KK * B:(t + 1) * KK * B], ks, KK * B)
 
 
+@njit(cache=True)
+def _check_finite_tables(flat, rows, cols):
+    """Raise unless the (rows, cols) block ``flat[:rows * cols]`` (edge log-potentials made from
+    features) is all finite. One accumulator per column, so the column loop vectorises without
+    fast-math flags, which this test must not have: under them LLVM folds ``v * 0`` to 0 and
+    inf and NaN would pass. Every path of the feature kernels refuses -inf too: finite features
+    and weights give -inf only by overflow, not as a forbidden transition."""
+    acc = np.zeros(cols)
+    for r in range(rows):
+        for c in range(cols):
+            acc[c] += flat[r * cols + c] * 0.0  # NaN for an inf or NaN entry
+    for c in range(cols):
+        if not acc[c] == 0.0:
+            raise ValueError("log Z: the edge log-potentials Xe @ We are not finite (the "
+                             "product of the edge features and weights overflows)")
+
+
 @njit(cache=True, fastmath=_FAST)
 def _lane_feature_tables(Xe, We, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
     """``_lane_tables`` of log-linear edge tables made from edge features: the table of edge e
     is ``sum_f Xe[e, f] We[f]`` (``We`` (Fe, K^2)), formed here block by block across the lanes,
-    so no (E, K, K) array of tables is ever made. A non-finite entry (a product that overflows)
+    so no (E, K, K) array of tables is made. A non-finite entry (a product that overflows)
     raises."""
     KK = K * K
     Fe = Xe.shape[1]
@@ -480,7 +498,6 @@ def _lane_feature_tables(Xe, We, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs
     cf = np.empty(B)
     mx = np.empty(B)
     lo = np.empty(B)
-    fin = np.empty(B)  # sum of v - v over a table: 0, or NaN when an entry is not finite
     for b in range(B):
         lthr[b] = _threshold(K, 0.0)
     for t in range(1, Lb):
@@ -494,21 +511,17 @@ def _lane_feature_tables(Xe, We, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs
                 xo = _u(x) * Bu
                 for b in range(B):
                     xs[xo + _u(b)] += cf[b] * w
+        _check_finite_tables(xs, KK, B)
         for b in range(B):
             mx[b] = -np.inf
             lo[b] = np.inf
-            fin[b] = 0.0
         for x in range(KK):
             xo = _u(x) * Bu
             for b in range(B):
                 v = xs[xo + _u(b)]
                 mx[b] = max(mx[b], v)
                 lo[b] = min(lo[b], v)
-                fin[b] += v - v
         for b in range(B):
-            if not fin[b] == 0.0:
-                raise ValueError("log Z: the edge log-potentials Xe @ We are not finite (the "
-                                 "product of the edge features and weights overflows)")
             if t < lane_n[b]:
                 lthr[b] = max(lthr[b], _threshold(K, mx[b] - lo[b]))
             lshift[_u(t) * Bu + _u(b)] = mx[b]
@@ -529,7 +542,7 @@ def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n,
     With edge features (``Xe`` (E, Fe) non-empty, ``We`` (Fe, K^2)) the per-edge tables are
     ``Xe @ We``, formed block by block (``edge`` is then not read), and instead of the edge
     marginals the expected edge features ``sum_e Xe[e, f] mu_e`` (times ``lane_w``) are added
-    to ``gW`` (Fe, K^2): the (E, K, K) tables and marginals are never made.
+    to ``gW`` (Fe, K^2): the block's chains need no (E, K, K) tables or marginals.
 
     ``lane_n[b] = 0`` marks an unused lane. Writes ``log_z_lane``, the node marginals of each
     lane's graph (times ``lane_w``), and the edge marginals: per edge into ``edge_m``, or for a
@@ -781,40 +794,33 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
 @njit(cache=True)
 def _fb_feature_graph(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
     """Forward-backward of one chain whose edge tables come from edge features: its tables
-    ``Xe[elo:elo+n-1] @ We`` are made into a small array, ``_fb_graphs`` runs on them (scaled,
-    or in log space when the exactness test fails) and the chain's expected edge features
-    (times ``w``) are added to ``gW``. Returns log Z. For the graphs the lane kernel leaves to
-    the caller: longer than its block buffers, or failing the test there."""
+    ``Xe[elo:elo+n-1] @ We`` (one BLAS product) are formed into an array of the chain's size,
+    ``_fb_graphs`` runs on them (scaled, or in log space when the exactness test fails) and the
+    chain's expected edge features (times ``w``) are added to ``gW`` (a second product). Returns
+    log Z. For the chains the lane kernel leaves to the caller: longer than its block buffers
+    (so these tables are formed, one chain at a time), alone in the batch, or failing the test
+    there."""
     K = node.shape[1]
     KK = K * K
     m = n - 1
-    tab = np.zeros((max(m, 1), K, K))
-    flat = tab.reshape(-1)
-    for e in range(m):
-        for f in range(Xe.shape[1]):
-            c = Xe[elo + e, f]
-            for x in range(KK):
-                flat[e * KK + x] += c * We[f, x]
-    for x in range(m * KK):
-        if not np.abs(flat[x]) < np.inf:
-            raise ValueError("log Z: the edge log-potentials Xe @ We are not finite (the "
-                             "product of the edge features and weights overflows)")
+    if m > 0 and Xe.shape[1] > 0:
+        flat = empty_pages((m, KK))  # large for long chains: advised huge pages
+        np.dot(np.ascontiguousarray(Xe[elo:elo + m]), We, flat)
+        _check_finite_tables(flat.reshape(-1), m, KK)
+        tab = flat.reshape(m, K, K)
+    else:
+        tab = np.zeros((max(m, 1), K, K))
     node_off = np.array([lo, lo + n])
     edge_off = np.array([0, m])
     # with one edge (or none) the (1, K, K) array reads as a shared table: that table is the
     # chain's own, so the summed edge marginals are that edge's
     psi, shift, erange = _edge_tables(tab[:1])
     lz = np.empty(1)
-    em = np.zeros((tab.shape[0], K, K))
+    em = zeros_pages((tab.shape[0], K, K))
     _fb_graphs(node, tab, psi, shift, erange, node_off, edge_off, np.zeros(1, np.int64),
                want_marginals, np.full(1, w), lz, node_m, em)
-    if want_marginals:
-        emf = em.reshape(-1)
-        for e in range(m):
-            for f in range(Xe.shape[1]):
-                c = Xe[elo + e, f]
-                for x in range(KK):
-                    gW[f, x] += c * emf[e * KK + x]
+    if want_marginals and m > 0 and Xe.shape[1] > 0:
+        gW += np.dot(np.ascontiguousarray(Xe[elo:elo + m].T), em[:m].reshape(m, KK))
     return lz[0]
 
 

@@ -217,8 +217,9 @@ class _FeatureOp(_BatchOp):
 class FeatureLogPartition(_FeatureOp):
     """log Z per graph of ``batch`` for node log-potentials (N, K) and the log-linear per-edge
     tables ``edge_features @ edge_weights`` (features (E, Fe), weights (Fe, K^2)), through
-    ``Engine.log_z_and_feature_marginals``: the chain engine never forms the (E, K, K) tables or
-    their marginals. Its gradient is ``FeatureLogPartitionGrad``; in the edge features (constant
+    ``Engine.log_z_and_feature_marginals``: the chain engine forms no (E, K, K) tables or
+    marginals (but those of chains too long for its lane blocks, one chain at a time). Its
+    gradient is ``FeatureLogPartitionGrad``; in the edge features (constant
     in a CRF) it is that of the table Ops."""
 
     def __init__(self, batch: GraphBatch, engine: Engine):
@@ -432,7 +433,7 @@ def _objmode_impl(op, node):
     return impl, f"pymc_crf.objmode.{type(op).__name__}.v{_KERNEL_VERSION}.{key}"
 
 
-_KERNEL_VERSION = 10
+_KERNEL_VERSION = 11
 
 
 def _cache_key(op, which: str) -> str:
