@@ -30,8 +30,7 @@ import pytensor.tensor as pt
 from numba import njit
 from scipy.special import log_ndtr as _log_ndtr_np
 
-from pymc_crf.feature_products import features_dot, features_dot_pt, is_sparse
-from pymc_crf.inference.base import Engine, forms_feature_tables
+from pymc_crf.feature_products import features_dot, features_dot_pt
 
 __all__ = ["POTENTIALS", "LogLinear", "Potential", "Probit", "check_potential", "constant_row",
            "gaussian_moments", "get_potential", "hcrf_pair_tables", "linear_scores", "log_ndtr",
@@ -312,16 +311,6 @@ def constant_row(features) -> np.ndarray | None:
         return None
     first = features[0]
     return first.copy() if bool(np.all(features == first)) else None
-
-
-def feature_tables_path(potential: str | Potential, edge_features: Any, engine: Engine) -> bool:
-    """Whether log Z takes the edge features and weights instead of per-edge tables
-    (``Engine.log_z_and_feature_marginals``): log-linear potentials, dense edge features whose
-    rows are not all equal (those are one shared table), and an engine that forms the tables
-    itself (:func:`~pymc_crf.inference.base.forms_feature_tables`, the chain engine)."""
-    return (edge_features is not None and not is_sparse(edge_features)
-            and get_potential(potential).identity and forms_feature_tables(engine)
-            and constant_row(edge_features) is None)
 
 
 def log_potential_tables(potential: str | Potential, epsilon: float, n_nodes: int, K: int,

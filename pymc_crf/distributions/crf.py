@@ -34,13 +34,13 @@ from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.inference.select import get_engine
-from pymc_crf.ops.log_partition import FeatureLogPartition, LogPartition, content_key
-from pymc_crf.potentials import (
-    check_potential,
+from pymc_crf.ops.log_partition import (
+    FeatureLogPartition,
+    LogPartition,
+    content_key,
     feature_tables_path,
-    log_potential_tables,
-    log_potential_tables_pt,
 )
+from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
 from pymc_crf.validation import flag, whole_number
 
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
@@ -569,7 +569,7 @@ def _logp_observed(op: CRFRV, value, node_logpot, edge_logpot):
 
 def _feature_path(op: CRFRV, params) -> bool:
     """Whether log Z takes the edge features and weights (``FeatureLogPartition``; see
-    :func:`~pymc_crf.potentials.feature_tables_path`)."""
+    :func:`~pymc_crf.ops.log_partition.feature_tables_path`)."""
     return feature_tables_path(op.potential, op.params(params)["edge_features"], op.engine)
 
 

@@ -21,6 +21,7 @@ Python entry point (an explicit choice, so PyTensor does not warn about a silent
 from __future__ import annotations
 
 import hashlib
+from typing import Any
 
 import numba
 import numpy as np
@@ -36,9 +37,11 @@ from pytensor.tensor import TensorLike
 from pytensor.tensor.rewriting.basic import register_specialize
 from pytensor.tensor.variable import TensorVariable
 
+from pymc_crf.feature_products import is_sparse
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine
+from pymc_crf.inference.base import Engine, forms_feature_tables
 from pymc_crf.inference.select import get_engine, require_log_z
+from pymc_crf.potentials import Potential, constant_row, get_potential
 
 __all__ = ["FeatureLogPartition", "FeatureLogPartitionGrad", "FeatureLogPartitionWithGrad",
            "LogPartition", "LogPartitionGrad", "LogPartitionHVP", "LogPartitionWithGrad",
@@ -295,6 +298,17 @@ class FeatureLogPartitionWithGrad(_FeatureOp):
         return [grad_not_implemented(self, i, x, "the fused log Z and gradient node (made by a "
                                      "rewrite after differentiation)")
                 for i, x in enumerate(inputs)]
+
+
+def feature_tables_path(potential: str | Potential, edge_features: Any, engine: Engine) -> bool:
+    """Whether log Z takes the edge features and weights instead of per-edge tables
+    (``FeatureLogPartition``, ``Engine.log_z_and_feature_marginals``): log-linear potentials,
+    dense edge features whose rows are not all equal (those are one shared table), and an
+    engine that forms the tables itself
+    (:func:`~pymc_crf.inference.base.forms_feature_tables`, the chain engine)."""
+    return (edge_features is not None and not is_sparse(edge_features)
+            and get_potential(potential).identity and forms_feature_tables(engine)
+            and constant_row(edge_features) is None)
 
 
 # log Z Op -> (its gradient Op, the fused Op of both)
