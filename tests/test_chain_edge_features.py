@@ -183,3 +183,22 @@ def test_objective_pointwise_on_the_feature_path():
     w = 3.0 * rng.normal(size=spec.flat_size)
     np.testing.assert_allclose(lik.pointwise(w), tables.pointwise(w), rtol=1e-12, atol=1e-12)
     assert abs(lik.pointwise(w).sum() - lik(w)[0]) < 1e-9
+
+
+@pytest.mark.parametrize("scale", [1.0, 400.0])
+def test_feature_log_partition_is_the_first_output_without_the_gradient(scale):
+    """``feature_log_partition`` (the forward pass alone) against brute force on small chains
+    and against ``log_z_and_feature_marginals`` on blocked, long and log-space chains, dense
+    and sparse."""
+    rng = np.random.default_rng(10)
+    b, node, Xe, We, _ = _problem(rng, [4, 1, 3, 5, 2], 3, 2, scale)
+    ref = BF.log_partition(b, node, (Xe @ We.reshape(2, -1)).reshape(-1, 3, 3))
+    for engine in (BF, CH):
+        np.testing.assert_allclose(engine.feature_log_partition(b, node, Xe, We), ref,
+                                   rtol=1e-12)
+    lengths = np.concatenate([rng.integers(1, 60, size=150), [90, 200]])
+    b, node, Xe, We, _ = _problem(rng, lengths, 10, 3, 1.0)
+    We = scale * We
+    lz = CH.log_z_and_feature_marginals(b, node, Xe, We)[0]
+    assert _rel(CH.feature_log_partition(b, node, Xe, We), lz) < 1e-12
+    assert _rel(CH.feature_log_partition(b, node, scipy.sparse.csr_matrix(Xe), We), lz) < 1e-9

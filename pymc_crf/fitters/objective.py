@@ -263,7 +263,7 @@ class CRFLogLikelihood:
                 s_node = node[self.rows, self.y]
                 s_edge = np.einsum("ef,fe->e", self.Xe,
                                    We.reshape(-1, self.K * self.K)[:, self.yu * self.K + self.yv])
-                log_z = self.engine.log_z_and_feature_marginals(b, node, self.Xe, We)[0]
+                log_z = self.engine.feature_log_partition(b, node, self.Xe, We)
             else:
                 _, _, node, _, edge = self._tables(w_flat, shared_if_constant=True, out=out)
                 s_node, s_edge = self._observed_scores(node, edge)

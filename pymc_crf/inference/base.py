@@ -394,6 +394,15 @@ class Engine(ABC):
         """
         return None
 
+    def feature_log_partition(self, batch: GraphBatch, node_logpot, edge_features,
+                              edge_weights) -> np.ndarray:
+        """log Z (G,) of log-linear edge tables made from edge features: the first output of
+        :meth:`log_z_and_feature_marginals`, without the gradient pass. This generic version
+        forms the (E, K, K) tables."""
+        node, Xe, We, _ = check_feature_tables(batch, node_logpot, edge_features, edge_weights)
+        K = node.shape[1]
+        return self.log_partition(batch, node, features_dot(Xe, We).reshape(batch.n_edges, K, K))
+
     def feature_numba_kernels(self, batch: GraphBatch):
         """Optional njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
         :meth:`log_z_and_feature_marginals` for compiled models (``x`` dense (E, Fe), ``w``

@@ -1278,14 +1278,28 @@ class ChainEngine(Engine):
         if is_sparse(edge_features):
             return super().log_z_and_feature_marginals(batch, node_logpot, edge_features,
                                                        edge_weights, graph_weights)
+        K = np.shape(node_logpot)[-1]
+        log_z, gn, gW = self._feature_pass(batch, node_logpot, edge_features, edge_weights,
+                                           graph_weights, True)
+        return log_z, gn, gW.reshape(-1, K, K)
+
+    def feature_log_partition(self, batch, node_logpot, edge_features, edge_weights):
+        """``Engine.feature_log_partition`` by the lane kernel's forward pass alone (sparse
+        features take the generic version)."""
+        if is_sparse(edge_features):
+            return super().feature_log_partition(batch, node_logpot, edge_features, edge_weights)
+        return self._feature_pass(batch, node_logpot, edge_features, edge_weights, None,
+                                  False)[0]
+
+    def _feature_pass(self, batch, node_logpot, edge_features, edge_weights, graph_weights,
+                      want_marginals):
+        """The checked inputs through ``_forward_backward_features``."""
         self.check_supported(batch)
         node, Xe, We, gw = check_feature_tables(batch, node_logpot, edge_features, edge_weights,
                                                 graph_weights)
         Xe = np.ascontiguousarray(Xe, dtype=np.float64)
-        K = node.shape[1]
-        log_z, gn, gW = _forward_backward_features(node, Xe, We, batch.node_offsets,
-                                                   batch.edge_offsets, True, gw)
-        return log_z, gn, gW.reshape(-1, K, K)
+        return _forward_backward_features(node, Xe, We, batch.node_offsets, batch.edge_offsets,
+                                          want_marginals, gw)
 
     def log_z_and_weighted_marginals(self, batch, node_logpot, edge_logpot, graph_weights):
         """log Z and the marginals of graph g times ``graph_weights[g]`` (the VJP of log Z),

@@ -208,13 +208,16 @@ class _FeatureOp(_BatchOp):
         return pt.dot(x, w).reshape((x.shape[0], K, K))
 
     def _perform(self, inputs):
+        """The engine's log Z and gradient (inputs with ``g``), or log Z alone (without)."""
         node, x, w, *g = inputs
         K = node.shape[1]
         if w.shape[1] != K * K:
             raise ValueError(f"edge weights must be (Fe, K^2) = ({w.shape[0]}, {K * K}) with the "
                              f"node tables' K = {K}; got {w.shape}")
-        return self.engine.log_z_and_feature_marginals(
-            self.batch, node, x, w.reshape(w.shape[0], K, K), g[0] if g else None)
+        w = w.reshape(w.shape[0], K, K)
+        if not g:
+            return self.engine.feature_log_partition(self.batch, node, x, w)
+        return self.engine.log_z_and_feature_marginals(self.batch, node, x, w, g[0])
 
 
 class FeatureLogPartition(_FeatureOp):
@@ -234,7 +237,7 @@ class FeatureLogPartition(_FeatureOp):
         return Apply(self, list(ins), [pt.dvector(shape=(self.batch.n_graphs,))])
 
     def perform(self, node, inputs, output_storage):
-        output_storage[0][0] = np.asarray(self._perform(inputs)[0], dtype=np.float64)
+        output_storage[0][0] = np.asarray(self._perform(inputs), dtype=np.float64)
 
     def infer_shape(self, node, shapes):
         return [(self.batch.n_graphs,)]
