@@ -159,6 +159,36 @@ def test_overflowing_tables_are_refused_on_every_path(lengths, big):
                                        np.full((b.n_edges, 1), 10.0), We)
 
 
+@pytest.mark.parametrize("Fe", [4, 5, 9])
+def test_many_edge_features_match_the_table_path(Fe):
+    """The kernel sums four features per pass: whole passes and a remainder (Fe = 4, 5, 9) on a
+    blocked ragged batch, against the chain engine's table path."""
+    rng = np.random.default_rng(20 + Fe)
+    batch, node, Xe, We, gw = _problem(rng, rng.integers(1, 30, size=70), 4, Fe, 1.0)
+    got = CH.log_z_and_feature_marginals(batch, node, Xe, We, gw)
+    ref = _generic(CH, batch, node, Xe, We, gw)
+    for a, b in zip(got, ref, strict=True):
+        assert _rel(a, b) < 1e-10
+    np.testing.assert_allclose(CH.feature_log_partition(batch, node, Xe, We), ref[0],
+                               rtol=1e-12)
+
+
+def test_tables_near_overflow_are_tested_and_kept():
+    """Features and weights whose products are finite but whose bound (sum_f |Xe| max |We|)
+    exceeds the kernel's no-overflow bound: the entry-by-entry test runs, passes, and the
+    result equals the table path (every chain then goes to log space)."""
+    rng = np.random.default_rng(21)
+    batch = GraphBatch.chains([5, 4, 6, 3])
+    node = rng.normal(size=(batch.n_total_nodes, 2))
+    Xe = np.full((batch.n_edges, 1), 1e299)
+    We = rng.uniform(-2.0, 2.0, size=(1, 2, 2))
+    got = CH.log_z_and_feature_marginals(batch, node, Xe, We)
+    ref = _generic(CH, batch, node, Xe, We, np.ones(batch.n_graphs))
+    assert np.isfinite(got[0]).all()
+    for a, b in zip(got, ref, strict=True):
+        assert np.allclose(a, b, rtol=1e-12, atol=1e-12 * np.abs(b).max())
+
+
 def test_zero_edge_features():
     """Edge features with no columns (every table zero): the generic version (brute force,
     sparse features on the chain engine) and the chain kernel agree with zero tables."""

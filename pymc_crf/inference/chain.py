@@ -486,41 +486,84 @@ def _check_finite_tables(flat, rows, cols):
                              "product of the edge features and weights overflows)")
 
 
+# A bound under which the feature tables cannot overflow: with finite features and weights,
+# |sum_f Xe[e, f] We[f, x]| <= sum_f |Xe[e, f]| max_x |We[f, x]| (the per-edge bound), and a sum
+# of Fe terms rounded in floating point exceeds its exact value by a factor of at most
+# 1 + Fe 2^-53. A block whose edges all bound below 1e300 therefore has finite tables (far from
+# the overflow at 1.8e308 for any Fe), and the entry-by-entry test is skipped there.
+_NO_OVERFLOW = 1e300
+
+
+@njit(cache=True, fastmath=_FAST)
+def _feature_bound(Xe, wmax, lane_elo, lane_n, B):
+    """The largest per-edge bound ``sum_f |Xe[e, f]| wmax[f]`` over the block's edges (NaN
+    for non-finite features, which then fail the ``< _NO_OVERFLOW`` test)."""
+    bound = 0.0
+    for b in range(B):
+        for e in range(lane_elo[b], lane_elo[b] + max(lane_n[b] - 1, 0)):
+            v = 0.0
+            for f in range(Xe.shape[1]):
+                v += np.abs(Xe[e, f]) * wmax[f]
+            bound = v if not v <= bound else bound  # keeps a NaN
+    return bound
+
+
 @njit(cache=True, fastmath=_FAST)
 def _lane_feature_tables(Xe, We, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
     """``_lane_tables`` of log-linear edge tables made from edge features: the table of edge e
     is ``sum_f Xe[e, f] We[f]`` (``We`` (Fe, K^2)), formed here block by block across the lanes,
     so no (E, K, K) array of tables is made. A non-finite entry (a product that overflows)
-    raises."""
+    raises; blocks whose features bound their tables below ``_NO_OVERFLOW`` are not tested
+    entry by entry.
+
+    Four features per pass over the block's entries (the passes are bound by the loads and
+    stores of ``xs``, not by the multiply-adds); the last pass also takes each lane's maximum
+    and minimum."""
     KK = K * K
     Fe = Xe.shape[1]
     Bu = _u(B)
-    cf = np.empty(B)
+    wmax = np.zeros(Fe)
+    for f in range(Fe):
+        for x in range(KK):
+            wmax[f] = max(wmax[f], np.abs(We[f, x]))
+    check = not _feature_bound(Xe, wmax, lane_elo, lane_n, B) < _NO_OVERFLOW
+    cf = np.zeros(4 * B)  # features f..f+3 of each lane's edge at step t, zero past its end
     mx = np.empty(B)
     lo = np.empty(B)
     for b in range(B):
         lthr[b] = _threshold(K, 0.0)
     for t in range(1, Lb):
-        for x in range(KK * B):
-            xs[_u(x)] = 0.0
-        for f in range(Fe):
-            for b in range(B):
-                cf[b] = Xe[lane_elo[b] + t - 1, f] if t < lane_n[b] else 0.0
-            for x in range(KK):
-                w = We[f, x]
-                xo = _u(x) * Bu
-                for b in range(B):
-                    xs[xo + _u(b)] += cf[b] * w
-        _check_finite_tables(xs, KK, B)
         for b in range(B):
             mx[b] = -np.inf
             lo[b] = np.inf
-        for x in range(KK):
-            xo = _u(x) * Bu
-            for b in range(B):
-                v = xs[xo + _u(b)]
-                mx[b] = max(mx[b], v)
-                lo[b] = min(lo[b], v)
+        for f in range(0, max(Fe, 1), 4):
+            nf = min(4, Fe - f)
+            for q in range(4):
+                for b in range(B):
+                    cf[q * B + b] = (Xe[lane_elo[b] + t - 1, f + q]
+                                     if q < nf and t < lane_n[b] else 0.0)
+            last = f + 4 >= Fe
+            for x in range(KK):
+                w0 = We[f, x] if nf > 0 else 0.0
+                w1 = We[f + 1, x] if nf > 1 else 0.0
+                w2 = We[f + 2, x] if nf > 2 else 0.0
+                w3 = We[f + 3, x] if nf > 3 else 0.0
+                xo = _u(x) * Bu
+                if f == 0:
+                    for b in range(B):
+                        xs[xo + _u(b)] = (cf[b] * w0 + cf[B + b] * w1 + cf[2 * B + b] * w2
+                                          + cf[3 * B + b] * w3)
+                else:
+                    for b in range(B):
+                        xs[xo + _u(b)] += (cf[b] * w0 + cf[B + b] * w1 + cf[2 * B + b] * w2
+                                           + cf[3 * B + b] * w3)
+                if last:
+                    for b in range(B):
+                        v = xs[xo + _u(b)]
+                        mx[b] = max(mx[b], v)
+                        lo[b] = min(lo[b], v)
+        if check:
+            _check_finite_tables(xs, KK, B)
         for b in range(B):
             if t < lane_n[b]:
                 lthr[b] = max(lthr[b], _threshold(K, mx[b] - lo[b]))
