@@ -19,8 +19,10 @@ has fast and slow modes): ``ChainEngine.log_partition`` and ``ChainEngine.margin
 model's log-potential tables, the objective ``CRFLogLikelihood`` value + gradient (on
 ``extract_crf(model)``), and the compiled model's logp + dlogp (``model.logp_dlogp_function``).
 Every time is given as a ratio to the two BLAS products ``X @ W`` and ``X.T @ G`` timed in the
-same rounds. Targets: objective <= 2x the BLAS products; compiled logp + dlogp <= 1.3x the
-objective; edge-feature models <= 2x the shared one.
+same rounds. The compiled models multiply through scipy's OpenBLAS and the rest through
+numpy's; ``blas_env`` keeps either library's spinning worker threads from slowing the other's
+calls in this rotation (see its docstring). Targets: objective <= 2x the BLAS products;
+compiled logp + dlogp <= 1.3x the objective; edge-feature models <= 2x the shared one.
 
 A floor row times what a per-edge objective that forms its tables must do besides the
 recursions: the BLAS pair, the edge products ``Xe @ We`` and ``Xe.T @ M`` and one exp of each of
@@ -39,10 +41,12 @@ import argparse
 import os
 import sys
 
-import numpy as np
-import pymc as pm
-
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from blas_env import SETTING  # noqa: E402  (sets OPENBLAS_THREAD_TIMEOUT before numpy loads)
+
+# isort: split
+import numpy as np  # noqa: E402
+import pymc as pm
 from bench_chain import interleaved, make_problem  # noqa: E402
 
 import pymc_crf as pmc  # noqa: E402
@@ -131,8 +135,8 @@ def main(argv=None):
 
     rows = interleaved(cases, args.repeats)
     ref = rows[ref_key][0]
-    print(f"\n{os.cpu_count()} cores, {args.repeats} rounds; ms (median, min) and ratio of "
-          "medians to the reference")
+    print(f"\n{os.cpu_count()} cores, {SETTING}, {args.repeats} rounds; ms (median, min) and "
+          "ratio of medians to the reference")
     print(f"{'what':44s} {'median':>9s} {'min':>9s} {'ratio':>7s}")
     for k, (med, mn, _) in rows.items():
         print(f"{k:44s} {med:9.2f} {mn:9.2f} {med / ref:7.2f}")
