@@ -104,7 +104,10 @@ def case(name, batch, X, y, W, T, Xe=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeats", type=int, default=20)
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads of the chain kernels (default: pymc_crf's default)")
     args = ap.parse_args(argv)
+    pmc.set_num_threads(args.threads)
     batch, X, W, T, y = make_problem()
     Gm = np.random.default_rng(1).normal(size=(X.shape[0], W.shape[1]))
     ref_key = "reference: X @ W + X.T @ G"
@@ -135,8 +138,9 @@ def main(argv=None):
 
     rows = interleaved(cases, args.repeats)
     ref = rows[ref_key][0]
-    print(f"\n{os.cpu_count()} cores, {SETTING}, {args.repeats} rounds; ms (median, min) and "
-          "ratio of medians to the reference")
+    print(f"\n{os.cpu_count()} cores, {SETTING}, chain kernels in {pmc.get_num_threads()} "
+          f"thread(s), {args.repeats} rounds; ms (median, min) and ratio of medians to the "
+          "reference")
     print(f"{'what':44s} {'median':>9s} {'min':>9s} {'ratio':>7s}")
     for k, (med, mn, _) in rows.items():
         print(f"{k:44s} {med:9.2f} {mn:9.2f} {med / ref:7.2f}")

@@ -28,7 +28,9 @@ import os
 
 # CRFsuite is single-threaded; so is this run. Multi-threaded BLAS on the level-1 products of
 # L-BFGS (vectors of millions of weights) only adds contention on a shared 2-core machine.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+# The package's chain kernels follow PYMC_CRF_NUM_THREADS (pymc_crf.threads) and run in one
+# thread here too.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYMC_CRF_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402

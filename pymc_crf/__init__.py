@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from pymc_crf.inference import ApproximateInferenceWarning, ConvergenceWarning
     from pymc_crf.ops import log_partition
     from pymc_crf.predict import Prediction, predict
+    from pymc_crf.threads import get_num_threads, set_num_threads
 
 #: where each public name lives (a subpackage is its own entry)
 _LAZY = {
@@ -56,6 +57,8 @@ _LAZY = {
     "log_partition": "pymc_crf.ops",
     "Prediction": "pymc_crf.predict",
     "predict": "pymc_crf.predict",
+    "get_num_threads": "pymc_crf.threads",
+    "set_num_threads": "pymc_crf.threads",
 }
 
 __version__ = "0.1.0"
@@ -77,6 +80,7 @@ __all__ = [
     "features",
     "fit",
     "fitters",
+    "get_num_threads",
     "impute",
     "inference",
     "log_marginal_likelihood",
@@ -85,6 +89,7 @@ __all__ = [
     "pad_labels",
     "plots",
     "predict",
+    "set_num_threads",
     "step_methods",
     "unpad_labels",
 ]

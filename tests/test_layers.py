@@ -1,8 +1,8 @@
 """The layer order of docs/architecture.md holds for every import inside pymc_crf, at module level
 and inside functions: top (predict, compare, cli, ...) -> fitters / step_methods / datasets ->
 distributions -> ops -> inference -> graphs, with ``allocation``, ``feature_products`` (which uses
-it), ``potentials`` (which uses that) and ``validation`` importable by all and importing nothing
-else of the package."""
+it), ``potentials`` (which uses that), ``threads`` and ``validation`` importable by all and
+importing nothing else of the package."""
 
 import ast
 from pathlib import Path
@@ -14,7 +14,8 @@ import pymc_crf
 ROOT = Path(pymc_crf.__file__).parent
 
 #: rank of each layer: a module may import modules of its own rank or below
-RANKS = {"potentials": 0, "feature_products": 0, "allocation": 0, "validation": 0, "graphs": 1,
+RANKS = {"potentials": 0, "feature_products": 0, "allocation": 0, "threads": 0, "validation": 0,
+         "graphs": 1,
          "inference": 2, "ops": 3, "distributions": 4, "fitters": 5, "step_methods": 5, "datasets": 5}
 TOP = 6  # predict, compare, cli, plots and any other top-level module
 

@@ -20,15 +20,21 @@ made: for 49,000 edges and K = 10 those are two 39 MB arrays, written and read a
 feature products, which cost more than the recursions. Chains too long for the lane blocks
 (over 81 positions at K = 10) form their own tables and marginals, one chain at a time.
 
-The kernels run serially (no threads): they are called from compiled PyTensor functions, which
-run in forked PyMC workers or nutpie's sampler threads, one chain per core already; and right
-after a BLAS call OpenBLAS's spinning worker threads would compete with ours.
+A batch with enough lane-block work is split into parts of whole blocks (``_block_plan``: about
+equal work, at most eight, fixed by the batch alone) that run on the worker threads of
+``pymc_crf.threads``; each part sums its shared-table and edge-feature terms apart, and the parts'
+sums are added in part order, so the numbers do not depend on the number of threads. Blocks are
+the same as in one thread, so log Z and the marginals are bit for bit those of the one-thread
+kernel; only the summed terms differ from it, by rounding. Compiled PyTensor functions reach the
+threads through an object-mode hand-off (``_fb_any``). In a ``multiprocessing`` child (PyMC's
+sampler processes) the default is one thread, and concurrent callers (nutpie's chains) run their
+parts in their own threads while the pool is busy.
 """
 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+from numba import njit, objmode
 
 from pymc_crf.allocation import empty_pages, zeros_pages
 from pymc_crf.feature_products import is_sparse
@@ -49,6 +55,7 @@ from pymc_crf.inference.kernels import (
     logsumexp_1d,
     unused_arrays,
 )
+from pymc_crf.threads import run_parts
 from pymc_crf.validation import generator, whole_number
 
 __all__ = ["ChainEngine"]
@@ -884,33 +891,65 @@ def _workspace(sizes):
     return [buf[base + starts[k]: base + starts[k] + sizes[k]] for k in range(len(sizes))]
 
 
+# Batches with at least this much lane-block work (positions x lanes x K^2, summed over blocks)
+# are split into parts for the worker threads (``pymc_crf.threads``); below it a thread hand-off
+# (tens of microseconds) would cost more than it saves.
+_PARALLEL_WORK = 1 << 18
+_MAX_PARTS = 8
+
+
 @njit(cache=True)
-def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-                node_m, edge_m, Xe, We, gW):
-    """Forward-backward of a batch, up to LANES graphs at a time (graphs in order of length; any
-    too long for the block buffers, or failing the exactness test, go through the per-graph
-    kernels). With edge features (``Xe`` non-empty; see ``_fb_block``) the expected edge
-    features go to ``gW`` instead of edge marginals to ``edge_m``."""
-    K = node.shape[1]
-    feat = Xe.shape[0] > 0
-    shared = edge.shape[0] == 1 and not feat
+def _block_plan(node_off, K, per_edge):
+    """How ``_fb_blocked`` runs a batch: graphs in order of length (``order``), ``B`` lanes a
+    block, the first ``n_blocked`` graphs in blocks (the rest are too long for the block
+    buffers), ``Lbuf`` the longest blocked graph, and ``bounds``: the blocked graphs split into
+    parts of whole blocks with about equal work (one part below ``_PARALLEL_WORK``). The split
+    depends on the batch alone, not on the number of threads."""
     G = node_off.shape[0] - 1
     B = min(LANES, 8 * ((G + 7) // 8))
     lengths = node_off[1:] - node_off[:-1]
     order = np.argsort(lengths, kind="mergesort")
     cap = max(1, _BLOCK_ELEMS // (K * B))
-    if not shared:
+    if per_edge:
         cap = max(1, min(cap, _TABLE_ELEMS // (K * K * B)))
     n_blocked = np.searchsorted(lengths[order], cap, side="right")
     Lbuf = 1
     if n_blocked > 0:
         Lbuf = lengths[order[n_blocked - 1]]
+    n_blocks = (n_blocked + B - 1) // B
+    work = np.zeros(n_blocks + 1)  # cumulative work: a block runs to its longest lane
+    for k in range(n_blocks):
+        work[k + 1] = work[k] + lengths[order[min((k + 1) * B, n_blocked) - 1]] * B * K * K
+    n_parts = 1
+    if work[n_blocks] >= _PARALLEL_WORK:
+        n_parts = min(n_blocks, _MAX_PARTS)
+    first = np.zeros(n_parts + 1, np.int64)  # each part's first block
+    k = 0
+    for p in range(1, n_parts):
+        while k < n_blocks and work[k] < work[n_blocks] * p / n_parts:
+            k += 1
+        first[p] = min(max(k, first[p - 1] + 1), n_blocks - (n_parts - p))
+    bounds = first * B
+    bounds[n_parts] = n_blocked
+    return order, lengths, B, n_blocked, Lbuf, bounds
+
+
+@njit(cache=True, nogil=True)
+def _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, first, stop):
+    """The blocks of ``B`` graphs ``order[first:stop]`` (``first`` a multiple of ``B``) of
+    ``_fb_blocked``, each through ``_fb_block``; lanes that fail the exactness test are redone
+    by the per-graph kernels. A shared table's summed edge marginals go to ``macc`` (and a
+    redone lane's to ``edge_m[0]``), expected edge features to ``gW``: a part run on its own
+    thread gets its own ``macc``, ``gW`` and, for a shared table, ``edge_m``."""
+    K = node.shape[1]
+    feat = Xe.shape[0] > 0
+    shared = edge.shape[0] == 1 and not feat
     Lt = 0 if shared else Lbuf
     KKB = 0 if shared else K * K * B
     ws = _workspace((Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * B, K * B,
                      K * B, Lt * KKB, Lt * B, KKB, KKB))
     phi, alpha, xb, kb, inv, beta, tmp, P, lshift, xs, ks = ws
-    macc = np.zeros((K, K))
     lane_lo = np.zeros(B, np.int64)
     lane_elo = np.zeros(B, np.int64)
     lane_n = np.zeros(B, np.int64)
@@ -919,9 +958,9 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
     lz = np.empty(B)
     bad = np.zeros(B, np.bool_)
     lz1 = np.empty(1)
-    for start in range(0, n_blocked, B):
+    for start in range(first, stop, B):
         for b in range(B):
-            if start + b < n_blocked:
+            if start + b < stop:
                 g = order[start + b]
                 lane_g[b] = g
                 lane_lo[b] = node_off[g]
@@ -946,6 +985,17 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
                 log_z[g] = lz1[0]
             else:
                 log_z[g] = lz[b]
+
+
+@njit(cache=True)
+def _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+             node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked):
+    """What ``_fb_blocked`` does after the blocks: a shared table's summed edge marginals
+    ``psi * macc`` into ``edge_m[0]``, and the graphs too long for the blocks."""
+    K = node.shape[1]
+    feat = Xe.shape[0] > 0
+    shared = edge.shape[0] == 1 and not feat
+    G = node_off.shape[0] - 1
     if shared and want_marginals:
         for i in range(K):
             for j in range(K):
@@ -958,6 +1008,53 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
     elif n_blocked < G:
         _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, order[n_blocked:],
                    want_marginals, gw, log_z, node_m, edge_m)
+
+
+@njit(cache=True)
+def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                node_m, edge_m, Xe, We, gW):
+    """Forward-backward of a batch, up to LANES graphs at a time (graphs in order of length; any
+    too long for the block buffers, or failing the exactness test, go through the per-graph
+    kernels), in this thread. With edge features (``Xe`` non-empty; see ``_fb_block``) the
+    expected edge features go to ``gW`` instead of edge marginals to ``edge_m``."""
+    K = node.shape[1]
+    per_edge = Xe.shape[0] > 0 or edge.shape[0] != 1
+    order, lengths, B, n_blocked, Lbuf, _ = _block_plan(node_off, K, per_edge)
+    macc = np.zeros((K, K))
+    _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, 0, n_blocked)
+    _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+             node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
+
+
+def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                      log_z, node_m, edge_m, Xe, We, gW, plan):
+    """``_fb_blocked`` with the blocks in the parts of ``plan`` (``_block_plan``), run on the
+    worker threads (``pymc_crf.threads``). Each part adds its shared-table and edge-feature
+    sums into arrays of its own, added up here in part order."""
+    order, lengths, B, n_blocked, Lbuf, bounds = plan
+    K = node.shape[1]
+    n_parts = len(bounds) - 1
+    maccs = np.zeros((n_parts, K, K))
+    gWs = np.zeros((n_parts, *gW.shape))
+    shared_sum = edge.shape[0] == 1 and Xe.shape[0] == 0 and want_marginals
+    ems = np.zeros((n_parts, 1, K, K)) if shared_sum else None
+
+    def part(p):
+        _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                   log_z, node_m, ems[p] if shared_sum else edge_m, Xe, We, gWs[p], maccs[p],
+                   order, lengths, B, Lbuf, bounds[p], bounds[p + 1])
+
+    run_parts(part, n_parts)
+    macc = maccs[0]
+    for p in range(1, n_parts):
+        macc += maccs[p]
+    for p in range(n_parts):
+        gW += gWs[p]
+        if shared_sum:
+            edge_m += ems[p]
+    _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+             node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
 
 
 @njit(cache=True)
@@ -1035,6 +1132,71 @@ def _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals,
                                          edge_off[g], want_marginals,
                                          gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
     return log_z, node_m, gW
+
+
+def _parts_plan(node_off, K, per_edge):
+    """``_block_plan`` of a batch whose blocks split into several parts, else None."""
+    if node_off.shape[0] <= 2:
+        return None
+    plan = _block_plan(node_off, K, per_edge)
+    return plan if plan[5].shape[0] > 2 else None
+
+
+def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward``, with a large batch's lane blocks run on the worker threads."""
+    plan = _parts_plan(node_off, node.shape[1], edge.shape[0] != 1)
+    if plan is None:
+        return _forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
+    log_z = np.empty(node_off.shape[0] - 1)
+    node_m, edge_m = _fb_outputs(node, edge, want_marginals)
+    psi, shift, erange = _edge_tables(edge[:1])
+    nf = np.zeros((0, 0))
+    _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                      log_z, node_m, edge_m, nf, nf, nf, plan)
+    return log_z, node_m, edge_m
+
+
+def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_features``, with a large batch's lane blocks run on the worker
+    threads."""
+    K = node.shape[1]
+    plan = _parts_plan(node_off, K, True) if Xe.shape[0] > 0 else None
+    if plan is None:
+        return _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw)
+    log_z = np.empty(node_off.shape[0] - 1)
+    node_m = zeros_pages((node.shape[0], K)) if want_marginals else np.zeros((0, K))
+    gW = np.zeros((We.shape[0], K * K))
+    zero = np.zeros((1, K, K))  # read only by the exactness test's "forbidden" check
+    psi, shift, erange = _edge_tables(zero)
+    _fb_blocked_parts(node, zero, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                      log_z, node_m, np.zeros((0, K, K)), Xe, We, gW, plan)
+    return log_z, node_m, gW
+
+
+# Compiled PyTensor functions call the kernels from numba: a batch that splits into parts goes
+# to the Python drivers above through object mode (a hand-off of microseconds, against the
+# milliseconds of such a batch), the others stay in compiled code.
+@njit
+def _fb_any(node, edge, node_off, edge_off, want_marginals, gw):
+    """``forward_backward`` from compiled code."""
+    plan = _block_plan(node_off, node.shape[1], edge.shape[0] != 1)
+    if node_off.shape[0] > 2 and plan[5].shape[0] > 2:
+        with objmode(lz="float64[::1]", nm="float64[:, ::1]", em="float64[:, :, ::1]"):
+            lz, nm, em = forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
+        return lz, nm, em
+    return _forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
+
+
+@njit
+def _fb_features_any(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``forward_backward_features`` from compiled code."""
+    plan = _block_plan(node_off, node.shape[1], True)
+    if node_off.shape[0] > 2 and Xe.shape[0] > 0 and plan[5].shape[0] > 2:
+        with objmode(lz="float64[::1]", nm="float64[:, ::1]", gW="float64[:, ::1]"):
+            lz, nm, gW = forward_backward_features(node, Xe, We, node_off, edge_off,
+                                                   want_marginals, gw)
+        return lz, nm, gW
+    return _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw)
 
 
 @njit(cache=True)
@@ -1226,12 +1388,12 @@ class ChainEngine(Engine):
 
     def log_partition(self, batch, node_logpot, edge_logpot):
         node, edge = self._check(batch, node_logpot, edge_logpot)
-        return _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
+        return forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
                                  _NO_WEIGHTS)[0]
 
     def marginals(self, batch, node_logpot, edge_logpot):
         node, edge = self._check(batch, node_logpot, edge_logpot)
-        return Marginals(*_forward_backward(node, edge, batch.node_offsets, batch.edge_offsets,
+        return Marginals(*forward_backward(node, edge, batch.node_offsets, batch.edge_offsets,
                                             True, _NO_WEIGHTS))
 
     def map_assignment(self, batch, node_logpot, edge_logpot):
@@ -1268,13 +1430,13 @@ class ChainEngine(Engine):
         @njit
         def log_z(node, edge):
             _check_tables(node, edge, n_nodes, n_edges)
-            return _forward_backward(node, edge, no, eo, False, empty)[0]
+            return _fb_any(node, edge, no, eo, False, empty)[0]
 
         @njit
         def vjp(node, edge, g):
             _check_tables(node, edge, n_nodes, n_edges)
             _check_output_gradient(g, n_graphs)
-            return _forward_backward(node, edge, no, eo, True, g)
+            return _fb_any(node, edge, no, eo, True, g)
 
         return log_z, vjp
 
@@ -1303,13 +1465,13 @@ class ChainEngine(Engine):
         @njit
         def log_z(node, x, w):
             check(node, x, w)
-            return _forward_backward_features(node, x, w, no, eo, False, empty)[0]
+            return _fb_features_any(node, x, w, no, eo, False, empty)[0]
 
         @njit
         def vjp(node, x, w, g):
             check(node, x, w)
             _check_output_gradient(g, n_graphs)
-            return _forward_backward_features(node, x, w, no, eo, True, g)
+            return _fb_features_any(node, x, w, no, eo, True, g)
 
         return log_z, vjp
 
@@ -1341,7 +1503,7 @@ class ChainEngine(Engine):
         node, Xe, We, gw = check_feature_tables(batch, node_logpot, edge_features, edge_weights,
                                                 graph_weights)
         Xe = np.ascontiguousarray(Xe, dtype=np.float64)
-        return _forward_backward_features(node, Xe, We, batch.node_offsets, batch.edge_offsets,
+        return forward_backward_features(node, Xe, We, batch.node_offsets, batch.edge_offsets,
                                           want_marginals, gw)
 
     def log_z_and_weighted_marginals(self, batch, node_logpot, edge_logpot, graph_weights):
@@ -1349,4 +1511,4 @@ class ChainEngine(Engine):
         one pass."""
         node, edge = self._check(batch, node_logpot, edge_logpot)
         gw = np.ascontiguousarray(graph_weights, dtype=np.float64)
-        return _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)
+        return forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)

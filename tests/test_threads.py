@@ -1,0 +1,198 @@
+"""Worker threads: the thread-count setting, ``run_parts``, and the chain kernels split into
+parts, which give the same numbers bit for bit with any number of threads."""
+
+import multiprocessing
+import threading
+import time
+import warnings
+
+import numpy as np
+import pytest
+
+import pymc_crf as pmc
+from pymc_crf import threads
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference import chain
+from pymc_crf.inference.chain import ChainEngine
+
+
+@pytest.fixture(autouse=True)
+def _default_threads():
+    yield
+    pmc.set_num_threads(None)
+
+
+def test_setting_environment_and_default(monkeypatch):
+    monkeypatch.delenv("PYMC_CRF_NUM_THREADS", raising=False)
+    assert pmc.get_num_threads() >= 1
+    monkeypatch.setenv("PYMC_CRF_NUM_THREADS", "3")
+    assert pmc.get_num_threads() == 3
+    pmc.set_num_threads(2)
+    assert pmc.get_num_threads() == 2  # the setting wins over the environment
+    pmc.set_num_threads(None)
+    assert pmc.get_num_threads() == 3
+    monkeypatch.setenv("PYMC_CRF_NUM_THREADS", "0")
+    with pytest.raises(ValueError, match="PYMC_CRF_NUM_THREADS"):
+        pmc.get_num_threads()
+    monkeypatch.setenv("PYMC_CRF_NUM_THREADS", "two")
+    with pytest.raises(ValueError, match="PYMC_CRF_NUM_THREADS"):
+        pmc.get_num_threads()
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "x"])
+def test_bad_thread_counts_are_refused(bad):
+    with pytest.raises((TypeError, ValueError), match="number of threads"):
+        pmc.set_num_threads(bad)
+
+
+def test_run_parts_runs_every_part_on_the_workers():
+    pmc.set_num_threads(2)
+    seen = {}
+
+    def part(p):
+        time.sleep(0.01)
+        seen[p] = threading.get_ident()
+
+    threads.run_parts(part, 5)
+    assert sorted(seen) == list(range(5))
+    assert threading.get_ident() not in seen.values()
+
+
+def test_run_parts_waits_for_every_part_before_raising():
+    pmc.set_num_threads(2)
+    done = []
+
+    def part(p):
+        if p == 1:
+            raise RuntimeError("part 1 failed")
+        time.sleep(0.05)
+        done.append(p)
+
+    with pytest.raises(RuntimeError, match="part 1 failed"):
+        threads.run_parts(part, 4)
+    assert sorted(done) == [0, 2, 3]
+
+
+def test_a_call_while_the_pool_is_busy_runs_in_its_own_thread():
+    pmc.set_num_threads(2)
+    seen = []
+    with threads._busy:  # another caller's parts occupy the pool
+        threads.run_parts(lambda p: seen.append(threading.get_ident()), 3)
+    assert seen == [threading.get_ident()] * 3
+
+
+def _child(q):
+    seen = set()
+    threads.run_parts(lambda p: (time.sleep(0.01), seen.add(threading.get_ident())), 4)
+    q.put((len(seen) >= 1, threads.get_num_threads()))
+
+
+def test_pool_is_remade_in_a_forked_child():
+    pmc.set_num_threads(2)
+    threads.run_parts(lambda p: time.sleep(0.01), 2)  # the parent's pool exists
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # fork of a threaded process
+        proc = ctx.Process(target=_child, args=(q,))
+        proc.start()
+    proc.join(60)
+    assert proc.exitcode == 0
+    assert q.get(timeout=5) == (True, 2)  # the parent's setting carries over
+
+
+def _ragged(seed, K, n=300):
+    rng = np.random.default_rng(seed)
+    # lengths 2-40, and three longer than a per-edge lane block holds at K = 10 (81 positions)
+    lengths = np.concatenate([rng.integers(2, 41, size=n), [90, 120, 200]])
+    rng.shuffle(lengths)
+    batch = GraphBatch.chains(lengths)
+    return rng, batch
+
+
+def _all_thread_counts(f):
+    out = []
+    for n in (1, 2, 3):
+        pmc.set_num_threads(n)
+        out.append(f())
+    pmc.set_num_threads(None)
+    for other in out[1:]:
+        for a, b in zip(out[0], other, strict=True):
+            assert np.array_equal(a, b)
+    return out[0]
+
+
+def _close(parts, serial):
+    for a, b in zip(parts, serial, strict=True):
+        a, b = np.asarray(a), np.asarray(b).reshape(np.shape(a))
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=1e-12 * max(1.0, np.abs(b).max()))
+
+
+@pytest.mark.parametrize("table", ["shared", "per-edge"])
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_chain_parts_match_the_single_thread_kernel(table, scale):
+    K = 10
+    rng, batch = _ragged(0, K)
+    plan = chain._block_plan(batch.node_offsets, K, table == "per-edge")
+    assert plan[5].shape[0] > 2  # the batch is split into parts
+    node = scale * rng.normal(size=(batch.n_total_nodes, K))
+    edge = scale * rng.normal(size=(1 if table == "shared" else batch.n_edges, K, K))
+    edge[..., 0, 1] = -np.inf  # a forbidden transition
+    gw = rng.random(batch.n_graphs)
+    eng = ChainEngine()
+    got = _all_thread_counts(lambda: eng.log_z_and_weighted_marginals(batch, node, edge, gw))
+    serial = chain._forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)
+    _close(got, serial)
+    # the lanes run as in one thread: only the sums over graphs may differ by rounding
+    np.testing.assert_array_equal(got[0], serial[0])
+    np.testing.assert_array_equal(got[1], serial[1])
+    if table == "per-edge":
+        np.testing.assert_array_equal(got[2], serial[2])
+    assert np.all(np.isfinite(got[0]))
+
+
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_feature_chain_parts_match_the_single_thread_kernel(scale):
+    K = 4
+    rng, batch = _ragged(1, K, n=2000)
+    plan = chain._block_plan(batch.node_offsets, K, True)
+    assert plan[5].shape[0] > 2
+    node = scale * rng.normal(size=(batch.n_total_nodes, K))
+    Xe = np.column_stack([np.ones(batch.n_edges), rng.normal(size=(batch.n_edges, 2))])
+    We = scale * rng.normal(size=(3, K, K))
+    gw = rng.random(batch.n_graphs)
+    eng = ChainEngine()
+    got = _all_thread_counts(lambda: eng.log_z_and_feature_marginals(batch, node, Xe, We, gw))
+    serial = chain._forward_backward_features(node, Xe, We.reshape(3, -1), batch.node_offsets,
+                                              batch.edge_offsets, True, gw)
+    _close(got, serial)
+    np.testing.assert_array_equal(got[0], serial[0])
+    np.testing.assert_array_equal(got[1], serial[1])
+    lz = _all_thread_counts(lambda: (eng.feature_log_partition(batch, node, Xe, We),))[0]
+    np.testing.assert_array_equal(lz, got[0])
+
+
+def test_compiled_kernels_hand_large_batches_to_the_threads():
+    """The njit closures of the compiled Ops give the engine's numbers, through the object-mode
+    hand-off for a batch that splits into parts."""
+    K = 10
+    rng, batch = _ragged(2, K)
+    node = rng.normal(size=(batch.n_total_nodes, K))
+    edge = rng.normal(size=(batch.n_edges, K, K))
+    Xe = np.column_stack([np.ones(batch.n_edges), rng.normal(size=batch.n_edges)])
+    We = rng.normal(size=(2, K * K))
+    g = rng.random(batch.n_graphs)
+    eng = ChainEngine()
+    pmc.set_num_threads(2)
+    log_z, vjp = eng.numba_kernels(batch)
+    ref = eng.log_z_and_weighted_marginals(batch, node, edge, g)
+    for a, b in zip(vjp(node, edge, g), ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(log_z(node, edge), ref[0])
+    flz, fvjp = eng.feature_numba_kernels(batch)
+    ref = eng.log_z_and_feature_marginals(batch, node, Xe, We.reshape(2, K, K), g)
+    got = fvjp(node, Xe, We, g)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_array_equal(got[2].reshape(ref[2].shape), ref[2])
+    np.testing.assert_array_equal(flz(node, Xe, We), ref[0])
