@@ -45,60 +45,79 @@ def test_bad_thread_counts_are_refused(bad):
         pmc.set_num_threads(bad)
 
 
-def test_run_parts_runs_every_part_on_the_workers():
-    pmc.set_num_threads(2)
+def test_run_parts_runs_every_part_on_several_threads_and_helpers_exit_when_idle(monkeypatch):
+    monkeypatch.setattr(threads, "_IDLE_SECONDS", 0.2)
+    time.sleep(0.3)  # helpers of earlier tests have left
+    before = threading.active_count()
     seen = {}
+    busy = [False, False]
 
-    def part(p):
-        time.sleep(0.01)
-        seen[p] = threading.get_ident()
+    def part(p, w):
+        assert not busy[w]  # one part at a time per worker: w may index per-worker buffers
+        busy[w] = True
+        time.sleep(0.02)
+        seen[p] = (threading.get_ident(), w)
+        busy[w] = False
 
-    threads.run_parts(part, 5)
-    assert sorted(seen) == list(range(5))
-    assert threading.get_ident() not in seen.values()
+    threads.run_parts(part, 6, 2)
+    assert sorted(seen) == list(range(6))
+    assert len({t for t, _ in seen.values()}) == 2
+    assert {w for _, w in seen.values()} == {0, 1}
+    helper = next(t for t, _ in seen.values() if t != threading.get_ident())
+    seen.clear()
+    threads.run_parts(part, 4, 2)  # the helper is reused by the next call
+    assert {t for t, _ in seen.values()} == {threading.get_ident(), helper}
+    assert threading.active_count() == before + 1
+    time.sleep(0.5)
+    assert threading.active_count() == before  # a later fork forks no helper threads
+    seen.clear()
+    threads.run_parts(part, 2, 2)  # and a new one is started after it has left
+    assert len({t for t, _ in seen.values()}) == 2
 
 
 def test_run_parts_waits_for_every_part_before_raising():
     pmc.set_num_threads(2)
     done = []
 
-    def part(p):
+    def part(p, w):
         if p == 1:
             raise RuntimeError("part 1 failed")
         time.sleep(0.05)
         done.append(p)
 
     with pytest.raises(RuntimeError, match="part 1 failed"):
-        threads.run_parts(part, 4)
+        threads.run_parts(part, 4, 2)
     assert sorted(done) == [0, 2, 3]
 
 
-def test_a_call_while_the_pool_is_busy_runs_in_its_own_thread():
+def test_a_call_while_another_call_runs_helpers_runs_in_its_own_thread():
     pmc.set_num_threads(2)
     seen = []
-    with threads._busy:  # another caller's parts occupy the pool
-        threads.run_parts(lambda p: seen.append(threading.get_ident()), 3)
-    assert seen == [threading.get_ident()] * 3
+    with threads._busy:  # another caller's helpers are running
+        threads.run_parts(lambda p, w: seen.append((threading.get_ident(), w)), 3, 2)
+    assert seen == [(threading.get_ident(), 0)] * 3
 
 
 def _child(q):
     seen = set()
-    threads.run_parts(lambda p: (time.sleep(0.01), seen.add(threading.get_ident())), 4)
-    q.put((len(seen) >= 1, threads.get_num_threads()))
+    threads.run_parts(lambda p, w: (time.sleep(0.02), seen.add(threading.get_ident())), 4, 2)
+    q.put((len(seen), threads.get_num_threads()))
 
 
-def test_pool_is_remade_in_a_forked_child():
+def test_a_forked_child_runs_parts_on_threads():
     pmc.set_num_threads(2)
-    threads.run_parts(lambda p: time.sleep(0.01), 2)  # the parent's pool exists
+    threads.run_parts(lambda p, w: time.sleep(0.01), 2, 2)
     ctx = multiprocessing.get_context("fork")
     q = ctx.Queue()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)  # fork of a threaded process
+    # a helper of the parent is alive at the fork (Python warns about forking a threaded
+    # process), and _busy is held by the parent: the child starts with neither
+    with warnings.catch_warnings(), threads._busy:
+        warnings.simplefilter("ignore", DeprecationWarning)
         proc = ctx.Process(target=_child, args=(q,))
         proc.start()
     proc.join(60)
     assert proc.exitcode == 0
-    assert q.get(timeout=5) == (True, 2)  # the parent's setting carries over
+    assert q.get(timeout=5) == (2, 2)  # the parent's setting carries over
 
 
 def _ragged(seed, K, n=300):
@@ -196,3 +215,31 @@ def test_compiled_kernels_hand_large_batches_to_the_threads():
     np.testing.assert_array_equal(got[1], ref[1])
     np.testing.assert_array_equal(got[2].reshape(ref[2].shape), ref[2])
     np.testing.assert_array_equal(flz(node, Xe, We), ref[0])
+
+
+def test_concurrent_callers_get_the_same_numbers():
+    """Callers in several threads at once (nutpie's chains): one holds the pool, the others
+    run their parts in their own threads; every caller gets the one-thread numbers."""
+    K = 10
+    rng, batch = _ragged(3, K)
+    node = rng.normal(size=(batch.n_total_nodes, K))
+    Xe = np.column_stack([np.ones(batch.n_edges), rng.normal(size=batch.n_edges)])
+    We = rng.normal(size=(2, K, K))
+    eng = ChainEngine()
+    pmc.set_num_threads(1)
+    ref = eng.log_z_and_feature_marginals(batch, node, Xe, We)
+    pmc.set_num_threads(2)
+    results = [None] * 4
+
+    def call(i):
+        for _ in range(3):
+            results[i] = eng.log_z_and_feature_marginals(batch, node, Xe, We)
+
+    workers = [threading.Thread(target=call, args=(i,)) for i in range(4)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(120)
+    for r in results:
+        for a, b in zip(r, ref, strict=True):
+            np.testing.assert_array_equal(a, b)

@@ -55,7 +55,7 @@ from pymc_crf.inference.kernels import (
     logsumexp_1d,
     unused_arrays,
 )
-from pymc_crf.threads import run_parts
+from pymc_crf.threads import get_num_threads, run_parts
 from pymc_crf.validation import generator, whole_number
 
 __all__ = ["ChainEngine"]
@@ -875,20 +875,41 @@ def _fb_feature_graph(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
 
 
 @njit(cache=True)
-def _workspace(sizes):
-    """Buffers of the given sizes carved from one allocation, each starting at a different
-    offset modulo 4 KiB (multiples of 640 bytes). Separately allocated large buffers tend to be
-    page-aligned alike, and a load at the same address modulo 4 KiB as an earlier store stalls
-    ("4K aliasing"): that made the lane kernels 2.5x slower in about half of all processes."""
+def _workspace_layout(sizes):
+    """Where ``_workspace`` starts each buffer, and the length of the array it needs (room
+    for moving the first buffer to a 4 KiB boundary included)."""
     starts = []
     pos = 0
     for k in range(len(sizes)):
         pos = ((pos + 511) // 512) * 512 + 80 * (k % 6)
         starts.append(pos)
         pos += sizes[k]
-    buf = empty_pages(pos + 512)
+    return starts, pos + 512
+
+
+@njit(cache=True)
+def _workspace(sizes, buf):
+    """Buffers of the given sizes carved from ``buf``, or from one new allocation when ``buf``
+    is too small (empty), each starting at a different offset modulo 4 KiB (multiples of 640
+    bytes). Separately allocated large buffers tend to be page-aligned alike, and a load at the
+    same address modulo 4 KiB as an earlier store stalls ("4K aliasing"): that made the lane
+    kernels 2.5x slower in about half of all processes."""
+    starts, length = _workspace_layout(sizes)
+    if buf.shape[0] < length:
+        buf = empty_pages(length)
     base = ((4096 - buf.ctypes.data % 4096) % 4096) // 8  # the first buffer 4 KiB-aligned
     return [buf[base + starts[k]: base + starts[k] + sizes[k]] for k in range(len(sizes))]
+
+
+@njit(cache=True)
+def _block_sizes(K, B, Lbuf, shared):
+    """The sizes of ``_fb_blocks``' buffers, and the length of one array that holds them all
+    (``_workspace``)."""
+    Lt = 0 if shared else Lbuf
+    KKB = 0 if shared else K * K * B
+    sizes = (Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * B, K * B, K * B,
+             Lt * KKB, Lt * B, KKB, KKB)
+    return sizes, _workspace_layout(sizes)[1]
 
 
 # Batches with at least this much lane-block work (positions x lanes x K^2, summed over blocks)
@@ -936,19 +957,17 @@ def _block_plan(node_off, K, per_edge):
 
 @njit(cache=True, nogil=True)
 def _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, first, stop):
+               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, first, stop, buf):
     """The blocks of ``B`` graphs ``order[first:stop]`` (``first`` a multiple of ``B``) of
     ``_fb_blocked``, each through ``_fb_block``; lanes that fail the exactness test are redone
     by the per-graph kernels. A shared table's summed edge marginals go to ``macc`` (and a
     redone lane's to ``edge_m[0]``), expected edge features to ``gW``: a part run on its own
-    thread gets its own ``macc``, ``gW`` and, for a shared table, ``edge_m``."""
+    thread gets its own ``macc``, ``gW`` and, for a shared table, ``edge_m``. The buffers are
+    carved from ``buf`` (``_block_sizes``), or allocated here when it is empty."""
     K = node.shape[1]
     feat = Xe.shape[0] > 0
     shared = edge.shape[0] == 1 and not feat
-    Lt = 0 if shared else Lbuf
-    KKB = 0 if shared else K * K * B
-    ws = _workspace((Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * K * B, Lbuf * B, K * B,
-                     K * B, Lt * KKB, Lt * B, KKB, KKB))
+    ws = _workspace(_block_sizes(K, B, Lbuf, shared)[0], buf)
     phi, alpha, xb, kb, inv, beta, tmp, P, lshift, xs, ks = ws
     lane_lo = np.zeros(B, np.int64)
     lane_elo = np.zeros(B, np.int64)
@@ -1022,7 +1041,8 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
     order, lengths, B, n_blocked, Lbuf, _ = _block_plan(node_off, K, per_edge)
     macc = np.zeros((K, K))
     _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, 0, n_blocked)
+               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, 0, n_blocked,
+               np.empty(0))
     _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
              node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
 
@@ -1031,21 +1051,26 @@ def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_m
                       log_z, node_m, edge_m, Xe, We, gW, plan):
     """``_fb_blocked`` with the blocks in the parts of ``plan`` (``_block_plan``), run on the
     worker threads (``pymc_crf.threads``). Each part adds its shared-table and edge-feature
-    sums into arrays of its own, added up here in part order."""
+    sums into arrays of its own, added up here in part order. The threads' buffers are
+    allocated here, in the calling thread: allocated in a helper thread, they would come from
+    a malloc arena that a thread started per call finds cold (page faults on every call)."""
     order, lengths, B, n_blocked, Lbuf, bounds = plan
     K = node.shape[1]
     n_parts = len(bounds) - 1
+    workers = min(get_num_threads(), n_parts)
+    shared = edge.shape[0] == 1 and Xe.shape[0] == 0
+    bufs = [np.empty(_block_sizes(K, B, Lbuf, shared)[1]) for _ in range(workers)]
     maccs = np.zeros((n_parts, K, K))
     gWs = np.zeros((n_parts, *gW.shape))
     shared_sum = edge.shape[0] == 1 and Xe.shape[0] == 0 and want_marginals
     ems = np.zeros((n_parts, 1, K, K)) if shared_sum else None
 
-    def part(p):
+    def part(p, w):
         _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
                    log_z, node_m, ems[p] if shared_sum else edge_m, Xe, We, gWs[p], maccs[p],
-                   order, lengths, B, Lbuf, bounds[p], bounds[p + 1])
+                   order, lengths, B, Lbuf, bounds[p], bounds[p + 1], bufs[w])
 
-    run_parts(part, n_parts)
+    run_parts(part, n_parts, workers)
     macc = maccs[0]
     for p in range(1, n_parts):
         macc += maccs[p]
