@@ -15,16 +15,20 @@ single-threaded Python; a forked child starts with no helpers.
 How a batch is split depends on the batch only, never on the number of threads, and the parts'
 sums are added in a fixed order: results are the same bit for bit with any number of threads.
 
-The number of threads is, in order of precedence: :func:`set_num_threads`; the environment
-variable ``PYMC_CRF_NUM_THREADS``; 1 in a ``multiprocessing`` child process (PyMC's sampler
-processes, which already run one chain per core); otherwise the number of cores this process
-may run on. A call made while another call's helpers are running runs its parts in the calling
+The number of threads is :func:`set_num_threads`, else the environment variable
+``PYMC_CRF_NUM_THREADS``, else 1. One by default because OpenBLAS, as numpy and scipy ship it,
+keeps a worker thread spinning on every other core for about 2^28 cycles after each product,
+and the kernels run right after one (the node table ``X @ W``): on two cores, the per-edge
+engine objective of ``bench/bench_chain_paths.py`` took 15.2 ms by median in two threads against
+14.7 in one. Where the BLAS workers sleep at once (``OPENBLAS_THREAD_TIMEOUT=4`` in the
+environment before numpy loads) or do not exist (``OPENBLAS_NUM_THREADS=1``), more threads pay:
+11.3 against 14.8 ms, and 15.7 against 19.3 ms. Sampler processes already run one chain per
+core. A call made while another call's helpers are running runs its parts in the calling
 thread alone, so concurrent callers (nutpie's chains) do not oversubscribe the cores.
 """
 
 from __future__ import annotations
 
-import multiprocessing
 import os
 import threading
 from collections.abc import Callable
@@ -100,13 +104,6 @@ def _positive(n: object, what: str) -> int:
     return v
 
 
-def _usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
-
-
 def get_num_threads() -> int:
     """The number of threads the batch kernels use (see the module notes for the default).
 
@@ -125,9 +122,7 @@ def get_num_threads() -> int:
     env = os.environ.get(_ENV)
     if env is not None and env.strip():
         return _positive(env.strip(), _ENV)
-    if multiprocessing.parent_process() is not None:
-        return 1
-    return _usable_cores()
+    return 1
 
 
 def set_num_threads(n: int | None) -> None:
@@ -137,7 +132,7 @@ def set_num_threads(n: int | None) -> None:
     ----------
     n : int or None
         A whole number >= 1, or None to go back to the default (``PYMC_CRF_NUM_THREADS``, else
-        1 in a ``multiprocessing`` child process, else the usable cores).
+        1; see the module notes for when more threads pay).
 
     Notes
     -----
@@ -147,9 +142,9 @@ def set_num_threads(n: int | None) -> None:
     Examples
     --------
     >>> import pymc_crf as pmc
-    >>> pmc.set_num_threads(1)
+    >>> pmc.set_num_threads(2)
     >>> pmc.get_num_threads()
-    1
+    2
     >>> pmc.set_num_threads(None)
     """
     global _setting

@@ -24,7 +24,7 @@ def _default_threads():
 
 def test_setting_environment_and_default(monkeypatch):
     monkeypatch.delenv("PYMC_CRF_NUM_THREADS", raising=False)
-    assert pmc.get_num_threads() >= 1
+    assert pmc.get_num_threads() == 1  # one unless asked (OpenBLAS's spinning workers)
     monkeypatch.setenv("PYMC_CRF_NUM_THREADS", "3")
     assert pmc.get_num_threads() == 3
     pmc.set_num_threads(2)

@@ -26,12 +26,14 @@ equal work, at most eight, fixed by the batch alone) that run on the worker thre
 sums are added in part order, so the numbers do not depend on the number of threads. Blocks are
 the same as in one thread, so log Z and the marginals are bit for bit those of the one-thread
 kernel; only the summed terms differ from it, by rounding. Compiled PyTensor functions reach the
-threads through an object-mode hand-off (``_fb_any``). In a ``multiprocessing`` child (PyMC's
-sampler processes) the default is one thread, and concurrent callers (nutpie's chains) run their
-parts in their own threads while the pool is busy.
+threads through an object-mode hand-off (``_fb_any``). The default is one thread (why, and when
+more pay: ``pymc_crf.threads``); a caller that finds another call's parts on the helper threads
+(nutpie runs its chains in threads) runs its parts in its own thread.
 """
 
 from __future__ import annotations
+
+import threading
 
 import numpy as np
 from numba import njit, objmode
@@ -1047,19 +1049,42 @@ def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_margina
              node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
 
 
+# Lane buffers of finished threaded calls, kept for the next: a fresh few-MB buffer is faulted
+# in page by page on every call, and two threads faulting at once contend for the process's
+# page-table lock (the per-edge objective of bench/bench_chain_paths.py took longer in two
+# threads than in one that way). Each call takes its own buffers from here (concurrent callers
+# never share one) and puts them back; at most _KEPT_BUFFERS are kept (each at most about 12 MB:
+# the block caps bound it).
+_kept_buffers: list[np.ndarray] = []
+_kept_lock = threading.Lock()
+_KEPT_BUFFERS = 4
+
+
+def _take_buffers(n: int, length: int) -> list[np.ndarray]:
+    with _kept_lock:
+        taken = [_kept_buffers.pop() for _ in range(min(n, len(_kept_buffers)))]
+    bufs = [b for b in taken if b.shape[0] >= length]
+    return bufs + [np.empty(length) for _ in range(n - len(bufs))]
+
+
+def _keep_buffers(bufs: list[np.ndarray]) -> None:
+    with _kept_lock:
+        _kept_buffers.extend(bufs)
+        del _kept_buffers[:-_KEPT_BUFFERS]
+
+
 def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
                       log_z, node_m, edge_m, Xe, We, gW, plan):
     """``_fb_blocked`` with the blocks in the parts of ``plan`` (``_block_plan``), run on the
     worker threads (``pymc_crf.threads``). Each part adds its shared-table and edge-feature
-    sums into arrays of its own, added up here in part order. The threads' buffers are
-    allocated here, in the calling thread: allocated in a helper thread, they would come from
-    a malloc arena that a thread started per call finds cold (page faults on every call)."""
+    sums into arrays of its own, added up here in part order. Each worker's lane buffers come
+    from the ones kept from earlier calls (``_take_buffers``)."""
     order, lengths, B, n_blocked, Lbuf, bounds = plan
     K = node.shape[1]
     n_parts = len(bounds) - 1
     workers = min(get_num_threads(), n_parts)
     shared = edge.shape[0] == 1 and Xe.shape[0] == 0
-    bufs = [np.empty(_block_sizes(K, B, Lbuf, shared)[1]) for _ in range(workers)]
+    bufs = _take_buffers(workers, _block_sizes(K, B, Lbuf, shared)[1])
     maccs = np.zeros((n_parts, K, K))
     gWs = np.zeros((n_parts, *gW.shape))
     shared_sum = edge.shape[0] == 1 and Xe.shape[0] == 0 and want_marginals
@@ -1070,7 +1095,10 @@ def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_m
                    log_z, node_m, ems[p] if shared_sum else edge_m, Xe, We, gWs[p], maccs[p],
                    order, lengths, B, Lbuf, bounds[p], bounds[p + 1], bufs[w])
 
-    run_parts(part, n_parts, workers)
+    try:
+        run_parts(part, n_parts, workers)
+    finally:
+        _keep_buffers(bufs)
     macc = maccs[0]
     for p in range(1, n_parts):
         macc += maccs[p]
