@@ -243,3 +243,18 @@ def test_concurrent_callers_get_the_same_numbers():
     for r in results:
         for a, b in zip(r, ref, strict=True):
             np.testing.assert_array_equal(a, b)
+
+
+def test_lane_buffers_are_kept_for_the_next_call_and_never_shared():
+    chain._kept_buffers.clear()
+    a = chain._take_buffers(2, 100)
+    b = chain._take_buffers(2, 100)  # a concurrent call: buffers of its own
+    assert len({id(x) for x in a + b}) == 4 and all(x.shape[0] >= 100 for x in a + b)
+    chain._keep_buffers(a)
+    chain._keep_buffers(b)
+    assert len(chain._kept_buffers) == chain._KEPT_BUFFERS
+    c = chain._take_buffers(2, 100)
+    assert {id(x) for x in c} <= {id(x) for x in a + b}  # reused, not reallocated
+    d = chain._take_buffers(2, 1000)  # too short ones are not used
+    assert all(x.shape[0] >= 1000 for x in d)
+    chain._kept_buffers.clear()
