@@ -8,9 +8,10 @@ from compiled PyTensor functions that nutpie runs in several threads at once, wh
 default ``workqueue`` threading layer does not allow (it aborts the process).
 
 A helper stays for the next call (an optimiser calls every few milliseconds; a thread started
-per call cost 4-5% of the per-edge objective of ``bench/bench_chain_paths.py``) and exits after
-a second without work, so a process that forks later (``multiprocessing``) mostly forks a
-single-threaded Python; a forked child starts with no helpers.
+per call cost about 2% of the per-edge objective of ``bench/bench_chain_paths.py``, timed
+interleaved) and exits after a second without work, so a process that forks later
+(``multiprocessing``) mostly forks a single-threaded Python; a forked child starts with no
+helpers.
 
 How a batch is split depends on the batch only, never on the number of threads, and the parts'
 sums are added in a fixed order: results are the same bit for bit with any number of threads.
