@@ -1229,7 +1229,7 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
 # Compiled PyTensor functions call the kernels from numba: a batch that splits into parts goes
 # to the Python drivers above through object mode (a hand-off of microseconds, against the
 # milliseconds of such a batch), the others stay in compiled code.
-@njit
+@njit(cache=True)
 def _fb_any(node, edge, node_off, edge_off, want_marginals, gw):
     """``forward_backward`` from compiled code."""
     plan = _block_plan(node_off, node.shape[1], edge.shape[0] != 1)
@@ -1240,7 +1240,7 @@ def _fb_any(node, edge, node_off, edge_off, want_marginals, gw):
     return _forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
 
 
-@njit
+@njit(cache=True)
 def _fb_features_any(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """``forward_backward_features`` from compiled code."""
     plan = _block_plan(node_off, node.shape[1], True)
