@@ -1087,7 +1087,7 @@ def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_m
     bufs = _take_buffers(workers, _block_sizes(K, B, Lbuf, shared)[1])
     maccs = np.zeros((n_parts, K, K))
     gWs = np.zeros((n_parts, *gW.shape))
-    shared_sum = edge.shape[0] == 1 and Xe.shape[0] == 0 and want_marginals
+    shared_sum = shared and want_marginals  # summed edge marginals: one array per part
     ems = np.zeros((n_parts, 1, K, K)) if shared_sum else None
 
     def part(p, w):
@@ -1164,6 +1164,18 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
 
 
 @njit(cache=True)
+def _feature_outputs(node, We, G, want_marginals):
+    """Outputs of the feature kernels (log Z, node marginals, expected edge features), and the
+    all-zero shared table with its ``_edge_tables`` that the lane kernel is given in place of
+    tables (read only by the exactness test's "forbidden" check)."""
+    K = node.shape[1]
+    node_m = zeros_pages((node.shape[0], K)) if want_marginals else np.zeros((0, K))
+    zero = np.zeros((1, K, K))
+    psi, shift, erange = _edge_tables(zero)
+    return np.empty(G), node_m, np.zeros((We.shape[0], K * K)), zero, psi, shift, erange
+
+
+@njit(cache=True)
 def _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """``_forward_backward`` of log-linear edge tables ``Xe @ We`` (Xe (E, Fe), We (Fe, K^2)),
     never formed whole. Returns log Z (G,), the node marginals (N, K) and the expected edge
@@ -1171,12 +1183,8 @@ def _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals,
     ``gw`` is non-empty: the vector-Jacobian product of log Z in the node tables and in ``We``."""
     G = node_off.shape[0] - 1
     K = node.shape[1]
-    log_z = np.empty(G)
-    node_m = zeros_pages((node.shape[0], K)) if want_marginals else np.zeros((0, K))
-    gW = np.zeros((We.shape[0], K * K))
+    log_z, node_m, gW, zero, psi, shift, erange = _feature_outputs(node, We, G, want_marginals)
     if G > 1 and Xe.shape[0] > 0:
-        zero = np.zeros((1, K, K))  # read only by the exactness test's "forbidden" check
-        psi, shift, erange = _edge_tables(zero)
         _fb_blocked(node, zero, psi, shift, erange, node_off, edge_off, want_marginals, gw,
                     log_z, node_m, np.zeros((0, K, K)), Xe, We, gW)
     else:  # one graph, or no edges (single-node chains): one chain at a time
@@ -1187,12 +1195,16 @@ def _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals,
     return log_z, node_m, gW
 
 
+@njit(cache=True)
+def _splits(node_off, K, per_edge):
+    """Whether ``_block_plan`` splits the batch's blocks into several parts (never for one
+    graph, which ``_forward_backward`` runs by itself)."""
+    return node_off.shape[0] > 2 and _block_plan(node_off, K, per_edge)[5].shape[0] > 2
+
+
 def _parts_plan(node_off, K, per_edge):
     """``_block_plan`` of a batch whose blocks split into several parts, else None."""
-    if node_off.shape[0] <= 2:
-        return None
-    plan = _block_plan(node_off, K, per_edge)
-    return plan if plan[5].shape[0] > 2 else None
+    return _block_plan(node_off, K, per_edge) if _splits(node_off, K, per_edge) else None
 
 
 def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
@@ -1216,11 +1228,8 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
     plan = _parts_plan(node_off, K, True) if Xe.shape[0] > 0 else None
     if plan is None:
         return _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw)
-    log_z = np.empty(node_off.shape[0] - 1)
-    node_m = zeros_pages((node.shape[0], K)) if want_marginals else np.zeros((0, K))
-    gW = np.zeros((We.shape[0], K * K))
-    zero = np.zeros((1, K, K))  # read only by the exactness test's "forbidden" check
-    psi, shift, erange = _edge_tables(zero)
+    log_z, node_m, gW, zero, psi, shift, erange = _feature_outputs(
+        node, We, node_off.shape[0] - 1, want_marginals)
     _fb_blocked_parts(node, zero, psi, shift, erange, node_off, edge_off, want_marginals, gw,
                       log_z, node_m, np.zeros((0, K, K)), Xe, We, gW, plan)
     return log_z, node_m, gW
@@ -1232,8 +1241,7 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
 @njit(cache=True)
 def _fb_any(node, edge, node_off, edge_off, want_marginals, gw):
     """``forward_backward`` from compiled code."""
-    plan = _block_plan(node_off, node.shape[1], edge.shape[0] != 1)
-    if node_off.shape[0] > 2 and plan[5].shape[0] > 2:
+    if _splits(node_off, node.shape[1], edge.shape[0] != 1):
         with objmode(lz="float64[::1]", nm="float64[:, ::1]", em="float64[:, :, ::1]"):
             lz, nm, em = forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
         return lz, nm, em
@@ -1243,8 +1251,7 @@ def _fb_any(node, edge, node_off, edge_off, want_marginals, gw):
 @njit(cache=True)
 def _fb_features_any(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """``forward_backward_features`` from compiled code."""
-    plan = _block_plan(node_off, node.shape[1], True)
-    if node_off.shape[0] > 2 and Xe.shape[0] > 0 and plan[5].shape[0] > 2:
+    if Xe.shape[0] > 0 and _splits(node_off, node.shape[1], True):
         with objmode(lz="float64[::1]", nm="float64[:, ::1]", gW="float64[:, ::1]"):
             lz, nm, gW = forward_backward_features(node, Xe, We, node_off, edge_off,
                                                    want_marginals, gw)
