@@ -28,7 +28,12 @@ A floor row times what a per-edge objective that forms its tables must do beside
 recursions: the BLAS pair, the edge products ``Xe @ We`` and ``Xe.T @ M`` and one exp of each of
 the E K^2 table entries. The package's per-edge objective and compiled model form no table array
 (``ChainEngine.log_z_and_feature_marginals``, ``FeatureLogPartition``), so they can run below it;
-its ``log Z`` and ``log Z + marginals`` rows time the engine on formed tables.
+its ``log Z`` and ``log Z + marginals`` rows time the engine on formed tables. A second
+floor row times the shared-table objective plus one exp of each table entry with the kernels'
+own exp, a lane block at a time from entries in cache, in the benchmark's thread: with the
+kernels in one thread, what a per-edge objective costs at least, before forming its tables and
+contracting its edge marginals with the features. The row after it adds the kernel's own table
+making (forming, shifting, exponentiating: ``_lane_feature_tables``) instead of the bare exps.
 
 Last, a ragged batch: 600 chains of length 3-14, K = 26, log-potentials N(0, s^2) with s = 1 and
 s = 30 (node-row plus table ranges of several hundred): ``ChainEngine.marginals`` time of each
@@ -48,12 +53,47 @@ from blas_env import SETTING  # noqa: E402  (sets OPENBLAS_THREAD_TIMEOUT before
 import numpy as np  # noqa: E402
 import pymc as pm
 from bench_chain import interleaved, make_problem  # noqa: E402
+from numba import njit  # noqa: E402
 
 import pymc_crf as pmc  # noqa: E402
 from pymc_crf.fitters.objective import CRFLogLikelihood  # noqa: E402
 from pymc_crf.fitters.spec import extract_crf  # noqa: E402
 from pymc_crf.graphs.batch import GraphBatch  # noqa: E402
-from pymc_crf.inference.chain import ChainEngine  # noqa: E402
+from pymc_crf.inference.chain import (  # noqa: E402
+    LANES,
+    ChainEngine,
+    _exp_nonpos,
+    _lane_feature_tables,
+)
+
+
+@njit
+def _exp_blocks(x, out, kb, n):
+    """``n`` times ``out = exp(x)`` of the non-positive entries ``x`` with the kernels' exp."""
+    s = 0.0
+    for _ in range(n):
+        _exp_nonpos(x, out, kb, x.shape[0])
+        s += out[0]
+    return s
+
+
+def _table_maker(batch, Xe, Te):
+    """A callable that makes the per-edge tables of the batch's first lane block with the
+    kernel's ``_lane_feature_tables``, as many times as the batch has lane blocks."""
+    K = Te.shape[1]
+    B = min(LANES, batch.n_graphs)
+    n = np.diff(batch.node_offsets)[:B].astype(np.int64)
+    elo = batch.edge_offsets[:B].astype(np.int64)
+    Lb = int(n.max())
+    We = np.ascontiguousarray(Te.reshape(Te.shape[0], -1))
+    P, lshift = np.empty(Lb * K * K * B), np.empty(Lb * B)
+    lthr, xs, ks = np.empty(B), np.empty(K * K * B), np.empty(K * K * B)
+    n_blocks = -(-batch.n_graphs // B)
+
+    def run():
+        for _ in range(n_blocks):
+            _lane_feature_tables(Xe, We, elo, n, Lb, K, B, P, lshift, lthr, xs, ks)
+    return run
 
 
 def build(batch, X, y, K, Xe=None):
@@ -127,6 +167,21 @@ def main(argv=None):
     floor_key = "per-edge floor: BLAS pair + edge products + exp"
     cases[floor_key] = lambda: (X @ W, X.T @ Gm, np.exp(np.dot(Xe, Te.reshape(3, -1), out=ebuf),
                                                       out=ebuf), Xe.T @ Me)
+    # a one-thread floor of any scaled per-edge objective: the shared-table objective (the BLAS
+    # pair and the recursions) plus one exp of each of the E K^2 table entries, exponentiated a
+    # lane block at a time as the kernel does, from entries in cache as the kernel forms them
+    # (the first lane block of tables, each shifted to its maximum, E / LANES times)
+    ent = Xe[:LANES] @ Te.reshape(3, -1)
+    ent = (ent - ent.max(1, keepdims=True)).ravel()
+    eout, ek = np.empty_like(ent), np.empty_like(ent)
+    shared_obj = cases["shared: objective value + grad"]
+    fused_key = "per-edge floor: shared objective + exp in 1 thread"
+    cases[fused_key] = lambda: (shared_obj(), _exp_blocks(ent, eout, ek, E // LANES))
+    # the same with the kernel's own table making (tables formed from the features, shifted,
+    # exponentiated: _lane_feature_tables) on the first lane block, once per lane block
+    make_key = "per-edge: shared objective + 1-thread table making"
+    make_tables = _table_maker(batch, Xe, Te)
+    cases[make_key] = lambda: (shared_obj(), make_tables())
     cases.update(case("wide", batch, X, y, 30.0 * W, 40.0 * T))
     # the user's ragged batch: 600 chains of length 3-14, K = 26
     rng = np.random.default_rng(0)
@@ -158,6 +213,8 @@ def main(argv=None):
     fl = rows[floor_key][0]
     print(f"per-edge  floor / BLAS = {fl / ref:5.2f}; objective / floor = "
           f"{rows['per-edge: objective value + grad'][0] / fl:5.2f}")
+    print(f"per-edge  shared objective + exp / BLAS = {rows[fused_key][0] / ref:5.2f}; shared "
+          f"objective + table making / BLAS = {rows[make_key][0] / ref:5.2f}")
     s1 = rows["600 chains K=26, scale 1: marginals"][0]
     s30 = rows["600 chains K=26, scale 30: marginals"][0]
     print(f"600 chains K=26: scale 30 / scale 1 = {s30 / s1:.2f}")
