@@ -7,6 +7,7 @@ import itertools
 import numpy as np
 import pymc as pm
 import pytest
+from result_io import assert_same, round_trip
 from scipy import integrate, stats
 from scipy.special import logsumexp
 
@@ -176,6 +177,17 @@ def test_vi_fit_beats_chance_and_follows_contract(hmm_small, small_fit):
     np.testing.assert_allclose(float(res["diagnostics"]["final_bound"]),
                                point["restart_final_bounds"].values.max())
     assert res.attrs["method"] == "bp_hcrf_vi" and res.attrs["wall_time"] > 0
+
+
+@pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
+@pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
+def test_a_saved_fit_reloads_and_predicts_the_same(hmm_small, small_fit, fmt, tmp_path):
+    _, test = hmm_small
+    back = round_trip(small_fit, str(tmp_path / f"vi.{fmt}"), fmt)
+    assert_same(small_fit, back)
+    for rule in ("local_z", "prior"):
+        np.testing.assert_array_equal(predict_bp_hcrf(back, test, rule=rule).marginals,
+                                      predict_bp_hcrf(small_fit, test, rule=rule).marginals)
 
 
 def test_both_test_time_rules_classify_well_above_chance(hmm_small, small_fit):
