@@ -31,7 +31,8 @@
 # prediction (BP marginals at its centre) and posterior-averaged pixel marginals (BP marginals
 # averaged over its draws). Pixel accuracy, calibration and a picture of the result.
 #
-# `PYMC_CRF_SMOKE=1` shrinks it to a few images; `PYMC_CRF_FIGURES=<directory>` saves the figures.
+# `PYMC_CRF_SMOKE=1` shrinks it to a few images at half the resolution; `PYMC_CRF_FIGURES=<directory>`
+# saves the figures.
 
 # %%
 import os
@@ -50,7 +51,7 @@ from pymc_crf.metrics import expected_calibration_error, reliability_curve
 
 SMOKE = os.environ.get("PYMC_CRF_SMOKE") == "1"
 FIGURES = os.environ.get("PYMC_CRF_FIGURES")
-ROWS, COLS = 20, 26
+ROWS, COLS = (10, 13) if SMOKE else (20, 26)
 N_TRAIN, N_TEST = (6, 4) if SMOKE else (20, 20)
 DRAWS = 20 if SMOKE else 100
 FOLDER = data_dir("weizmann_horses")
