@@ -1,6 +1,7 @@
 """CoNLL-2000 chunking: ``pmc.fit(method="map")`` against python-crfsuite on the same objective.
 
 Run:  nice -n 5 .venv/bin/python bench/bench_conll.py [--c2 1.0] [--ftol 1e-6] [--sentences N]
+      [--user-blas]
 
 Both learners get exactly the same features: CRFsuite's chunking template (``token_features``,
 +-2 window) mapped by ``pmc.FeatureVectorizer(min_freq=1)``; CRFsuite reads them back through
@@ -25,17 +26,20 @@ label pairs seen in training) is printed for reference.
 from __future__ import annotations
 
 import os
+import sys
 
-# CRFsuite is single-threaded; so is this run. Multi-threaded BLAS on the level-1 products of
-# L-BFGS (vectors of millions of weights) only adds contention on a shared 2-core machine.
-# The package's chain kernels follow PYMC_CRF_NUM_THREADS (pymc_crf.threads) and run in one
-# thread here too.
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "PYMC_CRF_NUM_THREADS"):
-    os.environ.setdefault(_var, "1")
+# CRFsuite is single-threaded; so is this run (the CPU-time ratio compares like with like). The
+# package's chain kernels follow PYMC_CRF_NUM_THREADS (pymc_crf.threads) and run in one thread
+# here too. ``--user-blas`` keeps the environment's settings instead (a user's process: BLAS
+# with a thread per core), before numpy loads.
+USER_BLAS = "--user-blas" in sys.argv[1:]
+if not USER_BLAS:
+    for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
+                 "PYMC_CRF_NUM_THREADS"):
+        os.environ.setdefault(_var, "1")
 
 import argparse  # noqa: E402
 import resource  # noqa: E402
-import sys  # noqa: E402
 import time  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -67,6 +71,8 @@ def main() -> None:
     ap.add_argument("--sentences", type=int, default=None, help="first N training sentences")
     ap.add_argument("--crfsuite-default", action="store_true",
                     help="also train CRFsuite with its default (sparse) feature set")
+    ap.add_argument("--user-blas", action="store_true",
+                    help="keep the environment's BLAS thread settings (default: one thread)")
     args = ap.parse_args()
     if not data_dir("conll2000").exists():
         sys.exit(f"skipped: {data_dir('conll2000')} not found (the shared data folder)")
@@ -115,7 +121,8 @@ def main() -> None:
         rows.append((label, cs.wall_time, cs.cpu_time, cs.n_iterations, cs.tags))
 
     flat_gold = [t for s in gold for t in s]
-    print(f"\nc2 = {args.c2} (sigma = {sigma:.4f}); ours ftol = {args.ftol}, CRFsuite delta = "
+    print("\nBLAS threads: " + ("as the environment sets them" if USER_BLAS else "one"))
+    print(f"c2 = {args.c2} (sigma = {sigma:.4f}); ours ftol = {args.ftol}, CRFsuite delta = "
           f"{args.delta}, period 10")
     print(f"{'learner':28s} {'wall s':>8s} {'CPU s':>8s} {'iters':>6s} {'chunk F1':>9s} "
           f"{'token acc':>10s}")

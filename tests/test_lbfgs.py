@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy.optimize import minimize
 
-from pymc_crf.fitters.lbfgs import lbfgs
+from pymc_crf.fitters.lbfgs import _direction, lbfgs
 
 
 def _logistic(rng, n=200, d=15):
@@ -39,6 +39,33 @@ def test_logistic_matches_scipy_lbfgsb():
                    options={"gtol": 1e-9, "ftol": 0.0, "maxiter": 1000})
     np.testing.assert_allclose(ours.x, ref.x, atol=1e-7)
     assert ours.fun == pytest.approx(ref.fun, rel=1e-12)
+
+
+@pytest.mark.parametrize("n_pairs", [0, 1, 4])
+def test_direction_is_minus_the_bfgs_inverse_hessian_times_the_gradient(n_pairs):
+    """The two-loop recursion against the dense BFGS inverse-Hessian updates (Nocedal & Wright
+    2006, eq. (6.17)) from H0 = (s'y / y'y) I of the newest pair (their eq. (7.20))."""
+    rng = np.random.default_rng(n_pairs)
+    d = 9
+    A = rng.normal(size=(d, d))
+    H = A @ A.T + np.eye(d)
+    pairs = []
+    for _ in range(n_pairs):
+        s = rng.normal(size=d)
+        y = H @ s  # s'y > 0, as the optimiser stores them
+        pairs.append((s, y, 1.0 / (s @ y)))
+    g = rng.normal(size=d)
+    Hk = np.eye(d)
+    if pairs:
+        s, y, _ = pairs[-1]
+        Hk *= (s @ y) / (y @ y)
+    for s, y, rho in pairs:
+        V = np.eye(d) - rho * np.outer(y, s)
+        Hk = V.T @ Hk @ V + rho * np.outer(s, s)
+    g0 = g.copy()
+    got = _direction(g, pairs)
+    np.testing.assert_allclose(got, -Hk @ g0, rtol=1e-12, atol=1e-12 * np.abs(Hk @ g0).max())
+    np.testing.assert_array_equal(g, g0)  # the gradient is not updated in place
 
 
 def test_stops_on_ftol_and_maxiter():

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.linalg.blas import daxpy
+from numba import njit
 
 from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
 
@@ -121,18 +121,38 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
     return LBFGSResult(x, float(f), g, nit, nfev, success, message, trace)
 
 
+# The recursion's dot products and axpys are numba loops, not BLAS: numpy's ``@`` and scipy's
+# ``daxpy`` call two different OpenBLAS libraries, and each one's worker threads, spinning after
+# a call, took the cores from the other's next call. With d = 2.7e5 and 10 pairs the direction
+# took 164 ms on two cores that way, against 3.1 ms in these single-threaded loops (one pass over
+# memory each, as the BLAS calls).
+@njit(cache=True, fastmath={"reassoc", "contract"})
+def _dot(a: np.ndarray, b: np.ndarray) -> float:
+    s = 0.0
+    for i in range(a.shape[0]):
+        s += a[i] * b[i]
+    return s
+
+
+@njit(cache=True, fastmath={"contract"})
+def _axpy(a: float, x: np.ndarray, y: np.ndarray) -> None:
+    """``y += a x`` in place."""
+    for i in range(x.shape[0]):
+        y[i] += a * x[i]
+
+
 def _direction(g: np.ndarray, pairs) -> np.ndarray:
     """``-H g`` by the two-loop recursion (Nocedal & Wright 2006, Alg. 7.4)."""
-    q = g.copy()  # updated in place by BLAS axpy: one pass over memory per product
+    q = np.array(g, dtype=np.float64)  # a contiguous copy, updated in place
     alphas = []
     for s, y, rho in reversed(pairs):
-        a = rho * float(s @ q)
-        q = daxpy(y, q, a=-a)
+        a = rho * _dot(s, q)
+        _axpy(-a, y, q)
         alphas.append(a)
     if pairs:
         s, y, _ = pairs[-1]
-        q *= float(s @ y) / float(y @ y)
+        q *= _dot(s, y) / _dot(y, y)
     for (s, y, rho), a in zip(pairs, reversed(alphas), strict=True):
-        b = rho * float(y @ q)
-        q = daxpy(s, q, a=a - b)
+        b = rho * _dot(y, q)
+        _axpy(a - b, s, q)
     return -q
