@@ -10,8 +10,8 @@ L2-penalised log-likelihood: CRFsuite minimises ``-log L + c2 ||w||^2`` with eve
 and label x label feature present (``feature.possible_states`` / ``possible_transitions``), which is
 ``pmc.CRF`` with node weights (F, K), one (K, K) transition table and a Normal(0, sigma) prior,
 ``sigma^2 = 1 / (2 c2)``. Both use L-BFGS; CRFsuite stops when the objective improves by less
-than ``delta`` (relative) over ``period`` = 10 iterations, ours (scipy L-BFGS-B) when it improves by
-less than ``ftol`` (relative) in one iteration.
+than ``delta`` (relative) over ``period`` = 10 iterations, ours (``pymc_crf.fitters.lbfgs`` at this
+size) when it improves by less than ``ftol`` (relative) in one iteration.
 
 Printed: training wall and CPU time of each (ours: model construction + ``pmc.fit``; CRFsuite:
 ``train`` only, its data loading excluded), their ratios (target <= 0.6; on a loaded shared machine
