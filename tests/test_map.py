@@ -79,3 +79,27 @@ def test_map_refuses_a_start_with_minus_infinite_log_posterior():
         pmc.fit(m, method="map", engine_objective=True)
     with pytest.raises(ValueError, match="the log posterior is -inf or NaN at the start"):
         pmc.fit(m, method="map")
+
+
+@pytest.mark.parametrize("n_features", [100, 500])
+def test_auto_optimizer_switches_at_ten_thousand_weights(n_features):
+    """``optimizer="auto"`` is scipy's L-BFGS-B below 10^4 weights and the package's L-BFGS from
+    there on (K = 20: 2,400 and 10,400 weights); both reach the same optimum."""
+    import pymc as pm
+
+    rng = np.random.default_rng(5)
+    K, batch = 20, pmc.GraphBatch.chains([6] * 12)
+    X = rng.normal(size=(batch.n_total_nodes, n_features))
+    y = rng.integers(0, K, size=batch.n_total_nodes)
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, 0.3, shape=(n_features, K))
+        T = pm.Normal("T", 0.0, 0.3, shape=(K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    fits = {opt: pmc.fit(model, method="map", optimizer=opt, progressbar=False, gtol=1e-8)
+            for opt in ("auto", "scipy", "lbfgs")}
+    chosen = "lbfgs" if (n_features + K) * K >= 10_000 else "scipy"
+    for group in ("posterior", "optimizer_result"):
+        for name, v in fits["auto"][group].data_vars.items():
+            np.testing.assert_array_equal(v.values, fits[chosen][group][name].values)
+    objective = {k: f["optimizer_result"]["objective"].item() for k, f in fits.items()}
+    assert objective["lbfgs"] == pytest.approx(objective["scipy"], rel=1e-9)

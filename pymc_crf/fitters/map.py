@@ -67,9 +67,9 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     optimizer : {"auto", "scipy", "lbfgs"}
         ``"scipy"``: scipy's L-BFGS-B; ``"lbfgs"``: the package's unbounded L-BFGS
         (:func:`~pymc_crf.fitters.lbfgs.lbfgs`, O(m d) work per iteration; the same ``maxiter``,
-        ``gtol`` and ``ftol`` rules); ``"auto"``: ``"lbfgs"`` from 10^5 weights on (text CRFs with
-        sparse features, where L-BFGS-B's own work per iteration exceeds the objective's), else
-        ``"scipy"``.
+        ``gtol`` and ``ftol`` rules); ``"auto"``: ``"lbfgs"`` from 10^4 weights on (there
+        L-BFGS-B's own work per iteration, its BLAS calls slowed by numpy's spinning BLAS
+        threads, exceeds the objective's: docs/real_data.md), else ``"scipy"``.
     progressbar : bool
         Show a progress bar of the optimiser's iterations.
 
@@ -130,8 +130,11 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
                         diagnostics_group="optimizer_result", log_likelihood=log_likelihood)
 
 
-#: from this many weights on, ``optimizer="auto"`` takes the O(m d) L-BFGS
-_LARGE = 100_000
+#: from this many weights on, ``optimizer="auto"`` takes the O(m d) L-BFGS. L-BFGS-B's level-1
+#: BLAS calls (scipy's OpenBLAS) start to use threads near here and then contend with numpy's
+#: BLAS threads of the objective: CoNLL-2000 subsets with d = 11,472 / 26,278 / 92,625 took
+#: 0.39 / 0.77 / 1.23 s with L-BFGS-B against 0.12 / 0.10 / 0.43 s, to the same objective.
+_LARGE = 10_000
 
 
 def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
