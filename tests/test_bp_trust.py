@@ -134,6 +134,24 @@ def test_a_stable_symmetric_point_costs_no_restart():
     assert not warned and r.report["bound_ok"].all()
 
 
+def test_where_stability_is_checked():
+    # "never": no radius, and a stable symmetric point is kept as before; "always": every loopy
+    # graph, also at non-uniform fixed points (not on trees, where BP is exact)
+    rng = np.random.default_rng(4)
+    b = GraphBatch.from_networkx([nx.cycle_graph(3), nx.grid_2d_graph(3, 3), nx.path_graph(3)])
+    node = rng.normal(size=(b.n_total_nodes, 2))
+    node[:3] = 0.0
+    edge = np.repeat(5.0 * ANTI, b.n_edges, axis=0)
+    edge[3:] *= 0.1
+    never = BeliefPropagation(stability="never").run(b, node, edge)
+    assert np.isnan(never.report["radius"]).all() and not never.report["restarts"].any()
+    default = BeliefPropagation().run(b, node, edge)
+    assert default.report["radius"][0] > 0.999 and np.isnan(default.report["radius"][1:]).all()
+    always = BeliefPropagation(stability="always").run(b, node, edge)
+    assert (always.report["radius"][:2] < 1.0).all() and np.isnan(always.report["radius"][2])
+    np.testing.assert_array_equal(always.log_z, never.log_z)
+
+
 def test_only_the_suspect_graphs_are_rerun():
     # a batch of a stuck zero-field grid and ordinary random-field graphs: the others keep
     # exactly the fixed point (and report) of a run without restarts

@@ -328,10 +328,12 @@ def message_jacobian_radius(batch: GraphBatch, node: np.ndarray, edge: np.ndarra
         prev, nrm = nrm, norms(dm)
         with np.errstate(divide="ignore"):
             growth[t] = np.where(prev > 0, np.log(nrm), -np.inf)
+        if not (nrm[graphs] > 0).any():  # J v = 0 on every graph (e.g. all tables constant)
+            growth[t:] = -np.inf
+            break
     tail = max(1, n_iter // 3)
-    with np.errstate(invalid="ignore"):
-        rho[graphs] = np.exp(growth[-tail:].mean(axis=0))[graphs]
-    return np.where(np.isnan(rho) & graphs, 0.0, rho)
+    rho[graphs] = np.exp(growth[-tail:].mean(axis=0))[graphs]
+    return rho
 
 
 def _linearisation(batch: GraphBatch, node, edge, engine, state):
