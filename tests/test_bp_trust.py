@@ -99,6 +99,23 @@ def test_frustrated_triangle_is_a_stable_overestimate():
     assert r.report["restarts"][0] == 0 and r.report["bound_ok"][0] and not warned
 
 
+def test_frustrated_unstable_symmetric_point_is_kept_when_restarts_return_to_it():
+    # Petersen graph, antiferromagnetic J = 2, zero fields: the symmetric point is unstable
+    # (radius 1.93) but damped BP comes back to it from all three restarts; it is kept, above
+    # the bound 18 and the exact 20.41 (the overestimate the checks cannot see), with its radius
+    b = GraphBatch.from_networkx([nx.petersen_graph()])
+    node, edge = np.zeros((10, 2)), 2.0 * ANTI
+    r, warned = _run(BeliefPropagation(), b, node, edge)
+    assert r.report["restarts"][0] == 3 and r.report["bound_ok"][0] and not warned
+    np.testing.assert_allclose(r.report["radius"], 1.928, atol=1e-3)
+    np.testing.assert_allclose(r.log_z, 26.807, atol=1e-3)
+    np.testing.assert_allclose(BruteForce().log_partition(b, node, edge), 20.411, atol=1e-3)
+    # ferromagnetic, the symmetric point is below the bound and the first restart leaves it
+    r, warned = _run(BeliefPropagation(), b, node, -0.4 * ANTI * 2)
+    assert r.report["restarts"][0] == 1 and r.report["bound_ok"][0] and not warned
+    np.testing.assert_allclose(r.log_z, 12.123, atol=1e-3)
+
+
 def _non_backtracking_radius(g):
     arcs = [*g.edges(), *((v, u) for u, v in g.edges())]
     index = {a: i for i, a in enumerate(arcs)}

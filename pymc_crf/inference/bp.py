@@ -458,7 +458,9 @@ class BeliefPropagation(LoopyEngine):
         fixed point of lowest Bethe free energy. The report holds, besides ``iterations``,
         ``max_change`` and ``converged`` (of the fixed point kept), ``bound`` and ``bound_ok``
         (:meth:`~pymc_crf.inference.loopy.LoopyEngine.check_bound`), ``radius`` (the Jacobian's
-        spectral radius where it was estimated, NaN elsewhere) and ``restarts`` (restarts run).
+        spectral radius at the fixed point kept, where it was estimated; NaN elsewhere, also
+        where a restart replaced the fixed point it was estimated at) and ``restarts``
+        (restarts run).
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
@@ -490,8 +492,9 @@ class BeliefPropagation(LoopyEngine):
                 radius = message_jacobian_radius(batch, node, edge, msg, check, seed=self.seed)
                 suspect |= check & (radius > 1.0 + 1e-4)
         if suspect.any() and self.restarts:
-            n_restarts = self._restart(batch, node, edge, P, msg, suspect, first.labels, bound,
-                                       log_z, iters, changes, converged)
+            n_restarts, moved = self._restart(batch, node, edge, P, msg, suspect, first.labels,
+                                              bound, log_z, iters, changes, converged)
+            radius[moved] = np.nan  # estimated at the fixed point left, not the one kept
             lbn, lbe, log_z = self._fixed_point(batch, node, edge, msg, False)
             bound = np.maximum(bound, labelling_bound(batch, node, edge, lbn, unsettled=~converged,
                                                       seed=self.seed).score)
@@ -523,11 +526,11 @@ class BeliefPropagation(LoopyEngine):
         return np.where(np.isfinite(top), rows - np.where(np.isfinite(top), top, 0.0), 0.0)
 
     def _restart(self, batch, node, edge, P, msg, suspect, labels, bound, log_z, iters, changes,
-                 converged) -> np.ndarray:
+                 converged) -> tuple[np.ndarray, np.ndarray]:
         """Rerun the ``suspect`` graphs from other starts and keep, per graph, the converged
         fixed point of highest Bethe log Z (lowest free energy; Yedidia, Freeman & Weiss 2005,
         Heskes 2003); updates ``msg`` and the report arrays in place and returns the restarts
-        run per graph.
+        run per graph and which graphs took a restart's fixed point.
 
         The first start clamps every node to the labelling of the bound check (messages
         ``psi_e(t_s, .)``: the basin of the ordered fixed points that a symmetric one hides).
@@ -542,6 +545,7 @@ class BeliefPropagation(LoopyEngine):
         K = node.shape[1]
         todo = suspect.copy()
         runs = np.zeros(batch.n_graphs, np.int64)
+        moved = np.zeros(batch.n_graphs, np.bool_)
         for r in range(self.restarts):
             if not todo.any():
                 break
@@ -561,11 +565,12 @@ class BeliefPropagation(LoopyEngine):
             if take.any():
                 msg[take[st.graph]] = trial[take[st.graph]]
                 best[take] = lz[take]
+                moved |= take
                 iters[take], changes[take], converged[take] = it[take], ch[take], True
             if r == 0:
                 with np.errstate(invalid="ignore"):
                     todo &= ~(conv & ~(lz < bound - bound_slack(bound)))
-        return runs
+        return runs, moved
 
     # -------------------------------------------------------------- Engine interface
     def decoding_run(self, batch, node, edge):
