@@ -19,7 +19,7 @@ from pymc_crf.validation import flag, name_list
 if TYPE_CHECKING:
     import pymc as pm
 
-__all__ = ["compare", "cvm_score", "posterior_matrix"]
+__all__ = ["compare", "cvm_score", "inference_trust", "posterior_matrix"]
 
 
 def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
@@ -94,6 +94,27 @@ def check_results(results, caller: str) -> None:
                              f"{list(res.children)})")
 
 
+def inference_trust(result: xr.DataTree) -> dict:
+    """Loopy inference's convergence and bound check as a result records them: ``converged``
+    (BP converged on every graph) and ``bound_ok`` (its Bethe log Z nowhere below the score of a
+    single labelling), from the ``diagnostics`` group of a Bethe-Laplace fit (``bp_converged``,
+    ``bp_bound_ok``, at the MAP) or the sample stats of a BetheMH chain (``bp_nonconverged``,
+    ``bp_bound_violations``, over all draws); empty for results that record neither."""
+    out: dict = {}
+    groups = result.children
+    if "diagnostics" in groups:
+        diag = result["diagnostics"]
+        for key, name in (("bp_converged", "converged"), ("bp_bound_ok", "bound_ok")):
+            if key in diag.data_vars:
+                out[name] = bool(np.all(diag[key].values))
+    if "sample_stats" in groups:
+        stats = result["sample_stats"]
+        for key, name in (("bp_nonconverged", "converged"), ("bp_bound_violations", "bound_ok")):
+            if key in stats.data_vars:
+                out[name] = bool(np.all(stats[key].values == 0))
+    return out
+
+
 def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             test: CRFData | None = None, var_names: list[str] | None = None,
             predict_method: str = "average", draws: int | None = 200, model: pm.Model | None = None,
@@ -103,9 +124,11 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     Columns: ``wall_time`` (s), ``mean_abs_err`` and ``sd_ratio`` (posterior means' mean absolute
     difference and mean ratio of marginal sds against the reference), ``cvm`` (Welling & Parise 2006, eq.
     (23), normalised by the number of samples, summed over parameters), ``min_ess`` and ``max_rhat``
-    (for results with several MCMC chains), ``log_marginal_likelihood`` where the method gives
-    one, and ``test_error`` of ``predict(..., method=predict_method, draws=draws)`` when ``test``
-    is given (``draws`` defaults to ``predict``'s; ``n_draws``: deprecated name of ``draws``).
+    (for results with several MCMC chains), ``converged`` and ``bound_ok`` (loopy BP's
+    convergence and bound check, for results that record them: :func:`inference_trust`),
+    ``log_marginal_likelihood`` where the method gives one, and ``test_error`` of
+    ``predict(..., method=predict_method, draws=draws)`` when ``test`` is given (``draws``
+    defaults to ``predict``'s; ``n_draws``: deprecated name of ``draws``).
 
     Parameters are matched by name: ``var_names`` (default: the reference's posterior variables
     that every result has, in the reference's order; without a reference, the first result's),
@@ -185,6 +208,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             rhat = _as_dataset(az.rhat(res, var_names=var_names))
             row["min_ess"] = float(min(np.min(ess[v].values) for v in ess.data_vars))
             row["max_rhat"] = float(max(np.max(rhat[v].values) for v in rhat.data_vars))
+        row.update(inference_trust(res))
         if "log_marginal_likelihood" in res.attrs:
             row["log_marginal_likelihood"] = float(res.attrs["log_marginal_likelihood"])
         if test is not None:

@@ -180,6 +180,8 @@ def test_bp_not_converging_at_the_map_is_recorded_and_warned():
         r = pmc.fit(m, method="bethe_laplace", map="exact", bp=bp, draws=10)
     assert not bool(r["diagnostics"]["bp_converged"])
     assert int(r["diagnostics"]["bp_iterations"]) == 2
+    # the bound check at the MAP is recorded beside it (BP's own report, issue 36)
+    assert r["diagnostics"]["bp_bound_ok"].dtype == bool
 
 
 def test_bad_options():

@@ -134,3 +134,28 @@ def test_compare_refuses_no_results_and_results_that_are_not_fits():
         pmc.compare({"a": np.zeros((5, 2))})
     with pytest.raises(ValueError, match=r"results\['a'\] has no 'posterior' group"):
         pmc.compare({"a": xr.DataTree()})
+
+
+def test_compare_shows_loopy_inference_trust_where_results_record_it():
+    # converged / bound_ok: from a Bethe-Laplace fit's diagnostics (at the MAP) and a BetheMH
+    # chain's sample stats (every draw), absent (NaN) for results that record neither
+    rng = np.random.default_rng(2)
+    bl = _result(rng.normal(size=(1, 50, 2)), 1.0)
+    bl["diagnostics"] = xr.Dataset({"bp_converged": ((), np.bool_(True)),
+                                    "bp_bound_ok": ((), np.bool_(False))})
+    mh = _result(rng.normal(size=(2, 50, 2)), 2.0)
+    mh["sample_stats"] = xr.Dataset({
+        "bp_nonconverged": (("chain", "draw"), np.zeros((2, 50), np.int64)),
+        "bp_bound_violations": (("chain", "draw"), np.zeros((2, 50), np.int64))})
+    bad = _result(rng.normal(size=(2, 50, 2)), 2.0)
+    stats = np.zeros((2, 50), np.int64)
+    stats[1, 7] = 1
+    bad["sample_stats"] = xr.Dataset({"bp_nonconverged": (("chain", "draw"), stats),
+                                      "bp_bound_violations": (("chain", "draw"), stats)})
+    plain = _result(rng.normal(size=(1, 50, 2)), 0.1)
+    table = pmc.compare({"bl": bl, "mh": mh, "bad": bad, "plain": plain})
+    assert table.loc["bl", "converged"] and not table.loc["bl", "bound_ok"]
+    assert table.loc["mh", "converged"] and table.loc["mh", "bound_ok"]
+    assert not table.loc["bad", "converged"] and not table.loc["bad", "bound_ok"]
+    assert table.loc[["plain"], ["converged", "bound_ok"]].isna().all(axis=None)
+    assert pmc.compare({"plain": plain}).columns.tolist() == ["wall_time"]

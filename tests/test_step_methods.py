@@ -108,8 +108,8 @@ def test_bethe_log_likelihood_is_exact_on_a_tree(kind, rng):
                                         get_engine("junction_tree", st.field.batch))
     for _ in range(3):
         q = rng.normal(size=st.d)
-        ll, _, bad, msgs, _ = st._log_likelihood(q, None)
-        assert bad == 0
+        ll, _, bad, msgs, _, low = st._log_likelihood(q, None)
+        assert bad == 0 and low == 0  # converged, and exact log Z is above every labelling
         assert ll == pytest.approx(exact(q)[0], abs=1e-6)  # BP tol 1e-8 per graph or row
         # warm start from another state's messages reaches the same fixed point
         ll2 = st._log_likelihood(q + 0.1, msgs)[0]
@@ -230,7 +230,8 @@ def test_competence_only_for_random_field_weights():
 
 # ------------------------------------------------------------------ pm.sample integration
 @pytest.mark.parametrize("cls,keys", [
-    (BetheMH, {"accepted", "accept_rate", "scaling", "bp_iterations", "bp_nonconverged"}),
+    (BetheMH, {"accepted", "accept_rate", "scaling", "bp_iterations", "bp_nonconverged",
+               "bp_bound_violations"}),
     (Exchange, {"accepted", "accept_rate", "scaling", "exact_auxiliary"}),
     (LangevinCD, {"accepted", "accept_rate", "step_size", "grad_norm"}),
 ])

@@ -61,7 +61,8 @@ class Marginals(NamedTuple):
 
     ``log_z`` (G,), ``node`` (N, K), ``edge`` (E, K, K) (or (1, K, K) summed over edges when the
     edge table is shared), and for approximate engines a per-graph convergence ``report`` (dict of
-    arrays: ``iterations``, ``max_change``, ``converged``) or None.
+    arrays: ``iterations``, ``max_change``, ``converged``, and from the iterative engines the
+    bound check ``bound``, ``bound_ok``; see ``inference/loopy.py``) or None.
     """
 
     log_z: np.ndarray
@@ -82,7 +83,9 @@ class LoopyResult(NamedTuple):
 
     ``log_node`` (N, K) and ``log_edge`` (E, K, K) normalised log beliefs (one table per edge,
     also for a shared edge table), ``log_z`` (G,) the engine's estimate of log Z, ``report`` the
-    per-graph convergence report (:func:`convergence_report`). Engine-specific extras:
+    per-graph convergence report (:func:`convergence_report`, with the bound check ``bound`` /
+    ``bound_ok`` of ``LoopyEngine.check_bound``; BP adds ``radius`` and ``restarts``, mean field
+    ``restarts``). Engine-specific extras:
     ``messages`` (2E, K) BP's normalised log messages (the warm start of a later run; None for
     the other engines) and ``tree_mask`` (E,) TreeEP's spanning tree (None otherwise).
     """

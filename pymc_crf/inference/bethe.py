@@ -46,8 +46,8 @@ from pymc_crf.inference.base import LoopyResult, check_direction, check_potentia
 from pymc_crf.validation import flag, positive_number, whole_number
 
 __all__ = ["beliefs", "bethe_covariance_matrix", "bethe_covariance_products",
-           "bethe_covariance_vector_product", "bethe_log_z", "cavity", "normalise_log",
-           "pair_log_belief"]
+           "bethe_covariance_vector_product", "bethe_log_z", "cavity", "message_jacobian_radius",
+           "normalise_log", "pair_log_belief"]
 
 
 # ---------------------------------------------------------------------------- beliefs, free energy
@@ -286,6 +286,54 @@ def _belief_tangents(dm, vn, ve, lbn, lbe, edges, in_ptr, in_idx, shared):
             for b in range(K):
                 dbe[e, a, b] = np.exp(lbe[e, a, b]) * (dle[a, b] - mean)
     return dbn, dbe
+
+
+def message_jacobian_radius(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
+                            messages: np.ndarray, graphs: np.ndarray, n_iter: int = 60,
+                            seed: int = 0) -> np.ndarray:
+    """Spectral radius of the undamped BP update's Jacobian ``J`` at ``messages``, per graph.
+
+    A fixed point is locally stable under undamped parallel BP when the radius is below 1
+    (Mooij & Kappen 2007); stable fixed points are minima of the Bethe free energy (Heskes 2003),
+    so a radius above 1 marks a fixed point that BP should leave, e.g. the symmetric
+    (paramagnetic) point that zero fields and uniform starting messages leave BP on. Power
+    iteration of ``J`` (the linearised update of :func:`_tangent_step`, whose centring removes
+    the normalisation directions) from a seeded random tangent, ``n_iter`` steps, the radius
+    taken as the geometric mean growth over the last third; graphs outside ``graphs`` (bool
+    (G,)) get NaN. ``messages`` (2E, K) are normalised to log-sum-exp 0 (as ``run`` returns
+    them); the tables are checked ones.
+    """
+    st = message_layout(batch)
+    G, K = batch.n_graphs, node.shape[1]
+    rho = np.full(G, np.nan)
+    if not graphs.any() or batch.n_edges == 0:
+        return rho
+    W, q = _conditionals(node, edge, messages, st.src, st.edge, st.flip, st.in_ptr, st.in_idx,
+                         edge.shape[0] == 1)
+    rows = graphs[st.graph]
+    dm = np.random.default_rng(seed).standard_normal(messages.shape) * rows[:, None]
+    out = np.empty_like(dm)
+    vn, ve = np.zeros_like(node), np.zeros((1, K, K))
+
+    def norms(x):
+        return np.sqrt(np.bincount(st.graph, weights=(x * x).sum(1), minlength=G))
+
+    growth = np.zeros((n_iter, G))
+    nrm = norms(dm)
+    for t in range(n_iter):
+        dm /= np.where(nrm > 0, nrm, 1.0)[st.graph][:, None]
+        _tangent_step(dm, vn, ve, W, q, st.src, st.edge, st.flip, st.in_ptr, st.in_idx, True,
+                      out)
+        dm, out = out, dm
+        prev, nrm = nrm, norms(dm)
+        with np.errstate(divide="ignore"):
+            growth[t] = np.where(prev > 0, np.log(nrm), -np.inf)
+        if not (nrm[graphs] > 0).any():  # J v = 0 on every graph (e.g. all tables constant)
+            growth[t:] = -np.inf
+            break
+    tail = max(1, n_iter // 3)
+    rho[graphs] = np.exp(growth[-tail:].mean(axis=0))[graphs]
+    return rho
 
 
 def _linearisation(batch: GraphBatch, node, edge, engine, state):

@@ -20,7 +20,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from pymc_crf.graphs.adjacency import MessageLayout, message_layout
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import LOOPY, GraphBatch
 from pymc_crf.inference.base import (
     ConvergenceWarning,
     LoopyResult,
@@ -33,16 +33,18 @@ from pymc_crf.inference.bethe import (
     bethe_covariance_vector_product,
     bethe_log_z,
     cavity,
+    message_jacobian_radius,
     normalise_log,
 )
 from pymc_crf.inference.kernels import record_sweep
-from pymc_crf.inference.loopy import LoopyEngine
-from pymc_crf.validation import flag
+from pymc_crf.inference.loopy import LoopyEngine, bound_slack, labelling_bound
+from pymc_crf.validation import flag, whole_number
 
 __all__ = ["BPState", "BPStructure", "BeliefPropagation", "ConvergenceWarning", "bp_structure",
            "labelling_score"]
 
 SCHEDULES = ("parallel", "sequential")
+STABILITY = ("symmetric", "always", "never")
 
 # Names importable from here for one release; the definitions are where the comments say.
 BPState = LoopyResult  # inference/base.py: the run result of every iterative engine
@@ -317,6 +319,29 @@ class BeliefPropagation(LoopyEngine):
         several MCMC chains) the threads' barrier waits make it slower; on an idle 2-core
         machine it was ~3-4x faster on a 100x100 grid. ``None``: threads for batches with at
         least ``THREAD_MIN_MESSAGES`` directed messages.
+    restarts : int
+        Restarts of a sum-product run on the loopy graphs whose fixed point is suspect: Bethe
+        log Z below the score of the labelling decoded from the beliefs (a lower bound on log
+        Z), or an unstable fixed point. The first restart starts from the messages of that
+        labelling, the others from random labellings; each graph keeps the converged fixed point
+        of lowest Bethe free energy. 0 disables restarts (the checks still run and warn).
+    stability : {"symmetric", "always", "never"}
+        Where to estimate the stability of the fixed point (spectral radius of the undamped
+        update's Jacobian, 60 power-iteration steps, roughly the cost of 60 sweeps): only on
+        graphs whose messages are all uniform (default: the symmetric fixed point of zero fields,
+        where BP from uniform messages never moves), on every loopy graph, or nowhere.
+    seed : int
+        Seed of the random restarts and of the power iteration (results are deterministic).
+
+    Notes
+    -----
+    With zero node fields and symmetric tables, uniform messages are a fixed point for any
+    coupling strength, and BP started from them stays there: on an 8x8 grid with edge table
+    ``[[-1, 1], [1, -1]]`` it returned log Z 92.94 against the exact 112.87 and the score 112 of
+    the best labelling. The global minimum of the Bethe free energy never lies below a labelling's
+    score (a point mass has Bethe free energy minus its score), so an estimate below the bound is
+    always a fixed point other than the Bethe minimum; the checks find it and the restarts look
+    for a better one.
     """
 
     name = "bp"
@@ -325,11 +350,17 @@ class BeliefPropagation(LoopyEngine):
     THREAD_MIN_MESSAGES = 8192
 
     def __init__(self, damping: float = 0.5, schedule: str = "parallel", tol: float = 1e-10,
-                 max_iter: int = 2000, warn: bool = True, threads: bool | None = False):
+                 max_iter: int = 2000, warn: bool = True, threads: bool | None = False,
+                 restarts: int = 3, stability: str = "symmetric", seed: int = 0):
         super().__init__(tol, max_iter, damping, warn)
         if schedule not in SCHEDULES:
             raise ValueError(f"schedule must be one of {SCHEDULES}; got {schedule!r}")
         self.schedule = schedule
+        self.restarts = whole_number(restarts, "restarts", minimum=0)
+        if stability not in STABILITY:
+            raise ValueError(f"stability must be one of {STABILITY}; got {stability!r}")
+        self.stability = stability
+        self.seed = whole_number(seed, "seed", minimum=0)
         if threads is not None:  # read as every bool option is (0 and 1 too); None is BP's own
             try:
                 threads = flag(threads, "threads")
@@ -366,25 +397,18 @@ class BeliefPropagation(LoopyEngine):
             msg -= top
         return msg
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot, max_product: bool = False,
-            messages: np.ndarray | None = None) -> LoopyResult:
-        """Run BP to convergence (or ``max_iter``) and return messages, beliefs and report.
-
-        ``messages`` (2E, K) warm-starts the run (e.g. from a previous nearby parameter); the
-        message layout is cached on the batch, so a warm-started call costs only its sweeps.
-        ``log_z`` is minus the Bethe free energy (zeros for max-product).
-        """
-        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+    def _iterate(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray, P: np.ndarray,
+                 msg: np.ndarray, max_product: bool, frozen: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Sweeps in place on ``msg`` for the graphs not ``frozen`` until each converges or
+        ``max_iter``; then every message normalised (log-sum-exp 0, or max 0 for max-product).
+        Returns the per-graph iterations, last changes and convergence flags."""
         st = message_layout(batch)
-        K = node.shape[1]
         G = batch.n_graphs
-        msg = self._start(batch, K, messages)
         iters = np.zeros(G, np.int64)
         changes = np.zeros(G)
-        # Graphs without edges are trivially at their fixed point.
-        converged = np.bincount(batch.edge_graph, minlength=G) == 0
+        converged = frozen.copy()
         shared = edge.shape[0] == 1
-        P = _scaled_tables(edge)
         if self.schedule == "parallel":
             chunks = self._chunks(batch)
             (_run_parallel_threads if chunks > 1 else _run_parallel)(
@@ -403,13 +427,150 @@ class BeliefPropagation(LoopyEngine):
                 with np.errstate(divide="ignore"):
                     m = m + np.log(np.exp(msg - m).sum(axis=1, keepdims=True))
             msg -= m
+        return iters, changes, converged
+
+    def _fixed_point(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
+                     msg: np.ndarray, max_product: bool
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Beliefs and Bethe log Z (zeros for max-product) of normalised messages."""
+        st = message_layout(batch)
+        shared = edge.shape[0] == 1
         lbn, lbe = beliefs(node, edge, msg, batch.edges, st.in_ptr, st.in_idx, shared,
                            max_product)
-        log_z = np.zeros(G) if max_product else bethe_log_z(
-            node, edge, shared, lbn, lbe, st.degree, batch.node_graph, batch.edge_graph, G)
-        report = self.report(iters, changes, converged,
-                             f"{'max' if max_product else 'sum'}-product BP")
-        return LoopyResult(msg, lbn, lbe, log_z, report)
+        log_z = np.zeros(batch.n_graphs) if max_product else bethe_log_z(
+            node, edge, shared, lbn, lbe, st.degree, batch.node_graph, batch.edge_graph,
+            batch.n_graphs)
+        return lbn, lbe, log_z
+
+    def run(self, batch: GraphBatch, node_logpot, edge_logpot, max_product: bool = False,
+            messages: np.ndarray | None = None) -> LoopyResult:
+        """Run BP to convergence (or ``max_iter``) and return messages, beliefs and report.
+
+        ``messages`` (2E, K) warm-starts the run (e.g. from a previous nearby parameter); the
+        message layout is cached on the batch, so a warm-started call costs only its sweeps.
+        ``log_z`` is minus the Bethe free energy (zeros for max-product).
+
+        Sum-product runs then check their fixed point on each loopy graph (see the class
+        docstring): the bound check against a good labelling's score and, where the fixed point
+        is symmetric (every message uniform; ``stability="always"``: everywhere), the stability
+        of the undamped update; a graph whose estimate is below the bound or whose fixed point
+        is unstable is rerun from ``restarts`` other starting messages and keeps the converged
+        fixed point of lowest Bethe free energy. The report holds, besides ``iterations``,
+        ``max_change`` and ``converged`` (of the fixed point kept), ``bound`` and ``bound_ok``
+        (:meth:`~pymc_crf.inference.loopy.LoopyEngine.check_bound`), ``radius`` (the Jacobian's
+        spectral radius at the fixed point kept, where it was estimated; NaN elsewhere, also
+        where a restart replaced the fixed point it was estimated at) and ``restarts``
+        (restarts run).
+        """
+        node, edge = check_potentials(batch, node_logpot, edge_logpot)
+        K = node.shape[1]
+        G = batch.n_graphs
+        msg = self._start(batch, K, messages)
+        # Graphs without edges are trivially at their fixed point.
+        no_edges = np.bincount(batch.edge_graph, minlength=G) == 0
+        P = _scaled_tables(edge)
+        iters, changes, converged = self._iterate(batch, node, edge, P, msg, max_product,
+                                                  no_edges)
+        lbn, lbe, log_z = self._fixed_point(batch, node, edge, msg, max_product)
+        method = f"{'max' if max_product else 'sum'}-product BP"
+        if max_product:
+            return LoopyResult(msg, lbn, lbe, log_z,
+                               self.report(iters, changes, converged, method))
+        first = labelling_bound(batch, node, edge, lbn, unsettled=~converged, seed=self.seed)
+        bound = first.score
+        radius = np.full(G, np.nan)
+        n_restarts = np.zeros(G, np.int64)
+        loopy = (batch.kinds == LOOPY) & ~no_edges
+        with np.errstate(invalid="ignore"):
+            low = log_z < bound - bound_slack(bound)
+        suspect = loopy & low
+        if self.stability != "never":
+            check = loopy & ~low
+            if self.stability == "symmetric":
+                check &= self._symmetric(batch, msg)
+            if check.any():
+                radius = message_jacobian_radius(batch, node, edge, msg, check, seed=self.seed)
+                suspect |= check & (radius > 1.0 + 1e-4)
+        if suspect.any() and self.restarts:
+            n_restarts, moved = self._restart(batch, node, edge, P, msg, suspect, first.labels,
+                                              bound, log_z, iters, changes, converged)
+            radius[moved] = np.nan  # estimated at the fixed point left, not the one kept
+            lbn, lbe, log_z = self._fixed_point(batch, node, edge, msg, False)
+            bound = np.maximum(bound, labelling_bound(batch, node, edge, lbn, unsettled=~converged,
+                                                      seed=self.seed).score)
+        report = self.report(iters, changes, converged, method)
+        report.update(radius=radius, restarts=n_restarts)
+        note = (f", also after up to {int(n_restarts.max())} restarts from other messages "
+                "keeping the lowest Bethe free energy") if n_restarts.any() else ""
+        return self.with_bound(LoopyResult(msg, lbn, lbe, log_z, report), bound, method, note)
+
+    @staticmethod
+    def _symmetric(batch: GraphBatch, msg: np.ndarray) -> np.ndarray:
+        """Per graph: every message uniform (the fixed point that zero fields and symmetric
+        tables keep BP on from its uniform start, however strong the couplings)."""
+        st = message_layout(batch)
+        if msg.size == 0:
+            return np.zeros(batch.n_graphs, np.bool_)
+        spread = msg.max(axis=1) - msg.min(axis=1)
+        uneven = ~(spread <= 1e-9)
+        return np.bincount(st.graph, weights=uneven, minlength=batch.n_graphs) == 0
+
+    def _clamped(self, batch: GraphBatch, edge: np.ndarray, labels: np.ndarray) -> np.ndarray:
+        """Messages as if every node were clamped to ``labels``: ``m_{s->t}(x_t) =
+        psi_e(labels_s, x_t)``, max-normalised (rows without a finite entry uniform)."""
+        st = message_layout(batch)
+        tab = np.zeros(st.src.size, np.int64) if edge.shape[0] == 1 else st.edge
+        ls = labels[st.src]
+        rows = np.where(st.flip[:, None], edge[tab, :, ls], edge[tab, ls, :])
+        top = rows.max(axis=1, keepdims=True)
+        return np.where(np.isfinite(top), rows - np.where(np.isfinite(top), top, 0.0), 0.0)
+
+    def _restart(self, batch, node, edge, P, msg, suspect, labels, bound, log_z, iters, changes,
+                 converged) -> tuple[np.ndarray, np.ndarray]:
+        """Rerun the ``suspect`` graphs from other starts and keep, per graph, the converged
+        fixed point of highest Bethe log Z (lowest free energy; Yedidia, Freeman & Weiss 2005,
+        Heskes 2003); updates ``msg`` and the report arrays in place and returns the restarts
+        run per graph and which graphs took a restart's fixed point.
+
+        The first start clamps every node to the labelling of the bound check (messages
+        ``psi_e(t_s, .)``: the basin of the ordered fixed points that a symmetric one hides).
+        Graphs where that run converged to a fixed point not below ``bound`` stop there; the
+        others get up to ``restarts - 1`` more starts clamped to uniformly random labellings
+        with a random strength in [0, 1) (on a large grid a random start can take all
+        ``max_iter`` sweeps, so they are run only where needed).
+        """
+        st = message_layout(batch)
+        best = log_z.copy()
+        rng = np.random.default_rng(self.seed)
+        K = node.shape[1]
+        todo = suspect.copy()
+        runs = np.zeros(batch.n_graphs, np.int64)
+        moved = np.zeros(batch.n_graphs, np.bool_)
+        for r in range(self.restarts):
+            if not todo.any():
+                break
+            if r == 0:
+                start = self._clamped(batch, edge, labels)
+            else:
+                random_labels = rng.integers(0, K, batch.n_total_nodes)
+                start = (self._clamped(batch, edge, random_labels)
+                         * rng.uniform(0.0, 1.0, (st.src.size, 1)))
+            rows = todo[st.graph]
+            trial = msg.copy()
+            trial[rows] = start[rows]
+            it, ch, conv = self._iterate(batch, node, edge, P, trial, False, ~todo)
+            lz = self._fixed_point(batch, node, edge, trial, False)[2]
+            runs[todo] += 1
+            take = todo & conv & (~converged | (lz > best + 1e-12))
+            if take.any():
+                msg[take[st.graph]] = trial[take[st.graph]]
+                best[take] = lz[take]
+                moved |= take
+                iters[take], changes[take], converged[take] = it[take], ch[take], True
+            if r == 0:
+                with np.errstate(invalid="ignore"):
+                    todo &= ~(conv & ~(lz < bound - bound_slack(bound)))
+        return runs, moved
 
     # -------------------------------------------------------------- Engine interface
     def decoding_run(self, batch, node, edge):

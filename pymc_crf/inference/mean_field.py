@@ -18,7 +18,7 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import ConvergenceWarning, LoopyResult, check_potentials, warn_at_caller
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.inference.kernels import record_sweep
-from pymc_crf.inference.loopy import LoopyEngine
+from pymc_crf.inference.loopy import LoopyEngine, bound_slack, labelling_bound
 
 __all__ = ["MeanField"]
 
@@ -128,9 +128,13 @@ class MeanField(LoopyEngine):
 
     def run(self, batch: GraphBatch, node_logpot, edge_logpot) -> LoopyResult:
         """Coordinate ascent to a fixed point: log marginals ``log_node``, the products
-        ``q_u q_v`` as ``log_edge``, the lower bound as ``log_z``, and the report."""
+        ``q_u q_v`` as ``log_edge``, the lower bound as ``log_z``, and the report with the bound
+        check (``bound``, ``bound_ok``: a fixed point below the score of the labelling decoded
+        from it is left for the ascent from that labelling's point mass, counted in
+        ``restarts``)."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         N, K = node.shape
+        G = batch.n_graphs
         if self.init == "uniform":
             q = np.full((N, K), 1.0 / K)
         else:
@@ -138,18 +142,30 @@ class MeanField(LoopyEngine):
                 q = np.exp(node - node.max(1, keepdims=True))
             q = np.nan_to_num(q, nan=1.0)
             q /= q.sum(1, keepdims=True)
-        st = message_layout(batch)
-        order, ptr = colour_classes(batch)
-        G = batch.n_graphs
-        iters, changes = np.zeros(G, np.int64), np.zeros(G)
-        converged = np.zeros(G, np.bool_)
-        _mf_run(node, edge, edge.shape[0] == 1, q, order, ptr, st.src, st.edge, st.flip,
-                st.in_ptr, st.in_idx, batch.node_graph, G, self.damping, self.tol, self.max_iter,
-                iters, changes, converged)
+        iters, changes, converged = self._ascend(batch, node, edge, q, np.zeros(G, np.bool_))
+        log_z = _bound(batch, node, edge, q)
+        # The bound check: a labelling's score is itself a mean-field bound (q a point mass, no
+        # entropy), and coordinate ascent never lowers the bound, so where the fixed point found
+        # is below the score of the check's labelling, ascent restarted from that point mass
+        # ends at least as high (the symmetric fixed point of zero fields is the usual case).
+        first = labelling_bound(batch, node, edge, np.log(np.maximum(q, 1e-300)),
+                                unsettled=~converged)
+        with np.errstate(invalid="ignore"):
+            low = log_z < first.score - bound_slack(first.score)
+        restarts = np.zeros(G, np.int64)
+        if low.any():
+            q2 = np.where(low[batch.node_graph][:, None], np.eye(K)[first.labels], q)
+            it2, ch2, conv2 = self._ascend(batch, node, edge, q2, ~low)
+            lz2 = _bound(batch, node, edge, q2)
+            take = low & (lz2 > log_z)
+            q = np.where(take[batch.node_graph][:, None], q2, q)
+            log_z = np.where(take, lz2, log_z)
+            iters, changes, converged = (np.where(take, it2, iters), np.where(take, ch2, changes),
+                                         np.where(take, conv2, converged))
+            restarts[low] = 1
         pair = q[batch.edges[:, 0]][:, :, None] * q[batch.edges[:, 1]][:, None, :]
         with np.errstate(divide="ignore"):
             log_node, log_edge = np.log(q), np.log(pair)
-        log_z = _bound(batch, node, edge, q)
         # (a node with every label -inf makes -inf the exact log Z, nothing to warn about)
         dead = np.bincount(batch.node_graph, weights=np.isneginf(node).all(1), minlength=G) > 0
         stuck = np.isneginf(log_z) & ~dead
@@ -162,4 +178,23 @@ class MeanField(LoopyEngine):
                 "labellings may still exist, but single-node updates cannot reach them from "
                 "there). Use an exact engine or BP for models with hard constraints.",
                 ConvergenceWarning)
-        return LoopyResult(None, log_node, log_edge, log_z, self.report(iters, changes, converged))
+        report = self.report(iters, changes, converged)
+        report["restarts"] = restarts
+        result = LoopyResult(None, log_node, log_edge, log_z, report)
+        return self.with_bound(result, np.maximum(
+            first.score, labelling_bound(batch, node, edge, log_node,
+                                         unsettled=~converged).score))
+
+    def _ascend(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray, q: np.ndarray,
+                frozen: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Coordinate ascent in place on ``q`` for the graphs not ``frozen``; the per-graph
+        iterations, last changes and convergence flags."""
+        st = message_layout(batch)
+        order, ptr = colour_classes(batch)
+        G = batch.n_graphs
+        iters, changes = np.zeros(G, np.int64), np.zeros(G)
+        converged = frozen.copy()
+        _mf_run(node, edge, edge.shape[0] == 1, q, order, ptr, st.src, st.edge, st.flip,
+                st.in_ptr, st.in_idx, batch.node_graph, G, self.damping, self.tol, self.max_iter,
+                iters, changes, converged)
+        return iters, changes, converged

@@ -483,7 +483,8 @@ class TreeEP(LoopyEngine):
             tree_mask: np.ndarray | None = None) -> LoopyResult:
         """Run TreeEP: beliefs (q on tree edges, the tilted distribution on off-tree edges), the
         EP log Z estimate, the report, and in ``tree_mask`` (E,) the spanning tree used (pass
-        one to override the mutual-information choice)."""
+        one to override the mutual-information choice). The report carries the bound check
+        (``bound``, ``bound_ok``: :meth:`~pymc_crf.inference.loopy.LoopyEngine.check_bound`)."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         N, K = node.shape
         E, G = batch.n_edges, batch.n_graphs
@@ -542,5 +543,6 @@ class TreeEP(LoopyEngine):
         log_edge[tid] = lbe
         with np.errstate(divide="ignore"):
             log_edge[off] = np.log(off_marg)
-        return LoopyResult(None, lbn, log_edge, log_z, self.report(iters, changes, converged),
-                           tree_mask=tree_mask)
+        result = LoopyResult(None, lbn, log_edge, log_z, self.report(iters, changes, converged),
+                             tree_mask=tree_mask)
+        return self.check_bound(batch, node, edge, result)

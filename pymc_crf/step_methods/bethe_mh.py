@@ -53,7 +53,8 @@ class BetheMH(RandomFieldStep):
     Stats: ``tune``, ``accepted``, ``accept_rate`` (min(1, MH ratio)), ``scaling``, ``log_z``
     (Bethe log Z at the current state, summed over graphs), ``bp_iterations`` (sweeps of the
     proposal's BP run), ``bp_nonconverged`` (graphs whose BP run stopped before ``tol``; their
-    Bethe value is still used).
+    Bethe value is still used), ``bp_bound_violations`` (graphs whose Bethe log Z at the
+    proposal is below the score of a single labelling, BP's bound check: far off there).
     """
 
     name = "bethe_mh"
@@ -63,6 +64,7 @@ class BetheMH(RandomFieldStep):
         "log_z": (np.float64, []),
         "bp_iterations": (np.int64, []),
         "bp_nonconverged": (np.int64, []),
+        "bp_bound_violations": (np.int64, []),
     }
 
     def __init__(self, vars=None, *, scaling: float | None = None, S=None,
@@ -83,9 +85,11 @@ class BetheMH(RandomFieldStep):
         self._cache = None  # (q, log-likelihood, BP messages, log Z) of the current state
         self._warned = False
 
-    def _log_likelihood(self, q: np.ndarray, messages) -> tuple[float, int, int, np.ndarray, float]:
+    def _log_likelihood(self, q: np.ndarray, messages
+                        ) -> tuple[float, int, int, np.ndarray, float, int]:
         """Score - Bethe log Z at ``q`` (BP warm-started at ``messages``), BP's largest sweep
-        count, its non-converged graphs, its messages and the summed Bethe log Z."""
+        count, its non-converged graphs, its messages, the summed Bethe log Z and the graphs
+        failing BP's bound check."""
         self.engine.messages = messages
         loglik = float(np.sum(self.likelihood.pointwise(q)))
         st = self.engine.last_state
@@ -97,17 +101,17 @@ class BetheMH(RandomFieldStep):
                           "their Bethe log Z is used as it is (count in sample_stats "
                           "'bp_nonconverged')", RuntimeWarning, stacklevel=2)
         return (loglik, int(np.max(rep["iterations"])), bad, st.messages,
-                float(np.sum(st.log_z)))
+                float(np.sum(st.log_z)), int(np.sum(~np.asarray(rep["bound_ok"], dtype=bool))))
 
     def _propose(self, q0: np.ndarray, tune: bool) -> tuple[np.ndarray, dict]:
         # the likelihood of the current state is cached; the rest of the model is not (in a
         # compound step other variables, e.g. hyper-parameters of the prior, change in between)
         if self._cache is None or not np.array_equal(self._cache[0], q0):
-            ll0, _, _, msg0, lz0 = self._log_likelihood(q0, None)
+            ll0, _, _, msg0, lz0, _ = self._log_likelihood(q0, None)
             self._cache = (q0.copy(), ll0, msg0, lz0)
         _, ll0, msg0, lz0 = self._cache
         q1 = q0 + self.adaptation.draw(self.rng, tune)
-        ll1, iters, bad, msg1, lz1 = self._log_likelihood(q1, msg0)
+        ll1, iters, bad, msg1, lz1, low = self._log_likelihood(q1, msg0)
         log_ratio = self.rest(q1)[0] + ll1 - self.rest(q0)[0] - ll0
         accepted, accept_rate = self._metropolis(log_ratio)
         scale = self.adaptation.scale(tune)
@@ -116,4 +120,5 @@ class BetheMH(RandomFieldStep):
         q = q1 if accepted else q0
         self.adaptation.update(q, accept_rate, tune)
         return q, {"accepted": accepted, "accept_rate": accept_rate, "scaling": scale,
-                   "log_z": self._cache[3], "bp_iterations": iters, "bp_nonconverged": bad}
+                   "log_z": self._cache[3], "bp_iterations": iters, "bp_nonconverged": bad,
+                   "bp_bound_violations": low}

@@ -56,7 +56,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     bp : BeliefPropagation, optional
         BP engine for the Bethe parts (default damping 0.5, tol 1e-11, max_iter 5000). When it
         does not converge at the MAP a ``ConvergenceWarning`` is issued and
-        ``diagnostics["bp_converged"]`` is False.
+        ``diagnostics["bp_converged"]`` is False; where its Bethe log Z there is below the score
+        of a single labelling (BP's bound check), ``diagnostics["bp_bound_ok"]`` is False.
     maxiter, gtol
         L-BFGS iteration cap and gradient tolerance.
     draws, chains, random_seed
@@ -81,7 +82,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     xarray.DataTree
         ``posterior``, ``fit`` (``mean_vector``, ``covariance_matrix``,
         ``log_marginal_likelihood``), ``diagnostics`` (L-BFGS record, ``bp_converged``,
-        ``bp_iterations``, ``bp_max_change``), ``log_likelihood``; attrs ``method``,
+        ``bp_bound_ok``, ``bp_iterations``, ``bp_max_change``), ``log_likelihood``; attrs ``method``,
         ``settings``, ``wall_time``, ``log_marginal_likelihood``.
     """
     t0 = time.perf_counter()
@@ -103,6 +104,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     rep = fit.bp_report
     diagnostics = {**fit.optimizer,
                    "bp_converged": np.bool_(fit.bp_converged),
+                   "bp_bound_ok": np.bool_(fit.bp_bound_ok),
                    "bp_iterations": np.int64(-1 if rep is None else rep["iterations"].max()),
                    "bp_max_change": np.float64(np.nan if rep is None else rep["max_change"].max()),
                    "log_likelihood_at_map": np.float64(fit.log_likelihood),

@@ -57,6 +57,12 @@ class LaplaceFit:
     def bp_converged(self) -> bool:
         return True if self.bp_report is None else bool(np.all(self.bp_report["converged"]))
 
+    @property
+    def bp_bound_ok(self) -> bool:
+        """Whether BP's Bethe log Z at the MAP is nowhere below the score of a single labelling
+        (its bound check; True for exact inference)."""
+        return True if self.bp_report is None else bool(np.all(self.bp_report["bound_ok"]))
+
 
 def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1e-8,
              use_prior: bool = True, progressbar: bool = False,
