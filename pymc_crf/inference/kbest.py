@@ -3,11 +3,12 @@
 List Viterbi (Seshadri & Sundberg 1994, the parallel list Viterbi algorithm) keeps, at every
 position ``t`` and label ``j``, the ``k`` best scores of labellings of positions ``0..t`` ending in
 ``j`` and, for each, the label and rank at ``t - 1`` it extends. The ``k`` best extensions of
-``(t, j)`` are among the ``K k`` candidates ``delta_{t-1}(i, r) + psi_t(i, j)``, so the
-recursion costs ``O(K^2 k log(K k))`` per position and the ``k`` best labellings of the chain are
-the ``k`` best of the ``K k`` entries at its last position, read back through the pointers.
+``(t, j)`` are among the ``K k`` candidates ``delta_{t-1}(i, r) + psi_t(i, j) + phi_t(j)``, and
+the ``k`` best labellings of the chain are the ``k`` best of the ``K k`` entries at its last
+position, read back through the pointers.
 Distinct ``(label, rank)`` pointers give distinct prefixes, so the ``k`` labellings are distinct;
-with ``k = 1`` this is Viterbi. All chains of a batch run in lockstep (numpy over chains).
+with ``k = 1`` this is Viterbi. Each ``(t, j)`` list is the ``k``-way merge of the ``K`` sorted
+lists of ``t - 1`` shifted by ``psi_t(i, j)``: ``O(K^2 k)`` per position (one numba kernel).
 
 Scores are unnormalised log scores (the sum of node and edge log-potentials); minus log Z they are
 log-probabilities. A chain with fewer than ``k`` labellings of finite score (``K^n < k``, or
@@ -19,10 +20,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
+from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import check_potentials
-from pymc_crf.inference.spans import chain_log_messages, check_chain_batch
+from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.inference.spans import check_chain_batch
 from pymc_crf.validation import whole_number
 
 __all__ = ["KBest", "kbest_labellings"]
@@ -38,11 +41,57 @@ class KBest(NamedTuple):
     log_prob: np.ndarray
 
 
-def _top(cand: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
-    """Indices and values of the ``k`` largest entries along the last axis, best first (ties:
-    lower index first)."""
-    order = np.argsort(-cand, axis=-1, kind="stable")[..., :k]
-    return order, np.take_along_axis(cand, order, axis=-1)
+@njit(cache=True)
+def _kbest_kernel(node, edge, node_off, edge_off, k):
+    """Labels (k, N) and scores (k, G) of the k best labellings of every chain (list Viterbi;
+    each (position, label) list is the k-way merge of its predecessors' sorted lists)."""
+    N, K = node.shape
+    G = node_off.shape[0] - 1
+    shared = edge.shape[0] == 1
+    delta = np.full((N, K, k), -np.inf)   # k best scores ending at (node, label), best first
+    back = np.zeros((N, K, k), np.int64)  # their predecessors: label * k + rank
+    labels = np.full((k, N), -1, np.int64)
+    score = np.full((k, G), -np.inf)
+    ptr = np.zeros(K, np.int64)
+    for g in range(G):
+        lo = node_off[g]
+        n = node_off[g + 1] - lo
+        for j in range(K):
+            delta[lo, j, 0] = node[lo, j]
+        for t in range(1, n):
+            et = 0 if shared else edge_off[g] + t - 1
+            v = lo + t
+            for j in range(K):
+                ptr[:] = 0
+                for r in range(k):
+                    best, bi = -np.inf, -1
+                    for i in range(K):
+                        if ptr[i] < k:
+                            c = delta[v - 1, i, ptr[i]] + edge[et, i, j]
+                            if c > best:
+                                best, bi = c, i
+                    if bi < 0:
+                        break
+                    delta[v, j, r] = best + node[v, j]
+                    back[v, j, r] = bi * k + ptr[bi]
+                    ptr[bi] += 1
+        last = lo + n - 1
+        ptr[:] = 0
+        for r in range(k):  # merge the K lists of the last position
+            best, bj = -np.inf, -1
+            for j in range(K):
+                if ptr[j] < k and delta[last, j, ptr[j]] > best:
+                    best, bj = delta[last, j, ptr[j]], j
+            if bj < 0:
+                break
+            score[r, g] = best
+            j, q = bj, ptr[bj]
+            ptr[bj] += 1
+            for t in range(n - 1, -1, -1):
+                labels[r, lo + t] = j
+                p = back[lo + t, j, q]
+                j, q = p // k, p % k
+    return labels, score
 
 
 def kbest_labellings(batch: GraphBatch, node: np.ndarray, edge: np.ndarray, k: int) -> KBest:
@@ -61,35 +110,7 @@ def kbest_labellings(batch: GraphBatch, node: np.ndarray, edge: np.ndarray, k: i
     check_chain_batch(batch, "k-best labellings")
     node, edge = check_potentials(batch, node, edge)
     k = whole_number(k, "k", minimum=1)
-    N, K = node.shape
-    lo, n, elo = batch.node_offsets[:-1], batch.n_nodes, batch.edge_offsets[:-1]
-    G = batch.n_graphs
-    # delta[v, j, r]: r-th best score of a labelling ending at node v with label j;
-    # back[v, j, r]: i * k + r' of its predecessor (label i, rank r' at node v - 1)
-    delta = np.full((N, K, k), -np.inf)
-    delta[:, :, 0] = node
-    back = np.zeros((N, K, k), np.int64)
-    shared = edge.shape[0] == 1
-    for t in range(1, int(n.max(initial=0))):
-        g = np.flatnonzero(n > t)
-        cur = lo[g] + t
-        tab = np.broadcast_to(edge[0], (g.size, K, K)) if shared else edge[elo[g] + t - 1]
-        # candidates (graph, j, i * k + r) = delta[cur - 1, i, r] + psi(i, j)
-        cand = (delta[cur - 1][:, :, None, :] + tab[:, :, :, None]).transpose(0, 2, 1, 3)
-        idx, val = _top(cand.reshape(g.size, K, K * k), k)
-        delta[cur] = val + node[cur][:, :, None]
-        back[cur] = idx
-    last = lo + n - 1
-    idx, score = _top(delta[last].reshape(G, K * k), k)  # (G, k): j * k + r
-    labels = np.full((k, N), -1, np.int64)
-    j, r = idx // k, idx % k
-    for s in range(int(n.max(initial=0))):  # s steps from each chain's end, all chains at once
-        g = np.flatnonzero(n > s)
-        v = lo[g] + n[g] - 1 - s
-        labels[:, v] = j[g].T
-        p = back[v[:, None], j[g], r[g]]
-        j[g], r[g] = p // k, p % k
-    finite = np.isfinite(score.T)  # (k, G)
-    labels[~finite[:, batch.node_graph]] = -1
-    log_z = chain_log_messages(batch, node, edge)[2]
-    return KBest(labels, score.T.copy(), np.where(finite, score.T - log_z[None, :], -np.inf))
+    labels, score = _kbest_kernel(node, edge, np.ascontiguousarray(batch.node_offsets, np.int64),
+                                  np.ascontiguousarray(batch.edge_offsets, np.int64), k)
+    log_z = ChainEngine().log_partition(batch, node, edge)
+    return KBest(labels, score, np.where(np.isfinite(score), score - log_z[None, :], -np.inf))

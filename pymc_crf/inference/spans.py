@@ -22,9 +22,9 @@ under the CRF of
 
 Both are ratios ``Z_constrained / Z``: the forward messages up to the window before the span and
 the backward messages after it are the unconstrained ones, and only the window (the span and one
-position each side) is recomputed with its node and pair constraints, in log space. All spans of
-a batch are run in lockstep (numpy over spans, one step per window position), so the cost is
-``O(K^2)`` per window position plus one forward-backward pass per batch.
+position each side) is recomputed with its node and pair constraints, in log space (one numba
+kernel, one compiled signature), so the cost is ``O(K^2)`` per window position plus one log-space
+forward-backward pass per batch.
 """
 
 from __future__ import annotations
@@ -33,9 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import check_potentials
+from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
 
 __all__ = ["ChunkScheme", "Spans", "chain_log_messages", "check_chain_batch",
            "span_log_probabilities"]
@@ -165,17 +167,30 @@ class Spans:
                              f"one of the {len(scheme.types)} types {scheme.types}")
 
 
-def _logsumexp(x: np.ndarray, axis: int) -> np.ndarray:
-    """log sum exp along ``axis``, -inf where every term is -inf (no warnings)."""
-    m = np.max(x, axis=axis, keepdims=True)
-    m = np.where(np.isfinite(m), m, 0.0)
-    with np.errstate(divide="ignore"):
-        return np.log(np.sum(np.exp(x - m), axis=axis)) + np.squeeze(m, axis=axis)
-
-
-def _edge_rows(edge: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """The (len(e), K, K) tables of edges ``e`` (the shared table when ``edge`` has one)."""
-    return np.broadcast_to(edge[0], (e.size, *edge.shape[1:])) if edge.shape[0] == 1 else edge[e]
+@njit(cache=True)
+def _messages_kernel(node, edge, node_off, edge_off):
+    """Log forward (N, K) and backward (N, K) messages and log Z (G,) of every chain (the
+    shared log-space recursions of ``kernels``, sum-product)."""
+    N, K = node.shape
+    G = node_off.shape[0] - 1
+    shared = edge.shape[0] == 1
+    alpha = np.empty((N, K))
+    beta = np.empty((N, K))
+    log_z = np.empty(G)
+    noi, no2, no3 = unused_arrays()
+    for g in range(G):
+        lo = node_off[g]
+        n = node_off[g + 1] - lo
+        la = np.empty((n, K))
+        lb = np.zeros((n, K))
+        for j in range(K):
+            la[0, j] = node[lo, j]
+        log_forward(node, lo, n, edge, edge_off[g], shared, SUM, la, noi, no2, no3, no2)
+        log_backward(node, lo, n, edge, edge_off[g], shared, SUM, lb, no2, no3, no2)
+        alpha[lo:lo + n] = la
+        beta[lo:lo + n] = lb
+        log_z[g] = logsumexp_1d(la[n - 1])
+    return alpha, beta, log_z
 
 
 def chain_log_messages(batch: GraphBatch, node: np.ndarray, edge: np.ndarray
@@ -186,24 +201,68 @@ def chain_log_messages(batch: GraphBatch, node: np.ndarray, edge: np.ndarray
     ``0..t`` ending in each label (node ``t`` included), ``log_beta`` (N, K): of positions
     ``t+1..`` given the label at ``t`` (node ``t`` excluded), and ``log_z`` (G,); so
     ``log_alpha + log_beta - log_z`` are the log node marginals (Rabiner 1989, eqs. 18-27).
-    All chains run in lockstep over positions.
     """
     check_chain_batch(batch, "chain messages")
     node, edge = check_potentials(batch, node, edge)
-    lo, n, elo = batch.node_offsets[:-1], batch.n_nodes, batch.edge_offsets[:-1]
-    alpha = node.copy()
-    beta = np.zeros_like(node)
-    for t in range(1, int(n.max(initial=0))):
-        g = np.flatnonzero(n > t)
-        cur = lo[g] + t
-        msg = alpha[cur - 1][:, :, None] + _edge_rows(edge, elo[g] + t - 1)
-        alpha[cur] = _logsumexp(msg, 1) + node[cur]
-        # backward: position n - 1 - t of the same graphs
-        cur = lo[g] + n[g] - 1 - t
-        msg = _edge_rows(edge, elo[g] + n[g] - 1 - t) + (node[cur + 1] + beta[cur + 1])[:, None, :]
-        beta[cur] = _logsumexp(msg, 2)
-    log_z = _logsumexp(alpha[lo + n - 1], 1)
-    return alpha, beta, log_z
+    return _messages_kernel(node, edge, _int64(batch.node_offsets), _int64(batch.edge_offsets))
+
+
+def _int64(a) -> np.ndarray:
+    return np.ascontiguousarray(a, dtype=np.int64)
+
+
+@njit(cache=True)
+def _spans_kernel(node, edge, node_off, edge_off, alpha, beta, log_z, graph, start, end, kind,
+                  label_type, continues, tags_mode, labels):
+    """Log-probability of each span (module docstring): the window from ``start - 1`` (chunk
+    mode) or ``start`` (tags mode) to ``end + 1`` recomputed between the unconstrained messages,
+    with the node constraints (chunk: the type at ``start``; tags: the labels ``start..end``)
+    and the pair constraints (into the start: not continuing; inside a chunk: continuing; out of
+    the end: not continuing)."""
+    K = node.shape[1]
+    shared = edge.shape[0] == 1
+    out = np.empty(graph.shape[0])
+    v = np.empty(K)
+    w = np.empty(K)
+    col = np.empty(K)
+    for x in range(graph.shape[0]):
+        g, s, e = graph[x], start[x], end[x]
+        lo = node_off[g]
+        n = node_off[g + 1] - lo
+        a = s if tags_mode or s == 0 else s - 1
+        b = e + 1 if e + 1 < n else e
+        for t in range(a, b + 1):
+            for j in range(K):
+                # node constraint at t
+                ok = True
+                if tags_mode:
+                    if s <= t <= e:
+                        ok = j == labels[lo + t]
+                elif t == s:
+                    ok = label_type[j] == kind[x]
+                if t == a:
+                    v[j] = alpha[lo + t, j] if ok else -np.inf
+                    continue
+                if not ok:
+                    w[j] = -np.inf
+                    continue
+                et = 0 if shared else edge_off[g] + t - 1
+                for i in range(K):
+                    c = continues[i, j]
+                    if t == s or t == e + 1:
+                        allowed = not c
+                    elif not tags_mode and s < t <= e:
+                        allowed = c
+                    else:
+                        allowed = True
+                    col[i] = v[i] + edge[et, i, j] if allowed else -np.inf
+                w[j] = logsumexp_1d(col) + node[lo + t, j]
+            if t > a:
+                v[:] = w
+        for j in range(K):
+            col[j] = v[j] + beta[lo + b, j]
+        out[x] = logsumexp_1d(col) - log_z[g]
+    return out
 
 
 def span_log_probabilities(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
@@ -242,34 +301,11 @@ def span_log_probabilities(batch: GraphBatch, node: np.ndarray, edge: np.ndarray
             raise ValueError("match='tags' needs labels=, the labelling the spans' tags come from")
         labels = batch.check_labels(labels, scheme.n_labels)
     alpha, beta, log_z = messages if messages is not None else chain_log_messages(batch, node, edge)
-    K = node.shape[1]
-    g = np.asarray(spans.graph, np.int64)
-    s, e = np.asarray(spans.start, np.int64), np.asarray(spans.end, np.int64)
-    lo, n, elo = batch.node_offsets[g], batch.n_nodes[g], batch.edge_offsets[g]
-    # the window: one position before the span (chunk: the pair (s-1, s) is constrained) and
-    # one after it (the next tag must not continue the span)
-    a = np.maximum(s - 1, 0) if match == "chunk" else s
-    b = np.minimum(e + 1, n - 1)
-    type_mask = np.where(scheme.label_type[None, :] == np.asarray(spans.type)[:, None], 0.0,
-                         -np.inf)  # (S, K)
-    cont = np.where(scheme.continues, 0.0, -np.inf)
-    pair = np.stack([np.zeros((K, K)), cont, np.where(scheme.continues, -np.inf, 0.0)])
-
-    def node_mask(t, i):  # (len(i), K) log-mask of position t of spans i
-        if match == "chunk":
-            return np.where((t == s[i])[:, None], type_mask[i], 0.0)
-        inside = (t >= s[i]) & (t <= e[i])
-        own = np.where(np.arange(K)[None, :] == labels[lo[i] + t][:, None], 0.0, -np.inf)
-        return np.where(inside[:, None], own, 0.0)
-
-    v = alpha[lo + a] + node_mask(a, np.arange(s.size))
-    for o in range(1, int((b - a).max(initial=0)) + 1):
-        i = np.flatnonzero(b - a >= o)
-        t = a[i] + o
-        # pair (t-1, t): 2 = must not continue (into the span's start, out of its end),
-        # 1 = must continue (inside a chunk), 0 = free (inside the tags window)
-        code = np.where((t == s[i]) | (t == e[i] + 1), 2,
-                        np.where(match == "chunk", 1, 0) * ((t > s[i]) & (t <= e[i])))
-        msg = v[i][:, :, None] + _edge_rows(edge, elo[i] + t - 1) + pair[code]
-        v[i] = _logsumexp(msg, 1) + node[lo[i] + t] + node_mask(t, i)
-    return _logsumexp(v + beta[lo + b], 1) - log_z[g]
+    return _spans_kernel(node, edge, _int64(batch.node_offsets), _int64(batch.edge_offsets),
+                         np.ascontiguousarray(alpha, dtype=np.float64),
+                         np.ascontiguousarray(beta, dtype=np.float64),
+                         np.ascontiguousarray(log_z, dtype=np.float64),
+                         _int64(spans.graph), _int64(spans.start), _int64(spans.end),
+                         _int64(spans.type), _int64(scheme.label_type),
+                         np.ascontiguousarray(scheme.continues, dtype=np.bool_), match == "tags",
+                         _int64(labels if labels is not None else np.zeros(0)))
