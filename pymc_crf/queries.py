@@ -179,14 +179,14 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
     schema = ChunkScheme(tags, scheme)
     _check_data(data)
     check_chain_batch(data.graphs, "span probabilities")
+    K = result_layout(result, model)["n_labels"]
+    if K != schema.n_labels:
+        raise ValueError(f"tags: {schema.n_labels} tags for a model with {K} labels")
     labels = _predicted_labels(result, data, labels, model)
     spans = Spans.of_labelling(data.graphs, labels, schema)
     n, tables = _draw_tables(result, data, draws, model, random_seed)
     total = np.zeros(len(spans))
     for node, edge in tables:
-        if node.shape[1] != schema.n_labels:
-            raise ValueError(f"tags: {schema.n_labels} tags for a model with {node.shape[1]} "
-                             "labels")
         total += np.exp(span_log_probabilities(data.graphs, node, edge, spans, schema,
                                                match=match, labels=labels))
     correct = None
@@ -230,10 +230,10 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
     if n == 1:
         return kbest_labellings(b, *next(tables), k)
     cands, log_z = [], []
+    engine = get_engine("chain", b)
     for node, edge in tables:
-        best = kbest_labellings(b, node, edge, k)
-        cands.append(best.labels)
-        log_z.append(best.score[0] - best.log_prob[0])
+        cands.append(kbest_labellings(b, node, edge, k).labels)
+        log_z.append(engine.log_partition(b, node, edge))
     rows = np.concatenate(cands)  # (n k, N)
     # the distinct candidates of each graph, as rows of one (C, N) array (padding: the graph's
     # first candidate, masked out)
@@ -241,12 +241,13 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
     for g in range(b.n_graphs):
         seg = rows[:, b.node_offsets[g]:b.node_offsets[g + 1]]
         per_graph.append(np.unique(seg[(seg >= 0).all(axis=1)], axis=0))
-    C = max(len(u) for u in per_graph)
+    C = max(1, max(len(u) for u in per_graph))
     cand = np.empty((C, b.n_total_nodes), np.int64)
     valid = np.zeros((C, b.n_graphs), bool)
     for g, u in enumerate(per_graph):
+        pad = u[:1] if len(u) else np.zeros((1, u.shape[1]), np.int64)  # none: no labelling
         cand[:, b.node_offsets[g]:b.node_offsets[g + 1]] = np.concatenate(
-            [u, np.repeat(u[:1], C - len(u), axis=0)])
+            [u, np.repeat(pad, C - len(u), axis=0)])
         valid[:len(u), g] = True
     acc = np.full((C, b.n_graphs), -np.inf)
     _, tables = _draw_tables(result, data, draws, model, random_seed)

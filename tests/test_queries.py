@@ -227,6 +227,8 @@ def test_refusals(fits):
         pmc.queries.span_probabilities(r_map, test, ["O", "X-A", "I-A"])
     with pytest.raises(ValueError, match="4 tags for a model with 3 labels"):
         pmc.queries.span_probabilities(r_map, test, ["O", "B-A", "I-A", "B-B"])
+    with pytest.raises(ValueError, match="2 tags for a model with 3 labels"):
+        pmc.queries.span_probabilities(r_map, test, ["O", "B-A"])
     with pytest.raises(ValueError, match="gaussian|Gaussian posterior.*'ep', 'bethe_laplace'"):
         with pm.Model():
             pmc.prior_from(r_map)
