@@ -50,7 +50,7 @@ from pymc_crf.inference.spans import (
     span_log_probabilities,
 )
 from pymc_crf.metrics import Reliability, SelectiveCurve, confidence_reliability, selective_curve
-from pymc_crf.validation import generator, whole_number
+from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["SpanProbabilities", "Uncertainty", "kbest", "prior_from", "sample_labellings",
            "select_for_labelling", "selective_prediction", "span_probabilities", "uncertainty"]
@@ -383,14 +383,17 @@ def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
 
 
 def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bald", *,
-                         draws: int | None = 200, model: pm.Model | None = None,
-                         inference: str = "auto", random_seed: int | None = 0) -> np.ndarray:
+                         per_token: bool = False, draws: int | None = 200,
+                         model: pm.Model | None = None, inference: str = "auto",
+                         random_seed: int | None = 0) -> np.ndarray:
     """Indices of the ``n`` graphs of ``pool`` (a CRFData, labels not needed) to label next.
 
     ``strategy``: ``"bald"`` (largest BALD score: where the posterior draws disagree; needs a
     result with several draws), ``"entropy"`` (largest total token entropy at the posterior mean,
-    the MAP for a MAP result) or ``"random"`` (uniformly, with ``random_seed``). Returns the
-    indices, highest score first (ties: lower index first).
+    the MAP for a MAP result) or ``"random"`` (uniformly, with ``random_seed``). The scores are
+    sums over positions, so they favour long sequences; ``per_token=True`` divides them by the
+    sequence length (the cost of labelling a sequence). Returns the indices, highest score first
+    (ties: lower index first).
     """
     _check_data(pool)
     n = whole_number(n, "n", minimum=0)
@@ -408,6 +411,8 @@ def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bal
     u = uncertainty(result, pool, draws=draws, model=model, inference=inference,
                     random_seed=random_seed)
     score = u.bald if strategy == "bald" else u.point_entropy
+    if flag(per_token, "per_token"):
+        score = score / pool.graphs.n_nodes
     return np.argsort(-score, kind="stable")[:n]
 
 

@@ -164,6 +164,8 @@ def test_uncertainty_and_selection(fits):
     np.testing.assert_allclose(u_map.point_entropy, ent(m_map), rtol=1e-10)
     sel = pmc.queries.select_for_labelling(r_bl, test, 3, "bald", draws=None)
     np.testing.assert_array_equal(sel, np.argsort(-u.bald, kind="stable")[:3])
+    sel = pmc.queries.select_for_labelling(r_bl, test, 3, "bald", draws=None, per_token=True)
+    np.testing.assert_array_equal(sel, np.argsort(-u.bald / b.n_nodes, kind="stable")[:3])
     sel = pmc.queries.select_for_labelling(r_map, test, 3, "entropy")
     np.testing.assert_array_equal(sel, np.argsort(-ent(m_map), kind="stable")[:3])
     rnd = pmc.queries.select_for_labelling(r_map, test, 5, "random", random_seed=2)
