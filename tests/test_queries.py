@@ -101,6 +101,17 @@ def test_span_probabilities_equal_enumeration(fits, which):
             scheme.chunks(test.labels[b.node_offsets[g]:b.node_offsets[g + 1]])]
     np.testing.assert_array_equal(sp.correct, [x in gold for x in want_spans])
     assert 0 < sp.correct.sum() < len(sp)
+    # the exact-tags event of a span opening with B-A lies inside its chunk event (the MAP
+    # labelling also opens some chunks with I-A, which conlleval reads as a chunk start)
+    tags = pmc.queries.span_probabilities(result, test, TAGS, draws=None, labels=labels,
+                                          match="tags")
+    opens = labels[b.node_offsets[sp.graph] + sp.start] == 1
+    assert opens.sum() > 3 and np.all(tags.probability[opens] <= sp.probability[opens] + 1e-12)
+    assert np.any(tags.probability[opens] < sp.probability[opens] - 1e-3)
+    # labels from a Prediction
+    pred = pmc.predict(result, test, method="map")
+    again = pmc.queries.span_probabilities(result, test, TAGS, draws=None, labels=pred)
+    np.testing.assert_array_equal(again.probability, sp.probability)
     # calibration and selective curves are metrics' on (probability, correct)
     assert sp.reliability(4).ece == confidence_reliability(sp.probability, sp.correct, 4).ece
     assert sp.selective().area == selective_curve(sp.probability, sp.correct).area
