@@ -485,7 +485,7 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
         ``"full"``: one ``pm.MvNormal`` named ``flat_name`` over the flat weight vector (node
         weights first) and a ``pm.Deterministic`` of each weight variable reshaped from it
         (fitters that need independent Normal priors, ``ep`` and ``bethe_laplace``, refuse it;
-        ``map``, ``nuts`` and the samplers take it); ``"diagonal"``: each weight variable a
+        ``map`` and ``nuts`` take it, compiling the model); ``"diagonal"``: each weight variable a
         ``pm.Normal`` with the posterior means and marginal standard deviations (the
         correlations are dropped; every fitter takes it); ``"auto"``: diagonal when the
         covariance matrix is diagonal, else full.
