@@ -323,7 +323,7 @@ def test_prior_from_sequential_linear_gaussian_equals_joint(covariance):
 def test_prior_from_chain_crf_sequential_vs_joint():
     """bethe_laplace on batch 1, its diagonal Gaussian as the prior of batch 2, map there: close
     to the joint MAP of both batches (measured: max |difference| 0.49 where the weights reach
-    3.3, against 1.38 for the batch-1 fit alone))."""
+    3.3, against 1.38 for the batch-1 fit alone)."""
     full = _data(0, 60, max_len=6)
     b1, b2 = full.subset(np.arange(30)), full.subset(np.arange(30, 60))
     joint = pmc.fit(_model(full), method="map", progressbar=False)
