@@ -251,8 +251,9 @@ def test_refusals(fits):
         pmc.queries.kbest(r_map, tree, 2)
     with pytest.raises(ValueError, match="chain CRFs; graph 0 is a tree"):
         pmc.queries.span_probabilities(r_map, tree, TAGS)
-    # marginal-based queries take trees (junction tree / exact)
+    # marginal-based queries and sampling take trees (junction tree: exact)
     assert pmc.queries.uncertainty(r_map, tree).point_entropy.shape == (1,)
+    assert pmc.queries.sample_labellings(r_map, tree, 4).shape == (4, 3)
 
 
 # --- prior_from ---------------------------------------------------------------------------------
