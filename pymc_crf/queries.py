@@ -37,6 +37,7 @@ from pymc_crf.fitters.predictors import (
     draw_indices,
     log_potentials_for,
     posterior_mean,
+    predict_average,
     result_layout,
     weight_draws,
 )
@@ -75,13 +76,15 @@ def _draw_tables(result: xr.DataTree, data, draws: int | None, model, random_see
     info = result_layout(result, model)
     ws = weight_draws(result, info)
     idx = draw_indices(ws, draws, random_seed)
+    return len(idx), _tables_at(data, info, ws, idx)
 
-    def tables():
-        for s in idx:
-            yield log_potentials_for(data, info, *(ws[k][s] if k in ws else None
-                                                   for k in ("node_weights", "edge_weights")))
 
-    return len(idx), tables()
+def _tables_at(data, info: dict, ws: dict, idx: np.ndarray) -> Iterator:
+    """(node, edge) log-potential tables of ``data`` at the weight draws ``ws[...][s]``, s in
+    ``idx`` (the predictors' ``log_potentials_for``)."""
+    for s in idx:
+        yield log_potentials_for(data, info, *(ws[k][s] if k in ws else None
+                                               for k in ("node_weights", "edge_weights")))
 
 
 def _point_tables(result: xr.DataTree, data, model) -> tuple[np.ndarray, np.ndarray]:
@@ -284,13 +287,11 @@ def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | No
     counts = np.bincount(rng.integers(0, S, size=n), minlength=S)
     used = np.flatnonzero(counts)
     info = result_layout(result, model)
-    ws = weight_draws(result, info)
     engine = get_engine(inference, data.graphs)
     out = np.empty((n, data.graphs.n_total_nodes), np.int64)
     i = 0
-    for s in used:
-        node, edge = log_potentials_for(data, info, *(ws[k][s] if k in ws else None
-                                                      for k in ("node_weights", "edge_weights")))
+    for s, (node, edge) in zip(used, _tables_at(data, info, weight_draws(result, info), used),
+                               strict=True):
         out[i:i + counts[s]] = engine.sample(data.graphs, node, edge, int(counts[s]), rng)
         i += counts[s]
     return out[rng.permutation(n)]
@@ -322,8 +323,9 @@ def selective_prediction(result: xr.DataTree, data, *, level: str = "token",
                                   random_seed=random_seed).selective()
     if level != "token":
         raise ValueError(f"level must be 'token' or 'span'; got {level!r}")
-    marg = _averaged_marginals(result, data, draws, model, inference, random_seed)[0]
-    return selective_curve(marg.max(axis=1), marg.argmax(axis=1) == data.labels)
+    pred = predict_average(result, data, draws=draws, model=model, inference=inference,
+                           random_seed=random_seed)
+    return selective_curve(pred.marginals.max(axis=1), pred.labels == data.labels)
 
 
 # --- active learning ---------------------------------------------------------------------------
