@@ -375,3 +375,19 @@ def test_prior_from_bad_input():
     with pm.Model() as m:
         w = pmc.prior_from(result)  # diagonal covariance: independent Normals
     assert m.free_RVs == [w["a"]] and w["a"].owner.op.name == "normal"
+
+
+def test_prior_from_ep_on_a_loopy_probit_crf(loop_model):
+    """The flat MvNormal of an EP fit of the loopy BCRF (probit edge potentials, one weight
+    tensor with three dims) carries its mean and covariance; the dims and coords come along."""
+    r = pmc.fit(loop_model, method="ep", draws=20, random_seed=0, progressbar=False)
+    with pm.Model() as m:
+        w = pmc.prior_from(r)
+    assert list(w) == ["w"] and m.named_vars_to_dims["w"] == ("edge_feature", "label_i", "label_j")
+    assert list(m.coords["edge_feature"]) == list(r.posterior.coords["edge_feature"].values)
+    flat = m["w_flat"]
+    mu, cov = (_value(p) for p in flat.owner.op.dist_params(flat.owner))
+    np.testing.assert_allclose(mu, r["fit"]["mean_vector"].values)
+    np.testing.assert_allclose(cov, r["fit"]["covariance_matrix"].values, rtol=1e-12, atol=1e-15)
+    v = np.arange(mu.size, dtype=float)
+    np.testing.assert_allclose(w["w"].eval({flat: v}), v.reshape(6, 2, 2))
