@@ -150,9 +150,24 @@ def _predicted_labels(result, data, labels, model) -> np.ndarray:
     return data.graphs.check_labels(labels)
 
 
+def _spans_of(rows, schema: ChunkScheme) -> Spans:
+    """:class:`Spans` from ``(graph, first, last, type name)`` rows."""
+    rows = list(rows)
+    if any(len(r) != 4 for r in rows):
+        raise ValueError("spans must be (graph, first, last, type) tuples")
+    unknown = sorted({str(r[3]) for r in rows} - set(schema.types))
+    if unknown:
+        raise ValueError(f"spans: types {unknown} are not among the tags' types {schema.types}")
+    cols = [np.array([r[i] for r in rows], dtype=np.int64).reshape(-1) for i in range(3)]
+    kind = np.array([schema.types.index(str(r[3])) for r in rows], np.int64)
+    return Spans(*cols, kind)
+
+
 def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme: str = "BIO",
-                       labels: np.ndarray | Prediction | None = None, match: str = "chunk",
-                       draws: int | None = 200, model: pm.Model | None = None,
+                       labels: np.ndarray | Prediction | None = None,
+                       spans: Sequence[tuple[int, int, int, str]] | None = None,
+                       match: str = "chunk", draws: int | None = 200,
+                       model: pm.Model | None = None,
                        random_seed: int | None = 0) -> SpanProbabilities:
     """The probability that each predicted span (chunk) is exactly right, averaged over the
     posterior draws (chain CRFs).
@@ -170,6 +185,9 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
     labels : ndarray (N,) or Prediction, optional
         The labelling whose chunks are scored; default: the MAP labelling at the posterior mean
         (``pmc.predict(method="map")``).
+    spans : sequence of (graph, first, last, type), optional
+        Score these spans instead of a labelling's chunks (``match="chunk"`` only): e.g. the gold
+        chunks, whose mean probability is the expected recall of the true labelling's chunks.
     match : {"chunk", "tags"}
         ``"chunk"``: P(the span is a chunk of the true labelling), the event chunk F1 counts as
         correct; ``"tags"``: P(the span's tags are exactly right and the next tag does not
@@ -185,8 +203,15 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
     K = result_layout(result, model)["n_labels"]
     if K != schema.n_labels:
         raise ValueError(f"tags: {schema.n_labels} tags for a model with {K} labels")
-    labels = _predicted_labels(result, data, labels, model)
-    spans = Spans.of_labelling(data.graphs, labels, schema)
+    if spans is not None:
+        if match != "chunk" or labels is not None:
+            raise ValueError("spans= scores given spans as chunks: it takes match='chunk' and "
+                             "no labels=")
+        spans = _spans_of(spans, schema)
+        spans.check(data.graphs, schema)
+    else:
+        labels = _predicted_labels(result, data, labels, model)
+        spans = Spans.of_labelling(data.graphs, labels, schema)
     n, tables = _draw_tables(result, data, draws, model, random_seed)
     total = np.zeros(len(spans))
     for node, edge in tables:

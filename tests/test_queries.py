@@ -90,6 +90,8 @@ def test_span_probabilities_equal_enumeration(fits, which):
                   scheme.chunks(labels[b.node_offsets[g]:b.node_offsets[g + 1]])]
     assert list(zip(sp.graph, sp.start, sp.end, strict=True)) == want_spans and len(sp) > 3
     assert set(sp.type) == {"A"}
+    gold = [(g, s, e) for g in range(b.n_graphs) for _, s, e in
+            scheme.chunks(test.labels[b.node_offsets[g]:b.node_offsets[g + 1]])]
     want = np.zeros(len(sp))
     for node, edge in tables:
         for i, (g, s, e) in enumerate(want_spans):
@@ -97,8 +99,6 @@ def test_span_probabilities_equal_enumeration(fits, which):
             hit = [(0, s, e) in set(scheme.chunks(c)) for c in configs]
             want[i] += np.exp(logp[hit]).sum() / len(tables)
     np.testing.assert_allclose(sp.probability, want, atol=1e-12)
-    gold = [(g, s, e) for g in range(b.n_graphs) for _, s, e in
-            scheme.chunks(test.labels[b.node_offsets[g]:b.node_offsets[g + 1]])]
     np.testing.assert_array_equal(sp.correct, [x in gold for x in want_spans])
     assert 0 < sp.correct.sum() < len(sp)
     # the exact-tags event of a span opening with B-A lies inside its chunk event (the MAP
@@ -108,6 +108,17 @@ def test_span_probabilities_equal_enumeration(fits, which):
     opens = labels[b.node_offsets[sp.graph] + sp.start] == 1
     assert opens.sum() > 3 and np.all(tags.probability[opens] <= sp.probability[opens] + 1e-12)
     assert np.any(tags.probability[opens] < sp.probability[opens] - 1e-3)
+    # given spans: the gold chunks (the mean is the expected recall), and the predicted ones again
+    gold_rows = [(g, s, e, "A") for g, s, e in gold]
+    rec = pmc.queries.span_probabilities(result, test, TAGS, draws=None, spans=gold_rows)
+    assert len(rec) == len(gold) and rec.correct.all() and 0 < rec.probability.mean() < 1
+    same = pmc.queries.span_probabilities(result, test, TAGS, draws=None,
+                                          spans=[(g, s, e, "A") for g, s, e in want_spans])
+    np.testing.assert_allclose(same.probability, sp.probability, rtol=1e-12)
+    with pytest.raises(ValueError, match="types \\['B'\\]"):
+        pmc.queries.span_probabilities(result, test, TAGS, spans=[(0, 0, 0, "B")])
+    with pytest.raises(ValueError, match="span 0"):
+        pmc.queries.span_probabilities(result, test, TAGS, spans=[(0, 0, 40, "A")])
     # labels from a Prediction
     pred = pmc.predict(result, test, method="map")
     again = pmc.queries.span_probabilities(result, test, TAGS, draws=None, labels=pred)
