@@ -196,6 +196,12 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
         Posterior draws averaged over (None: all), chosen with ``random_seed``.
     model : pm.Model, optional
         Only for results that do not record their CRF layout (``pm.sample`` output).
+    random_seed : int, optional
+        Seed of the choice of draws.
+
+    Returns
+    -------
+    SpanProbabilities
     """
     schema = ChunkScheme(tags, scheme)
     _check_data(data)
@@ -242,6 +248,22 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
     outside every draw's ``k`` best is not considered (exact search under the averaged
     distribution is intractable; such a labelling has probability below the ``k``-th under
     every draw).
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Chains to label.
+    k : int
+        Labellings per chain.
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    random_seed : int, optional
+        Seed of the choice of draws.
 
     Returns
     -------
@@ -304,7 +326,28 @@ def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | No
     row from the CRF at a posterior draw chosen uniformly (with replacement), drawn by the
     engine's ``sample`` (forward-filtering backward-sampling on chains, exact on junction trees,
     Gibbs on loopy graphs); one table computation and one forward pass per distinct draw. A MAP
-    result gives ``n`` draws from the CRF at the MAP weights."""
+    result gives ``n`` draws from the CRF at the MAP weights.
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Graphs to label.
+    n : int
+        Number of labellings.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws and of the labellings.
+
+    Returns
+    -------
+    ndarray (n, N) int64
+    """
     n = whole_number(n, "n", minimum=0)
     _check_data(data)
     rng = generator(random_seed, "random_seed")
@@ -337,6 +380,31 @@ def selective_prediction(result: xr.DataTree, data, *, level: str = "token",
     ``level="span"``: each predicted chunk (of the MAP labelling at the posterior mean), its
     confidence its :func:`span_probabilities` (chain CRFs, ``tags`` and ``scheme`` needed), and
     accuracy is span precision.
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Labelled graphs.
+    level : {"token", "span"}
+    tags, scheme
+        The chunk tag of each label and the scheme (``level="span"``; see
+        :func:`span_probabilities`).
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws.
+
+    Returns
+    -------
+    SelectiveCurve
     """
     _check_data(data)
     if data.labels is None:
@@ -396,7 +464,29 @@ def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
                 model: pm.Model | None = None, inference: str = "auto",
                 random_seed: int | None = 0) -> Uncertainty:
     """BALD and entropy scores of each graph of ``data`` (see :class:`Uncertainty`), from the
-    exact marginals of each of ``draws`` posterior draws (any engine ``inference`` names)."""
+    exact marginals of each of ``draws`` posterior draws (any engine ``inference`` names).
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Unlabelled (or labelled) graphs.
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws.
+
+    Returns
+    -------
+    Uncertainty
+    """
     marg, ent, n = _averaged_marginals(result, data, draws, model, inference, random_seed)
     b = data.graphs
 
@@ -419,8 +509,34 @@ def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bal
     result with several draws), ``"entropy"`` (largest total token entropy at the posterior mean,
     the MAP for a MAP result) or ``"random"`` (uniformly, with ``random_seed``). The scores are
     sums over positions, so they favour long sequences; ``per_token=True`` divides them by the
-    sequence length (the cost of labelling a sequence). Returns the indices, highest score first
-    (ties: lower index first).
+    sequence length (the cost of labelling a sequence).
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    pool : CRFData
+        The unlabelled graphs to choose from.
+    n : int
+        How many to choose.
+    strategy : {"bald", "entropy", "random"}
+    per_token : bool
+        Divide the scores by the sequence lengths.
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws (and of ``"random"``).
+
+    Returns
+    -------
+    ndarray (n,) int
+        Graph indices, highest score first (ties: lower index first).
     """
     _check_data(pool)
     n = whole_number(n, "n", minimum=0)
