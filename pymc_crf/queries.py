@@ -651,7 +651,11 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
         raise ValueError(f"the fit group's covariance_matrix {cov.shape} does not match its "
                          f"mean_vector ({d},) or is not finite")
     layout = _layout(names, result)
-    model = pm.modelcontext(model)
+    try:
+        model = pm.modelcontext(model)
+    except TypeError as err:
+        raise ValueError("prior_from creates variables in a model: call it inside a pm.Model "
+                         "context or pass model=") from err
     post = result["posterior"] if "posterior" in result.children else None
     for _, _, dims in layout:
         for dim in dims or ():

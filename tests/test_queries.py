@@ -375,6 +375,8 @@ def test_prior_from_full_covariance_chain_crf():
 def test_prior_from_bad_input():
     result = _tree(xr.Dataset({"a": (("chain", "draw", "a_dim_0"), np.zeros((1, 1, 2)))}),
                    np.zeros(2), np.eye(2), ["a[0]", "a[1]"])
+    with pytest.raises(ValueError, match="inside a pm.Model"):
+        pmc.prior_from(result)
     with pytest.raises(ValueError, match="covariance must be"):
         with pm.Model():
             pmc.prior_from(result, covariance="low_rank")
