@@ -16,7 +16,16 @@ import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pymc_crf import datasets, features, fitters, inference, metrics, plots, step_methods
+    from pymc_crf import (
+        datasets,
+        features,
+        fitters,
+        inference,
+        metrics,
+        plots,
+        queries,
+        step_methods,
+    )
     from pymc_crf.compare import compare, cvm_score
     from pymc_crf.datasets import CRFData
     from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
@@ -27,6 +36,7 @@ if TYPE_CHECKING:
     from pymc_crf.inference import ApproximateInferenceWarning, ConvergenceWarning
     from pymc_crf.ops import log_partition
     from pymc_crf.predict import Prediction, predict
+    from pymc_crf.queries import prior_from
     from pymc_crf.threads import get_num_threads, set_num_threads
 
 #: where each public name lives (a subpackage is its own entry)
@@ -57,6 +67,8 @@ _LAZY = {
     "log_partition": "pymc_crf.ops",
     "Prediction": "pymc_crf.predict",
     "predict": "pymc_crf.predict",
+    "prior_from": "pymc_crf.queries",
+    "queries": "pymc_crf.queries",
     "get_num_threads": "pymc_crf.threads",
     "set_num_threads": "pymc_crf.threads",
 }
@@ -89,6 +101,8 @@ __all__ = [
     "pad_labels",
     "plots",
     "predict",
+    "prior_from",
+    "queries",
     "set_num_threads",
     "step_methods",
     "unpad_labels",
@@ -96,7 +110,8 @@ __all__ = [
 
 
 #: public subpackages; every other name in _LAZY is an attribute of its module
-_SUBPACKAGES = {"datasets", "features", "fitters", "inference", "metrics", "plots", "step_methods"}
+_SUBPACKAGES = {"datasets", "features", "fitters", "inference", "metrics", "plots", "queries",
+                "step_methods"}
 
 
 def __getattr__(name: str):

@@ -8,7 +8,11 @@
 * :func:`reliability_curve` / :func:`expected_calibration_error`: how well the confidence of a
   prediction (the largest marginal) matches its accuracy, over equal-width confidence bins
   ``((m - 1) / M, m / M]`` (Guo et al. 2017, sec. 2; a confidence of exactly 0 goes to the first
-  bin), and their ECE: the bin-size-weighted mean of ``|accuracy - confidence|``.
+  bin), and their ECE: the bin-size-weighted mean of ``|accuracy - confidence|``;
+  :func:`confidence_reliability` the same for any confidences of yes/no events (a predicted
+  span's probability and whether the span is right).
+* :func:`selective_curve`: accuracy against coverage when the predictions of lowest confidence are
+  abstained on (selective prediction, El-Yaniv & Wiener 2010), and the area under that curve.
 """
 
 from __future__ import annotations
@@ -20,8 +24,9 @@ import numpy as np
 
 from pymc_crf.validation import whole_number
 
-__all__ = ["ChunkScore", "Reliability", "bio_chunks", "chunk_f1", "expected_calibration_error",
-           "reliability_curve"]
+__all__ = ["ChunkScore", "Reliability", "SelectiveCurve", "bio_chunks", "chunk_f1",
+           "confidence_reliability", "expected_calibration_error", "reliability_curve",
+           "selective_curve"]
 
 
 def _split(tag: str) -> tuple[str, str]:
@@ -127,6 +132,11 @@ def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 1
                          "first)")
     conf = marginals.max(axis=1)
     correct = (marginals.argmax(axis=1) == labels).astype(np.float64)
+    return _binned(conf, correct, n_bins)
+
+
+def _binned(conf: np.ndarray, correct: np.ndarray, n_bins: int) -> Reliability:
+    """The reliability curve of confidences in [0, 1] and 0/1 outcomes (checked inputs)."""
     # edges m / M by one division each, so a confidence equal to m / M (a vote fraction k / S,
     # say) meets its edge exactly; np.linspace's edges can be one rounding step off it
     edges = np.arange(n_bins + 1) / n_bins
@@ -141,3 +151,80 @@ def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 1
 def expected_calibration_error(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> float:
     """ECE of (N, K) marginals against labels (N,) over ``n_bins`` equal confidence bins."""
     return reliability_curve(marginals, labels, n_bins).ece
+
+
+def _confidence_outcome(confidence, correct, what: str) -> tuple[np.ndarray, np.ndarray]:
+    conf = np.asarray(confidence, dtype=np.float64)
+    ok = np.asarray(correct)
+    if conf.ndim != 1 or ok.shape != conf.shape:
+        raise ValueError(f"{what}: confidence and correct must be 1-d arrays of one length; got "
+                         f"{conf.shape} and {ok.shape}")
+    if conf.size == 0:
+        raise ValueError(f"{what}: no predictions (confidence is empty)")
+    if not (np.isfinite(conf).all() and conf.min() >= 0.0 and conf.max() <= 1.0):
+        raise ValueError(f"{what}: confidence must be probabilities in [0, 1]")
+    if not (ok.dtype == bool or np.isin(ok, (0, 1)).all()):
+        raise ValueError(f"{what}: correct must be booleans (or 0 / 1)")
+    return conf, ok.astype(np.float64)
+
+
+def confidence_reliability(confidence: np.ndarray, correct: np.ndarray,
+                           n_bins: int = 10) -> Reliability:
+    """Reliability curve of confidences (n,) in [0, 1] against outcomes ``correct`` (n,) bool:
+    the bins and ECE of :func:`reliability_curve`, for predictions that are yes/no events with a
+    probability (a predicted span and its span probability)."""
+    n_bins = whole_number(n_bins, "n_bins")
+    conf, ok = _confidence_outcome(confidence, correct, "confidence_reliability")
+    return _binned(conf, ok, n_bins)
+
+
+@dataclass(frozen=True)
+class SelectiveCurve:
+    """Accuracy against coverage of selective prediction.
+
+    ``coverage[m]`` is the fraction of predictions kept when every prediction of confidence at
+    least ``threshold[m]`` is kept, ``accuracy[m]`` the accuracy of those kept (one point per
+    distinct confidence, most confident first; the last point keeps everything); ``area`` the area
+    under the accuracy-coverage step curve, ``sum_m (coverage[m] - coverage[m - 1]) accuracy[m]``:
+    with distinct confidences, the mean over ``c = 1..n`` of the accuracy of the ``c`` most
+    confident predictions (1 - the AURC of Geifman et al. 2019 with the 0/1 loss).
+    """
+
+    coverage: np.ndarray
+    accuracy: np.ndarray
+    threshold: np.ndarray
+    area: float
+
+    def accuracy_at(self, coverage: float) -> float:
+        """Accuracy at the smallest curve point whose coverage is at least ``coverage``."""
+        if not 0.0 < coverage <= 1.0:
+            raise ValueError(f"coverage must be in (0, 1]; got {coverage}")
+        return float(self.accuracy[np.searchsorted(self.coverage, coverage - 1e-12)])
+
+
+def selective_curve(confidence: np.ndarray, correct: np.ndarray) -> SelectiveCurve:
+    """Accuracy against coverage when abstaining on the least confident predictions.
+
+    Parameters
+    ----------
+    confidence : ndarray (n,)
+        Confidence of each prediction in [0, 1]: the largest marginal of a token, the
+        probability of a predicted span.
+    correct : ndarray (n,) bool
+        Whether each prediction is right.
+
+    Returns
+    -------
+    SelectiveCurve
+        One point per distinct confidence (predictions of equal confidence are kept or abstained
+        on together), and the area under the curve.
+    """
+    conf, ok = _confidence_outcome(confidence, correct, "selective_curve")
+    order = np.argsort(-conf, kind="stable")
+    conf, ok = conf[order], ok[order]
+    last = np.flatnonzero(np.r_[conf[1:] != conf[:-1], True])  # the end of each tie group
+    kept = last + 1
+    coverage = kept / conf.size
+    accuracy = np.cumsum(ok)[last] / kept
+    area = float(np.sum(np.diff(np.r_[0.0, coverage]) * accuracy))
+    return SelectiveCurve(coverage, accuracy, conf[last], area)

@@ -1,0 +1,689 @@
+"""What users ask of a fitted CRF, answered from its posterior (``docs/posterior_queries.md``).
+
+Every function takes a fitted result (any fitter's DataTree: one draw for ``map``, many for
+``nuts``, ``ep``, ``bethe_laplace``, ...) and a :class:`pymc_crf.CRFData`, and averages over the
+result's posterior draws as ``pmc.predict(method="average")`` does, reading the draws with the
+predictors' helpers (``result_layout``, ``weight_draws``, ``draw_indices``,
+``log_potentials_for``); a MAP result is the one-draw case.
+
+* :func:`span_probabilities`: the probability that each predicted chunk (span) is exactly right,
+  by constrained forward-backward (Culotta & McCallum 2004), averaged over draws; its
+  reliability curve / ECE and selective-prediction curve.
+* :func:`kbest`: the k most probable labellings of each sequence (list Viterbi) under a point
+  estimate, or under the posterior predictive among the union of every draw's k best.
+* :func:`sample_labellings`: labellings drawn from the posterior predictive (forward-filtering
+  backward-sampling on chains).
+* :func:`selective_prediction`: accuracy against coverage when abstaining on low confidence,
+  token-level (largest marginal) or span-level (span probability).
+* :func:`uncertainty` and :func:`select_for_labelling`: BALD (Houlsby et al. 2011) and the
+  token entropy at the point estimate (Settles & Craven 2008) of each unlabelled sequence, and the
+  sequences to label next.
+* :func:`prior_from`: the Gaussian posterior of an ``ep`` / ``bethe_laplace`` result as the prior
+  of a new model (sequential Bayesian updating).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pymc as pm
+import xarray as xr
+
+from pymc_crf.fitters.predictors import (
+    Prediction,
+    draw_indices,
+    log_potentials_for,
+    posterior_mean,
+    predict_average,
+    result_layout,
+    weight_draws,
+)
+from pymc_crf.inference.base import labelling_score
+from pymc_crf.inference.kbest import KBest, kbest_labellings
+from pymc_crf.inference.select import get_engine
+from pymc_crf.inference.spans import (
+    ChunkScheme,
+    Spans,
+    check_chain_batch,
+    span_log_probabilities,
+)
+from pymc_crf.metrics import Reliability, SelectiveCurve, confidence_reliability, selective_curve
+from pymc_crf.validation import flag, generator, whole_number
+
+__all__ = ["SpanProbabilities", "Uncertainty", "kbest", "prior_from", "sample_labellings",
+           "select_for_labelling", "selective_prediction", "span_probabilities", "uncertainty"]
+
+
+# --- the result's draws as log-potential tables --------------------------------------------------
+
+def _check_data(data) -> None:
+    if not (hasattr(data, "graphs") and hasattr(data, "edge_features")):
+        raise TypeError("data must be a pmc.CRFData (graphs, features and optional labels); got "
+                        f"{type(data).__name__}")
+
+
+def _draw_tables(result: xr.DataTree, data, draws: int | None, model, random_seed
+                 ) -> tuple[int, Iterator[tuple[np.ndarray, np.ndarray]]]:
+    """The number of posterior draws used and an iterator over their (node, edge) log-potential
+    tables on ``data``: ``draws`` of them chosen without replacement with ``random_seed`` (None:
+    all), as ``pmc.predict(method="average")`` chooses them."""
+    _check_data(data)
+    if draws is not None:
+        draws = whole_number(draws, "draws (None for all draws)")
+    info = result_layout(result, model)
+    ws = weight_draws(result, info)
+    idx = draw_indices(ws, draws, random_seed)
+    return len(idx), _tables_at(data, info, ws, idx)
+
+
+def _tables_at(data, info: dict, ws: dict, idx: np.ndarray) -> Iterator:
+    """(node, edge) log-potential tables of ``data`` at the weight draws ``ws[...][s]``, s in
+    ``idx`` (the predictors' ``log_potentials_for``)."""
+    for s in idx:
+        yield log_potentials_for(data, info, *(ws[k][s] if k in ws else None
+                                               for k in ("node_weights", "edge_weights")))
+
+
+def _point_tables(result: xr.DataTree, data, model) -> tuple[np.ndarray, np.ndarray]:
+    """Log-potential tables at the posterior mean (the MAP for a MAP result)."""
+    _check_data(data)
+    info = result_layout(result, model)
+    mean = posterior_mean(result, weight_draws(result, info), info)
+    return log_potentials_for(data, info, mean.get("node_weights"), mean.get("edge_weights"))
+
+
+def _n_draws(result: xr.DataTree) -> int:
+    post = result["posterior"]
+    return int(post.sizes.get("chain", 1) * post.sizes.get("draw", 1))
+
+
+# --- span probabilities ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class SpanProbabilities:
+    """Predicted spans and the posterior probability that each is exactly right.
+
+    ``graph``, ``start``, ``end`` (inclusive positions within the graph), ``type`` (the chunk
+    type's name) and ``probability``, each (S,); ``correct`` (S,) whether the span is one of the
+    gold chunks (when the data have labels, else None); ``match`` the event scored
+    (:func:`span_probabilities`).
+    """
+
+    graph: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    type: np.ndarray
+    probability: np.ndarray
+    correct: np.ndarray | None
+    match: str
+
+    def __len__(self) -> int:
+        return int(self.graph.size)
+
+    def _outcomes(self, what: str) -> np.ndarray:
+        if self.correct is None:
+            raise ValueError(f"{what} needs the gold chunks: call span_probabilities with data "
+                             "that have labels")
+        if len(self) == 0:
+            raise ValueError(f"{what}: there are no predicted spans")
+        return self.correct
+
+    def reliability(self, n_bins: int = 10) -> Reliability:
+        """Reliability curve of the span probabilities against the spans' correctness (its
+        ``.ece`` is the span-level expected calibration error)."""
+        return confidence_reliability(self.probability, self._outcomes("reliability"), n_bins)
+
+    def selective(self) -> SelectiveCurve:
+        """Span accuracy (precision) against coverage when abstaining on the least probable."""
+        return selective_curve(self.probability, self._outcomes("selective"))
+
+
+def _predicted_labels(result, data, labels, model) -> np.ndarray:
+    if labels is None:  # the MAP labelling at the posterior mean (pmc.predict's "map")
+        node, edge = _point_tables(result, data, model)
+        return get_engine("chain", data.graphs).map_assignment(data.graphs, node, edge).labels
+    if isinstance(labels, Prediction):
+        labels = labels.labels
+    return data.graphs.check_labels(labels)
+
+
+def _spans_of(rows, schema: ChunkScheme) -> Spans:
+    """:class:`Spans` from ``(graph, first, last, type name)`` rows."""
+    rows = list(rows)
+    if any(len(r) != 4 for r in rows):
+        raise ValueError("spans must be (graph, first, last, type) tuples")
+    unknown = sorted({str(r[3]) for r in rows} - set(schema.types))
+    if unknown:
+        raise ValueError(f"spans: types {unknown} are not among the tags' types {schema.types}")
+    cols = [np.array([r[i] for r in rows], dtype=np.int64).reshape(-1) for i in range(3)]
+    kind = np.array([schema.types.index(str(r[3])) for r in rows], np.int64)
+    return Spans(*cols, kind)
+
+
+def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme: str = "BIO",
+                       labels: np.ndarray | Prediction | None = None,
+                       spans: Sequence[tuple[int, int, int, str]] | None = None,
+                       match: str = "chunk", draws: int | None = 200,
+                       model: pm.Model | None = None,
+                       random_seed: int | None = 0) -> SpanProbabilities:
+    """The probability that each predicted span (chunk) is exactly right, averaged over the
+    posterior draws (chain CRFs).
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result (one draw for ``map``, many for the others).
+    data : CRFData
+        Chains to label; with labels, ``correct`` says which predicted spans are gold chunks.
+    tags : sequence of str
+        The tag of each label (``tags[k]`` for label ``k``): ``"O"``, ``"B-NP"``, ``"I-NP"``, ...
+    scheme : {"BIO", "BIOES"}
+        How tags form chunks (:mod:`pymc_crf.inference.spans`; BIO as conlleval reads it).
+    labels : ndarray (N,) or Prediction, optional
+        The labelling whose chunks are scored; default: the MAP labelling at the posterior mean
+        (``pmc.predict(method="map")``).
+    spans : sequence of (graph, first, last, type), optional
+        Score these spans instead of a labelling's chunks (``match="chunk"`` only): e.g. the gold
+        chunks, whose mean probability is the expected recall of the true labelling's chunks.
+    match : {"chunk", "tags"}
+        ``"chunk"``: P(the span is a chunk of the true labelling), the event chunk F1 counts as
+        correct; ``"tags"``: P(the span's tags are exactly right and the next tag does not
+        continue them), Culotta & McCallum 2004's constrained forward-backward.
+    draws : int or None
+        Posterior draws averaged over (None: all), chosen with ``random_seed``.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    random_seed : int, optional
+        Seed of the choice of draws.
+
+    Returns
+    -------
+    SpanProbabilities
+    """
+    schema = ChunkScheme(tags, scheme)
+    _check_data(data)
+    check_chain_batch(data.graphs, "span probabilities")
+    K = result_layout(result, model)["n_labels"]
+    if K != schema.n_labels:
+        raise ValueError(f"tags: {schema.n_labels} tags for a model with {K} labels")
+    if spans is not None:
+        if match != "chunk" or labels is not None:
+            raise ValueError("spans= scores given spans as chunks: it takes match='chunk' and "
+                             "no labels=")
+        spans = _spans_of(spans, schema)
+        spans.check(data.graphs, schema)
+    else:
+        labels = _predicted_labels(result, data, labels, model)
+        spans = Spans.of_labelling(data.graphs, labels, schema)
+    n, tables = _draw_tables(result, data, draws, model, random_seed)
+    total = np.zeros(len(spans))
+    for node, edge in tables:
+        total += np.exp(span_log_probabilities(data.graphs, node, edge, spans, schema,
+                                               match=match, labels=labels))
+    correct = None
+    if data.labels is not None:
+        b = data.graphs
+        gold = {(g, k, s, e) for g in range(b.n_graphs)
+                for k, s, e in schema.chunks(data.labels[b.node_offsets[g]:b.node_offsets[g + 1]])}
+        correct = np.array([(g, k, s, e) in gold for g, k, s, e in
+                            zip(spans.graph, spans.type, spans.start, spans.end, strict=True)],
+                           dtype=bool)
+    names = np.array(schema.types, dtype=object)[spans.type] if len(spans) else np.array([], object)
+    return SpanProbabilities(spans.graph, spans.start, spans.end, names, total / n, correct, match)
+
+
+# --- k best and sampled labellings ---------------------------------------------------------------
+
+def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
+          model: pm.Model | None = None, random_seed: int | None = 0) -> KBest:
+    """The ``k`` most probable labellings of each chain and their log-probabilities.
+
+    With one draw (a MAP result) these are the exact ``k`` best under it (list Viterbi,
+    :mod:`pymc_crf.inference.kbest`). With several, the candidates are the union of every used
+    draw's ``k`` best, each scored exactly by its posterior predictive probability
+    ``mean_s p(y | x, w_s)``, and the ``k`` most probable candidates are returned: a labelling
+    outside every draw's ``k`` best is not considered (exact search under the averaged
+    distribution is intractable; such a labelling has probability below the ``k``-th under
+    every draw).
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Chains to label.
+    k : int
+        Labellings per chain.
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    random_seed : int, optional
+        Seed of the choice of draws.
+
+    Returns
+    -------
+    KBest
+        ``labels`` (k, N): row ``r`` holds each graph's labelling of rank ``r`` (-1 where a graph
+        has fewer than ``k``); ``log_prob`` (k, G) their log-probabilities (posterior
+        predictive); ``score`` (k, G) their unnormalised scores at the posterior mean.
+    """
+    k = whole_number(k, "k", minimum=1)
+    _check_data(data)
+    b = data.graphs
+    check_chain_batch(b, "k-best labellings")
+    n, tables = _draw_tables(result, data, draws, model, random_seed)
+    if n == 1:
+        return kbest_labellings(b, *next(tables), k)
+    cands, log_z = [], []
+    engine = get_engine("chain", b)
+    for node, edge in tables:
+        cands.append(kbest_labellings(b, node, edge, k).labels)
+        log_z.append(engine.log_partition(b, node, edge))
+    rows = np.concatenate(cands)  # (n k, N)
+    # the distinct candidates of each graph, as rows of one (C, N) array (padding: the graph's
+    # first candidate, masked out)
+    per_graph = []
+    for g in range(b.n_graphs):
+        seg = rows[:, b.node_offsets[g]:b.node_offsets[g + 1]]
+        per_graph.append(np.unique(seg[(seg >= 0).all(axis=1)], axis=0))
+    C = max(1, max(len(u) for u in per_graph))
+    cand = np.empty((C, b.n_total_nodes), np.int64)
+    valid = np.zeros((C, b.n_graphs), bool)
+    for g, u in enumerate(per_graph):
+        pad = u[:1] if len(u) else np.zeros((1, u.shape[1]), np.int64)  # none: no labelling
+        cand[:, b.node_offsets[g]:b.node_offsets[g + 1]] = np.concatenate(
+            [u, np.repeat(pad, C - len(u), axis=0)])
+        valid[:len(u), g] = True
+    acc = np.full((C, b.n_graphs), -np.inf)
+    _, tables = _draw_tables(result, data, draws, model, random_seed)
+    for (node, edge), lz in zip(tables, log_z, strict=True):
+        acc = np.logaddexp(acc, labelling_score(b, node, edge, cand) - lz[None, :])
+    acc = np.where(valid, acc - np.log(n), -np.inf)
+    order = np.argsort(-acc, axis=0, kind="stable")[:k]  # (k', G)
+    labels = np.full((k, b.n_total_nodes), -1, np.int64)
+    log_prob = np.full((k, b.n_graphs), -np.inf)
+    for r in range(order.shape[0]):
+        lp = acc[order[r], np.arange(b.n_graphs)]
+        log_prob[r] = lp
+        ok = np.isfinite(lp)[b.node_graph]
+        labels[r, ok] = cand[order[r][b.node_graph], np.arange(b.n_total_nodes)][ok]
+    node, edge = _point_tables(result, data, model)
+    score = np.full((k, b.n_graphs), -np.inf)
+    have = labels >= 0
+    score[:] = np.where(np.isfinite(log_prob),
+                        labelling_score(b, node, edge, np.where(have, labels, 0)), -np.inf)
+    return KBest(labels, score, log_prob)
+
+
+def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | None = None,
+                      inference: str = "auto", random_seed: int | None = 0) -> np.ndarray:
+    """``n`` labellings (n, N) of ``data``'s graphs drawn from the posterior predictive: each
+    row from the CRF at a posterior draw chosen uniformly (with replacement), drawn by the
+    engine's ``sample`` (forward-filtering backward-sampling on chains, exact on junction trees,
+    Gibbs on loopy graphs); one table computation and one forward pass per distinct draw. A MAP
+    result gives ``n`` draws from the CRF at the MAP weights.
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Graphs to label.
+    n : int
+        Number of labellings.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws and of the labellings.
+
+    Returns
+    -------
+    ndarray (n, N) int64
+    """
+    n = whole_number(n, "n", minimum=0)
+    _check_data(data)
+    rng = generator(random_seed, "random_seed")
+    S = _n_draws(result)
+    counts = np.bincount(rng.integers(0, S, size=n), minlength=S)
+    used = np.flatnonzero(counts)
+    info = result_layout(result, model)
+    engine = get_engine(inference, data.graphs)
+    out = np.empty((n, data.graphs.n_total_nodes), np.int64)
+    i = 0
+    for s, (node, edge) in zip(used, _tables_at(data, info, weight_draws(result, info), used),
+                               strict=True):
+        out[i:i + counts[s]] = engine.sample(data.graphs, node, edge, int(counts[s]), rng)
+        i += counts[s]
+    return out[rng.permutation(n)]
+
+
+# --- selective prediction ----------------------------------------------------------------------
+
+def selective_prediction(result: xr.DataTree, data, *, level: str = "token",
+                         tags: Sequence[str] | None = None, scheme: str = "BIO",
+                         draws: int | None = 200, model: pm.Model | None = None,
+                         inference: str = "auto", random_seed: int | None = 0
+                         ) -> SelectiveCurve:
+    """Accuracy against coverage on ``data`` (which must have labels) when abstaining on the
+    least confident predictions (:func:`pymc_crf.metrics.selective_curve`).
+
+    ``level="token"``: each token's prediction is the argmax of its marginals averaged over
+    ``draws`` posterior draws, its confidence the largest averaged marginal (any engine);
+    ``level="span"``: each predicted chunk (of the MAP labelling at the posterior mean), its
+    confidence its :func:`span_probabilities` (chain CRFs, ``tags`` and ``scheme`` needed), and
+    accuracy is span precision.
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Labelled graphs.
+    level : {"token", "span"}
+    tags, scheme
+        The chunk tag of each label and the scheme (``level="span"``; see
+        :func:`span_probabilities`).
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws.
+
+    Returns
+    -------
+    SelectiveCurve
+    """
+    _check_data(data)
+    if data.labels is None:
+        raise ValueError("selective_prediction needs data with labels (to score the predictions)")
+    if level == "span":
+        if tags is None:
+            raise ValueError("level='span' needs tags=, the chunk tag of each label")
+        return span_probabilities(result, data, tags, scheme=scheme, draws=draws, model=model,
+                                  random_seed=random_seed).selective()
+    if level != "token":
+        raise ValueError(f"level must be 'token' or 'span'; got {level!r}")
+    pred = predict_average(result, data, draws=draws, model=model, inference=inference,
+                           random_seed=random_seed)
+    return selective_curve(pred.marginals.max(axis=1), pred.labels == data.labels)
+
+
+# --- active learning ---------------------------------------------------------------------------
+
+def _entropy(p: np.ndarray) -> np.ndarray:
+    """Entropy (nats) of each row of (..., K) probabilities."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return -np.sum(np.where(p > 0, p * np.log(p), 0.0), axis=-1)
+
+
+def _averaged_marginals(result, data, draws, model, inference, random_seed):
+    """Node marginals averaged over the draws and the mean per-node entropy over the draws."""
+    n, tables = _draw_tables(result, data, draws, model, random_seed)
+    engine = get_engine(inference, data.graphs)
+    marg = ent = 0.0
+    for node, edge in tables:
+        m = engine.marginals(data.graphs, node, edge).node
+        marg = marg + m
+        ent = ent + _entropy(m)
+    return marg / n, ent / n, n
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """Per-sequence (G,) uncertainty scores of unlabelled sequences (nats).
+
+    ``predictive_entropy``: sum over positions of the entropy of the draw-averaged marginals;
+    ``expected_entropy``: sum over positions of the mean over draws of each draw's marginal
+    entropy; ``bald``: their difference, the mutual information between each position's label and
+    the weights summed over positions (Houlsby et al. 2011, eq. 2; 0 for a one-draw result);
+    ``point_entropy``: sum of the marginal entropies at the posterior mean (for a MAP result, the
+    MAP entropy: total token entropy, Settles & Craven 2008); ``n_draws`` the draws used.
+    """
+
+    bald: np.ndarray
+    predictive_entropy: np.ndarray
+    expected_entropy: np.ndarray
+    point_entropy: np.ndarray
+    n_draws: int
+
+
+def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
+                model: pm.Model | None = None, inference: str = "auto",
+                random_seed: int | None = 0) -> Uncertainty:
+    """BALD and entropy scores of each graph of ``data`` (see :class:`Uncertainty`), from the
+    exact marginals of each of ``draws`` posterior draws (any engine ``inference`` names).
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    data : CRFData
+        Unlabelled (or labelled) graphs.
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws.
+
+    Returns
+    -------
+    Uncertainty
+    """
+    marg, ent, n = _averaged_marginals(result, data, draws, model, inference, random_seed)
+    b = data.graphs
+
+    def per_graph(v):
+        return np.bincount(b.node_graph, weights=v, minlength=b.n_graphs)
+
+    node, edge = _point_tables(result, data, model)
+    point = get_engine(inference, b).marginals(b, node, edge).node
+    pred, exp_ = per_graph(_entropy(marg)), per_graph(ent)
+    return Uncertainty(np.maximum(pred - exp_, 0.0), pred, exp_, per_graph(_entropy(point)), n)
+
+
+def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bald", *,
+                         per_token: bool = False, draws: int | None = 200,
+                         model: pm.Model | None = None, inference: str = "auto",
+                         random_seed: int | None = 0) -> np.ndarray:
+    """Indices of the ``n`` graphs of ``pool`` (a CRFData, labels not needed) to label next.
+
+    ``strategy``: ``"bald"`` (largest BALD score: where the posterior draws disagree; needs a
+    result with several draws), ``"entropy"`` (largest total token entropy at the posterior mean,
+    the MAP for a MAP result) or ``"random"`` (uniformly, with ``random_seed``). The scores are
+    sums over positions, so they favour long sequences; ``per_token=True`` divides them by the
+    sequence length (the cost of labelling a sequence).
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted CRF result.
+    pool : CRFData
+        The unlabelled graphs to choose from.
+    n : int
+        How many to choose.
+    strategy : {"bald", "entropy", "random"}
+    per_token : bool
+        Divide the scores by the sequence lengths.
+    draws : int or None
+        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    inference : str
+        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+        warning).
+    random_seed : int, optional
+        Seed of the choice of draws (and of ``"random"``).
+
+    Returns
+    -------
+    ndarray (n,) int
+        Graph indices, highest score first (ties: lower index first).
+    """
+    _check_data(pool)
+    n = whole_number(n, "n", minimum=0)
+    G = pool.graphs.n_graphs
+    if n > G:
+        raise ValueError(f"n={n} graphs asked for; the pool has {G}")
+    if strategy == "random":
+        return generator(random_seed, "random_seed").choice(G, size=n, replace=False)
+    if strategy not in ("bald", "entropy"):
+        raise ValueError(f"strategy must be 'bald', 'entropy' or 'random'; got {strategy!r}")
+    if strategy == "bald" and _n_draws(result) < 2:
+        raise ValueError("strategy='bald' needs posterior draws (it measures how much they "
+                         "disagree); this result has one draw (a MAP fit): use "
+                         "strategy='entropy', or fit with nuts, ep or bethe_laplace")
+    u = uncertainty(result, pool, draws=draws, model=model, inference=inference,
+                    random_seed=random_seed)
+    score = u.bald if strategy == "bald" else u.point_entropy
+    if flag(per_token, "per_token"):
+        score = score / pool.graphs.n_nodes
+    return np.argsort(-score, kind="stable")[:n]
+
+
+# --- continuing training -------------------------------------------------------------------------
+
+_NAME = re.compile(r"^(?P<name>.+)\[(?P<index>[\d, ]*)\]$")
+_GAUSSIAN_METHODS = "'ep', 'bethe_laplace', 'predictive_ard'"
+
+
+def _gaussian(result: xr.DataTree) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    if "fit" not in result.children or "covariance_matrix" not in result["fit"]:
+        method = result.attrs.get("method", "this fitter")
+        raise ValueError(f"prior_from needs a Gaussian posterior (a 'fit' group with mean_vector "
+                         f"and covariance_matrix); the result of {method!r} has none. Fit with "
+                         f"method={_GAUSSIAN_METHODS} to get one")
+    fit = result["fit"]
+    mean = np.asarray(fit["mean_vector"].values, np.float64)
+    cov = np.asarray(fit["covariance_matrix"].values, np.float64)
+    names = [str(r) for r in fit["rows"].values]
+    return mean, cov, names
+
+
+def _layout(names: list[str], result: xr.DataTree) -> list[tuple[str, tuple, tuple | None]]:
+    """``(variable, shape, dims)`` of the flat entries' variables, in flat order."""
+    order, index = [], {}
+    for row in names:
+        m = _NAME.match(row)
+        if m is None:
+            raise ValueError(f"the fit group's row {row!r} is not 'name[i, j, ...]'")
+        name = m["name"]
+        if name not in index:
+            order.append(name)
+            index[name] = []
+        elif order[-1] != name:
+            raise ValueError(f"the fit group's rows of {name!r} are not contiguous")
+        index[name].append(tuple(int(i) for i in m["index"].split(",") if i.strip()))
+    post = result["posterior"] if "posterior" in result.children else None
+    out = []
+    for name in order:
+        if post is not None and name in post:
+            da = post[name]
+            shape = tuple(int(s) for s in da.shape[2:])
+            dims = tuple(str(d) for d in da.dims[2:])
+            if any(re.fullmatch(rf"{re.escape(name)}_dim_\d+", d) for d in dims):
+                dims = None  # ArviZ's default names: the variable had no dims
+        else:
+            shape = tuple(int(i) + 1 for i in np.max(index[name], axis=0)) if index[name][0] else ()
+            dims = None
+        if int(np.prod(shape)) != len(index[name]):
+            raise ValueError(f"the fit group has {len(index[name])} entries of {name!r}; its "
+                             f"posterior shape {shape} has {int(np.prod(shape))}")
+        out.append((name, shape, dims))
+    return out
+
+
+def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model | None = None,
+               flat_name: str | None = None) -> dict:
+    """The Gaussian posterior of ``result`` as the prior of the weights of a new model.
+
+    Call inside a new ``pm.Model`` (or pass ``model=``); it creates the weight variables of the
+    result's CRF with their names, shapes and dims (coords copied from the result's posterior
+    where the model has none), distributed as the result's Gaussian approximation
+    ``N(mean_vector, covariance_matrix)`` (its ``fit`` group, from ``ep``, ``bethe_laplace``,
+    ``predictive_ard``). Then ``pmc.CRF(..., node_weights=w["W"], ...)`` on new data and any fit
+    is the sequential Bayesian update ``p(w | D1, D2) ∝ p(D2 | w) N(w; m1, V1)``.
+
+    Parameters
+    ----------
+    covariance : {"auto", "full", "diagonal"}
+        ``"full"``: one ``pm.MvNormal`` named ``flat_name`` over the flat weight vector (node
+        weights first) and a ``pm.Deterministic`` of each weight variable reshaped from it
+        (fitters that need independent Normal priors, ``ep`` and ``bethe_laplace``, refuse it;
+        ``map`` and ``nuts`` take it, compiling the model); ``"diagonal"``: each weight variable a
+        ``pm.Normal`` with the posterior means and marginal standard deviations (the
+        correlations are dropped; every fitter takes it); ``"auto"``: diagonal when the
+        covariance matrix is diagonal, else full.
+    model : pm.Model, optional
+        The model to add the variables to (default: the one in context).
+    flat_name : str, optional
+        Name of the flat ``pm.MvNormal`` (default: the weight names joined by ``_`` and
+        ``"_flat"``).
+
+    Returns
+    -------
+    dict
+        Weight name -> its variable (a free ``pm.Normal`` or a ``pm.Deterministic``).
+    """
+    if covariance not in ("auto", "full", "diagonal"):
+        raise ValueError(f"covariance must be 'auto', 'full' or 'diagonal'; got {covariance!r}")
+    mean, cov, names = _gaussian(result)
+    d = mean.size
+    if cov.shape != (d, d) or not (np.isfinite(mean).all() and np.isfinite(cov).all()):
+        raise ValueError(f"the fit group's covariance_matrix {cov.shape} does not match its "
+                         f"mean_vector ({d},) or is not finite")
+    layout = _layout(names, result)
+    try:
+        model = pm.modelcontext(model)
+    except TypeError as err:
+        raise ValueError("prior_from creates variables in a model: call it inside a pm.Model "
+                         "context or pass model=") from err
+    post = result["posterior"] if "posterior" in result.children else None
+    for _, _, dims in layout:
+        for dim in dims or ():
+            if dim not in model.coords:
+                if post is None or dim not in post.coords:
+                    raise ValueError(f"the new model has no coords for the dim {dim!r} of the "
+                                     "result's weights; pass them in pm.Model(coords=...)")
+                model.add_coord(dim, post.coords[dim].values)
+    var = np.diag(cov).copy()
+    if np.any(var <= 0):
+        raise ValueError("the fit group's covariance has a variance <= 0 at "
+                         f"{names[int(np.argmin(var))]!r}")
+    diagonal = covariance == "diagonal" or (
+        covariance == "auto" and np.all(cov[~np.eye(d, dtype=bool)] == 0.0))
+    out, i = {}, 0
+    with model:
+        if diagonal:
+            for name, shape, dims in layout:
+                size = int(np.prod(shape))
+                out[name] = pm.Normal(name, mean[i:i + size].reshape(shape),
+                                      np.sqrt(var[i:i + size]).reshape(shape), shape=shape,
+                                      dims=dims)
+                i += size
+            return out
+        flat = pm.MvNormal(flat_name or "_".join(n for n, _, _ in layout) + "_flat", mu=mean,
+                           cov=0.5 * (cov + cov.T))
+        for name, shape, dims in layout:
+            size = int(np.prod(shape))
+            out[name] = pm.Deterministic(name, flat[i:i + size].reshape(shape), dims=dims)
+            i += size
+    return out
