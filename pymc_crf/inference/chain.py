@@ -39,6 +39,7 @@ import numpy as np
 from numba import njit, objmode
 
 from pymc_crf.allocation import empty_pages, zeros_pages
+from pymc_crf.compile_notice import first_use_notice
 from pymc_crf.feature_products import is_sparse
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import (
@@ -58,7 +59,6 @@ from pymc_crf.inference.kernels import (
     logsumexp_1d,
     unused_arrays,
 )
-from pymc_crf.compile_notice import first_use_notice
 from pymc_crf.threads import get_num_threads, run_parts
 from pymc_crf.validation import generator, whole_number
 
