@@ -208,6 +208,20 @@ def _add_demo_arguments(demo: argparse.ArgumentParser) -> None:
     demo.add_argument("--no-progressbar", action="store_true", help="no progress bars")
 
 
+_WARM_UP_HELP = ("Compile the numba kernels of every inference engine and a small model once: "
+                 "numba keeps them in its disk cache, so later processes start at once. Needed "
+                 "once per machine (and after upgrading pymc_crf or numba); without it each "
+                 "kernel compiles on first use.")
+
+
+def _run_warm_up(args) -> int:
+    from pymc_crf.warm_up import warm_up
+
+    times = warm_up()
+    print(f"warm-up: done in {sum(times.values()):.1f} s")
+    return 0
+
+
 def _plugin_installed(name: str) -> bool:
     """Whether the subpackage ``pymc_crf.<name>`` exists (looked up without importing it)."""
     here = Path(__file__).resolve().parent
@@ -223,7 +237,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pymc-crf", description="Bayesian conditional random fields for PyMC. 'demo' is the "
         "default subcommand: 'pymc-crf' and 'pymc-crf --kind loop' run it.")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,bench,...}")
+    sub = parser.add_subparsers(dest="command", metavar="{demo,warm-up,bench,...}")
     demo = sub.add_parser("demo", help="fit the synthetic BCRF data by several methods and compare",
                           description=run_demo.__doc__.splitlines()[0])
     _add_demo_arguments(demo)
@@ -236,6 +250,9 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     bench.add_argument("script_args", nargs=argparse.REMAINDER,
                        help="arguments for the script (e.g. --repeats 10)")
     bench.set_defaults(run=lambda args: _run_bench(args, bench))
+    warm = sub.add_parser("warm-up", help="compile every inference kernel once (first use on "
+                          "this machine)", description=_WARM_UP_HELP)
+    warm.set_defaults(run=_run_warm_up)
     for name, help_text in PLUGINS.items():
         if not _plugin_installed(name):
             continue

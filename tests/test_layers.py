@@ -15,7 +15,7 @@ ROOT = Path(pymc_crf.__file__).parent
 
 #: rank of each layer: a module may import modules of its own rank or below
 RANKS = {"potentials": 0, "feature_products": 0, "allocation": 0, "threads": 0, "validation": 0,
-         "graphs": 1,
+         "compile_notice": 0, "graphs": 1,
          "inference": 2, "ops": 3, "distributions": 4, "fitters": 5, "step_methods": 5, "datasets": 5}
 TOP = 6  # predict, compare, cli, plots and any other top-level module
 

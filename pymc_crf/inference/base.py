@@ -389,9 +389,11 @@ class Engine(ABC):
         log_z, gn, ge = self.log_z_and_weighted_marginals(batch, node, edge, gw)
         return log_z, gn, features_tdot(Xe, ge.reshape(batch.n_edges, K * K)).reshape(-1, K, K)
 
-    def numba_kernels(self, batch: GraphBatch):
+    def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
         """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models;
         ``vjp`` returns ``(log_z, weighted node marginals, weighted edge marginals)``.
+        ``n_labels``, where the compiled graph knows it, lets an engine pick kernels for the
+        problem's size.
 
         None means the PyTensor Ops call this engine from numba's object mode.
         """
@@ -406,11 +408,12 @@ class Engine(ABC):
         K = node.shape[1]
         return self.log_partition(batch, node, features_dot(Xe, We).reshape(batch.n_edges, K, K))
 
-    def feature_numba_kernels(self, batch: GraphBatch):
+    def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
         """Optional njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
         :meth:`log_z_and_feature_marginals` for compiled models (``x`` dense (E, Fe), ``w``
         (Fe, K^2)); ``vjp`` returns ``(log_z, weighted node marginals, expected edge features
-        (Fe, K^2))``. None means the PyTensor Ops call this engine from numba's object mode."""
+        (Fe, K^2))``; ``n_labels`` as in :meth:`numba_kernels`. None means the PyTensor Ops call
+        this engine from numba's object mode."""
         return None
 
     def covariance_vector_product(self, batch: GraphBatch, node_logpot, edge_logpot,

@@ -39,6 +39,7 @@ import numpy as np
 from numba import njit, objmode
 
 from pymc_crf.allocation import empty_pages, zeros_pages
+from pymc_crf.compile_notice import first_use_notice
 from pymc_crf.feature_products import is_sparse
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import (
@@ -48,6 +49,7 @@ from pymc_crf.inference.base import (
     check_feature_tables,
     check_potentials,
 )
+from pymc_crf.inference.chain_small import forward_backward_small, is_small
 from pymc_crf.inference.kernels import (
     MAX,
     SUM,
@@ -1163,6 +1165,51 @@ def _forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     return log_z, node_m, edge_m
 
 
+# Batches with less forward-backward work than this (positions x K^2) run graph by graph
+# (``_forward_backward_graphs``): they never compile the lane-block kernels, whose compilation
+# (about 45 s of CPU) is most of a machine's first fit of a small model (docs/benchmarks.md, "Cold
+# start"), while on such batches the lanes save well under a millisecond a pass. The smallest
+# batches run in numpy, compiling nothing (``chain_small``).
+_LANE_WORK = 1 << 18
+
+
+def small_batch(n_nodes: int, n_labels: int | None) -> bool:
+    """Whether a batch of ``n_nodes`` positions and ``n_labels`` labels runs graph by graph
+    (False when the number of labels is not known)."""
+    return n_labels is not None and n_nodes * n_labels * n_labels < _LANE_WORK
+
+
+@njit(cache=True)
+def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward`` one graph at a time (``_fb_graphs``), for small batches."""
+    G = node_off.shape[0] - 1
+    N, K = node.shape
+    log_z = np.empty(G)
+    node_m = np.zeros((N if want_marginals else 0, K))
+    n_edge_m = 0 if not want_marginals else (1 if edge.shape[0] == 1 else edge.shape[0])
+    edge_m = np.zeros((n_edge_m, K, K))
+    psi, shift, erange = _edge_tables(edge[:1])
+    _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, np.arange(G), want_marginals,
+               gw, log_z, node_m, edge_m)
+    return log_z, node_m, edge_m
+
+
+@njit(cache=True)
+def _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_features`` one graph at a time (``_fb_feature_graph``), for small
+    batches."""
+    G = node_off.shape[0] - 1
+    N, K = node.shape
+    log_z = np.empty(G)
+    node_m = np.zeros((N if want_marginals else 0, K))
+    gW = np.zeros((We.shape[0], K * K))
+    for g in range(G):
+        log_z[g] = _fb_feature_graph(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
+                                     edge_off[g], want_marginals,
+                                     gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
+    return log_z, node_m, gW
+
+
 @njit(cache=True)
 def _feature_outputs(node, We, G, want_marginals):
     """Outputs of the feature kernels (log Z, node marginals, expected edge features), and the
@@ -1208,7 +1255,14 @@ def _parts_plan(node_off, K, per_edge):
 
 
 def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
-    """``_forward_backward``, with a large batch's lane blocks run on the worker threads."""
+    """``_forward_backward``, with a large batch's lane blocks run on the worker threads (a
+    small batch graph by graph, the smallest in numpy)."""
+    if is_small(node_off, node.shape[1]):
+        return forward_backward_small(node, edge, node_off, edge_off, want_marginals, gw)
+    if small_batch(node.shape[0], node.shape[1]):
+        first_use_notice(_forward_backward_graphs, "the chain engine's kernels")
+        return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
+    first_use_notice(_forward_backward, "the chain engine's lane kernels")
     plan = _parts_plan(node_off, node.shape[1], edge.shape[0] != 1)
     if plan is None:
         return _forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
@@ -1223,8 +1277,21 @@ def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
 
 def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """``_forward_backward_features``, with a large batch's lane blocks run on the worker
-    threads."""
+    threads (a small batch graph by graph)."""
     K = node.shape[1]
+    if is_small(node_off, K):
+        E = Xe.shape[0]
+        edge = (Xe @ We).reshape(E, K, K) if E else np.zeros((0, K, K))
+        log_z, node_m, edge_m = forward_backward_small(node, edge, node_off, edge_off,
+                                                       want_marginals, gw)
+        gW = (Xe.T @ edge_m.reshape(E, K * K) if want_marginals and E
+              else np.zeros((We.shape[0], K * K)))
+        return log_z, node_m, np.ascontiguousarray(gW)
+    if small_batch(node.shape[0], K):
+        first_use_notice(_forward_backward_features_graphs, "the chain engine's kernels")
+        return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals,
+                                                 gw)
+    first_use_notice(_forward_backward_features, "the chain engine's lane kernels")
     plan = _parts_plan(node_off, K, True) if Xe.shape[0] > 0 else None
     if plan is None:
         return _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw)
@@ -1476,9 +1543,11 @@ class ChainEngine(Engine):
                              f"{node.shape}, {edge.shape}")
         return _tangent_fb(node, edge, batch.node_offsets, batch.edge_offsets, vn, ve)
 
-    def numba_kernels(self, batch: GraphBatch):
+    def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
         """Njit closures ``(log_z(node, edge), vjp(node, edge, g))`` over this batch's offsets;
-        ``vjp`` returns log Z and the marginals weighted by ``g`` from one pass.
+        ``vjp`` returns log Z and the marginals weighted by ``g`` from one pass. With a known
+        ``n_labels`` that makes the batch small (``small_batch``), they run graph by graph and
+        never compile the lane-block kernels.
 
         Used by the PyTensor Ops' numba implementation so compiled models call the kernels directly.
         """
@@ -1486,28 +1555,33 @@ class ChainEngine(Engine):
             return None
         no, eo, n_nodes, n_edges, n_graphs = _closure_constants(batch)
         empty = np.zeros(0)
+        fb = (_forward_backward_graphs if small_batch(batch.n_total_nodes, n_labels)
+              else _fb_any)
 
         @njit
         def log_z(node, edge):
             _check_tables(node, edge, n_nodes, n_edges)
-            return _fb_any(node, edge, no, eo, False, empty)[0]
+            return fb(node, edge, no, eo, False, empty)[0]
 
         @njit
         def vjp(node, edge, g):
             _check_tables(node, edge, n_nodes, n_edges)
             _check_output_gradient(g, n_graphs)
-            return _fb_any(node, edge, no, eo, True, g)
+            return fb(node, edge, no, eo, True, g)
 
         return log_z, vjp
 
-    def feature_numba_kernels(self, batch: GraphBatch):
+    def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
         """Njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
         :meth:`log_z_and_feature_marginals` over this batch's offsets (``w`` (Fe, K^2)), for the
-        edge-feature Ops' numba implementation."""
+        edge-feature Ops' numba implementation (graph by graph for a small batch, as
+        :meth:`numba_kernels`)."""
         if not batch.is_chain:
             return None
         no, eo, n_nodes, n_edges, n_graphs = _closure_constants(batch)
         empty = np.zeros(0)
+        fb = (_forward_backward_features_graphs if small_batch(batch.n_total_nodes, n_labels)
+              else _fb_features_any)
 
         @njit
         def check(node, x, w):
@@ -1525,13 +1599,13 @@ class ChainEngine(Engine):
         @njit
         def log_z(node, x, w):
             check(node, x, w)
-            return _fb_features_any(node, x, w, no, eo, False, empty)[0]
+            return fb(node, x, w, no, eo, False, empty)[0]
 
         @njit
         def vjp(node, x, w, g):
             check(node, x, w)
             _check_output_gradient(g, n_graphs)
-            return _fb_features_any(node, x, w, no, eo, True, g)
+            return fb(node, x, w, no, eo, True, g)
 
         return log_z, vjp
 

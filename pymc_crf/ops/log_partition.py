@@ -453,15 +453,17 @@ def _objmode_impl(op, node):
 _KERNEL_VERSION = 13
 
 
-def _cache_key(op, which: str) -> str:
-    """Numba cache key: the kernels close over the batch's offsets, so those are part of it."""
+def _cache_key(op, which: str, node) -> str:
+    """Numba cache key: the kernels close over the batch's offsets, and the engine picks them
+    by the number of labels, so both are part of it."""
     h = _structure_hash(op.batch)
-    return f"pymc_crf.{which}.{op.engine.name}.v{_KERNEL_VERSION}.{h.hexdigest()}"
+    return (f"pymc_crf.{which}.{op.engine.name}.v{_KERNEL_VERSION}.K{_n_labels(node)}."
+            f"{h.hexdigest()}")
 
 
 @register_funcify_and_cache_key(LogPartition)
 def _numba_log_partition(op, node, **kwargs):
-    kernels = op.engine.numba_kernels(op.batch)
+    kernels = op.engine.numba_kernels(op.batch, _n_labels(node))
     if kernels is None:
         return _objmode_impl(op, node)
     log_z = kernels[0]
@@ -470,13 +472,20 @@ def _numba_log_partition(op, node, **kwargs):
     def impl(node_logpot, edge_logpot):
         return log_z(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot))
 
-    return impl, _cache_key(op, "log_z")
+    return impl, _cache_key(op, "log_z", node)
 
 
-def _vjp_call(op):
+def _n_labels(node) -> int | None:
+    """The number of labels of an Apply node's node tables (first input), where its type knows
+    it: the engines pick kernels by the problem's size."""
+    K = node.inputs[0].type.shape[-1]
+    return None if K is None else int(K)
+
+
+def _vjp_call(op, node):
     """Njit ``(node, edge, g) -> (log Z, weighted node, weighted edge marginals)`` from the
     engine's kernels, or None for an engine without them."""
-    kernels = op.engine.numba_kernels(op.batch)
+    kernels = op.engine.numba_kernels(op.batch, _n_labels(node))
     if kernels is None:
         return None
     vjp = kernels[1]
@@ -491,7 +500,7 @@ def _vjp_call(op):
 
 @register_funcify_and_cache_key(LogPartitionGrad)
 def _numba_log_partition_grad(op, node, **kwargs):
-    call = _vjp_call(op)
+    call = _vjp_call(op, node)
     if call is None:
         return _objmode_impl(op, node)
 
@@ -500,15 +509,15 @@ def _numba_log_partition_grad(op, node, **kwargs):
         _, gn, ge = call(node_logpot, edge_logpot, g)
         return gn, ge
 
-    return impl, _cache_key(op, "vjp")
+    return impl, _cache_key(op, "vjp", node)
 
 
 @register_funcify_and_cache_key(LogPartitionWithGrad)
 def _numba_log_partition_with_grad(op, node, **kwargs):
-    call = _vjp_call(op)
+    call = _vjp_call(op, node)
     if call is None:
         return _objmode_impl(op, node)
-    return call, _cache_key(op, "log_z_vjp")
+    return call, _cache_key(op, "log_z_vjp", node)
 
 
 @register_funcify_and_cache_key(LogPartitionHVP)
@@ -516,10 +525,10 @@ def _numba_log_partition_hvp(op, node, **kwargs):
     return _objmode_impl(op, node)
 
 
-def _feature_call(op):
+def _feature_call(op, node):
     """Njit ``(node, x, w, g) -> (log Z, weighted node marginals, expected edge features)``
     from the engine's feature kernel, or None for an engine without one."""
-    kernels = op.engine.feature_numba_kernels(op.batch)
+    kernels = op.engine.feature_numba_kernels(op.batch, _n_labels(node))
     if kernels is None:
         return None
     _, vjp = kernels
@@ -534,7 +543,7 @@ def _feature_call(op):
 
 @register_funcify_and_cache_key(FeatureLogPartition)
 def _numba_feature_log_partition(op, node, **kwargs):
-    kernels = op.engine.feature_numba_kernels(op.batch)
+    kernels = op.engine.feature_numba_kernels(op.batch, _n_labels(node))
     if kernels is None:
         return _objmode_impl(op, node)
     log_z = kernels[0]
@@ -544,12 +553,12 @@ def _numba_feature_log_partition(op, node, **kwargs):
         return log_z(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_features),
                      np.ascontiguousarray(edge_weights))
 
-    return impl, _cache_key(op, "feature_log_z")
+    return impl, _cache_key(op, "feature_log_z", node)
 
 
 @register_funcify_and_cache_key(FeatureLogPartitionGrad)
 def _numba_feature_log_partition_grad(op, node, **kwargs):
-    call = _feature_call(op)
+    call = _feature_call(op, node)
     if call is None:
         return _objmode_impl(op, node)
 
@@ -558,12 +567,12 @@ def _numba_feature_log_partition_grad(op, node, **kwargs):
         _, gn, gw = call(node_logpot, edge_features, edge_weights, g)
         return gn, gw
 
-    return impl, _cache_key(op, "feature_vjp")
+    return impl, _cache_key(op, "feature_vjp", node)
 
 
 @register_funcify_and_cache_key(FeatureLogPartitionWithGrad)
 def _numba_feature_log_partition_with_grad(op, node, **kwargs):
-    call = _feature_call(op)
+    call = _feature_call(op, node)
     if call is None:
         return _objmode_impl(op, node)
-    return call, _cache_key(op, "feature_log_z_vjp")
+    return call, _cache_key(op, "feature_log_z_vjp", node)
