@@ -321,7 +321,8 @@ def _run_train(args, parser: argparse.ArgumentParser) -> int:
 
 
 def _tag_file(args, parser):
-    """The tagger, the file's features / gold tags and the predicted tags (and marginals)."""
+    """The tagger, the file's features, gold tags (None without a tag column), the predicted
+    tags, their marginals (with ``--marginals``) and the tokens (with ``--with-tokens``)."""
     try:
         tagger = load_model(args.model)
     except (ValueError, OSError) as err:
@@ -329,27 +330,36 @@ def _tag_file(args, parser):
     from pymc_crf.columns import FeatureSpec
 
     spec = FeatureSpec.from_json(tagger.metadata_["features"])
+    path, tmp = args.input, None
+    if str(path) == "-":  # read twice (features, tokens): keep standard input in a file
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+            fh.write(sys.stdin.read())
+        path = tmp = Path(fh.name)
     try:
-        X, gold, _ = spec.read(args.input, training=False)
+        X, gold, _ = spec.read(path, training=False)
+        tokens = spec.tokens(path) if getattr(args, "with_tokens", False) else None
     except (ValueError, OSError) as err:
-        parser.error(str(err))
+        parser.error(str(err).replace(str(tmp), "<stdin>") if tmp else str(err))
+    finally:
+        if tmp is not None:
+            tmp.unlink()
     pred = tagger.predict(X)
     marg = (tagger.predict_marginals(X, average=not args.no_average)
             if getattr(args, "marginals", False) else None)
-    return tagger, spec, X, gold, pred, marg
+    return tagger, X, gold, pred, marg, tokens
 
 
 def _run_tag(args, parser: argparse.ArgumentParser) -> int:
     from pymc_crf.columns import open_text, write_tags
 
-    quiet = str(args.output) == "-"  # stdout carries the tags: messages to stderr
     _say(f"pymc-crf tag: {args.input} with {args.model} ...", err=True)
-    tagger, spec, X, _, pred, marg = _tag_file(args, parser)
-    tokens = spec.tokens(args.input) if args.with_tokens else None
+    _, X, _, pred, marg, tokens = _tag_file(args, parser)
     with open_text(args.output, "w") as fh:
         write_tags(fh, pred, marginals=marg, tokens=tokens, digits=args.digits)
-    _say(f"  {len(X)} sentences, {sum(map(len, X))} tokens tagged"
-         + ("" if quiet else f"; written to {args.output}"), err=True)
+    where = "" if str(args.output) == "-" else f"; written to {args.output}"
+    _say(f"  {len(X)} sentences, {sum(map(len, X))} tokens tagged{where}", err=True)
     return 0
 
 
@@ -357,7 +367,7 @@ def _run_evaluate(args, parser: argparse.ArgumentParser) -> int:
     from pymc_crf.metrics import chunk_f1
 
     _say(f"pymc-crf evaluate: {args.input} with {args.model} ...")
-    tagger, _, X, gold, pred, _ = _tag_file(args, parser)
+    _, X, gold, pred, _, _ = _tag_file(args, parser)
     if gold is None:
         parser.error(f"{args.input} has no tag column to evaluate against (it has the model's "
                      "feature columns only)")

@@ -1,6 +1,7 @@
 """pymc-crf train / tag / evaluate on column and attribute files, and pymc_crf.columns."""
 
 import gzip
+import io
 
 import numpy as np
 import pytest
@@ -131,8 +132,6 @@ def test_templates(tmp_path):
 
 
 def test_write_tags():
-    import io
-
     fh = io.StringIO()
     write_tags(fh, [["A", "B"], ["B"]], tokens=[["x", "y"], ["z"]],
                marginals=[[{"A": 0.75, "B": 0.25}, {"A": 0.1, "B": 0.9}], [{"A": 0, "B": 1}]],
@@ -141,7 +140,7 @@ def test_write_tags():
                              "z\tB\tA:0.00\tB:1.00\n\n")
 
 
-def test_train_tag_evaluate(files, capsys):
+def test_train_tag_evaluate(files, capsys, monkeypatch):
     folder, train, test = files
     model = folder / "m.joblib"
     assert main(["train", str(train), "-m", str(model), "--no-progressbar"]) == 0
@@ -171,6 +170,11 @@ def test_train_tag_evaluate(files, capsys):
     probs = dict(p.rsplit(":", 1) for p in first[2:])
     assert list(probs) == tagger.classes_
     assert sum(map(float, probs.values())) == pytest.approx(1.0, abs=1e-3)
+    # standard input, read twice for --with-tokens
+    monkeypatch.setattr("sys.stdin", io.StringIO(TEST))
+    assert main(["tag", str(model), "-", "--with-tokens"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0] == f"The\t{pred[0][0]}" and lines[6] == "" and len(lines) == 11
     assert main(["evaluate", str(model), str(test)]) == 0
     out = capsys.readouterr().out
     acc = np.mean([a == b for p, g in zip(pred, gold, strict=True)
