@@ -143,10 +143,12 @@ def test_write_tags():
 def test_train_tag_evaluate(files, capsys, monkeypatch):
     folder, train, test = files
     model = folder / "m.joblib"
-    assert main(["train", str(train), "-m", str(model), "--no-progressbar"]) == 0
+    assert main(["train", str(train), "-m", str(model), "--no-progressbar", "--dev",
+                 str(test)]) == 0
     out = capsys.readouterr().out
     assert "4 sentences, 28 tokens" in out and f"model written to {model}" in out
     tagger = load_model(model)
+    assert f"dev token accuracy {100 * tagger.dev_score_:.2f} %" in out
     assert tagger.metadata_["features"] == {"format": "columns", "template": None,
                                             "columns": ["w", "pos"], "n_features": 2}
     tags = folder / "tags.txt"

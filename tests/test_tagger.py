@@ -275,3 +275,19 @@ def test_fit_idempotent_and_is_fitted(corpus, fitted):
         check_is_fitted(CRFTagger())
     again = clone(fitted).fit(X[:40], y[:40]).fit(X[:40], y[:40])
     np.testing.assert_array_equal(again.marginals_array(X[40:]), fitted.marginals_array(X[40:]))
+
+
+@pytest.mark.slow
+def test_nuts_tagger():
+    """method="nuts" on a toy corpus (compiling the model cold takes minutes)."""
+    X = [[{"w": w} for w in s.split()] for s in ["the cat runs", "a dog sees the cat",
+                                                "the dog runs", "a cat sees a dog"]]
+    y = [["D", "N", "V"], ["D", "N", "V", "D", "N"], ["D", "N", "V"], ["D", "N", "V", "D", "N"]]
+    t = CRFTagger(method="nuts", method_options={"draws": 100, "tune": 100, "chains": 1},
+                  random_state=0).fit(X, y)
+    assert t.result_.posterior.sizes["draw"] == 100
+    assert t.predict([[{"w": "the"}, {"w": "dog"}, {"w": "sees"}]]) == [["D", "N", "V"]]
+    unseen = [{"w": "the"}, {"w": "cow"}]  # "cow" unseen: averaging flattens its marginals
+    avg = t.predict_marginals_single(unseen)[1]
+    point = t.predict_marginals_single(unseen, average=False)[1]
+    assert max(avg.values()) < max(point.values())
