@@ -186,6 +186,11 @@ class CRFTagger(BaseEstimator):
 
         X = _check_sentences(X, "X")
         y = _check_tags(y, X, "y", "X")
+        if (X_dev is None) != (y_dev is None):
+            raise ValueError("give both X_dev and y_dev, or neither")
+        if X_dev is not None:
+            X_dev = _check_sentences(X_dev, "X_dev")
+            y_dev = _check_tags(y_dev, X_dev, "y_dev", "X_dev")
         sd = self._prior_sd()
         opts = self._fit_options()
         keep = [i for i, s in enumerate(X) if len(s)]  # empty sentences carry no information
@@ -209,9 +214,8 @@ class CRFTagger(BaseEstimator):
         self.result_ = result
         self.metadata_ = dict(getattr(self, "metadata_", {}) or {})
         self._cache = {}
-        if X_dev is not None or y_dev is not None:
-            if X_dev is None or y_dev is None:
-                raise ValueError("give both X_dev and y_dev, or neither")
+        self.__dict__.pop("dev_score_", None)  # a previous fit's
+        if X_dev is not None:
             self.dev_score_ = self.score(X_dev, y_dev)
         return self
 

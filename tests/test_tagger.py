@@ -215,6 +215,9 @@ def test_dev_score(corpus):
     assert t.dev_score_ == t.score(X[40:], y[40:])
     with pytest.raises(ValueError, match="both X_dev and y_dev"):
         CRFTagger().fit(X[:20], y[:20], X_dev=X[40:])
+    with pytest.raises(ValueError, match=r"X_dev has 10 sentences and y_dev 9"):
+        CRFTagger().fit(X[:20], y[:20], X_dev=X[40:], y_dev=y[40:49])
+    assert not hasattr(t.fit(X[:20], y[:20]), "dev_score_")  # a refit without dev data
 
 
 def test_bethe_laplace_averages_over_draws(corpus):
