@@ -90,6 +90,9 @@ def test_read_column_file_and_errors(tmp_path, files):
     one.write_text("cat\ndog\n")
     with pytest.raises(ValueError, match=r"one.txt:1: 1 column\(s\) .* at least 2"):
         read_column_file(one, min_columns=2)
+    doc = tmp_path / "doc.txt"
+    doc.write_text("-DOCSTART- -X- O\n\nThe DT B-NP\n")
+    assert read_column_file(doc).rows == [[["The", "DT", "B-NP"]]]
     empty = tmp_path / "empty.txt"
     empty.write_text("\n\n")
     with pytest.raises(ValueError, match="empty.txt: no token lines"):
