@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from pymc_crf.ops import log_partition
     from pymc_crf.predict import Prediction, predict
     from pymc_crf.queries import prior_from
+    from pymc_crf.tagger import CRFTagger
     from pymc_crf.threads import get_num_threads, set_num_threads
 
 #: where each public name lives (a subpackage is its own entry)
@@ -45,6 +46,7 @@ _LAZY = {
     "features": "pymc_crf.features",
     "metrics": "pymc_crf.metrics",
     "FeatureVectorizer": "pymc_crf.features",
+    "CRFTagger": "pymc_crf.tagger",
     "impute": "pymc_crf.impute",
     "fitters": "pymc_crf.fitters",
     "inference": "pymc_crf.inference",
@@ -80,6 +82,7 @@ __all__ = [
     "MRF",
     "ApproximateInferenceWarning",
     "CRFData",
+    "CRFTagger",
     "ConvergenceWarning",
     "FeatureVectorizer",
     "GraphBatch",

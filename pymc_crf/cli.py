@@ -1,8 +1,10 @@
 """The ``pymc-crf`` command.
 
 Subcommands: ``demo`` (fitters compared on the synthetic BCRF data; the default, so ``pymc-crf``
-and ``pymc-crf --kind loop`` run it too), ``bench`` (the benchmark scripts of a source checkout) and,
-where the package ``pymc_crf.reproduce`` is installed, ``reproduce``.
+and ``pymc-crf --kind loop`` run it too), ``bench`` (the benchmark scripts of a source checkout),
+``train`` / ``tag`` / ``evaluate`` (a :class:`pymc_crf.CRFTagger` on CoNLL column files or
+crfsuite attribute files, see ``docs/tagger.md`` and :mod:`pymc_crf.columns`) and, where the
+package ``pymc_crf.reproduce`` is installed, ``reproduce``.
 
 Nothing heavy is imported before the first line is printed: PyMC, ArviZ and numba take many
 seconds to import, and a first NUTS fit compiles the model for a minute or more.
@@ -25,7 +27,8 @@ import numpy as np
 
 from pymc_crf.validation import int_at_least
 
-__all__ = ["bench_scripts", "build_bcrf_model", "build_parser", "main", "run_demo"]
+__all__ = ["bench_scripts", "build_bcrf_model", "build_parser", "load_model", "main", "run_demo",
+           "save_model"]
 
 #: subcommands that live in their own subpackage ``pymc_crf.<name>``, exposing
 #: ``add_arguments(parser)`` and ``run(args) -> int``; registered only where the package exists
@@ -222,6 +225,220 @@ def _run_warm_up(args) -> int:
     return 0
 
 
+# -- train / tag / evaluate: a CRFTagger on files ------------------------------------------------
+
+def _option(text: str) -> tuple[str, object]:
+    """An argparse type: ``KEY=VALUE`` with VALUE a Python literal (else the string)."""
+    key, sep, value = text.partition("=")
+    if not sep or not key.strip():
+        raise argparse.ArgumentTypeError(f"expected KEY=VALUE (e.g. ftol=1e-6); got {text!r}")
+    try:
+        parsed = ast.literal_eval(value)
+    except (ValueError, SyntaxError):
+        parsed = value
+    return key.strip(), parsed
+
+
+def _column_names(text: str) -> tuple[str, ...]:
+    names = tuple(n for n in re.split(r"[,\s]+", text.strip()) if n)
+    if not names:
+        raise argparse.ArgumentTypeError("--columns needs at least one name")
+    return names
+
+
+def save_model(tagger, path: str | Path) -> None:
+    """Save a fitted ``CRFTagger``: netCDF for a ``.nc`` file (``CRFTagger.to_netcdf``), else
+    joblib."""
+    if Path(path).suffix == ".nc":
+        tagger.to_netcdf(path)
+    else:
+        import joblib
+
+        joblib.dump(tagger, path)
+
+
+def load_model(path: str | Path):
+    """A ``CRFTagger`` saved by :func:`save_model` (netCDF or joblib, told by the file's
+    first bytes) that records its feature format (``metadata_["features"]``)."""
+    from pymc_crf.tagger import CRFTagger
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"model file {path} not found (write one with pymc-crf train)")
+    with open(path, "rb") as fh:
+        magic = fh.read(8)
+    if magic.startswith(b"\x89HDF") or magic.startswith(b"CDF"):
+        tagger = CRFTagger.from_netcdf(path)
+    else:
+        import joblib
+
+        tagger = joblib.load(path)
+    if not isinstance(tagger, CRFTagger) or "features" not in getattr(tagger, "metadata_", {}):
+        raise ValueError(f"{path} is not a model written by pymc-crf train (a CRFTagger that "
+                         "records its feature format)")
+    return tagger
+
+
+def _feature_spec(args):
+    from pymc_crf.columns import FeatureSpec, Template
+
+    if args.format == "attributes":
+        if args.template is not None:
+            raise ValueError("--template is for column files; attribute files (--format "
+                             "attributes) carry their features")
+        return FeatureSpec("attributes")
+    text = None
+    if args.template is not None:
+        text = Template.read(args.template, args.columns).text  # checked now, saved as text
+    return FeatureSpec("columns", text, args.columns)
+
+
+def _say(text: str, quiet: bool = False, err: bool = False) -> None:
+    if not quiet:
+        print(text, file=sys.stderr if err else sys.stdout, flush=True)
+
+
+def _run_train(args, parser: argparse.ArgumentParser) -> int:
+    t0 = time.perf_counter()
+    _say(f"pymc-crf train: {args.train}; importing PyMC and pymc_crf ...")
+    from pymc_crf.tagger import CRFTagger
+
+    _say(f"reading {args.train} ...")
+    try:
+        spec = _feature_spec(args)
+        X, y, _ = spec.read(args.train, training=True)
+        dev = spec.read(args.dev, training=False) if args.dev else None
+    except (ValueError, OSError) as err:
+        parser.error(str(err))
+    if dev is not None and dev[1] is None:
+        parser.error(f"--dev {args.dev}: the file has no tag column")
+    n_tok = sum(map(len, X))
+    _say(f"  {len(X)} sentences, {n_tok} tokens ({time.perf_counter() - t0:.1f} s)")
+
+    tagger = CRFTagger(c2=args.c2, prior_sd=args.prior_sd, method=args.method,
+                       method_options=dict(args.option), min_freq=args.min_freq,
+                       random_state=args.seed, progressbar=not args.no_progressbar)
+    tagger.metadata_ = {"features": spec.to_json(), "train_file": str(args.train)}
+    _say(f"fitting {args.method} (prior sd {tagger._prior_sd():.4g}) ...")
+    t1 = time.perf_counter()
+    try:
+        tagger.fit(X, y, *(dev[:2] if dev is not None else (None, None)))
+    except (TypeError, ValueError) as err:
+        parser.error(str(err))
+    _say(f"  {len(tagger.vectorizer_.feature_names_)} features, {len(tagger.classes_)} tags; "
+         f"fitted in {time.perf_counter() - t1:.1f} s")
+    if dev is not None:
+        _say(f"  dev token accuracy {100 * tagger.dev_score_:.2f} % ({args.dev})")
+    save_model(tagger, args.model)
+    _say(f"model written to {args.model}")
+    return 0
+
+
+def _tag_file(args, parser):
+    """The tagger, the file's features, gold tags (None without a tag column), the predicted
+    tags, their marginals (with ``--marginals``) and the tokens (with ``--with-tokens``)."""
+    try:
+        tagger = load_model(args.model)
+    except (ValueError, OSError) as err:
+        parser.error(str(err))
+    from pymc_crf.columns import FeatureSpec
+
+    spec = FeatureSpec.from_json(tagger.metadata_["features"])
+    path, tmp = args.input, None
+    if str(path) == "-":  # read twice (features, tokens): keep standard input in a file
+        import tempfile
+
+        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
+            fh.write(sys.stdin.read())
+        path = tmp = Path(fh.name)
+    try:
+        X, gold, _ = spec.read(path, training=False)
+        tokens = spec.tokens(path) if getattr(args, "with_tokens", False) else None
+    except (ValueError, OSError) as err:
+        parser.error(str(err).replace(str(tmp), "<stdin>") if tmp else str(err))
+    finally:
+        if tmp is not None:
+            tmp.unlink()
+    pred = tagger.predict(X)
+    marg = (tagger.predict_marginals(X, average=not args.no_average)
+            if getattr(args, "marginals", False) else None)
+    return tagger, X, gold, pred, marg, tokens
+
+
+def _run_tag(args, parser: argparse.ArgumentParser) -> int:
+    from pymc_crf.columns import open_text, write_tags
+
+    _say(f"pymc-crf tag: {args.input} with {args.model} ...", err=True)
+    _, X, _, pred, marg, tokens = _tag_file(args, parser)
+    with open_text(args.output, "w") as fh:
+        write_tags(fh, pred, marginals=marg, tokens=tokens, digits=args.digits)
+    where = "" if str(args.output) == "-" else f"; written to {args.output}"
+    _say(f"  {len(X)} sentences, {sum(map(len, X))} tokens tagged{where}", err=True)
+    return 0
+
+
+def _run_evaluate(args, parser: argparse.ArgumentParser) -> int:
+    from pymc_crf.metrics import chunk_f1
+
+    _say(f"pymc-crf evaluate: {args.input} with {args.model} ...")
+    _, X, gold, pred, _, _ = _tag_file(args, parser)
+    if gold is None:
+        parser.error(f"{args.input} has no tag column to evaluate against (it has the model's "
+                     "feature columns only)")
+    flat_gold = [t for s in gold for t in s]
+    flat_pred = [t for s in pred for t in s]
+    acc = 100.0 * float(np.mean([a == b for a, b in zip(flat_gold, flat_pred, strict=True)]))
+    print(f"{len(X)} sentences, {len(flat_gold)} tokens")
+    print(f"token accuracy {acc:.2f} %")
+    try:
+        score = chunk_f1(gold, pred)
+    except ValueError as err:
+        print(f"chunk F1: not computed ({err})")
+    else:
+        print(f"chunk F1 {score.f1:.2f} (precision {score.precision:.2f}, recall "
+              f"{score.recall:.2f}; {score.n_gold} gold chunks, {score.n_pred} predicted, "
+              f"{score.n_correct} correct)")
+    return 0
+
+
+def _add_file_arguments(train, tag, evaluate) -> None:
+    train.add_argument("train", help="training file: CoNLL columns (token ... tag) or crfsuite "
+                       "attributes (label<TAB>attr...); plain or gzip")
+    train.add_argument("-m", "--model", required=True,
+                       help="model file to write (.nc: netCDF; else joblib)")
+    train.add_argument("--format", choices=("columns", "attributes"), default="columns",
+                       help="input format (default columns)")
+    train.add_argument("--template", help="feature template file (default: CRFsuite's chunking "
+                       "template of the word and POS columns)")
+    train.add_argument("--columns", type=_column_names, default=("w", "pos"),
+                       help="names of the feature columns the template uses (default 'w,pos')")
+    train.add_argument("--c2", type=float, default=1.0,
+                       help="CRFsuite's L2 coefficient (prior sd 1/sqrt(2 c2)); default 1")
+    train.add_argument("--prior-sd", type=float, default=None, help="prior sd instead of --c2")
+    train.add_argument("--method", default="map", help="a pmc.fit method (default map)")
+    train.add_argument("--option", type=_option, action="append", default=[],
+                       metavar="KEY=VALUE", help="a fitter option, e.g. ftol=1e-6 (repeatable)")
+    train.add_argument("--min-freq", type=int_at_least(1), default=1,
+                       help="keep features seen in at least this many tokens")
+    train.add_argument("--dev", help="held-out file: its token accuracy is reported")
+    train.add_argument("--seed", type=int_at_least(0), default=None)
+    train.add_argument("--no-progressbar", action="store_true", help="no progress bar")
+    for p in (tag, evaluate):
+        p.add_argument("model", help="model file written by pymc-crf train")
+        p.add_argument("input", help="file to tag, in the model's format (with or without the "
+                       "tag column); plain or gzip; - for standard input")
+    tag.add_argument("-o", "--output", default="-", help="output file (default standard output; "
+                     ".gz: gzip)")
+    tag.add_argument("--marginals", action="store_true",
+                     help="append tag:probability for every tag to each line")
+    tag.add_argument("--no-average", action="store_true", help="marginals at the posterior "
+                     "mean even when the fit has several draws")
+    tag.add_argument("--with-tokens", action="store_true",
+                     help="write the token (first column) before its tag")
+    tag.add_argument("--digits", type=int_at_least(1), default=4,
+                     help="decimals of the marginals (default 4)")
+
+
 def _plugin_installed(name: str) -> bool:
     """Whether the subpackage ``pymc_crf.<name>`` exists (looked up without importing it)."""
     here = Path(__file__).resolve().parent
@@ -237,7 +454,8 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="pymc-crf", description="Bayesian conditional random fields for PyMC. 'demo' is the "
         "default subcommand: 'pymc-crf' and 'pymc-crf --kind loop' run it.")
-    sub = parser.add_subparsers(dest="command", metavar="{demo,warm-up,bench,...}")
+    sub = parser.add_subparsers(dest="command",
+                                metavar="{demo,train,tag,evaluate,warm-up,bench,...}")
     demo = sub.add_parser("demo", help="fit the synthetic BCRF data by several methods and compare",
                           description=run_demo.__doc__.splitlines()[0])
     _add_demo_arguments(demo)
@@ -253,6 +471,19 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     warm = sub.add_parser("warm-up", help="compile every inference kernel once (first use on "
                           "this machine)", description=_WARM_UP_HELP)
     warm.set_defaults(run=_run_warm_up)
+    train = sub.add_parser("train", help="train a CRF tagger on a CoNLL column or crfsuite "
+                           "attribute file", description="Train a pymc_crf.CRFTagger on a "
+                           "tagged file and write the model.")
+    tag = sub.add_parser("tag", help="tag a file with a trained model",
+                         description="Tag a file with a model written by pymc-crf train: one "
+                         "tag a line, a blank line between sentences.")
+    evaluate = sub.add_parser("evaluate", help="token accuracy and chunk F1 of a model on a "
+                              "tagged file", description="Tag a tagged file with a model and "
+                              "print token accuracy and chunk F1 (conlleval rules).")
+    _add_file_arguments(train, tag, evaluate)
+    train.set_defaults(run=lambda args: _run_train(args, train))
+    tag.set_defaults(run=lambda args: _run_tag(args, tag))
+    evaluate.set_defaults(run=lambda args: _run_evaluate(args, evaluate))
     for name, help_text in PLUGINS.items():
         if not _plugin_installed(name):
             continue

@@ -1,0 +1,445 @@
+"""``CRFTagger``: a chain-CRF sequence tagger with sklearn-crfsuite's interface, fitted by any
+``pmc.fit`` method.
+
+The estimator takes what sklearn-crfsuite's ``CRF`` takes: ``X`` a list of sentences, each a list
+of per-token feature dicts (``str`` values are indicators ``name=value``, numbers and booleans
+numeric features, see :class:`pymc_crf.FeatureVectorizer`), and ``y`` a list of tag sequences. It
+builds the linear-chain CRF of ``docs/real_data.md`` (one weight per feature x tag and per tag
+pair, Gaussian prior) and fits it with ``pmc.fit``:
+
+>>> from pymc_crf import CRFTagger                                      # doctest: +SKIP
+>>> tagger = CRFTagger(c2=1.0).fit(X_train, y_train)                    # doctest: +SKIP
+>>> tagger.predict(X_test)[0], tagger.predict_marginals(X_test)[0][0]   # doctest: +SKIP
+(['B-NP', 'I-NP', ...], {'B-NP': 0.98, 'I-NP': 0.01, ...})
+
+It is a scikit-learn estimator (``get_params`` / ``set_params`` / ``clone``), so
+``cross_val_score``, ``GridSearchCV`` and ``Pipeline`` work on lists of sentences; ``score`` is
+token accuracy, as sklearn-crfsuite's. ``check_estimator`` does not apply whole: see
+``docs/tagger.md``. The fitted state is the vectorizer's vocabulary, the tag set and the fit's
+``DataTree`` (``result_``); no PyMC model is kept, so a tagger pickles (joblib) and saves to
+netCDF (:meth:`CRFTagger.to_netcdf`, :meth:`CRFTagger.from_netcdf`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+from sklearn.base import BaseEstimator
+from sklearn.exceptions import NotFittedError
+
+from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
+from pymc_crf.validation import flag, positive_number, whole_number
+
+__all__ = ["CRFTagger"]
+
+#: format tag of a tagger saved by :meth:`CRFTagger.to_netcdf`
+NETCDF_FORMAT = "pymc_crf.CRFTagger/1"
+
+
+def _check_sentences(X, name: str) -> list:
+    """``X`` as a list of sentences (each a sequence of token dicts); clear errors else."""
+    if isinstance(X, str | bytes | Mapping) or not isinstance(X, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a list of sentences, each a list of per-token feature "
+                        f"dicts; got {type(X).__name__}")
+    X = list(X)
+    for s, sent in enumerate(X):
+        if isinstance(sent, str | bytes | Mapping) or not isinstance(sent, Sequence):
+            raise TypeError(f"{name}[{s}] must be a list of per-token feature dicts (one "
+                            f"sentence); got {type(sent).__name__}. A CRFTagger takes sentences "
+                            "of token dicts, not a 2-d numeric array")
+    return X
+
+
+def _check_tags(y, X: list, name: str, x_name: str) -> list[list[str]]:
+    """``y`` as a list of tag lists matching the sentences of ``X`` token for token."""
+    if isinstance(y, str | bytes) or not isinstance(y, Sequence | np.ndarray):
+        raise TypeError(f"{name} must be a list of tag sequences (one list of str per "
+                        f"sentence); got {type(y).__name__}")
+    y = [list(t) if not isinstance(t, str) else t for t in y]
+    if len(y) != len(X):
+        raise ValueError(f"{x_name} has {len(X)} sentences and {name} {len(y)}")
+    for s, (xs, ts) in enumerate(zip(X, y, strict=True)):
+        if isinstance(ts, str):
+            raise TypeError(f"{name}[{s}] is the string {ts!r}; it must be a list of tags")
+        if len(xs) != len(ts):
+            raise ValueError(f"sentence {s}: {x_name}[{s}] has {len(xs)} tokens and "
+                             f"{name}[{s}] {len(ts)} tags")
+        for t, tag in enumerate(ts):
+            if not isinstance(tag, str):
+                raise TypeError(f"{name}[{s}][{t}] is {tag!r} ({type(tag).__name__}); tags must "
+                                "be str")
+    return y
+
+
+class CRFTagger(BaseEstimator):
+    """Linear-chain CRF tagger over per-token feature dicts, fitted by any ``pmc.fit`` method.
+
+    The model: node weights ``W`` (features x tags) and a transition table ``T`` (tags x tags),
+    all ``Normal(0, prior_sd)``, and the chain CRF likelihood of the tags. With ``method="map"``
+    this is CRFsuite's L2-regularised objective ``-log L + c2 ||w||^2`` with every feature x tag
+    and tag x tag weight (CRFsuite's ``feature.possible_states`` and
+    ``feature.possible_transitions``).
+
+    Parameters
+    ----------
+    c2 : float
+        CRFsuite's L2 coefficient; the prior sd is ``1 / sqrt(2 c2)`` (1.0 -> 0.7071). Ignored
+        when ``prior_sd`` is given.
+    prior_sd : float, optional
+        The prior standard deviation of every weight, instead of ``c2``.
+    method : str
+        A registered fitter (``pmc.fitters.available()``): ``"map"`` (default; one point),
+        ``"bethe_laplace"`` (Laplace approximation: exact on chains, a dense covariance of all
+        weights, so small feature sets only), ``"nuts"`` (small data), ``"ep"`` ...
+    method_options : dict, optional
+        More keyword arguments of the fitter (e.g. ``{"ftol": 1e-6}`` for ``"map"``,
+        ``{"draws": 500, "tune": 500}`` for ``"nuts"``).
+    min_freq : int
+        Keep a feature only if it occurs in at least this many training tokens.
+    draws : int or None
+        Posterior draws averaged by ``predict_marginals(average=True)`` (None: all).
+    random_state : int, optional
+        Seed of the fit (fitters that draw) and of the choice of draws to average.
+    progressbar : bool
+        Show the fitter's progress bar.
+
+    Attributes
+    ----------
+    classes_ : list of str
+        The tags, in the order of the model's labels (sorted).
+    result_ : xarray.DataTree
+        The fit (``posterior`` holds ``W`` (feature, tag) and ``T`` (tag_from, tag), with the
+        feature names and tags as coordinates), for ArviZ.
+    vectorizer_ : FeatureVectorizer
+        Feature dicts -> columns (fitted vocabulary).
+    dev_score_ : float
+        Token accuracy on ``X_dev`` / ``y_dev`` when they were given to :meth:`fit`.
+    metadata_ : dict
+        Free-form JSON-able information saved with the tagger (the command line records its
+        feature template there); empty by default.
+    """
+
+    def __init__(self, c2: float = 1.0, prior_sd: float | None = None, method: str = "map",
+                 method_options: dict | None = None, min_freq: int = 1, draws: int | None = 200,
+                 random_state: int | None = None, progressbar: bool = False):
+        self.c2 = c2
+        self.prior_sd = prior_sd
+        self.method = method
+        self.method_options = method_options
+        self.min_freq = min_freq
+        self.draws = draws
+        self.random_state = random_state
+        self.progressbar = progressbar
+
+    # -- parameters -------------------------------------------------------------------------
+
+    def _prior_sd(self) -> float:
+        if self.prior_sd is not None:
+            return positive_number(self.prior_sd, "prior_sd")
+        return (1.0 / (2.0 * positive_number(self.c2, "c2"))) ** 0.5
+
+    def _fit_options(self) -> dict:
+        from pymc_crf.fitters.registry import available, fitter, load_builtin
+
+        load_builtin()
+        if not isinstance(self.method, str) or self.method not in available():
+            raise ValueError(f"method={self.method!r} is not a registered fitter; choose from "
+                             f"{available()}")
+        if self.method_options is not None and not isinstance(self.method_options, Mapping):
+            raise TypeError(f"method_options must be a dict of the fitter's options; got "
+                            f"{type(self.method_options).__name__}")
+        opts = dict(self.method_options or {})
+        params = inspect.signature(fitter(self.method)).parameters
+        if "progressbar" in params and "progressbar" not in opts:
+            opts["progressbar"] = flag(self.progressbar, "progressbar")
+        if ("random_seed" in params and "random_seed" not in opts
+                and self.random_state is not None):
+            opts["random_seed"] = self.random_state
+        return opts
+
+    # -- fitting ----------------------------------------------------------------------------
+
+    def fit(self, X, y, X_dev=None, y_dev=None) -> CRFTagger:
+        """Fit the tagger.
+
+        Parameters
+        ----------
+        X : list of sentences
+            Each a list of per-token feature dicts (str -> str / number / bool).
+        y : list of tag sequences
+            One list of str tags per sentence, as long as the sentence.
+        X_dev, y_dev : optional
+            Held-out sentences and tags: their token accuracy is stored as ``dev_score_`` (the
+            fit itself does not use them; sklearn-crfsuite only reports them too).
+
+        Returns
+        -------
+        CRFTagger
+            ``self``, fitted.
+        """
+        import pymc as pm
+
+        import pymc_crf as pmc
+
+        X = _check_sentences(X, "X")
+        y = _check_tags(y, X, "y", "X")
+        if (X_dev is None) != (y_dev is None):
+            raise ValueError("give both X_dev and y_dev, or neither")
+        if X_dev is not None:
+            X_dev = _check_sentences(X_dev, "X_dev")
+            y_dev = _check_tags(y_dev, X_dev, "y_dev", "X_dev")
+        sd = self._prior_sd()
+        opts = self._fit_options()
+        keep = [i for i, s in enumerate(X) if len(s)]  # empty sentences carry no information
+        if not keep:
+            raise ValueError("X has no tokens: every sentence is empty")
+        X, y = [X[i] for i in keep], [y[i] for i in keep]
+        vec = FeatureVectorizer(min_freq=whole_number(self.min_freq, "min_freq"))
+        features = vec.fit_transform(X)
+        labels, classes = encode_tags(y)
+        if len(classes) < 2:
+            raise ValueError(f"y has a single tag {classes}: a tagger needs at least two")
+        coords = {"feature": vec.feature_names_, "tag": classes, "tag_from": classes}
+        with pm.Model(coords=coords) as model:
+            W = pm.Normal("W", 0.0, sd, dims=("feature", "tag"))
+            T = pm.Normal("T", 0.0, sd, dims=("tag_from", "tag"))
+            pmc.CRF("y", graphs=sequence_batch(X), node_features=features, node_weights=W,
+                    edge_weights=T, observed=labels)
+        result = pmc.fit(model, method=self.method, **opts)
+        self.vectorizer_ = vec
+        self.classes_ = list(classes)
+        self.result_ = result
+        self.metadata_ = dict(getattr(self, "metadata_", {}) or {})
+        self._cache = {}
+        self.__dict__.pop("dev_score_", None)  # a previous fit's
+        if X_dev is not None:
+            self.dev_score_ = self.score(X_dev, y_dev)
+        return self
+
+    # -- prediction -------------------------------------------------------------------------
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "result_"):
+            raise NotFittedError(f"This {type(self).__name__} instance is not fitted yet: call "
+                                 "fit(X, y) with sentences of token feature dicts and their "
+                                 "tags first")
+
+    def _data(self, X: list):
+        """The ``CRFData`` of the non-empty sentences of ``X`` and their indices in ``X``."""
+        from pymc_crf.datasets.base import CRFData
+
+        keep = [i for i, s in enumerate(X) if len(s)]
+        feats = self.vectorizer_.transform([X[i] for i in keep])
+        if not keep:
+            return None, keep
+        return CRFData(sequence_batch([len(X[i]) for i in keep]), None, feats,
+                       n_labels=len(self.classes_)), keep
+
+    def _weights(self) -> dict:
+        """``info`` (the result's CRF layout), the weight draws ``(S, ...)`` and their mean."""
+        if not getattr(self, "_cache", None):
+            from pymc_crf.fitters.predictors import posterior_mean, result_layout, weight_draws
+
+            info = result_layout(self.result_)
+            draws = weight_draws(self.result_, info)
+            self._cache = {"info": info, "draws": draws,
+                           "mean": posterior_mean(self.result_, draws, info)}
+        return self._cache
+
+    def log_potentials(self, X, weights: Mapping[str, np.ndarray] | None = None):
+        """The chain's node (N, K) and shared edge (1, K, K) log-potentials of sentences ``X``.
+
+        Parameters
+        ----------
+        X : list of sentences
+            Token feature dicts; empty sentences contribute no rows.
+        weights : dict, optional
+            ``{"node_weights": (F, K), "edge_weights": (K, K)}``; default the posterior mean
+            (the MAP for ``method="map"``).
+
+        Returns
+        -------
+        (CRFData, ndarray, ndarray)
+            The data (graphs: one chain per non-empty sentence) and the tables, for the
+            inference engines (``pymc_crf.inference.get_engine("chain")``).
+        """
+        from pymc_crf.fitters.predictors import log_potentials_for
+
+        self._check_fitted()
+        X = _check_sentences(X, "X")
+        data, _ = self._data(X)
+        if data is None:
+            raise ValueError("X has no tokens")
+        w = self._weights()
+        weights = w["mean"] if weights is None else weights
+        node, edge = log_potentials_for(data, w["info"], weights.get("node_weights"),
+                                        weights.get("edge_weights"))
+        return data, node, edge
+
+    def _split(self, flat: Sequence, X: list, keep: list[int]) -> list[list]:
+        out: list[list] = [[] for _ in X]
+        i = 0
+        for s in keep:
+            n = len(X[s])
+            out[s] = list(flat[i:i + n])
+            i += n
+        return out
+
+    def predict(self, X) -> list[list[str]]:
+        """The most probable tag sequence of each sentence (Viterbi at the posterior mean: the
+        MAP weights for ``method="map"``).
+
+        Parameters
+        ----------
+        X : list of sentences
+            Each a list of per-token feature dicts; features unseen in training are ignored.
+
+        Returns
+        -------
+        list of list of str
+        """
+        from pymc_crf.inference.select import get_engine
+
+        self._check_fitted()
+        X = _check_sentences(X, "X")
+        if not any(len(s) for s in X):
+            return [[] for _ in X]
+        data, node, edge = self.log_potentials(X)
+        labels = get_engine("auto", data.graphs).map_assignment(data.graphs, node, edge).labels
+        keep = [i for i, s in enumerate(X) if len(s)]
+        return self._split([self.classes_[k] for k in labels], X, keep)
+
+    def marginals_array(self, X, average: bool = True) -> np.ndarray:
+        """Per-token tag marginals of all non-empty sentences of ``X`` stacked, (N, K) in the
+        order of ``classes_``: see :meth:`predict_marginals`."""
+        import pymc_crf as pmc
+
+        self._check_fitted()
+        X = _check_sentences(X, "X")
+        data, _ = self._data(X)
+        if data is None:
+            return np.zeros((0, len(self.classes_)))
+        average = flag(average, "average")
+        if average and self._weights()["draws"]["node_weights"].shape[0] > 1:
+            pred = pmc.predict(self.result_, data, "average", draws=self.draws,
+                               random_seed=0 if self.random_state is None else self.random_state)
+        else:
+            pred = pmc.predict(self.result_, data, "bpe")
+        return pred.marginals
+
+    def predict_marginals(self, X, average: bool = True) -> list[list[dict[str, float]]]:
+        """Per-token tag probabilities, as sklearn-crfsuite's ``predict_marginals``.
+
+        Parameters
+        ----------
+        X : list of sentences
+            Each a list of per-token feature dicts.
+        average : bool
+            When the fit gave several posterior draws (``nuts``, ``bethe_laplace`` ...), average
+            the exact chain marginals over ``draws`` of them (the posterior predictive); False,
+            or a one-point fit (``map``): the marginals at the posterior mean.
+
+        Returns
+        -------
+        list of list of dict
+            For each sentence, for each token, ``{tag: probability}`` over ``classes_``.
+        """
+        X = _check_sentences(X, "X")
+        marg = self.marginals_array(X, average)
+        keep = [i for i, s in enumerate(X) if len(s)]
+        rows = [dict(zip(self.classes_, map(float, r), strict=True)) for r in marg]
+        return self._split(rows, X, keep)
+
+    def predict_single(self, xseq) -> list[str]:
+        """:meth:`predict` of one sentence (a list of token feature dicts)."""
+        return self.predict([xseq])[0]
+
+    def predict_marginals_single(self, xseq, average: bool = True) -> list[dict[str, float]]:
+        """:meth:`predict_marginals` of one sentence (a list of token feature dicts)."""
+        return self.predict_marginals([xseq], average)[0]
+
+    def score(self, X, y) -> float:
+        """Token accuracy of :meth:`predict` (as sklearn-crfsuite's ``CRF.score``).
+
+        Tags of ``y`` the tagger never saw count as errors.
+        """
+        X = _check_sentences(X, "X")
+        y = _check_tags(y, X, "y", "X")
+        pred = self.predict(X)
+        flat_true = [t for s in y for t in s]
+        if not flat_true:
+            raise ValueError("y has no tags to score")
+        flat_pred = [t for s in pred for t in s]
+        return float(np.mean([a == b for a, b in zip(flat_true, flat_pred, strict=True)]))
+
+    # -- persistence ------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict:
+        state = dict(self.__dict__)
+        state.pop("_cache", None)  # derived from result_
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._cache = {}
+
+    def to_netcdf(self, path) -> None:
+        """Save the fitted tagger as one netCDF file (needs h5netcdf or netCDF4).
+
+        The file is the fit's ``DataTree`` (``result_``, readable by ArviZ / xarray) with the
+        constructor parameters, the vectorizer's settings, the tags and ``metadata_`` as JSON in
+        its root attrs; the feature names are the ``feature`` coordinate of ``W``.
+        """
+        self._check_fitted()
+        tree = self.result_.copy()
+        tree.attrs["tagger_format"] = NETCDF_FORMAT
+        tree.attrs["tagger_params"] = json.dumps(self.get_params(deep=False))
+        tree.attrs["tagger_classes"] = json.dumps(self.classes_)
+        tree.attrs["tagger_vectorizer"] = json.dumps(
+            {"min_freq": self.vectorizer_.min_freq, "bias": self.vectorizer_.bias,
+             "feature_names": self.vectorizer_.feature_names_})
+        tree.attrs["tagger_metadata"] = json.dumps(self.metadata_)
+        if hasattr(self, "dev_score_"):
+            tree.attrs["tagger_dev_score"] = float(self.dev_score_)
+        tree.to_netcdf(path)
+
+    @classmethod
+    def from_netcdf(cls, path) -> CRFTagger:
+        """A tagger saved by :meth:`to_netcdf` (read whole into memory)."""
+        import xarray as xr
+
+        with xr.open_datatree(path) as tree:
+            tree = tree.load()
+        attrs = dict(tree.attrs)
+        if attrs.get("tagger_format") != NETCDF_FORMAT:
+            raise ValueError(f"{path} is not a CRFTagger saved by CRFTagger.to_netcdf (no "
+                             f"tagger_format = {NETCDF_FORMAT!r} attr)")
+        params = json.loads(attrs.pop("tagger_params"))
+        tagger = cls(**params)
+        vec_info = json.loads(attrs.pop("tagger_vectorizer"))
+        vec = FeatureVectorizer(min_freq=vec_info["min_freq"], bias=vec_info["bias"])
+        vec.feature_names_ = list(vec_info["feature_names"])
+        vec.vocabulary_ = {n: i for i, n in enumerate(vec.feature_names_)}
+        tagger.vectorizer_ = vec
+        tagger.classes_ = list(json.loads(attrs.pop("tagger_classes")))
+        tagger.metadata_ = json.loads(attrs.pop("tagger_metadata"))
+        if "tagger_dev_score" in attrs:
+            tagger.dev_score_ = float(attrs.pop("tagger_dev_score"))
+        attrs.pop("tagger_format")
+        tree.attrs = attrs
+        tagger.result_ = tree
+        tagger._cache = {}
+        return tagger
+
+    def __sklearn_tags__(self):
+        tags = super().__sklearn_tags__()
+        tags.input_tags.two_d_array = False
+        tags.input_tags.dict = True
+        tags.input_tags.sparse = False
+        tags.target_tags.required = True
+        tags.target_tags.one_d_labels = False
+        tags.non_deterministic = False
+        return tags
