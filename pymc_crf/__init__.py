@@ -16,7 +16,16 @@ import types
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from pymc_crf import datasets, features, fitters, inference, metrics, plots, step_methods
+    from pymc_crf import (
+        datasets,
+        distributed,
+        features,
+        fitters,
+        inference,
+        metrics,
+        plots,
+        step_methods,
+    )
     from pymc_crf.compare import compare, cvm_score
     from pymc_crf.datasets import CRFData
     from pymc_crf.distributions import CRF, HCRF, MRF, pad_labels, unpad_labels
@@ -25,6 +34,7 @@ if TYPE_CHECKING:
     from pymc_crf.graphs import GraphBatch, GraphStructureError
     from pymc_crf.impute import impute
     from pymc_crf.inference import ApproximateInferenceWarning, ConvergenceWarning
+    from pymc_crf.loo import loo
     from pymc_crf.ops import log_partition
     from pymc_crf.predict import Prediction, predict
     from pymc_crf.threads import get_num_threads, set_num_threads
@@ -32,6 +42,7 @@ if TYPE_CHECKING:
 #: where each public name lives (a subpackage is its own entry)
 _LAZY = {
     "datasets": "pymc_crf.datasets",
+    "distributed": "pymc_crf.distributed",
     "features": "pymc_crf.features",
     "metrics": "pymc_crf.metrics",
     "FeatureVectorizer": "pymc_crf.features",
@@ -55,6 +66,7 @@ _LAZY = {
     "ApproximateInferenceWarning": "pymc_crf.inference",
     "ConvergenceWarning": "pymc_crf.inference",
     "log_partition": "pymc_crf.ops",
+    "loo": "pymc_crf.loo",
     "Prediction": "pymc_crf.predict",
     "predict": "pymc_crf.predict",
     "get_num_threads": "pymc_crf.threads",
@@ -77,6 +89,7 @@ __all__ = [
     "compare",
     "cvm_score",
     "datasets",
+    "distributed",
     "features",
     "fit",
     "fitters",
@@ -85,6 +98,7 @@ __all__ = [
     "inference",
     "log_marginal_likelihood",
     "log_partition",
+    "loo",
     "metrics",
     "pad_labels",
     "plots",
@@ -96,7 +110,8 @@ __all__ = [
 
 
 #: public subpackages; every other name in _LAZY is an attribute of its module
-_SUBPACKAGES = {"datasets", "features", "fitters", "inference", "metrics", "plots", "step_methods"}
+_SUBPACKAGES = {"datasets", "distributed", "features", "fitters", "inference", "metrics", "plots",
+                "step_methods"}
 
 
 def __getattr__(name: str):
