@@ -4,8 +4,8 @@
 approximations (``ep``, ``bethe_laplace``: a ``fit`` group with ``mean_vector`` and
 ``covariance_matrix``) they are draws from ``q = N(m, V)``, and plain PSIS-LOO of them estimates the
 predictive density of ``q``'s leave-one-out posteriors, not the model's. :func:`loo` corrects for
-the approximation with importance ratios ``p(w_s | y) / q(w_s)`` (Magnusson et al. 2019, sec. 3,
-eq. (6): PSIS-LOO for approximate posteriors, ``r_i(w_s) ∝ p(w_s | y) / (q(w_s) p(y_i | w_s))``),
+the approximation with importance ratios ``p(w_s | y) / q(w_s)`` (Magnusson et al. 2019, sec. 3:
+PSIS-LOO for approximate posteriors, ``r_i(w_s) ∝ p(w_s | y) / (q(w_s) p(y_i | w_s))``),
 Pareto-smoothed as in Vehtari et al. 2024: ArviZ's ``loo_approximate_posterior`` with ``log_p`` the
 exact unnormalised log posterior of each draw (the CRF's Normal log prior plus its per-graph
 log-likelihood summed over graphs, :mod:`pymc_crf.fitters.objective`) and ``log_q`` the Gaussian's
