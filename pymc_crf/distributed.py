@@ -31,6 +31,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -62,14 +63,27 @@ if TYPE_CHECKING:
     import pymc as pm
     from distributed import Client, Future
 
-__all__ = ["ShardData", "ShardedLogLikelihood", "conll_shards", "conll_vocabulary",
-           "count_sentences", "fit_map", "polish", "predict", "read_conll_range", "sentence_ranges",
-           "shard_ranges"]
+__all__ = ["ShardData", "ShardedLogLikelihood", "conll_shard", "conll_shards", "conll_vocabulary",
+           "connected", "count_sentences", "fit_map", "polish", "predict", "prediction_payload",
+           "read_conll_range", "sentence_ranges", "shard_ranges"]
 
 #: result groups prediction never reads (training-sized, or the fitter's own records)
 _NOT_FOR_PREDICTION = ("log_likelihood", "observed_data", "constant_data", "predictions",
                        "predictions_constant_data", "sample_stats", "warmup_posterior",
                        "warmup_sample_stats", "optimizer_result", "diagnostics")
+
+
+@contextmanager
+def connected(client: Client | str):
+    """``client`` itself, or a ``distributed.Client`` of the scheduler at the address ``client``
+    (closed on exit)."""
+    if not isinstance(client, str):
+        yield client
+        return
+    from distributed import Client
+
+    with Client(client) as c:
+        yield c
 
 
 # ---------------------------------------------------------------------------------- prediction
@@ -98,8 +112,8 @@ def _predict_items(payload: xr.DataTree, items: Sequence[CRFData], method: str, 
     return [_predict_partition(payload, d, method, options) for d in items]
 
 
-def predict(result: xr.DataTree, partitions: Any, method: str = "average", *, client: Client,
-            **options) -> Prediction:
+def predict(result: xr.DataTree, partitions: Any, method: str = "average", *,
+            client: Client | str, **options) -> Prediction:
     """``pmc.predict`` over a partitioned corpus on a Dask cluster.
 
     Parameters
@@ -112,7 +126,8 @@ def predict(result: xr.DataTree, partitions: Any, method: str = "average", *, cl
         predicted in the bag's order.
     method : str
         Any ``pmc.predict`` method (``"average"``, ``"bpe"``, ``"map"``, ``"model_average"``, ...).
-    client : distributed.Client
+    client : distributed.Client or str
+        A client, or the address of a running scheduler (``"tcp://host:8786"``).
     **options
         ``pmc.predict``'s options (``draws``, ``random_seed``, ``inference``, ``model``, a
         predictor's own). ``predictions`` and ``sample_labels`` (storing into the result) are not
@@ -132,6 +147,13 @@ def predict(result: xr.DataTree, partitions: Any, method: str = "average", *, cl
                              "on the client; store the prediction of a corpus that fits in "
                              "memory with pmc.predict")
         options.pop(name, None)
+    with connected(client) as c:
+        return _predict(result, partitions, method, c, options)
+
+
+def _predict(result: xr.DataTree, partitions: Any, method: str, client: Client, options: dict
+             ) -> Prediction:
+    """:func:`predict` with a client."""
     payload = client.scatter(prediction_payload(result), broadcast=True, hash=False)
     try:
         import dask.bag as db
@@ -412,7 +434,7 @@ def polish(gradient, x0: np.ndarray, gtol: float, maxiter: int = 50) -> tuple[np
     return res.x, int(res.nit)
 
 
-def fit_map(model: pm.Model, client: Client, n_shards: int | None = None, *,
+def fit_map(model: pm.Model, client: Client | str, n_shards: int | None = None, *,
             shards: Sequence[Future] | None = None, maxiter: int = 2000, gtol: float = 1e-6,
             ftol: float = 1e-12, optimizer: str = "auto", start: dict | None = None,
             polish_gtol: float | None = None, log_likelihood: bool = True,
@@ -430,7 +452,8 @@ def fit_map(model: pm.Model, client: Client, n_shards: int | None = None, *,
     model : pm.Model
         The CRF model. With ``shards``, only its weights, priors, potential and engine are used
         (a template: e.g. the same model built on one sentence), not its graphs.
-    client : distributed.Client
+    client : distributed.Client or str
+        A client, or the address of a running scheduler.
     n_shards : int, optional
         Split the model's graphs into this many contiguous shards (default: one per worker).
     shards : list of Future, optional
@@ -480,7 +503,7 @@ def fit_map(model: pm.Model, client: Client, n_shards: int | None = None, *,
             raise ValueError(f"start names unknown variables {sorted(unknown)}; the free "
                              f"variables are {[w.name for w in spec.weights]}")
         x0 = spec.flatten({**spec.unflatten(x0), **start})
-    with ShardedLogLikelihood(client, spec, n_shards, shards) as lik:
+    with connected(client) as c, ShardedLogLikelihood(c, spec, n_shards, shards) as lik:
 
         def objective(x):
             ll, g = lik(x)

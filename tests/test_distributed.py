@@ -5,6 +5,7 @@ a partitioned CoNLL file."""
 import gzip
 import logging
 import os
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -62,6 +63,13 @@ def test_predict_over_a_bag_and_futures(client, loop_data, loop_fit):
     from_futures = pd_.predict(loop_fit, futures, "average", client=client, draws=None)
     np.testing.assert_array_equal(from_futures.marginals, local.marginals)
     assert from_bag.error_rate == from_futures.error_rate == local.error_rate
+
+
+def test_a_scheduler_address_is_a_client(client, loop_data, loop_fit):
+    test = loop_data[1]
+    local = pmc.predict(loop_fit, test, "bpe")
+    far = pd_.predict(loop_fit, _parts(test, [10]), "bpe", client=client.scheduler.address)
+    np.testing.assert_array_equal(far.marginals, local.marginals)
 
 
 def test_predict_refuses_storing(client, loop_data, loop_fit):
@@ -195,8 +203,10 @@ def test_conll_shards_built_on_workers(client, conll_file):
         np.testing.assert_array_equal(shard.graphs.n_nodes, sub.graphs.n_nodes)
 
     # prediction of the shards where they live equals the local call
-    fit = pmc.fit(_chain_model(X, y, [len(s) for s in words], len(classes)), method="map",
-                  maxiter=30, progressbar=False)
+    with warnings.catch_warnings():  # 30 iterations: a fit short of the mode is enough here
+        warnings.simplefilter("ignore", pmc.ConvergenceWarning)
+        fit = pmc.fit(_chain_model(X, y, [len(s) for s in words], len(classes)), method="map",
+                      maxiter=30, progressbar=False)
     local = pmc.predict(fit, whole, "map")
     far = pd_.predict(fit, shards, "map", client=client)
     np.testing.assert_array_equal(far.labels, local.labels)
