@@ -143,6 +143,32 @@ def test_sharded_objective_equals_the_whole(client, loop_model):
     np.testing.assert_allclose(pointwise, whole.pointwise(w), rtol=0, atol=1e-12)
 
 
+def test_data_parallel_laplace_is_the_exact_laplace(client, loop_model):
+    single = pmc.fit(loop_model, method="bethe_laplace", map="exact", covariance="exact",
+                     draws=50, random_seed=0, progressbar=False)
+    dist = pd_.fit_laplace(loop_model, client, n_shards=3, draws=50, random_seed=0)
+    m0, m1 = single["fit"]["mean_vector"].values, dist["fit"]["mean_vector"].values
+    c0, c1 = single["fit"]["covariance_matrix"].values, dist["fit"]["covariance_matrix"].values
+    # the single-process fit's L-BFGS stops ~1e-6 from the mode (its objective's rounding), ours
+    # is polished to max |grad| <= 1e-9
+    assert np.max(np.abs(m0 - m1)) < 1e-5
+    assert np.max(np.abs(c0 - c1)) < 1e-5 * np.max(np.abs(c0))
+    # the shards' curvature is the whole data's at the same point
+    spec = pmc.fitters.extract_crf(loop_model)
+    whole = pd_._negative_hessian(pmc.fitters.objective.CRFLogLikelihood(spec), m1)
+    with pd_.ShardedLogLikelihood(client, spec, n_shards=3) as lik:
+        np.testing.assert_allclose(lik.negative_hessian(m1), whole, rtol=0, atol=1e-10)
+    assert dist["log_likelihood"]["t"].shape == (1, 50, 8)
+    spec_ll = pmc.fitters.objective.CRFLogLikelihood(spec)
+    w0 = dist["posterior"]["w"].values[0, 7].ravel()
+    np.testing.assert_allclose(dist["log_likelihood"]["t"].values[0, 7], spec_ll.pointwise(w0),
+                               rtol=0, atol=1e-12)
+    assert dist.attrs["method"] == "laplace"
+    with warnings.catch_warnings():  # ArviZ's Pareto k warning: 8 graphs, 50 draws
+        warnings.simplefilter("ignore", UserWarning)
+        assert pmc.loo(dist, loop_model).approx_posterior
+
+
 def test_fit_map_refuses_other_priors(client):
     data, _ = pmc.datasets.bcrf_synthetic("loop", n_train=4, n_test=1, seed=0)
     with pm.Model(coords=data.coords) as model:
