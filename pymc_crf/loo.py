@@ -7,10 +7,11 @@ predictive density of ``q``'s leave-one-out posteriors, not the model's. :func:`
 the approximation with importance ratios ``p(w_s | y) / q(w_s)`` (Magnusson et al. 2019, sec. 3:
 PSIS-LOO for approximate posteriors, ``r_i(w_s) ∝ p(w_s | y) / (q(w_s) p(y_i | w_s))``),
 Pareto-smoothed as in Vehtari et al. 2024: ArviZ's ``loo_approximate_posterior`` with ``log_p`` the
-exact unnormalised log posterior of each draw (the CRF's Normal log prior plus its per-graph
+exact unnormalised log posterior of each draw (the weights' Normal log prior plus the per-graph
 log-likelihood summed over graphs, :mod:`pymc_crf.fitters.objective`) and ``log_q`` the Gaussian's
-log density. When ``q`` is too far from the posterior the Pareto k diagnostics of these ratios
-say so (k above ArviZ's ``good_k``), and the estimate must not be trusted.
+log density; for ``pmc.CRF`` and ``pmc.MRF`` (one value per sample row) likelihoods alike.
+When ``q`` is too far from the posterior the Pareto k diagnostics of these ratios say so (k
+above ArviZ's ``good_k``), and the estimate must not be trusted.
 
 MCMC results (NUTS, the sampler fitters, ``pm.sample``) get plain PSIS-LOO; one-draw results
 (``map``) are refused: LOO needs posterior draws.
@@ -26,7 +27,8 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.fitters.objective import GaussianLogPrior
-from pymc_crf.fitters.spec import extract_crf, require_gaussian_prior
+from pymc_crf.fitters.random_field import extract_random_field
+from pymc_crf.fitters.spec import require_gaussian_prior
 from pymc_crf.inference.base import warn_at_caller
 
 if TYPE_CHECKING:
@@ -65,7 +67,7 @@ def _weight_matrix(result: xr.DataTree, spec) -> np.ndarray:
     post = result["posterior"]
     missing = [w.name for w in spec.weights if w.name not in post.data_vars]
     if missing:
-        raise ValueError(f"the result's posterior has no {missing}, the model's CRF weights: "
+        raise ValueError(f"the result's posterior has no {missing}, the model's weights: "
                          "pass the model the result was fitted to")
     cols = []
     for w in spec.weights:
@@ -93,16 +95,16 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
         raise ValueError("pmc.loo of a Gaussian approximation (a result with a 'fit' group) "
                          "needs the model, for the exact log posterior of each draw: pass "
                          "model= or call it inside the model's context") from err
-    spec = extract_crf(model)
+    spec = extract_random_field(model)  # a pmc.CRF or pmc.MRF likelihood
     require_gaussian_prior(spec, "pmc.loo")
     fit = result["fit"]
     mean = np.asarray(fit["mean_vector"].values, dtype=np.float64)
     cov = np.asarray(fit["covariance_matrix"].values, dtype=np.float64)
     if mean.size != spec.flat_size:
-        raise ValueError(f"the result's fit group has {mean.size} parameters, the model's CRF "
+        raise ValueError(f"the result's fit group has {mean.size} parameters, the model's "
                          f"weights {spec.flat_size}: pass the model the result was fitted to")
     if "rows" in fit.coords and list(fit.coords["rows"].values) != spec.param_names():
-        raise ValueError("the result's fit group names other parameters than the model's CRF "
+        raise ValueError("the result's fit group names other parameters than the model's "
                          "weights: pass the model the result was fitted to")
     w = _weight_matrix(result, spec)
     ll = result["log_likelihood"][var_name or spec.observed_name].transpose("chain", "draw", ...)

@@ -62,6 +62,25 @@ def test_gaussian_results_are_corrected(bl_fit, loop_model):
     assert corrected.pareto_k.sizes == {"graph": 8}
 
 
+def test_mrf_gaussian_results_are_corrected():
+    from crf_models import ising_grid_mrf
+
+    from pymc_crf.fitters.random_field import MRFLogLikelihood, extract_mrf
+
+    model = ising_grid_mrf(3, 40, seed=0, prior_sd=1.0)
+    fit = pmc.fit(model, method="bethe_laplace", draws=200, random_seed=0, progressbar=False)
+    log_p, _ = loo_log_densities(fit, model)
+    spec = extract_mrf(model)
+    lik, prior = MRFLogLikelihood(spec), GaussianLogPrior(spec)
+    w = np.concatenate([fit["posterior"][v.name].values.reshape(200, -1) for v in spec.weights],
+                       axis=1)
+    assert log_p.values.ravel()[3] == pytest.approx(lik(w[3])[0] + prior(w[3])[0], abs=1e-8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        result = pmc.loo(fit, model)
+    assert result.approx_posterior and result.n_data_points == 40
+
+
 def test_mcmc_results_get_plain_loo(bl_fit):
     # a result without a Gaussian fit group is read as draws from the posterior
     plain = xr.DataTree.from_dict({k: bl_fit[k].to_dataset() for k in bl_fit.children
