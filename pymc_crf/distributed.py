@@ -200,6 +200,7 @@ class ShardData:
 
     @classmethod
     def from_crf_data(cls, data: CRFData) -> ShardData:
+        """The graphs, labels and features of a labelled ``CRFData``."""
         if data.labels is None:
             raise ValueError("a training shard needs labels; this CRFData has none")
         return cls(data.graphs, np.asarray(data.labels), data.node_features, data.edge_features)
