@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from pymc_crf import (
         datasets,
+        distributed,
         features,
         fitters,
         inference,
@@ -34,6 +35,7 @@ if TYPE_CHECKING:
     from pymc_crf.graphs import GraphBatch, GraphStructureError
     from pymc_crf.impute import impute
     from pymc_crf.inference import ApproximateInferenceWarning, ConvergenceWarning
+    from pymc_crf.loo import loo
     from pymc_crf.ops import log_partition
     from pymc_crf.predict import Prediction, predict
     from pymc_crf.queries import prior_from
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
 #: where each public name lives (a subpackage is its own entry)
 _LAZY = {
     "datasets": "pymc_crf.datasets",
+    "distributed": "pymc_crf.distributed",
     "features": "pymc_crf.features",
     "metrics": "pymc_crf.metrics",
     "FeatureVectorizer": "pymc_crf.features",
@@ -67,6 +70,7 @@ _LAZY = {
     "ApproximateInferenceWarning": "pymc_crf.inference",
     "ConvergenceWarning": "pymc_crf.inference",
     "log_partition": "pymc_crf.ops",
+    "loo": "pymc_crf.loo",
     "Prediction": "pymc_crf.predict",
     "predict": "pymc_crf.predict",
     "prior_from": "pymc_crf.queries",
@@ -92,6 +96,7 @@ __all__ = [
     "compare",
     "cvm_score",
     "datasets",
+    "distributed",
     "features",
     "fit",
     "fitters",
@@ -100,6 +105,7 @@ __all__ = [
     "inference",
     "log_marginal_likelihood",
     "log_partition",
+    "loo",
     "metrics",
     "pad_labels",
     "plots",
@@ -113,8 +119,8 @@ __all__ = [
 
 
 #: public subpackages; every other name in _LAZY is an attribute of its module
-_SUBPACKAGES = {"datasets", "features", "fitters", "inference", "metrics", "plots", "queries",
-                "step_methods"}
+_SUBPACKAGES = {"datasets", "distributed", "features", "fitters", "inference", "metrics", "plots",
+                "queries", "step_methods"}
 
 
 def __getattr__(name: str):

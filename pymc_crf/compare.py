@@ -13,6 +13,7 @@ import xarray as xr
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.loo import loo
 from pymc_crf.predict import predict
 from pymc_crf.validation import flag, name_list
 
@@ -130,6 +131,13 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     ``predict(..., method=predict_method, draws=draws)`` when ``test`` is given (``draws``
     defaults to ``predict``'s; ``n_draws``: deprecated name of ``draws``).
 
+    LOO columns, for results with more than one draw and a ``log_likelihood`` group: ``elpd_loo``,
+    ``elpd_loo_se``, ``p_loo`` and ``loo_warning`` (True when some graph's Pareto k exceeds
+    ArviZ's ``good_k``: the estimate cannot be trusted), from ``arviz.compare`` of
+    :func:`pymc_crf.loo` of each result: plain PSIS-LOO for MCMC results, corrected for the
+    approximation for Gaussian ones (EP, Bethe-Laplace; these need ``model`` or the model's
+    context, else their LOO columns are NaN with a warning). One-draw results (``map``) get NaN.
+
     Parameters are matched by name: ``var_names`` (default: the reference's posterior variables
     that every result has, in the reference's order; without a reference, the first result's),
     whatever order each fitter stores them in.
@@ -215,4 +223,32 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             row["test_error"] = predict(res, test, method=predict_method, draws=draws,
                                         model=model).error_rate
         rows.append(row)
-    return pd.DataFrame(rows).set_index("method")
+    table = pd.DataFrame(rows).set_index("method")
+    loo_table = _loo_columns(results, model)
+    if loo_table is not None:
+        table = table.join(loo_table)
+    return table
+
+
+def _loo_columns(results: Mapping[str, xr.DataTree], model: pm.Model | None
+                 ) -> pd.DataFrame | None:
+    """``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``loo_warning`` by result, from
+    ``arviz.compare`` of :func:`pymc_crf.loo` (None when no result has LOO)."""
+    elpds = {}
+    for name, res in results.items():
+        post = res["posterior"]
+        if ("log_likelihood" not in res.children
+                or post.sizes.get("chain", 1) * post.sizes.get("draw", 1) < 2):
+            continue
+        try:
+            elpds[name] = loo(res, model)
+        except ValueError as err:
+            warn_at_caller(f"compare: no LOO for {name!r}: {err}", UserWarning)
+    if not elpds:
+        return None
+    cmp = az.compare(elpds, round_to="none")
+    out = pd.DataFrame({"elpd_loo": cmp["elpd"].astype(float), "elpd_loo_se": cmp["se"].astype(float),
+                        "p_loo": cmp["p"].astype(float),
+                        "loo_warning": cmp["diag_elpd"].astype(str) != ""}, index=cmp.index)
+    out.index.name = "method"
+    return out

@@ -1,0 +1,177 @@
+"""Leave-one-graph-out cross-validation of any fitted result: ``pmc.loo(result)``.
+
+``az.loo`` treats the draws of a result as draws from the exact posterior. For the Gaussian
+approximations (``ep``, ``bethe_laplace``: a ``fit`` group with ``mean_vector`` and
+``covariance_matrix``) they are draws from ``q = N(m, V)``, and plain PSIS-LOO of them estimates the
+predictive density of ``q``'s leave-one-out posteriors, not the model's. :func:`loo` corrects for
+the approximation with importance ratios ``p(w_s | y) / q(w_s)`` (Magnusson et al. 2019, sec. 3:
+PSIS-LOO for approximate posteriors, ``r_i(w_s) ∝ p(w_s | y) / (q(w_s) p(y_i | w_s))``),
+Pareto-smoothed as in Vehtari et al. 2024: ArviZ's ``loo_approximate_posterior`` with ``log_p`` the
+exact unnormalised log posterior of each draw (the weights' Normal log prior plus the per-graph
+log-likelihood summed over graphs, :mod:`pymc_crf.fitters.objective`) and ``log_q`` the Gaussian's
+log density; for ``pmc.CRF`` and ``pmc.MRF`` (one value per sample row) likelihoods alike.
+When ``q`` is too far from the posterior the Pareto k diagnostics of these ratios say so (k
+above ArviZ's ``good_k``), and the estimate must not be trusted.
+
+MCMC results (NUTS, the sampler fitters, ``pm.sample``) get plain PSIS-LOO; one-draw results
+(``map``) are refused: LOO needs posterior draws.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import arviz as az
+import numpy as np
+import pymc as pm
+import xarray as xr
+
+from pymc_crf.fitters.objective import GaussianLogPrior
+from pymc_crf.fitters.random_field import extract_random_field
+from pymc_crf.fitters.spec import require_gaussian_prior
+from pymc_crf.inference.base import warn_at_caller
+
+if TYPE_CHECKING:
+    from arviz_stats.utils import ELPDData
+
+__all__ = ["gaussian_log_density", "is_gaussian_approximation", "loo", "loo_log_densities"]
+
+
+def is_gaussian_approximation(result: xr.DataTree) -> bool:
+    """Whether ``result``'s draws come from the Gaussian of its ``fit`` group (EP,
+    Bethe-Laplace and any fitter following ``docs/fit_contract.md``'s Gaussian layout)."""
+    if "fit" not in result.children:
+        return False
+    fit = result["fit"]
+    return "mean_vector" in fit.data_vars and "covariance_matrix" in fit.data_vars
+
+
+def gaussian_log_density(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
+    """Log density of ``N(mean, cov)`` at the rows of ``w`` (S, d).
+
+    Through the eigendecomposition of ``cov``, as the fitters draw from it
+    (:func:`pymc_crf.fitters.results.draws_from_gaussian`); a singular ``cov`` (eigenvalues at
+    or below ``1e-12`` times the largest) gives the density on its support (pseudo-determinant),
+    where every draw lies.
+    """
+    w = np.atleast_2d(np.asarray(w, dtype=np.float64))
+    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
+    keep = vals > 1e-12 * max(float(vals.max()), 0.0)
+    vals, vecs = vals[keep], vecs[:, keep]
+    z = (w - mean) @ vecs / np.sqrt(vals)
+    return -0.5 * np.sum(z * z, axis=1) - 0.5 * float(np.sum(np.log(2.0 * np.pi * vals)))
+
+
+def _weight_matrix(result: xr.DataTree, spec) -> np.ndarray:
+    """The posterior draws as (S, d) in the flat order of ``spec`` (the ``fit`` group's rows)."""
+    post = result["posterior"]
+    missing = [w.name for w in spec.weights if w.name not in post.data_vars]
+    if missing:
+        raise ValueError(f"the result's posterior has no {missing}, the model's weights: "
+                         "pass the model the result was fitted to")
+    cols = []
+    for w in spec.weights:
+        da = post[w.name].transpose("chain", "draw", ...)
+        if tuple(da.shape[2:]) != tuple(w.shape):
+            raise ValueError(f"posterior {w.name!r} has shape {da.shape[2:]}, the model's "
+                             f"{w.shape}: pass the model the result was fitted to")
+        cols.append(da.values.reshape(da.shape[0] * da.shape[1], -1))
+    return np.concatenate(cols, axis=1)
+
+
+def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
+                      var_name: str | None = None) -> tuple[xr.DataArray, xr.DataArray]:
+    """``log_p`` (exact unnormalised log posterior) and ``log_q`` (the Gaussian's log density) of
+    each draw of a Gaussian-approximation result, as (chain, draw) DataArrays for
+    ``arviz.loo_approximate_posterior``.
+
+    ``log_p = log N(w_s; prior) + sum_i log p(y_i | w_s)``, the per-graph log-likelihood taken
+    from the result's ``log_likelihood`` group (computed by ``build_result`` with the model's
+    engine; exact when ``attrs["log_z"]`` is ``"exact"``).
+    """
+    try:
+        model = pm.modelcontext(model)
+    except TypeError as err:
+        raise ValueError("pmc.loo of a Gaussian approximation (a result with a 'fit' group) "
+                         "needs the model, for the exact log posterior of each draw: pass "
+                         "model= or call it inside the model's context") from err
+    spec = extract_random_field(model)  # a pmc.CRF or pmc.MRF likelihood
+    require_gaussian_prior(spec, "pmc.loo")
+    fit = result["fit"]
+    mean = np.asarray(fit["mean_vector"].values, dtype=np.float64)
+    cov = np.asarray(fit["covariance_matrix"].values, dtype=np.float64)
+    if mean.size != spec.flat_size:
+        raise ValueError(f"the result's fit group has {mean.size} parameters, the model's "
+                         f"weights {spec.flat_size}: pass the model the result was fitted to")
+    if "rows" in fit.coords and list(fit.coords["rows"].values) != spec.param_names():
+        raise ValueError("the result's fit group names other parameters than the model's "
+                         "weights: pass the model the result was fitted to")
+    w = _weight_matrix(result, spec)
+    ll = result["log_likelihood"][var_name or spec.observed_name].transpose("chain", "draw", ...)
+    n_chains, n_draws = ll.shape[:2]
+    log_lik = ll.values.reshape(n_chains * n_draws, -1).sum(axis=1)
+    prior = GaussianLogPrior(spec)
+    log_prior = np.array([prior(row)[0] for row in w])
+    dims = ("chain", "draw")
+    coords = {d: ll.coords[d].values for d in dims if d in ll.coords}
+    log_p = xr.DataArray((log_prior + log_lik).reshape(n_chains, n_draws), dims=dims,
+                         coords=coords)
+    log_q = xr.DataArray(gaussian_log_density(w, mean, cov).reshape(n_chains, n_draws),
+                         dims=dims, coords=coords)
+    return log_p, log_q
+
+
+def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool = True,
+        var_name: str | None = None) -> ELPDData:
+    """PSIS-LOO over graphs, corrected for the approximation where the draws are not from the
+    posterior.
+
+    Parameters
+    ----------
+    result : DataTree
+        A fitted result with a ``log_likelihood`` group (every fitter's, ``pm.sample``'s) and
+        more than one draw.
+    model : pm.Model, optional
+        The fitted model (or the context's); needed for Gaussian approximations, whose
+        correction evaluates the exact log prior of each draw.
+    pointwise : bool
+        Keep the per-graph ``elpd_i`` and ``pareto_k`` (``az.compare`` needs them).
+    var_name : str, optional
+        The observed variable (default: the result's only one).
+
+    Returns
+    -------
+    ELPDData
+        ArviZ's LOO result: ``elpd``, ``se``, ``p``, ``pareto_k`` and ``good_k``; ``warning``
+        is True when some Pareto k exceeds ``good_k`` (then the estimate cannot be trusted).
+        For Gaussian approximations it comes from ``arviz.loo_approximate_posterior``
+        (``approx_posterior`` True).
+
+    Raises
+    ------
+    ValueError
+        For one-draw results (``map``): LOO needs posterior draws; for results without a
+        ``log_likelihood`` group; for a Gaussian approximation without its model.
+    """
+    if not isinstance(result, xr.DataTree):
+        raise TypeError(f"pmc.loo needs a fitted DataTree; got {type(result).__name__}")
+    if "log_likelihood" not in result.children:
+        raise ValueError("pmc.loo needs the result's log_likelihood group (fit with "
+                         "log_likelihood=True, or pm.compute_log_likelihood for pm.sample)")
+    post = result["posterior"]
+    n = int(post.sizes.get("chain", 1) * post.sizes.get("draw", 1))
+    if n < 2:
+        raise ValueError(f"LOO needs posterior draws; this {result.attrs.get('method', '')!r} "
+                         "result has one draw (a point estimate). Fit with method='nuts', or "
+                         "a Gaussian approximation ('ep', 'bethe_laplace') whose draws pmc.loo "
+                         "corrects")
+    if not is_gaussian_approximation(result):
+        return az.loo(result, pointwise=pointwise, var_name=var_name)
+    if "approximate" in str(result.attrs.get("log_z", "")):
+        warn_at_caller(f"pmc.loo: this result's log-likelihood uses {result.attrs['log_z']} "
+                       "log Z, so the corrected LOO targets that approximate posterior",
+                       UserWarning)
+    log_p, log_q = loo_log_densities(result, model, var_name)
+    return az.loo_approximate_posterior(result, log_p, log_q, pointwise=pointwise,
+                                        var_name=var_name)
+
