@@ -1195,18 +1195,22 @@ def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
 
 
 @njit(cache=True)
-def _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw):
-    """``_forward_backward_features`` one graph at a time (``_fb_feature_graph``), for small
-    batches."""
-    G = node_off.shape[0] - 1
-    N, K = node.shape
-    log_z = np.empty(G)
-    node_m = np.zeros((N if want_marginals else 0, K))
-    gW = np.zeros((We.shape[0], K * K))
-    for g in range(G):
+def _fb_feature_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw, log_z, node_m, gW):
+    """``_fb_feature_graph`` of every graph in turn, into ``log_z``, ``node_m`` and ``gW``."""
+    for g in range(node_off.shape[0] - 1):
         log_z[g] = _fb_feature_graph(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
                                      edge_off[g], want_marginals,
                                      gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
+
+
+@njit(cache=True)
+def _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_features`` one graph at a time, for small batches."""
+    N, K = node.shape
+    log_z = np.empty(node_off.shape[0] - 1)
+    node_m = np.zeros((N if want_marginals else 0, K))
+    gW = np.zeros((We.shape[0], K * K))
+    _fb_feature_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw, log_z, node_m, gW)
     return log_z, node_m, gW
 
 
@@ -1235,10 +1239,8 @@ def _forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals,
         _fb_blocked(node, zero, psi, shift, erange, node_off, edge_off, want_marginals, gw,
                     log_z, node_m, np.zeros((0, K, K)), Xe, We, gW)
     else:  # one graph, or no edges (single-node chains): one chain at a time
-        for g in range(G):
-            log_z[g] = _fb_feature_graph(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
-                                         edge_off[g], want_marginals,
-                                         gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
+        _fb_feature_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw, log_z, node_m,
+                           gW)
     return log_z, node_m, gW
 
 
