@@ -19,12 +19,16 @@ pytestmark = pytest.mark.docs_site
 
 
 def _counts(html: str) -> dict[str, int]:
-    """Cell outputs, figures (images in outputs) and tables (DataFrames and printed tables)."""
-    outputs = re.findall(r'<div class="cell_output[^"]*">(.*?)</div>\s*</div>', html, re.S)
-    body = "".join(outputs)
+    """Cells with output, figures (images in outputs) and tables (DataFrames, and printed blocks
+    of two or more lines) of an executed notebook page."""
+    cells = html.split('<div class="cell docutils container">')[1:]
+    outputs = [c.split('<div class="cell_output', 1)[1] for c in cells if '<div class="cell_output' in c]
+    printed = [re.sub(r"<[^>]+>", "", pre).strip()
+               for out in outputs for pre in re.findall(r"<pre>(.*?)</pre>", out, re.S)]
     return {"outputs": len(outputs),
-            "figures": len(re.findall(r"<img ", body)),
-            "tables": len(re.findall(r"<table", body)) + len(re.findall(r"<pre>[^<]*\n[^<]*\n", body))}
+            "figures": sum(out.count("<img ") for out in outputs),
+            "tables": (sum(out.count("<table") for out in outputs)
+                       + sum(len(text.splitlines()) >= 2 for text in printed))}
 
 
 @pytest.fixture(scope="module")
