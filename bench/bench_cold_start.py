@@ -21,9 +21,9 @@ import tempfile
 CHILD = r"""
 import json, sys, time, warnings
 import pymc_crf as pmc
-from pymc_crf.cli import build_bcrf_model
+from pymc_crf.datasets import bcrf_model
 train, test = pmc.datasets.bcrf_synthetic("chain", n_train=30, n_test=1000, seed=0)
-model = build_bcrf_model(train)
+model = bcrf_model(train)
 method = sys.argv[1]
 kw = dict(progressbar=False, random_seed=0)
 if method == "nuts":

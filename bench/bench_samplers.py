@@ -27,9 +27,15 @@ import time
 
 import numpy as np
 import pandas as pd
-from samplers_figures import GRID_METHODS, faq_chain_model, ising_grid_model, run_methods, score
 
 import pymc_crf as pmc
+from pymc_crf.reproduce.samplers_models import (
+    GRID_METHODS,
+    faq_chain_model,
+    ising_grid_model,
+    run_methods,
+    score,
+)
 
 
 def main(argv=None) -> None:

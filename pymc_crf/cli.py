@@ -27,8 +27,7 @@ import numpy as np
 
 from pymc_crf.validation import int_at_least
 
-__all__ = ["bench_scripts", "build_bcrf_model", "build_parser", "load_model", "main", "run_demo",
-           "save_model"]
+__all__ = ["bench_scripts", "build_parser", "load_model", "main", "run_demo", "save_model"]
 
 #: subcommands that live in their own subpackage ``pymc_crf.<name>``, exposing
 #: ``add_arguments(parser)`` and ``run(args) -> int``; registered only where the package exists
@@ -36,21 +35,6 @@ PLUGINS = {"reproduce": "reproduce the papers' tables and figures"}
 
 #: fitters the demo's model (a CRF) cannot run: the beta-process VI fits hidden CRFs only
 DEMO_EXCLUDED = ("bp_hcrf_vi",)
-
-
-def build_bcrf_model(train, prior_sd: float = 5**0.5):
-    """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1: probit edge potentials, w ~ N(0, 5 I) (24
-    weights)."""
-    import pymc as pm
-
-    import pymc_crf as pmc
-
-    with pm.Model(coords=train.coords) as model:
-        w = pm.Normal("w", 0.0, prior_sd, dims=("edge_feature", "label_i", "label_j"))
-        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
-                potential=train.potential, epsilon=train.epsilon,
-                observed=train.padded_labels, dims=("graph", "position"))
-    return model
 
 
 def _fit_options(method: str, **candidates) -> dict:
@@ -86,7 +70,7 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
     import pymc_crf as pmc
 
     train, test = pmc.datasets.bcrf_synthetic(kind, n_train=n_train, n_test=n_test, seed=seed)
-    model = build_bcrf_model(train)
+    model = pmc.datasets.bcrf_model(train)
     say(f"data: bcrf_synthetic({kind!r}, n_train={n_train}, n_test={n_test}, seed={seed}); "
         f"{train.graphs}")
     results = {}

@@ -28,6 +28,6 @@ def loop_data():
 @pytest.fixture(scope="module")
 def loop_model(loop_data):
     """The BCRF model of the training graphs (probit edge potentials, N(0, 5) prior)."""
-    from pymc_crf.cli import build_bcrf_model
+    from pymc_crf.datasets import bcrf_model
 
-    return build_bcrf_model(loop_data[0])
+    return bcrf_model(loop_data[0])

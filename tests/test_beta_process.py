@@ -16,13 +16,13 @@ from pymc_crf.datasets.hmm import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
 from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
 from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import (
     _series,
     kl_beta,
     kl_gamma,
     log_prior_rounds,
 )
-from pymc_crf.fitters.beta_process.test_time import class_scores_local_z
 from pymc_crf.fitters.beta_process.vi import VISettings, init_state, local_z_objective, run_vi
 from pymc_crf.fitters.registry import fit
 from pymc_crf.graphs.batch import GraphBatch
@@ -191,7 +191,7 @@ def test_a_saved_fit_reloads_and_predicts_the_same(hmm_small, small_fit, fmt, tm
 
 
 def test_both_test_time_rules_classify_well_above_chance(hmm_small, small_fit):
-    """The local-z rule (each new sequence's own indicators per class, test_time.py) and the
+    """The local-z rule (each new sequence's own indicators per class, local_z.py) and the
     prior-usage rule both classify this case far above chance (1/3). Which of the two is more
     accurate depends on the fit (docs/hcrf.md: seed 3 gives 98.3 / 91.7 % with random_seed=1 and
     83.3 / 90.0 % with random_seed=2), so no ordering is asserted; the local rule's optimum is

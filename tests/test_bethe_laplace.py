@@ -216,10 +216,10 @@ def test_bl_mp_against_nuts_on_a_small_grid():
 def test_a_hybrid_fit_without_a_laplace_approximation_names_the_settings_that_may_work():
     # the README's model with 5 training graphs: the exact MAP with BP linear response gives an
     # indefinite Hessian, while covariance="exact" and map="bp" both exist
-    from pymc_crf.cli import build_bcrf_model
+    from pymc_crf.datasets import bcrf_model
 
     train, _ = pmc.datasets.bcrf_synthetic("loop", n_train=5, n_test=2, seed=0)
-    m = build_bcrf_model(train)
+    m = bcrf_model(train)
     with pytest.raises(ValueError, match="covariance='exact'.*or map='bp'"):
         pmc.fit(m, method="bethe_laplace", progressbar=False)
     for kw in ({"covariance": "exact"}, {"map": "bp"}):

@@ -8,7 +8,7 @@ import pytest
 import xarray as xr
 
 import pymc_crf as pmc
-from pymc_crf.cli import build_bcrf_model
+from pymc_crf.datasets import bcrf_model
 
 
 def _result(values, wall_time, **attrs):
@@ -94,7 +94,7 @@ def test_compare_warns_that_hidden_state_weights_can_switch_labels():
 
 def test_compare_test_error_is_the_prediction_error():
     train, test = pmc.datasets.bcrf_synthetic("loop", n_train=6, n_test=10, seed=2)
-    res = pmc.fit(build_bcrf_model(train), method="map")
+    res = pmc.fit(bcrf_model(train), method="map")
     table = pmc.compare({"map": res}, test=test, predict_method="bpe")
     pred = pmc.predict(res, test, method="bpe")
     wrong = np.count_nonzero(pred.labels != test.labels)

@@ -636,11 +636,11 @@ def test_fixed_point_with_many_skipped_terms_is_flagged():
     """PEP at the paper's fixed step 0.8 on this data settles by skipping 90 of 120 term updates (the
     result then ignores most of the data: mean ~6e3 away from MAP). It must warn, not pass silently."""
     import pymc_crf as pmc
-    from pymc_crf.cli import build_bcrf_model
+    from pymc_crf.datasets import bcrf_model
 
     train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=30, n_test=0, seed=0)
     with pytest.warns(ConvergenceWarning, match="skipped .* of 120 term updates"):
-        pmc.fit(build_bcrf_model(train), method="ep", step_size=0.8, backoff=False,
+        pmc.fit(bcrf_model(train), method="ep", step_size=0.8, backoff=False,
                 random_seed=0, draws=10, log_likelihood=False)
 
 

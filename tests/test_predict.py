@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 
 import pymc_crf as pmc
-from pymc_crf.cli import build_bcrf_model
+from pymc_crf.datasets import bcrf_model
 from pymc_crf.potentials import log_potential
 
 
 @pytest.fixture(scope="module")
 def fitted():
     train, test = pmc.datasets.bcrf_synthetic("loop", n_train=8, n_test=12, seed=3)
-    model = build_bcrf_model(train)
+    model = bcrf_model(train)
     return pmc.fit(model, method="map"), test
 
 

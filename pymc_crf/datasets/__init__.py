@@ -6,12 +6,12 @@ Generators are functions (``bcrf_synthetic``, ``hmm_classes``) in modules named 
 """
 
 from pymc_crf.datasets.base import CRFData
-from pymc_crf.datasets.bcrf import bcrf_synthetic
+from pymc_crf.datasets.bcrf import bcrf_model, bcrf_synthetic
 from pymc_crf.datasets.hmm import SequenceData, hmm_classes
 from pymc_crf.datasets.japanese_vowels import japanese_vowels
 from pymc_crf.datasets.random_fields import MRFData, parise_welling_random_structure, welling_parise_grid
 from pymc_crf.datasets.text import data_dir, read_conll2000, read_ptb_sample, token_features
 
-__all__ = ["CRFData", "MRFData", "SequenceData", "bcrf_synthetic", "data_dir", "hmm_classes",
+__all__ = ["CRFData", "MRFData", "SequenceData", "bcrf_model", "bcrf_synthetic", "data_dir", "hmm_classes",
            "japanese_vowels", "parise_welling_random_structure", "read_conll2000",
            "read_ptb_sample", "token_features", "welling_parise_grid"]

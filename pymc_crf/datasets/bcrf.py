@@ -10,7 +10,7 @@ from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential
 from pymc_crf.validation import positive_number, whole_number
 
-__all__ = ["bcrf_synthetic"]
+__all__ = ["bcrf_model", "bcrf_synthetic"]
 
 N_EDGE_FEATURES = 6
 PRIOR_VARIANCE = 5.0
@@ -98,3 +98,26 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
     train = make(n_train, "train")
     test = make(n_test, "test") if n_test else None
     return train, test
+
+
+def bcrf_model(data: CRFData, prior_sd: float = 5**0.5):
+    """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1, on data from :func:`bcrf_synthetic`:
+    the data's potential (probit edge potentials) on its edge features, weights ``w ~ N(0,
+    prior_sd^2 I)`` (24 weights; the paper's prior variance 5 by default).
+
+    Returns
+    -------
+    pymc.Model
+        The model, with the data's coords; ``pmc.fit(model, method=...)`` fits it.
+    """
+    import pymc as pm
+
+    from pymc_crf.distributions import CRF
+
+    prior_sd = positive_number(prior_sd, "prior_sd")
+    with pm.Model(coords=data.coords) as model:
+        w = pm.Normal("w", 0.0, prior_sd, dims=("edge_feature", "label_i", "label_j"))
+        CRF("t", graphs=data.graphs, edge_features=data.edge_features, edge_weights=w,
+            potential=data.potential, epsilon=data.epsilon, observed=data.padded_labels,
+            dims=("graph", "position"))
+    return model

@@ -1,11 +1,10 @@
-"""Welling & Parise 2006, figs. 2, 4, 5 and 6, by the functions of ``bench/samplers_figures.py``.
+"""Welling & Parise 2006, figs. 2, 4, 5 and 6, by the functions of ``samplers_models``.
 
-That script defines the models (``ising_grid_model``, ``ising_samples``, ``faq_chain_model``), the
+That module defines the models (``ising_grid_model``, ``ising_samples``, ``faq_chain_model``), the
 method runs (``run_methods``: NUTS on the exact posterior as reference and the paper's methods,
 BL-MP, BL-BP, LV-CD and MC-BP on the grids, BL-MP and LV-CD on the chains) and the scoring
-(``score``: ``pmc.compare`` CVM against NUTS, wall time); this module
-only lays them out as grids of independent trials. It needs the repository checkout (the
-``bench`` folder beside the package) and says so when it is absent.
+(``score``: ``pmc.compare`` CVM against NUTS, wall time); this module only lays them out as grids
+of independent trials.
 
 Fig. 2: 5 x 5 grids, weights and biases N(0, 0.25) (``welling_parise_grid``, one model per seed),
 CVM against N. Figs. 4 / 5: one grid with couplings ``U([-d - eps, -d] u [d, d + eps])``,
@@ -15,22 +14,16 @@ newsgroup-FAQ CRF (BP is exact, so BL-BP is left out as in the paper).
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from collections.abc import Sequence
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import numpy as np
 
+from pymc_crf.reproduce import samplers_models as sf
 from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
 from pymc_crf.reproduce.report import label_axes, markdown_table, new_figure
 
-__all__ = ["PAPER_CLAIMS", "bench_module", "run_trial"]
-
-_BENCH = Path(__file__).resolve().parents[2] / "bench" / "samplers_figures.py"
-_MODULE = "pymc_crf_bench_samplers_figures"
+__all__ = ["PAPER_CLAIMS", "run_trial"]
 
 # Welling & Parise 2006, sec. 7: the figures are plots without printed numbers; these are the
 # paper's statements about them.
@@ -48,26 +41,7 @@ PAPER_CLAIMS = {
 }
 
 
-def bench_module() -> ModuleType | None:
-    """``bench/samplers_figures.py`` of the repository checkout, imported once; None if absent."""
-    if _MODULE in sys.modules:
-        return sys.modules[_MODULE]
-    if not _BENCH.exists():
-        return None
-    spec = importlib.util.spec_from_file_location(_MODULE, _BENCH)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[_MODULE] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-def _unavailable() -> str | None:
-    if _BENCH.exists():
-        return None
-    return f"{_BENCH.name} not found at {_BENCH} (needs the repository checkout with bench/)"
-
-
-def _model(sf: ModuleType, s: dict[str, Any], seed: int):
+def _model(s: dict[str, Any], seed: int):
     import pymc_crf as pmc
 
     if s["figure"] == "fig2":
@@ -86,10 +60,7 @@ def _model(sf: ModuleType, s: dict[str, Any], seed: int):
 
 def run_trial(settings: dict[str, Any], seed: int) -> dict[str, float]:
     """CVM against NUTS and wall time of every method on one model (``settings["figure"]``)."""
-    sf = bench_module()
-    if sf is None:
-        raise FileNotFoundError(_unavailable())
-    model, methods = _model(sf, settings, seed)
+    model, methods = _model(settings, seed)
     table = sf.score(sf.run_methods(model, methods, settings["draws"], settings["tune"],
                                     settings["chains"], seed, settings["nuts_draws"]))
     row = {}
@@ -180,4 +151,4 @@ for _fig in ("fig2", "fig4", "fig5", "fig6"):
         description=f"Welling & Parise 2006 fig. {_fig[3:]}: {_METHODS[_fig]} against NUTS, "
                     f"{_WHAT[_fig]}",
         sizes=_SIZES[_fig], trials=_trials(_fig), run_trial=run_trial, report=_report(_fig),
-        unavailable=_unavailable, sources=(str(_BENCH),)))
+    ))

@@ -1,11 +1,11 @@
 """``predict(result, data, method="bp_hcrf")``: class probabilities of new sequences from a
 ``bp_hcrf_vi`` fit.
 
-Two rules (see :mod:`.test_time` and docs/hcrf.md):
+Two rules (see :mod:`.local_z` and docs/hcrf.md):
 
 * ``rule="local_z"`` (default): each sequence's own indicators q(z | c) are inferred per class with
   the global factors fixed, and the per-class variational scores of ``log p(c | X)`` (not
-  bounds: see :mod:`.test_time`) are normalised;
+  bounds: see :mod:`.local_z`) are normalised;
 * ``rule="prior"``: the mean-field plug-in weights (``E log pi``, ``E z`` = the prior usage).
 """
 
@@ -17,8 +17,8 @@ import numpy as np
 
 from pymc_crf.distributions.hcrf import class_log_probs, replicate_batch
 from pymc_crf.fitters.beta_process.fitter import sign_split
+from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import BPFactors, z_natural_terms
-from pymc_crf.fitters.beta_process.test_time import class_scores_local_z
 from pymc_crf.fitters.predictors import (
     Prediction,
     hcrf_test_features,
@@ -45,7 +45,7 @@ def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20) 
         Has ``.graphs`` (chains), ``.node_features`` and optionally ``.labels``.
     rule : {"local_z", "prior"}
         ``"local_z"``: per-class inference of the sequence's own state indicators under the
-        learned q (:func:`.test_time.class_scores_local_z`); ``"prior"``: plug-in weights with
+        learned q (:func:`.local_z.class_scores_local_z`); ``"prior"``: plug-in weights with
         the prior usage for every sequence.
     max_iter : int
         Coordinate steps of q(z | c) per class (``rule="local_z"``).
