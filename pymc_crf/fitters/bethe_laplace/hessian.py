@@ -152,6 +152,49 @@ class BlockMaps:
             Te *= scale[..., None]
         return Tn, Te
 
+    def push_unit(self, cols: np.ndarray, rows: slice | None = None,
+                  erows: slice | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """:meth:`push` of the unit directions ``e_c`` for ``c`` in ``cols`` (columns of the
+        identity), placed without a product: a node weight ``(f, a)`` moves column ``a`` of
+        the node table by feature ``f``, an edge weight one entry of the edge tables."""
+        cols = np.asarray(cols, dtype=np.int64)
+        if not self._crf:
+            V = np.zeros((self.d, cols.size))
+            V[cols, np.arange(cols.size)] = 1.0
+            return self.push(V, rows, erows)
+        B, K = cols.size, self.K
+        rows = slice(0, self.batch.n_total_nodes) if rows is None else rows
+        erows = slice(0, self.batch.n_edges) if erows is None else erows
+        n = rows.stop - rows.start
+        Tn = np.zeros((n, K, B))
+        node = np.flatnonzero(cols < self.dn)
+        if node.size:
+            f, a = np.divmod(cols[node], K)
+            xc = self.X[rows][:, f]
+            xc = xc.toarray() if scipy.sparse.issparse(xc) else np.asarray(xc)
+            if self.node_scale is not None:
+                xc = xc * self.node_scale[rows][:, a]
+            Tn[:, a, node] = xc
+        edge = np.flatnonzero(cols >= self.dn)
+        if self.edge_kind == "features":
+            Te = np.zeros((erows.stop - erows.start, K, K, B))
+        else:
+            Te = np.zeros((1, K, K, B))
+        if edge.size:
+            f, ij = np.divmod(cols[edge] - self.dn, K * K)
+            i, j = np.divmod(ij, K)
+            if self.edge_kind == "shared":
+                Te[0, i, j, edge] = 1.0
+            elif self.edge_kind == "row":
+                Te[0, i, j, edge] = self.edge_row[f]
+            else:
+                xc = self.lik.Xe[erows][:, f]
+                Te[:, i, j, edge] = xc.toarray() if scipy.sparse.issparse(xc) else xc
+            if self.edge_scale is not None:
+                sc = self.edge_scale if self.edge_kind != "features" else self.edge_scale[erows]
+                Te[:, i, j, edge] *= sc[:, i, j]
+        return Tn, Te
+
     def pull(self, Un: np.ndarray, Ue: np.ndarray, rows: slice | None = None,
              erows: slice | None = None) -> np.ndarray:
         """``J^T U`` for table-space blocks ``Un`` (N, K, B) and ``Ue`` (1 or E, K, K, B) (shaped
@@ -235,7 +278,8 @@ class _ChainPlan:
 
 
 def chain_covariance_block(batch, mu: np.ndarray, xi: np.ndarray, Vn: np.ndarray,
-                           Ve: np.ndarray, plan: _ChainPlan | None = None
+                           Ve: np.ndarray, plan: _ChainPlan | None = None,
+                           work: tuple[np.ndarray, np.ndarray] | None = None
                            ) -> tuple[np.ndarray, np.ndarray]:
     """Exact covariance products ``C V`` of a chain batch for a block of B directions.
 
@@ -250,6 +294,10 @@ def chain_covariance_block(batch, mu: np.ndarray, xi: np.ndarray, Vn: np.ndarray
         Directions: node (N, K, B) and edge (E, K, K, B), or (1, K, K, B) for one shared table.
     plan : optional
         The lockstep schedule of ``batch`` (made when None).
+    work : pair of ndarray (N, K, B), optional
+        Scratch arrays for the two recursions, reused from block to block by the caller (fresh
+        arrays of tens of MB cost their page faults at every block); ``Cn`` is written into
+        the first.
 
     Returns
     -------
@@ -279,8 +327,7 @@ def chain_covariance_block(batch, mu: np.ndarray, xi: np.ndarray, Vn: np.ndarray
     else:
         cE = np.einsum("eij,eijb->ejb", Pb, Ve, optimize=True)
         dE = np.einsum("eij,eijb->eib", Pf, Ve, optimize=True)
-    A = np.empty((N, K, B))
-    G = np.empty((N, K, B))
+    A, G = (np.empty((N, K, B)), np.empty((N, K, B))) if work is None else work
     idx = plan.nodes(0)
     A[idx] = Vn[idx]
     PbT = Pb.transpose(0, 2, 1)
@@ -295,10 +342,14 @@ def chain_covariance_block(batch, mu: np.ndarray, xi: np.ndarray, Vn: np.ndarray
         G[idx[:go]] = np.matmul(Pf[e], Vn[nxt] + G[nxt]) + dE[e]
         G[idx[go:]] = 0.0  # chains whose last node is t
     ES = np.einsum("gk,gkb->gb", mu[plan.last], A[plan.last])  # E S per graph (graph order)
-    Cn = mu[:, :, None] * (A + G - ES[batch.node_graph][:, None, :])
+    if E:
+        Au, Hv, ESe = A[u], Vn[v] + G[v], ES[batch.edge_graph]
+    Cn = A  # mu (A + G - E S), in place
+    Cn += G
+    Cn -= ES[batch.node_graph][:, None, :]
+    Cn *= mu[:, :, None]
     if E == 0:
         return Cn, np.zeros((Ve.shape[0], K, K, B))
-    Au, Hv, ESe = A[u], Vn[v] + G[v], ES[batch.edge_graph]
     if shared:
         # sum_e xi_e(i,j) (A_u(i) + H_v(j) - ES) + (sum_e xi_e(i,j)) ve(i,j)
         S1 = np.matmul(xi.transpose(1, 2, 0), Au.transpose(1, 0, 2))          # (i, j, B)
@@ -388,15 +439,32 @@ class CurvatureOperator:
             m = self.engine.marginals(sub, maps.node[rows], full)
             yield sub, rows, erows, plan, m.node, m.edge
 
-    def _chain_matmat(self, V: np.ndarray) -> np.ndarray:
-        maps = self.maps
-        out = np.zeros_like(V)
+    def _chain_matmat(self, V: np.ndarray | None, n_cols: int | None = None) -> np.ndarray:
+        """``J^T C J V`` on chains; ``V`` None means the first ``n_cols`` columns of the
+        identity (placed by :meth:`BlockMaps.push_unit`, never formed)."""
+        maps, K = self.maps, self.K
+        n_cols = V.shape[1] if V is not None else int(n_cols)
+        out = np.zeros((self.d, n_cols))
         for sub, rows, erows, plan, mu, xi in self.chunk_marginals():
             B = self._block_size(sub.n_total_nodes, 0 if maps.shared else sub.n_edges)
-            for j0 in range(0, V.shape[1], B):
-                Tn, Te = maps.push(V[:, j0:j0 + B], rows, erows)
-                Cn, Ce = chain_covariance_block(sub, mu, xi, Tn, Te, plan)
-                out[:, j0:j0 + B] += maps.pull(Cn, Ce, rows, erows)
+            nb = -(-n_cols // B)
+            B = -(-n_cols // nb)  # equal blocks, so the scratch arrays are reused
+            n = sub.n_total_nodes
+            work = None
+            for j0 in range(0, n_cols, B):
+                b = min(B, n_cols - j0)
+                if V is None:  # the last block is padded with repeated directions
+                    cols = np.minimum(np.arange(j0, j0 + B), n_cols - 1)
+                    Tn, Te = maps.push_unit(cols, rows, erows)
+                else:  # the last block is padded with zero directions
+                    Vb = V[:, j0:j0 + B]
+                    if b < B:
+                        Vb = np.concatenate([Vb, np.zeros((V.shape[0], B - b))], axis=1)
+                    Tn, Te = maps.push(Vb, rows, erows)
+                if work is None:
+                    work = (np.empty((n, K, B)), np.empty((n, K, B)))
+                Cn, Ce = chain_covariance_block(sub, mu, xi, Tn, Te, plan, work)
+                out[:, j0:j0 + b] += maps.pull(Cn, Ce, rows, erows)[:, :b]
         return out
 
     # ------------------------------------------------------------------ other exact engines
@@ -570,5 +638,11 @@ def exact_fisher_matrix(lik, w: np.ndarray, engine: Engine | None = None,
     negative log-likelihood Hessian of log-linear potentials (Welling & Parise 2006 eq. (12)),
     from column blocks of the identity through :class:`CurvatureOperator`. Symmetrised."""
     op = CurvatureOperator(lik, w, engine, memory)
-    F = op.matmat(np.eye(op.d))
-    return 0.5 * (F + F.T)
+    if op.chain:
+        F = op._chain_matmat(None, op.d)
+        F *= op.scale
+    else:
+        F = op.matmat(np.eye(op.d))
+    F += F.T  # numpy buffers the overlapping transpose
+    F *= 0.5
+    return F
