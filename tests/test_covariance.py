@@ -87,6 +87,9 @@ def test_block_curvature_with_sparse_features_and_constant_edge_rows(kind):
     ref = _columns(lik, w, eng)
     np.testing.assert_allclose(exact_fisher_matrix(lik, w, eng, memory=3000),
                                0.5 * (ref + ref.T), rtol=0, atol=1e-12 * np.abs(ref).max())
+    V = np.random.default_rng(2).normal(size=(w.size, 7))  # general directions, in chunks
+    op = CurvatureOperator(lik, w, eng, memory=3000)
+    np.testing.assert_allclose(op.matmat(V), ref @ V, rtol=0, atol=1e-11 * np.abs(ref @ V).max())
 
 
 def test_block_curvature_is_the_finite_difference_hessian():

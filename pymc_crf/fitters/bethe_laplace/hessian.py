@@ -78,6 +78,7 @@ class BlockMaps:
         self.K = int(lik.K)
         self.batch = lik.batch
         self._crf = isinstance(lik, CRFLogLikelihood)
+        self._row_cache: dict = {}
         if self._crf:
             self._init_crf(lik)
         else:
@@ -117,6 +118,20 @@ class BlockMaps:
             self.edge, self.edge_scale = pot.log(a, eps), pot.dlog(a, eps)
         self.shared = self.edge.shape[0] == 1
 
+    def _rows_of(self, which: str, rows: slice) -> tuple[np.ndarray | None, object]:
+        """The feature rows ``rows`` of ``X`` (``which="node"``) or ``Xe``: ``(None, rows)`` for
+        dense features; for sparse ones ``(cols, rows[:, cols])`` with ``cols`` the features the
+        rows use, so products touch only those weights (cached per range)."""
+        x = self.X if which == "node" else self.lik.Xe
+        if not scipy.sparse.issparse(x):
+            return None, x[rows]
+        key = (which, rows.start, rows.stop)
+        if key not in self._row_cache:
+            sub = scipy.sparse.csr_matrix(x[rows])
+            cols = np.unique(sub.indices)
+            self._row_cache[key] = (cols, sub[:, cols].tocsr())
+        return self._row_cache[key]
+
     def push(self, V: np.ndarray, rows: slice | None = None, erows: slice | None = None
              ) -> tuple[np.ndarray, np.ndarray]:
         """``J V`` for a (d, B) block: node (N, K, B) and edge (1 or E, K, K, B) directions;
@@ -132,7 +147,11 @@ class BlockMaps:
             return Tn[rows], (Te if self.shared else Te[erows])
         n = rows.stop - rows.start
         if self.dn:
-            Tn = features_dot(self.X[rows], V[:self.dn].reshape(-1, K * B)).reshape(n, K, B)
+            cols, x = self._rows_of("node", rows)
+            Vn = V[:self.dn].reshape(-1, K, B)  # a view: splits the first axis
+            if cols is not None:
+                Vn = Vn[cols]
+            Tn = np.asarray(x @ Vn.reshape(Vn.shape[0], K * B)).reshape(n, K, B)
             if self.node_scale is not None:
                 Tn *= self.node_scale[rows][:, :, None]
         else:
@@ -146,7 +165,11 @@ class BlockMaps:
         elif self.edge_kind == "row":
             Te = np.tensordot(self.edge_row, Ve.reshape(-1, K, K, B), axes=1)[None]
         else:
-            Te = features_dot(self.lik.Xe[erows], Ve.reshape(-1, K * K * B)).reshape(-1, K, K, B)
+            cols, x = self._rows_of("edge", erows)
+            Ve = Ve.reshape(-1, K * K, B)
+            if cols is not None:
+                Ve = Ve[cols]
+            Te = np.asarray(x @ Ve.reshape(Ve.shape[0], K * K * B)).reshape(-1, K, K, B)
             scale = None if scale is None else scale[erows]
         if scale is not None:
             Te *= scale[..., None]
@@ -196,10 +219,13 @@ class BlockMaps:
         return Tn, Te
 
     def pull(self, Un: np.ndarray, Ue: np.ndarray, rows: slice | None = None,
-             erows: slice | None = None) -> np.ndarray:
+             erows: slice | None = None, out: np.ndarray | None = None) -> np.ndarray:
         """``J^T U`` for table-space blocks ``Un`` (N, K, B) and ``Ue`` (1 or E, K, K, B) (shaped
-        as :meth:`push` returns them, with the same ``rows`` / ``erows``): a (d, B) block."""
+        as :meth:`push` returns them, with the same ``rows`` / ``erows``): a (d, B) block,
+        added into ``out`` when given (only the rows of the weights the range uses)."""
         B, K = Un.shape[-1], self.K
+        if out is None:
+            out = np.zeros((self.d, B))
         if not self._crf:
             if rows is not None:
                 full = np.zeros((self.batch.n_total_nodes, K, B))
@@ -209,44 +235,43 @@ class BlockMaps:
                 full = np.zeros((self.batch.n_edges, K, K, B))
                 full[erows] = Ue
                 Ue = full
-            return np.stack([self.lik.pullback(self.w, Un[..., j], Ue[..., j])
+            out += np.stack([self.lik.pullback(self.w, Un[..., j], Ue[..., j])
                              for j in range(B)], axis=1)
+            return out
         rows = slice(0, self.batch.n_total_nodes) if rows is None else rows
         erows = slice(0, self.batch.n_edges) if erows is None else erows
-        out = []
         if self.dn:
             if self.node_scale is not None:
                 Un = Un * self.node_scale[rows][:, :, None]
-            out.append(_tdot_rows(self.X[rows], Un.reshape(Un.shape[0], K * B)).reshape(-1, B))
-        if self.edge_kind != "none":
-            if self.edge_kind == "features":
-                if self.edge_scale is not None:
-                    Ue = Ue * self.edge_scale[erows][..., None]
-                out.append(_tdot_rows(self.lik.Xe[erows], Ue.reshape(Ue.shape[0], K * K * B))
-                           .reshape(-1, B))
+            cols, x = self._rows_of("node", rows)
+            g = np.asarray(x.T @ Un.reshape(Un.shape[0], K * B))
+            target = out[:self.dn].reshape(-1, K, B)  # a view: splits the first axis
+            if cols is None:
+                target += g.reshape(-1, K, B)
             else:
-                if self.edge_scale is not None:
-                    Ue = Ue * self.edge_scale[..., None]
-                summed = Ue.sum(axis=0)
-                if self.edge_kind == "shared":
-                    out.append(summed.reshape(K * K, B))
-                else:
-                    out.append(np.multiply.outer(self.edge_row, summed).reshape(-1, B))
-        return np.concatenate(out, axis=0)
-
-
-def _tdot_rows(x, g: np.ndarray) -> np.ndarray:
-    """``x.T @ g`` (F, C): dense features as they are; of sparse ones only the columns the
-    rows use are formed (a fresh dense (F, C) product for every chunk of rows of a text CRF's
-    features would allocate all F rows each time)."""
-    if not scipy.sparse.issparse(x):
-        return features_tdot(x, g)
-    x = scipy.sparse.csr_matrix(x)
-    cols = np.unique(x.indices)
-    out = np.zeros((x.shape[1], g.shape[1]))
-    if cols.size:
-        out[cols] = np.asarray(x[:, cols].T @ g)
-    return out
+                target[cols] += g.reshape(-1, K, B)
+        if self.edge_kind == "none":
+            return out
+        oe = out[self.dn:]
+        if self.edge_kind == "features":
+            if self.edge_scale is not None:
+                Ue = Ue * self.edge_scale[erows][..., None]
+            cols, x = self._rows_of("edge", erows)
+            g = np.asarray(x.T @ Ue.reshape(Ue.shape[0], K * K * B)).reshape(-1, K * K, B)
+            target = oe.reshape(-1, K * K, B)
+            if cols is None:
+                target += g
+            else:
+                target[cols] += g
+            return out
+        if self.edge_scale is not None:
+            Ue = Ue * self.edge_scale[..., None]
+        summed = Ue.sum(axis=0)
+        if self.edge_kind == "shared":
+            oe += summed.reshape(K * K, B)
+        else:
+            oe += np.multiply.outer(self.edge_row, summed).reshape(-1, B)
+        return out
 
 
 # ---------------------------------------------------------------------------- chains
@@ -402,9 +427,10 @@ class CurvatureOperator:
         return (self.d, self.d)
 
     def _block_size(self, positions: int, edges_per_edge: int) -> int:
-        per_direction = 8 * (8 * positions * self.K + 3 * edges_per_edge * self.K * self.K
-                             + self.d)
-        return max(1, int(self.memory // max(per_direction, 1)))
+        """Directions per block: the block's table-space arrays (about eight of N K, three of
+        E K^2 for per-edge tables) within the memory budget, at most 512."""
+        per_direction = 8 * (8 * positions * self.K + 3 * edges_per_edge * self.K * self.K)
+        return int(min(512, max(1, self.memory // max(per_direction, 1))))
 
     # ------------------------------------------------------------------ chains
     def _chain_chunks(self):
@@ -464,7 +490,7 @@ class CurvatureOperator:
                 if work is None:
                     work = (np.empty((n, K, B)), np.empty((n, K, B)))
                 Cn, Ce = chain_covariance_block(sub, mu, xi, Tn, Te, plan, work)
-                out[:, j0:j0 + b] += maps.pull(Cn, Ce, rows, erows)[:, :b]
+                maps.pull(Cn[..., :b], Ce[..., :b], rows, erows, out=out[:, j0:j0 + b])
         return out
 
     # ------------------------------------------------------------------ other exact engines
