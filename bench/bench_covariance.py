@@ -1,7 +1,8 @@
 """Benchmark: the exact Laplace curvature by blocks of directions, and covariances at CoNLL scale.
 
 Run:  .venv/bin/python bench/bench_covariance.py [--old-columns 200] [--sentences N] [--rank 20]
-      [--skip-conll]
+      [--skip-conll] [--skip-dense]
+      .venv/bin/python bench/bench_covariance.py --accuracy [20 100 400]
 
 (Single-threaded BLAS, set before numpy loads, as in the other benchmarks of this shared 2-core
 machine.)
@@ -15,11 +16,14 @@ machine.)
    precision against the ``eigh`` inverse used before, and the check against finite differences
    of the engine's gradient (central, step 1e-5, on 300 random columns; relative error
    ``max |H - H_fd| / max |H|``).
+1b. (``--accuracy``, alone) On that model at its MAP: the marginal standard deviations of the
+   per-position diagonal (``diagonal_laplace_sd``, before), the exact-diagonal approximation and
+   low rank k + diagonal against those of the exact covariance.
 2. CoNLL-2000 chunking (``--sentences`` training sentences, all by default), CRFsuite's token
    template through ``pmc.FeatureVectorizer``, node weights (F, 23) and one transition table:
    the MAP, then ``laplace_covariance(..., "diagonal")`` (exact chain Hessian diagonal) and
-   ``"lowrank"`` (``--rank`` eigenpairs): time and the growth of the process's peak resident
-   memory across each.
+   ``"lowrank"`` (``--rank`` eigenpairs): time and the process's peak resident memory before
+   and after each, then after 100 draws (the draws alone are 100 x d doubles).
 """
 
 from __future__ import annotations
@@ -121,6 +125,40 @@ def exact_hessian(old_columns: int) -> None:
           f"{t_old + t_eigh:.1f} s")
 
 
+def accuracy(ranks: list[int]) -> None:
+    """Marginal standard deviations of the approximations against the exact dense covariance
+    on the part-1 model at its MAP."""
+    from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
+
+    model = dense_model()
+    spec = extract_crf(model)
+    lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
+    w = map_weights(model)
+    exact = laplace_covariance(lik, prior, w, "dense")
+    sd = np.sqrt(exact.diag())
+    dn = spec.node_weights.size
+
+    def report(label, sd_a, t):
+        r = sd_a / sd - 1.0
+        print(f"  {label:34s} {t:6.1f} s; sd / exact sd - 1: node weights median "
+              f"{np.median(np.abs(r[:dn])):.3f}, max {np.abs(r[:dn]).max():.3f}; transition "
+              f"table median {np.median(np.abs(r[dn:])):.3f}, max {np.abs(r[dn:]).max():.3f}")
+
+    print(f"part 1b: marginal sds against the exact covariance (d = {w.size})")
+    old = diagonal_laplace_sd(spec, w)
+    r = old[:dn] / sd[:dn] - 1.0
+    print(f"  {'per-position diagonal (before)':34s}        node weights median "
+          f"{np.median(np.abs(r)):.3f}, max {np.abs(r).max():.3f}; transition table kept at "
+          "its MAP (sd 0)")
+    t0 = time.perf_counter()
+    g = laplace_covariance(lik, prior, w, "diagonal")
+    report("diagonal (exact Hessian diagonal)", np.sqrt(g.diag()), time.perf_counter() - t0)
+    for k in ranks:
+        t0 = time.perf_counter()
+        g = laplace_covariance(lik, prior, w, "lowrank", rank=k, rng=0)
+        report(f"low rank {k} + diagonal", np.sqrt(g.diag()), time.perf_counter() - t0)
+
+
 def conll(sentences: int | None, rank: int) -> None:
     from pymc_crf.datasets import data_dir, read_conll2000, token_features
     from pymc_crf.features import encode_tags, sequence_batch
@@ -154,6 +192,7 @@ def conll(sentences: int | None, rank: int) -> None:
         t0 = time.perf_counter()
         g = laplace_covariance(lik, prior, w, method, rng=0, **kw)
         t = time.perf_counter() - t0
+        built = peak_rss_gb()
         t1 = time.perf_counter()
         draws = g.sample(100, 0)
         t_draw = time.perf_counter() - t1
@@ -161,8 +200,9 @@ def conll(sentences: int | None, rank: int) -> None:
         if method == "lowrank":
             extra = (f"; top eigenvalues of S H S {g.lam[:3].round(1).tolist()} ... "
                      f"{g.lam[-1]:.1f}")
-        print(f"  {method:9s} {t:7.1f} s (100 draws {t_draw:.1f} s), peak RSS {before:.2f} -> "
-              f"{peak_rss_gb():.2f} GB; log det Sigma {g.logdet():.1f}; mean sd "
+        print(f"  {method:9s} {t:7.1f} s, peak RSS {before:.2f} -> {built:.2f} GB (100 draws "
+              f"{t_draw:.1f} s, peak RSS then {peak_rss_gb():.2f} GB); log det Sigma "
+              f"{g.logdet():.1f}; mean sd "
               f"{np.sqrt(g.diag()).mean():.4f}{extra}")
         del draws
 
@@ -174,8 +214,14 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=20)
     ap.add_argument("--skip-conll", action="store_true")
     ap.add_argument("--skip-dense", action="store_true")
+    ap.add_argument("--accuracy", type=int, nargs="*", default=None,
+                    help="only part 1b: sds of the diagonal and of low rank k + diagonal (the "
+                         "ranks given) against the exact covariance")
     args = ap.parse_args()
     print(f"load average at start: {os.getloadavg()[0]:.1f} (2 cores)")
+    if args.accuracy is not None:
+        accuracy(args.accuracy or [20, 100, 400])
+        return
     if not args.skip_dense:
         exact_hessian(args.old_columns)
     if not args.skip_conll:
