@@ -92,13 +92,15 @@ class GaussianPosterior(ABC):
 
     @abstractmethod
     def _whiten(self, z: np.ndarray) -> np.ndarray:
-        """``Sigma^{1/2}``-like map: ``x = mean + _whiten(z)`` is a draw for z ~ N(0, I), z (d, n)."""
+        """A square root of ``Sigma`` applied to the rows of ``z`` (n, d), in place where it
+        can be: ``mean + _whiten(z)[r]`` is a draw for ``z[r] ~ N(0, I)``."""
 
     def sample(self, n: int, rng=None) -> np.ndarray:
-        """``n`` draws (n, d)."""
+        """``n`` draws (n, d) (about two (n, d) arrays of memory at the peak)."""
         n = whole_number(n, "n", minimum=0)
-        z = generator(rng, "rng").standard_normal((self.size, n))
-        return (self.mean[:, None] + self._whiten(z)).T
+        x = self._whiten(generator(rng, "rng").standard_normal((n, self.size)))
+        x += self.mean
+        return x
 
     def covariance(self) -> np.ndarray:
         """The dense (d, d) covariance (for small d and tests)."""
@@ -128,7 +130,7 @@ class DenseGaussian(GaussianPosterior):
         return float(-2.0 * np.sum(np.log(np.diag(self.L))))
 
     def _whiten(self, z):
-        return scipy.linalg.solve_triangular(self.L, z, lower=True, trans="T")
+        return scipy.linalg.solve_triangular(self.L, z.T, lower=True, trans="T").T
 
 
 class DiagonalGaussian(GaussianPosterior):
@@ -151,7 +153,8 @@ class DiagonalGaussian(GaussianPosterior):
         return float(-np.sum(np.log(self.precision_diag)))
 
     def _whiten(self, z):
-        return z / np.sqrt(self.precision_diag)[:, None]
+        z /= np.sqrt(self.precision_diag)
+        return z
 
 
 class LowRankGaussian(GaussianPosterior):
@@ -203,7 +206,10 @@ class LowRankGaussian(GaussianPosterior):
                      - np.sum(np.log1p(self.s2)))
 
     def _whiten(self, z):
-        return self._outer(self._inner(z, -0.5))
+        c = (1.0 + self.s2) ** -0.5 - 1.0  # rows: z (I + P (c) P^T), then S D^{-1/2}
+        z += ((z @ self.P) * c) @ self.P.T
+        z *= self.scale / np.sqrt(self.D)
+        return z
 
 
 def randomized_eigh(matmat, d: int, k: int, *, oversample: int = 10, power_iterations: int = 2,
