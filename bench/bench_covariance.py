@@ -161,7 +161,8 @@ def accuracy(ranks: list[int]) -> None:
         report(f"low rank {k} + diagonal", np.sqrt(g.diag()), time.perf_counter() - t0)
 
 
-def conll(sentences: int | None, rank: int) -> None:
+def conll(sentences: int | None, rank: int, at_prior_mean: bool = False,
+          methods: tuple[str, ...] = ("diagonal", "lowrank")) -> None:
     from pymc_crf.datasets import data_dir, read_conll2000, token_features
     from pymc_crf.features import encode_tags, sequence_batch
 
@@ -184,12 +185,15 @@ def conll(sentences: int | None, rank: int) -> None:
                 edge_weights=T, observed=y)
     spec = extract_crf(model)
     t0 = time.perf_counter()
-    w = map_weights(model)
+    w = np.zeros(spec.flat_size) if at_prior_mean else map_weights(model)
     print(f"part 2: CoNLL-2000, {len(words)} sentences, {X.shape[0]} tokens, F = {F}, K = {K}, "
-          f"d = {spec.flat_size}; MAP {time.perf_counter() - t0:.1f} s; peak RSS "
+          f"d = {spec.flat_size}; "
+          f"{'at the prior mean' if at_prior_mean else 'MAP'} {time.perf_counter() - t0:.1f} s; peak RSS "
           f"{peak_rss_gb():.2f} GB")
     lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
     for method, kw in (("diagonal", {}), ("lowrank", {"rank": rank})):
+        if method not in methods:
+            continue
         before = peak_rss_gb()
         tracemalloc.start()  # numpy reports its arrays to tracemalloc
         t0 = time.perf_counter()
@@ -222,6 +226,10 @@ def main() -> None:
     ap.add_argument("--rank", type=int, default=20)
     ap.add_argument("--skip-conll", action="store_true")
     ap.add_argument("--skip-dense", action="store_true")
+    ap.add_argument("--at-prior-mean", action="store_true",
+                    help="part 2 at the prior mean instead of the MAP (same work and memory per "
+                         "product, no MAP fit)")
+    ap.add_argument("--methods", nargs="+", default=["diagonal", "lowrank"])
     ap.add_argument("--accuracy", type=int, nargs="*", default=None,
                     help="only part 1b: sds of the diagonal and of low rank k + diagonal (the "
                          "ranks given) against the exact covariance")
@@ -233,7 +241,7 @@ def main() -> None:
     if not args.skip_dense:
         exact_hessian(args.old_columns)
     if not args.skip_conll:
-        conll(args.sentences, args.rank)
+        conll(args.sentences, args.rank, args.at_prior_mean, tuple(args.methods))
     sys.stdout.flush()
 
 
