@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_crf.feature_products import features_dot, weighted_gram
+from pymc_crf.fitters.bethe_laplace.hessian import exact_fisher_matrix
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bethe import bethe_covariance_products
 from pymc_crf.inference.bp import BeliefPropagation, BPState
@@ -72,13 +73,17 @@ def _linear_response_columns(lik, w: np.ndarray, engine: BeliefPropagation,
 
 
 def fisher_matrix(lik, w: np.ndarray, engine: Engine, state: BPState | None = None) -> np.ndarray:
-    """Dense ``J^T C J`` (d, d) at ``w``, by d covariance-vector products (meant for d up to a few
-    hundred). ``lik`` is a CRF likelihood (its batch holds every observed graph, so C is
-    already summed over them, eq. (12)) or an MRF likelihood (one graph observed
-    ``n_samples`` times: ``N C``, eq. (7)). With BP the linear-response system is factorised
-    once for all d directions."""
+    """Dense ``J^T C J`` (d, d) at ``w``. ``lik`` is a CRF likelihood (its batch holds every
+    observed graph, so C is already summed over them, eq. (12)) or an MRF likelihood (one graph
+    observed ``n_samples`` times: ``N C``, eq. (7)). An exact engine assembles it from blocks of
+    directions (:func:`~pymc_crf.fitters.bethe_laplace.hessian.exact_fisher_matrix`: on chains
+    one forward-backward pass and batched linear recursions); with BP the linear-response
+    system is factorised once for all d directions; other engines take d covariance-vector
+    products."""
     w = np.asarray(w, dtype=np.float64)
     d = w.size
+    if getattr(engine, "exact", False) and not isinstance(engine, BeliefPropagation):
+        return exact_fisher_matrix(lik, w, engine)
     eye = np.eye(d)
     if isinstance(engine, BeliefPropagation) and lik.batch.n_edges:
         F = _linear_response_columns(lik, w, engine, state, eye)

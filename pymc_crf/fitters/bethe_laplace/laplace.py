@@ -21,6 +21,7 @@ from scipy.optimize import minimize
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
 from pymc_crf.fitters.bethe_laplace.pmm import pmm_start
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, bp_engine, exact_engine
+from pymc_crf.fitters.covariance import inverse_pd
 from pymc_crf.fitters.lbfgs import warn_iteration_limit
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
@@ -205,15 +206,8 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
 
 def _inverse_pd(A: np.ndarray, hint: str = "") -> np.ndarray:
     """Inverse of a symmetric matrix that should be positive definite (clear error otherwise,
-    ending with ``hint``)."""
-    vals, vecs = np.linalg.eigh(A)
-    if not np.all(vals > 0):
-        raise ValueError(f"the negative log-posterior Hessian at the MAP is not positive definite "
-                         f"(smallest eigenvalue {vals.min():.3g}): the Laplace approximation does "
-                         "not exist here (probit potentials far from the MAP, or a BP fixed point "
-                         f"that is not a minimum of the Bethe free energy){hint}")
-    inv = (vecs / vals) @ vecs.T
-    return 0.5 * (inv + inv.T)
+    ending with ``hint``), by Cholesky: :func:`pymc_crf.fitters.covariance.inverse_pd`."""
+    return inverse_pd(A, hint)
 
 
 def laplace_log_evidence(fit: LaplaceFit) -> float:

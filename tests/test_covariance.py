@@ -1,0 +1,215 @@
+"""The exact curvature by blocks of directions (``fitters/bethe_laplace/hessian.py``) against
+finite differences of the engine's gradient and the column-by-column products, the exact chain
+Hessian diagonal, and the covariance representations of ``fitters/covariance.py`` against the
+dense exact covariance."""
+
+import numpy as np
+import pymc as pm
+import pytest
+import scipy.sparse as sp
+from crf_models import node_edge_crf
+
+import pymc_crf as pmc
+from pymc_crf.fitters.bethe_laplace import weight_problem
+from pymc_crf.fitters.bethe_laplace.curvature import fisher_vector_product
+from pymc_crf.fitters.bethe_laplace.hessian import (
+    CurvatureOperator,
+    chain_covariance_block,
+    curvature_diagonal,
+    exact_fisher_matrix,
+)
+from pymc_crf.fitters.bethe_laplace.problem import exact_engine
+from pymc_crf.fitters.covariance import (
+    DenseGaussian,
+    inverse_pd,
+    laplace_covariance,
+    randomized_eigh,
+)
+from pymc_crf.inference import ChainEngine
+
+CHAINS = pmc.GraphBatch.chains([5, 1, 3, 7, 2])
+TREES = pmc.GraphBatch.from_edges([np.array([[0, 1], [1, 2], [1, 3]]),
+                                   np.array([[0, 1], [1, 2], [2, 0]])] * 2, [4, 3] * 2)
+
+
+def _problem(batch, potential, shared, seed=0):
+    rng = np.random.default_rng(seed)
+    p = weight_problem(node_edge_crf(batch, 3, potential, shared, rng), "bethe_laplace")
+    eng = exact_engine(p)
+    lik = p.make_likelihood(eng)
+    return p, lik, eng, rng.normal(0.0, 0.5, p.size)
+
+
+def _sparse_row_crf(kind, seed=1):
+    """Sparse node features with a shared table ('shared') or constant edge features ('row')."""
+    rng = np.random.default_rng(seed)
+    N, E, K = CHAINS.n_total_nodes, CHAINS.n_edges, 3
+    X = sp.random(N, 5, density=0.5, random_state=seed, format="csr")
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(5, K))
+        if kind == "row":
+            V = pm.Normal("V", 0.0, 1.0, shape=(2, K, K))
+            pmc.CRF("y", graphs=CHAINS, node_features=X, node_weights=W,
+                    edge_features=np.tile([1.0, 0.5], (E, 1)), edge_weights=V,
+                    observed=rng.integers(0, K, N))
+        else:
+            T = pm.Normal("T", 0.0, 1.0, shape=(K, K))
+            pmc.CRF("y", graphs=CHAINS, node_features=X, node_weights=W, edge_weights=T,
+                    observed=rng.integers(0, K, N))
+    p = weight_problem(m, "bethe_laplace")
+    eng = exact_engine(p)
+    return p, p.make_likelihood(eng), eng, rng.normal(0.0, 0.5, p.size)
+
+
+def _columns(lik, w, eng):
+    fvp = fisher_vector_product(lik, w, eng)
+    return np.stack([fvp(e) for e in np.eye(w.size)], axis=1)
+
+
+@pytest.mark.parametrize("batch", [CHAINS, TREES], ids=["chains", "junction-tree"])
+@pytest.mark.parametrize("potential", ["loglinear", "probit"])
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "edge-features"])
+def test_block_curvature_equals_the_column_products(batch, potential, shared):
+    """``exact_fisher_matrix`` = the column-by-column ``J^T C J`` of the engine's own
+    covariance-vector products, also when the graphs are split into several chunks."""
+    _, lik, eng, w = _problem(batch, potential, shared)
+    ref = _columns(lik, w, eng)
+    ref = 0.5 * (ref + ref.T)
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(exact_fisher_matrix(lik, w, eng), ref, rtol=0, atol=1e-12 * scale)
+    small = exact_fisher_matrix(lik, w, eng, memory=3000)  # chunks of a few edges, B small
+    np.testing.assert_allclose(small, ref, rtol=0, atol=1e-12 * scale)
+
+
+@pytest.mark.parametrize("kind", ["shared", "row"])
+def test_block_curvature_with_sparse_features_and_constant_edge_rows(kind):
+    _, lik, eng, w = _sparse_row_crf(kind)
+    ref = _columns(lik, w, eng)
+    np.testing.assert_allclose(exact_fisher_matrix(lik, w, eng, memory=3000),
+                               0.5 * (ref + ref.T), rtol=0, atol=1e-12 * np.abs(ref).max())
+    V = np.random.default_rng(2).normal(size=(w.size, 7))  # general directions, in chunks
+    op = CurvatureOperator(lik, w, eng, memory=3000)
+    np.testing.assert_allclose(op.matmat(V), ref @ V, rtol=0, atol=1e-11 * np.abs(ref @ V).max())
+
+
+def test_block_curvature_is_the_finite_difference_hessian():
+    """Log-linear potentials: ``J^T C J`` is minus the Hessian of the log-likelihood; checked
+    against central differences of the engine's gradient (relative to the largest entry)."""
+    _, lik, eng, w = _problem(CHAINS, "loglinear", True)
+    H = exact_fisher_matrix(lik, w, eng)
+    h = 1e-5
+    fd = np.stack([-(lik(w + h * e)[1] - lik(w - h * e)[1]) / (2 * h)
+                   for e in np.eye(w.size)], axis=1)
+    assert np.abs(H - fd).max() / np.abs(H).max() < 1e-6
+
+
+def test_chain_block_equals_the_engine_covariance_product():
+    """Table space: per-edge and shared directions against ``ChainEngine``'s tangent pass."""
+    rng = np.random.default_rng(5)
+    b, K = CHAINS, 4
+    node = rng.normal(size=(b.n_total_nodes, K))
+    edge = rng.normal(size=(b.n_edges, K, K))
+    m = ChainEngine().marginals(b, node, edge)
+    Vn = rng.normal(size=(b.n_total_nodes, K, 3))
+    Ve = rng.normal(size=(b.n_edges, K, K, 3))
+    Cn, Ce = chain_covariance_block(b, m.node, m.edge, Vn, Ve)
+    Vs = rng.normal(size=(1, K, K, 3))
+    Cn_s, Ce_s = chain_covariance_block(b, m.node, m.edge, Vn, Vs)
+    for j in range(3):
+        rn, re = ChainEngine().covariance_vector_product(b, node, edge, Vn[..., j], Ve[..., j])
+        np.testing.assert_allclose(Cn[..., j], rn, atol=1e-12)
+        np.testing.assert_allclose(Ce[..., j], re, atol=1e-12)
+        ve = np.broadcast_to(Vs[..., j], edge.shape)
+        rn, re = ChainEngine().covariance_vector_product(b, node, edge, Vn[..., j], ve)
+        np.testing.assert_allclose(Cn_s[..., j], rn, atol=1e-12)
+        np.testing.assert_allclose(Ce_s[0, ..., j], re.sum(axis=0), atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["loglinear-shared", "probit-features", "sparse-row"])
+def test_chain_diagonal_is_exact(case):
+    if case == "sparse-row":
+        _, lik, eng, w = _sparse_row_crf("row")
+    else:
+        pot, shared = case.split("-")
+        _, lik, eng, w = _problem(CHAINS, pot, shared == "shared")
+    H = exact_fisher_matrix(lik, w, eng)
+    for memory in (None, 3000):
+        op = CurvatureOperator(lik, w, eng, **({} if memory is None else {"memory": memory}))
+        np.testing.assert_allclose(curvature_diagonal(op), np.diag(H), rtol=1e-12,
+                                   atol=1e-13 * np.abs(H).max())
+
+
+def test_inverse_pd_and_its_refusal():
+    rng = np.random.default_rng(0)
+    M = rng.normal(size=(6, 6))
+    A = M @ M.T + np.eye(6)
+    np.testing.assert_allclose(inverse_pd(A) @ A, np.eye(6), atol=1e-12)
+    with pytest.raises(ValueError, match="not positive definite.*smallest eigenvalue"):
+        inverse_pd(A - 20 * np.eye(6), hint="; try something else")
+
+
+def test_randomized_eigh_full_and_truncated():
+    rng = np.random.default_rng(0)
+    Q, _ = np.linalg.qr(rng.normal(size=(40, 40)))
+    vals = 100.0 * 0.5 ** np.arange(40)
+    M = (Q * vals) @ Q.T
+    lam, U, n = randomized_eigh(lambda V: M @ V, 40, 40, rng=0)
+    np.testing.assert_allclose(lam, vals, rtol=1e-10, atol=1e-12)
+    lam, U, n = randomized_eigh(lambda V: M @ V, 40, 5, oversample=10, power_iterations=2,
+                                rng=0)
+    np.testing.assert_allclose(lam, vals[:5], rtol=1e-8)
+    assert n == 4
+    np.testing.assert_allclose(np.abs(U.T @ Q[:, :5]), np.eye(5), atol=1e-6)
+
+
+@pytest.mark.parametrize("potential,shared", [("loglinear", True), ("probit", False)])
+def test_covariance_representations_against_the_dense_exact_covariance(potential, shared):
+    """Dense and full-rank low-rank representations are exact (covariance, diagonal, log
+    determinant, products, draws); a truncated rank and the diagonal approximation are not,
+    and the truncated low-rank one is the closer of the two on the marginal variances here."""
+    p, lik, eng, w = _problem(CHAINS, potential, shared)
+    A = exact_fisher_matrix(lik, w, eng) + np.diag(1.0 / p.prior.sd**2)
+    if potential == "probit":  # the probit's own curvature, as laplace_fit adds it
+        from pymc_crf.fitters.bethe_laplace.curvature import potential_curvature
+        m = eng.marginals(lik.batch, *lik.log_potentials(w))
+        A = A - potential_curvature(lik, w, m.node, m.edge)
+    Sigma = np.linalg.inv(A)
+    v = np.random.default_rng(7).normal(size=w.size)
+    if potential == "loglinear":
+        for g in (laplace_covariance(lik, p.prior, w, "dense"),
+                  laplace_covariance(lik, p.prior, w, "lowrank", rank=w.size, rng=0)):
+            np.testing.assert_allclose(g.covariance(), Sigma, atol=1e-12 * np.abs(Sigma).max())
+            np.testing.assert_allclose(g.diag(), np.diag(Sigma), rtol=1e-10)
+            np.testing.assert_allclose(g.matvec(v), Sigma @ v, rtol=1e-9, atol=1e-12)
+            assert g.logdet() == pytest.approx(-np.linalg.slogdet(A)[1], rel=1e-10)
+            draws = g.sample(40000, rng=1)
+            assert draws.shape == (40000, w.size)
+            err = np.abs(np.cov(draws.T) - Sigma).max() / np.abs(Sigma).max()
+            assert err < 0.05
+        low = laplace_covariance(lik, p.prior, w, "lowrank", rank=5, rng=0)
+        diag = laplace_covariance(lik, p.prior, w, "diagonal")
+        e_low = np.abs(low.diag() / np.diag(Sigma) - 1).max()
+        e_diag = np.abs(diag.diag() / np.diag(Sigma) - 1).max()
+        assert 0 < e_low < e_diag
+    # dense representation of any precision (probit included)
+    g = DenseGaussian(w, A)
+    np.testing.assert_allclose(g.covariance(), Sigma, atol=1e-12 * np.abs(Sigma).max())
+    assert g.logdet() == pytest.approx(-np.linalg.slogdet(A)[1], rel=1e-10)
+
+
+def test_laplace_fit_exact_covariance_unchanged():
+    """``laplace_fit(covariance="exact")`` now takes the block curvature and a Cholesky
+    inverse: its precision is still the finite-difference Hessian of the log posterior."""
+    from pymc_crf.fitters.bethe_laplace import laplace_fit
+
+    p, lik, eng, _ = _problem(CHAINS, "loglinear", True)
+    fit = laplace_fit(p, map="exact", covariance="exact")
+    h = 1e-5
+
+    def grad(x):
+        return lik(x)[1] + p.prior(x)[1]
+
+    fd = -np.stack([(grad(fit.mean + h * e) - grad(fit.mean - h * e)) / (2 * h)
+                    for e in np.eye(p.size)], axis=1)
+    np.testing.assert_allclose(fit.precision, 0.5 * (fd + fd.T), atol=1e-6)
+    np.testing.assert_allclose(fit.covariance @ fit.precision, np.eye(p.size), atol=1e-8)
