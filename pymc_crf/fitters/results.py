@@ -104,9 +104,14 @@ def gaussian_fit_group(mean_vector: np.ndarray, covariance_matrix: np.ndarray,
 
 def draws_from_gaussian(mean: np.ndarray, cov: np.ndarray, n_draws: int, n_chains: int,
                         rng: np.random.Generator) -> np.ndarray:
-    """(chains, draws, d) draws from N(mean, cov) via an eigendecomposition (PSD-safe)."""
-    vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
-    root = vecs * np.sqrt(np.clip(vals, 0.0, None))
+    """(chains, draws, d) draws from N(mean, cov): by the Cholesky factor, or by an
+    eigendecomposition where ``cov`` is only semi-definite (a constant direction)."""
+    sym = 0.5 * (cov + cov.T)
+    try:
+        root = np.linalg.cholesky(sym)
+    except np.linalg.LinAlgError:
+        vals, vecs = np.linalg.eigh(sym)
+        root = vecs * np.sqrt(np.clip(vals, 0.0, None))
     z = rng.standard_normal((n_chains, n_draws, mean.size))
     return mean + z @ root.T
 
