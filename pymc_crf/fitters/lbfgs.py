@@ -60,7 +60,8 @@ class LBFGSResult:
 def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
           maxiter: int = 2000, ftol: float = 1e-12, gtol: float = 1e-6, memory: int = 10,
           max_backtracks: int = 40,
-          callback: Callable[[float], None] | None = None) -> LBFGSResult:
+          callback: Callable[[float], None] | None = None,
+          stop: Callable[[np.ndarray, float, np.ndarray], bool] | None = None) -> LBFGSResult:
     """Minimise ``fun`` (returning value and gradient) from ``x0`` by L-BFGS.
 
     Parameters
@@ -75,6 +76,9 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
         Halvings of the step before the line search gives up.
     callback : callable, optional
         Called with the objective value after every iteration (progress bars).
+    stop : callable, optional
+        Called as ``stop(x, f, g)`` after every iteration (after ``callback``): a true value ends
+        the run as converged (another stopping rule, :func:`.optimise.find_map`'s ``"delta"``).
     """
     x = np.array(x0, dtype=np.float64)
     f, g = fun(x)
@@ -115,6 +119,9 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
         trace.append(float(f))
         if callback is not None:
             callback(float(f))
+        if stop is not None and stop(x, float(f), g):
+            message, success = "CONVERGENCE: STOPPING RULE", True
+            break
         if decrease <= ftol:
             message, success = "CONVERGENCE: RELATIVE REDUCTION OF F <= FACTR*EPSMCH", True
             break
