@@ -65,7 +65,8 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         decrease of the objective per iteration; defaults 1e-8 and 1e-15, those of the Laplace
         methods).
     delta, period
-        The delta rule's parameters (CRFsuite's defaults 1e-5 and 10).
+        The delta rule's parameters (defaults 1e-6 and 10; CRFsuite's delta is 1e-5, which
+        changed a few test labels against the strict optimum in docs/benchmarks.md, 2026-11-28).
     start : dict, optional
         Starting values by variable name (default: the model's initial point).
     jacobian : bool
