@@ -311,18 +311,18 @@ def find_map(objective: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
             x, f, g, nit, message, limit = _run_scipy(fun, x0, rule, maxiter, gtol, ftol, delta,
                                                       period, box, bar, trace)
     g = _projected(np.asarray(g, dtype=np.float64), x, box)
-    if rule == "strict" and box is None and np.isfinite(f) and nit < maxiter and g.size \
-            and np.max(np.abs(g)) > gtol:
-        # the line search on f stalled in rounding before max |g| <= gtol: gradient-only steps
-        # resolve the mode further (lbfgs.polish); the checks below judge the final point
-        x, f, g, more = polish(fun, x, f, g, gtol=gtol, maxiter=min(100, maxiter - nit))
+    window = period if rule == "delta" else PERIOD
+    why = _check(x, f, g, fun.f0, trace, nit, maxiter, window, check_gtol, limit)
+    if rule == "strict" and why is None and box is None and g.size and np.max(np.abs(g)) > gtol:
+        # the line search on f stalled in rounding near the mode before max |g| <= gtol:
+        # gradient-only steps resolve it further (lbfgs.polish); the final point is checked again
+        x, f, g, more = polish(fun, x, f, g, gtol=gtol, maxiter=100)
         if more:
             trace += more
-            nit += len(more)
             message = (f"{message}; then {len(more)} gradient-only steps to max |g| = "
                        f"{float(np.max(np.abs(g))):.3g}")
-    why = _check(x, f, g, fun.f0, trace, nit, maxiter, period if rule == "delta" else PERIOD,
-                 check_gtol, limit)
+            why = _check(x, f, g, fun.f0, trace, nit, maxiter, window, check_gtol, limit)
+            nit += len(more)
     if why is not None:
         message = f"{message}{_NOT_CONVERGED}{why}"
 
