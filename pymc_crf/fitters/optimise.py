@@ -15,7 +15,8 @@ Stopping rules.
   decrease of one iteration ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)`` at most ``ftol``
   (defaults :data:`STRICT_GTOL`, :data:`STRICT_FTOL`). A run that stops on ``ftol`` (or a
   stalled line search) with a gradient entry above ``gtol`` continues with gradient-only
-  steps (:func:`.lbfgs.polish`; without bounds): ``f`` stops resolving the mode long before
+  steps (:func:`.lbfgs.polish`; without bounds, and when ``ftol`` <= 1e-12, i.e. the mode was
+  asked for to rounding): ``f`` stops resolving the mode long before
   ``g`` does (on a 3 x 3 Ising grid with 200 samples scipy stopped at max |g| ~ 1e-5, and two
   evaluations of the same objective that differ in rounding ended 2e-7 apart). For the methods
   that need the mode itself: Laplace / Bethe-Laplace (the curvature is taken there) and the
@@ -78,6 +79,9 @@ STRICT_FTOL = 1e-15
 #: delta is 1e-5, module docstring)
 DELTA = 1e-6
 PERIOD = 10
+#: the strict rule polishes (gradient-only steps) a run whose ``ftol`` is at most this: such a
+#: run asked for the mode to rounding; a looser ``ftol`` (e.g. 1e-6) is a deliberate early stop
+POLISH_FTOL = 1e-12
 #: success needs ``max |g_i| <= CHECK_GTOL * max(1, |f_0|, |f|)`` at the end
 CHECK_GTOL = 1e-3
 #: a decrease of at least this fraction of the objective's scale over the last ``period``
@@ -313,7 +317,8 @@ def find_map(objective: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
     g = _projected(np.asarray(g, dtype=np.float64), x, box)
     window = period if rule == "delta" else PERIOD
     why = _check(x, f, g, fun.f0, trace, nit, maxiter, window, check_gtol, limit)
-    if rule == "strict" and why is None and box is None and g.size and np.max(np.abs(g)) > gtol:
+    if (rule == "strict" and ftol <= POLISH_FTOL and why is None and box is None and g.size
+            and np.max(np.abs(g)) > gtol):
         # the line search on f stalled in rounding near the mode before max |g| <= gtol:
         # gradient-only steps resolve it further (lbfgs.polish); the final point is checked again
         x, f, g, more = polish(fun, x, f, g, gtol=gtol, maxiter=100)
