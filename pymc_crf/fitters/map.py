@@ -87,8 +87,8 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         raise if it is not possible; ``False``: always compile the model.
     optimizer : {"auto", "scipy", "lbfgs"}
         ``"scipy"``: scipy's L-BFGS-B; ``"lbfgs"``: the package's unbounded L-BFGS
-        (:func:`~pymc_crf.fitters.lbfgs.lbfgs`, O(m d) work per iteration; the same ``maxiter``,
-        ``gtol`` and ``ftol`` rules); ``"auto"``: ``"lbfgs"`` from 10^4 weights on (there
+        (:func:`~pymc_crf.fitters.lbfgs.lbfgs`, O(m d) work per iteration; the same stopping
+        rules); ``"auto"``: ``"lbfgs"`` from 10^4 weights on (there
         L-BFGS-B's own work per iteration, its BLAS calls slowed by numpy's spinning BLAS
         threads, exceeds the objective's: docs/real_data.md), else ``"scipy"``.
     progressbar : bool
