@@ -24,7 +24,7 @@ def _brute_neg_log_post(w_flat, data, sd):
 
 
 def test_map_matches_brute_force_optimum(loop_data, loop_model):
-    res = pmc.fit(loop_model, method="map")
+    res = pmc.fit(loop_model, method="map", rule="strict")
     w_map = res["posterior"]["w"].values[0, 0].ravel()
     ref = minimize(_brute_neg_log_post, np.zeros(24), args=(loop_data[0], 5**0.5),
                    method="BFGS", options={"gtol": 1e-9})
@@ -103,3 +103,40 @@ def test_auto_optimizer_switches_at_ten_thousand_weights(n_features):
             np.testing.assert_array_equal(v.values, fits[chosen][group][name].values)
     objective = {k: f["optimizer_result"]["objective"].item() for k, f in fits.items()}
     assert objective["lbfgs"] == pytest.approx(objective["scipy"], rel=1e-9)
+
+
+def test_a_start_value_that_is_not_finite_is_refused_by_name(loop_model):
+    """It used to surface as 'log-potentials contain NaN' from the engine."""
+    bad = np.zeros((6, 2, 2))
+    bad[1, 0, 1] = np.nan
+    for engine_objective in (True, False):
+        with pytest.raises(ValueError, match=r"start\['w'\] is not finite at index \(1, 0, 1\)"):
+            pmc.fit(loop_model, method="map", start={"w": bad}, engine_objective=engine_objective,
+                    progressbar=False)
+
+
+def test_the_stopping_rule_and_its_options():
+    """``rule=None`` is the delta rule, or the strict one when gtol / ftol is given; each rule
+    refuses the other's tolerances; the settings record the rule and its parameters."""
+    import json
+
+    import pymc as pm
+
+    b = pmc.GraphBatch.chains([3, 4])
+    X = np.random.default_rng(0).normal(size=(7, 2))
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=b, node_features=X, node_weights=W, observed=np.array([0, 1] * 3 + [0]))
+    settings = {opts: json.loads(pmc.fit(m, method="map", progressbar=False, **dict(opts))
+                                 .attrs["settings"])
+                for opts in ((), (("gtol", 1e-7),), (("rule", "delta"), ("period", 5)))}
+    assert settings[()]["rule"] == "delta" and settings[()]["delta"] == 1e-6
+    assert settings[(("gtol", 1e-7),)]["rule"] == "strict"
+    assert settings[(("gtol", 1e-7),)]["ftol"] == 1e-15
+    assert settings[(("rule", "delta"), ("period", 5))]["period"] == 5
+    with pytest.raises(ValueError, match="gtol belong\\(s\\) to rule='strict'"):
+        pmc.fit(m, method="map", rule="delta", gtol=1e-6)
+    with pytest.raises(ValueError, match="delta belong\\(s\\) to rule='delta'"):
+        pmc.fit(m, method="map", rule="strict", delta=1e-3)
+    with pytest.raises(ValueError, match="rule must be one of"):
+        pmc.fit(m, method="map", rule="loose")

@@ -11,6 +11,13 @@ stored, so the implied inverse Hessian stays positive definite.
 
 Stopping rules are scipy's: the relative decrease ``(f_k - f_{k+1}) / max(|f_k|, |f_{k+1}|, 1)``
 at most ``ftol``, or the largest gradient entry at most ``gtol``, or ``maxiter`` iterations.
+
+:func:`polish` continues from a point where a line search on ``f`` has stalled in rounding: near
+a minimum ``f`` changes by ``O(|g|^2)``, below the rounding of ``f`` long before ``g`` is at its
+own rounding level, so the Armijo test (and scipy's ``ftol``) stops with a gradient near
+``sqrt(eps |f| curvature)``. Its steps are found from the directional derivative alone (a secant
+step on ``phi'(a) = g(x + a d)' d``), which keeps resolving the minimum down to the rounding of
+the gradient.
 """
 
 from __future__ import annotations
@@ -22,25 +29,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from numba import njit
 
-from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
-
-__all__ = ["LBFGSResult", "lbfgs", "warn_iteration_limit"]
-
-
-def warn_iteration_limit(res, maxiter: int, what: str, consequence: str) -> None:
-    """One :class:`~pymc_crf.inference.base.ConvergenceWarning` when an L-BFGS run (scipy's or
-    :func:`lbfgs`) stopped at its iteration limit: the point is then not the optimum.
-
-    Stops for lack of progress (the relative decrease below ``ftol``, or scipy's line search
-    failing at the limit of float precision) are not warned about: they end most runs that
-    reach the optimum to machine precision. The warning points at the first caller outside the
-    package (the user's ``pmc.fit`` line).
-    """
-    if res.success or int(res.nit) < int(maxiter):
-        return
-    warn_at_caller(f"{what}: L-BFGS stopped at maxiter={int(maxiter)} iterations with gradient "
-                   f"norm {float(np.linalg.norm(res.jac)):.3g}, before converging; "
-                   f"{consequence}. Increase maxiter.", ConvergenceWarning)
+__all__ = ["LBFGSResult", "lbfgs", "polish"]
 
 
 @dataclass
@@ -60,7 +49,8 @@ class LBFGSResult:
 def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray, *,
           maxiter: int = 2000, ftol: float = 1e-12, gtol: float = 1e-6, memory: int = 10,
           max_backtracks: int = 40,
-          callback: Callable[[float], None] | None = None) -> LBFGSResult:
+          callback: Callable[[float], None] | None = None,
+          stop: Callable[[np.ndarray, float, np.ndarray], bool] | None = None) -> LBFGSResult:
     """Minimise ``fun`` (returning value and gradient) from ``x0`` by L-BFGS.
 
     Parameters
@@ -75,6 +65,9 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
         Halvings of the step before the line search gives up.
     callback : callable, optional
         Called with the objective value after every iteration (progress bars).
+    stop : callable, optional
+        Called as ``stop(x, f, g)`` after every iteration (after ``callback``): a true value ends
+        the run as converged (another stopping rule, :func:`.optimise.find_map`'s ``"delta"``).
     """
     x = np.array(x0, dtype=np.float64)
     f, g = fun(x)
@@ -115,6 +108,9 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
         trace.append(float(f))
         if callback is not None:
             callback(float(f))
+        if stop is not None and stop(x, float(f), g):
+            message, success = "CONVERGENCE: STOPPING RULE", True
+            break
         if decrease <= ftol:
             message, success = "CONVERGENCE: RELATIVE REDUCTION OF F <= FACTR*EPSMCH", True
             break
@@ -156,3 +152,51 @@ def _direction(g: np.ndarray, pairs) -> np.ndarray:
         b = rho * _dot(y, q)
         _axpy(a - b, s, q)
     return -q
+
+
+def polish(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x: np.ndarray, f: float,
+           g: np.ndarray, *, gtol: float, maxiter: int = 100, memory: int = 10,
+           patience: int = 10) -> tuple[np.ndarray, float, np.ndarray, list[float]]:
+    """Gradient-only L-BFGS steps from ``(x, f, g)`` near a minimum (module docstring) until the
+    largest gradient entry is at most ``gtol``, ``maxiter`` steps, or ``patience`` steps without
+    a smaller gradient. Each step takes the two-loop direction ``d`` and the unit step, or, when
+    ``phi'(1) > 0`` (the step overshoots the minimum along ``d``), the secant step
+    ``phi'(0) / (phi'(0) - phi'(1))``; a point whose ``f`` rises above the rounding level of
+    ``f`` (``1e3 eps max(|f|, 1)``) or is not finite ends the polish. Returns the point with the
+    smallest largest gradient entry seen, its ``f`` and gradient, and ``f`` after every step.
+    """
+    x, g = np.array(x, dtype=np.float64), np.asarray(g, dtype=np.float64)
+    best = (x, float(f), g, float(np.max(np.abs(g))))
+    slack = 1e3 * np.finfo(np.float64).eps * max(abs(float(f)), 1.0)
+    pairs: deque[tuple[np.ndarray, np.ndarray, float]] = deque(maxlen=memory)
+    trace: list[float] = []
+    since = 0
+    for _ in range(maxiter):
+        if best[3] <= gtol or since >= patience:
+            break
+        d = _direction(g, pairs)
+        slope = float(g @ d)
+        if slope >= 0:
+            pairs.clear()
+            d, slope = -g, -float(g @ g)
+        step = 1.0 if pairs else min(1.0, 1.0 / max(np.sqrt(-slope), 1e-300))
+        f_new, g_new = fun(x + step * d)
+        slope_new = float(g_new @ d)
+        if np.isfinite(f_new) and slope_new > 0:
+            step *= slope / (slope - slope_new)
+            f_new, g_new = fun(x + step * d)
+        if not np.isfinite(f_new) or f_new > best[1] + slack:
+            break
+        x_new = x + step * d
+        s, y = x_new - x, g_new - g
+        sy = float(s @ y)
+        if sy > 0:
+            pairs.append((s, y, 1.0 / sy))
+        x, f, g = x_new, float(f_new), np.asarray(g_new, dtype=np.float64)
+        trace.append(f)
+        g_max = float(np.max(np.abs(g)))
+        if g_max < best[3]:
+            best, since = (x, f, g, g_max), 0
+        else:
+            since += 1
+    return best[0], best[1], best[2], trace

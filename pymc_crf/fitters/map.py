@@ -8,11 +8,18 @@ import numpy as np
 import pymc as pm
 from pymc.blocking import DictToArrayBijection
 from pymc.util import get_default_varnames
-from scipy.optimize import minimize
 
-from pymc_crf.fitters.lbfgs import lbfgs, warn_iteration_limit
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.fitters.progress import fit_progress
+from pymc_crf.fitters.optimise import (
+    DELTA,
+    OPTIMIZERS,
+    PERIOD,
+    RULES,
+    STRICT_FTOL,
+    STRICT_GTOL,
+    OptimiserDiagnostics,
+    find_map,
+)
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result
 from pymc_crf.fitters.spec import (
@@ -29,9 +36,10 @@ __all__ = ["fit_map"]
 
 
 @register("map")
-def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: float = 1e-12,
-            start: dict | None = None, jacobian: bool = False, log_likelihood: bool = True,
-            jitter: float = 0.0, random_seed: int | None = None,
+def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
+            gtol: float | None = None, ftol: float | None = None, delta: float | None = None,
+            period: int | None = None, start: dict | None = None, jacobian: bool = False,
+            log_likelihood: bool = True, jitter: float = 0.0, random_seed: int | None = None,
             engine_objective: bool | None = None, optimizer: str = "auto",
             progressbar: bool = True):
     """MAP estimate of every free variable of ``model`` by L-BFGS (scipy's L-BFGS-B, or the
@@ -43,9 +51,22 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
 
     Parameters
     ----------
-    maxiter, gtol, ftol
-        L-BFGS-B's iteration limit and stopping tolerances (scipy's meaning: projected gradient
-        norm, and relative decrease of the objective per iteration).
+    rule : {"delta", "strict"}, optional
+        Stopping rule of :func:`~pymc_crf.fitters.optimise.find_map`. ``"delta"`` (the default):
+        CRFsuite's, stop when the objective improved by less than ``delta`` (relative) over the
+        last ``period`` iterations, a point estimate whose test predictions no longer change
+        (docs/benchmarks.md, 2026-11-28); ``"strict"``: scipy's ``gtol`` / ``ftol``, the mode to
+        the last digits. Default: ``"strict"`` when ``gtol`` or ``ftol`` is given, else
+        ``"delta"``.
+    maxiter : int
+        Iteration limit (a run stopped there warns and has ``success=False``).
+    gtol, ftol
+        The strict rule's tolerances (scipy's meaning: largest gradient entry, and relative
+        decrease of the objective per iteration; defaults 1e-8 and 1e-15, those of the Laplace
+        methods).
+    delta, period
+        The delta rule's parameters (defaults 1e-6 and 10; CRFsuite's delta is 1e-5, which
+        changed a few test labels against the strict optimum in docs/benchmarks.md, 2026-11-28).
     start : dict, optional
         Starting values by variable name (default: the model's initial point).
     jacobian : bool
@@ -66,8 +87,8 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         raise if it is not possible; ``False``: always compile the model.
     optimizer : {"auto", "scipy", "lbfgs"}
         ``"scipy"``: scipy's L-BFGS-B; ``"lbfgs"``: the package's unbounded L-BFGS
-        (:func:`~pymc_crf.fitters.lbfgs.lbfgs`, O(m d) work per iteration; the same ``maxiter``,
-        ``gtol`` and ``ftol`` rules); ``"auto"``: ``"lbfgs"`` from 10^4 weights on (there
+        (:func:`~pymc_crf.fitters.lbfgs.lbfgs`, O(m d) work per iteration; the same stopping
+        rules); ``"auto"``: ``"lbfgs"`` from 10^4 weights on (there
         L-BFGS-B's own work per iteration, its BLAS calls slowed by numpy's spinning BLAS
         threads, exceeds the objective's: docs/real_data.md), else ``"scipy"``.
     progressbar : bool
@@ -76,24 +97,26 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     Returns
     -------
     xarray.DataTree
-        A one-draw ``posterior`` and an ``optimizer_result`` group (``n_iterations``,
-        ``n_evaluations``, ``success``, ``objective`` = -log posterior, ``grad_norm``) with the
-        objective per iteration; ``attrs["settings"]`` records whether the engine objective was
-        used.
+        A one-draw ``posterior`` and an ``optimizer_result`` group
+        (:class:`~pymc_crf.fitters.optimise.OptimiserDiagnostics`: ``n_iterations``,
+        ``n_evaluations``, ``success``, ``objective`` = -log posterior, ``grad_norm``,
+        ``message``, ``rule``, ``rule_parameters``, ``optimizer``) with the objective per
+        iteration; ``attrs["settings"]`` records the rule and its parameters and whether the
+        engine objective was used. ``success`` is False, with a ``ConvergenceWarning`` naming the
+        reason, when the point is not a mode: ``maxiter`` reached, an objective that fell without
+        limit (e.g. a hierarchical prior's scale collapsing to 0), a final gradient that is not
+        small.
     """
     t0 = time.perf_counter()
     jitter = positive_number(jitter, "jitter", allow_zero=True)
     if engine_objective is not None:
         engine_objective = flag(engine_objective, "engine_objective")
-    # scipy stops before the first iteration on a negative ftol or gtol ("FACTR < 0") and the
-    # start would come back as the MAP
+    rule, stopping = _stopping_rule(rule, gtol, ftol, delta, period)
     maxiter = whole_number(maxiter, "maxiter")
-    gtol = positive_number(gtol, "gtol", allow_zero=True)
-    ftol = positive_number(ftol, "ftol", allow_zero=True)
-    if optimizer not in ("auto", "scipy", "lbfgs"):
+    if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be 'auto', 'scipy' or 'lbfgs'; got {optimizer!r}")
     check_observed_labels(model)
-    settings = {"maxiter": maxiter, "gtol": gtol, "ftol": ftol, "jacobian": jacobian,
+    settings = {"maxiter": maxiter, "rule": rule, **stopping, "jacobian": jacobian,
                 "jitter": jitter, "random_seed": random_seed, "optimizer": optimizer}
     spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model)
     if engine_objective and spec is None:
@@ -101,6 +124,7 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
     if spec is not None:
         return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood,
                                progressbar=progressbar)
+    _check_start(start)
     point = model.initial_point() if start is None else {**model.initial_point(), **start}
     if jitter == 0:
         _warn_symmetric_hcrf_start(model, point)
@@ -120,51 +144,79 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
             return np.inf, np.zeros_like(x)
         return -float(lp), -np.asarray(g, dtype=np.float64)
 
-    res, trace = _lbfgs(objective, x0.data, settings, progressbar)
-    mx = {**point, **DictToArrayBijection.rmap(x0._replace(data=res.x))}
+    x, diag = _find_map(objective, x0.data, settings, progressbar)
+    mx = {**point, **DictToArrayBijection.rmap(x0._replace(data=x))}
     out_vars = get_default_varnames(model.unobserved_value_vars, include_transformed=False)
     values = model.compile_fn(out_vars)(mx)
     draws = {v.name: np.asarray(val)[None, None] for v, val in zip(out_vars, values, strict=True)}
     return build_result(model, draws, "map", {**settings, "engine_objective": False},
-                        time.perf_counter() - t0, diagnostics=_diagnostics(res, trace),
+                        time.perf_counter() - t0, diagnostics=diag.to_dict(),
                         diagnostics_group="optimizer_result", log_likelihood=log_likelihood)
 
 
-#: from this many weights on, ``optimizer="auto"`` takes the O(m d) L-BFGS. L-BFGS-B's level-1
-#: BLAS calls (scipy's OpenBLAS) start to use threads near here and then contend with numpy's
-#: BLAS threads of the objective: CoNLL-2000 subsets with d = 11,472 / 26,278 / 92,625 took
-#: 0.39 / 0.77 / 1.23 s with L-BFGS-B against 0.12 / 0.10 / 0.43 s, to the same objective.
-_LARGE = 10_000
+def _stopping_rule(rule: str | None, gtol: float | None, ftol: float | None,
+                   delta: float | None, period: int | None) -> tuple[str, dict]:
+    """The rule (``None``: ``"strict"`` when ``gtol`` or ``ftol`` is given, else ``"delta"``)
+    and its checked parameters; a tolerance of the other rule is refused by name."""
+    strict_given = [n for n, v in (("gtol", gtol), ("ftol", ftol)) if v is not None]
+    delta_given = [n for n, v in (("delta", delta), ("period", period)) if v is not None]
+    if rule is None:
+        rule = "strict" if strict_given else "delta"
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
+    if rule == "strict":
+        if delta_given:
+            raise ValueError(f"{', '.join(delta_given)} belong(s) to rule='delta'; rule='strict' "
+                             "stops on gtol / ftol")
+        # scipy stops before the first iteration on a negative ftol or gtol ("FACTR < 0") and
+        # the start would come back as the MAP
+        return rule, {"gtol": positive_number(STRICT_GTOL if gtol is None else gtol, "gtol",
+                                              allow_zero=True),
+                      "ftol": positive_number(STRICT_FTOL if ftol is None else ftol, "ftol",
+                                              allow_zero=True)}
+    if strict_given:
+        raise ValueError(f"{', '.join(strict_given)} belong(s) to rule='strict'; rule='delta' "
+                         "stops on delta / period")
+    return rule, {"delta": positive_number(DELTA if delta is None else delta, "delta",
+                                           allow_zero=True),
+                  "period": whole_number(PERIOD if period is None else period, "period")}
 
 
-def _lbfgs(objective, x0: np.ndarray, settings: dict, progressbar: bool):
-    """L-BFGS with the fitter's options (:func:`pymc_crf.fitters.lbfgs.lbfgs` for large problems
-    or when asked, else scipy's L-BFGS-B); returns the result and the objective trace, and
-    warns when ``maxiter`` stopped the run."""
-    own = settings["optimizer"] == "lbfgs" or (settings["optimizer"] == "auto"
-                                              and x0.size >= _LARGE)
-    trace: list[float] = []
-    with fit_progress("MAP (L-BFGS iterations)", settings["maxiter"], progressbar) as bar:
-        if own:
-            res = lbfgs(objective, x0, maxiter=settings["maxiter"], gtol=settings["gtol"],
-                        ftol=settings["ftol"], callback=lambda f: bar.advance())
-            trace = res.trace
-        else:
-
-            def callback(intermediate_result):
-                trace.append(float(intermediate_result.fun))
-                bar.advance()
-
-            res = minimize(objective, x0, jac=True, method="L-BFGS-B", callback=callback,
-                           options={"maxiter": settings["maxiter"], "gtol": settings["gtol"],
-                                    "ftol": settings["ftol"]})
-    if not np.isfinite(res.fun):
+def _find_map(objective, x0: np.ndarray, settings: dict,
+              progressbar: bool) -> tuple[np.ndarray, OptimiserDiagnostics]:
+    """:func:`find_map` with the fitter's options; a start where the log posterior is -inf or
+    NaN, and every point L-BFGS tried from there, is an error, not a MAP."""
+    params = {k: settings[k] for k in ("gtol", "ftol", "delta", "period") if k in settings}
+    try:
+        x, diag = find_map(objective, x0, rule=settings["rule"], maxiter=settings["maxiter"],
+                           optimizer=settings["optimizer"], progress=progressbar,
+                           description="MAP (L-BFGS iterations)", what="pmc.fit(method='map')",
+                           consequence="the weights returned are not the posterior mode",
+                           warn=False, **params)
+    except ValueError as err:  # the package's L-BFGS refuses a non-finite start
+        if "not finite at the starting point" not in str(err):
+            raise
+        x, diag = x0, None
+    if diag is None or not np.isfinite(diag.objective):
         raise ValueError("pmc.fit(method='map'): the log posterior is -inf or NaN at the start "
                          "and at every point L-BFGS tried: check the priors (e.g. a sigma <= 0) "
                          "and the start")
-    warn_iteration_limit(res, settings["maxiter"], "pmc.fit(method='map')",
-                         "the weights returned are not the posterior mode")
-    return res, trace
+    diag.warn("pmc.fit(method='map')", "the weights returned are not the posterior mode")
+    return x, diag
+
+
+def _check_start(start: dict | None) -> None:
+    """A start value that is not finite is an error naming ``start`` and the variable (it
+    would otherwise surface as NaN log-potentials deep in the engine)."""
+    for name, value in (start or {}).items():
+        arr = np.asarray(value, dtype=np.float64)
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            where = np.argwhere(bad)[0]
+            entry = f" at index {tuple(int(i) for i in where)}" if arr.ndim else ""
+            raise ValueError(f"start[{name!r}] is not finite{entry} (value "
+                             f"{arr[tuple(where)] if arr.ndim else float(arr)}): every start "
+                             "value must be a finite number")
 
 
 def _warn_symmetric_hcrf_start(model: pm.Model, point: dict) -> None:
@@ -191,13 +243,6 @@ def _warn_symmetric_hcrf_start(model: pm.Model, point: dict) -> None:
                        "start=", UserWarning)
 
 
-def _diagnostics(res, trace: list[float]) -> dict:
-    return {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
-            "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
-            "objective": np.float64(res.fun), "grad_norm": np.float64(np.linalg.norm(res.jac)),
-            "message": str(res.message)}
-
-
 def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
     """The model's CRF spec when the engine objective applies, else (None, the reason)."""
     try:
@@ -222,6 +267,7 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
     The starting point is the prior mean, which is PyMC's initial point for a Normal. (``jitter``
     draws its noise in the flat weight order, node weights first, so the same seed may give a
     different start than the compiled path, which follows the model's variable order.)"""
+    _check_start(start)
     lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
     x0 = prior.mean.copy()
     if start:
@@ -245,16 +291,16 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
             return np.inf, np.zeros_like(x)
         return -(ll + lp), -(g + gp)
 
-    res, trace = _lbfgs(objective, x0, settings, progressbar)
-    draws = {k: v[None, None] for k, v in spec.unflatten(res.x).items()}
+    x, diag = _find_map(objective, x0, settings, progressbar)
+    draws = {k: v[None, None] for k, v in spec.unflatten(x).items()}
     if spec.model.deterministics:  # small graphs of the weights: compiled, without the CRF
         out_vars = get_default_varnames(spec.model.unobserved_value_vars, include_transformed=False)
-        values = spec.model.compile_fn(out_vars)(spec.unflatten(res.x))
+        values = spec.model.compile_fn(out_vars)(spec.unflatten(x))
         draws = {v.name: np.asarray(val)[None, None]
                  for v, val in zip(out_vars, values, strict=True)}
-    pointwise = ({spec.observed_name: lik.pointwise(res.x)[None, None]}
+    pointwise = ({spec.observed_name: lik.pointwise(x)[None, None]}
                  if log_likelihood else None)
     return build_result(spec.model, draws, "map", {**settings, "engine_objective": True},
-                        time.perf_counter() - t0, diagnostics=_diagnostics(res, trace),
+                        time.perf_counter() - t0, diagnostics=diag.to_dict(),
                         diagnostics_group="optimizer_result", log_likelihood=False,
                         pointwise_log_likelihood=pointwise)

@@ -16,16 +16,13 @@ import warnings
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize
 
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
 from pymc_crf.fitters.bethe_laplace.pmm import pmm_start
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, bp_engine, exact_engine
 from pymc_crf.fitters.covariance import inverse_pd
-from pymc_crf.fitters.lbfgs import warn_iteration_limit
-from pymc_crf.fitters.progress import fit_progress
+from pymc_crf.fitters.optimise import STRICT_GTOL, find_map
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
-from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["LaplaceFit", "laplace_fit", "maximise", "MAP_MODES", "COVARIANCE_MODES"]
 
@@ -65,17 +62,17 @@ class LaplaceFit:
         return True if self.bp_report is None else bool(np.all(self.bp_report["bound_ok"]))
 
 
-def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1e-8,
+def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = STRICT_GTOL,
              use_prior: bool = True, progressbar: bool = False,
              description: str = "MAP (L-BFGS iterations)",
              consequence: str = "the Laplace mean, covariance and evidence are those of this "
                                 "point, not of the mode") -> tuple[np.ndarray, dict]:
-    """L-BFGS ascent of ``log p(D | w) (+ log p(w))``; returns the point and optimiser record
-    (with a progress bar of the iterations when ``progressbar``). A run stopped by ``maxiter``
-    warns, naming the ``consequence`` (``warn_iteration_limit``)."""
-    maxiter = whole_number(maxiter, "maxiter")
-    gtol = positive_number(gtol, "gtol", allow_zero=True)
-    trace: list[float] = []
+    """Ascent of ``log p(D | w) (+ log p(w))`` by :func:`~pymc_crf.fitters.optimise.find_map`
+    under its strict rule (the curvature is taken at the point: it must be the mode); returns
+    the point and the optimiser record (``OptimiserDiagnostics.to_dict``), with a progress bar
+    of the iterations when ``progressbar``. A run that fails find_map's checks (``maxiter``, an
+    objective unbounded above, a gradient that is not small) warns, naming the
+    ``consequence``."""
 
     def objective(x):
         ll, g = lik(x)
@@ -86,21 +83,11 @@ def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1
             return np.inf, np.zeros_like(x)
         return -ll, -g
 
-    with fit_progress(description, int(maxiter), progressbar) as bar:
-
-        def callback(intermediate_result):
-            trace.append(float(intermediate_result.fun))
-            bar.advance()
-
-        res = minimize(objective, np.asarray(x0, dtype=np.float64), jac=True, method="L-BFGS-B",
-                       callback=callback,
-                       options={"maxiter": int(maxiter), "gtol": float(gtol), "ftol": 1e-15})
-    warn_iteration_limit(res, maxiter, description.split(" (")[0], consequence)
-    info = {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
-            "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
-            "objective": np.float64(res.fun), "grad_norm": np.float64(np.linalg.norm(res.jac)),
-            "message": str(res.message)}
-    return res.x, info
+    w, diag = find_map(objective, np.asarray(x0, dtype=np.float64), rule="strict",
+                       maxiter=maxiter, gtol=gtol, progress=progressbar,
+                       description=description, what=description.split(" (")[0],
+                       consequence=consequence)
+    return w, diag.to_dict()
 
 
 def _samples(problem: WeightProblem) -> np.ndarray | None:
