@@ -25,7 +25,7 @@ from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.graph.basic import Constant, Variable
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
-from pytensor.raise_op import Assert
+from pytensor.raise_op import CheckAndRaise
 from pytensor.sparse.variable import SparseConstant
 from pytensor.tensor.random.op import RandomVariable
 
@@ -43,7 +43,8 @@ from pymc_crf.ops.log_partition import (
 from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
 from pymc_crf.validation import flag, whole_number
 
-__all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
+__all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials",
+           "data_check"]
 
 
 def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
@@ -505,6 +506,15 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
                          edge_logpot)
 
 
+def data_check(message: str) -> CheckAndRaise:
+    """An Op ``check(x, *conditions)`` returning ``x`` and raising ``ValueError(message)`` where
+    the compiled graph runs when a condition is false: for data that ``pm.set_data`` can change
+    after the model is built (labels, weights held in ``pm.Data``). It runs before the kernels
+    that use ``x`` (they take its output), so a wrong shape never reaches code that indexes
+    without bounds checks; PyTensor's ``Assert`` would raise an ``AssertionError``."""
+    return CheckAndRaise(ValueError, message)
+
+
 def _flat_labels(batch: GraphBatch, value):
     """The (G, L) label matrix as flat (N,) labels, one per node. Labels given at run time
     (``pm.Data`` swapped by ``pm.set_data``) are checked there: the (G, L) shape, and -1 past
@@ -515,12 +525,12 @@ def _flat_labels(batch: GraphBatch, value):
               "past each graph's end (pmc.pad_labels makes it from flat labels)")
     if value.ndim != 2:
         raise ValueError(f"{layout}; got {value.ndim} dimensions")
-    value = Assert(layout)(value, pt.and_(pt.eq(value.shape[0], G), pt.eq(value.shape[1], L)))
+    value = data_check(layout)(value, pt.and_(pt.eq(value.shape[0], G), pt.eq(value.shape[1], L)))
     flat = value.reshape((G * L,))
     flat_pos = batch.node_graph * L + (np.arange(N) - batch.node_offsets[batch.node_graph])
     pad_pos = np.setdiff1d(np.arange(G * L), flat_pos)
     if pad_pos.size:
-        flat = Assert(layout)(flat, pt.all(pt.eq(flat[pad_pos], -1)))
+        flat = data_check(layout)(flat, pt.all(pt.eq(flat[pad_pos], -1)))
     return flat[flat_pos]
 
 

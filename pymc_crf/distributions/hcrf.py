@@ -49,11 +49,10 @@ from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
-from pytensor.raise_op import Assert
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
-from pymc_crf.distributions.crf import fixed_features
+from pymc_crf.distributions.crf import data_check, fixed_features
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
@@ -189,11 +188,20 @@ def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_featu
                                    (theta_x, theta_y, theta_e), strict=True):
             ok = pt.all([pt.eq(d, n) for d, n in zip(w.shape, want, strict=True)])
             msg = _shape_message(name, shown[name], F_label, n_states, C)
-            checked.append(Assert(msg)(w, ok))
+            checked.append(data_check(msg)(w, ok))
         theta_x, theta_y, theta_e = checked
     node, edge = hcrf_pair_tables(pt.as_tensor_variable(node_features), theta_x, theta_y, theta_e,
                                   batch.n_edges, backend=pt)
     log_z = log_partition(node, edge, rep, inference=inference).reshape((C, G))
+    # labels held in pm.Data can change length after the model is built (pm.set_data): one
+    # label would broadcast against every graph (a silent wrong likelihood), others fail inside
+    # PyTensor; the length is checked where the logp runs, by name
+    value = pt.as_tensor_variable(value)
+    if value.ndim != 1:
+        raise ValueError(f"HCRF labels (observed) must be one class per graph, shape ({G},); got "
+                         f"a {value.ndim}-d tensor")
+    value = data_check(f"HCRF labels (observed) must be one class per graph, shape ({G},)")(
+        value, pt.eq(value.shape[0], G))
     y = pt.cast(value, "int64")
     # Labels may come from pm.Data: a class outside 0..C-1 is raised by name wherever the logp
     # runs (as pmc.CRF does); the clip keeps the indexing in range until the check fires.
