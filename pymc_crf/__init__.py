@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from pymc_crf.graphs import GraphBatch, GraphStructureError
     from pymc_crf.impute import impute
     from pymc_crf.inference import ApproximateInferenceWarning, ConvergenceWarning
+    from pymc_crf.loo import loo
     from pymc_crf.ops import log_partition
     from pymc_crf.predict import Prediction, predict
     from pymc_crf.threads import get_num_threads, set_num_threads
@@ -55,6 +56,7 @@ _LAZY = {
     "ApproximateInferenceWarning": "pymc_crf.inference",
     "ConvergenceWarning": "pymc_crf.inference",
     "log_partition": "pymc_crf.ops",
+    "loo": "pymc_crf.loo",
     "Prediction": "pymc_crf.predict",
     "predict": "pymc_crf.predict",
     "get_num_threads": "pymc_crf.threads",
@@ -85,6 +87,7 @@ __all__ = [
     "inference",
     "log_marginal_likelihood",
     "log_partition",
+    "loo",
     "metrics",
     "pad_labels",
     "plots",

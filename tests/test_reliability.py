@@ -6,8 +6,8 @@ import json
 import subprocess
 import sys
 import textwrap
-import warnings
 
+import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
@@ -110,3 +110,163 @@ def test_hcrf_labels_of_another_length_are_refused_by_name(set_data_cases, case)
     kind, message = set_data_cases[case]
     assert kind == "ValueError", (kind, message)
     assert "HCRF labels (observed) must be one class per graph, shape (3,)" in message
+
+
+BATCH = pmc.GraphBatch.chains([3, 2])
+LABELS = np.array([[0, 1, 1], [1, 0, -1]])
+
+
+def _one_line(excinfo, *parts):
+    msg = str(excinfo.value)
+    assert "\n" not in msg, msg
+    for part in parts:
+        assert part in msg, msg
+
+
+def _crf_model(labels=LABELS, weights=None):
+    with pm.Model() as model:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2)) if weights is None else weights
+        pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=labels)
+    return model
+
+
+@pytest.mark.parametrize("method", ["map", "nuts", "ep"])
+def test_fit_refuses_a_model_without_free_variables(method):
+    """Used to end in an IndexError inside PyMC's backend (map) or a SamplingError (nuts)."""
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(_crf_model(weights=np.zeros((2, 2))), method=method, progressbar=False)
+    _one_line(exc, f"pmc.fit(method={method!r})", "has no free variables", "nothing to fit")
+    with pm.Model() as empty:
+        pass
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(empty, method=method, progressbar=False)
+    _one_line(exc, "the model is empty", "nothing to fit")
+
+
+def test_predict_refuses_what_is_not_a_result():
+    data = pmc.CRFData(BATCH, np.array([0, 1, 1, 1, 0]))
+    for bad in (None, {"posterior": 1}):
+        with pytest.raises(TypeError) as exc:
+            pmc.predict(bad, data)
+        _one_line(exc, "result must be a fitted DataTree", type(bad).__name__)
+
+
+def _mrf_model():
+    grid = pmc.GraphBatch.grid(2, 2)
+    with pm.Model() as model:
+        w = pm.Normal("w", 0.0, 1.0)
+        pmc.MRF("x", graphs=grid, edge_weights=w, parameterization="ising",
+                observed=np.array([[0, 1, 1, 0], [1, 1, 1, 1]]))
+    return model
+
+
+def test_predict_on_an_mrf_result_says_what_to_use():
+    """It advised model=, which then failed naming the internal class MRFRV."""
+    model = _mrf_model()
+    result = pmc.fit(model, method="map", progressbar=False)
+    data = pmc.CRFData(pmc.GraphBatch.chains([3]), np.array([0, 1, 1]))
+    for kwargs in ({}, {"model": model}):
+        with pytest.raises(ValueError) as exc:
+            pmc.predict(result, data, **kwargs)
+        _one_line(exc, "this is a pmc.MRF result", "pm.sample_posterior_predictive")
+        assert "MRFRV" not in str(exc.value)
+
+
+def test_refusals_name_the_method_and_one_that_can():
+    with pm.Model() as two:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=LABELS)
+        pmc.CRF("u", graphs=BATCH, edge_weights=w, observed=LABELS)
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(two, method="ep", progressbar=False)
+    _one_line(exc, "pmc.fit(method='ep') needs a model with exactly one pmc.CRF likelihood",
+              "this model has 2 (['t', 'u'])", "method='map' and 'nuts' take any PyMC model")
+    assert "fitters take" not in str(exc.value)
+    # and map, named there, does fit it
+    assert "w" in pmc.fit(two, method="map", progressbar=False)["posterior"]
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(_mrf_model(), method="ep", progressbar=False)
+    _one_line(exc, "method='ep' fits the weights of a pmc.CRF", "this model observes ['x (MRF)']",
+              "for MRFs 'bethe_laplace'")
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(_crf_model(), method="bp_hcrf_vi", progressbar=False)
+    _one_line(exc, "pmc.fit(method='bp_hcrf_vi') needs a model with exactly one observed pmc.HCRF",
+              "this model has 0", "method='map' and 'nuts' take any PyMC model")
+    assert "this fitter" not in str(exc.value)
+
+
+def test_refusal_outside_a_fit_does_not_claim_a_method():
+    from pymc_crf.fitters.spec import extract_crf
+
+    with pytest.raises(ValueError) as exc:
+        extract_crf(_mrf_model())
+    _one_line(exc, "this function needs a model with an observed pmc.CRF likelihood")
+
+
+@pytest.mark.parametrize("value", [np.inf, -np.inf])
+def test_infinite_labels_are_named_as_such(value):
+    """NaN marks a missing label; the refusal of inf used to speak of NaN."""
+    flat = np.array([0, 1, value, 1, 0])
+    with pytest.raises(ValueError) as exc:
+        pmc.pad_labels(BATCH, flat, 2, missing=True)
+    _one_line(exc, f"labels contain {value} at node 2 of graph 0", "NaN, -1 or a masked entry")
+    assert "NaN or inf" not in str(exc.value)
+    with pytest.raises(ValueError) as exc:
+        _crf_model(labels=flat)
+    _one_line(exc, f"labels contain {value} at node 2 of graph 0")
+    # labels swapped in through pm.Data: refused at fit time, named likewise
+    with pm.Model() as model:
+        y = pm.Data("y", LABELS.astype(float))
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=y)
+    bad = LABELS.astype(float)
+    bad[0, 2] = value
+    pm.set_data({"y": bad}, model=model)
+    with pytest.raises(ValueError) as exc:
+        pmc.fit(model, method="map", progressbar=False)
+    _one_line(exc, "observed labels of 't'", f"labels contain {value} at node 2 of graph 0")
+    with pm.Model(), pytest.raises(ValueError) as exc:
+        w = pm.Normal("w", 0.0, 1.0)
+        pmc.MRF("x", graphs=pmc.GraphBatch.chains([3]), edge_weights=w,
+                parameterization="ising", observed=np.array([[0.0, value, 1.0]]))
+    _one_line(exc, f"MRF labels contain {value} at row 0, node 1")
+
+
+def _draws_result(model, n_draws):
+    """A result of ``n_draws`` prior draws of ``w``, built as every fitter builds its result
+    (the per-graph log-likelihood from the engine)."""
+    w = np.random.default_rng(0).normal(size=(1, n_draws, 2, 2))
+    return pmc.fitters.build_result(model, {"w": w}, "test_draws", {}, 0.0)
+
+
+def test_loo_refuses_a_one_draw_result():
+    """az.loo ends in ArviZ's IndexError on a MAP result."""
+    result = pmc.fit(_crf_model(), method="map", progressbar=False)
+    with pytest.raises(ValueError) as exc:
+        pmc.loo(result)
+    _one_line(exc, "pmc.loo needs posterior draws", "'map' result has 1",
+              "method='nuts', 'ep' or 'bethe_laplace'", "pmc.compare(results, test=...)")
+    with pytest.raises(TypeError) as exc:
+        pmc.loo(None)
+    _one_line(exc, "result must be a fitted DataTree")
+
+
+@pytest.mark.filterwarnings("ignore:Estimated shape parameter of Pareto")
+def test_loo_leaves_out_graphs_without_labels():
+    """A graph with every label missing has log-likelihood 0 in every draw (its labels are
+    summed out), which az.loo cannot smooth ("All tail values are the same"); its
+    leave-one-out term is exactly 0, so pmc.loo's estimate is the other graphs' loo."""
+    labels = np.array([[0, 1, 1], [-1, -1, -1], [1, 0, -1]])
+    with pm.Model() as model:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=pmc.GraphBatch.chains([3, 3, 2]), edge_weights=w, observed=labels)
+    result = _draws_result(model, 200)
+    ll = result["log_likelihood"]["t"].values
+    assert (ll[..., 1] == 0).all() and (ll[..., [0, 2]] < 0).all()
+    with pytest.warns(UserWarning, match=r"graphs \[1\] .* have no observed label"):
+        got = pmc.loo(result, pointwise=True)
+    kept = result.copy()
+    kept["log_likelihood"] = result["log_likelihood"].to_dataset().isel(t_dim_0=[0, 2])
+    want = az.loo(kept, pointwise=True)
+    assert got["elpd"] == pytest.approx(want["elpd"])
+    assert np.isfinite(got["elpd"])

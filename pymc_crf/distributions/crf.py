@@ -83,6 +83,7 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
         if (arr[~pos] != -1).any():
             raise ValueError("padded labels must be -1 past each graph's last node")
         arr = arr[pos]
+    refuse_inf_labels(batch, arr)
     if missing:
         flat = batch.check_labels(arr, None)
         gone = flat == -1
@@ -93,6 +94,28 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
     out = np.full((batch.n_graphs, L), -1, dtype=np.int64)
     out[batch.node_graph, np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]] = flat
     return out
+
+
+def refuse_inf_labels(batch: GraphBatch, labels: Any) -> None:
+    """A ValueError naming the first infinite label (flat (N,) labels or a list of per-graph
+    arrays): NaN marks a missing label, so a message about "NaN or inf" would point at the
+    wrong value."""
+    parts = labels if isinstance(labels, list | tuple) else [labels]
+    try:
+        flat = np.concatenate([np.ravel(np.asarray(np.ma.getdata(p), dtype=np.float64))
+                               for p in parts])
+    except (TypeError, ValueError):
+        return  # not numbers: check_labels names the dtype
+    bad = np.flatnonzero(np.isinf(flat))
+    if not bad.size:
+        return
+    i = int(bad[0])
+    where = ""
+    if flat.size == batch.n_total_nodes:
+        g = int(batch.node_graph[i])
+        where = f" at node {i - int(batch.node_offsets[g])} of graph {g}"
+    raise ValueError(f"labels contain {flat[i]}{where}: a label is a class index 0..K-1 "
+                     "(NaN, -1 or a masked entry marks a missing label)")
 
 
 def _missing_as_minus_one(labels: Any) -> np.ndarray:

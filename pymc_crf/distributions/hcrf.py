@@ -58,7 +58,7 @@ from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import refusal, whole_number
 
 __all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "single_hcrf", "from_sequences",
            "replicate_batch", "pair_logpots", "class_log_probs", "check_class_labels", "hcrf_logp"]
@@ -310,8 +310,8 @@ def single_hcrf(model: pm.Model):
     several)."""
     found = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, HCRFRV)]
     if len(found) != 1:
-        raise ValueError(f"this fitter needs a model with exactly one observed pmc.HCRF "
-                         f"likelihood; found {len(found)}")
+        raise ValueError(refusal("a model with exactly one observed pmc.HCRF likelihood",
+                                 f"this model has {len(found)} ({[rv.name for rv in found]})"))
     return found[0]
 
 

@@ -223,8 +223,11 @@ def check_mrf_labels(batch: GraphBatch, labels: Any, n_labels: int | None,
         raise ValueError("MRF labels have no rows: give at least one labelling")
     if arr.dtype.kind == "f":
         if not np.isfinite(arr).all():
-            r = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
-            raise ValueError(f"MRF labels contain NaN or inf (first in row {r})")
+            r, i = (int(k[0]) for k in np.nonzero(~np.isfinite(arr)))
+            value = "NaN" if np.isnan(arr[r, i]) else str(arr[r, i])
+            raise ValueError(f"MRF labels contain {value} at row {r}, node {i}: the MRF needs "
+                             "whole labellings of class indices 0..K-1 (missing labels are "
+                             "supported by pmc.CRF)")
         if not np.array_equal(arr, np.round(arr)):
             raise ValueError("MRF labels must be whole numbers (label indices 0..K-1)")
     elif arr.dtype.kind not in "iub":
