@@ -1,0 +1,384 @@
+"""Property-based fuzzing of the public API (issue 36, "nothing silently wrong").
+
+Random small graph batches (chains, trees, loops), labels, features (dense / scipy.sparse, with
+NaN, inf, wrong shapes, wrong dtypes), options and ``pm.Data`` updates go to ``pmc.CRF``,
+``pmc.MRF``, ``pmc.HCRF``, ``pmc.fit`` and ``pmc.predict``. The contract: either a ValueError or
+TypeError whose message names the argument at fault, or a result equal to brute-force
+enumeration (:class:`pymc_crf.inference.brute_force.BruteForce` and sums over every labelling);
+never a segmentation fault, another exception type, or a NaN in a result.
+
+The default run keeps a few examples per entry point (the whole file in ~20-30 s on a quiet
+machine; compiled functions are built once per module); the ``slow`` copies run many more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from contextlib import contextmanager
+
+import numpy as np
+import pymc as pm
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
+from scipy.special import logsumexp
+
+import pymc_crf as pmc
+from pymc_crf.distributions.hcrf import class_log_probs
+from pymc_crf.fitters.objective import CRFLogLikelihood
+from pymc_crf.fitters.random_field import MRFLogLikelihood, extract_mrf
+from pymc_crf.fitters.spec import extract_crf
+from pymc_crf.inference.brute_force import BruteForce
+from pymc_crf.potentials import log_potential_tables
+
+# no "explain" phase: it reruns a failing case hundreds of times to annotate it
+PHASES = [Phase.explicit, Phase.reuse, Phase.generate, Phase.shrink]
+FAST = settings(max_examples=8, deadline=None, derandomize=True, phases=PHASES,
+                suppress_health_check=list(HealthCheck))
+SLOW = settings(max_examples=200, deadline=None, phases=PHASES,
+                suppress_health_check=list(HealthCheck))
+BRUTE = BruteForce()
+
+
+@contextmanager
+def _quiet():
+    """Warnings a fuzzed input may rightly raise (a loopy graph's approximation, an optimiser
+    at its iteration limit) are not what these tests check."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
+
+
+# ---------------------------------------------------------------------------- strategies
+@st.composite
+def graph_edges(draw, max_nodes=4):
+    """One graph: (n nodes, edge list), a chain, a tree or a loop."""
+    n = draw(st.integers(1, max_nodes))
+    kind = draw(st.sampled_from(["chain", "tree", "loop"]))
+    if kind == "tree":
+        edges = [(draw(st.integers(0, i - 1)), i) for i in range(1, n)]
+    else:
+        edges = [(i, i + 1) for i in range(n - 1)]
+        if kind == "loop" and n >= 3:
+            edges.append((0, n - 1))
+    return n, edges
+
+
+@st.composite
+def batches(draw, max_graphs=3, max_nodes=4):
+    graphs = draw(st.lists(graph_edges(max_nodes), min_size=1, max_size=max_graphs))
+    return pmc.GraphBatch.from_edges([np.array(e, dtype=np.int64).reshape(-1, 2)
+                                      for _, e in graphs], [n for n, _ in graphs])
+
+
+def _floats(draw, shape, scale=1.0):
+    seed = draw(st.integers(0, 2**16))
+    return scale * np.random.default_rng(seed).normal(size=shape)
+
+
+#: what a mutation does to an argument, and the words a refusal of it must name
+LABEL_WORDS = ("label",)
+
+
+@st.composite
+def crf_labels(draw, batch, K):
+    """Flat labels, possibly missing (-1 / NaN), possibly broken: (labels, broken?)."""
+    N = batch.n_total_nodes
+    y = np.asarray(draw(st.lists(st.integers(-1, K - 1), min_size=N, max_size=N)))
+    how = draw(st.sampled_from(["ok", "ok", "ok", "nan", "inf", "range", "length", "fraction",
+                                "string", "padded", "negative"]))
+    if how == "ok":
+        return y, False
+    if how == "nan":
+        y = y.astype(float)
+        y[draw(st.integers(0, N - 1))] = np.nan
+        return y, False  # NaN marks a missing label
+    if how == "inf":
+        y = y.astype(float)
+        y[draw(st.integers(0, N - 1))] = np.inf
+    elif how == "range":
+        y[draw(st.integers(0, N - 1))] = K + draw(st.integers(0, 2))
+    elif how == "negative":
+        y[draw(st.integers(0, N - 1))] = -2
+    elif how == "length":
+        y = np.append(y, 0) if draw(st.booleans()) or N == 1 else y[:-1]
+    elif how == "fraction":
+        y = y.astype(float)
+        y[draw(st.integers(0, N - 1))] = 0.5
+    elif how == "string":
+        y = y.astype(str)
+    elif how == "padded":
+        return pmc.pad_labels(batch, np.where(y < 0, 0, y)), False
+    return y, True
+
+
+@st.composite
+def features(draw, rows, what):
+    """(features, broken?) with ``rows`` rows: dense or CSR, sometimes NaN / inf / wrong rows /
+    wrong dtype / 1-d."""
+    F = draw(st.integers(1, 2))
+    X = _floats(draw, (rows, F))
+    how = draw(st.sampled_from(["ok", "ok", "ok", "sparse", "nan", "inf", "rows", "dtype",
+                                "1d", "int"]))
+    if how == "ok":
+        return X, False
+    if how == "int":
+        return np.rint(X).astype(np.int64), False
+    if how == "sparse":
+        return sp.csr_matrix(np.where(np.abs(X) > 0.5, X, 0.0)), False
+    if how in ("nan", "inf"):
+        X[draw(st.integers(0, rows - 1)), 0] = np.nan if how == "nan" else -np.inf
+        if draw(st.booleans()):
+            X = sp.csr_matrix(X)
+    elif how == "rows":
+        X = np.vstack([X, X[:1]]) if draw(st.booleans()) or rows == 1 else X[:-1]
+    elif how == "dtype":
+        X = X.astype(str) if draw(st.booleans()) else X.astype(complex)
+    elif how == "1d":
+        return X[:, 0], False  # one feature per row: read as one column
+    return X, True
+
+
+def _names_argument(err: Exception, words) -> bool:
+    msg = str(err).lower()
+    return any(w.lower() in msg for w in words)
+
+
+def _check_refusal(err: Exception, words, broken: bool):
+    """A refusal must be a ValueError / TypeError naming one of ``words``."""
+    assert isinstance(err, ValueError | TypeError), f"{type(err).__name__}: {err}"
+    assert _names_argument(err, words), f"{err!r} names none of {words}"
+
+
+# ---------------------------------------------------------------------------- brute force
+def _crf_brute_loglik(batch, node, edge, labels):
+    """Per-graph log p(observed labels) by enumeration: log Z(clamped) - log Z."""
+    clamped = node.copy()
+    obs = labels >= 0
+    forbid = np.zeros_like(node, dtype=bool)
+    forbid[obs] = True
+    forbid[np.flatnonzero(obs), labels[obs]] = False
+    clamped[forbid] = -1e30  # exp(-1e30) is exactly 0 in every sum
+    return BRUTE.log_partition(batch, clamped, edge) - BRUTE.log_partition(batch, node, edge)
+
+
+def _close(a, b, tol=1e-8):
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    assert not np.isnan(a).any(), a
+    np.testing.assert_allclose(a, b, rtol=tol, atol=tol)
+
+
+# ---------------------------------------------------------------------------- pmc.CRF
+def _crf_case(data):
+    batch = data.draw(batches())
+    K = data.draw(st.integers(2, 3))
+    labels, bad_labels = data.draw(crf_labels(batch, K))
+    use_nodes = data.draw(st.booleans())
+    X, bad_x = data.draw(features(batch.n_total_nodes, "node")) if use_nodes else (None, False)
+    per_edge = batch.n_edges > 0 and data.draw(st.booleans())
+    Xe, bad_xe = data.draw(features(batch.n_edges, "edge")) if per_edge else (None, False)
+    potential = data.draw(st.sampled_from(["loglinear", "probit"]))
+    bad_shape = data.draw(st.sampled_from([False] * 5 + [True]))
+    return batch, K, labels, bad_labels, X, bad_x, Xe, bad_xe, potential, bad_shape
+
+
+def _n_cols(x):
+    return None if x is None or np.ndim(x) != 2 else x.shape[1]
+
+
+def check_crf(data):
+    batch, K, labels, bad_labels, X, bad_x, Xe, bad_xe, potential, bad_shape = _crf_case(data)
+    broken = bad_labels or bad_x or bad_xe or bad_shape
+    F, Fe = _n_cols(X) or 1, _n_cols(Xe) or 1
+    words = (["label"] * bad_labels + ["node_features", "node feature"] * bad_x
+             + ["edge_features", "edge feature"] * bad_xe + ["weights"] * bad_shape)
+    try:
+        with pm.Model() as model, _quiet():
+            Wn = (pm.Normal("Wn", 0, 1, shape=(F + bad_shape, K)) if X is not None else None)
+            if Xe is not None:
+                We = pm.Normal("We", 0, 1, shape=(Fe, K, K + bad_shape))
+            else:
+                We = pm.Normal("We", 0, 1, shape=(K, K + (bad_shape and X is None)))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=Wn, edge_features=Xe,
+                    edge_weights=We, potential=potential, epsilon=0.1 * (potential == "probit"),
+                    n_labels=K, observed=labels)
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        _check_refusal(err, words or ["label", "feature", "weights"], broken)
+        return "refused"
+    assert not broken or (bad_shape and X is not None and Xe is None and False), \
+        f"accepted a broken case: labels {bad_labels}, node {bad_x}, edge {bad_xe}"
+    spec = extract_crf(model)
+    w = _floats(data.draw, (spec.flat_size,))
+    got = CRFLogLikelihood(spec).pointwise(w)
+    parts = spec.unflatten(w)
+    node, edge, _, _ = log_potential_tables(
+        potential, spec.epsilon, batch.n_total_nodes, K,
+        None if X is None else spec.node_features, parts.get("Wn"),
+        None if Xe is None else spec.edge_features, parts["We"])
+    _close(got, _crf_brute_loglik(batch, node, edge, spec.labels))
+    return "checked"
+
+
+@FAST
+@given(st.data())
+def test_fuzz_crf(data):
+    check_crf(data)
+
+
+@pytest.mark.slow
+@SLOW
+@given(st.data())
+def test_fuzz_crf_slow(data):
+    check_crf(data)
+
+
+# ---------------------------------------------------------------------------- pmc.MRF
+def _mrf_brute(batch, node, edge, rows):
+    """Per-row log p(row) by enumeration over the one graph's labellings."""
+    log_z = BRUTE.log_partition(batch, node, edge)[0]
+    n = batch.n_total_nodes
+    score = node[np.arange(n)[None, :], rows].sum(axis=1)
+    if batch.n_edges:
+        e = np.zeros(batch.n_edges, np.int64) if edge.shape[0] == 1 else np.arange(batch.n_edges)
+        u, v = batch.edges[:, 0], batch.edges[:, 1]
+        score = score + edge[e[None, :], rows[:, u], rows[:, v]].sum(axis=1)
+    return score - log_z
+
+
+def check_mrf(data):
+    batch = data.draw(batches(max_graphs=1, max_nodes=4))
+    n, E = batch.n_total_nodes, batch.n_edges
+    param = data.draw(st.sampled_from(["table", "ising", "boltzmann", "potts"]))
+    K = 2 if param in ("ising", "boltzmann") else data.draw(st.integers(2, 3))
+    rows = np.asarray(data.draw(st.lists(st.lists(st.integers(0, K - 1), min_size=n, max_size=n),
+                                         min_size=1, max_size=4)))
+    how = data.draw(st.sampled_from(["ok", "ok", "ok", "nan", "inf", "range", "width",
+                                     "masked", "node_shape", "edge_shape"]))
+    words = {"nan": ["NaN"], "inf": ["inf"], "range": ["label", "outside"],
+             "width": ["label", "row"], "masked": ["missing"], "node_shape": ["node_weights"],
+             "edge_shape": ["edge_weights"]}.get(how, ())
+    observed = rows
+    if how in ("nan", "inf"):
+        observed = rows.astype(float)
+        observed[0, data.draw(st.integers(0, n - 1))] = np.nan if how == "nan" else np.inf
+    elif how == "range":
+        observed = rows.copy()
+        observed[0, 0] = K
+    elif how == "width":
+        observed = np.hstack([rows, rows[:, :1]])
+    elif how == "masked":
+        observed = np.ma.masked_array(rows, mask=np.eye(*rows.shape, dtype=bool))
+    table = param in ("table", "potts")
+    node_shape = (n, K) if table else (n,)
+    if data.draw(st.booleans()):
+        node_shape = node_shape[1:]  # one shared node weight
+    edge_shape = (((E, K, K) if param == "table" else (E,))
+                  if data.draw(st.booleans()) else ((K, K) if param == "table" else ()))
+    if how == "node_shape":
+        node_shape = (n + 1, K) if table else (n + 1,)
+    if how == "edge_shape":
+        edge_shape = (E + 1,) if param != "table" else (E + 1, K, K)
+    use_edges = E > 0 and (how == "edge_shape" or data.draw(st.booleans()))
+    try:
+        with pm.Model() as model, _quiet():
+            b = pm.Normal("b", 0, 1, shape=node_shape)
+            w = pm.Normal("w", 0, 1, shape=edge_shape) if use_edges else None
+            pmc.MRF("x", graphs=batch, node_weights=b, edge_weights=w, parameterization=param,
+                    n_labels=None if param in ("ising", "boltzmann") else K, observed=observed)
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        _check_refusal(err, words or ["label", "weights"], how != "ok")
+        return "refused"
+    assert how == "ok", f"accepted a broken MRF case {how!r}"
+    spec = extract_mrf(model)
+    wf = _floats(data.draw, (spec.flat_size,))
+    got = MRFLogLikelihood(spec).pointwise(wf)
+    parts = spec.unflatten(wf)
+    node = np.asarray(spec.param.node_table(parts["b"]), float)
+    edge = np.asarray(spec.param.edge_table(parts.get("w")), float)
+    _close(got, _mrf_brute(batch, node, edge, rows))
+    return "checked"
+
+
+@FAST
+@given(st.data())
+def test_fuzz_mrf(data):
+    check_mrf(data)
+
+
+@pytest.mark.slow
+@SLOW
+@given(st.data())
+def test_fuzz_mrf_slow(data):
+    check_mrf(data)
+
+
+# ---------------------------------------------------------------------------- pmc.HCRF
+def _hcrf_brute(batch, X, tx, ty, te):
+    """log p(c | X_g) (G, C) by enumerating every hidden labelling of every graph."""
+    S, C = ty.shape
+    out = np.zeros((batch.n_graphs, C))
+    for g in range(batch.n_graphs):
+        lo, hi = batch.node_offsets[g], batch.node_offsets[g + 1]
+        edges = batch.local_edges(g)
+        scores = np.full((C, S ** (hi - lo)), 0.0)
+        for k, s in enumerate(itertools.product(range(S), repeat=int(hi - lo))):
+            s = np.array(s)
+            for c in range(C):
+                scores[c, k] = ((X[lo:hi] @ tx)[np.arange(hi - lo), s].sum() + ty[s, c].sum()
+                                + sum(te[s[u], s[v], c] for u, v in edges))
+        log_z = logsumexp(scores, axis=1)
+        out[g] = log_z - logsumexp(log_z)
+    return out
+
+
+def check_hcrf(data):
+    batch = data.draw(batches(max_graphs=3, max_nodes=3))
+    S, C = data.draw(st.integers(1, 2)), data.draw(st.integers(2, 3))
+    X, bad_x = data.draw(features(batch.n_total_nodes, "node"))
+    sparse = sp.issparse(X)
+    F = _n_cols(X) or 1
+    y = np.asarray(data.draw(st.lists(st.integers(0, C - 1), min_size=batch.n_graphs,
+                                      max_size=batch.n_graphs)))
+    how = data.draw(st.sampled_from(["ok", "ok", "ok", "range", "length", "nan", "theta_y"]))
+    words = ({"range": ["label"], "length": ["label"], "nan": ["label"],
+              "theta_y": ["theta_y"]}.get(how, [])
+             + ["node_features", "node feature", "sparse"] * (bad_x or sparse))
+    if how == "range":
+        y = y.copy()
+        y[0] = C
+    elif how == "length":
+        y = np.append(y, 0)
+    elif how == "nan":
+        y = y.astype(float)
+        y[0] = np.nan
+    try:
+        with pm.Model(), _quiet():
+            tx = pm.Normal("tx", 0, 1, shape=(F, S))
+            ty = pm.Normal("ty", 0, 1, shape=(S + (how == "theta_y"), C))
+            te = pm.Normal("te", 0, 1, shape=(S, S, C))
+            pmc.HCRF("c", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
+                     n_states=S, n_classes=C, observed=y)
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        _check_refusal(err, words or ["label", "theta", "feature"], True)
+        return "refused"
+    assert how == "ok" and not bad_x and not sparse, f"accepted a broken HCRF case {how!r}"
+    Xd = np.asarray(X, dtype=float)
+    tx, ty, te = (_floats(data.draw, s) for s in ((F, S), (S, C), (S, S, C)))
+    got = class_log_probs(batch, Xd, tx, ty, te)
+    _close(got, _hcrf_brute(batch, Xd, tx, ty, te))
+    return "checked"
+
+
+@FAST
+@given(st.data())
+def test_fuzz_hcrf(data):
+    check_hcrf(data)
+
+
+@pytest.mark.slow
+@SLOW
+@given(st.data())
+def test_fuzz_hcrf_slow(data):
+    check_hcrf(data)
