@@ -147,8 +147,9 @@ def _names_argument(err: Exception, words) -> bool:
 
 
 def _check_refusal(err: Exception, words, broken: bool):
-    """A refusal must be a ValueError / TypeError naming one of ``words``."""
+    """A refusal must be of a broken input, a ValueError / TypeError naming one of ``words``."""
     assert isinstance(err, ValueError | TypeError), f"{type(err).__name__}: {err}"
+    assert broken, f"refused a valid input: {err}"
     assert _names_argument(err, words), f"{err!r} names none of {words}"
 
 
@@ -382,3 +383,157 @@ def test_fuzz_hcrf(data):
 @given(st.data())
 def test_fuzz_hcrf_slow(data):
     check_hcrf(data)
+
+
+# ---------------------------------------------------------------------------- pm.Data updates
+# One compiled log-likelihood per model for the whole run: each example swaps new labels in with
+# pm.Data, as a user would between fits.
+DATA_BATCH = pmc.GraphBatch.from_edges([np.array([[0, 1], [1, 2]]),
+                                        np.array([[0, 1], [1, 2], [0, 2]])], [3, 3])
+DATA_X = np.random.default_rng(1).normal(size=(6, 2))
+DATA_K = 3
+
+
+#: the default run compiles with PyTensor's Python linker (seconds; the numba backend's first
+#: compile of these graphs takes a minute on a cold cache); the slow copies use the numba default
+PY_MODE = "FAST_COMPILE"
+
+
+def _crf_data_model(mode=None):
+    with pm.Model() as model, _quiet():
+        y = pm.Data("y", pmc.pad_labels(DATA_BATCH, np.zeros(6, int)).astype(float))
+        W = pm.Normal("W", 0, 1, shape=(2, DATA_K))
+        T = pm.Normal("T", 0, 1, shape=(DATA_K, DATA_K))
+        rv = pmc.CRF("t", graphs=DATA_BATCH, node_features=DATA_X, node_weights=W,
+                     edge_weights=T, observed=y)
+    return model, model.compile_logp(vars=[rv], sum=False, mode=mode)
+
+
+@pytest.fixture(scope="module")
+def crf_data_model():
+    return _crf_data_model(PY_MODE)
+
+
+@pytest.fixture(scope="module")
+def crf_data_model_numba():
+    return _crf_data_model()
+
+
+@st.composite
+def padded_labels(draw):
+    """A (G, L) label matrix for DATA_BATCH, sometimes of another shape, out of range, NaN
+    (missing) or inf, or with a label in the padding."""
+    G, L = 2, 3
+    y = np.asarray(draw(st.lists(st.integers(-1, DATA_K - 1), min_size=G * L,
+                                 max_size=G * L))).reshape(G, L).astype(float)
+    how = draw(st.sampled_from(["ok", "ok", "nan", "inf", "range", "shape", "fraction"]))
+    broken = how not in ("ok", "nan")
+    if how == "nan":
+        y[draw(st.integers(0, G - 1)), draw(st.integers(0, L - 1))] = np.nan
+    elif how == "inf":
+        y[0, 0] = np.inf
+    elif how == "range":
+        y[1, 1] = DATA_K
+    elif how == "shape":
+        y = draw(st.sampled_from([y[:, :2], y[:1], np.vstack([y, y[:1]]), np.hstack([y, y])]))
+    elif how == "fraction":
+        y[0, 1] = 0.5
+    return y, broken
+
+
+def check_crf_data(model, f, data):
+    y, broken = data.draw(padded_labels())
+    w = {"W": _floats(data.draw, (2, DATA_K)), "T": _floats(data.draw, (DATA_K, DATA_K))}
+    pm.set_data({"y": y}, model=model)
+    try:
+        [got] = f(w)
+        fitted = extract_crf(model)  # what every fitter reads at fit time
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        _check_refusal(err, ["label"], broken)
+        return "refused"
+    assert not broken, f"accepted labels {y.tolist()}"
+    node, edge, _, _ = log_potential_tables("loglinear", 0.0, 6, DATA_K, DATA_X, w["W"], None,
+                                            w["T"])
+    labels = np.where(np.isnan(y), -1, y)[DATA_BATCH.node_graph, np.r_[0:3, 0:3]].astype(int)
+    want = _crf_brute_loglik(DATA_BATCH, node, edge, labels)
+    _close(got, want)
+    assert fitted.labels.tolist() == labels.tolist()
+    _close(CRFLogLikelihood(fitted).pointwise(fitted.flatten(w)), want)
+    return "checked"
+
+
+@FAST
+@given(data=st.data())
+def test_fuzz_crf_data_updates(crf_data_model, data):
+    check_crf_data(*crf_data_model, data)
+
+
+@pytest.mark.slow
+@SLOW
+@given(data=st.data())
+def test_fuzz_crf_data_updates_slow(crf_data_model_numba, data):
+    check_crf_data(*crf_data_model_numba, data)
+
+
+MRF_GRAPH = pmc.GraphBatch.from_edges([np.array([[0, 1], [1, 2], [2, 3], [0, 3]])], [4])
+
+
+def _mrf_data_model(mode=None):
+    with pm.Model() as model, _quiet():
+        y = pm.Data("y", np.zeros((3, 4)))
+        b = pm.Data("b", np.zeros(4))
+        w = pm.Normal("w", 0, 1)
+        rv = pmc.MRF("x", graphs=MRF_GRAPH, node_weights=b, edge_weights=w,
+                     parameterization="ising", observed=y)
+    return model, model.compile_logp(vars=[rv], sum=False, mode=mode)
+
+
+@pytest.fixture(scope="module")
+def mrf_data_model():
+    return _mrf_data_model(PY_MODE)
+
+
+@pytest.fixture(scope="module")
+def mrf_data_model_numba():
+    return _mrf_data_model()
+
+
+def check_mrf_data(model, f, data):
+    rows = data.draw(st.integers(1, 4))
+    cols = data.draw(st.sampled_from([4, 4, 4, 3, 5]))
+    y = np.asarray(data.draw(st.lists(st.integers(0, 1), min_size=rows * cols,
+                                      max_size=rows * cols))).reshape(rows, cols)
+    bias = data.draw(st.sampled_from([4, 4, 4, 3, 5]))
+    bad_value = data.draw(st.sampled_from([None] * 4 + [2, -1, 0.5, np.nan, np.inf]))
+    if bad_value is not None:
+        y = y.astype(float)
+        y[0, 0] = bad_value
+    b = _floats(data.draw, (bias,))
+    broken = cols != 4 or bias != 4 or bad_value is not None
+    pm.set_data({"y": y, "b": b}, model=model)
+    w = float(_floats(data.draw, ()))
+    try:
+        [got] = f({"w": w})
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        words = (["labels", "samples"] if cols != 4 or bad_value is not None else [])
+        _check_refusal(err, words + ["node_weights"] * (bias != 4), broken)
+        return "refused"
+    assert not broken, f"accepted labels of shape {y.shape} / node weights of {bias}"
+    s = np.array([-1.0, 1.0])
+    node = b[:, None] * s
+    edge = (w * np.outer(s, s))[None]
+    _close(got, _mrf_brute(MRF_GRAPH, node, edge, y))
+    return "checked"
+
+
+@FAST
+@given(data=st.data())
+def test_fuzz_mrf_data_updates(mrf_data_model, data):
+    check_mrf_data(*mrf_data_model, data)
+
+
+@pytest.mark.slow
+@SLOW
+@given(data=st.data())
+def test_fuzz_mrf_data_updates_slow(mrf_data_model_numba, data):
+    check_mrf_data(*mrf_data_model_numba, data)

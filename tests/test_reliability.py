@@ -13,6 +13,7 @@ import pymc as pm
 import pytest
 
 import pymc_crf as pmc
+from pymc_crf.fitters.spec import extract_crf
 
 # Every case runs in one child process, so a segmentation fault (the MRF's label columns were
 # indexed without bounds checks) fails this test instead of killing pytest; the child prints
@@ -196,8 +197,6 @@ def test_refusals_name_the_method_and_one_that_can():
 
 
 def test_refusal_outside_a_fit_does_not_claim_a_method():
-    from pymc_crf.fitters.spec import extract_crf
-
     with pytest.raises(ValueError) as exc:
         extract_crf(_mrf_model())
     _one_line(exc, "this function needs a model with an observed pmc.CRF likelihood")
@@ -270,3 +269,86 @@ def test_loo_leaves_out_graphs_without_labels():
     want = az.loo(kept, pointwise=True)
     assert got["elpd"] == pytest.approx(want["elpd"])
     assert np.isfinite(got["elpd"])
+
+
+def _data_crf(mode="FAST_COMPILE"):
+    with pm.Model() as model:
+        y = pm.Data("y", LABELS.astype(float))
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        rv = pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=y)
+    return model, model.compile_logp(vars=[rv], sum=False, mode=mode)
+
+
+def test_nan_in_data_labels_is_missing_in_the_compiled_logp_too():
+    """Fit time read NaN through pm.Data as missing, but the compiled logp (NUTS) saw PyMC's
+    int64 cast of NaN and refused it: found by the fuzz suite."""
+    model, f = _data_crf()
+    point = {"w": np.array([[0.3, -0.2], [0.1, 0.4]])}
+    gap = LABELS.astype(float)
+    gap[0, 2] = np.nan
+    pm.set_data({"y": gap}, model=model)
+    [got] = f(point)
+    minus_one = LABELS.copy()
+    minus_one[0, 2] = -1
+    pm.set_data({"y": minus_one.astype(float)}, model=model)
+    [want] = f(point)
+    np.testing.assert_allclose(got, want, rtol=0, atol=0)
+    assert extract_crf(model).labels.tolist() == [0, 1, -1, 1, 0]
+
+
+@pytest.mark.parametrize("kind", ["CRF", "MRF", "HCRF"])
+def test_fractional_data_labels_are_refused_where_the_logp_runs(kind):
+    """PyMC's int64 cast truncated 0.5 to 0: a likelihood of other labels, silently."""
+    if kind == "CRF":
+        model, f = _data_crf()
+        bad = LABELS.astype(float)
+        bad[0, 1] = 0.5
+        point = {"w": np.zeros((2, 2))}
+    elif kind == "MRF":
+        with pm.Model() as model:
+            y = pm.Data("y", np.zeros((2, 3)))
+            w = pm.Normal("w", 0.0, 1.0)
+            rv = pmc.MRF("x", graphs=pmc.GraphBatch.chains([3]), edge_weights=w,
+                         parameterization="ising", observed=y)
+        f = model.compile_logp(vars=[rv], sum=False, mode="FAST_COMPILE")
+        bad = np.array([[0, 0.5, 1], [1, 1, 0]])
+        point = {"w": 0.0}
+    else:
+        with pm.Model() as model:
+            y = pm.Data("y", np.array([0.0, 1.0]))
+            tx = pm.Normal("tx", 0, 1, shape=(1, 2))
+            ty = pm.Normal("ty", 0, 1, shape=(2, 2))
+            te = pm.Normal("te", 0, 1, shape=(2, 2, 2))
+            rv = pmc.HCRF("c", graphs=pmc.GraphBatch.chains([2, 2]), node_features=np.ones((4, 1)),
+                          theta_x=tx, theta_y=ty, theta_e=te, observed=y)
+        f = model.compile_logp(vars=[rv], sum=False, mode="FAST_COMPILE")
+        bad = np.array([0.5, 1.0])
+        point = model.initial_point()
+    pm.set_data({"y": bad}, model=model)
+    with pytest.raises(ValueError) as exc:
+        f(point)
+    _one_line(exc, f"{kind} labels must be whole numbers (class indices)")
+    if kind == "MRF":  # and where fitters read the labels, which evaluated the cast first
+        with pytest.raises(ValueError) as exc:
+            pmc.fitters.extract_mrf(model)
+        _one_line(exc, "observed labels of 'x'", "whole numbers")
+
+
+@pytest.mark.parametrize("dtype", [complex, str])
+@pytest.mark.parametrize("sparse", [False, True])
+def test_features_of_other_dtypes_are_refused(dtype, sparse):
+    """Complex features lost their imaginary part with a warning only: found by the fuzz
+    suite."""
+    import scipy.sparse
+
+    if sparse and dtype is str:
+        pytest.skip("scipy.sparse holds no strings")
+    X = (np.arange(10.0).reshape(5, 2) + 1j).astype(dtype)
+    X = scipy.sparse.csr_matrix(X) if sparse else X
+    with pm.Model(), pytest.raises(ValueError) as exc:
+        W = pm.Normal("W", 0, 1, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, node_features=X, node_weights=W, observed=LABELS)
+    _one_line(exc, "node features must be real numbers", "got dtype")
+    with pytest.raises(ValueError) as exc:
+        pmc.CRFData(BATCH, None, node_features=X)
+    _one_line(exc, "node features must be real numbers")

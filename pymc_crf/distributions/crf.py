@@ -26,7 +26,9 @@ from pymc.logprob.abstract import _logprob
 from pytensor.graph.basic import Constant, Variable
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.raise_op import CheckAndRaise
+from pytensor.scalar import Cast
 from pytensor.sparse.variable import SparseConstant
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
@@ -44,7 +46,7 @@ from pymc_crf.potentials import check_potential, log_potential_tables, log_poten
 from pymc_crf.validation import flag, whole_number
 
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials",
-           "data_check"]
+           "data_check", "integer_labels"]
 
 
 def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
@@ -518,6 +520,7 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     clamped and a plain log Z of the whole batch."""
     [value] = values
     if not isinstance(value, pt.TensorConstant):
+        value = integer_labels(value, "CRF", missing=True)
         return _logp_summed_out(op, value, *op.log_potentials(params))
     flat = unpad_labels(op.batch, np.asarray(value.data))
     if (flat >= 0).all() or (flat < -1).any() or (flat >= op.n_labels).any():
@@ -536,6 +539,30 @@ def data_check(message: str) -> CheckAndRaise:
     that use ``x`` (they take its output), so a wrong shape never reaches code that indexes
     without bounds checks; PyTensor's ``Assert`` would raise an ``AssertionError``."""
     return CheckAndRaise(ValueError, message)
+
+
+def integer_labels(value, what: str, missing: bool):
+    """Labels given at run time (``pm.Data``) as int64, checked where the logp runs.
+
+    PyMC casts float data to the variable's int64, which truncates 0.5 to 0 and turns NaN into
+    the smallest int64: the cast is undone here, and a fraction or inf is refused by name; with
+    ``missing`` a NaN is a missing label (-1), as at fit time, else it is refused too."""
+    src = value
+    if src.owner is not None and is_cast(src.owner.op):
+        src = src.owner.inputs[0]
+    if not src.dtype.startswith("float"):
+        return value
+    if missing:
+        src = pt.switch(pt.isnan(src), -1.0, src)
+    whole = pt.all(pt.and_(pt.isfinite(src), pt.eq(src, pt.round(src))))
+    hint = "; NaN marks a missing label" if missing else ""
+    src = data_check(f"{what} labels must be whole numbers (class indices); got a fraction, "
+                     f"inf{'' if missing else ' or NaN'}{hint}")(src, whole)
+    return pt.cast(src, "int64")
+
+
+def is_cast(op) -> bool:
+    return isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast)
 
 
 def _flat_labels(batch: GraphBatch, value):

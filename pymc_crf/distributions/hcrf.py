@@ -52,7 +52,7 @@ from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
-from pymc_crf.distributions.crf import data_check, fixed_features
+from pymc_crf.distributions.crf import data_check, fixed_features, integer_labels
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
@@ -196,7 +196,7 @@ def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_featu
     # labels held in pm.Data can change length after the model is built (pm.set_data): one
     # label would broadcast against every graph (a silent wrong likelihood), others fail inside
     # PyTensor; the length is checked where the logp runs, by name
-    value = pt.as_tensor_variable(value)
+    value = integer_labels(pt.as_tensor_variable(value), "HCRF", missing=False)
     if value.ndim != 1:
         raise ValueError(f"HCRF labels (observed) must be one class per graph, shape ({G},); got "
                          f"a {value.ndim}-d tensor")

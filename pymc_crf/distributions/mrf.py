@@ -27,7 +27,7 @@ from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_crf.distributions.crf import data_check
+from pymc_crf.distributions.crf import data_check, integer_labels
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
@@ -525,7 +525,7 @@ def _checked_shapes(op: MRFRV, value, params):
 def mrf_logp(op: MRFRV, values, rng, size, *params, **kwargs):
     """Per-row log-likelihood: each row's score minus the shared log Z (one Op call)."""
     [value] = values
-    value, params = _checked_shapes(op, value, params)
+    value, params = _checked_shapes(op, integer_labels(value, "MRF", missing=False), params)
     node_logpot, edge_logpot = op.log_potentials(params)
     batch = op.batch
     n = int(batch.n_nodes[0])

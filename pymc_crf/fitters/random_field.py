@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 
-from pymc_crf.distributions.crf import CRFRV
+from pymc_crf.distributions.crf import CRFRV, is_cast
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
 from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.fitters.spec import (
@@ -109,6 +109,9 @@ class MRFSpec:
 
 def _observed(model: pm.Model, rv) -> np.ndarray:
     obs = model.rvs_to_values[rv]
+    # PyMC casts float pm.Data to int64, which would truncate 0.5 to 0 before the label check
+    while obs.owner is not None and is_cast(obs.owner.op):
+        obs = obs.owner.inputs[0]
     return np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
 
 
