@@ -365,7 +365,7 @@ def check_hcrf(data):
         _check_refusal(err, words or ["label", "theta", "feature"], True)
         return "refused"
     assert how == "ok" and not bad_x and not sparse, f"accepted a broken HCRF case {how!r}"
-    Xd = np.asarray(X, dtype=float)
+    Xd = np.asarray(X, dtype=float).reshape(batch.n_total_nodes, -1)  # 1-d: one column
     tx, ty, te = (_floats(data.draw, s) for s in ((F, S), (S, C), (S, S, C)))
     got = class_log_probs(batch, Xd, tx, ty, te)
     _close(got, _hcrf_brute(batch, Xd, tx, ty, te))
@@ -537,3 +537,164 @@ def test_fuzz_mrf_data_updates(mrf_data_model, data):
 @given(data=st.data())
 def test_fuzz_mrf_data_updates_slow(mrf_data_model_numba, data):
     check_mrf_data(*mrf_data_model_numba, data)
+
+
+# ---------------------------------------------------------------------------- pmc.fit
+#: option mutations: (option, value, words its refusal must name); None keeps the defaults
+BAD_OPTIONS = {
+    "map": [("maxiter", 2.5, "maxiter"), ("maxiter", 0, "maxiter"), ("gtol", -1.0, "gtol"),
+            ("jitter", float("nan"), "jitter"), ("random_seed", -3, "random_seed"),
+            ("log_likelihood", "False", "log_likelihood"), ("optimizer", "bfgs", "optimizer"),
+            ("start", {"nope": 1.0}, "start"), ("max_iter", 5, "max_iter")],
+    "ep": [("draws", 0, "draws"), ("max_iter", True, "max_iter"), ("step_size", 2.0, "step_size"),
+           ("variant", "xep", "variant"), ("tol", float("nan"), "tol")],
+    "bethe_laplace": [("draws", -1, "draws"), ("map", "nope", "map"),
+                      ("covariance", "nope", "covariance"), ("maxiter", 1.5, "maxiter")],
+}
+CHEAP = {"map": {}, "ep": {"draws": 4, "max_iter": 50}, "bethe_laplace": {"draws": 4}}
+
+
+def check_fit(data, method):
+    batch = data.draw(batches(max_graphs=2, max_nodes=3))
+    K = data.draw(st.integers(2, 3))
+    N = batch.n_total_nodes
+    low = 0 if method != "map" else -1  # ep and bethe_laplace need every label
+    y = np.asarray(data.draw(st.lists(st.integers(low, K - 1), min_size=N, max_size=N)))
+    X = _floats(data.draw, (N, 2))
+    bad = data.draw(st.sampled_from([None] * 3 + BAD_OPTIONS[method]))
+    options = {**CHEAP[method], "progressbar": False, "random_seed": 1}
+    if bad is not None:
+        options[bad[0]] = bad[1]
+    with pm.Model() as model, _quiet():
+        W = pm.Normal("W", 0, 1, shape=(2, K))
+        T = pm.Normal("T", 0, 1, shape=(K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                n_labels=K, observed=y)
+    try:
+        with _quiet():
+            result = pmc.fit(model, method=method, **options)
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        _check_refusal(err, [bad[2]] if bad else [method], bad is not None)
+        return "refused"
+    assert bad is None, f"accepted {bad[0]}={bad[1]!r}"
+    post = result["posterior"]
+    ll = result["log_likelihood"]["y"].values
+    for name in ("W", "T"):
+        assert not np.isnan(post[name].values).any()
+    assert ll.shape[-1] == batch.n_graphs
+    Wd = post["W"].values.reshape(-1, 2, K)
+    Td = post["T"].values.reshape(-1, K, K)
+    for s in range(min(len(Wd), 3)):
+        node, edge, _, _ = log_potential_tables("loglinear", 0.0, N, K, X, Wd[s], None, Td[s])
+        _close(ll.reshape(-1, batch.n_graphs)[s], _crf_brute_loglik(batch, node, edge, y))
+    return "checked"
+
+
+@pytest.mark.parametrize("method", ["map", "ep", "bethe_laplace"])
+@settings(FAST, max_examples=4)
+@given(data=st.data())
+def test_fuzz_fit(method, data):
+    check_fit(data, method)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["map", "ep", "bethe_laplace"])
+@settings(SLOW, max_examples=60)
+@given(data=st.data())
+def test_fuzz_fit_slow(method, data):
+    check_fit(data, method)
+
+
+# ---------------------------------------------------------------------------- pmc.predict
+PRED_K = 3
+
+
+@pytest.fixture(scope="module")
+def fitted():
+    """A Bethe-Laplace fit with draws (so "average" averages several weight sets)."""
+    batch = pmc.GraphBatch.chains([3, 2])
+    with pm.Model() as model, _quiet():
+        W = pm.Normal("W", 0, 1, shape=(2, PRED_K))
+        T = pm.Normal("T", 0, 1, shape=(PRED_K, PRED_K))
+        pmc.CRF("y", graphs=batch, node_features=np.random.default_rng(2).normal(size=(5, 2)),
+                node_weights=W, edge_weights=T, observed=np.array([0, 1, 2, 2, 1]))
+        result = pmc.fit(model, method="bethe_laplace", draws=6, random_seed=0,
+                         progressbar=False)
+    return result
+
+
+def _graph_scores(batch, node, edge, labels):
+    N = batch.n_total_nodes
+    score = np.zeros(batch.n_graphs)
+    np.add.at(score, batch.node_graph, node[np.arange(N), labels])
+    if batch.n_edges:
+        u, v = batch.edges[:, 0], batch.edges[:, 1]
+        np.add.at(score, batch.edge_graph, edge[0, labels[u], labels[v]])
+    return score
+
+
+def check_predict(result, data):
+    batch = data.draw(batches())
+    N = batch.n_total_nodes
+    X, bad_x = data.draw(features(N, "node"))
+    if not bad_x and data.draw(st.sampled_from([False] * 5 + [True])):
+        X, bad_x = np.hstack([np.asarray(X.todense() if sp.issparse(X) else X).reshape(N, -1),
+                              np.ones((N, 1))]), True  # a column more than the fit's
+    elif not bad_x and np.ndim(X) == 2 and X.shape[1] != 2:
+        X = sp.hstack([X, X]).tocsr() if sp.issparse(X) else np.hstack([X, X])
+    if np.ndim(X) == 1 and not bad_x:
+        X, bad_x = X, True  # one column: the fit has two
+    labels = (np.asarray(data.draw(st.lists(st.integers(0, PRED_K - 1), min_size=N, max_size=N)))
+              if data.draw(st.booleans()) else None)
+    method = data.draw(st.sampled_from(["average", "bpe", "map"]))
+    draws, bad_draws = data.draw(st.sampled_from([(None, False), (100, False), (0, True),
+                                                  (2.5, True), ("3", True)]))
+    try:
+        crf_data = pmc.CRFData(batch, labels, node_features=X, n_labels=PRED_K)
+        with _quiet():
+            pred = pmc.predict(result, crf_data, method, draws=draws)
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        words = ["node feature", "node_features"] * bad_x + ["draws"] * bad_draws
+        _check_refusal(err, words, bad_x or bad_draws)
+        return "refused"
+    assert not (bad_x or bad_draws), f"accepted draws={draws!r} / features {np.shape(X)}"
+    Xd = np.asarray(X.todense() if sp.issparse(X) else X, dtype=float)
+    post = result["posterior"]
+    Ws = post["W"].values.reshape(-1, 2, PRED_K)
+    Ts = post["T"].values.reshape(-1, PRED_K, PRED_K)
+    mean = result["fit"]["mean_vector"].values
+    W_mean, T_mean = mean[:2 * PRED_K].reshape(2, PRED_K), mean[2 * PRED_K:].reshape(PRED_K,
+                                                                                    PRED_K)
+
+    def tables(W, T):
+        node, edge, _, _ = log_potential_tables("loglinear", 0.0, N, PRED_K, Xd, W, None, T)
+        return node, edge
+
+    assert not np.isnan(pred.marginals).any()
+    if method == "average":  # draws None or 100: every one of the 6 draws
+        want = np.mean([BRUTE.marginals(batch, *tables(W, T)).node
+                        for W, T in zip(Ws, Ts, strict=True)], axis=0)
+        _close(pred.marginals, want)
+    else:
+        node, edge = tables(W_mean, T_mean)
+        _close(pred.marginals, BRUTE.marginals(batch, node, edge).node)
+        if method == "map":
+            best = BRUTE.map_assignment(batch, node, edge).labels
+            _close(_graph_scores(batch, node, edge, pred.labels),
+                   _graph_scores(batch, node, edge, best))
+    if labels is not None:
+        assert pred.error_rate == pytest.approx(np.mean(pred.labels != labels))
+    return "checked"
+
+
+@settings(FAST, max_examples=10)
+@given(data=st.data())
+def test_fuzz_predict(fitted, data):
+    check_predict(fitted, data)
+
+
+@pytest.mark.slow
+@SLOW
+@given(data=st.data())
+def test_fuzz_predict_slow(fitted, data):
+    check_predict(fitted, data)
