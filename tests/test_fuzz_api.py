@@ -185,16 +185,39 @@ def _crf_case(data):
     return batch, K, labels, bad_labels, X, bad_x, Xe, bad_xe, potential, bad_shape
 
 
+#: CRF options: (keyword, value, broken?, words a refusal names); "chain" is broken only on a
+#: graph that is not a chain, which check_crf decides
+CRF_OPTIONS = [None, None, None, None,
+               ("inference", "junction_tree", False, ()), ("inference", "brute_force", False, ()),
+               ("inference", "bp", False, ()), ("inference", "chain", None, ("chain",)),
+               ("inference", "nope", True, ("inference", "nope")),
+               ("max_treewidth", 2.5, True, ("max_treewidth",)),
+               ("max_treewidth", -1, True, ("max_treewidth",)),
+               ("epsilon", 0.7, True, ("epsilon",)), ("epsilon", float("nan"), True, ("epsilon",)),
+               ("potential", "logit", True, ("potential",)),
+               ("n_labels", 1, True, ("n_labels", "weights", "label")),
+               ("n_labels", 2.5, True, ("n_labels",))]
+
+
 def _n_cols(x):
     return None if x is None or np.ndim(x) != 2 else x.shape[1]
 
 
 def check_crf(data):
     batch, K, labels, bad_labels, X, bad_x, Xe, bad_xe, potential, bad_shape = _crf_case(data)
-    broken = bad_labels or bad_x or bad_xe or bad_shape
+    option = data.draw(st.sampled_from(CRF_OPTIONS))
+    bad_option = option is not None and (option[2] if option[2] is not None
+                                         else not batch.is_chain)
+    if option is not None and option[0] == "epsilon":
+        potential = "probit"
+    broken = bad_labels or bad_x or bad_xe or bad_shape or bad_option
     F, Fe = _n_cols(X) or 1, _n_cols(Xe) or 1
     words = (["label"] * bad_labels + ["node_features", "node feature"] * bad_x
-             + ["edge_features", "edge feature"] * bad_xe + ["weights"] * bad_shape)
+             + ["edge_features", "edge feature"] * bad_xe + ["weights"] * bad_shape
+             + list(option[3] if bad_option else ()))
+    kwargs = {"potential": potential, "epsilon": 0.1 * (potential == "probit"), "n_labels": K}
+    if option is not None:
+        kwargs[option[0]] = option[1]
     try:
         with pm.Model() as model, _quiet():
             Wn = (pm.Normal("Wn", 0, 1, shape=(F + bad_shape, K)) if X is not None else None)
@@ -203,19 +226,22 @@ def check_crf(data):
             else:
                 We = pm.Normal("We", 0, 1, shape=(K, K + (bad_shape and X is None)))
             pmc.CRF("y", graphs=batch, node_features=X, node_weights=Wn, edge_features=Xe,
-                    edge_weights=We, potential=potential, epsilon=0.1 * (potential == "probit"),
-                    n_labels=K, observed=labels)
+                    edge_weights=We, observed=labels, **kwargs)
     except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
         _check_refusal(err, words or ["label", "feature", "weights"], broken)
         return "refused"
-    assert not broken or (bad_shape and X is not None and Xe is None and False), \
-        f"accepted a broken case: labels {bad_labels}, node {bad_x}, edge {bad_xe}"
+    assert not broken, (f"accepted a broken case: labels {bad_labels}, node {bad_x}, edge "
+                        f"{bad_xe}, weights {bad_shape}, option {option}")
     spec = extract_crf(model)
     w = _floats(data.draw, (spec.flat_size,))
-    got = CRFLogLikelihood(spec).pointwise(w)
+    with _quiet():
+        got = CRFLogLikelihood(spec).pointwise(w)
+    if not spec.exact:  # loopy BP on a loop: an approximation, finite but not brute force's
+        assert np.isfinite(got).all(), got
+        return "checked"
     parts = spec.unflatten(w)
     node, edge, _, _ = log_potential_tables(
-        potential, spec.epsilon, batch.n_total_nodes, K,
+        spec.potential, spec.epsilon, batch.n_total_nodes, K,
         None if X is None else spec.node_features, parts.get("Wn"),
         None if Xe is None else spec.edge_features, parts["We"])
     _close(got, _crf_brute_loglik(batch, node, edge, spec.labels))
@@ -698,3 +724,63 @@ def test_fuzz_predict(fitted, data):
 @given(data=st.data())
 def test_fuzz_predict_slow(fitted, data):
     check_predict(fitted, data)
+
+
+HCRF_BATCH = pmc.GraphBatch.from_edges([np.array([[0, 1]]), np.array([[0, 1], [1, 2], [0, 2]]),
+                                        np.zeros((0, 2), np.int64)], [2, 3, 1])
+HCRF_X = np.random.default_rng(3).normal(size=(6, 2))
+
+
+def _hcrf_data_model(mode=None):
+    with pm.Model() as model, _quiet():
+        y = pm.Data("y", np.zeros(3))
+        tx = pm.Normal("tx", 0, 1, shape=(2, 2))
+        ty = pm.Normal("ty", 0, 1, shape=(2, 3))
+        te = pm.Normal("te", 0, 1, shape=(2, 2, 3))
+        rv = pmc.HCRF("c", graphs=HCRF_BATCH, node_features=HCRF_X, theta_x=tx, theta_y=ty,
+                      theta_e=te, observed=y)
+    return model, model.compile_logp(vars=[rv], sum=False, mode=mode)
+
+
+@pytest.fixture(scope="module")
+def hcrf_data_model():
+    return _hcrf_data_model(PY_MODE)
+
+
+@pytest.fixture(scope="module")
+def hcrf_data_model_numba():
+    return _hcrf_data_model()
+
+
+def check_hcrf_data(model, f, data):
+    n = data.draw(st.sampled_from([3, 3, 3, 1, 2, 4]))
+    y = np.asarray(data.draw(st.lists(st.integers(0, 2), min_size=n, max_size=n)), dtype=float)
+    bad_value = data.draw(st.sampled_from([None] * 4 + [3, -1, 0.5, np.nan, np.inf]))
+    if bad_value is not None:
+        y[0] = bad_value
+    broken = n != 3 or bad_value is not None
+    pm.set_data({"y": y}, model=model)
+    w = {"tx": _floats(data.draw, (2, 2)), "ty": _floats(data.draw, (2, 3)),
+         "te": _floats(data.draw, (2, 2, 3))}
+    try:
+        [got] = f(w)
+    except Exception as err:  # noqa: BLE001 - the contract is checked on every exception
+        _check_refusal(err, ["label"], broken)
+        return "refused"
+    assert not broken, f"accepted labels {y.tolist()}"
+    want = _hcrf_brute(HCRF_BATCH, HCRF_X, w["tx"], w["ty"], w["te"])
+    _close(got, want[np.arange(3), y.astype(int)])
+    return "checked"
+
+
+@FAST
+@given(data=st.data())
+def test_fuzz_hcrf_data_updates(hcrf_data_model, data):
+    check_hcrf_data(*hcrf_data_model, data)
+
+
+@pytest.mark.slow
+@SLOW
+@given(data=st.data())
+def test_fuzz_hcrf_data_updates_slow(hcrf_data_model_numba, data):
+    check_hcrf_data(*hcrf_data_model_numba, data)
