@@ -352,3 +352,22 @@ def test_features_of_other_dtypes_are_refused(dtype, sparse):
     with pytest.raises(ValueError) as exc:
         pmc.CRFData(BATCH, None, node_features=X)
     _one_line(exc, "node features must be real numbers")
+
+
+@pytest.mark.parametrize("update,name,shape", [({"W": np.zeros((3, 2))}, "node_weights", "(2, 2)"),
+                                               ({"T": np.zeros((3, 3))}, "edge_weights", "(2, 2)")])
+def test_crf_data_weights_of_another_shape_are_refused_by_name(update, name, shape):
+    """They gave PyTensor's "incompatible array sizes for np.dot" or the engine's table error."""
+    X = np.random.default_rng(0).normal(size=(5, 2))
+    with pm.Model() as model:
+        W = pm.Data("W", np.zeros((2, 2)))
+        T = pm.Data("T", np.zeros((2, 2)))
+        s = pm.Normal("s", 0, 1)
+        pmc.CRF("t", graphs=BATCH, node_features=X, node_weights=W * s, edge_weights=T + s,
+                observed=LABELS)
+    f = model.compile_logp(mode="FAST_COMPILE")
+    assert np.isfinite(f({"s": 0.1}))
+    pm.set_data(update, model=model)
+    with pytest.raises(ValueError) as exc:
+        f({"s": 0.1})
+    assert f"CRF {name} must have shape {shape}" in str(exc.value).splitlines()[0]

@@ -519,6 +519,7 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     once, so fully observed data pay one log Z; labels given as a variable (``pm.Data``) pay a
     clamped and a plain log Z of the whole batch."""
     [value] = values
+    params = _checked_weights(op, params)
     if not isinstance(value, pt.TensorConstant):
         value = integer_labels(value, "CRF", missing=True)
         return _logp_summed_out(op, value, *op.log_potentials(params))
@@ -563,6 +564,27 @@ def integer_labels(value, what: str, missing: bool):
 
 def is_cast(op) -> bool:
     return isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast)
+
+
+def _checked_weights(op: CRFRV, params) -> list:
+    """The parameters with the weights' shapes asserted where the logp runs, for weights whose
+    static shape leaves sizes open (``pm.Data``, ``dims``): checked when the model was built,
+    they can change with ``pm.set_data``, which gave PyTensor's "incompatible array sizes for
+    np.dot" or the engine's table error instead of the weight's name."""
+    p = op.params(params)
+    K = op.n_labels
+    want = {"node_weights": None if p["node_features"] is None
+            else (_constant_value(p["node_features"]).shape[1], K),
+            "edge_weights": (K, K) if p["edge_features"] is None
+            else (_constant_value(p["edge_features"]).shape[1], K, K)}
+    out = []
+    for name, x in zip(op.layout, params, strict=True):
+        shape = want.get(name)
+        if shape is not None and None in x.type.shape and x.ndim == len(shape):
+            ok = pt.all([pt.eq(d, n) for d, n in zip(x.shape, shape, strict=True)])
+            x = data_check(f"CRF {name} must have shape {shape}")(x, ok)
+        out.append(x)
+    return out
 
 
 def _flat_labels(batch: GraphBatch, value):
