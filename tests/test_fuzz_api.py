@@ -663,13 +663,13 @@ def check_predict(result, data):
     batch = data.draw(batches())
     N = batch.n_total_nodes
     X, bad_x = data.draw(features(N, "node"))
-    if not bad_x and data.draw(st.sampled_from([False] * 5 + [True])):
-        X, bad_x = np.hstack([np.asarray(X.todense() if sp.issparse(X) else X).reshape(N, -1),
-                              np.ones((N, 1))]), True  # a column more than the fit's
-    elif not bad_x and np.ndim(X) == 2 and X.shape[1] != 2:
+    if not bad_x and np.ndim(X) == 2 and X.shape[1] != 2:  # the fit has two columns
         X = sp.hstack([X, X]).tocsr() if sp.issparse(X) else np.hstack([X, X])
     if np.ndim(X) == 1 and not bad_x:
-        X, bad_x = X, True  # one column: the fit has two
+        bad_x = True  # one column: the fit has two
+    if not bad_x and data.draw(st.sampled_from([False] * 5 + [True])):
+        X, bad_x = np.hstack([np.asarray(X.todense() if sp.issparse(X) else X),
+                              np.ones((N, 1))]), True  # a column more than the fit's
     labels = (np.asarray(data.draw(st.lists(st.integers(0, PRED_K - 1), min_size=N, max_size=N)))
               if data.draw(st.booleans()) else None)
     method = data.draw(st.sampled_from(["average", "bpe", "map"]))
