@@ -14,11 +14,15 @@ When ``q`` is too far from the posterior the Pareto k diagnostics of these ratio
 above ArviZ's ``good_k``), and the estimate must not be trusted.
 
 MCMC results (NUTS, the sampler fitters, ``pm.sample``) get plain PSIS-LOO; one-draw results
-(``map``) are refused: LOO needs posterior draws.
+(``map``) are refused: LOO needs posterior draws. A graph without any observed label has
+log-likelihood ``log 1 = 0`` in every draw (its labels are summed out), a constant PSIS cannot
+smooth; its leave-one-out term is exactly 0, so it is left out (with a warning) and the estimate
+is the one PSIS would give if it could.
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import TYPE_CHECKING
 
 import arviz as az
@@ -154,17 +158,20 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
         ``log_likelihood`` group; for a Gaussian approximation without its model.
     """
     if not isinstance(result, xr.DataTree):
-        raise TypeError(f"pmc.loo needs a fitted DataTree; got {type(result).__name__}")
+        raise TypeError("pmc.loo: result must be a fitted DataTree (from pmc.fit or pm.sample); "
+                        f"got {type(result).__name__}")
     if "log_likelihood" not in result.children:
         raise ValueError("pmc.loo needs the result's log_likelihood group (fit with "
                          "log_likelihood=True, or pm.compute_log_likelihood for pm.sample)")
     post = result["posterior"]
     n = int(post.sizes.get("chain", 1) * post.sizes.get("draw", 1))
     if n < 2:
-        raise ValueError(f"LOO needs posterior draws; this {result.attrs.get('method', '')!r} "
-                         "result has one draw (a point estimate). Fit with method='nuts', or "
-                         "a Gaussian approximation ('ep', 'bethe_laplace') whose draws pmc.loo "
-                         "corrects")
+        raise ValueError(f"pmc.loo needs posterior draws; this "
+                         f"{result.attrs.get('method', 'fitted')!r} result has {n} (a point "
+                         "estimate): fit with method='nuts', 'ep' or 'bethe_laplace' (whose "
+                         "Gaussian draws pmc.loo corrects), or compare point estimates on "
+                         "held-out data with pmc.compare(results, test=...)")
+    result = _without_unlabelled_graphs(result, var_name)
     if not is_gaussian_approximation(result):
         return az.loo(result, pointwise=pointwise, var_name=var_name)
     if "approximate" in str(result.attrs.get("log_z", "")):
@@ -175,3 +182,30 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
     return az.loo_approximate_posterior(result, log_p, log_q, pointwise=pointwise,
                                         var_name=var_name)
 
+
+def _without_unlabelled_graphs(result: xr.DataTree, var_name: str | None) -> xr.DataTree:
+    """``result`` without the graphs whose log-likelihood is 0 in every draw (no observed
+    label: their leave-one-out term is exactly 0), with a warning naming them."""
+    ll = result["log_likelihood"].to_dataset()
+    names = list(ll.data_vars)
+    name = var_name if var_name is not None else (names[0] if len(names) == 1 else None)
+    if name is None or name not in names:
+        return result
+    da = ll[name]
+    obs_dims = [d for d in da.dims if d not in ("chain", "draw")]
+    if len(obs_dims) != 1:  # one value per graph is the package's layout
+        return result
+    [dim] = obs_dims
+    empty = np.asarray((da == 0).all(("chain", "draw")))
+    if not empty.any():
+        return result
+    if empty.all():
+        raise ValueError("pmc.loo: no graph has an observed label (every log-likelihood is 0): "
+                         "there is nothing to cross-validate")
+    warnings.warn(f"pmc.loo: graphs {np.flatnonzero(empty).tolist()} (positions along {dim!r}) "
+                  "have no observed label: their log-likelihood is 0 in every draw and their "
+                  "leave-one-out term exactly 0, so they are left out of PSIS, which cannot "
+                  "smooth a constant", UserWarning, stacklevel=3)
+    kept = result.copy()
+    kept["log_likelihood"] = ll.isel({dim: np.flatnonzero(~empty)})
+    return kept

@@ -43,6 +43,28 @@ def _model_has_hcrf(model) -> bool:
     return True
 
 
+def _model_has_mrf(model) -> bool:
+    from pymc_crf.distributions.mrf import MRFRV
+
+    try:
+        model = pm.modelcontext(model)
+    except TypeError:
+        return False
+    return any(isinstance(rv.owner.op, MRFRV) for rv in model.observed_RVs)
+
+
+def _is_mrf_result(result: xr.DataTree, model) -> bool:
+    """Whether ``result`` is a fit of a ``pmc.MRF``: the model says so, or the result records
+    how exact its log Z was (``log_z``) but no CRF or HCRF layout, which only MRF fits do."""
+    if "crf" in result.attrs:
+        return False
+    if _model_has_mrf(model):
+        return True
+    hcrf = ("hcrf_weights" in result.attrs or "hcrf_layout" in result.attrs
+            or result.attrs.get("method") == "bp_hcrf_vi")
+    return "log_z" in result.attrs and not hcrf and not _model_has_hcrf(model)
+
+
 def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "average", *,
             draws: int | None = 200, model: pm.Model | None = None,
             inference: str = "auto", random_seed: int | None = 0, n_draws: int | None = None,
@@ -92,6 +114,16 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         ``marginals`` (N, K), ``labels`` (N,) (max-marginal labels, or MAP for ``"map"``),
         ``error_rate`` when ``data`` has labels.
     """
+    if not isinstance(result, xr.DataTree):
+        raise TypeError("result must be a fitted DataTree (from pmc.fit or pm.sample); got "
+                        f"{type(result).__name__}")
+    if _is_mrf_result(result, model):
+        # an MRF has no inputs: there are no new graphs' features to label, and the CRF
+        # predictors would fail inside, naming internal classes
+        raise ValueError("pmc.predict labels new graphs from their features (pmc.CRF results) or "
+                         "classifies new sequences (pmc.HCRF results); this is a pmc.MRF result, "
+                         "whose labellings depend on no inputs: draw them with "
+                         "pm.sample_posterior_predictive(result, model=model)")
     draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     random_seed = renamed(random_seed, seed, "seed", "random_seed", default=0)
     if draws is not None:

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import argparse
 import numbers
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 
 import numpy as np
 
-__all__ = ["flag", "generator", "int_at_least", "name_list", "positive_number", "real_number",
-           "whole_number"]
+__all__ = ["fitting", "fitting_method", "flag", "generator", "int_at_least", "name_list",
+           "positive_number", "real_number", "refusal", "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
@@ -113,3 +115,39 @@ def int_at_least(minimum: int):
 
     parse.__name__ = f"integer >= {minimum}"
     return parse
+
+
+# The method of the pmc.fit call running now: a model that a fitter cannot take is found deep
+# inside it (reading the model back, in layers that know nothing of fitters), and the refusal
+# should name the method the user chose rather than "this fitter".
+_FITTING: ContextVar[str | None] = ContextVar("pymc_crf_fitting_method", default=None)
+
+
+def fitting_method() -> str | None:
+    """The ``method`` of the :func:`pymc_crf.fit` call running now (None outside one)."""
+    return _FITTING.get()
+
+
+@contextmanager
+def fitting(method: str) -> Iterator[None]:
+    """Mark ``method`` as the running fit's (:func:`fitting_method`) inside the ``with`` block."""
+    token = _FITTING.set(method)
+    try:
+        yield
+    finally:
+        _FITTING.reset(token)
+
+
+def refusal(needs: str, found: str, alternatives: Iterable[str] = ("map", "nuts")) -> str:
+    """A one-line refusal: ``pmc.fit(method='ep') needs {needs}; {found}. method='map' and
+    'nuts' ...`` naming the running fit's method (:func:`fitting_method`) and the
+    ``alternatives`` (other than it) that take any PyMC model."""
+    method = fitting_method()
+    who = f"pmc.fit(method={method!r})" if method else "this function"
+    others = [a for a in alternatives if a != method]
+    tail = ""
+    if others:
+        names = " and ".join(repr(a) for a in others)
+        tail = (f". method={names} take{'s' if len(others) == 1 else ''} any PyMC model "
+                "(pmc.fit(model, method=...))")
+    return f"{who} needs {needs}; {found}{tail}"

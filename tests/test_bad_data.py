@@ -298,7 +298,7 @@ def test_labels_swapped_by_set_data_are_checked_for_layout():
     before = m.compile_logp()(m.initial_point())
     for bad in (np.zeros((3, 3), int), np.array([[0, 1, 0], [1, 1, 0]])):
         pm.set_data({"lab": bad}, model=m)
-        with pytest.raises(AssertionError, match=r"the \(2, 3\) \(graphs, max nodes\) matrix"):
+        with pytest.raises(ValueError, match=r"the \(2, 3\) \(graphs, max nodes\) matrix"):
             m.compile_logp()(m.initial_point())
     pm.set_data({"lab": np.array([[0, 1, 0], [1, 1, -1]])}, model=m)
     assert m.compile_logp()(m.initial_point()) == pytest.approx(before)

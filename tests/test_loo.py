@@ -93,7 +93,7 @@ def test_mcmc_results_get_plain_loo(bl_fit):
 
 
 def test_refusals(map_fit, bl_fit):
-    with pytest.raises(ValueError, match="LOO needs posterior draws"):
+    with pytest.raises(ValueError, match="pmc.loo needs posterior draws"):
         pmc.loo(map_fit)
     with pytest.raises(ValueError, match="needs the model"):
         pmc.loo(bl_fit)

@@ -177,7 +177,7 @@ def test_nuts_prior_posterior_predictive_and_loo(rng):
 @pytest.mark.parametrize("labels,msg", [
     (np.zeros((3, 5), int), "rows of length 5"),
     (np.array([[0, 1, 2, 0]]), r"label 2 at row 0, node 2 is outside 0..1"),
-    (np.array([[0, 1, np.nan, 0]]), "NaN or inf"),
+    (np.array([[0, 1, np.nan, 0]]), "contain NaN at row 0, node 2: the MRF needs whole labellings"),
     (np.array([[0, 1, 0.5, 0]]), "whole numbers"),
     (np.zeros((2, 2, 4), int), r"\(n_samples, n_nodes\)"),
     (np.array([[0, -1, 1, 0]]), "spins are given as label indices"),

@@ -25,8 +25,10 @@ from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.graph.basic import Constant, Variable
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
-from pytensor.raise_op import Assert
+from pytensor.raise_op import CheckAndRaise
+from pytensor.scalar import Cast
 from pytensor.sparse.variable import SparseConstant
+from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
@@ -43,7 +45,8 @@ from pymc_crf.ops.log_partition import (
 from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
 from pymc_crf.validation import flag, whole_number
 
-__all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials"]
+__all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials",
+           "data_check", "integer_labels"]
 
 
 def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
@@ -82,6 +85,7 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
         if (arr[~pos] != -1).any():
             raise ValueError("padded labels must be -1 past each graph's last node")
         arr = arr[pos]
+    refuse_inf_labels(batch, arr)
     if missing:
         flat = batch.check_labels(arr, None)
         gone = flat == -1
@@ -92,6 +96,28 @@ def pad_labels(batch: GraphBatch, labels: Any, n_labels: int | None = None,
     out = np.full((batch.n_graphs, L), -1, dtype=np.int64)
     out[batch.node_graph, np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]] = flat
     return out
+
+
+def refuse_inf_labels(batch: GraphBatch, labels: Any) -> None:
+    """A ValueError naming the first infinite label (flat (N,) labels or a list of per-graph
+    arrays): NaN marks a missing label, so a message about "NaN or inf" would point at the
+    wrong value."""
+    parts = labels if isinstance(labels, list | tuple) else [labels]
+    try:
+        flat = np.concatenate([np.ravel(np.asarray(np.ma.getdata(p), dtype=np.float64))
+                               for p in parts])
+    except (TypeError, ValueError):
+        return  # not numbers: check_labels names the dtype
+    bad = np.flatnonzero(np.isinf(flat))
+    if not bad.size:
+        return
+    i = int(bad[0])
+    where = ""
+    if flat.size == batch.n_total_nodes:
+        g = int(batch.node_graph[i])
+        where = f" at node {i - int(batch.node_offsets[g])} of graph {g}"
+    raise ValueError(f"labels contain {flat[i]}{where}: a label is a class index 0..K-1 "
+                     "(NaN, -1 or a masked entry marks a missing label)")
 
 
 def _missing_as_minus_one(labels: Any) -> np.ndarray:
@@ -493,7 +519,9 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     once, so fully observed data pay one log Z; labels given as a variable (``pm.Data``) pay a
     clamped and a plain log Z of the whole batch."""
     [value] = values
+    params = _checked_weights(op, params)
     if not isinstance(value, pt.TensorConstant):
+        value = integer_labels(value, "CRF", missing=True)
         return _logp_summed_out(op, value, *op.log_potentials(params))
     flat = unpad_labels(op.batch, np.asarray(value.data))
     if (flat >= 0).all() or (flat < -1).any() or (flat >= op.n_labels).any():
@@ -503,6 +531,60 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     node_logpot, edge_logpot = op.log_potentials(params)
     return _logp_missing(op, ObservedLabels(op.batch, flat, op.n_labels), value, node_logpot,
                          edge_logpot)
+
+
+def data_check(message: str) -> CheckAndRaise:
+    """An Op ``check(x, *conditions)`` returning ``x`` and raising ``ValueError(message)`` where
+    the compiled graph runs when a condition is false: for data that ``pm.set_data`` can change
+    after the model is built (labels, weights held in ``pm.Data``). It runs before the kernels
+    that use ``x`` (they take its output), so a wrong shape never reaches code that indexes
+    without bounds checks; PyTensor's ``Assert`` would raise an ``AssertionError``."""
+    return CheckAndRaise(ValueError, message)
+
+
+def integer_labels(value, what: str, missing: bool):
+    """Labels given at run time (``pm.Data``) as int64, checked where the logp runs.
+
+    PyMC casts float data to the variable's int64, which truncates 0.5 to 0 and turns NaN into
+    the smallest int64: the cast is undone here, and a fraction or inf is refused by name; with
+    ``missing`` a NaN is a missing label (-1), as at fit time, else it is refused too."""
+    src = value
+    if src.owner is not None and is_cast(src.owner.op):
+        src = src.owner.inputs[0]
+    if not src.dtype.startswith("float"):
+        return value
+    if missing:
+        src = pt.switch(pt.isnan(src), -1.0, src)
+    whole = pt.all(pt.and_(pt.isfinite(src), pt.eq(src, pt.round(src))))
+    hint = "; NaN marks a missing label" if missing else ""
+    src = data_check(f"{what} labels must be whole numbers (class indices); got a fraction, "
+                     f"inf{'' if missing else ' or NaN'}{hint}")(src, whole)
+    return pt.cast(src, "int64")
+
+
+def is_cast(op) -> bool:
+    return isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast)
+
+
+def _checked_weights(op: CRFRV, params) -> list:
+    """The parameters with the weights' shapes asserted where the logp runs, for weights whose
+    static shape leaves sizes open (``pm.Data``, ``dims``): checked when the model was built,
+    they can change with ``pm.set_data``, which gave PyTensor's "incompatible array sizes for
+    np.dot" or the engine's table error instead of the weight's name."""
+    p = op.params(params)
+    K = op.n_labels
+    want = {"node_weights": None if p["node_features"] is None
+            else (_constant_value(p["node_features"]).shape[1], K),
+            "edge_weights": (K, K) if p["edge_features"] is None
+            else (_constant_value(p["edge_features"]).shape[1], K, K)}
+    out = []
+    for name, x in zip(op.layout, params, strict=True):
+        shape = want.get(name)
+        if shape is not None and None in x.type.shape and x.ndim == len(shape):
+            ok = pt.all([pt.eq(d, n) for d, n in zip(x.shape, shape, strict=True)])
+            x = data_check(f"CRF {name} must have shape {shape}")(x, ok)
+        out.append(x)
+    return out
 
 
 def _flat_labels(batch: GraphBatch, value):
@@ -515,12 +597,12 @@ def _flat_labels(batch: GraphBatch, value):
               "past each graph's end (pmc.pad_labels makes it from flat labels)")
     if value.ndim != 2:
         raise ValueError(f"{layout}; got {value.ndim} dimensions")
-    value = Assert(layout)(value, pt.and_(pt.eq(value.shape[0], G), pt.eq(value.shape[1], L)))
+    value = data_check(layout)(value, pt.and_(pt.eq(value.shape[0], G), pt.eq(value.shape[1], L)))
     flat = value.reshape((G * L,))
     flat_pos = batch.node_graph * L + (np.arange(N) - batch.node_offsets[batch.node_graph])
     pad_pos = np.setdiff1d(np.arange(G * L), flat_pos)
     if pad_pos.size:
-        flat = Assert(layout)(flat, pt.all(pt.eq(flat[pad_pos], -1)))
+        flat = data_check(layout)(flat, pt.all(pt.eq(flat[pad_pos], -1)))
     return flat[flat_pos]
 
 

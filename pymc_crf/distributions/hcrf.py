@@ -49,17 +49,16 @@ from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
-from pytensor.raise_op import Assert
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
-from pymc_crf.distributions.crf import fixed_features
+from pymc_crf.distributions.crf import data_check, fixed_features, integer_labels
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import refusal, whole_number
 
 __all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "single_hcrf", "from_sequences",
            "replicate_batch", "pair_logpots", "class_log_probs", "check_class_labels", "hcrf_logp"]
@@ -189,11 +188,20 @@ def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_featu
                                    (theta_x, theta_y, theta_e), strict=True):
             ok = pt.all([pt.eq(d, n) for d, n in zip(w.shape, want, strict=True)])
             msg = _shape_message(name, shown[name], F_label, n_states, C)
-            checked.append(Assert(msg)(w, ok))
+            checked.append(data_check(msg)(w, ok))
         theta_x, theta_y, theta_e = checked
     node, edge = hcrf_pair_tables(pt.as_tensor_variable(node_features), theta_x, theta_y, theta_e,
                                   batch.n_edges, backend=pt)
     log_z = log_partition(node, edge, rep, inference=inference).reshape((C, G))
+    # labels held in pm.Data can change length after the model is built (pm.set_data): one
+    # label would broadcast against every graph (a silent wrong likelihood), others fail inside
+    # PyTensor; the length is checked where the logp runs, by name
+    value = integer_labels(pt.as_tensor_variable(value), "HCRF", missing=False)
+    if value.ndim != 1:
+        raise ValueError(f"HCRF labels (observed) must be one class per graph, shape ({G},); got "
+                         f"a {value.ndim}-d tensor")
+    value = data_check(f"HCRF labels (observed) must be one class per graph, shape ({G},)")(
+        value, pt.eq(value.shape[0], G))
     y = pt.cast(value, "int64")
     # Labels may come from pm.Data: a class outside 0..C-1 is raised by name wherever the logp
     # runs (as pmc.CRF does); the clip keeps the indexing in range until the check fires.
@@ -302,8 +310,8 @@ def single_hcrf(model: pm.Model):
     several)."""
     found = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, HCRFRV)]
     if len(found) != 1:
-        raise ValueError(f"this fitter needs a model with exactly one observed pmc.HCRF "
-                         f"likelihood; found {len(found)}")
+        raise ValueError(refusal("a model with exactly one observed pmc.HCRF likelihood",
+                                 f"this model has {len(found)} ({[rv.name for rv in found]})"))
     return found[0]
 
 

@@ -27,6 +27,7 @@ from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
+from pymc_crf.distributions.crf import data_check, integer_labels
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
@@ -222,8 +223,11 @@ def check_mrf_labels(batch: GraphBatch, labels: Any, n_labels: int | None,
         raise ValueError("MRF labels have no rows: give at least one labelling")
     if arr.dtype.kind == "f":
         if not np.isfinite(arr).all():
-            r = int(np.flatnonzero(~np.isfinite(arr).all(axis=1))[0])
-            raise ValueError(f"MRF labels contain NaN or inf (first in row {r})")
+            r, i = (int(k[0]) for k in np.nonzero(~np.isfinite(arr)))
+            value = "NaN" if np.isnan(arr[r, i]) else str(arr[r, i])
+            raise ValueError(f"MRF labels contain {value} at row {r}, node {i}: the MRF needs "
+                             "whole labellings of class indices 0..K-1 (missing labels are "
+                             "supported by pmc.CRF)")
         if not np.array_equal(arr, np.round(arr)):
             raise ValueError("MRF labels must be whole numbers (label indices 0..K-1)")
     elif arr.dtype.kind not in "iub":
@@ -489,10 +493,39 @@ def _shape_rows(shape, full: bool = False):
     return tup if full else (tup[0] if tup else None)
 
 
+def _checked_shapes(op: MRFRV, value, params):
+    """The labels and weights with their shapes asserted where the logp runs.
+
+    Labels (and weights) held in ``pm.Data`` can change shape after the model is built
+    (``pm.set_data``); the compiled kernels index the label columns by the graph's node ids
+    without bounds checks, so a row one node short read past the array (a segmentation fault)
+    and one node long gave a raw broadcasting error. Each input is checked by name instead."""
+    n = int(op.batch.n_nodes[0])
+    if value.ndim != 2:
+        raise ValueError(f"MRF labels must be an (n_samples, n_nodes) = (N, {n}) matrix, one "
+                         f"labelling per row; got a {value.ndim}-d tensor")
+    value = data_check(f"MRF labels (observed) must be an (n_samples, n_nodes) = (N, {n}) matrix: "
+                   f"one labelling of the graph's {n} nodes per row")(
+        value, pt.eq(value.shape[1], n))
+    node, edge = op.weights(params)
+    checked = []
+    for key, w, want in (("node_weights", node, op.param.node_shape),
+                         ("edge_weights", edge, op.param.edge_shape)):
+        if w is None:
+            continue
+        if want:  # the number of dimensions was fixed when the model was built
+            ok = pt.all([pt.eq(d, k) for d, k in zip(w.shape, want, strict=True)])
+            w = data_check(f"MRF {key} must have shape {want} for parameterization="
+                       f"{op.param.parameterization!r}")(w, ok)
+        checked.append(w)
+    return value, checked
+
+
 @_logprob.register(MRFRV)
 def mrf_logp(op: MRFRV, values, rng, size, *params, **kwargs):
     """Per-row log-likelihood: each row's score minus the shared log Z (one Op call)."""
     [value] = values
+    value, params = _checked_shapes(op, integer_labels(value, "MRF", missing=False), params)
     node_logpot, edge_logpot = op.log_potentials(params)
     batch = op.batch
     n = int(batch.n_nodes[0])

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pymc as pm
 
-from pymc_crf.distributions.crf import CRFRV
+from pymc_crf.distributions.crf import CRFRV, is_cast
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
 from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.fitters.spec import (
@@ -35,6 +35,7 @@ from pymc_crf.fitters.spec import (
 )
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
+from pymc_crf.validation import refusal
 
 __all__ = ["MRFLogLikelihood", "MRFSpec", "extract_mrf", "extract_random_field",
            "random_field_log_likelihood", "random_field_pointwise_log_likelihood"]
@@ -108,6 +109,9 @@ class MRFSpec:
 
 def _observed(model: pm.Model, rv) -> np.ndarray:
     obs = model.rvs_to_values[rv]
+    # PyMC casts float pm.Data to int64, which would truncate 0.5 to 0 before the label check
+    while obs.owner is not None and is_cast(obs.owner.op):
+        obs = obs.owner.inputs[0]
     return np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
 
 
@@ -262,12 +266,14 @@ def extract_random_field(model: pm.Model | None = None) -> CRFSpec | MRFSpec:
     kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
     if observes(model, MRFRV):
         if len(kinds) > 1 and "CRFRV" in kinds:
-            raise ValueError("the model has both a CRF and an MRF likelihood; fitters take "
-                             "exactly one random field")
+            raise ValueError(refusal("a model with exactly one random field (pmc.CRF or "
+                                     "pmc.MRF)", "this model has both a CRF and an MRF"))
         return extract_mrf(model)
     if not observes(model, CRFRV):
-        raise ValueError("this fitter needs a model with an observed pmc.CRF or pmc.MRF "
-                         f"likelihood; found {kinds or 'no observed variables'}")
+        found = [f"{rv.name} ({kind.removesuffix('RV')})"
+                 for rv, kind in zip(model.observed_RVs, kinds, strict=True)]
+        raise ValueError(refusal("a model with an observed pmc.CRF or pmc.MRF likelihood",
+                                 f"this model observes {found or 'nothing'}"))
     # the CRF's own errors (labels out of range, several CRFs) are the ones to report
     return extract_crf(model)
 

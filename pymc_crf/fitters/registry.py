@@ -13,7 +13,7 @@ import pymc as pm
 from xarray import DataTree
 
 from pymc_crf.fitters.options import check_options
-from pymc_crf.validation import flag, generator
+from pymc_crf.validation import fitting, flag, generator
 
 __all__ = ["available", "fit", "fitter", "load_builtin", "register"]
 
@@ -107,4 +107,12 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
         # a per-chain list one by one (generator takes [1, True] as one sequence)
         for s in seed if isinstance(seed, list | tuple) else [seed]:
             generator(s, f"method={method!r}: {name}")
-    return fitter(model, **options)
+    if not model.free_RVs:
+        # PyMC's backends fail on such a model with an IndexError or a SamplingError
+        what = ("the model is empty" if not model.named_vars else
+                f"the model has no free variables (it has {list(model.named_vars)})")
+        raise ValueError(f"pmc.fit(method={method!r}): {what}, so there is nothing to fit: give "
+                         "the weights a prior (e.g. pm.Normal('w', 0, 1, shape=...)) instead of "
+                         "fixed values")
+    with fitting(method):  # refusals deep in the fitter name this method
+        return fitter(model, **options)

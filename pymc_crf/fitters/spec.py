@@ -17,9 +17,10 @@ from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
+from pymc_crf.distributions.crf import CRFRV, CRFInfo, refuse_inf_labels, unpad_labels
 from pymc_crf.distributions.hcrf import HCRFRV, find_hcrf
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.validation import refusal
 
 __all__ = ["CRFSpec", "WeightSpec", "check_observed_labels", "extract_crf", "observed_labels", "observes",
            "other_model_terms", "require_all_labels", "require_gaussian_prior",
@@ -173,13 +174,13 @@ def single_observed(model: pm.Model, op_type: type, label: str):
     the one-line error raised when there is none or more than one)."""
     found = [rv for rv in model.observed_RVs if isinstance(rv.owner.op, op_type)]
     if not found:
-        others = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
-        raise ValueError(f"this fitter needs a model with an observed {label} likelihood; found "
-                         f"{others or 'no observed variables'}")
+        others = [f"{rv.name} ({type(rv.owner.op).__name__.removesuffix('RV')})"
+                  for rv in model.observed_RVs]
+        raise ValueError(refusal(f"a model with an observed {label} likelihood",
+                                 f"this model observes {others or 'nothing'}"))
     if len(found) > 1:
-        kind = label.removeprefix("pmc.")
-        raise ValueError(f"the model has {len(found)} {kind} likelihoods; fitters take exactly "
-                         "one")
+        raise ValueError(refusal(f"a model with exactly one {label} likelihood",
+                                 f"this model has {len(found)} ({[rv.name for rv in found]})"))
     return found[0]
 
 
@@ -201,6 +202,10 @@ def observed_labels(model: pm.Model, rv, info: CRFInfo | None = None) -> np.ndar
     else:
         padded = np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
     flat = unpad_labels(info.batch, padded)
+    try:
+        refuse_inf_labels(info.batch, flat)
+    except ValueError as err:
+        raise ValueError(f"observed labels of {rv.name!r}: {err}") from None
     # -1 and NaN mark missing labels (summed out of the likelihood); the rest must be in range
     missing = (np.isnan(flat) | (flat == -1)) if flat.dtype.kind == "f" else flat == -1
     try:
@@ -250,7 +255,8 @@ def require_gaussian_prior(spec: CRFSpec, method: str) -> None:
                              "'map' for other priors.")
     if spec.free_vars:
         raise ValueError(f"method={method!r} handles models whose only free variables are the CRF "
-                         f"weights; this model also has {list(spec.free_vars)}")
+                         f"weights; this model also has {list(spec.free_vars)}. Use "
+                         "method='nuts' or 'map' for such models.")
 
 
 def other_model_terms(spec) -> str:

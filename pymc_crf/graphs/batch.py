@@ -491,6 +491,17 @@ class GraphBatch:
         sparse.
         """
         rows = self.n_total_nodes if where == "node" else self.n_edges
+        # numpy reads complex numbers as floats by dropping the imaginary part (a warning only)
+        # and numeric strings as their numbers: both refused, not read silently
+        dtype = getattr(x, "dtype", None)
+        if dtype is None and not scipy.sparse.issparse(x):
+            try:
+                dtype = np.asarray(x).dtype
+            except (TypeError, ValueError):
+                dtype = None  # ragged: refused below with numpy's reason
+        if isinstance(dtype, np.dtype) and dtype.kind in "cUSMmV":
+            raise ValueError(f"{where} features must be real numbers (a float, int or bool "
+                             f"array, or a scipy.sparse matrix of them); got dtype {dtype}")
         if scipy.sparse.issparse(x):
             if x.ndim != 2 or x.shape[0] != rows:
                 raise ValueError(f"sparse {where} features must have shape ({rows}, n_features) "

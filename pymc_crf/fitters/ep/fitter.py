@@ -43,11 +43,12 @@ def _check_unit_interval(name: str, value) -> float:
 
 def _spec_for_ep(model: pm.Model, method: str = "ep") -> CRFSpec:
     if not observes(model, CRFRV):
-        kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
+        kinds = [f"{rv.name} ({type(rv.owner.op).__name__.removesuffix('RV')})"
+                 for rv in model.observed_RVs]
         raise ValueError(f"method={method!r} fits the weights of a pmc.CRF likelihood with a Gaussian "
                          f"prior; it does not handle HCRFs (hidden states) or other likelihoods "
-                         f"(this model observes {kinds or 'nothing'}). Use method='nuts' or, for "
-                         "HCRFs, 'bp_hcrf_vi'.")
+                         f"(this model observes {kinds or 'nothing'}). Use method='nuts' or 'map'; "
+                         "for HCRFs also 'bp_hcrf_vi', for MRFs 'bethe_laplace'.")
     # the CRF's own errors (labels out of range, several CRFs) are the ones to report
     spec = extract_crf(model)
     require_gaussian_prior(spec, method)
