@@ -113,8 +113,8 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         xi, the step size of the inner label beliefs (thesis eq. (5.62)); default ``step_size / 2``.
     tol, max_iter
         Convergence when the max change of the mean and of the covariance in a sweep < ``tol``.
-        With the back-off schedule, slow cases take several hundred sweeps (on the 3-cycle data
-        of docs/ep.md, 266-1381 for the 8 of 20 trials not converged after 200).
+        With the adaptive schedule the README's models converged in 16-479 sweeps on 60 data
+        sets (bench/bench_ep_convergence.py; the back-off schedule took up to 1424).
     schedule : {"adaptive", "backoff", "fixed"}, optional
         Step schedule (:func:`pymc_crf.fitters.ep.core.run_ep`). Default ``"adaptive"``: every
         site has its own lambda, halved when its update reverses direction between sweeps and
