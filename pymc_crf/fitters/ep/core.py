@@ -69,7 +69,7 @@ def _log_normalise(v):
 @njit(cache=True)
 def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_mu, den_h, den_mu,
              logmsg, logq, K, code, eps, lam_num, lam_den, lam_min, xi, c_del, denominators,
-             skips):
+             skips, adapt, lam_max, grow, prev_num, prev_den, xi_ratio):
     """One sweep over all factors (numerator then denominator term of each), in place.
 
     ``num_h, num_mu`` (n_fac,) are the rank-1 numerator sites; ``den_h`` (n_fac, K^2, K^2) and
@@ -85,6 +85,13 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
     down to ``lam_min``, and keeps the halved step for later sweeps; a site whose cavity is not
     positive definite halves its step for later sweeps and is skipped this time. With
     ``lam_min`` equal to the steps this is the fixed-step schedule of the thesis.
+
+    ``adapt=True`` is the adaptive per-site schedule of :func:`run_ep`: before each damped update
+    the site's undamped change (new minus old natural parameters) is compared with the one of the
+    previous sweep (``prev_num`` (n_fac, 2), ``prev_den`` (n_fac, n_c + n_c^2), updated in place);
+    a negative inner product (the site is flip-flopping) halves that site's lambda (down to
+    ``lam_min``), otherwise it grows by ``grow`` up to ``lam_max``. The factor's label messages
+    then use ``xi = xi_ratio * lambda`` of its denominator site instead of the global ``xi``.
     """
     one = np.zeros(1)
     for kk in range(order.shape[0]):
@@ -107,6 +114,15 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
                 if not ok:
                     skips[4] += 1
                 else:
+                    if adapt:
+                        dh = hh[0, 0] - num_h[k]
+                        dmu = mh[0] - num_mu[k]
+                        if dh * prev_num[k, 0] + dmu * prev_num[k, 1] < 0.0:
+                            lam_num[k] = max(0.5 * lam_num[k], lam_min)
+                        else:
+                            lam_num[k] = min(grow * lam_num[k], lam_max)
+                        prev_num[k, 0] = dh
+                        prev_num[k, 1] = dmu
                     while True:
                         lam = lam_num[k]
                         h_new = lam * hh[0, 0] + (1.0 - lam) * num_h[k]
@@ -153,6 +169,20 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         if not ok:
             skips[4] += 1
             continue
+        if adapt:
+            dot = 0.0
+            for a in range(n):
+                dmu = mh[a] - mu_old[a]
+                dot += dmu * prev_den[k, a]
+                prev_den[k, a] = dmu
+                for bb in range(n):
+                    dh = hh[a, bb] - h_old[a, bb]
+                    dot += dh * prev_den[k, n + a * n + bb]
+                    prev_den[k, n + a * n + bb] = dh
+            if dot < 0.0:
+                lam_den[k] = max(0.5 * lam_den[k], lam_min)
+            else:
+                lam_den[k] = min(grow * lam_den[k], lam_max)
         while True:
             lam = lam_den[k]
             h_new = lam * hh + (1.0 - lam) * h_old  # thesis eqs. (5.57)-(5.58)
@@ -174,6 +204,7 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
         # label beliefs: new pair belief r (Qi, Szummer & Minka 2005, eq. (49)), marginals (eq. (50)), damped
         # messages
         # f~_k(t) = fhat^xi f~_old^(1-xi) (thesis eqs. (5.61)-(5.63))
+        xk = xi_ratio * lam_den[k] if adapt else xi
         qi = np.zeros(K)
         qj = np.zeros(K)
         if j >= 0:
@@ -183,11 +214,11 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
                     qj[bb] += r[a * K + bb]
         else:
             qi[:] = r
-        msg = xi * (np.log(np.maximum(qi, 1e-300)) - lci) + (1.0 - xi) * logmsg[k, 0]
+        msg = xk * (np.log(np.maximum(qi, 1e-300)) - lci) + (1.0 - xk) * logmsg[k, 0]
         logmsg[k, 0] = msg - msg.max()
         logq[i] = _log_normalise(lci + logmsg[k, 0])
         if j >= 0:
-            msg = xi * (np.log(np.maximum(qj, 1e-300)) - lcj) + (1.0 - xi) * logmsg[k, 1]
+            msg = xk * (np.log(np.maximum(qj, 1e-300)) - lcj) + (1.0 - xk) * logmsg[k, 1]
             logmsg[k, 1] = msg - msg.max()
             logq[j] = _log_normalise(lcj + logmsg[k, 1])
     # keep V exactly symmetric against round-off drift (O(d^2) once per sweep)
@@ -264,7 +295,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
            step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
            max_iter: int = 2000, min_iter: int = 2, denominators: bool = True,
            backoff: bool = True, min_step: float = 0.05, progressbar: bool = False,
-           init: EPState | None = None) -> EPRun:
+           init: EPState | None = None, schedule: str | None = None, max_step: float = 1.0,
+           grow: float = 1.2) -> EPRun:
     """Run flattened (transformed) power EP to convergence.
 
     Parameters
@@ -283,7 +315,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         lambda, the damping of the weight sites (thesis eqs. (5.57)-(5.58)).
     damping : float in (0, 1] or None
         xi, the step size of the label messages (thesis eq. (5.62)); default ``step_size / 2``
-        (the thesis asks for xi < lambda).
+        (the thesis asks for xi < lambda), and ``step_size`` with ``schedule="adaptive"`` (there
+        each factor's xi follows its own lambda in the ratio ``damping / step_size``).
     tol : float
         Convergence when the max change of m and of V in one sweep are both below ``tol``.
     max_iter, min_iter : int
@@ -299,6 +332,15 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         fixed (the thesis's schedule).
     min_step : float
         Floor of the backed-off lambda (and of xi, relative to lambda).
+    schedule : {"adaptive", "backoff", "fixed"} or None
+        Step schedule. ``"backoff"`` is the global back-off above; ``"fixed"`` keeps lambda and
+        xi fixed; ``"adaptive"`` gives every site its own lambda: halved when the site's
+        undamped change reverses direction from one sweep to the next (a per-site oscillation),
+        multiplied by ``grow`` (up to ``max_step``) when it does not, with the positive
+        definiteness back-off of :func:`ep_sweep` kept (docs/ep.md, "Adaptive per-site
+        damping"). None: ``"backoff"`` if ``backoff`` else ``"fixed"`` (the old behaviour).
+    max_step, grow : float
+        Ceiling of the adaptive lambda and its growth factor per sweep.
     progressbar : bool
         Show a progress bar of the sweeps (up to ``max_iter``).
     init : EPState, optional
@@ -311,8 +353,16 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
             raise ValueError(f"{name} must lie in (0, 1]; got {v}")
     tol = positive_number(tol, "tol")
     max_iter = whole_number(max_iter, "max_iter (EP sweeps)")
+    if schedule is None:
+        schedule = "backoff" if backoff else "fixed"
+    if schedule not in ("adaptive", "backoff", "fixed"):
+        raise ValueError(f"schedule must be 'adaptive', 'backoff' or 'fixed'; got {schedule!r}")
+    if not (0.0 < real_number(max_step, "max_step") <= 1.0):
+        raise ValueError(f"max_step must lie in (0, 1]; got {max_step}")
+    if not real_number(grow, "grow") >= 1.0:
+        raise ValueError(f"grow must be >= 1; got {grow}")
     if damping is None:
-        damping = 0.5 * step_size
+        damping = step_size if schedule == "adaptive" else 0.5 * step_size
     pot = get_potential(potential).code
     d, K = terms.d, terms.K
     prior_mean = np.asarray(prior_mean, float).reshape(d)
@@ -353,8 +403,13 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
     c_del = 1.0 - 2.0 * float(transform)
     lam_num = np.full(n_fac, float(step_size))
     lam_den = np.full(n_fac, float(step_size))
-    lam_min = min(float(min_step), float(step_size)) if backoff else float(step_size)
     xi = float(damping)
+    adapt = schedule == "adaptive"
+    global_backoff = schedule == "backoff"
+    lam_min = float(step_size) if schedule == "fixed" else min(float(min_step), float(step_size))
+    lam_max = max(float(max_step), float(step_size)) if adapt else float(step_size)
+    prev_num = np.zeros((n_fac, 2))
+    prev_den = np.zeros((n_fac, K ** 4 + K * K))
     dm, dv, sk, times, steps = [], [], [], [], []
     last_backoff = -3  # a halving needs 5 sweeps of the new step before the next one
     not_pd = 0
@@ -366,7 +421,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         ep_sweep(st.m, st.V, terms.order, terms.nodes, terms.n_cfg, terms.n_feat, terms.feat,
                  terms.idx, terms.obs_cfg, st.num_h, st.num_mu, st.den_h, st.den_mu, st.logmsg,
                  st.logq, K, pot, float(epsilon), lam_num, lam_den, lam_min, xi, c_del,
-                 bool(denominators), skips)
+                 bool(denominators), skips, adapt, lam_max, float(grow), prev_num, prev_den,
+                 float(damping) / float(step_size))
         times.append(time.perf_counter() - t0)
         steps.append(float(np.mean(np.concatenate([lam_num, lam_den]))) if n_fac else step_size)
         if not (np.isfinite(st.m).all() and np.isfinite(st.V).all()):
@@ -381,7 +437,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         if it + 1 >= min_iter and dm[-1] < tol and dv[-1] < tol:
             converged = True
             break
-        if backoff and it >= last_backoff + 5 and dm[-1] > max(dm[-2], dm[-3]):
+        if global_backoff and it >= last_backoff + 5 and dm[-1] > max(dm[-2], dm[-3]):
             # the sweep's change grew over the last two sweeps (a one-sweep rise is the zigzag of
             # a converging damped iteration): damp every site and the label messages harder,
             # then give the new step a few sweeps to settle before judging it
