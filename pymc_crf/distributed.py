@@ -38,15 +38,14 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
-from scipy.optimize import minimize, root
+from scipy.optimize import root
 
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
-from pymc_crf.fitters.lbfgs import lbfgs, warn_iteration_limit
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
 from pymc_crf.fitters.predictors import prediction
-from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.results import build_result
 from pymc_crf.fitters.spec import (
     CRFSpec,
@@ -397,48 +396,19 @@ class ShardedLogLikelihood:
 
 
 # ---------------------------------------------------------------------------------- MAP
-#: from this many weights on the package's O(m d) L-BFGS, as ``method="map"`` chooses
-_LARGE = 10_000
-
-
-@dataclass(frozen=True)
-class _Result:
-    """The optimiser's result after polishing (the fields the result's diagnostics read)."""
-
-    x: np.ndarray
-    fun: float
-    jac: np.ndarray
-    nit: int
-    nfev: int
-    success: bool
-    message: str
-
-
 def _optimise(objective, x0: np.ndarray, maxiter: int, gtol: float, ftol: float,
-              optimizer: str, progressbar: bool):
-    """L-BFGS on the client: the package's (``"lbfgs"``, or ``"auto"`` from 10^4 weights on) or
-    scipy's L-BFGS-B, with ``method="map"``'s stopping rules; returns the result and trace."""
-    own = optimizer == "lbfgs" or (optimizer == "auto" and x0.size >= _LARGE)
-    trace: list[float] = []
-    with fit_progress("MAP on Dask (L-BFGS iterations)", maxiter, progressbar) as bar:
-        if own:
-            res = lbfgs(objective, x0, maxiter=maxiter, gtol=gtol, ftol=ftol,
-                        callback=lambda f: bar.advance())
-            trace = res.trace
-        else:
-
-            def callback(intermediate_result):
-                trace.append(float(intermediate_result.fun))
-                bar.advance()
-
-            res = minimize(objective, x0, jac=True, method="L-BFGS-B", callback=callback,
-                           options={"maxiter": maxiter, "gtol": gtol, "ftol": ftol})
-    if not np.isfinite(res.fun):
+              optimizer: str, progressbar: bool) -> tuple[np.ndarray, OptimiserDiagnostics]:
+    """:func:`~pymc_crf.fitters.optimise.find_map` on the client under the strict rule (the mode
+    itself, as the single-process fit it must equal), with the fit's name in its messages."""
+    x, diag = find_map(objective, x0, rule="strict", maxiter=maxiter, gtol=gtol, ftol=ftol,
+                       optimizer=optimizer, progress=progressbar,
+                       description="MAP on Dask (L-BFGS iterations)",
+                       what="pmc.distributed.fit_map",
+                       consequence="the weights returned are not the posterior mode")
+    if not np.isfinite(diag.objective):
         raise ValueError("pmc.distributed.fit_map: the log posterior is -inf or NaN at every "
                          "point L-BFGS tried: check the priors and the start")
-    warn_iteration_limit(res, maxiter, "pmc.distributed.fit_map",
-                         "the weights returned are not the posterior mode")
-    return res, trace
+    return x, diag
 
 
 def polish(gradient, x0: np.ndarray, gtol: float, maxiter: int = 50) -> tuple[np.ndarray, int]:
@@ -465,8 +435,9 @@ def polish(gradient, x0: np.ndarray, gtol: float, maxiter: int = 50) -> tuple[np
 
 
 def fit_map(model: pm.Model, client: Client | str, n_shards: int | None = None, *,
-            shards: Sequence[Future] | None = None, maxiter: int = 2000, gtol: float = 1e-6,
-            ftol: float = 1e-12, optimizer: str = "auto", start: dict | None = None,
+            shards: Sequence[Future] | None = None, maxiter: int = 2000,
+            gtol: float = STRICT_GTOL, ftol: float = STRICT_FTOL, optimizer: str = "auto",
+            start: dict | None = None,
             polish_gtol: float | None = None, log_likelihood: bool = True,
             progressbar: bool = False) -> xr.DataTree:
     """MAP of a CRF's weights with the log-likelihood computed data-parallel on Dask.
@@ -489,7 +460,7 @@ def fit_map(model: pm.Model, client: Client | str, n_shards: int | None = None, 
     shards : list of Future, optional
         Shards built on the workers (:func:`conll_shards`), in corpus order.
     maxiter, gtol, ftol, optimizer, start
-        As ``pmc.fit(method="map")``.
+        As ``pmc.fit(method="map", rule="strict")`` (:func:`~pymc_crf.fitters.optimise.find_map`).
     polish_gtol : float, optional
         After L-BFGS, solve ``grad = 0`` by Newton-Krylov (:func:`polish`) until the largest
         gradient entry is at most this: a stopping rule on the gradient alone, which L-BFGS's
@@ -542,34 +513,30 @@ def fit_map(model: pm.Model, client: Client | str, n_shards: int | None = None, 
                 return np.inf, np.zeros_like(x)
             return -(ll + lp), -(g + gp)
 
-        res, trace = _optimise(objective, x0, maxiter, gtol, ftol, optimizer, progressbar)
+        x, diag = _optimise(objective, x0, maxiter, gtol, ftol, optimizer, progressbar)
         n_polish = 0
         if polish_gtol is not None:
-            x, n_polish = polish(lambda x: objective(x)[1], res.x, polish_gtol)
+            x, n_polish = polish(lambda x: objective(x)[1], x, polish_gtol)
             f, g = objective(x)
-            res = _Result(x, f, g, res.nit, res.nfev, res.success, res.message)
+            diag = replace(diag, objective=float(f), grad_norm=float(np.linalg.norm(g)))
         pointwise = None
         if log_likelihood and shards is None:
-            pointwise = {spec.observed_name: lik.pointwise(res.x)[None, None]}
+            pointwise = {spec.observed_name: lik.pointwise(x)[None, None]}
         n_used, workers = lik.n_shards, sorted(set(lik.workers))
-    draws = {k: v[None, None] for k, v in spec.unflatten(res.x).items()}
+    draws = {k: v[None, None] for k, v in spec.unflatten(x).items()}
     if spec.model.deterministics:
         from pymc.util import get_default_varnames
 
         out_vars = get_default_varnames(spec.model.unobserved_value_vars, include_transformed=False)
-        values = spec.model.compile_fn(out_vars)(spec.unflatten(res.x))
+        values = spec.model.compile_fn(out_vars)(spec.unflatten(x))
         draws = {v.name: np.asarray(val)[None, None]
                  for v, val in zip(out_vars, values, strict=True)}
     settings = {"maxiter": maxiter, "gtol": gtol, "ftol": ftol, "optimizer": optimizer,
                 "engine_objective": True, "distributed": True, "n_shards": n_used,
                 "n_workers": len(workers), "polish_gtol": polish_gtol,
                 "n_polish_iterations": n_polish}
-    diagnostics = {"objective_trace": np.asarray(trace), "n_iterations": np.int64(res.nit),
-                   "n_evaluations": np.int64(res.nfev), "success": np.bool_(res.success),
-                   "objective": np.float64(res.fun),
-                   "grad_norm": np.float64(np.linalg.norm(res.jac)), "message": str(res.message)}
     result = build_result(spec.model, draws, "map", settings, time.perf_counter() - t0,
-                          diagnostics=diagnostics, diagnostics_group="optimizer_result",
+                          diagnostics=diag.to_dict(), diagnostics_group="optimizer_result",
                           log_likelihood=False, pointwise_log_likelihood=pointwise)
     if shards is not None:
         for group in ("observed_data", "constant_data"):
