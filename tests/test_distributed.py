@@ -109,7 +109,6 @@ def test_data_parallel_map_reaches_single_process_optimum(client, loop_model):
     assert _max_abs_diff(single, dist) < 1e-6
     exact = _polished(single, loop_model, 1e-11)["w"]
     assert float(np.max(np.abs(dist["posterior"]["w"].values[0, 0] - exact))) < 1e-8
-    assert json_settings(dist)["n_polish_iterations"] >= 1
     assert json_settings(dist)["n_shards"] == 4 and json_settings(dist)["distributed"]
     spec = pmc.fitters.extract_crf(loop_model)
     at_dist = pmc.fitters.objective.CRFLogLikelihood(spec).pointwise(
@@ -228,7 +227,9 @@ def test_conll_shards_built_on_workers(client, conll_file):
         np.testing.assert_array_equal(shard.labels, sub.labels)
         np.testing.assert_array_equal(shard.graphs.n_nodes, sub.graphs.n_nodes)
 
-    # prediction of the shards where they live equals the local call
+    # prediction of the shards where they live equals the local call: labels exactly, marginals
+    # to rounding (a shard of chains can run another tier of the chain engine than the whole
+    # corpus: numpy, per-graph or lane kernels, chosen by the batch's size)
     with warnings.catch_warnings():  # 30 iterations: a fit short of the mode is enough here
         warnings.simplefilter("ignore", pmc.ConvergenceWarning)
         fit = pmc.fit(_chain_model(X, y, [len(s) for s in words], len(classes)), method="map",
@@ -236,7 +237,7 @@ def test_conll_shards_built_on_workers(client, conll_file):
     local = pmc.predict(fit, whole, "map")
     far = pd_.predict(fit, shards, "map", client=client)
     np.testing.assert_array_equal(far.labels, local.labels)
-    np.testing.assert_array_equal(far.marginals, local.marginals)
+    np.testing.assert_allclose(far.marginals, local.marginals, rtol=1e-12, atol=1e-14)
 
 
 @pytest.mark.slow
