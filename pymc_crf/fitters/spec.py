@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import pymc as pm
 import pytensor.tensor as pt
+from pymc.distributions.distribution import SymbolicRandomVariable
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar import Cast
@@ -160,7 +161,8 @@ def _weight_spec(model: pm.Model, tensor, role: str) -> WeightSpec | None:
 def _random_ancestors(var) -> list:
     """The random variables ``var`` is computed from."""
     return [v for v in ancestors([var])
-            if v.owner is not None and isinstance(v.owner.op, RandomVariable)]
+            if v.owner is not None and isinstance(v.owner.op, RandomVariable
+                                                  | SymbolicRandomVariable)]
 
 
 def _scaled_weight_spec(model: pm.Model, tensor, mu, sigma, shape, dims) -> WeightSpec:
@@ -227,8 +229,7 @@ def _scaled_weight_spec(model: pm.Model, tensor, mu, sigma, shape, dims) -> Weig
 
 
 def _random_ancestors_of_params(rv) -> list:
-    params = rv.owner.op.dist_params(rv.owner)
-    return [v for p in params for v in _random_ancestors(p)]
+    return [v for p in rv.owner.inputs for v in _random_ancestors(p)]
 
 
 def weight_specs(model: pm.Model, node_tensor, edge_tensor
