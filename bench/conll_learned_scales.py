@@ -57,6 +57,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--train", type=int, default=300)
     ap.add_argument("--test", type=int, default=500)
     ap.add_argument("--draws", type=int, default=30)
+    ap.add_argument("--scale-maxiter", type=int, default=30)
     args = ap.parse_args(argv)
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
@@ -94,7 +95,8 @@ def main(argv: list[str] | None = None) -> None:
         T = pm.Normal("T", 0.0, t, shape=(K, K))
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
     t0 = time.perf_counter()
-    res = pmc.fit(learned, method="laplace", draws=2, log_likelihood=False, progressbar=False)
+    res = pmc.fit(learned, method="laplace", draws=2, log_likelihood=False, progressbar=False,
+                  scale_maxiter=args.scale_maxiter)
     wall = time.perf_counter() - t0
     spec = extract_crf(learned)
     mean, sd = res["fit"]["mean_vector"].values, res["fit"]["sd_vector"].values

@@ -257,3 +257,38 @@ def test_bad_options_name_themselves():
                       ({"scale_tol": 0.0}, "scale_tol")):
         with pytest.raises(ValueError, match=match):
             pmc.fit(m, method="laplace", progressbar=False, **kw)
+
+
+@pytest.mark.slow
+def test_learned_scales_against_nuts_on_the_hierarchical_model():
+    """Posterior means of the weights and posterior-averaged test marginals: the grid-integrated
+    Laplace fit (and the type-II MAP point) against NUTS on the full hierarchical model."""
+    rng = np.random.default_rng(5)
+    batch = pmc.GraphBatch.chains([4] * 30)
+    X = rng.normal(size=(batch.n_total_nodes, 3))
+    W_true = np.array([[1.2, -1.2], [0.8, -0.8], [0.1, -0.1]])
+    y = (rng.uniform(size=batch.n_total_nodes)
+         < 1 / (1 + np.exp(-(X @ W_true)[:, 0] * 2))).astype(int)
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0, shape=2)
+        W = pm.Normal("W", 0.0, s[[0, 0, 1]][:, None], shape=(3, 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    test_batch = pmc.GraphBatch.chains([4] * 20)
+    Xt = rng.normal(size=(test_batch.n_total_nodes, 3))
+    test = pmc.CRFData(test_batch, np.zeros(test_batch.n_total_nodes, int), Xt, n_labels=2)
+    nuts = pmc.fit(m, method="nuts", draws=2000, tune=2000, chains=2, random_seed=0,
+                   target_accept=0.95, progressbar=False)
+    grid = pmc.fit(m, method="laplace", integrate_scales="grid", draws=4000, random_seed=0,
+                   progressbar=False)
+    point = pmc.fit(m, method="laplace", draws=4000, random_seed=0, progressbar=False)
+    ref_mean = nuts["posterior"]["W"].mean(("chain", "draw")).values
+    ref_sd = nuts["posterior"]["W"].std(("chain", "draw")).values
+    ref_marg = pmc.predict(nuts, test, "average", draws=500, random_seed=0).marginals
+    for res, tol_mean, tol_marg in ((grid, 0.25, 0.02), (point, 0.35, 0.03)):
+        z = np.abs(res["posterior"]["W"].mean(("chain", "draw")).values - ref_mean) / ref_sd
+        marg = pmc.predict(res, test, "average", draws=500, random_seed=0).marginals
+        err = np.abs(marg - ref_marg).max()
+        print(f"{res.attrs['settings'][:60]}: max |mean error| {z.max():.3f} NUTS sds, "
+              f"max |marginal error| {err:.4f}")
+        assert z.max() < tol_mean and err < tol_marg

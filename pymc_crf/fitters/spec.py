@@ -436,12 +436,13 @@ def refuse_free_scales(spec_or_model, method: str) -> None:
                "prior mean the log prior -n log s grows without bound as s shrinks while the "
                "likelihood stays finite, so a MAP collapses the scales (to ~1e-8)")
     else:
-        why = "this method needs fixed prior scales"
+        why = "this method needs a fixed Gaussian prior (fixed prior scales)"
     raise ValueError(
         f"method={method!r} cannot fit a model whose weight prior scales are free variables "
         f"{names} (weights {which}): {why}. Choose the scales by their evidence with "
         "method='laplace' or method='bethe_laplace' (type-II maximum likelihood / empirical "
-        "Bayes, optionally integrated over the scales), or, for small models, sample the full "
+        "Bayes, optionally integrated over the scales: pmc.fit(model, method='laplace')), or, for "
+        "small models, sample the full "
         "model with method='nuts' and a non-centred prior (z = pm.Normal('z', 0, 1, ...); "
         "w = pm.Deterministic('w', s[idx] * z)).")
 

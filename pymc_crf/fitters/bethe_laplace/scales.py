@@ -138,6 +138,8 @@ def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
     shared = sd == 0.0  # a shared transition table, kept at its MAP by diagonal_laplace_sd
     if shared.any():  # its own diagonal Fisher information: edge marginal variances summed
         node, edge = lik.log_potentials(w)
+        # one table per edge, so the engine gives per-edge marginals (not their sum)
+        edge = np.repeat(edge, problem.batch.n_edges, axis=0) if edge.shape[0] == 1 else edge
         m = lik.engine.marginals(problem.batch, node, edge).edge
         fisher = (m * (1.0 - m)).reshape(-1, m.shape[-1] ** 2).sum(axis=0)
         sd[shared] = 1.0 / np.sqrt(1.0 / problem.prior.sd[shared] ** 2 + fisher)
@@ -162,6 +164,9 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
         w, sig, ll, lp, info = (fit.mean, np.diag(fit.covariance).copy(), fit.log_likelihood,
                                 fit.log_prior, fit.optimizer)
         log_ev = laplace_log_evidence(fit)
+    if not np.isfinite(log_ev):
+        raise ValueError(f"the Laplace log evidence is {log_ev} at scales "
+                         f"{np.round(scales, 6).tolist()[:10]}: the MAP or curvature failed there")
     lh = 0.0 if hyperprior is None else hyperprior(np.log(scales))[0]
     return ScalePoint(np.asarray(scales, dtype=np.float64).copy(), w, sig, float(log_ev),
                       float(lh), fit, info, float(ll), float(lp))
