@@ -320,8 +320,10 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         trace_ev.append(pt.log_evidence)
         trace_s.append(pt.scales)
         trace_step.append(1)
-        if abs(gain) < 1e-10 * max(1.0, abs(pt.objective)):  # stalled (e.g. at a bound)
-            converged = bool(refine)  # the exact ascent below finishes the job
+        if abs(gain) < 1e-8 * max(1.0, abs(pt.objective)):
+            # the evidence no longer moves (a group pruned towards 0, where it is flat, or a
+            # bound): stop; the exact ascent below, where it runs, finishes the job
+            converged = True
             break
     if refine:
         cache: dict[bytes, ScalePoint] = {}
