@@ -44,6 +44,7 @@ from scipy.optimize import minimize
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
 from pymc_crf.fitters.bethe_laplace.laplace import (
     LaplaceFit,
+    _Whitened,
     laplace_fit,
     laplace_log_evidence,
     maximise,
@@ -132,8 +133,11 @@ def _group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
     """MAP by exact gradients and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
     lik = problem.make_likelihood(exact_engine(problem, "use method='bethe_laplace'"))
-    w, info = maximise(lik, problem.prior, start, maxiter=maxiter, gtol=gtol,
+    mu, sd0 = problem.prior.mean, problem.prior.sd
+    z, info = maximise(_Whitened(lik, mu, sd0), _Whitened(problem.prior, mu, sd0),
+                       (start - mu) / sd0, maxiter=maxiter, gtol=gtol,
                        description="Laplace: MAP by exact gradients")
+    w = mu + sd0 * z
     sd = diagonal_laplace_sd(problem.spec, w)
     shared = sd == 0.0  # a shared transition table, kept at its MAP by diagonal_laplace_sd
     if shared.any():  # its own diagonal Fisher information: edge marginal variances summed
@@ -160,7 +164,7 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
         fit = None
     else:
         fit = laplace_fit(p, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
-                          start=x0, warn=False)
+                          start=x0, warn=False, whiten=True)
         w, sig, ll, lp, info = (fit.mean, np.diag(fit.covariance).copy(), fit.log_likelihood,
                                 fit.log_prior, fit.optimizer)
         log_ev = laplace_log_evidence(fit)
@@ -342,7 +346,10 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             q = cache[key]
             return -q.objective, -exact_gradient(problem, q, prior_fn)
 
-        res = minimize(neg, theta, jac=True, method="L-BFGS-B", bounds=[(lo, hi)] * G,
+        # within 3 of MacKay's point in log s: its line searches would otherwise try scales at
+        # the bounds, where MAPs with nearly unpenalised collinear features crawl
+        box = [(max(lo, t - 3.0), min(hi, t + 3.0)) for t in theta]
+        res = minimize(neg, theta, jac=True, method="L-BFGS-B", bounds=box,
                        options={"maxiter": scale_maxiter, "gtol": 1e-7, "ftol": 1e-13})
         best = cache[np.asarray(res.x).tobytes()] if np.asarray(res.x).tobytes() in cache \
             else at(res.x, pt.mean)
