@@ -7,7 +7,9 @@ with the hyperprior's log density added, type-II MAP: the scales maximise
     F(s) = log p_Laplace(D | s) [+ log p(s)],
     log p_Laplace(D | s) = log p(D | w*) + log N(w*; mu, S^2) + d/2 log 2 pi - 1/2 log det A,
 
-with ``w*(s)`` the MAP at fixed scales and ``A = H_lik + S^{-2}`` the negative log-posterior
+with ``w*(s)`` the MAP at fixed scales (searched in the prior-whitened coordinates
+``(w - mu) / s``, which stay well conditioned when a group's scale is pruned to ~1e-5) and
+``A = H_lik + S^{-2}`` the negative log-posterior
 Hessian there (``laplace.laplace_log_evidence``; Welling & Parise 2006 eq. (7), Parise &
 Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-started):
 
@@ -252,7 +254,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     scale_init : float or array
         Starting scales (one value, or one per entry of the flat scale vector).
     scale_tol, scale_maxiter
-        Stop MacKay's iterations when no ``log s`` moves by more than ``scale_tol``.
+        Stop MacKay's iterations when no ``log s`` moves by more than ``scale_tol``, or when
+        ``F`` changes by less than 1e-8 of its size (a group pruned towards 0, where the evidence
+        is flat); at most ``scale_maxiter`` of them (and of the exact ascent's iterations).
     refine : bool, optional
         Finish with L-BFGS-B on the exact Laplace evidence (dense exact curvature only; default:
         where possible with at most 2000 weights and 50 scales).
