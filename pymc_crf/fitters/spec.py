@@ -197,8 +197,9 @@ def _scaled_weight_spec(model: pm.Model, tensor, mu, sigma, shape, dims) -> Weig
         return other(f"the scale {scale.name!r} is used as a Normal sigma but has a {dist} prior "
                      f"with {support}; a learned scale needs a continuous prior on (0, inf) such "
                      "as pm.HalfNormal, pm.Exponential, pm.InverseGamma, pm.HalfCauchy or pm.Gamma")
-    size = int(np.prod(scale.shape.eval())) if scale.ndim else 1
-    s_shape = tuple(int(v) for v in scale.shape.eval())
+    s_shape = (tuple(int(v) for v in scale.type.shape) if None not in scale.type.shape
+               else tuple(int(v) for v in scale.shape.eval()))
+    size = int(np.prod(s_shape))
     try:
         marks = np.arange(1.0, size + 1.0).reshape(s_shape)
         probe = np.random.default_rng(0).uniform(0.5, 2.0, size).reshape(s_shape)
@@ -375,7 +376,8 @@ def free_scales(spec) -> tuple[list[ScaleVariable], np.ndarray]:
             continue
         if w.scale_name not in offsets:
             rv = model[w.scale_name]
-            shape = tuple(int(v) for v in rv.shape.eval())
+            shape = (tuple(int(v) for v in rv.type.shape) if None not in rv.type.shape
+                     else tuple(int(v) for v in rv.shape.eval()))
             off = sum(v.size for v in scales)
             scales.append(ScaleVariable(w.scale_name, shape,
                                         type(rv.owner.op).__name__.removesuffix("RV"), off))

@@ -317,11 +317,18 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if np.max(np.abs(step)) < scale_tol:
             converged = True
             break
-        for _half in range(8):
+        improved = False
+        for _half in range(4):
             new = at(theta + step, pt.mean)
             if new.objective >= pt.objective - 1e-9 * max(1.0, abs(pt.objective)):
+                improved = True
                 break
             step = 0.5 * step
+        if not improved:
+            # MacKay's point (curvature held fixed) is not the evidence's maximiser; near it
+            # its steps lose evidence: stop here, the exact ascent (where it runs) goes on
+            converged = True
+            break
         gain = new.objective - pt.objective
         theta, pt = theta + step, new
         trace_F.append(pt.objective)
