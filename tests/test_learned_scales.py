@@ -301,3 +301,19 @@ def test_learned_scales_against_nuts_on_the_hierarchical_model():
         print(f"{res.attrs['settings'][:60]}: max |mean error| {z.max():.3f} NUTS sds, "
               f"max |marginal error| {err:.4f}")
         assert z.max() < tol_mean and err < tol_marg
+
+
+def test_laplace_alias_on_fixed_priors_is_exact_bethe_laplace():
+    batch, X, y = _data()
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(1, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    a = pmc.fit(m, method="laplace", draws=10, random_seed=0, progressbar=False)
+    b = pmc.fit(m, method="bethe_laplace", map="exact", covariance="exact", draws=10,
+                random_seed=0, progressbar=False)
+    assert a.attrs["method"] == "laplace"
+    np.testing.assert_allclose(a["fit"]["mean_vector"], b["fit"]["mean_vector"])
+    np.testing.assert_allclose(a["fit"]["covariance_matrix"], b["fit"]["covariance_matrix"])
+    assert a.attrs["log_marginal_likelihood"] == b.attrs["log_marginal_likelihood"]
+    diag = pmc.fit(m, method="laplace", covariance="diagonal", draws=10, progressbar=False)
+    np.testing.assert_allclose(diag["fit"]["mean_vector"], a["fit"]["mean_vector"], atol=1e-5)
