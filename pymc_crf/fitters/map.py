@@ -27,6 +27,7 @@ from pymc_crf.fitters.spec import (
     check_observed_labels,
     extract_crf,
     other_model_terms,
+    refuse_free_scales,
     require_gaussian_prior,
 )
 from pymc_crf.inference.base import warn_at_caller
@@ -107,6 +108,7 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         limit (e.g. a hierarchical prior's scale collapsing to 0), a final gradient that is not
         small.
     """
+    refuse_free_scales(model, "map")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
     jitter = positive_number(jitter, "jitter", allow_zero=True)
     if engine_objective is not None:
