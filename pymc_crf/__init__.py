@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pymc_crf import (
+        calibration,
         datasets,
         features,
         fitters,
@@ -42,6 +43,7 @@ if TYPE_CHECKING:
 
 #: where each public name lives (a subpackage is its own entry)
 _LAZY = {
+    "calibration": "pymc_crf.calibration",
     "datasets": "pymc_crf.datasets",
     "features": "pymc_crf.features",
     "metrics": "pymc_crf.metrics",
@@ -89,6 +91,7 @@ __all__ = [
     "GraphStructureError",
     "Prediction",
     "__version__",
+    "calibration",
     "compare",
     "cvm_score",
     "datasets",
@@ -113,7 +116,7 @@ __all__ = [
 
 
 #: public subpackages; every other name in _LAZY is an attribute of its module
-_SUBPACKAGES = {"datasets", "features", "fitters", "inference", "metrics", "plots", "queries",
+_SUBPACKAGES = {"calibration", "datasets", "features", "fitters", "inference", "metrics", "plots", "queries",
                 "step_methods"}
 
 
