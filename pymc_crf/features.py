@@ -29,7 +29,7 @@ import os
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -89,6 +89,12 @@ class FeatureVectorizer:
         Add a constant feature ``"bias"`` (column 0) to every token. A token's own ``"bias"``
         feature must then be 1 (it is the same column; any other value is an error); with
         ``bias=False`` it is an ordinary feature.
+    templates : mapping or callable, optional
+        How columns are grouped into templates (``templates_``, ``template_index_``). By default a
+        column's template is its feature name: the part before ``=`` (``"word.lower()"`` for the
+        column ``"word.lower()=the"``; a numeric or boolean column is its own template;
+        ``"bias"`` is ``"bias"``). A mapping renames feature names to template names (names it
+        does not hold keep their own); a callable takes the column name and returns its template.
 
     Attributes
     ----------
@@ -102,6 +108,14 @@ class FeatureVectorizer:
         Occurrences of features outside the vocabulary in the last :meth:`transform` (ignored).
     unseen_features_ : set of str
         Their distinct names.
+    templates_ : list of str
+        Template names in order of their first column, fixed by :meth:`fit`.
+    template_index_ : ndarray of int
+        The template of each column (an index into ``templates_``), so a prior with one learned
+        scale per template is one line::
+
+            s = pm.HalfNormal("s", 1.0, shape=len(vec.templates_))
+            w = pm.Normal("w", 0.0, s[vec.template_index_][:, None], dims=("feature", "label"))
 
     Examples
     --------
@@ -111,11 +125,29 @@ class FeatureVectorizer:
     ((2, 4), ['bias', 'len', 'w=a', 'w=b'])
     >>> vec.transform([[{"w": "c"}]]).toarray(), vec.n_unseen_
     (array([[1., 0., 0., 0.]]), 1)
+    >>> vec.templates_, vec.template_index_.tolist()
+    (['bias', 'len', 'w'], [0, 1, 2, 2])
     """
 
-    def __init__(self, min_freq: int = 1, bias: bool = True):
+    def __init__(self, min_freq: int = 1, bias: bool = True,
+                 templates: Mapping[str, str] | Callable[[str], str] | None = None):
         self.min_freq = whole_number(min_freq, "min_freq")
         self.bias = flag(bias, "bias")
+        if templates is not None and not (isinstance(templates, Mapping) or callable(templates)):
+            raise TypeError("templates must be a mapping of feature name -> template name or a "
+                            f"callable of the column name; got {type(templates).__name__}")
+        self.templates = templates
+
+    def _template(self, column: str) -> str:
+        """The template (group) name of a column (class docstring, ``templates``)."""
+        if callable(self.templates) and not isinstance(self.templates, Mapping):
+            out = self.templates(column)
+            if not isinstance(out, str):
+                raise TypeError(f"templates({column!r}) must return a str template name; got "
+                                f"{type(out).__name__}")
+            return out
+        name = column.split("=", 1)[0]
+        return name if self.templates is None else str(self.templates.get(name, name))
 
     def _items(self, token: Mapping[str, Any], where: tuple[int, int]):
         """The token's ``(name, value)`` features. With the built-in bias on, a user ``"bias"``
@@ -155,6 +187,10 @@ class FeatureVectorizer:
             names = ["bias", *names]
         self.feature_names_ = names
         self.vocabulary_ = {n: i for i, n in enumerate(names)}
+        order: dict[str, int] = {}
+        index = [order.setdefault(self._template(n), len(order)) for n in names]
+        self.templates_ = list(order)
+        self.template_index_ = np.asarray(index, dtype=np.int64)
         return self
 
     def transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:

@@ -142,8 +142,8 @@ def test_non_gaussian_and_hierarchical_priors_are_refused(prior):
         if prior == "laplace":
             b = pm.Laplace("b", 0.0, 1.0, shape=5)
         elif prior == "hierarchical":
-            s = pm.HalfNormal("s", 1.0)
-            b = pm.Normal("b", 0.0, s, shape=5)
+            s = pm.HalfNormal("s", 1.0)  # a learned scale is s itself or s[idx], not s + 0.5
+            b = pm.Normal("b", 0.0, s + 0.5, shape=5)
         else:
             b = pm.Normal("b", 0.0, 1.0, shape=5)
             pm.Normal("other", 0.0, 1.0)

@@ -88,7 +88,8 @@ def test_map_engine_objective_refusals():
     batch = GraphBatch.chains([3, 3])
     with pm.Model() as m:
         s = pm.HalfNormal("s", 1.0)
-        T = pm.Normal("T", 0.0, s, shape=(2, 2))
+        # sd an expression of s (not a learned scale s[idx], which map refuses): map compiles
+        T = pm.Normal("T", 0.0, s + 0.5, shape=(2, 2))
         pmc.CRF("y", graphs=batch, edge_weights=T, observed=rng.integers(0, 2, size=6))
     with pytest.raises(ValueError, match="engine_objective=True is not possible.*depend on other"):
         pmc.fit(m, method="map", engine_objective=True)

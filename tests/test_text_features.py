@@ -16,6 +16,26 @@ TRAIN = [[{"w": "a", "n": 2, "cap": True}, {"w": "b", "cap": False}],
          [{"w": "a", "n": 0.5}]]
 
 
+def test_vectorizer_templates():
+    vec = FeatureVectorizer().fit(TRAIN)
+    # columns bias, cap, n, w=a, w=b: the template is the name before "="
+    assert vec.templates_ == ["bias", "cap", "n", "w"]
+    np.testing.assert_array_equal(vec.template_index_, [0, 1, 2, 3, 3])
+    assert vec.template_index_.dtype == np.int64
+    grouped = FeatureVectorizer(templates={"cap": "shape", "n": "shape"}).fit(TRAIN)
+    assert grouped.templates_ == ["bias", "shape", "w"]
+    np.testing.assert_array_equal(grouped.template_index_, [0, 1, 1, 2, 2])
+    by_value = FeatureVectorizer(templates=lambda c: c.split("=")[-1]).fit(TRAIN)
+    assert by_value.templates_ == ["bias", "cap", "n", "a", "b"]
+    with pytest.raises(TypeError, match="templates must be a mapping"):
+        FeatureVectorizer(templates=3)
+    with pytest.raises(TypeError, match=r"templates\('bias'\) must return a str"):
+        FeatureVectorizer(templates=lambda c: 1).fit(TRAIN)
+    # a column outside the vocabulary at transform time changes nothing
+    vec.transform([[{"w": "zzz"}]])
+    assert vec.templates_ == ["bias", "cap", "n", "w"]
+
+
 def test_vectorizer_columns_values_and_bias():
     vec = FeatureVectorizer(min_freq=1)
     X = vec.fit_transform(TRAIN)

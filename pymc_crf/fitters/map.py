@@ -20,6 +20,7 @@ from pymc_crf.fitters.spec import (
     check_observed_labels,
     extract_crf,
     other_model_terms,
+    refuse_free_scales,
     require_gaussian_prior,
 )
 from pymc_crf.inference.base import warn_at_caller
@@ -81,6 +82,7 @@ def fit_map(model: pm.Model, *, maxiter: int = 2000, gtol: float = 1e-6, ftol: f
         objective per iteration; ``attrs["settings"]`` records whether the engine objective was
         used.
     """
+    refuse_free_scales(model, "map")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
     jitter = positive_number(jitter, "jitter", allow_zero=True)
     if engine_objective is not None:

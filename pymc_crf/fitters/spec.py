@@ -11,6 +11,9 @@ from dataclasses import dataclass, field, replace
 
 import numpy as np
 import pymc as pm
+import pytensor.tensor as pt
+from pymc.distributions.distribution import SymbolicRandomVariable
+from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import ancestors
 from pytensor.scalar import Cast
 from pytensor.tensor.elemwise import Elemwise
@@ -21,9 +24,10 @@ from pymc_crf.distributions.crf import CRFRV, CRFInfo, unpad_labels
 from pymc_crf.distributions.hcrf import HCRFRV, find_hcrf
 from pymc_crf.graphs.batch import GraphBatch
 
-__all__ = ["CRFSpec", "WeightSpec", "check_observed_labels", "extract_crf", "observed_labels", "observes",
-           "other_model_terms", "require_all_labels", "require_gaussian_prior",
-           "require_sole_likelihood", "single_observed"]
+__all__ = ["CRFSpec", "ScaleVariable", "WeightSpec", "check_observed_labels", "extract_crf",
+           "free_scales", "observed_labels", "observes", "other_model_terms", "refuse_free_scales",
+           "require_all_labels", "require_gaussian_prior", "require_learnable_scales",
+           "require_sole_likelihood", "single_observed", "with_scales"]
 
 
 @dataclass(frozen=True)
@@ -31,7 +35,11 @@ class WeightSpec:
     """One weight tensor of the CRF: its PyMC variable and prior.
 
     ``prior`` is ``"normal"`` when the tensor is a free ``pm.Normal`` with constant mu and sigma
-    (then ``prior_mean`` / ``prior_sd`` are arrays of the weight's shape), else ``"other"``.
+    (then ``prior_mean`` / ``prior_sd`` are arrays of the weight's shape); ``"normal_scaled"`` when
+    mu is constant and sigma is a free positive scale variable indexed by constants
+    (``sigma = s``, ``s[idx]``, ``s[idx][:, None]``, ...): then ``prior_mean`` is set,
+    ``scale_name`` names the scale variable and ``scale_index`` (int, the weight's shape) gives the
+    entry of the flattened scale each weight uses; else ``"other"`` (``reason`` says why).
     """
 
     name: str | None
@@ -41,6 +49,8 @@ class WeightSpec:
     prior_mean: np.ndarray | None = None
     prior_sd: np.ndarray | None = None
     reason: str = ""
+    scale_name: str | None = None
+    scale_index: np.ndarray | None = None
 
     @property
     def size(self) -> int:
@@ -126,10 +136,11 @@ def _weight_spec(model: pm.Model, tensor, role: str) -> WeightSpec | None:
         return WeightSpec(tensor.name, shape, dims, "other",
                           reason=f"its prior is {type(op).__name__.removesuffix('RV')}, not Normal")
     mu, sigma = op.dist_params(tensor.owner)
-    if any(v.owner is not None and isinstance(v.owner.op, RandomVariable)
-           for v in ancestors([mu, sigma])):
+    if _random_ancestors(mu):
         return WeightSpec(tensor.name, shape, dims, "other",
                           reason="its Normal prior's mu/sigma depend on other random variables")
+    if _random_ancestors(sigma):
+        return _scaled_weight_spec(model, tensor, mu, sigma, shape, dims)
     try:
         mu_v = np.broadcast_to(np.asarray(mu.eval(), dtype=np.float64), shape).copy()
         sd_v = np.broadcast_to(np.asarray(sigma.eval(), dtype=np.float64), shape).copy()
@@ -145,6 +156,80 @@ def _weight_spec(model: pm.Model, tensor, role: str) -> WeightSpec | None:
         raise ValueError(f"{tensor.name!r}: a Normal prior needs a finite mu and a finite sigma "
                          f"> 0; entry {i} has mu={float(mu_v.flat[i])}, sigma={float(sd_v.flat[i])}")
     return WeightSpec(tensor.name, shape, dims, "normal", mu_v, sd_v)
+
+
+def _random_ancestors(var) -> list:
+    """The random variables ``var`` is computed from."""
+    return [v for v in ancestors([var])
+            if v.owner is not None and isinstance(v.owner.op, RandomVariable
+                                                  | SymbolicRandomVariable)]
+
+
+def _scaled_weight_spec(model: pm.Model, tensor, mu, sigma, shape, dims) -> WeightSpec:
+    """The WeightSpec of a Normal weight whose sigma depends on random variables: a
+    ``"normal_scaled"`` one when sigma is one free positive scale variable indexed by constants
+    (any grouping written by integer indexing, broadcasting or reshaping), else ``"other"`` with
+    the reason (which keeps the words "depend on other random variables")."""
+    name = tensor.name
+
+    def other(why: str) -> WeightSpec:
+        return WeightSpec(name, shape, dims, "other",
+                          reason="its Normal prior's mu/sigma depend on other random variables "
+                                 f"({why})")
+
+    rvs = _random_ancestors(sigma)
+    if len(rvs) != 1:
+        return other(f"sigma depends on {len(rvs)} random variables "
+                     f"{sorted(str(v.name) for v in rvs)}; learned prior scales need sigma to be "
+                     "one free scale variable, indexed")
+    scale = rvs[0]
+    if scale not in model.free_RVs:
+        return other(f"sigma depends on {scale.name!r}, which is not a free variable of the model")
+    if _random_ancestors_of_params(scale):
+        return other(f"the scale {scale.name!r} has a prior whose parameters are themselves "
+                     "random variables; learned prior scales take one level (a scale with a "
+                     "fixed prior)")
+    transform = model.rvs_to_transforms.get(scale)
+    if type(transform).__name__ != "LogTransform":
+        dist = type(scale.owner.op).__name__.removesuffix("RV")
+        support = ("a discrete prior" if scale.type.dtype.startswith("int")
+                   else "no log transform, i.e. a support that is not (0, inf)")
+        return other(f"the scale {scale.name!r} is used as a Normal sigma but has a {dist} prior "
+                     f"with {support}; a learned scale needs a continuous prior on (0, inf) such "
+                     "as pm.HalfNormal, pm.Exponential, pm.InverseGamma, pm.HalfCauchy or pm.Gamma")
+    size = int(np.prod(scale.shape.eval())) if scale.ndim else 1
+    s_shape = tuple(int(v) for v in scale.shape.eval())
+    try:
+        marks = np.arange(1.0, size + 1.0).reshape(s_shape)
+        probe = np.random.default_rng(0).uniform(0.5, 2.0, size).reshape(s_shape)
+        got = [np.broadcast_to(np.asarray(
+            clone_replace(sigma, {scale: pt.constant(v, dtype=scale.dtype)}).eval(),
+            dtype=np.float64), shape) for v in (marks, probe)]
+    except Exception as err:  # noqa: BLE001 - an expression that does not broadcast, etc.
+        return other(f"sigma could not be evaluated as an indexing of {scale.name!r}: {err}")
+    index = np.rint(got[0]).astype(np.int64) - 1
+    if not (np.all(got[0] == index + 1) and np.all((index >= 0) & (index < size))
+            and np.allclose(got[1], probe.reshape(-1)[index], rtol=1e-12, atol=0.0)):
+        return other(f"sigma is an expression of {scale.name!r} other than an indexing of it "
+                     f"(learned prior scales take sigma = {scale.name}, {scale.name}[idx], "
+                     f"{scale.name}[idx][:, None], ...)")
+    try:
+        mu_v = np.broadcast_to(np.asarray(mu.eval(), dtype=np.float64), shape).copy()
+    except Exception:  # noqa: BLE001
+        return other("its mu could not be evaluated")
+    if not np.all(np.isfinite(mu_v)):
+        raise ValueError(f"{name!r}: a Normal prior needs a finite mu")
+    if model.rvs_to_transforms.get(tensor) is not None:
+        return WeightSpec(name, shape, dims, "other", reason="it has a transform")
+    return WeightSpec(name, shape, dims, "normal_scaled", mu_v, None,
+                      reason=f"its Normal prior's mu/sigma depend on other random variables (the "
+                             f"free scale {scale.name!r}: learned prior scales are fitted by "
+                             "method='laplace' or 'bethe_laplace')",
+                      scale_name=scale.name, scale_index=index)
+
+
+def _random_ancestors_of_params(rv) -> list:
+    return [v for p in rv.owner.inputs for v in _random_ancestors(p)]
 
 
 def weight_specs(model: pm.Model, node_tensor, edge_tensor
@@ -251,6 +336,141 @@ def require_gaussian_prior(spec: CRFSpec, method: str) -> None:
     if spec.free_vars:
         raise ValueError(f"method={method!r} handles models whose only free variables are the CRF "
                          f"weights; this model also has {list(spec.free_vars)}")
+
+
+@dataclass(frozen=True)
+class ScaleVariable:
+    """A free prior-scale variable of the weights: its name, shape and distribution, and where
+    its entries sit in the flat scale vector (``offset`` .. ``offset + size``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    distribution: str
+    offset: int
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape))
+
+    def entry_names(self) -> list[str]:
+        """``"s[0]"``-style names of the flat entries (``"s"`` for a scalar)."""
+        return [f"{self.name}[{', '.join(map(str, i))}]" if i else self.name
+                for i in np.ndindex(*self.shape)]
+
+
+def free_scales(spec) -> tuple[list[ScaleVariable], np.ndarray]:
+    """The free scale variables of the weights of ``spec`` (a CRF or MRF spec) and, for every
+    flat weight, the index of its scale in the flat scale vector (concatenation of the scale
+    variables in order of first use), -1 for weights with a fixed sd.
+
+    Returns ``([], all -1)`` when no weight has a learned scale.
+    """
+    model = spec.model
+    scales: list[ScaleVariable] = []
+    offsets: dict[str, int] = {}
+    parts = []
+    for w in spec.weights:
+        if w.prior != "normal_scaled":
+            parts.append(np.full(w.size, -1, dtype=np.int64))
+            continue
+        if w.scale_name not in offsets:
+            rv = model[w.scale_name]
+            shape = tuple(int(v) for v in rv.shape.eval())
+            off = sum(v.size for v in scales)
+            scales.append(ScaleVariable(w.scale_name, shape,
+                                        type(rv.owner.op).__name__.removesuffix("RV"), off))
+            offsets[w.scale_name] = off
+        parts.append(offsets[w.scale_name] + np.asarray(w.scale_index).reshape(-1))
+    index = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
+    return scales, index
+
+
+def with_scales(spec, scale_values: np.ndarray):
+    """``spec`` with its learned scales fixed at ``scale_values`` (the flat scale vector of
+    :func:`free_scales`): every ``"normal_scaled"`` weight becomes ``"normal"`` with
+    ``prior_sd = scale_values[scale_index]``, and the scale variables leave ``free_vars``, so
+    the fixed-prior machinery (``GaussianLogPrior``, ``require_gaussian_prior``) takes it."""
+    scales, _ = free_scales(spec)
+    values = np.asarray(scale_values, dtype=np.float64).reshape(-1)
+    total = sum(v.size for v in scales)
+    if values.shape != (total,):
+        raise ValueError(f"scale_values must have {total} entries (the flat scale vector); got "
+                         f"shape {np.shape(scale_values)}")
+    offsets = {v.name: v.offset for v in scales}
+    fixed = {}
+    for slot in ("node_weights", "edge_weights"):
+        w = getattr(spec, slot)
+        if w is not None and w.prior == "normal_scaled":
+            sd = values[offsets[w.scale_name] + np.asarray(w.scale_index)]
+            fixed[slot] = replace(w, prior="normal", prior_sd=sd, reason="")
+    names = set(offsets)
+    return replace(spec, **fixed, free_vars=tuple(v for v in spec.free_vars if v not in names))
+
+
+def _spec_or_none(spec_or_model):
+    if not isinstance(spec_or_model, pm.Model):
+        return spec_or_model
+    from pymc_crf.fitters.random_field import extract_random_field
+
+    try:
+        return extract_random_field(spec_or_model)
+    except ValueError:  # no random field (or several): the fitter says so itself
+        return None
+
+
+def refuse_free_scales(spec_or_model, method: str) -> None:
+    """Raise a clear error when the random field's weights have learned (free) prior scales, for
+    a fitter that cannot fit them: ``map`` (whose joint mode collapses the scales), EP, evidence
+    estimates at fixed priors. Takes a spec or a model (a model without one random field passes:
+    the fitter reports that itself)."""
+    spec = _spec_or_none(spec_or_model)
+    if spec is None:
+        return
+    scaled = [w for w in spec.weights if w.prior == "normal_scaled"]
+    if not scaled:
+        return
+    names = sorted({w.scale_name for w in scaled})
+    which = ", ".join(f"{w.name!r} (sd {w.scale_name!r})" for w in scaled)
+    if method == "map":
+        why = ("the joint mode of weights and scales is at s -> 0: with the weights at their "
+               "prior mean the log prior -n log s grows without bound as s shrinks while the "
+               "likelihood stays finite, so a MAP collapses the scales (to ~1e-8)")
+    else:
+        why = "this method needs a fixed Gaussian prior (fixed prior scales)"
+    raise ValueError(
+        f"method={method!r} cannot fit a model whose weight prior scales are free variables "
+        f"{names} (weights {which}): {why}. Choose the scales by their evidence with "
+        "method='laplace' or method='bethe_laplace' (type-II maximum likelihood / empirical "
+        "Bayes, optionally integrated over the scales: pmc.fit(model, method='laplace')), or, for "
+        "small models, sample the full "
+        "model with method='nuts' and a non-centred prior (z = pm.Normal('z', 0, 1, ...); "
+        "w = pm.Deterministic('w', s[idx] * z)).")
+
+
+def require_learnable_scales(spec, method: str) -> None:
+    """Raise a clear error unless every weight has a Normal prior with a fixed sd or a learned
+    scale (:func:`free_scales`), the only other free variables are those scales, and every scale
+    entry scales at least one weight."""
+    scales, index = free_scales(spec)
+    fixed = with_scales(spec, np.ones(sum(v.size for v in scales)))
+    for w in fixed.weights:
+        if w.prior != "normal":
+            raise ValueError(f"method={method!r} needs a Normal prior on the CRF weights with a "
+                             f"fixed or a learned (free, indexed) sd ({w.name or 'weights'}): "
+                             f"{w.reason}. Use method='nuts' for other priors.")
+    if fixed.free_vars:
+        raise ValueError(f"method={method!r} handles models whose free variables are the CRF "
+                         f"weights and their prior scales; this model also has "
+                         f"{list(fixed.free_vars)}")
+    used = np.zeros(sum(v.size for v in scales), dtype=bool)
+    used[index[index >= 0]] = True
+    for v in scales:
+        unused = np.flatnonzero(~used[v.offset:v.offset + v.size])
+        if unused.size:
+            raise ValueError(f"the scale {v.name!r} has {v.size} entries but entries "
+                             f"{unused[:10].tolist()} scale no weight (the index in its "
+                             "sigma never selects them); their evidence is flat, so they cannot "
+                             f"be learned: size {v.name!r} to the groups the index uses")
 
 
 def other_model_terms(spec) -> str:

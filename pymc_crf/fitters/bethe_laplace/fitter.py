@@ -16,15 +16,21 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
-from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit, laplace_log_evidence
-from pymc_crf.fitters.bethe_laplace.problem import weight_problem
+from pymc_crf.fitters.bethe_laplace.laplace import (
+    COVARIANCE_MODES,
+    MAP_MODES,
+    laplace_fit,
+    laplace_log_evidence,
+)
+from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
+from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
 from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.validation import generator, whole_number
+from pymc_crf.validation import flag, generator, whole_number
 
-__all__ = ["fit_bethe_laplace"]
+__all__ = ["fit_bethe_laplace", "fit_laplace"]
 
 
 @register("bethe_laplace")
@@ -33,26 +39,37 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                       gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
                       log_likelihood: bool = True, n_draws: int | None = None,
                       n_chains: int | None = None, seed=None,
-                      progressbar: bool = True) -> xr.DataTree:
+                      progressbar: bool = True, hyperprior: bool = True,
+                      integrate_scales: str | None = None, scale_init=1.0,
+                      scale_tol: float = 1e-6, scale_maxiter: int = 200,
+                      refine: bool | None = None) -> xr.DataTree:
     """Bethe-Laplace posterior of the weights of a CRF or MRF with a Gaussian prior.
 
     The posterior is ``N(lambda_MP, Sigma)`` with ``Sigma^{-1} = sum_n C_n + Lambda^{-1}``
     (Welling & Parise 2006 eq. (7); CRF version eqs. (11)-(12)): ``C`` the covariance of the
     sufficient statistics at the MAP, here pulled back to the model's weights.
 
+    Weight prior sds that are free scale variables (``s = pm.HalfNormal("s", 1, shape=G)``,
+    ``w = pm.Normal("w", 0, s[idx], ...)``: any grouping by integer indexing) are learned by
+    maximising the Laplace evidence over them (type-II ML / MAP, MacKay 1992; see
+    :mod:`~pymc_crf.fitters.bethe_laplace.scales` and docs/bethe_laplace.md), or integrated out
+    on a grid (``integrate_scales="grid"``).
+
     Parameters
     ----------
     model : pm.Model
         One observed ``pmc.CRF`` (or ``pmc.MRF``) whose weights are free ``pm.Normal`` variables
-        with constant mean and sd, and nothing else free. HCRFs (hidden variables, eqs. 17-22) are
-        refused.
+        with constant mean and a constant sd or a learned scale, and nothing else free. HCRFs
+        (hidden variables, eqs. 17-22) are refused.
     map : {"exact", "bp"}
         ``"exact"`` (BL-MP): MAP by exact gradients (chain or junction tree engine);
         ``"bp"`` (BL-BP): pseudo-moment-matching start (MRFs), then L-BFGS on the penalised
         Bethe log-likelihood, BP beliefs as the expectations (Welling & Parise 2006 sec. 7).
-    covariance : {"bp", "exact"}
+    covariance : {"bp", "exact", "diagonal"}
         ``"bp"``: C by linear response on the BP fixed point at the MAP (eqs. (8)-(10));
-        ``"exact"``: the exact covariance (Laplace-exact).
+        ``"exact"``: the exact covariance (Laplace-exact); ``"diagonal"``: the diagonal Laplace
+        approximation (``diagonal_laplace_sd``, log-linear CRFs with an exact engine; the
+        ``fit`` group then holds ``sd_vector`` instead of ``covariance_matrix``).
     bp : BeliefPropagation, optional
         BP engine for the Bethe parts (default damping 0.5, tol 1e-11, max_iter 5000). When it
         does not converge at the MAP a ``ConvergenceWarning`` is issued and
@@ -68,6 +85,17 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         Deprecated names of ``draws``, ``chains``, ``random_seed`` (FutureWarning).
     progressbar : bool
         Show a progress bar of the MAP search (PyMC's; ``False`` silences it).
+    hyperprior : bool
+        Learned scales: add their prior's log density to the evidence (type-II MAP); ``False``:
+        type-II maximum likelihood.
+    integrate_scales : {None, "grid"}
+        Learned scales: ``"grid"`` integrates them out (at most 3 scale entries; INLA-style grid,
+        Rue, Martino & Chopin 2009): the posterior is the evidence-weighted mixture of the
+        Laplace Gaussians at the grid points.
+    scale_init, scale_tol, scale_maxiter, refine
+        Learned scales: start (one value or one per scale entry), MacKay iterations' tolerance
+        on ``log s`` and cap, and the final exact-gradient ascent of the Laplace evidence
+        (default: with dense exact curvature, up to 2000 weights and 50 scales).
 
     Notes
     -----
@@ -90,7 +118,17 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     n_chains = renamed(chains, n_chains, "n_chains", "chains", default=1)
     seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
     n_draws, n_chains = whole_number(n_draws, "draws"), whole_number(n_chains, "chains")
-    problem = weight_problem(model, "bethe_laplace")
+    problem = weight_problem(model, "bethe_laplace", learn_scales=True)
+    if problem.n_scales or covariance == "diagonal":
+        return _fit_learned_scales(
+            problem, "bethe_laplace", t0, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
+            gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=seed,
+            log_likelihood=log_likelihood, hyperprior=hyperprior,
+            integrate_scales=integrate_scales, scale_init=scale_init, scale_tol=scale_tol,
+            scale_maxiter=scale_maxiter, refine=refine)
+    if integrate_scales is not None:
+        raise ValueError("integrate_scales needs learned prior scales; this model's weight "
+                         "priors all have fixed sds")
     fit = laplace_fit(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
                       progressbar=progressbar)
     log_ev = laplace_log_evidence(fit)
@@ -120,6 +158,172 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     fit_group["log_marginal_likelihood"] = ((), float(log_ev))
     result["fit"] = fit_group
     return result
+
+
+#: the largest number of weights for which method="laplace" forms the dense exact covariance
+DENSE_LIMIT = 3000
+
+
+@register("laplace")
+def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 2000,
+                gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
+                log_likelihood: bool = True, progressbar: bool = True, hyperprior: bool = True,
+                integrate_scales: str | None = None, scale_init=1.0, scale_tol: float = 1e-6,
+                scale_maxiter: int = 200, refine: bool | None = None) -> xr.DataTree:
+    """The Laplace approximation of a CRF or MRF weight posterior with exact inference (the name
+    pymc-extras users know): ``method="bethe_laplace"`` with ``map="exact"`` and exact
+    curvature, including learned prior scales (see :func:`fit_bethe_laplace`).
+
+    Parameters
+    ----------
+    model : pm.Model
+        As for ``bethe_laplace``; the graph must allow exact inference (chains, trees, narrow
+        junction trees), else use ``method="bethe_laplace"``.
+    covariance : {"auto", "exact", "diagonal"}
+        ``"exact"``: the dense exact Hessian (d x d); ``"diagonal"``: the diagonal Laplace
+        approximation (log-linear CRFs); ``"auto"``: ``"exact"`` up to 3000 weights
+        (``DENSE_LIMIT``), ``"diagonal"`` above.
+    maxiter, gtol, draws, chains, random_seed, log_likelihood, progressbar, hyperprior,
+    integrate_scales, scale_init, scale_tol, scale_maxiter, refine
+        As for ``bethe_laplace``.
+    """
+    t0 = time.perf_counter()
+    problem = weight_problem(model, "laplace", learn_scales=True)
+    exact_engine(problem, "use method='bethe_laplace' (BP for the log partition function)")
+    if covariance == "auto":
+        covariance = "exact" if problem.size <= DENSE_LIMIT else "diagonal"
+    if covariance not in ("exact", "diagonal"):
+        raise ValueError(f"covariance must be 'auto', 'exact' or 'diagonal' for method='laplace'; "
+                         f"got {covariance!r}")
+    n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
+    if problem.n_scales or covariance == "diagonal":
+        return _fit_learned_scales(
+            problem, "laplace", t0, map="exact", covariance=covariance, bp=None, maxiter=maxiter,
+            gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=random_seed,
+            log_likelihood=log_likelihood, hyperprior=hyperprior,
+            integrate_scales=integrate_scales, scale_init=scale_init, scale_tol=scale_tol,
+            scale_maxiter=scale_maxiter, refine=refine)
+    result = fit_bethe_laplace(model, map="exact", covariance="exact", maxiter=maxiter, gtol=gtol,
+                               draws=n_draws, chains=n_chains, random_seed=random_seed,
+                               log_likelihood=log_likelihood, progressbar=progressbar,
+                               integrate_scales=integrate_scales)
+    result.attrs["method"] = "laplace"
+    return result
+
+
+def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
+                        n_draws, n_chains, seed, log_likelihood, hyperprior, integrate_scales,
+                        scale_init, scale_tol, scale_maxiter, refine) -> xr.DataTree:
+    """The result of a fit with learned scales (or the diagonal covariance): draws of the weights
+    (and scales) from the Gaussian at the learned scales or from the grid mixture."""
+    if map not in MAP_MODES:
+        raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
+    if covariance not in (*COVARIANCE_MODES, "diagonal"):
+        raise ValueError(f"covariance must be one of {(*COVARIANCE_MODES, 'diagonal')}; got "
+                         f"{covariance!r}")
+    if covariance == "diagonal" and (problem.kind != "crf" or problem.potential != "loglinear"):
+        raise ValueError("covariance='diagonal' takes log-linear CRFs (diagonal_laplace_sd); use "
+                         "covariance='exact' or 'bp'")
+    hyperprior = flag(hyperprior, "hyperprior")
+    rng = generator(seed, "random_seed")
+    spec = problem.spec
+    if problem.n_scales:
+        learned = learn_scales(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
+                               gtol=gtol, hyperprior=hyperprior, scale_init=scale_init,
+                               scale_tol=scale_tol, scale_maxiter=scale_maxiter, refine=refine,
+                               integrate_scales=integrate_scales)
+    else:
+        if integrate_scales is not None:
+            raise ValueError("integrate_scales needs learned prior scales; this model's weight "
+                             "priors all have fixed sds")
+        pt = laplace_point(problem, np.zeros(0), None, map=map, covariance=covariance, bp=bp,
+                           maxiter=maxiter, gtol=gtol, hyperprior=None)
+        learned = LearnedScales(pt, {}, True)
+    pt = learned.point
+    points = learned.points or [pt]
+    weights = learned.weights if learned.weights is not None else np.ones(1)
+    comp = rng.choice(len(points), size=(n_chains, n_draws), p=weights)
+    d = problem.size
+    flat = np.empty((n_chains, n_draws, d))
+    scale_draws = np.empty((n_chains, n_draws, problem.n_scales))
+    for k, q in enumerate(points):
+        sel = comp == k
+        m = int(sel.sum())
+        if not m:
+            continue
+        if q.fit is None:
+            flat[sel] = q.mean + np.sqrt(q.sigma_diag) * rng.standard_normal((m, d))
+        else:
+            flat[sel] = draws_from_gaussian(q.mean, q.covariance, m, 1, rng)[0]
+        scale_draws[sel] = q.scales
+    post = spec.unflatten(flat)
+    for v in problem.scales:
+        post[v.name] = scale_draws[..., v.offset:v.offset + v.size].reshape(
+            n_chains, n_draws, *v.shape)
+    # the mixture's mean and covariance (one component at a point estimate)
+    mean = sum(w * q.mean for w, q in zip(weights, points, strict=True))
+    dense = pt.fit is not None
+    if dense:
+        cov = sum(w * (q.covariance + np.outer(q.mean - mean, q.mean - mean))
+                  for w, q in zip(weights, points, strict=True))
+    else:
+        var = sum(w * (q.sigma_diag + (q.mean - mean) ** 2)
+                  for w, q in zip(weights, points, strict=True))
+    log_ev = (learned.log_marginal_likelihood if learned.log_marginal_likelihood is not None
+              else pt.log_evidence)
+    pointwise = {spec.observed_name: _pointwise(problem, flat)} if log_likelihood else None
+    settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
+                "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed,
+                "hyperprior": hyperprior, "integrate_scales": integrate_scales,
+                "scale_tol": scale_tol, "scale_maxiter": scale_maxiter, "refine": refine}
+    result = build_result(problem.model, post, method, settings, time.perf_counter() - t0,
+                          mean_vector=mean, covariance_matrix=cov if dense else None,
+                          param_names=spec.param_names(), log_marginal_likelihood=log_ev,
+                          log_likelihood=False, pointwise_log_likelihood=pointwise)
+    names = [n for v in problem.scales for n in v.entry_names()]
+    if dense:
+        fit_group = result["fit"].to_dataset()
+    else:
+        fit_group = xr.Dataset({"mean_vector": (("rows",), mean),
+                                "sd_vector": (("rows",), np.sqrt(var))},
+                               coords={"rows": spec.param_names()})
+    fit_group["log_marginal_likelihood"] = ((), float(log_ev))
+    fit_group["log_evidence_at_scales"] = ((), float(pt.log_evidence))
+    if names:
+        fit_group["scales"] = (("scale_entry",), pt.scales)
+        fit_group = fit_group.assign_coords(scale_entry=names)
+    result["fit"] = fit_group
+    result["diagnostics"] = _diagnostics(pt, learned, names)
+    result.attrs["log_marginal_likelihood"] = float(log_ev)
+    return result
+
+
+def _diagnostics(pt, learned, names) -> xr.Dataset:
+    """The final MAP's optimiser record (over ``iteration``) and the outer iterations' trace of
+    the scales and evidence (over ``outer_iteration``), with the grid when there is one."""
+    data = {}
+    for k, v in pt.optimizer.items():
+        a = np.asarray(v)
+        data[k] = (("iteration",) if a.ndim == 1 else ()), a
+    data["log_likelihood_at_map"] = ((), np.float64(pt.log_likelihood))
+    data["log_prior_at_map"] = ((), np.float64(pt.log_prior))
+    data["scales_converged"] = ((), np.bool_(learned.converged))
+    tr = learned.trace
+    if tr:
+        data["log_evidence"] = (("outer_iteration",), tr["outer_log_evidence"])
+        data["scale_objective"] = (("outer_iteration",), tr["outer_objective"])
+        data["scale_step"] = (("outer_iteration",), tr["outer_step"])
+        data["scale_trace"] = (("outer_iteration", "scale_entry"), tr["outer_scales"])
+    if learned.points:
+        data["grid_scales"] = (("grid_point", "scale_entry"),
+                               np.stack([q.scales for q in learned.points]))
+        data["grid_weights"] = (("grid_point",), learned.weights)
+        data["grid_log_evidence"] = (("grid_point",),
+                                     np.array([q.log_evidence for q in learned.points]))
+    ds = xr.Dataset(data)
+    if names:
+        ds = ds.assign_coords(scale_entry=names)
+    return ds
 
 
 def _pointwise(problem, flat: np.ndarray, chunk: int = 500) -> np.ndarray:

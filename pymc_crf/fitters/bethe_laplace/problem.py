@@ -7,19 +7,24 @@ the value and gradient of ``log p(D | w)`` and the maps between weights and log-
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from typing import Any
 
+import numpy as np
 import pymc as pm
 
 from pymc_crf.distributions.hcrf import HCRFRV
 from pymc_crf.fitters.objective import GaussianLogPrior
 from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
 from pymc_crf.fitters.spec import (
+    free_scales,
     observes,
+    refuse_free_scales,
     require_all_labels,
     require_gaussian_prior,
+    require_learnable_scales,
     require_sole_likelihood,
+    with_scales,
 )
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bp import BeliefPropagation
@@ -52,6 +57,19 @@ class WeightProblem:
     make_likelihood: Any
     n_data: int
     kind: str
+    scales: list = field(default_factory=list)
+    scale_index: Any = None
+
+    @property
+    def n_scales(self) -> int:
+        """Entries of the flat vector of learned prior scales (0: every sd is fixed)."""
+        return int(sum(v.size for v in self.scales))
+
+    def at_scales(self, values: np.ndarray) -> WeightProblem:
+        """The same problem with the learned scales fixed at ``values`` (flat scale vector): its
+        prior is the fixed Normal with those sds."""
+        spec = with_scales(self.spec, values)
+        return replace(self, spec=spec, prior=GaussianLogPrior(spec))
 
     @property
     def size(self) -> int:
@@ -66,12 +84,22 @@ class WeightProblem:
         return getattr(self.spec, "potential", "loglinear")
 
 
-def weight_problem(model: pm.Model | None, method: str) -> WeightProblem:
-    """Read the model's CRF or MRF likelihood and its Gaussian weight prior (clear errors else)."""
+def weight_problem(model: pm.Model | None, method: str,
+                   learn_scales: bool = False) -> WeightProblem:
+    """Read the model's CRF or MRF likelihood and its Gaussian weight prior (clear errors else).
+
+    With ``learn_scales`` the weights' prior sds may be free scale variables (``free_scales``):
+    the problem's ``prior`` is then at unit scales until ``at_scales`` fixes them; without it such
+    a model is refused (``refuse_free_scales``)."""
     model = pm.modelcontext(model)
     _refuse_hcrf(model, method)
     spec = extract_random_field(model)
-    require_gaussian_prior(spec, method)
+    scales, scale_index = free_scales(spec) if learn_scales else ([], None)
+    if scales:
+        require_learnable_scales(spec, method)
+    else:
+        refuse_free_scales(spec, method)
+        require_gaussian_prior(spec, method)
     require_all_labels(spec, method)
     require_sole_likelihood(spec, method)
     n_data = int(getattr(spec, "n_samples", spec.batch.n_graphs))
@@ -80,7 +108,9 @@ def weight_problem(model: pm.Model | None, method: str) -> WeightProblem:
     def make(engine: Engine | None = None):
         return random_field_log_likelihood(spec, engine)
 
-    return WeightProblem(model, spec, GaussianLogPrior(spec), make, n_data, kind)
+    fixed = with_scales(spec, np.ones(sum(v.size for v in scales)))
+    return WeightProblem(model, spec, GaussianLogPrior(fixed), make, n_data, kind, scales,
+                         scale_index)
 
 
 def exact_engine(problem: WeightProblem,

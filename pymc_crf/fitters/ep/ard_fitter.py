@@ -21,6 +21,7 @@ from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
 from pymc_crf.fitters.results import build_result, draws_from_gaussian
+from pymc_crf.fitters.spec import refuse_free_scales
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 __all__ = ["fit_predictive_ard"]
@@ -104,6 +105,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
     >>> res = pmc.fit(model, method="predictive_ard")   # doctest: +SKIP
     >>> res["ard"]["features_kept"].values               # doctest: +SKIP
     """
+    refuse_free_scales(model, "predictive_ard")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
     if criterion not in CRITERIA:
         raise ValueError(f"criterion must be one of {CRITERIA}; got {criterion!r}")

@@ -24,6 +24,7 @@ from pymc_crf.fitters.spec import (
     CRFSpec,
     extract_crf,
     observes,
+    refuse_free_scales,
     require_all_labels,
     require_gaussian_prior,
     require_sole_likelihood,
@@ -133,6 +134,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``diagnostics`` (``change_mean`` / ``change_cov`` / ``skipped`` per sweep, ``iterations``,
         ``converged``, skip counts by kind, ``sweep_time``), ``log_likelihood`` per graph, attrs.
     """
+    refuse_free_scales(model, "ep")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
     draws = renamed(draws, n_draws, "n_draws", "draws", default=1000)
     chains = renamed(chains, n_chains, "n_chains", "chains", default=1)

@@ -1,0 +1,123 @@
+"""CoNLL-2000 chunking: MAP at CRFsuite's prior against learned per-template prior scales.
+
+The chunking CRF of ``examples/conll2000_chunking.py`` (CRFsuite's token template through
+``pmc.FeatureVectorizer``) on the first ``--train`` training sentences, scored on the first
+``--test`` test sentences:
+
+* **MAP, c2 = 1**: every weight N(0, 1/2) (CRFsuite's L2 objective ``c2 ||w||^2`` as a prior,
+  sd = 1/sqrt(2)); marginals at the MAP, Viterbi labels.
+* **learned scales**: node weights ``N(0, s[template]^2)`` with one ``s ~ HalfNormal(1)`` per
+  feature template (``vec.templates_``), the transition table ``N(0, t^2)`` with its own
+  ``t ~ HalfNormal(1)``; ``pmc.fit(method="laplace")`` (type-II MAP scales by the Laplace
+  evidence; the diagonal covariance at this size), posterior-averaged marginals over
+  ``--draws`` weight draws, Viterbi labels at the posterior mean.
+
+Printed: token log loss (mean -log p(gold label) under the marginals), token accuracy (argmax
+of the marginals), expected calibration error (10 bins), chunk F1 of the Viterbi labels, wall
+time, and the learned scales.
+
+Run:  .venv/bin/python bench/conll_learned_scales.py [--train 300] [--test 500] [--draws 30]
+(needs ../shared/data/conll2000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+
+import pymc_crf as pmc
+from pymc_crf.datasets import data_dir, read_conll2000, token_features
+from pymc_crf.features import encode_tags, sequence_batch
+from pymc_crf.fitters import extract_crf
+from pymc_crf.fitters.diagonal_laplace import posterior_averaged_marginals
+from pymc_crf.metrics import chunk_f1, reliability_curve
+
+SIGMA = 0.5 ** 0.5  # CRFsuite's c2 = 1
+
+
+def _scores(name, marg, labels_pred, test, tchunks, classes, wall):
+    gold = test.labels
+    p = np.clip(marg[np.arange(gold.size), gold], 1e-300, None)
+    pred_tags, i = [], 0
+    for s in tchunks:
+        pred_tags.append([classes[k] for k in labels_pred[i:i + len(s)]])
+        i += len(s)
+    f1 = chunk_f1(tchunks, pred_tags).f1
+    ece = reliability_curve(marg, gold, n_bins=10).ece
+    print(f"| {name} | {-np.mean(np.log(p)):.4f} | {np.mean(marg.argmax(1) == gold):.4f} | "
+          f"{ece:.4f} | {f1:.2f} | {wall:.1f} |")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", type=int, default=300)
+    ap.add_argument("--test", type=int, default=500)
+    ap.add_argument("--draws", type=int, default=30)
+    ap.add_argument("--scale-maxiter", type=int, default=30)
+    args = ap.parse_args(argv)
+    if not data_dir("conll2000").exists():
+        print(f"skipped: {data_dir('conll2000')} not found")
+        return
+    words, pos, chunks = (a[:args.train] for a in read_conll2000("train"))
+    twords, tpos, tchunks = (a[:args.test] for a in read_conll2000("test"))
+    vec = pmc.FeatureVectorizer(min_freq=1)
+    X = vec.fit_transform([token_features(w, p) for w, p in zip(words, pos, strict=True)])
+    Xt = vec.transform([token_features(w, p) for w, p in zip(twords, tpos, strict=True)])
+    classes = sorted({t for s in chunks + tchunks for t in s})
+    y, _ = encode_tags(chunks, classes)
+    yt, _ = encode_tags(tchunks, classes)
+    K, F, G = len(classes), X.shape[1], len(vec.templates_)
+    test = pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=K)
+    print(f"{args.train} sentences, {X.shape[0]} tokens, {F} features in {G} templates, K = {K}: "
+          f"{F * K + K * K} weights; test {args.test} sentences, {Xt.shape[0]} tokens")
+    print("| fit | token log loss | token accuracy | ECE | chunk F1 | wall time (s) |")
+    print("|---|---|---|---|---|---|")
+    batch = sequence_batch(words)
+    with pm.Model() as fixed:
+        W = pm.Normal("W", 0.0, SIGMA, shape=(F, K))
+        T = pm.Normal("T", 0.0, SIGMA, shape=(K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        fit = pmc.fit(fixed, method="map", log_likelihood=False, progressbar=False)
+    wall = time.perf_counter() - t0
+    _scores("MAP, c2 = 1 (sd 0.707)", pmc.predict(fit, test, "bpe").marginals,
+            pmc.predict(fit, test, "map").labels, test, tchunks, classes, wall)
+    with pm.Model() as learned:
+        s = pm.HalfNormal("s", 1.0, shape=G)
+        t = pm.HalfNormal("t", 1.0)
+        W = pm.Normal("W", 0.0, s[vec.template_index_][:, None], shape=(F, K))
+        T = pm.Normal("T", 0.0, t, shape=(K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    t0 = time.perf_counter()
+    res = pmc.fit(learned, method="laplace", draws=2, log_likelihood=False, progressbar=False,
+                  scale_maxiter=args.scale_maxiter)
+    wall = time.perf_counter() - t0
+    spec = extract_crf(learned)
+    mean, sd = res["fit"]["mean_vector"].values, res["fit"]["sd_vector"].values
+    marg = posterior_averaged_marginals(spec, mean, sd, test, draws=args.draws, random_seed=0)
+    post = {"W": mean[:F * K].reshape(1, 1, F, K), "T": mean[F * K:].reshape(1, 1, K, K)}
+    fit_mean = fit.copy()
+    for k, v in post.items():
+        fit_mean["posterior"][k].values[...] = v
+    _scores(f"learned scales, averaged over {args.draws} draws",
+            marg, pmc.predict(fit_mean, test, "map").labels, test, tchunks, classes, wall)
+    _scores("learned scales, marginals at the posterior mean",
+            pmc.predict(fit_mean, test, "bpe").marginals,
+            pmc.predict(fit_mean, test, "map").labels, test, tchunks, classes, wall)
+    d = res["diagnostics"]
+    print(f"outer iterations {d['log_evidence'].size}, converged {bool(d['scales_converged'])}, "
+          f"log evidence {float(res['fit']['log_evidence_at_scales']):.1f} "
+          f"(start {float(d['log_evidence'][0]):.1f})")
+    names = [*vec.templates_, "transition"]
+    for n, v in sorted(zip(names, res["fit"]["scales"].values, strict=True), key=lambda a: -a[1]):
+        print(f"  {n}: {v:.3g}")
+
+
+if __name__ == "__main__":
+    main()

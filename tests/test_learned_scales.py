@@ -1,0 +1,294 @@
+"""Learned prior scales (issue 40): Normal weight priors whose sd is a free, indexed scale
+variable, fitted by the Laplace evidence (type-II ML / MAP, MacKay 1992) or integrated out on a
+grid (Rue, Martino & Chopin 2009).
+
+Ground truths: the maximiser of the Laplace log evidence on a fine grid over s; the exact
+evidence ``log int p(D | w) N(w; 0, s^2) dw`` by Simpson's rule over the two weights (exact log Z
+from the chain engine), and the exact ``log p(D)`` and posterior means by quadrature over the
+weights and s; NUTS on the full hierarchical model (slow).
+"""
+
+import numpy as np
+import pymc as pm
+import pytest
+from scipy.integrate import simpson
+
+import pymc_crf as pmc
+from pymc_crf.features import encode_tags, sequence_batch
+from pymc_crf.fitters.bethe_laplace import weight_problem
+from pymc_crf.fitters.bethe_laplace.scales import exact_gradient, laplace_point
+from pymc_crf.fitters.spec import extract_crf, free_scales, refuse_free_scales
+
+LAPLACE = dict(map="exact", covariance="exact", bp=None, maxiter=2000, gtol=1e-10)
+
+
+def _data(n=8, coef=1.5, seed=1, F=1):
+    rng = np.random.default_rng(seed)
+    batch = pmc.GraphBatch.chains([3] * n)
+    X = rng.normal(size=(batch.n_total_nodes, F))
+    eta = coef * X[:, 0]
+    y = (rng.uniform(size=batch.n_total_nodes) < 1 / (1 + np.exp(-eta))).astype(int)
+    return batch, X, y
+
+
+def _two_weight_model():
+    """A chain CRF with two weights W (1, 2) sharing one learned scale s ~ HalfNormal(1)."""
+    batch, X, y = _data()
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0)
+        W = pm.Normal("W", 0.0, s, shape=(1, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    return m
+
+
+def _argmax_parabola(x, f):
+    """The maximiser of samples ``f(x)`` (x evenly spaced), refined by a parabola through the
+    best point and its neighbours."""
+    i = int(np.clip(np.argmax(f), 1, len(f) - 2))
+    f0, f1, f2 = f[i - 1], f[i], f[i + 1]
+    h = x[1] - x[0]
+    return x[i] + 0.5 * h * (f0 - f2) / (f0 - 2 * f1 + f2)
+
+
+class _ExactEvidence:
+    """``log p(D | s)`` (and posterior moments) by Simpson's rule over the two weights. The model
+    has node weights only, so log Z is a sum over nodes of a log-sum-exp over the 2 labels,
+    vectorised over the grid here and checked against the chain engine's."""
+
+    def __init__(self, model, half_width=6.0, n=241):
+        p = weight_problem(model, "quadrature", learn_scales=True)
+        lik = p.make_likelihood()
+        x = np.asarray(p.spec.node_features)[:, 0]
+        y = np.asarray(p.spec.labels)
+        self.a = np.linspace(-half_width, half_width, n)
+        A, B = np.meshgrid(self.a, self.a, indexing="ij")
+        self.W = np.stack([A.ravel(), B.ravel()], axis=1)
+        scores = x[None, :, None] * self.W[:, None, :]  # (grid, nodes, labels)
+        self.ll = (np.take_along_axis(scores, np.broadcast_to(y[None, :, None], (
+            self.W.shape[0], y.size, 1)), axis=2)[..., 0]
+            - np.logaddexp(scores[..., 0], scores[..., 1])).sum(axis=1)
+        for i in (0, 12345, self.W.shape[0] - 1):
+            assert self.ll[i] == pytest.approx(lik(self.W[i])[0], abs=1e-9)
+
+    def log_joint(self, s):
+        return (self.ll - 0.5 * (self.W ** 2).sum(1) / s ** 2 - 2 * np.log(s)
+                - np.log(2 * np.pi))
+
+    def integrate(self, f):
+        n = self.a.size
+        return simpson(simpson(f.reshape(n, n), x=self.a, axis=1), x=self.a)
+
+    def __call__(self, s):
+        lp = self.log_joint(s)
+        top = lp.max()
+        return float(np.log(self.integrate(np.exp(lp - top))) + top)
+
+
+def test_spec_reads_any_grouping_by_indexing():
+    batch, X, y = _data(F=3)
+    idx = np.array([0, 0, 1])
+    with pm.Model() as m:
+        s = pm.Exponential("s", 1.0, shape=2)
+        t = pm.InverseGamma("t", 3.0, 2.0, shape=(2, 2))
+        W = pm.Normal("W", 0.0, s[idx][:, None], shape=(3, 2))
+        T = pm.Normal("T", 0.0, t[[0, 1]][:, [1, 0]], shape=(2, 2))  # per label pair
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    spec = extract_crf(m)
+    assert spec.node_weights.prior == "normal_scaled" and spec.node_weights.scale_name == "s"
+    np.testing.assert_array_equal(spec.node_weights.scale_index, [[0, 0], [0, 0], [1, 1]])
+    np.testing.assert_array_equal(spec.edge_weights.scale_index, [[1, 0], [3, 2]])
+    scales, index = free_scales(spec)
+    assert [(v.name, v.shape, v.distribution, v.offset) for v in scales] == [
+        ("s", (2,), "Exponential", 0), ("t", (2, 2), "InvGamma", 2)]
+    np.testing.assert_array_equal(index, [0, 0, 0, 0, 1, 1, 3, 2, 5, 4])
+    # a scalar scale shared by node and edge weights
+    with pm.Model() as m2:
+        s = pm.HalfCauchy("s", 1.0)
+        W = pm.Normal("W", 0.0, s, shape=(3, 2))
+        T = pm.Normal("T", 0.0, s, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    scales, index = free_scales(extract_crf(m2))
+    assert len(scales) == 1 and scales[0].shape == () and np.all(index == 0)
+
+
+def test_type2_ml_scale_is_the_laplace_evidence_maximiser_and_near_the_exact_one():
+    m = _two_weight_model()
+    res = pmc.fit(m, method="laplace", hyperprior=False, draws=50, random_seed=0,
+                  progressbar=False)
+    s_hat = float(res["fit"]["scales"].values[0])
+    # the Laplace evidence on a fine grid of log s around the maximum (its maximiser refined by
+    # a parabola through the best three points)
+    p = weight_problem(m, "grid", learn_scales=True)
+    x = np.linspace(np.log(1.0), np.log(1.6), 25)
+    lap = [laplace_point(p, np.exp([v]), None, hyperprior=None, **LAPLACE).log_evidence
+           for v in x]
+    x_lap = _argmax_parabola(x, lap)
+    assert abs(np.log(s_hat) - x_lap) < 1e-3, (s_hat, np.exp(x_lap))
+    assert float(res["fit"]["log_evidence_at_scales"]) >= max(lap) - 1e-8
+    # the exact evidence's maximiser: the Laplace one is within 0.03 in log s (measured 0.009)
+    exact = _ExactEvidence(m)
+    x_ex = _argmax_parabola(x, [exact(np.exp(v)) for v in x])
+    assert abs(np.log(s_hat) - x_ex) < 0.03, (s_hat, np.exp(x_ex))
+    # the result: the scale in the posterior (one value), the trace in diagnostics
+    post = res["posterior"]["s"].values
+    assert post.shape == (1, 50) and np.all(post == s_hat)
+    d = res["diagnostics"]
+    assert bool(d["scales_converged"])
+    assert d["scale_trace"].dims == ("outer_iteration", "scale_entry")
+    ev = d["log_evidence"].values
+    assert ev[-1] == pytest.approx(res.attrs["log_marginal_likelihood"])
+    assert np.all(np.diff(ev[d["scale_step"].values == 1]) > -1e-8)  # MacKay steps ascend
+
+
+def test_exact_gradient_matches_finite_differences():
+    batch, X, y = _data(F=2, n=6, seed=3)
+    with pm.Model() as m:
+        s = pm.Gamma("s", 2.0, 2.0, shape=2)
+        W = pm.Normal("W", 0.0, s[[0, 1]][:, None], shape=(2, 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    p = weight_problem(m, "check", learn_scales=True)
+    from pymc_crf.fitters.bethe_laplace.scales import ScaleHyperprior
+
+    prior = ScaleHyperprior(m, p.scales)
+    s0 = np.array([0.8, 1.7])
+    g = exact_gradient(p, laplace_point(p, s0, None, hyperprior=prior, **LAPLACE), prior)
+    h = 1e-4
+    for k in range(2):
+        e = np.zeros(2)
+        e[k] = h
+        f = [laplace_point(p, s0 * np.exp(sgn * e), None, hyperprior=prior, **LAPLACE).objective
+             for sgn in (1, -1)]
+        assert g[k] == pytest.approx((f[0] - f[1]) / (2 * h), abs=1e-6)
+
+
+def test_grid_integration_against_quadrature_over_weights_and_scale():
+    m = _two_weight_model()
+    res = pmc.fit(m, method="laplace", integrate_scales="grid", draws=4000, random_seed=1,
+                  progressbar=False)
+    exact = _ExactEvidence(m)
+    # log p(D) and E[W | D] by quadrature over log s (HalfNormal(1) prior on s)
+    t = np.linspace(np.log(0.05), np.log(20.0), 241)
+    s = np.exp(t)
+    lj = np.array([exact(v) for v in s]) + np.log(2 / np.pi) / 2 - s ** 2 / 2 + t
+    top = lj.max()
+    log_pd = float(np.log(simpson(np.exp(lj - top), x=t)) + top)
+    mean = np.zeros(2)
+    for v, wgt in zip(s, np.exp(lj - log_pd), strict=True):
+        lp = exact.log_joint(v)
+        q = np.exp(lp - exact(v))
+        mean += wgt * (t[1] - t[0]) * np.array([exact.integrate(q * exact.W[:, j])
+                                                 for j in range(2)])
+    assert res.attrs["log_marginal_likelihood"] == pytest.approx(log_pd, abs=0.05)
+    np.testing.assert_allclose(res["fit"]["mean_vector"].values, mean, atol=0.03)
+    d = res["diagnostics"]
+    assert d["grid_weights"].sum() == pytest.approx(1.0) and d["grid_weights"].size >= 5
+    draws = res["posterior"]["s"].values.ravel()
+    assert np.unique(draws).size > 1  # the scale is integrated out, not a point
+
+
+def test_grouped_scales_feature_templates_and_the_diagonal_covariance():
+    sents = [[{"w": "a", "p": "X"}, {"w": "b", "p": "Y"}], [{"w": "a", "p": "Y"}]] * 6
+    tags = [["A", "B"], ["B"]] * 6
+    vec = pmc.FeatureVectorizer()
+    X = vec.fit_transform(sents)
+    y, classes = encode_tags(tags)
+    assert vec.templates_ == ["bias", "p", "w"]
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0, shape=len(vec.templates_))
+        W = pm.Normal("W", 0.0, s[vec.template_index_][:, None], shape=(X.shape[1], 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=sequence_batch(vec.lengths_), node_features=X,
+                node_weights=W, edge_weights=T, observed=y)
+    full = pmc.fit(m, method="laplace", covariance="exact", draws=20, progressbar=False)
+    diag = pmc.fit(m, method="laplace", covariance="diagonal", draws=20, progressbar=False)
+    assert full["fit"]["scales"].size == 3 and "sd_vector" in diag["fit"]
+    assert full["posterior"]["s"].shape == (1, 20, 3)
+    # the diagonal curvature ignores correlations between weights: same order of scales
+    np.testing.assert_allclose(np.log(diag["fit"]["scales"].values),
+                               np.log(full["fit"]["scales"].values), atol=1.0)
+
+
+def test_map_ep_and_fixed_prior_evidence_refuse_free_scales():
+    m = _two_weight_model()
+    with pytest.raises(ValueError, match=r"method='map'.*s -> 0.*'laplace'.*'bethe_laplace'.*"
+                                         r"'nuts'"):
+        pmc.fit(m, method="map")
+    with pytest.raises(ValueError, match=r"method='ep'.*fixed prior scales.*'laplace'"):
+        pmc.fit(m, method="ep")
+    with pytest.raises(ValueError, match="laplace"):
+        pmc.log_marginal_likelihood(m, "laplace_exact")
+    refuse_free_scales(pm.Model(), "map")  # no random field: the fitter says so itself
+
+
+def _refused(build, match):
+    batch, X, y = _data(F=3)
+    with pm.Model() as m:
+        W = build()
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    with pytest.raises(ValueError, match=match):
+        pmc.fit(m, method="laplace", progressbar=False)
+
+
+def test_bad_scale_priors_are_refused_with_clear_errors():
+    _refused(lambda: pm.Normal("W", 0.0, pm.Normal("s", 1.0, 0.1), shape=(3, 2)),
+             "scale 's'.*Normal prior with no log transform.*HalfNormal")
+    _refused(lambda: pm.Normal("W", 0.0, pm.Poisson("s", 2.0), shape=(3, 2)),
+             "scale 's'.*discrete")
+    _refused(lambda: pm.Normal("W", 0.0, 2.0 * pm.HalfNormal("s", 1.0), shape=(3, 2)),
+             "expression of 's' other than an indexing")
+    _refused(lambda: pm.Normal("W", 0.0, pm.HalfNormal("s", 1.0, shape=4)[[0, 1, 1]][:, None],
+                               shape=(3, 2)),
+             r"entries \[2, 3\] scale no weight")
+    _refused(lambda: pm.Normal("W", 0.0, pm.HalfNormal("s", pm.HalfNormal("tau", 1.0)),
+                               shape=(3, 2)),
+             "random variables; learned prior scales take one level|depends on 2 random")
+    with pytest.raises(ValueError, match="shape|broadcast|Shape|size"):
+        _refused(lambda: pm.Normal("W", 0.0, pm.HalfNormal("s", 1.0, shape=2)[[0, 1]][:, None],
+                                   shape=(3, 2)), "never")
+
+
+def test_bad_options_name_themselves():
+    m = _two_weight_model()
+    for kw, match in (({"integrate_scales": "ccd"}, "integrate_scales must be one of"),
+                      ({"integrate_scales": "grid", "hyperprior": False}, "hyperprior=True"),
+                      ({"scale_init": -1.0}, "scale_init must be"),
+                      ({"covariance": "bp"}, "covariance must be 'auto'"),
+                      ({"scale_tol": 0.0}, "scale_tol")):
+        with pytest.raises(ValueError, match=match):
+            pmc.fit(m, method="laplace", progressbar=False, **kw)
+
+
+@pytest.mark.slow
+def test_learned_scales_against_nuts_on_the_hierarchical_model():
+    """Posterior means of the weights and posterior-averaged test marginals: the grid-integrated
+    Laplace fit (and the type-II MAP point) against NUTS on the full hierarchical model."""
+    rng = np.random.default_rng(5)
+    batch = pmc.GraphBatch.chains([4] * 30)
+    X = rng.normal(size=(batch.n_total_nodes, 3))
+    W_true = np.array([[1.2, -1.2], [0.8, -0.8], [0.1, -0.1]])
+    y = (rng.uniform(size=batch.n_total_nodes)
+         < 1 / (1 + np.exp(-(X @ W_true)[:, 0] * 2))).astype(int)
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0, shape=2)
+        W = pm.Normal("W", 0.0, s[[0, 0, 1]][:, None], shape=(3, 2))
+        T = pm.Normal("T", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    test_batch = pmc.GraphBatch.chains([4] * 20)
+    Xt = rng.normal(size=(test_batch.n_total_nodes, 3))
+    test = pmc.CRFData(test_batch, np.zeros(test_batch.n_total_nodes, int), Xt, n_labels=2)
+    nuts = pmc.fit(m, method="nuts", draws=2000, tune=2000, chains=2, random_seed=0,
+                   target_accept=0.95, progressbar=False)
+    grid = pmc.fit(m, method="laplace", integrate_scales="grid", draws=4000, random_seed=0,
+                   progressbar=False)
+    point = pmc.fit(m, method="laplace", draws=4000, random_seed=0, progressbar=False)
+    ref_mean = nuts["posterior"]["W"].mean(("chain", "draw")).values
+    ref_sd = nuts["posterior"]["W"].std(("chain", "draw")).values
+    ref_marg = pmc.predict(nuts, test, "average", draws=500, random_seed=0).marginals
+    for res, tol_mean, tol_marg in ((grid, 0.25, 0.02), (point, 0.35, 0.03)):
+        z = np.abs(res["posterior"]["W"].mean(("chain", "draw")).values - ref_mean) / ref_sd
+        marg = pmc.predict(res, test, "average", draws=500, random_seed=0).marginals
+        err = np.abs(marg - ref_marg).max()
+        print(f"{res.attrs['settings'][:60]}: max |mean error| {z.max():.3f} NUTS sds, "
+              f"max |marginal error| {err:.4f}")
+        assert z.max() < tol_mean and err < tol_marg
