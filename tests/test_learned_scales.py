@@ -188,8 +188,13 @@ def test_grid_integration_against_quadrature_over_weights_and_scale():
 
 
 def test_grouped_scales_feature_templates_and_the_diagonal_covariance():
-    sents = [[{"w": "a", "p": "X"}, {"w": "b", "p": "Y"}], [{"w": "a", "p": "Y"}]] * 6
-    tags = [["A", "B"], ["B"]] * 6
+    rng = np.random.default_rng(2)
+    sents, tags = [], []
+    for _ in range(30):  # tags depend on p (noisily), not on w
+        n = int(rng.integers(1, 5))
+        p_ = rng.choice(["X", "Y"], size=n)
+        sents.append([{"w": str(rng.choice(["a", "b"])), "p": str(v)} for v in p_])
+        tags.append(["A" if (v == "X") == (rng.uniform() < 0.8) else "B" for v in p_])
     vec = pmc.FeatureVectorizer()
     X = vec.fit_transform(sents)
     y, classes = encode_tags(tags)
@@ -204,9 +209,12 @@ def test_grouped_scales_feature_templates_and_the_diagonal_covariance():
     diag = pmc.fit(m, method="laplace", covariance="diagonal", draws=20, progressbar=False)
     assert full["fit"]["scales"].size == 3 and "sd_vector" in diag["fit"]
     assert full["posterior"]["s"].shape == (1, 20, 3)
-    # the diagonal curvature ignores correlations between weights: same order of scales
-    np.testing.assert_allclose(np.log(diag["fit"]["scales"].values),
-                               np.log(full["fit"]["scales"].values), atol=1.0)
+    # the tags depend on p only: "p" keeps a scale of order 1, "bias" and "w" are pruned (the
+    # evidence is flat as their scales go to 0); the diagonal curvature, which ignores the
+    # correlations between weights, agrees to a factor e (measured: 0.80 and 0.57)
+    s_full, s_diag = full["fit"]["scales"].values, diag["fit"]["scales"].values
+    assert abs(np.log(s_full[1] / s_diag[1])) < 1.0 and s_full[1] > 0.3
+    assert max(s_full[[0, 2]].max(), s_diag[[0, 2]].max()) < 1e-3
 
 
 def test_map_ep_and_fixed_prior_evidence_refuse_free_scales():

@@ -102,6 +102,19 @@ def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = 1
     return res.x, info
 
 
+class _Whitened:
+    """``f(mu + sd * z)`` and its gradient in ``z``, for a function ``f(w) -> (value, grad)``:
+    the MAP search in prior-whitened coordinates, whose curvature ``sd H sd + I`` stays well
+    conditioned when some prior sds are tiny (groups of weights pruned by learned scales)."""
+
+    def __init__(self, f, mu: np.ndarray, sd: np.ndarray):
+        self.f, self.mu, self.sd = f, mu, sd
+
+    def __call__(self, z: np.ndarray) -> tuple[float, np.ndarray]:
+        v, g = self.f(self.mu + self.sd * z)
+        return v, self.sd * g
+
+
 def _samples(problem: WeightProblem) -> np.ndarray | None:
     """The observed labellings (S, N) of an MRF (for pseudo-moment matching), else None."""
     if problem.kind != "mrf":
@@ -112,7 +125,7 @@ def _samples(problem: WeightProblem) -> np.ndarray | None:
 def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str = "bp",
                 bp: BeliefPropagation | None = None, maxiter: int = 2000, gtol: float = 1e-8,
                 start: np.ndarray | None = None, warn: bool = True,
-                progressbar: bool = False) -> LaplaceFit:
+                progressbar: bool = False, whiten: bool = False) -> LaplaceFit:
     """MAP weights and Laplace curvature of ``problem``.
 
     Parameters
@@ -139,6 +152,9 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
         Warn (``ConvergenceWarning``) when BP has not converged at the MAP.
     progressbar : bool
         Show a progress bar of the L-BFGS iterations.
+    whiten : bool
+        Search for the MAP in the prior-whitened coordinates ``z = (w - mu) / sd`` (``gtol`` then
+        applies to the gradient in z): for priors whose sds span many orders of magnitude.
     """
     if map not in MAP_MODES:
         raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
@@ -160,8 +176,16 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
         if samples is not None and start is None:
             w_pmm = pmm_start(lik_map, samples)
             x0 = w_pmm.copy()
-    w, info = maximise(lik_map, prior, x0, maxiter=maxiter, gtol=gtol, progressbar=progressbar,
-                       description=f"Laplace: MAP by {'BP' if map == 'bp' else 'exact'} gradients")
+    description = f"Laplace: MAP by {'BP' if map == 'bp' else 'exact'} gradients"
+    if whiten:
+        mu, sd = prior.mean, prior.sd
+        z, info = maximise(_Whitened(lik_map, mu, sd), _Whitened(prior, mu, sd), (x0 - mu) / sd,
+                           maxiter=maxiter, gtol=gtol, progressbar=progressbar,
+                           description=description)
+        w = mu + sd * z
+    else:
+        w, info = maximise(lik_map, prior, x0, maxiter=maxiter, gtol=gtol,
+                           progressbar=progressbar, description=description)
     bethe = covariance == "bp" and not forest
     cov_engine = bp_eng if bethe else exact_engine(problem)
     lik_cov = problem.make_likelihood(cov_engine)

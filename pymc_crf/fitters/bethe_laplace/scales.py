@@ -7,7 +7,9 @@ with the hyperprior's log density added, type-II MAP: the scales maximise
     F(s) = log p_Laplace(D | s) [+ log p(s)],
     log p_Laplace(D | s) = log p(D | w*) + log N(w*; mu, S^2) + d/2 log 2 pi - 1/2 log det A,
 
-with ``w*(s)`` the MAP at fixed scales and ``A = H_lik + S^{-2}`` the negative log-posterior
+with ``w*(s)`` the MAP at fixed scales (searched in the prior-whitened coordinates
+``(w - mu) / s``, which stay well conditioned when a group's scale is pruned to ~1e-5) and
+``A = H_lik + S^{-2}`` the negative log-posterior
 Hessian there (``laplace.laplace_log_evidence``; Welling & Parise 2006 eq. (7), Parise &
 Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-started):
 
@@ -44,6 +46,7 @@ from scipy.optimize import minimize
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
 from pymc_crf.fitters.bethe_laplace.laplace import (
     LaplaceFit,
+    _Whitened,
     laplace_fit,
     laplace_log_evidence,
     maximise,
@@ -132,8 +135,11 @@ def _group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
     """MAP by exact gradients and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
     lik = problem.make_likelihood(exact_engine(problem, "use method='bethe_laplace'"))
-    w, info = maximise(lik, problem.prior, start, maxiter=maxiter, gtol=gtol,
+    mu, sd0 = problem.prior.mean, problem.prior.sd
+    z, info = maximise(_Whitened(lik, mu, sd0), _Whitened(problem.prior, mu, sd0),
+                       (start - mu) / sd0, maxiter=maxiter, gtol=gtol,
                        description="Laplace: MAP by exact gradients")
+    w = mu + sd0 * z
     sd = diagonal_laplace_sd(problem.spec, w)
     shared = sd == 0.0  # a shared transition table, kept at its MAP by diagonal_laplace_sd
     if shared.any():  # its own diagonal Fisher information: edge marginal variances summed
@@ -160,7 +166,7 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
         fit = None
     else:
         fit = laplace_fit(p, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
-                          start=x0, warn=False)
+                          start=x0, warn=False, whiten=True)
         w, sig, ll, lp, info = (fit.mean, np.diag(fit.covariance).copy(), fit.log_likelihood,
                                 fit.log_prior, fit.optimizer)
         log_ev = laplace_log_evidence(fit)
@@ -248,7 +254,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     scale_init : float or array
         Starting scales (one value, or one per entry of the flat scale vector).
     scale_tol, scale_maxiter
-        Stop MacKay's iterations when no ``log s`` moves by more than ``scale_tol``.
+        Stop MacKay's iterations when no ``log s`` moves by more than ``scale_tol``, or when
+        ``F`` changes by less than 1e-8 of its size (a group pruned towards 0, where the evidence
+        is flat); at most ``scale_maxiter`` of them (and of the exact ascent's iterations).
     refine : bool, optional
         Finish with L-BFGS-B on the exact Laplace evidence (dense exact curvature only; default:
         where possible with at most 2000 weights and 50 scales).
@@ -342,7 +350,10 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             q = cache[key]
             return -q.objective, -exact_gradient(problem, q, prior_fn)
 
-        res = minimize(neg, theta, jac=True, method="L-BFGS-B", bounds=[(lo, hi)] * G,
+        # within 3 of MacKay's point in log s: its line searches would otherwise try scales at
+        # the bounds, where MAPs with nearly unpenalised collinear features crawl
+        box = [(max(lo, t - 3.0), min(hi, t + 3.0)) for t in theta]
+        res = minimize(neg, theta, jac=True, method="L-BFGS-B", bounds=box,
                        options={"maxiter": scale_maxiter, "gtol": 1e-7, "ftol": 1e-13})
         best = cache[np.asarray(res.x).tobytes()] if np.asarray(res.x).tobytes() in cache \
             else at(res.x, pt.mean)
