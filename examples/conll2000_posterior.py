@@ -34,8 +34,8 @@
 # confidence and accuracy against coverage, then runs a small active-learning loop.
 #
 # The data are read from `../shared/data/conll2000` beside the repository (or `$PYMC_CRF_DATA`);
-# without it the script says so and stops. `PYMC_CRF_SMOKE=1` runs one small size in about a
-# minute (the tests and the docs build do); `PYMC_CRF_FIGURES=<directory>` saves the figures.
+# without it the script says so and stops. `PYMC_CRF_SMOKE=1` runs one small size (60 training
+# sentences; the tests and the docs build do); `PYMC_CRF_FIGURES=<directory>` saves the figures.
 
 # %%
 import os
@@ -57,10 +57,10 @@ from pymc_crf.metrics import chunk_f1, reliability_curve
 
 SMOKE = os.environ.get("PYMC_CRF_SMOKE") == "1"
 FIGURES = os.environ.get("PYMC_CRF_FIGURES")
-SIZES = (100,) if SMOKE else (100, 300, 1000)
-N_DEV = 100 if SMOKE else 500     # the dev split: the last sentences of the training file
-N_TEST = 300 if SMOKE else 2012   # the first test sentences (2012: all)
-DRAWS = 10 if SMOKE else 30
+SIZES = (60,) if SMOKE else (100, 300, 1000)
+N_DEV = 60 if SMOKE else 500      # the dev split: the last sentences of the training file
+N_TEST = 150 if SMOKE else 2012   # the first test sentences (2012: all)
+DRAWS = 5 if SMOKE else 30
 SIGMA = 0.5**0.5                  # CRFsuite's c2 = 1 as a Gaussian prior
 
 if not data_dir("conll2000").exists():
@@ -225,7 +225,7 @@ save(fig, "coverage")
 # posterior draws disagree), by the MAP's entropy, or at random, refitting after each batch.
 
 # %%
-START, BATCH, ROUNDS, POOL = (40, 20, 2, 200) if SMOKE else (100, 50, 4, 2000)
+START, BATCH, ROUNDS, POOL = (20, 10, 1, 60) if SMOKE else (100, 50, 4, 2000)
 pool_w, pool_p, pool_c = (a[START:START + POOL] for a in (words, pos, chunks))
 curves_al = {}
 for strategy in ("bald", "entropy", "random"):
