@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from pymc_crf import (
+        calibration,
         datasets,
         distributed,
         features,
@@ -44,6 +45,7 @@ if TYPE_CHECKING:
 
 #: where each public name lives (a subpackage is its own entry)
 _LAZY = {
+    "calibration": "pymc_crf.calibration",
     "datasets": "pymc_crf.datasets",
     "distributed": "pymc_crf.distributed",
     "features": "pymc_crf.features",
@@ -93,6 +95,7 @@ __all__ = [
     "GraphStructureError",
     "Prediction",
     "__version__",
+    "calibration",
     "compare",
     "cvm_score",
     "datasets",
@@ -119,8 +122,8 @@ __all__ = [
 
 
 #: public subpackages; every other name in _LAZY is an attribute of its module
-_SUBPACKAGES = {"datasets", "distributed", "features", "fitters", "inference", "metrics", "plots",
-                "queries", "step_methods"}
+_SUBPACKAGES = {"calibration", "datasets", "distributed", "features", "fitters", "inference", "metrics",
+                "plots", "queries", "step_methods"}
 
 
 def __getattr__(name: str):

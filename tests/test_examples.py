@@ -17,12 +17,14 @@ TIMEOUT = 900
 def test_there_are_examples():
     assert {p.name for p in EXAMPLES} >= {"quick_start.py", "loopy_graphs.py", "model_comparison.py",
                                       "semi_supervised.py", "hcrf_japanese_vowels.py",
-                                      "conll2000_chunking.py", "ptb_pos.py", "weizmann_horses.py"}
+                                      "conll2000_chunking.py", "conll2000_posterior.py", "ptb_pos.py",
+                                      "weizmann_horses.py"}
 
 
 # Smoke runs of a minute or more run in CI after the default suite (`pytest -m heavy_smoke`), which
 # keeps the default run within its time budget.
-HEAVY = {"loopy_graphs", "model_comparison", "semi_supervised", "hcrf_japanese_vowels"}
+HEAVY = {"loopy_graphs", "model_comparison", "semi_supervised", "hcrf_japanese_vowels",
+         "conll2000_posterior"}
 
 
 @pytest.mark.parametrize("script", [pytest.param(p, marks=pytest.mark.heavy_smoke)

@@ -1,0 +1,101 @@
+"""Temperature scaling of a fitted log-linear CRF: the non-Bayesian calibration baseline.
+
+A careful user who finds a MAP CRF's marginals over- or under-confident fits one temperature on
+held-out data (Guo et al. 2017): the log-potentials are divided by ``T``, which for a log-linear
+CRF is the same as dividing every weight by ``T``, and ``T`` is chosen to minimise the held-out
+token log loss of the marginals. ``tempered`` returns a result whose weights are so divided, so
+``pmc.predict`` and ``pmc.queries`` use it as any other result; the posterior-averaged marginals
+of a Bayesian fit are the alternative this baseline is compared with (examples/conll2000_posterior.py).
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import xarray as xr
+from scipy.optimize import minimize_scalar
+
+from pymc_crf.validation import positive_number
+
+__all__ = ["fit_temperature", "tempered", "token_log_loss"]
+
+
+def token_log_loss(marginals: np.ndarray, labels: np.ndarray) -> float:
+    """Mean negative log probability of the true labels (labels < 0, missing, are left out)."""
+    marginals = np.asarray(marginals, dtype=np.float64)
+    labels = np.asarray(labels).ravel()
+    if marginals.ndim != 2 or marginals.shape[0] != labels.size:
+        raise ValueError(f"marginals must be (n_tokens, K) with one row per label; got "
+                         f"{marginals.shape} for {labels.size} labels")
+    keep = labels >= 0
+    p = marginals[np.flatnonzero(keep), labels[keep]]
+    return float(-np.mean(np.log(np.clip(p, 1e-300, None))))
+
+
+def _layout(result: xr.DataTree) -> dict:
+    if not isinstance(result, xr.DataTree) or "crf" not in result.attrs:
+        raise ValueError("tempered / fit_temperature take a fitted CRF result (pmc.fit of a model "
+                         "with a pmc.CRF likelihood)")
+    info = json.loads(result.attrs["crf"])
+    if info.get("potential") != "loglinear":
+        raise ValueError(f"temperature scaling divides the weights by T, which tempers the "
+                         f"potentials of log-linear CRFs only; this result's potential is "
+                         f"{info.get('potential')!r}")
+    return info
+
+
+def tempered(result: xr.DataTree, temperature: float) -> xr.DataTree:
+    """A copy of ``result`` whose CRF weights (every draw) are divided by ``temperature``.
+
+    Parameters
+    ----------
+    result : xarray.DataTree
+        A fitted log-linear CRF result.
+    temperature : float
+        ``T > 0``: above 1 flattens the marginals, below 1 sharpens them.
+    """
+    info = _layout(result)
+    T = positive_number(temperature, "temperature")
+    out = result.copy(deep=True)
+    post = out["posterior"].to_dataset()
+    for key in ("node_weights", "edge_weights"):
+        name = info.get(key)
+        if name is not None:
+            post[name] = post[name] / T
+        elif info.get(f"{key}_value") is not None:
+            info[f"{key}_value"] = (np.asarray(info[f"{key}_value"]) / T).tolist()
+    out["posterior"] = xr.DataTree(post)
+    out.attrs["crf"] = json.dumps(info)
+    out.attrs["temperature"] = T
+    return out
+
+
+def fit_temperature(result: xr.DataTree, data, *, method: str = "bpe",
+                    bounds: tuple[float, float] = (0.05, 20.0), **predict_options) -> float:
+    """The temperature that minimises the token log loss of ``pmc.predict(tempered(result, T),
+    data, method)`` on held-out ``data`` (a ``pmc.CRFData`` with labels), by a bounded search in
+    ``log T``.
+
+    Returns
+    -------
+    float
+        The temperature; ``tempered(result, T)`` applies it.
+    """
+    from pymc_crf.predict import predict
+
+    _layout(result)
+    lo, hi = (positive_number(b, "bounds") for b in bounds)
+    if not lo < hi:
+        raise ValueError(f"bounds must be (low, high) with low < high; got {bounds}")
+    labels = np.asarray(data.labels).ravel()
+    if labels.size == 0 or np.all(labels < 0):
+        raise ValueError("fit_temperature needs held-out data with labels")
+
+    def loss(log_t: float) -> float:
+        pred = predict(tempered(result, float(np.exp(log_t))), data, method, **predict_options)
+        return token_log_loss(pred.marginals, labels)
+
+    best = minimize_scalar(loss, bounds=(np.log(lo), np.log(hi)), method="bounded",
+                           options={"xatol": 1e-3})
+    return float(np.exp(best.x))

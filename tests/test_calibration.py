@@ -1,0 +1,61 @@
+"""Temperature scaling (pmc.calibration) against the engine's marginals at divided weights."""
+
+from __future__ import annotations
+
+import numpy as np
+import pymc as pm
+import pytest
+
+import pymc_crf as pmc
+from pymc_crf.calibration import fit_temperature, tempered, token_log_loss
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.brute_force import BruteForce
+
+
+@pytest.fixture(scope="module")
+def chain_fit():
+    rng = np.random.default_rng(0)
+    lengths = list(rng.integers(2, 5, size=25))
+    batch = GraphBatch.chains(lengths)
+    K, F = 3, 4
+    X = rng.normal(size=(batch.n_total_nodes, F))
+    y = rng.integers(0, K, size=batch.n_total_nodes)
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, 3.0, shape=(F, K))
+        T = pm.Normal("T", 0.0, 3.0, shape=(K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+    fit = pmc.fit(model, method="map", progressbar=False)
+    return fit, pmc.CRFData(batch, y, X, n_labels=K)
+
+
+def test_tempered_marginals_are_the_engine_marginals_at_divided_weights(chain_fit):
+    fit, data = chain_fit
+    W = fit.posterior["W"].values[0, 0]
+    T = fit.posterior["T"].values[0, 0]
+    got = pmc.predict(tempered(fit, 2.5), data, "bpe").marginals
+    ref = BruteForce().marginals(data.graphs, data.node_features @ W / 2.5, T[None] / 2.5).node
+    np.testing.assert_allclose(got, ref, atol=1e-10)
+    assert float(fit.posterior["W"].values[0, 0, 0, 0]) == W[0, 0]  # the original is unchanged
+
+
+def test_fit_temperature_minimises_the_held_out_log_loss(chain_fit):
+    fit, data = chain_fit
+    t_star = fit_temperature(fit, data)
+    grid = np.exp(np.linspace(np.log(0.2), np.log(5.0), 41))
+    losses = [token_log_loss(pmc.predict(tempered(fit, t), data, "bpe").marginals, data.labels)
+              for t in grid]
+    best = token_log_loss(pmc.predict(tempered(fit, t_star), data, "bpe").marginals, data.labels)
+    assert best <= min(losses) + 1e-6
+    assert 0.05 < t_star < 20.0 and not np.isclose(t_star, 1.0)
+
+
+def test_bad_input(chain_fit):
+    fit, data = chain_fit
+    with pytest.raises(ValueError, match="temperature"):
+        tempered(fit, 0.0)
+    with pytest.raises(ValueError, match="fitted CRF result"):
+        tempered(None, 1.0)
+    with pytest.raises(ValueError, match="marginals must be"):
+        token_log_loss(np.ones((3, 2)), np.zeros(4, int))
+    with pytest.raises(ValueError, match="bounds"):
+        fit_temperature(fit, data, bounds=(2.0, 1.0))
