@@ -326,13 +326,18 @@ def _diagnostics(pt, learned, names) -> xr.Dataset:
     return ds
 
 
+#: the batched log-likelihood keeps the dense (tables x d) Jacobian of log-linear tables: for
+#: more weights (text CRFs: 10^5 and up) each draw is evaluated on its own
+_BATCHED_MAX_WEIGHTS = 5000
+
+
 def _pointwise(problem, flat: np.ndarray, chunk: int = 500) -> np.ndarray:
     """Per-graph (CRF) or per-row (MRF) log-likelihood of the draws (chains, draws, d), many
     draws per engine call for log-linear tables."""
     lik = problem.make_likelihood()
     C, S, d = flat.shape
     draws = flat.reshape(C * S, d)
-    if problem.potential != "loglinear":
+    if problem.potential != "loglinear" or d > _BATCHED_MAX_WEIGHTS:
         out = np.stack([lik.pointwise(w) for w in draws])
     else:
         n = min(chunk, draws.shape[0])
