@@ -275,7 +275,9 @@ def test_node_features_and_shared_table():
     ard = res["ard"]
     assert list(ard["feature_group"].values) == [f"node feature {f}" for f in range(4)] + [
         "edge table"]
-    ep = pmc.fit(model, method="ep", draws=20, progressbar=False, log_likelihood=False)
+    # ARD runs EP with the back-off schedule (run_ep's default); pmc.fit's default is adaptive
+    ep = pmc.fit(model, method="ep", draws=20, progressbar=False, log_likelihood=False,
+                 schedule="backoff")
     np.testing.assert_allclose(ard["path_mean"].values[0], ep["fit"]["mean_vector"].values,
                                atol=1e-8)
     assert res["posterior"]["W"].shape == (1, 20, 4, 3)

@@ -264,8 +264,8 @@ def test_bad_input_errors(hmm_small):
             ("theta_prior_sd", -10.0, r"theta_prior_sd must be a number > 0; got -10.0")):
         with pytest.raises(ValueError, match=f"bp_hcrf_vi: {match}"):
             fit(model, method="bp_hcrf_vi", **{option: value})
-    with pm.Model() as no_hcrf:
-        pm.Normal("x", 0, 1, observed=np.zeros(3))
+    with pm.Model() as no_hcrf:  # a free variable, so the missing HCRF is what is refused
+        pm.Normal("x", pm.Normal("mu", 0, 1), 1, observed=np.zeros(3))
     with pytest.raises(ValueError, match="exactly one observed pmc.HCRF"):
         fit(no_hcrf, method="bp_hcrf_vi")
     extra = _model(train, 4)

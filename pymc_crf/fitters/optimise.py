@@ -314,20 +314,22 @@ def find_map(objective: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np
         else:
             x, f, g, nit, message, limit = _run_scipy(fun, x0, rule, maxiter, gtol, ftol, delta,
                                                       period, box, bar, trace)
-    g = _projected(np.asarray(g, dtype=np.float64), x, box)
-    window = period if rule == "delta" else PERIOD
-    why = _check(x, f, g, fun.f0, trace, nit, maxiter, window, check_gtol, limit)
-    if (rule == "strict" and ftol <= POLISH_FTOL and why is None and box is None and g.size
-            and np.max(np.abs(g)) > gtol):
-        # the line search on f stalled in rounding near the mode before max |g| <= gtol:
-        # gradient-only steps resolve it further (lbfgs.polish); the final point is checked again
-        x, f, g, more = polish(fun, x, f, g, gtol=gtol, maxiter=100)
-        if more:
-            trace += more
-            message = (f"{message}; then {len(more)} gradient-only steps to max |g| = "
-                       f"{float(np.max(np.abs(g))):.3g}")
-            why = _check(x, f, g, fun.f0, trace, nit, maxiter, window, check_gtol, limit)
-            nit += len(more)
+        g = _projected(np.asarray(g, dtype=np.float64), x, box)
+        window = period if rule == "delta" else PERIOD
+        why = _check(x, f, g, fun.f0, trace, nit, maxiter, window, check_gtol, limit)
+        if (rule == "strict" and ftol <= POLISH_FTOL and why is None and box is None and g.size
+                and np.max(np.abs(g)) > gtol):
+            # the line search on f stalled in rounding near the mode before max |g| <= gtol:
+            # gradient-only steps resolve it further (lbfgs.polish); the final point is checked again
+            x, f, g, more = polish(fun, x, f, g, gtol=gtol, maxiter=100)
+            if more:
+                trace += more
+                message = (f"{message}; then {len(more)} gradient-only steps to max |g| = "
+                           f"{float(np.max(np.abs(g))):.3g}")
+                why = _check(x, f, g, fun.f0, trace, nit, maxiter, window, check_gtol, limit)
+                nit += len(more)
+                for _ in more:
+                    bar.advance()
     if why is not None:
         message = f"{message}{_NOT_CONVERGED}{why}"
 

@@ -480,6 +480,10 @@ def _lane_tables(edge, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs, ks):
         _exp_nonpos(xs, P[t * KK * B:(t + 1) * KK * B], ks, KK * B)
 
 
+_OVERFLOW = ("log Z: the edge log-potentials Xe @ We are not finite (the product of the edge "
+             "features and weights overflows)")
+
+
 @njit(cache=True)
 def _check_finite_tables(flat, rows, cols):
     """Raise unless the (rows, cols) block ``flat[:rows * cols]`` (edge log-potentials made from
@@ -493,8 +497,7 @@ def _check_finite_tables(flat, rows, cols):
             acc[c] += flat[r * cols + c] * 0.0  # NaN for an inf or NaN entry
     for c in range(cols):
         if not acc[c] == 0.0:
-            raise ValueError("log Z: the edge log-potentials Xe @ We are not finite (the "
-                             "product of the edge features and weights overflows)")
+            raise ValueError(_OVERFLOW)
 
 
 # A bound under which the feature tables cannot overflow: with finite features and weights,
@@ -1284,6 +1287,8 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
     if is_small(node_off, K):
         E = Xe.shape[0]
         edge = (Xe @ We).reshape(E, K, K) if E else np.zeros((0, K, K))
+        if not np.isfinite(edge).all():  # as every kernel path refuses them (-inf included)
+            raise ValueError(_OVERFLOW)
         log_z, node_m, edge_m = forward_backward_small(node, edge, node_off, edge_off,
                                                        want_marginals, gw)
         gW = (Xe.T @ edge_m.reshape(E, K * K) if want_marginals and E
