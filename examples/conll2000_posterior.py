@@ -164,11 +164,13 @@ for n in SIZES:
                      "fit s": wall})
     scales = fit_ls["posterior"]["s"].values[0, 0]
     print(f"n = {n}: {X.shape[1]} features; learned template scales "
-          f"{dict(zip(vec.templates_, np.round(scales, 3), strict=True))}, transition scale "
+          f"{ {k: round(float(v), 3) for k, v in zip(vec.templates_, scales, strict=True)} }, "
+          "transition scale "
           f"{float(fit_ls['posterior']['t'].values[0, 0]):.3f}")
 
 table = pd.DataFrame(rows).set_index(["train sentences", "method"])
-with pd.option_context("display.float_format", "{:.4f}".format, "display.width", 120):
+with pd.option_context("display.float_format", "{:.4f}".format, "display.width", 160,
+                       "display.max_columns", None):
     print(table)
 
 # %% [markdown]
