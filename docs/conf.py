@@ -89,6 +89,8 @@ def _note_module(app, what, name, obj, options, lines):
 
 
 def _skip_member(app, what, name, obj, skip, options):
+    if what == "class" and name.startswith("set_") and name.endswith("_request"):
+        return True  # scikit-learn's generated metadata-routing methods (CRFTagger)
     if what != "module":
         return None
     if _current_module.get("name") == "pymc_crf":
