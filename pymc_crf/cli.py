@@ -7,7 +7,8 @@ crfsuite attribute files, see ``docs/tagger.md`` and :mod:`pymc_crf.columns`) an
 package ``pymc_crf.reproduce`` is installed, ``reproduce``.
 
 Nothing heavy is imported before the first line is printed: PyMC, ArviZ and numba take many
-seconds to import, and a first NUTS fit compiles the model for a minute or more.
+seconds to import, and a first NUTS fit compiles the model (and, on a machine's first use, the
+engine's kernels).
 """
 
 from __future__ import annotations
@@ -50,8 +51,8 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
              chains: int = 2, out=None, progressbar: bool = True):
     """Fit the synthetic BCRF data by each method and print one comparison table.
 
-    Each step is announced before it starts (a first NUTS fit compiles the model for a minute or
-    two); the fits draw their own progress bars unless ``progressbar`` is False. ``draws``,
+    Each step is announced before it starts (a first NUTS fit compiles the model); the fits
+    draw their own progress bars unless ``progressbar`` is False. ``draws``,
     ``tune`` and ``chains`` go to the MCMC fitters (those with a ``tune`` option), ``seed`` to
     every fitter as ``random_seed``.
 
@@ -79,7 +80,7 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
         if "tune" in _fit_options(method, tune=tune):  # MCMC: the demo's chain settings
             opts.update(_fit_options(method, draws=draws, tune=tune, chains=chains))
         shown = ", ".join(f"{k}={v}" for k, v in opts.items() if k != "progressbar")
-        note = (" (the first run compiles the model: a minute or two)"
+        note = (" (the first run on a machine compiles the model and its kernels)"
                 if "tune" in opts else "")
         say(f"fitting {method}({shown}){note} ...")
         t0 = time.perf_counter()
