@@ -43,6 +43,7 @@ from scipy.optimize import root
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
+from pymc_crf.fitters.map import weight_start
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
 from pymc_crf.fitters.predictors import prediction
@@ -497,13 +498,7 @@ def fit_map(model: pm.Model, client: Client | str, n_shards: int | None = None, 
         raise ValueError(f"pmc.distributed.fit_map fits a model whose only term is the CRF; "
                          f"{reason}")
     prior = GaussianLogPrior(spec)
-    x0 = prior.mean.copy()
-    if start:
-        unknown = set(start) - {w.name for w in spec.weights}
-        if unknown:
-            raise ValueError(f"start names unknown variables {sorted(unknown)}; the free "
-                             f"variables are {[w.name for w in spec.weights]}")
-        x0 = spec.flatten({**spec.unflatten(x0), **start})
+    x0 = weight_start(spec, prior, start)
     with connected(client) as c, ShardedLogLikelihood(c, spec, n_shards, shards) as lik:
 
         def objective(x):

@@ -262,15 +262,10 @@ def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
     return spec, ""
 
 
-def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | None,
-                    log_likelihood: bool, progressbar: bool):
-    """fit_map on the engine objective: log-likelihood (CRFLogLikelihood) + Normal log prior.
-
-    The starting point is the prior mean, which is PyMC's initial point for a Normal. (``jitter``
-    draws its noise in the flat weight order, node weights first, so the same seed may give a
-    different start than the compiled path, which follows the model's variable order.)"""
+def weight_start(spec: CRFSpec, prior: GaussianLogPrior, start: dict | None) -> np.ndarray:
+    """The flat starting weights of a weight-space MAP: the prior mean, with the weights that
+    ``start`` names (checked: known names, their shapes, finite values) put in."""
     _check_start(start)
-    lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
     x0 = prior.mean.copy()
     if start:
         unknown = set(start) - {w.name for w in spec.weights}
@@ -282,6 +277,18 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
                 raise ValueError(f"start[{w.name!r}] has shape {np.shape(start[w.name])}; the "
                                  f"variable has shape {w.shape}")
         x0 = spec.flatten({**spec.unflatten(x0), **start})
+    return x0
+
+
+def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | None,
+                    log_likelihood: bool, progressbar: bool):
+    """fit_map on the engine objective: log-likelihood (CRFLogLikelihood) + Normal log prior.
+
+    The starting point is the prior mean, which is PyMC's initial point for a Normal. (``jitter``
+    draws its noise in the flat weight order, node weights first, so the same seed may give a
+    different start than the compiled path, which follows the model's variable order.)"""
+    lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
+    x0 = weight_start(spec, prior, start)
     if settings["jitter"] > 0:
         rng = generator(settings["random_seed"], "random_seed")
         x0 = x0 + settings["jitter"] * rng.standard_normal(x0.size)
