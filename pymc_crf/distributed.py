@@ -43,7 +43,7 @@ from scipy.optimize import root
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
-from pymc_crf.fitters.map import weight_start
+from pymc_crf.fitters.map import negative_log_posterior, weight_start
 from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
 from pymc_crf.fitters.predictors import prediction
@@ -500,14 +500,7 @@ def fit_map(model: pm.Model, client: Client | str, n_shards: int | None = None, 
     prior = GaussianLogPrior(spec)
     x0 = weight_start(spec, prior, start)
     with connected(client) as c, ShardedLogLikelihood(c, spec, n_shards, shards) as lik:
-
-        def objective(x):
-            ll, g = lik(x)
-            lp, gp = prior(x)
-            if not np.isfinite(ll):
-                return np.inf, np.zeros_like(x)
-            return -(ll + lp), -(g + gp)
-
+        objective = negative_log_posterior(lik, prior)
         x, diag = _optimise(objective, x0, maxiter, gtol, ftol, optimizer, progressbar)
         n_polish = 0
         if polish_gtol is not None:

@@ -262,6 +262,21 @@ def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
     return spec, ""
 
 
+def negative_log_posterior(lik, prior):
+    """``x -> (-log posterior, its gradient)`` of a log-likelihood and log prior of the flat
+    weights (each ``x -> (value, gradient)``); ``inf`` where the likelihood is -inf or NaN, so the
+    line search steps back."""
+
+    def objective(x):
+        ll, g = lik(x)
+        lp, gp = prior(x)
+        if not np.isfinite(ll):
+            return np.inf, np.zeros_like(x)
+        return -(ll + lp), -(g + gp)
+
+    return objective
+
+
 def weight_start(spec: CRFSpec, prior: GaussianLogPrior, start: dict | None) -> np.ndarray:
     """The flat starting weights of a weight-space MAP: the prior mean, with the weights that
     ``start`` names (checked: known names, their shapes, finite values) put in."""
@@ -293,14 +308,7 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
         rng = generator(settings["random_seed"], "random_seed")
         x0 = x0 + settings["jitter"] * rng.standard_normal(x0.size)
 
-    def objective(x):
-        ll, g = lik(x)
-        lp, gp = prior(x)
-        if not np.isfinite(ll):
-            return np.inf, np.zeros_like(x)
-        return -(ll + lp), -(g + gp)
-
-    x, diag = _find_map(objective, x0, settings, progressbar)
+    x, diag = _find_map(negative_log_posterior(lik, prior), x0, settings, progressbar)
     draws = {k: v[None, None] for k, v in spec.unflatten(x).items()}
     if spec.model.deterministics:  # small graphs of the weights: compiled, without the CRF
         out_vars = get_default_varnames(spec.model.unobserved_value_vars, include_transformed=False)
