@@ -85,9 +85,13 @@ class CRFTagger(BaseEstimator):
 
     Parameters
     ----------
-    c2 : float
+    c2 : float or "evidence"
         CRFsuite's L2 coefficient; the prior sd is ``1 / sqrt(2 c2)`` (1.0 -> 0.7071). Ignored
-        when ``prior_sd`` is given.
+        when ``prior_sd`` is given. ``"evidence"``: chosen by the data without a grid search:
+        one prior sd shared by every weight is learned by maximising the Laplace evidence
+        (type-II maximum likelihood, MacKay 1992; ``pmc.fit(method="laplace")`` with the
+        diagonal covariance), then the tagger is fitted by ``method`` at that sd; the chosen
+        value is ``c2_``.
     prior_sd : float, optional
         The prior standard deviation of every weight, instead of ``c2``.
     method : str
@@ -117,6 +121,9 @@ class CRFTagger(BaseEstimator):
         Feature dicts -> columns (fitted vocabulary).
     dev_score_ : float
         Token accuracy on ``X_dev`` / ``y_dev`` when they were given to :meth:`fit`.
+    c2_ : float
+        The L2 coefficient the tagger was fitted with (the evidence's choice for
+        ``c2="evidence"``).
     metadata_ : dict
         Free-form JSON-able information saved with the tagger (the command line records its
         feature template there); empty by default.
@@ -136,10 +143,32 @@ class CRFTagger(BaseEstimator):
 
     # -- parameters -------------------------------------------------------------------------
 
-    def _prior_sd(self) -> float:
+    def _prior_sd(self) -> float | None:
+        """The fixed prior sd, or None for ``c2="evidence"``."""
         if self.prior_sd is not None:
             return positive_number(self.prior_sd, "prior_sd")
+        if isinstance(self.c2, str):
+            if self.c2 != "evidence":
+                raise ValueError(f"c2 must be a number > 0 or 'evidence'; got {self.c2!r}")
+            return None
         return (1.0 / (2.0 * positive_number(self.c2, "c2"))) ** 0.5
+
+    @staticmethod
+    def _evidence_sd(graphs, features, labels, K: int, progressbar: bool) -> float:
+        """The prior sd of every weight that maximises the Laplace evidence (``c2="evidence"``)."""
+        import pymc as pm
+
+        import pymc_crf as pmc
+
+        with pm.Model() as model:
+            s = pm.HalfNormal("s", 1.0)
+            W = pm.Normal("W", 0.0, s, shape=(features.shape[1], K))
+            T = pm.Normal("T", 0.0, s, shape=(K, K))
+            pmc.CRF("y", graphs=graphs, node_features=features, node_weights=W,
+                    edge_weights=T, observed=labels)
+        res = pmc.fit(model, method="laplace", covariance="diagonal", hyperprior=False,
+                      draws=1, log_likelihood=False, progressbar=progressbar, scale_tol=1e-3)
+        return float(res["fit"]["scales"].values[0])
 
     def _fit_options(self) -> dict:
         from pymc_crf.fitters.registry import available, fitter, load_builtin
@@ -202,13 +231,18 @@ class CRFTagger(BaseEstimator):
         labels, classes = encode_tags(y)
         if len(classes) < 2:
             raise ValueError(f"y has a single tag {classes}: a tagger needs at least two")
+        graphs = sequence_batch(X)
+        if sd is None:
+            sd = self._evidence_sd(graphs, features, labels, len(classes),
+                                   flag(self.progressbar, "progressbar"))
         coords = {"feature": vec.feature_names_, "tag": classes, "tag_from": classes}
         with pm.Model(coords=coords) as model:
             W = pm.Normal("W", 0.0, sd, dims=("feature", "tag"))
             T = pm.Normal("T", 0.0, sd, dims=("tag_from", "tag"))
-            pmc.CRF("y", graphs=sequence_batch(X), node_features=features, node_weights=W,
+            pmc.CRF("y", graphs=graphs, node_features=features, node_weights=W,
                     edge_weights=T, observed=labels)
         result = pmc.fit(model, method=self.method, **opts)
+        self.c2_ = 1.0 / (2.0 * sd**2)
         self.vectorizer_ = vec
         self.classes_ = list(classes)
         self.result_ = result
@@ -404,6 +438,8 @@ class CRFTagger(BaseEstimator):
         tree.attrs["tagger_metadata"] = json.dumps(self.metadata_)
         if hasattr(self, "dev_score_"):
             tree.attrs["tagger_dev_score"] = float(self.dev_score_)
+        if hasattr(self, "c2_"):
+            tree.attrs["tagger_c2"] = float(self.c2_)
         tree.to_netcdf(path)
 
     @classmethod
@@ -428,6 +464,8 @@ class CRFTagger(BaseEstimator):
         tagger.metadata_ = json.loads(attrs.pop("tagger_metadata"))
         if "tagger_dev_score" in attrs:
             tagger.dev_score_ = float(attrs.pop("tagger_dev_score"))
+        if "tagger_c2" in attrs:
+            tagger.c2_ = float(attrs.pop("tagger_c2"))
         attrs.pop("tagger_format")
         tree.attrs = attrs
         tagger.result_ = tree

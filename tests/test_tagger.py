@@ -133,6 +133,33 @@ def test_prior_c2_and_prior_sd(corpus):
     assert np.abs(c.result_.posterior["W"].values).max() > np.abs(a.result_.posterior["W"]).max()
 
 
+def test_c2_chosen_by_the_evidence(corpus, tmp_path):
+    """``c2="evidence"``: the shared prior sd is the Laplace evidence's maximiser (the scale
+    ``pmc.fit(method="laplace")`` learns on the same model), the tagger is the MAP at it, and
+    ``c2_`` survives a netCDF round trip."""
+    _, X, y = corpus
+    tagger = CRFTagger(c2="evidence").fit(X[:30], y[:30])
+    sd = (1.0 / (2.0 * tagger.c2_)) ** 0.5
+    vec = tagger.vectorizer_
+    labels, classes = encode_tags(y[:30])
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0)
+        W = pm.Normal("W", 0.0, s, shape=(len(vec.feature_names_), len(classes)))
+        T = pm.Normal("T", 0.0, s, shape=(len(classes), len(classes)))
+        pmc.CRF("y", graphs=sequence_batch(X[:30]), node_features=vec.transform(X[:30]),
+                node_weights=W, edge_weights=T, observed=labels)
+    ref = pmc.fit(m, method="laplace", covariance="diagonal", hyperprior=False, draws=1,
+                  progressbar=False, log_likelihood=False, scale_tol=1e-3)
+    assert sd == pytest.approx(float(ref["fit"]["scales"][0]), rel=1e-9)
+    fixed = CRFTagger(prior_sd=sd).fit(X[:30], y[:30])
+    np.testing.assert_allclose(tagger.result_.posterior["W"].values,
+                               fixed.result_.posterior["W"].values, rtol=0, atol=1e-12)
+    tagger.to_netcdf(tmp_path / "t.nc")
+    assert CRFTagger.from_netcdf(tmp_path / "t.nc").c2_ == tagger.c2_
+    with pytest.raises(ValueError, match="c2 must be a number > 0 or 'evidence'"):
+        CRFTagger(c2="cv").fit(X[:5], y[:5])
+
+
 def test_params_clone_and_not_fitted(corpus):
     _, X, y = corpus
     t = CRFTagger(c2=0.5, method_options={"ftol": 1e-6}, min_freq=2)

@@ -20,6 +20,16 @@ Prediction needs draws, marginal variances and products with ``A^{-1}``; the evi
   is kept on the diagonal, so ``A ~ S^{-1} (I + R + U diag(lam) U^T) S^{-1}`` with
   ``R = diag(max(diag(M) - diag(U diag(lam) U^T), 0))``. The matrix identities of a diagonal
   plus low rank (Woodbury) give every operation in ``O(d k)``; with ``k = d`` it is exact.
+
+:class:`ImplicitGaussian` keeps the exact ``A`` as an operator and never forms ``A^{-1}``:
+``Sigma v`` is a preconditioned conjugate-gradient solve on Hessian-vector products, and draws
+come by perturbation-optimisation (Papandreou & Yuille 2010; Orieux, Feron & Giovannelli 2012):
+with ``b = J^T (t(y~) - E t) + P^{1/2} e`` for labellings ``y~`` drawn from the CRF at the mode
+(one per graph, so ``Cov(J^T (t(y~) - E t)) = J^T C J = H``) and ``e ~ N(0, I)``,
+``delta = A^{-1} b`` has mean 0 and covariance ``A^{-1} A A^{-1} = A^{-1}`` exactly. Its law is a
+sum of independent per-graph terms (nearly Gaussian when many graphs share a weight); each draw
+costs one CG solve, so a block of draws costs a few dozen blocked forward-backward products
+whatever ``d`` is.
 """
 
 from __future__ import annotations
@@ -34,10 +44,11 @@ from pymc_crf.fitters.bethe_laplace.hessian import (
     curvature_diagonal,
     exact_fisher_matrix,
 )
-from pymc_crf.validation import generator, whole_number
+from pymc_crf.validation import generator, positive_number, whole_number
 
-__all__ = ["DenseGaussian", "DiagonalGaussian", "GaussianPosterior", "LowRankGaussian",
-           "inverse_pd", "laplace_covariance", "randomized_eigh"]
+__all__ = ["DenseGaussian", "DiagonalGaussian", "GaussianPosterior", "ImplicitGaussian",
+           "LowRankGaussian", "conjugate_gradient", "inverse_pd", "laplace_covariance",
+           "randomized_eigh"]
 
 
 def _not_pd(vals_min: float, hint: str) -> ValueError:
@@ -210,6 +221,207 @@ class LowRankGaussian(GaussianPosterior):
         z += ((z @ self.P) * c) @ self.P.T
         z *= self.scale / np.sqrt(self.D)
         return z
+
+
+def conjugate_gradient(matmat, B: np.ndarray, preconditioner: np.ndarray, *, tol: float = 1e-6,
+                       maxiter: int = 2000) -> tuple[np.ndarray, int, np.ndarray]:
+    """Solve ``A X = B`` for a symmetric positive definite operator ``matmat`` (a (d, n) block
+    to its product) by preconditioned conjugate gradients, the n columns in lockstep (one block
+    product per iteration), with the diagonal preconditioner ``M^{-1} = diag(preconditioner)``.
+
+    Stops when every column's residual ``||B - A X|| / ||B||`` is below ``tol``. Returns
+    ``(X, iterations, relative residuals)``.
+    """
+    B = np.asarray(B, dtype=np.float64)
+    one = B.ndim == 1
+    B = B[:, None] if one else B
+    X = np.zeros_like(B)
+    R = B.copy()
+    bnorm = np.linalg.norm(B, axis=0)
+    bnorm[bnorm == 0.0] = 1.0
+    rel = np.linalg.norm(R, axis=0) / bnorm
+    Z = preconditioner[:, None] * R
+    P = Z.copy()
+    rz = np.einsum("ij,ij->j", R, Z)
+    it = 0
+    while it < maxiter and rel.max() >= tol:
+        AP = matmat(P)
+        pap = np.einsum("ij,ij->j", P, AP)
+        if np.any(pap <= 0):
+            raise _not_pd(float(pap.min()), " (a non-positive curvature met by conjugate "
+                          "gradients)")
+        live = rel >= tol  # converged columns stay where they are
+        alpha = np.where(live, rz / pap, 0.0)
+        X += alpha * P
+        R -= alpha * AP
+        rel = np.linalg.norm(R, axis=0) / bnorm
+        Z = preconditioner[:, None] * R
+        rz_new = np.einsum("ij,ij->j", R, Z)
+        P = Z + np.where(live, rz_new / np.where(rz > 0, rz, 1.0), 0.0) * P
+        rz = rz_new
+        it += 1
+    return (X[:, 0] if one else X), it, rel
+
+
+class ImplicitGaussian:
+    """The exact Laplace posterior ``N(mean, A^{-1})``, ``A = H + P``, of a log-linear CRF or
+    MRF with ``A`` only applied, never formed or inverted (module docstring): ``Sigma v`` by
+    conjugate gradients, draws by perturbation-optimisation. Memory ``O(d n)`` for n draws.
+
+    Parameters
+    ----------
+    op : CurvatureOperator
+        ``H`` at ``mean`` on an exact engine (``J^T C J``: log-linear potentials only).
+    prior_sd : array (d,)
+        The independent Normal prior's sds (``P = diag(prior_sd^-2)``).
+    diagonal : array (d,), optional
+        ``diag(H)`` (the preconditioner); computed (:func:`curvature_diagonal`) if not given.
+    tol, maxiter
+        Conjugate-gradient stopping rule (relative residual) and iteration cap.
+    block : int
+        Draws solved together (one block of Hessian-vector products per iteration).
+
+    Attributes
+    ----------
+    iterations : list of int
+        CG iterations of every solve so far.
+    """
+
+    def __init__(self, op: CurvatureOperator, prior_sd: np.ndarray,
+                 diagonal: np.ndarray | None = None, *, tol: float = 1e-4, maxiter: int = 2000,
+                 block: int = 16):
+        self.op = op
+        self.mean = op.maps.w
+        self.sd = np.asarray(prior_sd, dtype=np.float64)
+        if self.sd.shape != self.mean.shape or not np.all(self.sd > 0):
+            raise ValueError(f"prior_sd must be {self.mean.size} positive numbers; got shape "
+                             f"{self.sd.shape}")
+        h = curvature_diagonal(op) if diagonal is None else np.asarray(diagonal, np.float64)
+        # CG runs in the prior-whitened coordinates z = w / sd, where A becomes S H S + I
+        # (eigenvalues >= 1), preconditioned by its diagonal
+        self._precond = 1.0 / (self.sd**2 * h + 1.0)
+        self.tol = positive_number(tol, "tol")
+        self.maxiter = whole_number(maxiter, "maxiter", minimum=1)
+        self.block = whole_number(block, "block", minimum=1)
+        self.iterations: list[int] = []
+
+    @property
+    def size(self) -> int:
+        return int(self.mean.size)
+
+    def _whitened_matmat(self, Z: np.ndarray) -> np.ndarray:
+        s = self.sd[:, None]
+        return s * self.op.matmat(s * Z) + Z
+
+    def matvec(self, v: np.ndarray) -> np.ndarray:
+        """``Sigma v = A^{-1} v`` for (d,) or (d, B), by conjugate gradients."""
+        v = np.asarray(v, dtype=np.float64)
+        s = self.sd if v.ndim == 1 else self.sd[:, None]
+        Z, it, _ = conjugate_gradient(self._whitened_matmat, s * v, self._precond, tol=self.tol,
+                                      maxiter=self.maxiter)
+        self.iterations.append(it)
+        return s * Z
+
+    def perturbations(self, n: int, rng=None) -> np.ndarray:
+        """``n`` independent vectors (d, n) with mean 0 and covariance ``A``: the centred
+        sufficient statistics of labellings drawn at ``mean`` (covariance ``H``) plus
+        ``N(0, P)`` noise."""
+        op, rng = self.op, generator(rng, "rng")
+        maps, b, K = op.maps, op.batch, op.K
+        out = np.zeros((self.size, n))
+        if op.chain:
+            parts = [(sub, rows, erows, mu, xi) for sub, rows, erows, _, mu, xi
+                     in op.chunk_marginals()]
+        else:
+            edge = np.ascontiguousarray(np.broadcast_to(maps.edge, (b.n_edges, K, K)))
+            m = op.engine.marginals(b, maps.node, edge)
+            parts = [(b, slice(0, b.n_total_nodes), slice(0, b.n_edges), m.node, m.edge)]
+        for sub, rows, erows, mu, xi in parts:
+            E = sub.n_edges
+            edge = maps.edge if maps.shared else maps.edge[erows]
+            edge = np.ascontiguousarray(np.broadcast_to(edge, (E, K, K)))
+            Y = op.engine.sample(sub, maps.node[rows], edge, n, rng).T  # (N_c, n)
+            cols = np.arange(n)
+            Un = np.repeat(-mu[:, :, None], n, axis=2)
+            Un[np.arange(sub.n_total_nodes)[:, None], Y, cols] += 1.0
+            Ue = np.repeat(-xi[..., None], n, axis=3)
+            src, dst = sub.edges[:, 0], sub.edges[:, 1]
+            Ue[np.arange(E)[:, None], Y[src], Y[dst], cols] += 1.0
+            if maps.shared:
+                Ue = Ue.sum(axis=0, keepdims=True)
+            maps.pull(Un, Ue, rows, erows, out=out)
+        out *= np.sqrt(op.scale)  # an MRF's H is n_samples times one sample's covariance
+        out += rng.standard_normal(out.shape) / self.sd[:, None]
+        return out
+
+    def sample(self, n: int, rng=None, antithetic: bool = True) -> np.ndarray:
+        """``n`` draws (n, d) with the mean and covariance of ``N(mean, A^{-1})``; with
+        ``antithetic`` they come in pairs ``mean +- delta`` (half the solves, and the draws'
+        mean is ``mean`` exactly)."""
+        n = whole_number(n, "n", minimum=0)
+        rng = generator(rng, "rng")
+        m = (n + 1) // 2 if antithetic else n
+        deltas = []
+        for j0 in range(0, m, self.block):
+            k = min(self.block, m - j0)
+            deltas.append(self.matvec(self.perturbations(k, rng)).T)
+        delta = np.concatenate(deltas) if deltas else np.zeros((0, self.size))
+        if antithetic:
+            delta = np.stack([delta, -delta], axis=1).reshape(-1, self.size)[:n]
+        return self.mean + delta
+
+    def variance_estimate(self, probes: int = 16, rng=0) -> np.ndarray:
+        """Unbiased estimate of ``diag(Sigma)`` (d,) by Hutchinson's diagonal estimator
+        (Bekas, Kokiopoulou & Saad 2007) on ``Sigma = S (I - A~^{-1} S H S) S``: with Rademacher
+        ``z``, ``Sigma_ii = sd_i^2 (1 - E[z_i (A~^{-1} S H S z)_i])``. Its error is small where
+        the data say little (``H`` small: the estimate is then ``sd_i^2`` nearly exactly),
+        unlike the draws' second moments, whose relative error is ``sqrt(2 / probes)``
+        everywhere. One block of ``probes`` products and one conjugate-gradient solve."""
+        probes = whole_number(probes, "probes", minimum=1)
+        Z = generator(rng, "rng").choice([-1.0, 1.0], size=(self.size, probes))
+        s = self.sd[:, None]
+        SHSz = s * self.op.matmat(s * Z)
+        X, it, _ = conjugate_gradient(self._whitened_matmat, SHSz, self._precond, tol=self.tol,
+                                      maxiter=self.maxiter)
+        self.iterations.append(it)
+        return self.sd**2 * (1.0 - np.mean(Z * X, axis=1))
+
+    def logdet(self, probes: int = 16, steps: int = 60, rng=0) -> float:
+        """``log det Sigma = -log det A`` by stochastic Lanczos quadrature (Ubaru, Chen & Saad
+        2017): ``log det A~ = tr log A~`` for the whitened ``A~ = S H S + I`` estimated from
+        ``probes`` Rademacher vectors, each by the Gauss quadrature of ``steps`` Lanczos steps
+        (the probes in lockstep, one block product per step); ``log det A = log det A~ -
+        2 sum log sd``. The default ``rng`` is fixed, so estimates at nearby points share
+        their probes (common random numbers). Standard error: :attr:`logdet_se`."""
+        probes = whole_number(probes, "probes", minimum=2)
+        steps = whole_number(steps, "steps", minimum=1)
+        rng = generator(rng, "rng")
+        d = self.size
+        V = rng.choice([-1.0, 1.0], size=(d, probes))
+        Q = V / np.sqrt(d)
+        Q_prev = np.zeros_like(Q)
+        alphas, betas = [], []
+        beta = np.zeros(probes)
+        for _ in range(min(steps, d)):
+            W = self._whitened_matmat(Q) - beta * Q_prev
+            a = np.einsum("ij,ij->j", Q, W)
+            W -= a * Q
+            alphas.append(a)
+            beta = np.linalg.norm(W, axis=0)
+            if np.all(beta <= 1e-12):
+                break
+            betas.append(beta)
+            Q_prev, Q = Q, W / np.where(beta > 0, beta, 1.0)
+        m = len(alphas)
+        est = np.empty(probes)
+        for j in range(probes):
+            T = np.diag([a[j] for a in alphas])
+            off = [b[j] for b in betas[:m - 1]]
+            T += np.diag(off, 1) + np.diag(off, -1)
+            theta, U = np.linalg.eigh(T)
+            est[j] = d * np.sum(U[0] ** 2 * np.log(np.clip(theta, 1.0, None)))
+        self.logdet_se = float(est.std(ddof=1) / np.sqrt(probes))
+        return float(-(est.mean() - 2.0 * np.sum(np.log(self.sd))))
 
 
 def randomized_eigh(matmat, d: int, k: int, *, oversample: int = 10, power_iterations: int = 2,

@@ -65,11 +65,13 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         ``"exact"`` (BL-MP): MAP by exact gradients (chain or junction tree engine);
         ``"bp"`` (BL-BP): pseudo-moment-matching start (MRFs), then L-BFGS on the penalised
         Bethe log-likelihood, BP beliefs as the expectations (Welling & Parise 2006 sec. 7).
-    covariance : {"bp", "exact", "diagonal"}
+    covariance : {"bp", "exact", "diagonal", "implicit"}
         ``"bp"``: C by linear response on the BP fixed point at the MAP (eqs. (8)-(10));
         ``"exact"``: the exact covariance (Laplace-exact); ``"diagonal"``: the diagonal Laplace
         approximation (``diagonal_laplace_sd``, log-linear CRFs with an exact engine; the
-        ``fit`` group then holds ``sd_vector`` instead of ``covariance_matrix``).
+        ``fit`` group then holds ``sd_vector`` instead of ``covariance_matrix``);
+        ``"implicit"``: the exact covariance as an operator, for models too large to form it
+        (see ``method="laplace"``; exact engine, log-linear potentials).
     bp : BeliefPropagation, optional
         BP engine for the Bethe parts (default damping 0.5, tol 1e-11, max_iter 5000). When it
         does not converge at the MAP a ``ConvergenceWarning`` is issued and
@@ -119,7 +121,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
     n_draws, n_chains = whole_number(n_draws, "draws"), whole_number(n_chains, "chains")
     problem = weight_problem(model, "bethe_laplace", learn_scales=True)
-    if problem.n_scales or covariance == "diagonal":
+    if problem.n_scales or covariance in LARGE_COVARIANCES:
         return _fit_learned_scales(
             problem, "bethe_laplace", t0, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
             gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=seed,
@@ -162,6 +164,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
 
 #: the largest number of weights for which method="laplace" forms the dense exact covariance
 DENSE_LIMIT = 3000
+#: covariances for models too large for the dense one (exact engines, log-linear potentials)
+LARGE_COVARIANCES = ("diagonal", "implicit")
 
 
 @register("laplace")
@@ -179,10 +183,14 @@ def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 200
     model : pm.Model
         As for ``bethe_laplace``; the graph must allow exact inference (chains, trees, narrow
         junction trees), else use ``method="bethe_laplace"``.
-    covariance : {"auto", "exact", "diagonal"}
+    covariance : {"auto", "exact", "diagonal", "implicit"}
         ``"exact"``: the dense exact Hessian (d x d); ``"diagonal"``: the diagonal Laplace
-        approximation (log-linear CRFs); ``"auto"``: ``"exact"`` up to 3000 weights
-        (``DENSE_LIMIT``), ``"diagonal"`` above.
+        approximation (log-linear CRFs); ``"implicit"``: the exact covariance never formed,
+        draws by perturbation-optimisation with conjugate gradients on Hessian-vector
+        products and the evidence's ``log det`` by stochastic Lanczos quadrature
+        (:class:`~pymc_crf.fitters.covariance.ImplicitGaussian`; log-linear potentials; its
+        sds in ``fit.sd_vector`` are Monte Carlo estimates from 16 draws); ``"auto"``:
+        ``"exact"`` up to 3000 weights (``DENSE_LIMIT``), ``"diagonal"`` above.
     maxiter, gtol, draws, chains, random_seed, log_likelihood, progressbar, hyperprior,
     integrate_scales, scale_init, scale_tol, scale_maxiter, refine
         As for ``bethe_laplace``.
@@ -192,11 +200,11 @@ def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 200
     exact_engine(problem, "use method='bethe_laplace' (BP for the log partition function)")
     if covariance == "auto":
         covariance = "exact" if problem.size <= DENSE_LIMIT else "diagonal"
-    if covariance not in ("exact", "diagonal"):
-        raise ValueError(f"covariance must be 'auto', 'exact' or 'diagonal' for method='laplace'; "
-                         f"got {covariance!r}")
+    if covariance not in ("exact", *LARGE_COVARIANCES):
+        raise ValueError(f"covariance must be 'auto', 'exact', 'diagonal' or 'implicit' for "
+                         f"method='laplace'; got {covariance!r}")
     n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
-    if problem.n_scales or covariance == "diagonal":
+    if problem.n_scales or covariance in LARGE_COVARIANCES:
         return _fit_learned_scales(
             problem, "laplace", t0, map="exact", covariance=covariance, bp=None, maxiter=maxiter,
             gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=random_seed,
@@ -218,12 +226,15 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
     (and scales) from the Gaussian at the learned scales or from the grid mixture."""
     if map not in MAP_MODES:
         raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
-    if covariance not in (*COVARIANCE_MODES, "diagonal"):
-        raise ValueError(f"covariance must be one of {(*COVARIANCE_MODES, 'diagonal')}; got "
-                         f"{covariance!r}")
+    if covariance not in (*COVARIANCE_MODES, *LARGE_COVARIANCES):
+        raise ValueError(f"covariance must be one of {(*COVARIANCE_MODES, *LARGE_COVARIANCES)}; "
+                         f"got {covariance!r}")
     if covariance == "diagonal" and (problem.kind != "crf" or problem.potential != "loglinear"):
         raise ValueError("covariance='diagonal' takes log-linear CRFs (diagonal_laplace_sd); use "
                          "covariance='exact' or 'bp'")
+    if covariance == "implicit" and problem.potential != "loglinear":
+        raise ValueError("covariance='implicit' takes log-linear potentials (its curvature is "
+                         "the covariance of the sufficient statistics); use covariance='exact'")
     hyperprior = flag(hyperprior, "hyperprior")
     rng = generator(seed, "random_seed")
     spec = problem.spec
@@ -251,7 +262,9 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
         m = int(sel.sum())
         if not m:
             continue
-        if q.fit is None:
+        if q.gaussian is not None:
+            flat[sel] = q.gaussian.sample(m, rng)
+        elif q.fit is None:
             flat[sel] = q.mean + np.sqrt(q.sigma_diag) * rng.standard_normal((m, d))
         else:
             flat[sel] = draws_from_gaussian(q.mean, q.covariance, m, 1, rng)[0]

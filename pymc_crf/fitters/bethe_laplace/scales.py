@@ -18,7 +18,15 @@ Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-
   ``gamma_g = sum_{i in g} (1 - Sigma_ii / s_g^2)`` and ``R_g = sum_{i in g} (w*_i - mu_i)^2``,
   ``d F / d log s_g = R_g / s_g^2 - gamma_g + h_g`` when ``H_lik`` is held fixed (``h_g`` the
   hyperprior's ``d log p(s) / d log s_g``), whose root is ``s_g^2 = R_g / (gamma_g - h_g)``.
-  It needs only ``diag(Sigma)``, so it runs with the diagonal covariance on large models.
+  It needs only ``diag(Sigma)``, so it runs with the diagonal covariance on large models, and
+  with the implicit exact covariance (``covariance="implicit"``, :class:`~pymc_crf.fitters.
+  covariance.ImplicitGaussian`): ``diag(Sigma)`` by Hutchinson's estimator with
+  ``IMPLICIT_PROBES`` probes (unbiased, and nearly exact for the weights the data say little
+  about, which most of a text CRF's are) and ``log det A`` by stochastic Lanczos quadrature.
+  Those estimates are noisy, so there the fixed-point steps are taken without the evidence
+  backtracking and stop when no scale moves by more than ``IMPLICIT_SCALE_TOL`` in ``log s``
+  (their Monte Carlo noise). With one scale the evidence is then maximised directly
+  (``_refine_one_scale``).
 * **exact refinement** (dense, exact curvature): L-BFGS-B on ``F`` in ``log s`` with its exact
   gradient. ``H_lik`` moves with ``w*(s)``, which adds
   ``-1/2 tr(Sigma dH_lik/dw [v_g])``, ``v_g = dw*/dlog s_g = Sigma u_g``,
@@ -44,6 +52,7 @@ import pytensor
 from scipy.optimize import minimize
 
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
+from pymc_crf.fitters.bethe_laplace.hessian import CurvatureOperator
 from pymc_crf.fitters.bethe_laplace.laplace import (
     LaplaceFit,
     _Whitened,
@@ -52,14 +61,20 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
     maximise,
 )
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine
+from pymc_crf.fitters.covariance import ImplicitGaussian
 from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
 from pymc_crf.validation import positive_number, whole_number
 
-__all__ = ["ScaleHyperprior", "ScalePoint", "LearnedScales", "learn_scales", "INTEGRATE_MODES"]
+__all__ = ["ScaleHyperprior", "ScalePoint", "LearnedScales", "learn_scales", "INTEGRATE_MODES",
+           "IMPLICIT_PROBES"]
 
 INTEGRATE_MODES = (None, "grid")
 #: smallest and largest learned scale (log s is optimised between them)
 SCALE_BOUNDS = (1e-5, 1e3)
+#: perturbation-optimisation draws (and Lanczos probes) per point of the implicit covariance
+IMPLICIT_PROBES = 16
+#: the implicit covariance's fixed-point iterations stop below this move in log s
+IMPLICIT_SCALE_TOL = 0.02
 
 
 class ScaleHyperprior:
@@ -102,6 +117,7 @@ class ScalePoint:
     optimizer: dict
     log_likelihood: float
     log_prior: float
+    gaussian: ImplicitGaussian | None = None
 
     @property
     def objective(self) -> float:
@@ -132,14 +148,34 @@ def _group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(index[keep], weights=values[keep], minlength=n)
 
 
-def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
-    """MAP by exact gradients and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
+def _whitened_map(problem: WeightProblem, start, maxiter, gtol):
+    """The MAP by exact gradients in the prior-whitened coordinates: ``(w, lik, optimiser
+    record)``."""
     lik = problem.make_likelihood(exact_engine(problem, "use method='bethe_laplace'"))
     mu, sd0 = problem.prior.mean, problem.prior.sd
     z, info = maximise(_Whitened(lik, mu, sd0), _Whitened(problem.prior, mu, sd0),
                        (start - mu) / sd0, maxiter=maxiter, gtol=gtol,
                        description="Laplace: MAP by exact gradients")
-    w = mu + sd0 * z
+    return mu + sd0 * z, lik, info
+
+
+def _implicit_point(problem: WeightProblem, start, maxiter, gtol):
+    """MAP by exact gradients, the implicit exact Gaussian there, ``diag(Sigma)`` estimated from
+    its draws and the log evidence with the Lanczos ``log det A``."""
+    w, lik, info = _whitened_map(problem, start, maxiter, gtol)
+    gauss = ImplicitGaussian(CurvatureOperator(lik, w), problem.prior.sd)
+    # a fixed seed, so the estimates at nearby scales share their randomness
+    sig = gauss.variance_estimate(IMPLICIT_PROBES, rng=0)
+    ll = float(lik(w)[0])
+    lp = float(problem.prior(w)[0])
+    log_ev = ll + lp + 0.5 * w.size * np.log(2.0 * np.pi) + 0.5 * gauss.logdet(
+        probes=IMPLICIT_PROBES)
+    return w, sig, ll, lp, log_ev, info, gauss
+
+
+def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
+    """MAP by exact gradients and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
+    w, lik, info = _whitened_map(problem, start, maxiter, gtol)
     sd = diagonal_laplace_sd(problem.spec, w)
     shared = sd == 0.0  # a shared transition table, kept at its MAP by diagonal_laplace_sd
     if shared.any():  # its own diagonal Fisher information: edge marginal variances summed
@@ -161,8 +197,12 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
     """The Laplace approximation of ``problem`` with its learned scales fixed at ``scales``."""
     p = problem.at_scales(scales)
     x0 = p.prior.mean.copy() if start is None else start
+    gauss = None
     if covariance == "diagonal":
         w, sig, ll, lp, log_ev, info = _diagonal_point(p, x0, maxiter, gtol)
+        fit = None
+    elif covariance == "implicit":
+        w, sig, ll, lp, log_ev, info, gauss = _implicit_point(p, x0, maxiter, gtol)
         fit = None
     else:
         fit = laplace_fit(p, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
@@ -175,7 +215,7 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
                          f"{np.round(scales, 6).tolist()[:10]}: the MAP or curvature failed there")
     lh = 0.0 if hyperprior is None else hyperprior(np.log(scales))[0]
     return ScalePoint(np.asarray(scales, dtype=np.float64).copy(), w, sig, float(log_ev),
-                      float(lh), fit, info, float(ll), float(lp))
+                      float(lh), fit, info, float(ll), float(lp), gauss)
 
 
 def _mackay_gradient(problem: WeightProblem, pt: ScalePoint,
@@ -248,7 +288,8 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     map, covariance, bp, maxiter, gtol
         The Laplace fit at fixed scales (``laplace_fit``); ``covariance="diagonal"``: MAP by
         exact gradients and the diagonal Laplace sds (``diagonal_laplace_sd``) for large
-        log-linear CRFs (log det A then the sum of the diagonal's logs).
+        log-linear CRFs (log det A then the sum of the diagonal's logs);
+        ``covariance="implicit"``: the exact covariance as an operator (module docstring).
     hyperprior : bool
         Add the scales' own prior's log density (type-II MAP); False: type-II ML.
     scale_init : float or array
@@ -258,8 +299,10 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         ``F`` changes by less than 1e-8 of its size (a group pruned towards 0, where the evidence
         is flat); at most ``scale_maxiter`` of them (and of the exact ascent's iterations).
     refine : bool, optional
-        Finish with L-BFGS-B on the exact Laplace evidence (dense exact curvature only; default:
-        where possible with at most 2000 weights and 50 scales).
+        Finish by maximising the Laplace evidence itself: L-BFGS-B with its exact gradient
+        (dense exact curvature), or a bounded scalar search (``covariance="implicit"`` with one
+        scale). Default: where possible with at most 2000 weights and 50 scales, and for the
+        implicit covariance with one scale.
     integrate_scales : {None, "grid"}
         ``"grid"``: integrate the scales out on a grid (needs ``hyperprior``; at most 3 scale
         entries), spacing ``grid_step`` standard deviations of ``log s``, out to
@@ -293,11 +336,12 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     prior_fn = (ScaleHyperprior(problem.model, problem.scales,
                                 jacobian=integrate_scales is not None) if hyperprior else None)
     dense = _dense_exact(problem, covariance)
+    implicit = covariance == "implicit"
     if refine is None:
-        refine = dense and problem.size <= 2000 and G <= 50
-    elif refine and not dense:
+        refine = (dense and problem.size <= 2000 and G <= 50) or (implicit and G == 1)
+    elif refine and not (dense or (implicit and G == 1)):
         raise ValueError("refine=True needs the exact dense curvature (covariance='exact', or a "
-                         "forest)")
+                         "forest), or covariance='implicit' with one scale")
 
     def at(theta, start):
         return laplace_point(problem, np.exp(theta), start, map=map, covariance=covariance,
@@ -307,6 +351,8 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     pt = at(theta, None)
     trace_F, trace_ev, trace_s, trace_step = [pt.objective], [pt.log_evidence], [pt.scales], [0]
     converged = False
+    stochastic = covariance == "implicit"
+    tol = max(scale_tol, IMPLICIT_SCALE_TOL) if stochastic else scale_tol
     for _ in range(scale_maxiter):  # MacKay's fixed point, with backtracking in log s
         R, gamma, h = _mackay_gradient(problem, pt, prior_fn)
         denom = gamma - h
@@ -314,9 +360,16 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             denom > 0, denom, 1.0)), theta + 1.0)
         target = np.clip(target, lo, hi)
         step = target - theta
-        if np.max(np.abs(step)) < scale_tol:
+        if np.max(np.abs(step)) < tol:
             converged = True
             break
+        if stochastic:  # noisy evidence: the fixed point's step as it is (module docstring)
+            theta, pt = theta + step, at(theta + step, pt.mean)
+            trace_F.append(pt.objective)
+            trace_ev.append(pt.log_evidence)
+            trace_s.append(pt.scales)
+            trace_step.append(1)
+            continue
         improved = False
         for _half in range(4):
             new = at(theta + step, pt.mean)
@@ -340,7 +393,11 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             # bound): stop; the exact ascent below, where it runs, finishes the job
             converged = True
             break
-    if refine:
+    if refine and implicit:
+        theta, pt = _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s,
+                                      trace_step)
+        converged = True
+    elif refine:
         cache: dict[bytes, ScalePoint] = {}
         last = [pt]
 
@@ -373,6 +430,31 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     if integrate_scales == "grid":
         _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
     return out
+
+
+def _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s, trace_step):
+    """Maximise the implicit-covariance evidence over one ``log s`` by a bounded scalar search
+    (Brent), within 3 of MacKay's point: MacKay's fixed point holds the curvature fixed,
+    which on text CRFs (many weights whose features saturate) stops far below the evidence's
+    maximiser. The Lanczos probes are fixed, so the estimates along the search share them."""
+    from scipy.optimize import minimize_scalar
+
+    cache = {float(theta[0]): pt}
+
+    def neg(t):
+        if t not in cache:
+            q = at(np.array([t]), pt.mean)
+            cache[t] = q
+            trace_F.append(q.objective)
+            trace_ev.append(q.log_evidence)
+            trace_s.append(q.scales)
+            trace_step.append(2)
+        return -cache[t].objective
+
+    a, b = max(lo, float(theta[0]) - 3.0), min(hi, float(theta[0]) + 3.0)
+    minimize_scalar(neg, bounds=(a, b), method="bounded", options={"xatol": 0.05})
+    best = max(cache.values(), key=lambda q: q.objective)
+    return np.log(best.scales), best
 
 
 def _theta_hessian(at, theta: np.ndarray, pt: ScalePoint, delta: float = 0.1) -> np.ndarray:
