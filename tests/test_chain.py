@@ -11,7 +11,7 @@ from scipy.stats import chisquare
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.chain import ChainEngine
-from pymc_crf.inference.chain.dispatch import _forward_backward
+from pymc_crf.inference.chain.blocks import _forward_backward_lanes
 from pymc_crf.inference.chain.scaling import _exp_nonpos
 
 BF = BruteForce()
@@ -210,8 +210,8 @@ def test_long_chain_log_z_without_overflow():
     batch = GraphBatch.chains([5000])
     node = 3 * rng.normal(size=(5000, 4))
     edge = rng.normal(size=(1, 4, 4))
-    lz = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
-                           np.zeros(0))[0]
+    lz = _forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets, False,
+                                 np.zeros(0))[0]
     # Log-space reference through the fallback kernel of the same module.
     la = node[0].copy()
     for t in range(1, 5000):
@@ -269,8 +269,8 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
     edge[:, 0, 1] = -np.inf
     gw = rng.normal(size=batch.n_graphs)
     for weights in (np.zeros(0), gw):
-        lz, nm, em = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True,
-                                       weights)
+        lz, nm, em = _forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets,
+                                             True, weights)
         ref_lz = np.empty(batch.n_graphs)
         ref_nm = np.zeros_like(node)
         ref_em = np.zeros((1 if shared else batch.n_edges, K, K))
@@ -284,8 +284,8 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
     # log Z alone (no backward pass); a graph with no valid labelling gets -inf, the rest are
     # unchanged
     node[no[7], :] = -np.inf
-    lz_only = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
-                                np.zeros(0))[0]
+    lz_only = _forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets, False,
+                                      np.zeros(0))[0]
     assert np.isneginf(lz_only[7])
     keep = np.arange(batch.n_graphs) != 7
     assert _rel(lz_only[keep], ref_lz[keep]) < 1e-12

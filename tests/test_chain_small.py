@@ -14,11 +14,8 @@ from hypothesis import strategies as st
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.chain import ChainEngine
-from pymc_crf.inference.chain.dispatch import (
-    _forward_backward,
-    forward_backward_features,
-    small_batch,
-)
+from pymc_crf.inference.chain.blocks import _forward_backward_lanes
+from pymc_crf.inference.chain.dispatch import forward_backward_features, small_batch
 from pymc_crf.inference.chain.features import _forward_backward_features_graphs
 from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
 from pymc_crf.inference.chain.small import SMALL_LENGTH, forward_backward_small, is_small
@@ -122,7 +119,7 @@ def test_engine_results_agree_across_tiers(shared):
     edge = rng.normal(size=(1 if shared else batch.n_edges, K, K))
     args = (node, edge, batch.node_offsets, batch.edge_offsets, True, np.zeros(0))
     m = ChainEngine().marginals(batch, node, edge)  # numpy tier
-    for kernel in (_forward_backward_graphs, _forward_backward):
+    for kernel in (_forward_backward_graphs, _forward_backward_lanes):
         lz, nm, em = kernel(*args)
         np.testing.assert_allclose(m.log_z, lz, rtol=1e-12)
         np.testing.assert_allclose(m.node, nm, atol=1e-12)

@@ -12,7 +12,7 @@ import pytest
 import pymc_crf as pmc
 from pymc_crf import threads
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.chain import ChainEngine, blocks, dispatch, parts
+from pymc_crf.inference.chain import ChainEngine, blocks, parts
 
 
 @pytest.fixture(autouse=True)
@@ -159,7 +159,8 @@ def test_chain_parts_match_the_single_thread_kernel(table, scale):
     gw = rng.random(batch.n_graphs)
     eng = ChainEngine()
     got = _all_thread_counts(lambda: eng.log_z_and_weighted_marginals(batch, node, edge, gw))
-    serial = dispatch._forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)
+    serial = blocks._forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets,
+                                            True, gw)
     _close(got, serial)
     # the lanes run as in one thread: only the sums over graphs may differ by rounding
     np.testing.assert_array_equal(got[0], serial[0])
@@ -181,8 +182,9 @@ def test_feature_chain_parts_match_the_single_thread_kernel(scale):
     gw = rng.random(batch.n_graphs)
     eng = ChainEngine()
     got = _all_thread_counts(lambda: eng.log_z_and_feature_marginals(batch, node, Xe, We, gw))
-    serial = dispatch._forward_backward_features(node, Xe, We.reshape(3, -1), batch.node_offsets,
-                                              batch.edge_offsets, True, gw)
+    serial = blocks._forward_backward_features_lanes(node, Xe, We.reshape(3, -1),
+                                                     batch.node_offsets, batch.edge_offsets, True,
+                                                     gw)
     _close(got, serial)
     np.testing.assert_array_equal(got[0], serial[0])
     np.testing.assert_array_equal(got[1], serial[1])

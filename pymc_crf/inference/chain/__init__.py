@@ -38,9 +38,9 @@ Modules, in the order they build on each other:
 * ``per_graph``: scaled forward-backward one chain at a time (the per-graph tier);
 * ``features``: edge tables from edge features, one chain at a time;
 * ``lanes``: the lane-block kernel;
-* ``blocks``: a batch in lane blocks, and its split into parts;
-* ``parts``: the parts on the worker threads;
-* ``dispatch``: which of these runs a batch, from Python or from compiled code;
+* ``blocks``: a batch in lane blocks in one thread (the lane tier), and its split into parts;
+* ``parts``: the parts on the worker threads (the lane tier, threaded);
+* ``dispatch``: which tier runs a batch, from Python or from compiled code;
 * ``sampling``: Viterbi and forward-filtering backward-sampling;
 * ``engine``: ``ChainEngine``.
 """

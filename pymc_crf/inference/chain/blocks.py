@@ -1,9 +1,10 @@
 """A batch through the lane-block kernel: graphs ordered by length, cut into blocks and parts.
 
 ``_block_plan`` fixes, from the batch alone, the blocks and their split into parts of about equal
-work; ``_fb_blocks`` runs one part's blocks (in any thread) and ``_fb_rest`` what follows them.
-The chains too long for the block buffers, and lanes that fail the exactness test, go to the
-per-graph kernels.
+work; ``_fb_block_range`` runs one part's blocks (in any thread) and ``_fb_after_blocks`` what
+follows them. The chains too long for the block buffers, and lanes that fail the exactness test,
+go to the per-graph kernels. ``_forward_backward_lanes`` and ``_forward_backward_features_lanes``
+run a whole batch so in one thread: the lane tier of ``dispatch``.
 """
 
 from __future__ import annotations
@@ -12,10 +13,19 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.allocation import empty_pages
-from pymc_crf.inference.chain.features import _fb_feature_graph
-from pymc_crf.inference.chain.lanes import _BLOCK_ELEMS, _TABLE_ELEMS, LANES, _fb_block
+from pymc_crf.inference.chain.features import (
+    _fb_feature_one,
+    _feature_outputs,
+    _forward_backward_features_graphs,
+)
+from pymc_crf.inference.chain.lanes import _BLOCK_ELEMS, _TABLE_ELEMS, LANES, _fb_lane_block
 from pymc_crf.inference.chain.log_space import _fb_log_one
-from pymc_crf.inference.chain.per_graph import _fb_graphs
+from pymc_crf.inference.chain.per_graph import (
+    _fb_graphs,
+    _fb_outputs,
+    _forward_backward_graphs,
+)
+from pymc_crf.inference.chain.scaling import _edge_tables
 
 
 @njit(cache=True)
@@ -47,7 +57,7 @@ def _workspace(sizes, buf):
 
 @njit(cache=True)
 def _block_sizes(K, B, Lbuf, shared):
-    """The sizes of ``_fb_blocks``' buffers, and the length of one array that holds them all
+    """The sizes of ``_fb_block_range``' buffers, and the length of one array that holds them all
     (``_workspace``)."""
     Lt = 0 if shared else Lbuf
     KKB = 0 if shared else K * K * B
@@ -100,10 +110,10 @@ def _block_plan(node_off, K, per_edge):
 
 
 @njit(cache=True, nogil=True)
-def _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, first, stop, buf):
+def _fb_block_range(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                    node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, first, stop, buf):
     """The blocks of ``B`` graphs ``order[first:stop]`` (``first`` a multiple of ``B``) of
-    ``_fb_blocked``, each through ``_fb_block``; lanes that fail the exactness test are redone
+    ``_fb_blocked``, each through ``_fb_lane_block``; lanes that fail the exactness test are redone
     by the per-graph kernels. A shared table's summed edge marginals go to ``macc`` (and a
     redone lane's to ``edge_m[0]``), expected edge features to ``gW``: a part run on its own
     thread gets its own ``macc``, ``gW`` and, for a shared table, ``edge_m``. The buffers are
@@ -132,16 +142,16 @@ def _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginal
                 lane_w[b] = gw[g] if gw.shape[0] > 0 else 1.0
             else:
                 lane_n[b] = 0
-        _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
-                  want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
-                  node_m, edge_m, lz, bad, Xe, We, gW)
+        _fb_lane_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
+                       want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
+                       node_m, edge_m, lz, bad, Xe, We, gW)
         for b in range(B):
             if lane_n[b] == 0:
                 continue
             g = lane_g[b]
             if bad[b] and feat:
-                log_z[g] = _fb_feature_graph(node, Xe, We, lane_lo[b], lane_n[b], lane_elo[b],
-                                             want_marginals, lane_w[b], node_m, gW)
+                log_z[g] = _fb_feature_one(node, Xe, We, lane_lo[b], lane_n[b], lane_elo[b],
+                                           want_marginals, lane_w[b], node_m, gW)
             elif bad[b]:
                 _fb_log_one(node, edge, shared, lane_lo[b], lane_elo[b], lane_n[b], lz1, node_m,
                             edge_m, want_marginals, lane_w[b])
@@ -151,8 +161,8 @@ def _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginal
 
 
 @njit(cache=True)
-def _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-             node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked):
+def _fb_after_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                     node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked):
     """What ``_fb_blocked`` does after the blocks: a shared table's summed edge marginals
     ``psi * macc`` into ``edge_m[0]``, and the graphs too long for the blocks."""
     K = node.shape[1]
@@ -165,27 +175,60 @@ def _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals,
                 edge_m[0, i, j] += psi[0, i, j] * macc[i, j]
     if n_blocked < G and feat:
         for g in order[n_blocked:]:
-            log_z[g] = _fb_feature_graph(node, Xe, We, node_off[g], lengths[g], edge_off[g],
-                                         want_marginals, gw[g] if gw.shape[0] > 0 else 1.0,
-                                         node_m, gW)
+            log_z[g] = _fb_feature_one(node, Xe, We, node_off[g], lengths[g], edge_off[g],
+                                       want_marginals, gw[g] if gw.shape[0] > 0 else 1.0,
+                                       node_m, gW)
     elif n_blocked < G:
         _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, order[n_blocked:],
                    want_marginals, gw, log_z, node_m, edge_m)
 
 
 @njit(cache=True)
-def _fb_blocked(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-                node_m, edge_m, Xe, We, gW):
+def _fb_blocked(node, edge, node_off, edge_off, want_marginals, gw, log_z, node_m, edge_m, Xe, We,
+                gW):
     """Forward-backward of a batch, up to LANES graphs at a time (graphs in order of length; any
     too long for the block buffers, or failing the exactness test, go through the per-graph
-    kernels), in this thread. With edge features (``Xe`` non-empty; see ``_fb_block``) the
-    expected edge features go to ``gW`` instead of edge marginals to ``edge_m``."""
+    kernels), in this thread, into the outputs. With edge features (``Xe`` non-empty; see
+    ``_fb_lane_block``) ``edge`` is a (1, K, K) table of zeros and the expected edge features go
+    to ``gW`` instead of edge marginals to ``edge_m``."""
     K = node.shape[1]
+    psi, shift, erange = _edge_tables(edge[:1])  # per-edge tables: made block by block
     per_edge = Xe.shape[0] > 0 or edge.shape[0] != 1
     order, lengths, B, n_blocked, Lbuf, _ = _block_plan(node_off, K, per_edge)
     macc = np.zeros((K, K))
-    _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-               node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, 0, n_blocked,
-               np.empty(0))
-    _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-             node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
+    _fb_block_range(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                    node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, 0, n_blocked,
+                    np.empty(0))
+    _fb_after_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                     node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
+
+
+@njit(cache=True)
+def _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_graphs`` with the graphs in lane blocks (``_fb_blocked``); a batch of
+    one graph runs by itself."""
+    G = node_off.shape[0] - 1
+    if G < 2:
+        return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
+    log_z = np.empty(G)
+    node_m, edge_m = _fb_outputs(node, edge, want_marginals)
+    nf = np.zeros((0, 0))
+    _fb_blocked(node, edge, node_off, edge_off, want_marginals, gw, log_z, node_m, edge_m, nf, nf,
+                nf)
+    return log_z, node_m, edge_m
+
+
+@njit(cache=True)
+def _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_features_graphs`` with the graphs in lane blocks, which form the
+    tables ``Xe @ We`` block by block (never whole); one graph, or a batch without edges
+    (single-node chains), runs one chain at a time."""
+    G = node_off.shape[0] - 1
+    if G < 2 or Xe.shape[0] == 0:
+        return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off,
+                                                 want_marginals, gw)
+    K = node.shape[1]
+    log_z, node_m, gW = _feature_outputs(node, We, G, want_marginals)
+    _fb_blocked(node, np.zeros((1, K, K)), node_off, edge_off, want_marginals, gw, log_z, node_m,
+                np.zeros((0, K, K)), Xe, We, gW)
+    return log_z, node_m, gW

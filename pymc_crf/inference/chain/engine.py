@@ -15,16 +15,16 @@ from pymc_crf.inference.base import (
     check_potentials,
 )
 from pymc_crf.inference.chain.dispatch import (
-    _fb_any,
-    _fb_features_any,
+    _forward_backward_features_from_numba,
+    _forward_backward_from_numba,
     forward_backward,
     forward_backward_features,
     small_batch,
 )
 from pymc_crf.inference.chain.features import _forward_backward_features_graphs
-from pymc_crf.inference.chain.log_space import _tangent_fb
+from pymc_crf.inference.chain.log_space import _covariance_vector_product
 from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
-from pymc_crf.inference.chain.sampling import _ffbs, _log_forward, _viterbi
+from pymc_crf.inference.chain.sampling import _ffbs, _log_forward_messages, _viterbi
 from pymc_crf.validation import generator, whole_number
 
 __all__ = ["ChainEngine"]
@@ -53,11 +53,16 @@ def _check_tables(node, edge, n_nodes, n_edges):
                 raise ValueError("log Z: log-potentials contain NaN or +inf")
 
 
-def _closure_constants(batch: GraphBatch):
-    """What the njit closures of ``ChainEngine.numba_kernels`` close over: copies of the
-    batch's node and edge offsets and its node, edge and graph counts."""
+def _closure_constants(batch: GraphBatch, n_labels: int | None, per_graph, lanes):
+    """What the njit closures of ``ChainEngine.numba_kernels`` and ``feature_numba_kernels``
+    close over: copies of the batch's node and edge offsets, its node, edge and graph counts, an
+    empty weight vector and the kernel, ``per_graph`` for a batch that ``small_batch`` runs
+    graph by graph, else ``lanes``. None for a batch that is not all chains."""
+    if not batch.is_chain:
+        return None
+    kernel = per_graph if small_batch(batch.n_total_nodes, n_labels) else lanes
     return (batch.node_offsets.copy(), batch.edge_offsets.copy(), batch.n_total_nodes,
-            batch.n_edges, batch.n_graphs)
+            batch.n_edges, batch.n_graphs, np.zeros(0), kernel)
 
 
 @njit(cache=True)
@@ -114,7 +119,7 @@ class ChainEngine(Engine):
 
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = self._check(batch, node_logpot, edge_logpot)
-        la = _log_forward(node, edge, batch.node_offsets, batch.edge_offsets)
+        la = _log_forward_messages(node, edge, batch.node_offsets, batch.edge_offsets)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
         u = generator(rng, "rng").random((n_samples, batch.n_total_nodes))
         return _ffbs(la, edge, batch.node_offsets, batch.edge_offsets, u)
@@ -126,7 +131,8 @@ class ChainEngine(Engine):
         if vn.shape != node.shape or ve.shape != edge.shape:
             raise ValueError(f"direction shapes {vn.shape}, {ve.shape} do not match the tables "
                              f"{node.shape}, {edge.shape}")
-        return _tangent_fb(node, edge, batch.node_offsets, batch.edge_offsets, vn, ve)
+        return _covariance_vector_product(node, edge, batch.node_offsets, batch.edge_offsets, vn,
+                                          ve)
 
     def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
         """Njit closures ``(log_z(node, edge), vjp(node, edge, g))`` over this batch's offsets;
@@ -136,12 +142,11 @@ class ChainEngine(Engine):
 
         Used by the PyTensor Ops' numba implementation so compiled models call the kernels directly.
         """
-        if not batch.is_chain:
+        constants = _closure_constants(batch, n_labels, _forward_backward_graphs,
+                                       _forward_backward_from_numba)
+        if constants is None:
             return None
-        no, eo, n_nodes, n_edges, n_graphs = _closure_constants(batch)
-        empty = np.zeros(0)
-        fb = (_forward_backward_graphs if small_batch(batch.n_total_nodes, n_labels)
-              else _fb_any)
+        no, eo, n_nodes, n_edges, n_graphs, empty, fb = constants
 
         @njit
         def log_z(node, edge):
@@ -161,12 +166,11 @@ class ChainEngine(Engine):
         :meth:`log_z_and_feature_marginals` over this batch's offsets (``w`` (Fe, K^2)), for the
         edge-feature Ops' numba implementation (graph by graph for a small batch, as
         :meth:`numba_kernels`)."""
-        if not batch.is_chain:
+        constants = _closure_constants(batch, n_labels, _forward_backward_features_graphs,
+                                       _forward_backward_features_from_numba)
+        if constants is None:
             return None
-        no, eo, n_nodes, n_edges, n_graphs = _closure_constants(batch)
-        empty = np.zeros(0)
-        fb = (_forward_backward_features_graphs if small_batch(batch.n_total_nodes, n_labels)
-              else _fb_features_any)
+        no, eo, n_nodes, n_edges, n_graphs, empty, fb = constants
 
         @njit
         def check(node, x, w):
@@ -217,7 +221,7 @@ class ChainEngine(Engine):
 
     def _feature_pass(self, batch, node_logpot, edge_features, edge_weights, graph_weights,
                       want_marginals):
-        """The checked inputs through ``_forward_backward_features``."""
+        """The checked inputs through ``_forward_backward_features_lanes``."""
         self.check_supported(batch)
         node, Xe, We, gw = check_feature_tables(batch, node_logpot, edge_features, edge_weights,
                                                 graph_weights)

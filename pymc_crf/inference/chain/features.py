@@ -37,7 +37,7 @@ def _check_finite_tables(flat, rows, cols):
 
 
 @njit(cache=True)
-def _fb_feature_graph(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
+def _fb_feature_one(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
     """Forward-backward of one chain whose edge tables come from edge features: its tables
     ``Xe[elo:elo+n-1] @ We`` (one BLAS product) are formed into an array of the chain's size,
     ``_fb_graphs`` runs on them (scaled, or in log space when the exactness test fails) and the
@@ -70,20 +70,24 @@ def _fb_feature_graph(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
 
 
 @njit(cache=True)
-def _fb_feature_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw, log_z, node_m, gW):
-    """``_fb_feature_graph`` of every graph in turn, into ``log_z``, ``node_m`` and ``gW``."""
-    for g in range(node_off.shape[0] - 1):
-        log_z[g] = _fb_feature_graph(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
-                                     edge_off[g], want_marginals,
-                                     gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
+def _feature_outputs(node, We, G, want_marginals):
+    """Outputs of the feature kernels: log Z (G,), zeroed node marginals (N, K) and expected
+    edge features (Fe, K^2)."""
+    K = node.shape[1]
+    node_m = zeros_pages((node.shape[0], K)) if want_marginals else np.zeros((0, K))
+    return np.empty(G), node_m, np.zeros((We.shape[0], K * K))
 
 
 @njit(cache=True)
 def _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw):
-    """``_forward_backward_features`` one graph at a time, for small batches."""
-    N, K = node.shape
-    log_z = np.empty(node_off.shape[0] - 1)
-    node_m = np.zeros((N if want_marginals else 0, K))
-    gW = np.zeros((We.shape[0], K * K))
-    _fb_feature_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw, log_z, node_m, gW)
+    """Forward-backward of log-linear edge tables ``Xe @ We`` (Xe (E, Fe), We (Fe, K^2)), one
+    graph at a time (``_fb_feature_one``). Returns log Z (G,), the node marginals (N, K) and the
+    expected edge features ``sum_e Xe[e, f] mu_e`` (Fe, K^2), the marginals of graph g times
+    ``gw[g]`` when ``gw`` is non-empty: the vector-Jacobian product of log Z in the node tables
+    and in ``We``."""
+    log_z, node_m, gW = _feature_outputs(node, We, node_off.shape[0] - 1, want_marginals)
+    for g in range(node_off.shape[0] - 1):
+        log_z[g] = _fb_feature_one(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
+                                   edge_off[g], want_marginals,
+                                   gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
     return log_z, node_m, gW

@@ -85,22 +85,15 @@ def _lane_matvec_tables(P, po, trans, src, so, dst, do, K, B):
     Ku = _u(K)
     for x in range(K * B):
         dst[do + _u(x)] = 0.0
-    if trans:
-        for i in range(K):
-            d = do + _u(i) * Bu
-            for j in range(K):
-                pij = po + (_u(i) * Ku + _u(j)) * Bu
-                sj = so + _u(j) * Bu
-                for b in range(B):
-                    dst[d + _u(b)] += P[pij + _u(b)] * src[sj + _u(b)]
-    else:
-        for i in range(K):
-            si = so + _u(i) * Bu
-            for j in range(K):
-                pij = po + (_u(i) * Ku + _u(j)) * Bu
-                d = do + _u(j) * Bu
-                for b in range(B):
-                    dst[d + _u(b)] += P[pij + _u(b)] * src[si + _u(b)]
+    # the table is read in (i, j) order either way; ``trans`` (a constant once inlined) only
+    # swaps which of i and j indexes the destination and which the source
+    for i in range(K):
+        for j in range(K):
+            pij = po + (_u(i) * Ku + _u(j)) * Bu
+            d = do + _u(i if trans else j) * Bu
+            sq = so + _u(j if trans else i) * Bu
+            for b in range(B):
+                dst[d + _u(b)] += P[pij + _u(b)] * src[sq + _u(b)]
 
 
 @njit(cache=True, fastmath=_FAST)
@@ -219,9 +212,9 @@ def _lane_feature_tables(Xe, We, lane_elo, lane_n, Lb, K, B, P, lshift, lthr, xs
 
 
 @njit(cache=True, fastmath=_FAST)
-def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
-              want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
-              node_m, edge_m, log_z_lane, bad, Xe, We, gW):
+def _fb_lane_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n, lane_w,
+                   want_marginals, phi, alpha, inv, xb, kb, beta, tmp, P, lshift, xs, ks, macc,
+                   node_m, edge_m, log_z_lane, bad, Xe, We, gW):
     """Scaled forward-backward of ``len(lane_n)`` chains in lockstep (buffers laid out
     (t, j, lane)), with the shared table ``psi[0]`` or per-edge tables (made into ``P``).
 
@@ -373,9 +366,9 @@ def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n,
                 b0 = 0.0 if bad[b] else 1.0
                 for i in range(K):
                     beta[_u(i) * Bu + _u(b)] = b0
+        for b in range(B):  # each lane's weight at step t (0 past its end)
+            s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
         if shared:
-            for b in range(B):
-                s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
             for i in range(K):
                 ai = p + _u(i) * Bu
                 for b in range(B):
@@ -390,8 +383,6 @@ def _fb_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, lane_n,
             # edge marginals w alpha_{t-1}(i) psi(i, j) (phi beta / s)_t(j), computed across
             # lanes into P (no longer needed) and then copied out lane by lane
             pt_ = _u(t) * KKB
-            for b in range(B):
-                s[_u(b)] = wm[b] if t < lane_n[b] else 0.0
             for i in range(K):
                 ai = p + _u(i) * Bu
                 for b in range(B):

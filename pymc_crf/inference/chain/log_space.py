@@ -67,7 +67,7 @@ def _fb_log_one(node, edge, shared, lo, elo, n, log_z, node_m, edge_m, want_marg
 
 
 @njit(cache=True)
-def _tangent_fb(node, edge, node_off, edge_off, vn, ve):
+def _covariance_vector_product(node, edge, node_off, edge_off, vn, ve):
     """Directional derivative of the marginals along (vn, ve): exact Hessian-vector product of
     log Z.
 

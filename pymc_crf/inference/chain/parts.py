@@ -13,7 +13,15 @@ import threading
 import numpy as np
 from numba import njit
 
-from pymc_crf.inference.chain.blocks import _block_plan, _block_sizes, _fb_blocks, _fb_rest
+from pymc_crf.inference.chain.blocks import (
+    _block_plan,
+    _block_sizes,
+    _fb_after_blocks,
+    _fb_block_range,
+)
+from pymc_crf.inference.chain.features import _feature_outputs
+from pymc_crf.inference.chain.per_graph import _fb_outputs
+from pymc_crf.inference.chain.scaling import _edge_tables
 from pymc_crf.threads import get_num_threads, run_parts
 
 # Lane buffers of finished threaded calls, kept for the next: a fresh few-MB buffer is faulted
@@ -40,14 +48,15 @@ def _keep_buffers(bufs: list[np.ndarray]) -> None:
         del _kept_buffers[:-_KEPT_BUFFERS]
 
 
-def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
-                      log_z, node_m, edge_m, Xe, We, gW, plan):
+def _fb_blocked_threads(node, edge, node_off, edge_off, want_marginals, gw, log_z, node_m, edge_m,
+                        Xe, We, gW, plan):
     """``_fb_blocked`` with the blocks in the parts of ``plan`` (``_block_plan``), run on the
     worker threads (``pymc_crf.threads``). Each part adds its shared-table and edge-feature
     sums into arrays of its own, added up here in part order. Each worker's lane buffers come
     from the ones kept from earlier calls (``_take_buffers``)."""
     order, lengths, B, n_blocked, Lbuf, bounds = plan
     K = node.shape[1]
+    psi, shift, erange = _edge_tables(edge[:1])
     n_parts = len(bounds) - 1
     workers = min(get_num_threads(), n_parts)
     shared = edge.shape[0] == 1 and Xe.shape[0] == 0
@@ -58,9 +67,9 @@ def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_m
     ems = np.zeros((n_parts, 1, K, K)) if shared_sum else None
 
     def part(p, w):
-        _fb_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
-                   log_z, node_m, ems[p] if shared_sum else edge_m, Xe, We, gWs[p], maccs[p],
-                   order, lengths, B, Lbuf, bounds[p], bounds[p + 1], bufs[w])
+        _fb_block_range(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw,
+                        log_z, node_m, ems[p] if shared_sum else edge_m, Xe, We, gWs[p], maccs[p],
+                        order, lengths, B, Lbuf, bounds[p], bounds[p + 1], bufs[w])
 
     try:
         run_parts(part, n_parts, workers)
@@ -73,14 +82,34 @@ def _fb_blocked_parts(node, edge, psi, shift, erange, node_off, edge_off, want_m
         gW += gWs[p]
         if shared_sum:
             edge_m += ems[p]
-    _fb_rest(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-             node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
+    _fb_after_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
+                     node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
+
+
+def _forward_backward_threads(node, edge, node_off, edge_off, want_marginals, gw, plan):
+    """``blocks._forward_backward_lanes`` with the parts of ``plan`` on the worker threads."""
+    log_z = np.empty(node_off.shape[0] - 1)
+    node_m, edge_m = _fb_outputs(node, edge, want_marginals)
+    nf = np.zeros((0, 0))
+    _fb_blocked_threads(node, edge, node_off, edge_off, want_marginals, gw, log_z, node_m, edge_m,
+                        nf, nf, nf, plan)
+    return log_z, node_m, edge_m
+
+
+def _forward_backward_features_threads(node, Xe, We, node_off, edge_off, want_marginals, gw, plan):
+    """``blocks._forward_backward_features_lanes`` with the parts of ``plan`` on the worker
+    threads."""
+    K = node.shape[1]
+    log_z, node_m, gW = _feature_outputs(node, We, node_off.shape[0] - 1, want_marginals)
+    _fb_blocked_threads(node, np.zeros((1, K, K)), node_off, edge_off, want_marginals, gw, log_z,
+                        node_m, np.zeros((0, K, K)), Xe, We, gW, plan)
+    return log_z, node_m, gW
 
 
 @njit(cache=True)
 def _splits(node_off, K, per_edge):
     """Whether ``_block_plan`` splits the batch's blocks into several parts (never for one
-    graph, which ``_forward_backward`` runs by itself)."""
+    graph, which ``_forward_backward_lanes`` runs by itself)."""
     return node_off.shape[0] > 2 and _block_plan(node_off, K, per_edge)[5].shape[0] > 2
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
+from pymc_crf.allocation import empty_pages, zeros_pages
 from pymc_crf.inference.chain.log_space import _fb_log_one
 from pymc_crf.inference.chain.scaling import (
     _FAST,
@@ -184,14 +185,28 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
 
 
 @njit(cache=True)
-def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw):
-    """``_forward_backward`` one graph at a time (``_fb_graphs``), for small batches."""
-    G = node_off.shape[0] - 1
+def _fb_outputs(node, edge, want_marginals):
+    """Zeroed node and edge marginal outputs of forward-backward."""
     N, K = node.shape
+    node_m = zeros_pages((N, K)) if want_marginals else np.zeros((0, K))
+    if edge.shape[0] == 1 or not want_marginals:
+        return node_m, np.zeros((1 if want_marginals else 0, K, K))
+    # per-edge marginals: every entry is written (each edge lies on one chain), no zero-fill
+    return node_m, empty_pages((edge.shape[0], K, K))
+
+
+@njit(cache=True)
+def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw):
+    """Scaled forward-backward over the batch, one graph at a time (``_fb_graphs``). Returns
+    log Z (G,), node (N, K) and edge marginals ((E, K, K), or (1, K, K) summed over edges for a
+    shared table).
+
+    With a non-empty ``gw`` (G,), the marginals of graph g are multiplied by ``gw[g]``: this is the
+    vector-Jacobian product of log Z, which a shared edge table needs inside the sum over edges.
+    """
+    G = node_off.shape[0] - 1
     log_z = np.empty(G)
-    node_m = np.zeros((N if want_marginals else 0, K))
-    n_edge_m = 0 if not want_marginals else (1 if edge.shape[0] == 1 else edge.shape[0])
-    edge_m = np.zeros((n_edge_m, K, K))
+    node_m, edge_m = _fb_outputs(node, edge, want_marginals)
     psi, shift, erange = _edge_tables(edge[:1])
     _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, np.arange(G), want_marginals,
                gw, log_z, node_m, edge_m)

@@ -41,7 +41,7 @@ def _viterbi(node, edge, node_off, edge_off):
 
 
 @njit(cache=True)
-def _log_forward(node, edge, node_off, edge_off):
+def _log_forward_messages(node, edge, node_off, edge_off):
     """Log-space forward messages (N, K) for sampling (robust to any table range)."""
     N, K = node.shape
     shared = edge.shape[0] == 1
