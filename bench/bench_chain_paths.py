@@ -59,12 +59,9 @@ import pymc_crf as pmc  # noqa: E402
 from pymc_crf.fitters.objective import CRFLogLikelihood  # noqa: E402
 from pymc_crf.fitters.spec import extract_crf  # noqa: E402
 from pymc_crf.graphs.batch import GraphBatch  # noqa: E402
-from pymc_crf.inference.chain import (  # noqa: E402
-    LANES,
-    ChainEngine,
-    _exp_nonpos,
-    _lane_feature_tables,
-)
+from pymc_crf.inference.chain import ChainEngine  # noqa: E402
+from pymc_crf.inference.chain.lanes import LANES, _lane_feature_tables  # noqa: E402
+from pymc_crf.inference.chain.scaling import _exp_nonpos  # noqa: E402
 
 
 @njit

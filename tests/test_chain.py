@@ -10,7 +10,9 @@ from scipy.stats import chisquare
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
-from pymc_crf.inference.chain import ChainEngine, _exp_nonpos, _forward_backward
+from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.inference.chain.blocks import _forward_backward_lanes
+from pymc_crf.inference.chain.scaling import _exp_nonpos
 
 BF = BruteForce()
 CH = ChainEngine()
@@ -208,8 +210,8 @@ def test_long_chain_log_z_without_overflow():
     batch = GraphBatch.chains([5000])
     node = 3 * rng.normal(size=(5000, 4))
     edge = rng.normal(size=(1, 4, 4))
-    lz = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
-                           np.zeros(0))[0]
+    lz = _forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets, False,
+                                 np.zeros(0))[0]
     # Log-space reference through the fallback kernel of the same module.
     la = node[0].copy()
     for t in range(1, 5000):
@@ -253,7 +255,8 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
     fallback, over-long chains sent to the per-graph kernel), with a shared table or per-edge
     tables: it must give the per-graph kernel's numbers on a large ragged batch with every
     special case mixed in."""
-    from pymc_crf.inference.chain import _edge_tables, _fb_graphs
+    from pymc_crf.inference.chain.per_graph import _fb_graphs
+    from pymc_crf.inference.chain.scaling import _edge_tables
 
     rng = np.random.default_rng(K)
     lengths = list(rng.integers(1, 40, size=150)) + [700, 1, 1]  # 700 * K * 64 > block buffers
@@ -266,8 +269,8 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
     edge[:, 0, 1] = -np.inf
     gw = rng.normal(size=batch.n_graphs)
     for weights in (np.zeros(0), gw):
-        lz, nm, em = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True,
-                                       weights)
+        lz, nm, em = _forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets,
+                                             True, weights)
         ref_lz = np.empty(batch.n_graphs)
         ref_nm = np.zeros_like(node)
         ref_em = np.zeros((1 if shared else batch.n_edges, K, K))
@@ -281,8 +284,8 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
     # log Z alone (no backward pass); a graph with no valid labelling gets -inf, the rest are
     # unchanged
     node[no[7], :] = -np.inf
-    lz_only = _forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
-                                np.zeros(0))[0]
+    lz_only = _forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets, False,
+                                      np.zeros(0))[0]
     assert np.isneginf(lz_only[7])
     keep = np.arange(batch.n_graphs) != 7
     assert _rel(lz_only[keep], ref_lz[keep]) < 1e-12
@@ -376,7 +379,7 @@ def test_wide_ranges_and_forbidden_entries_match_brute_force(problem):
 def test_per_edge_tables_in_graph_buffers_match_log_space():
     """Per-edge tables are exponentiated graph by graph: a ragged batch of per-edge tables (with
     one over-wide chain sent to log space) equals the log-space kernel graph by graph."""
-    from pymc_crf.inference.chain import _fb_log_one
+    from pymc_crf.inference.chain.log_space import _fb_log_one
 
     rng = np.random.default_rng(11)
     batch = GraphBatch.chains(list(rng.integers(1, 30, size=40)))
@@ -398,7 +401,9 @@ def test_ranges_of_several_hundred_stay_on_the_scaled_path():
     """Node-row plus table ranges of 300-600 pass the exactness test (no log-space fallback),
     and the scaled result equals the log-space recursion; ranges of several thousand are sent
     to log space."""
-    from pymc_crf.inference.chain import _edge_tables, _fb_log_one, _forward_one
+    from pymc_crf.inference.chain.log_space import _fb_log_one
+    from pymc_crf.inference.chain.per_graph import _forward_one
+    from pymc_crf.inference.chain.scaling import _edge_tables
 
     rng = np.random.default_rng(7)
     K, n = 6, 12

@@ -1,6 +1,6 @@
 """The chain engine's three tiers: numpy for the smallest batches, the per-graph kernel, the lanes.
 
-The numpy pass (``chain_small``) compiles nothing; it must equal the compiled per-graph kernel
+The numpy pass (``chain.small``) compiles nothing; it must equal the compiled per-graph kernel
 and brute-force enumeration, -inf entries and wide ranges included.
 """
 
@@ -12,10 +12,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference import chain
 from pymc_crf.inference.brute_force import BruteForce
-from pymc_crf.inference.chain import ChainEngine, _forward_backward_graphs
-from pymc_crf.inference.chain_small import SMALL_LENGTH, forward_backward_small, is_small
+from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.inference.chain.blocks import _forward_backward_lanes
+from pymc_crf.inference.chain.dispatch import forward_backward_features, small_batch
+from pymc_crf.inference.chain.features import _forward_backward_features_graphs
+from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
+from pymc_crf.inference.chain.small import SMALL_LENGTH, forward_backward_small, is_small
 
 BF = BruteForce()
 
@@ -86,9 +89,9 @@ def test_edge_feature_pass_of_a_small_batch_equals_the_feature_kernel():
     We = rng.normal(size=(Fe, K * K))
     gw = np.array([0.5, 1.0, 2.0])
     assert is_small(batch.node_offsets, K)
-    lz, nm, gW = chain.forward_backward_features(node, Xe, We, batch.node_offsets,
+    lz, nm, gW = forward_backward_features(node, Xe, We, batch.node_offsets,
                                                  batch.edge_offsets, True, gw)
-    klz, knm, kgW = chain._forward_backward_features_graphs(
+    klz, knm, kgW = _forward_backward_features_graphs(
         node, Xe, We, batch.node_offsets, batch.edge_offsets, True, gw)
     np.testing.assert_allclose(lz, klz, rtol=1e-12)
     np.testing.assert_allclose(nm, knm, atol=1e-12)
@@ -102,8 +105,8 @@ def test_tiers_by_size():
     assert is_small(GraphBatch.chains([3] * 30).node_offsets, K)         # the demo's training set
     assert not is_small(GraphBatch.chains([SMALL_LENGTH + 1]).node_offsets, K)
     assert not is_small(GraphBatch.chains([3] * 1000).node_offsets, K)
-    assert chain.small_batch(3000, K) and not chain.small_batch(100_000, K)
-    assert not chain.small_batch(10, None)  # unknown K: the kernels that take any size
+    assert small_batch(3000, K) and not small_batch(100_000, K)
+    assert not small_batch(10, None)  # unknown K: the kernels that take any size
 
 
 @pytest.mark.parametrize("shared", [True, False])
@@ -116,7 +119,7 @@ def test_engine_results_agree_across_tiers(shared):
     edge = rng.normal(size=(1 if shared else batch.n_edges, K, K))
     args = (node, edge, batch.node_offsets, batch.edge_offsets, True, np.zeros(0))
     m = ChainEngine().marginals(batch, node, edge)  # numpy tier
-    for kernel in (_forward_backward_graphs, chain._forward_backward):
+    for kernel in (_forward_backward_graphs, _forward_backward_lanes):
         lz, nm, em = kernel(*args)
         np.testing.assert_allclose(m.log_z, lz, rtol=1e-12)
         np.testing.assert_allclose(m.node, nm, atol=1e-12)

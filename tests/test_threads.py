@@ -12,8 +12,7 @@ import pytest
 import pymc_crf as pmc
 from pymc_crf import threads
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference import chain
-from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.inference.chain import ChainEngine, blocks, parts
 
 
 @pytest.fixture(autouse=True)
@@ -152,7 +151,7 @@ def _close(parts, serial):
 def test_chain_parts_match_the_single_thread_kernel(table, scale):
     K = 10
     rng, batch = _ragged(0, K)
-    plan = chain._block_plan(batch.node_offsets, K, table == "per-edge")
+    plan = blocks._block_plan(batch.node_offsets, K, table == "per-edge")
     assert plan[5].shape[0] > 2  # the batch is split into parts
     node = scale * rng.normal(size=(batch.n_total_nodes, K))
     edge = scale * rng.normal(size=(1 if table == "shared" else batch.n_edges, K, K))
@@ -160,7 +159,8 @@ def test_chain_parts_match_the_single_thread_kernel(table, scale):
     gw = rng.random(batch.n_graphs)
     eng = ChainEngine()
     got = _all_thread_counts(lambda: eng.log_z_and_weighted_marginals(batch, node, edge, gw))
-    serial = chain._forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)
+    serial = blocks._forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets,
+                                            True, gw)
     _close(got, serial)
     # the lanes run as in one thread: only the sums over graphs may differ by rounding
     np.testing.assert_array_equal(got[0], serial[0])
@@ -174,7 +174,7 @@ def test_chain_parts_match_the_single_thread_kernel(table, scale):
 def test_feature_chain_parts_match_the_single_thread_kernel(scale):
     K = 4
     rng, batch = _ragged(1, K, n=2000)
-    plan = chain._block_plan(batch.node_offsets, K, True)
+    plan = blocks._block_plan(batch.node_offsets, K, True)
     assert plan[5].shape[0] > 2
     node = scale * rng.normal(size=(batch.n_total_nodes, K))
     Xe = np.column_stack([np.ones(batch.n_edges), rng.normal(size=(batch.n_edges, 2))])
@@ -182,8 +182,9 @@ def test_feature_chain_parts_match_the_single_thread_kernel(scale):
     gw = rng.random(batch.n_graphs)
     eng = ChainEngine()
     got = _all_thread_counts(lambda: eng.log_z_and_feature_marginals(batch, node, Xe, We, gw))
-    serial = chain._forward_backward_features(node, Xe, We.reshape(3, -1), batch.node_offsets,
-                                              batch.edge_offsets, True, gw)
+    serial = blocks._forward_backward_features_lanes(node, Xe, We.reshape(3, -1),
+                                                     batch.node_offsets, batch.edge_offsets, True,
+                                                     gw)
     _close(got, serial)
     np.testing.assert_array_equal(got[0], serial[0])
     np.testing.assert_array_equal(got[1], serial[1])
@@ -246,15 +247,15 @@ def test_concurrent_callers_get_the_same_numbers():
 
 
 def test_lane_buffers_are_kept_for_the_next_call_and_never_shared():
-    chain._kept_buffers.clear()
-    a = chain._take_buffers(2, 100)
-    b = chain._take_buffers(2, 100)  # a concurrent call: buffers of its own
+    parts._kept_buffers.clear()
+    a = parts._take_buffers(2, 100)
+    b = parts._take_buffers(2, 100)  # a concurrent call: buffers of its own
     assert len({id(x) for x in a + b}) == 4 and all(x.shape[0] >= 100 for x in a + b)
-    chain._keep_buffers(a)
-    chain._keep_buffers(b)
-    assert len(chain._kept_buffers) == chain._KEPT_BUFFERS
-    c = chain._take_buffers(2, 100)
+    parts._keep_buffers(a)
+    parts._keep_buffers(b)
+    assert len(parts._kept_buffers) == parts._KEPT_BUFFERS
+    c = parts._take_buffers(2, 100)
     assert {id(x) for x in c} <= {id(x) for x in a + b}  # reused, not reallocated
-    d = chain._take_buffers(2, 1000)  # too short ones are not used
+    d = parts._take_buffers(2, 1000)  # too short ones are not used
     assert all(x.shape[0] >= 1000 for x in d)
-    chain._kept_buffers.clear()
+    parts._kept_buffers.clear()

@@ -450,7 +450,7 @@ def _objmode_impl(op, node):
     return impl, f"pymc_crf.objmode.{type(op).__name__}.v{_KERNEL_VERSION}.{key}"
 
 
-_KERNEL_VERSION = 13
+_KERNEL_VERSION = 14
 
 
 def _cache_key(op, which: str, node) -> str:

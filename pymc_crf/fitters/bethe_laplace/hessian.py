@@ -23,10 +23,11 @@ through at once.
 
   and the covariance products are ``Cov(1[y_t = j], S) = mu_t(j) (A_t(j) + G_t(j) - E S)`` and
   ``Cov(1[y_{t-1} = i, y_t = j], S) = xi_t(i, j) (A_{t-1}(i) + v_{t-1,t}(i, j) + v_t(j) +
-  G_t(j) - E S)``: the forward-mode derivative of forward-backward (the ``_tangent_fb`` kernel of
-  :mod:`pymc_crf.inference.chain`) written in probabilities, where it is linear in the direction,
-  so a block of directions is a batched matrix product per position (all chains of the batch in
-  lockstep) instead of a pass per direction.
+  G_t(j) - E S)``: the forward-mode derivative of forward-backward (the
+  ``_covariance_vector_product`` kernel of :mod:`pymc_crf.inference.chain.log_space`) written in
+  probabilities, where it is linear in the direction, so a block of directions is a batched
+  matrix product per position (all chains of the batch in lockstep) instead of a pass per
+  direction.
 * On other exact engines (junction tree, brute force), the block's B directions go to one call
   of the engine's ``covariance_vector_product`` on a batch of B copies of the graphs.
 

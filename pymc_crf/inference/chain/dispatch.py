@@ -1,0 +1,106 @@
+"""Which kernel runs a batch: numpy (``small``), graph by graph (``per_graph``), lane blocks
+(``blocks``) in one thread or in parts on the worker threads (``parts``).
+
+The tier is chosen by the batch's work (positions x K^2), so a small model never compiles the
+lane-block kernels (docs/benchmarks.md, "Cold start"). The same choice serves tables given whole
+and log-linear tables given as edge features and weights.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, objmode
+
+from pymc_crf.compile_notice import first_use_notice
+from pymc_crf.inference.chain.blocks import (
+    _forward_backward_features_lanes,
+    _forward_backward_lanes,
+)
+from pymc_crf.inference.chain.features import _OVERFLOW, _forward_backward_features_graphs
+from pymc_crf.inference.chain.parts import (
+    _forward_backward_features_threads,
+    _forward_backward_threads,
+    _parts_plan,
+    _splits,
+)
+from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
+from pymc_crf.inference.chain.small import forward_backward_small, is_small
+
+# Batches with less forward-backward work than this (positions x K^2) run graph by graph
+# (``_forward_backward_graphs``): they never compile the lane-block kernels, whose compilation
+# (about 45 s of CPU) is most of a machine's first fit of a small model (docs/benchmarks.md, "Cold
+# start"), while on such batches the lanes save well under a millisecond a pass. The smallest
+# batches run in numpy, compiling nothing (``small``).
+_LANE_WORK = 1 << 18
+
+
+def small_batch(n_nodes: int, n_labels: int | None) -> bool:
+    """Whether a batch of ``n_nodes`` positions and ``n_labels`` labels runs graph by graph
+    (False when the number of labels is not known)."""
+    return n_labels is not None and n_nodes * n_labels * n_labels < _LANE_WORK
+
+
+def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_lanes``, with a large batch's lane blocks run on the worker threads (a
+    small batch graph by graph, the smallest in numpy)."""
+    if is_small(node_off, node.shape[1]):
+        return forward_backward_small(node, edge, node_off, edge_off, want_marginals, gw)
+    if small_batch(node.shape[0], node.shape[1]):
+        first_use_notice(_forward_backward_graphs, "the chain engine's kernels")
+        return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
+    first_use_notice(_forward_backward_lanes, "the chain engine's lane kernels")
+    plan = _parts_plan(node_off, node.shape[1], edge.shape[0] != 1)
+    if plan is None:
+        return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)
+    return _forward_backward_threads(node, edge, node_off, edge_off, want_marginals, gw, plan)
+
+
+def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_features_lanes``, with a large batch's lane blocks run on the worker
+    threads (a small batch graph by graph)."""
+    K = node.shape[1]
+    if is_small(node_off, K):
+        E = Xe.shape[0]
+        edge = (Xe @ We).reshape(E, K, K) if E else np.zeros((0, K, K))
+        if not np.isfinite(edge).all():  # as every kernel path refuses them (-inf included)
+            raise ValueError(_OVERFLOW)
+        log_z, node_m, edge_m = forward_backward_small(node, edge, node_off, edge_off,
+                                                       want_marginals, gw)
+        gW = (Xe.T @ edge_m.reshape(E, K * K) if want_marginals and E
+              else np.zeros((We.shape[0], K * K)))
+        return log_z, node_m, np.ascontiguousarray(gW)
+    if small_batch(node.shape[0], K):
+        first_use_notice(_forward_backward_features_graphs, "the chain engine's kernels")
+        return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals,
+                                                 gw)
+    first_use_notice(_forward_backward_features_lanes, "the chain engine's lane kernels")
+    plan = _parts_plan(node_off, K, True) if Xe.shape[0] > 0 else None
+    if plan is None:
+        return _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals,
+                                                gw)
+    return _forward_backward_features_threads(node, Xe, We, node_off, edge_off, want_marginals,
+                                              gw, plan)
+
+
+# Compiled PyTensor functions call the kernels from numba: a batch that splits into parts goes
+# to the Python drivers above through object mode (a hand-off of microseconds, against the
+# milliseconds of such a batch), the others stay in compiled code.
+@njit(cache=True)
+def _forward_backward_from_numba(node, edge, node_off, edge_off, want_marginals, gw):
+    """``forward_backward`` from compiled code."""
+    if _splits(node_off, node.shape[1], edge.shape[0] != 1):
+        with objmode(lz="float64[::1]", nm="float64[:, ::1]", em="float64[:, :, ::1]"):
+            lz, nm, em = forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
+        return lz, nm, em
+    return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)
+
+
+@njit(cache=True)
+def _forward_backward_features_from_numba(node, Xe, We, node_off, edge_off, want_marginals, gw):
+    """``forward_backward_features`` from compiled code."""
+    if Xe.shape[0] > 0 and _splits(node_off, node.shape[1], True):
+        with objmode(lz="float64[::1]", nm="float64[:, ::1]", gW="float64[:, ::1]"):
+            lz, nm, gW = forward_backward_features(node, Xe, We, node_off, edge_off,
+                                                   want_marginals, gw)
+        return lz, nm, gW
+    return _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals, gw)

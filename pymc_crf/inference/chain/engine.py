@@ -1,0 +1,237 @@
+"""``ChainEngine``: the exact engine for batches of canonical chains."""
+
+from __future__ import annotations
+
+import numpy as np
+from numba import njit
+
+from pymc_crf.feature_products import is_sparse
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import (
+    Engine,
+    MapResult,
+    Marginals,
+    check_feature_tables,
+    check_potentials,
+)
+from pymc_crf.inference.chain.dispatch import (
+    _forward_backward_features_from_numba,
+    _forward_backward_from_numba,
+    forward_backward,
+    forward_backward_features,
+    small_batch,
+)
+from pymc_crf.inference.chain.features import _forward_backward_features_graphs
+from pymc_crf.inference.chain.log_space import _covariance_vector_product
+from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
+from pymc_crf.inference.chain.sampling import _ffbs, _log_forward_messages, _viterbi
+from pymc_crf.validation import generator, whole_number
+
+__all__ = ["ChainEngine"]
+
+
+_NO_WEIGHTS = np.zeros(0)
+
+
+@njit(cache=True)
+def _check_tables(node, edge, n_nodes, n_edges):
+    """``check_potentials`` inside compiled models: the shapes of the tables against the batch
+    (a wrong row count would read or write outside them) and no NaN or +inf entry."""
+    K = node.shape[1]
+    if node.shape[0] != n_nodes:
+        raise ValueError("log Z: node log-potentials must have one row per node of the batch "
+                         "(N, K); check the features' rows and the number of labels/classes")
+    if K < 1:
+        raise ValueError("log Z: need at least one label (K >= 1)")
+    if (edge.shape[1] != K or edge.shape[2] != K
+            or (edge.shape[0] != n_edges and edge.shape[0] != 1)):
+        raise ValueError("log Z: edge log-potentials must have shape (E, K, K), or (1, K, K) "
+                         "for a shared table, with the node tables' K")
+    for table in (node.reshape(-1), edge.reshape(-1)):
+        for i in range(table.size):
+            if not table[i] < np.inf:  # NaN or +inf (-inf entries are forbidden labels)
+                raise ValueError("log Z: log-potentials contain NaN or +inf")
+
+
+def _closure_constants(batch: GraphBatch, n_labels: int | None, per_graph, lanes):
+    """What the njit closures of ``ChainEngine.numba_kernels`` and ``feature_numba_kernels``
+    close over: copies of the batch's node and edge offsets, its node, edge and graph counts, an
+    empty weight vector and the kernel, ``per_graph`` for a batch that ``small_batch`` runs
+    graph by graph, else ``lanes``. None for a batch that is not all chains."""
+    if not batch.is_chain:
+        return None
+    kernel = per_graph if small_batch(batch.n_total_nodes, n_labels) else lanes
+    return (batch.node_offsets.copy(), batch.edge_offsets.copy(), batch.n_total_nodes,
+            batch.n_edges, batch.n_graphs, np.zeros(0), kernel)
+
+
+@njit(cache=True)
+def _check_output_gradient(g, n_graphs):
+    if g.shape[0] != n_graphs:
+        raise ValueError("log Z gradient: the output gradient must have one entry per graph")
+
+
+class ChainEngine(Engine):
+    """Exact forward-backward engine for batches of canonical chains.
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> from pymc_crf import GraphBatch
+    >>> from pymc_crf.inference import ChainEngine
+    >>> batch = GraphBatch.chains([4, 2])
+    >>> node = np.zeros((6, 3)); edge = np.zeros((1, 3, 3))
+    >>> np.allclose(ChainEngine().log_partition(batch, node, edge), [4 * np.log(3), 2 * np.log(3)])
+    True
+    """
+
+    name = "chain"
+    exact = True
+
+    def supports(self, batch: GraphBatch) -> bool:
+        return batch.is_chain
+
+    def check_supported(self, batch: GraphBatch) -> None:
+        """Raise a ValueError naming the first graph that is not a canonical chain."""
+        if not batch.is_chain:
+            bad = int(np.flatnonzero(batch.kinds != "chain")[0])
+            raise ValueError(f"chain engine: graph {bad} ({batch.kinds[bad]}) is not a canonical "
+                             "chain (edges (0,1), (1,2), ... in order; GraphBatch.chains builds "
+                             "them); use 'junction_tree' or 'auto'")
+
+    def _check(self, batch, node_logpot, edge_logpot):
+        self.check_supported(batch)
+        return check_potentials(batch, node_logpot, edge_logpot)
+
+    def log_partition(self, batch, node_logpot, edge_logpot):
+        node, edge = self._check(batch, node_logpot, edge_logpot)
+        return forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
+                                 _NO_WEIGHTS)[0]
+
+    def marginals(self, batch, node_logpot, edge_logpot):
+        node, edge = self._check(batch, node_logpot, edge_logpot)
+        return Marginals(*forward_backward(node, edge, batch.node_offsets, batch.edge_offsets,
+                                            True, _NO_WEIGHTS))
+
+    def map_assignment(self, batch, node_logpot, edge_logpot):
+        node, edge = self._check(batch, node_logpot, edge_logpot)
+        return MapResult(*_viterbi(node, edge, batch.node_offsets, batch.edge_offsets))
+
+    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
+        node, edge = self._check(batch, node_logpot, edge_logpot)
+        la = _log_forward_messages(node, edge, batch.node_offsets, batch.edge_offsets)
+        n_samples = whole_number(n_samples, "n_samples", minimum=0)
+        u = generator(rng, "rng").random((n_samples, batch.n_total_nodes))
+        return _ffbs(la, edge, batch.node_offsets, batch.edge_offsets, u)
+
+    def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
+        node, edge = self._check(batch, node_logpot, edge_logpot)
+        vn = np.ascontiguousarray(v_node, dtype=np.float64)
+        ve = np.ascontiguousarray(v_edge, dtype=np.float64)
+        if vn.shape != node.shape or ve.shape != edge.shape:
+            raise ValueError(f"direction shapes {vn.shape}, {ve.shape} do not match the tables "
+                             f"{node.shape}, {edge.shape}")
+        return _covariance_vector_product(node, edge, batch.node_offsets, batch.edge_offsets, vn,
+                                          ve)
+
+    def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
+        """Njit closures ``(log_z(node, edge), vjp(node, edge, g))`` over this batch's offsets;
+        ``vjp`` returns log Z and the marginals weighted by ``g`` from one pass. With a known
+        ``n_labels`` that makes the batch small (``small_batch``), they run graph by graph and
+        never compile the lane-block kernels.
+
+        Used by the PyTensor Ops' numba implementation so compiled models call the kernels directly.
+        """
+        constants = _closure_constants(batch, n_labels, _forward_backward_graphs,
+                                       _forward_backward_from_numba)
+        if constants is None:
+            return None
+        no, eo, n_nodes, n_edges, n_graphs, empty, fb = constants
+
+        @njit
+        def log_z(node, edge):
+            _check_tables(node, edge, n_nodes, n_edges)
+            return fb(node, edge, no, eo, False, empty)[0]
+
+        @njit
+        def vjp(node, edge, g):
+            _check_tables(node, edge, n_nodes, n_edges)
+            _check_output_gradient(g, n_graphs)
+            return fb(node, edge, no, eo, True, g)
+
+        return log_z, vjp
+
+    def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
+        """Njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
+        :meth:`log_z_and_feature_marginals` over this batch's offsets (``w`` (Fe, K^2)), for the
+        edge-feature Ops' numba implementation (graph by graph for a small batch, as
+        :meth:`numba_kernels`)."""
+        constants = _closure_constants(batch, n_labels, _forward_backward_features_graphs,
+                                       _forward_backward_features_from_numba)
+        if constants is None:
+            return None
+        no, eo, n_nodes, n_edges, n_graphs, empty, fb = constants
+
+        @njit
+        def check(node, x, w):
+            _check_tables(node, np.zeros((1, node.shape[1], node.shape[1])), n_nodes, n_edges)
+            if x.shape[0] != n_edges or w.shape[0] != x.shape[1]:
+                raise ValueError("log Z: edge features must be (E, Fe) with one row per edge "
+                                 "of the batch, and edge weights (Fe, K^2)")
+            if w.shape[1] != node.shape[1] * node.shape[1]:
+                raise ValueError("log Z: edge weights must be (Fe, K^2) with the node tables' K")
+            for v in (x.reshape(-1), w.reshape(-1)):
+                for i in range(v.size):
+                    if not np.abs(v[i]) < np.inf:
+                        raise ValueError("log Z: edge features or weights contain NaN or inf")
+
+        @njit
+        def log_z(node, x, w):
+            check(node, x, w)
+            return fb(node, x, w, no, eo, False, empty)[0]
+
+        @njit
+        def vjp(node, x, w, g):
+            check(node, x, w)
+            _check_output_gradient(g, n_graphs)
+            return fb(node, x, w, no, eo, True, g)
+
+        return log_z, vjp
+
+    def log_z_and_feature_marginals(self, batch, node_logpot, edge_features, edge_weights,
+                                    graph_weights=None):
+        """``Engine.log_z_and_feature_marginals`` without the (E, K, K) tables: for dense edge
+        features the lane kernel forms each block's tables from the features and adds the
+        expected edge features up as it goes (sparse ones take the generic version)."""
+        if is_sparse(edge_features):
+            return super().log_z_and_feature_marginals(batch, node_logpot, edge_features,
+                                                       edge_weights, graph_weights)
+        K = np.shape(node_logpot)[-1]
+        log_z, gn, gW = self._feature_pass(batch, node_logpot, edge_features, edge_weights,
+                                           graph_weights, True)
+        return log_z, gn, gW.reshape(-1, K, K)
+
+    def feature_log_partition(self, batch, node_logpot, edge_features, edge_weights):
+        """``Engine.feature_log_partition`` by the lane kernel's forward pass alone (sparse
+        features take the generic version)."""
+        if is_sparse(edge_features):
+            return super().feature_log_partition(batch, node_logpot, edge_features, edge_weights)
+        return self._feature_pass(batch, node_logpot, edge_features, edge_weights, None,
+                                  False)[0]
+
+    def _feature_pass(self, batch, node_logpot, edge_features, edge_weights, graph_weights,
+                      want_marginals):
+        """The checked inputs through ``_forward_backward_features_lanes``."""
+        self.check_supported(batch)
+        node, Xe, We, gw = check_feature_tables(batch, node_logpot, edge_features, edge_weights,
+                                                graph_weights)
+        Xe = np.ascontiguousarray(Xe, dtype=np.float64)
+        return forward_backward_features(node, Xe, We, batch.node_offsets, batch.edge_offsets,
+                                          want_marginals, gw)
+
+    def log_z_and_weighted_marginals(self, batch, node_logpot, edge_logpot, graph_weights):
+        """log Z and the marginals of graph g times ``graph_weights[g]`` (the VJP of log Z),
+        one pass."""
+        node, edge = self._check(batch, node_logpot, edge_logpot)
+        gw = np.ascontiguousarray(graph_weights, dtype=np.float64)
+        return forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)
