@@ -159,17 +159,18 @@ def _whitened_map(problem: WeightProblem, start, maxiter, gtol):
     return mu + sd0 * z, lik, info
 
 
-def _implicit_point(problem: WeightProblem, start, maxiter, gtol):
-    """MAP by exact gradients, the implicit exact Gaussian there, ``diag(Sigma)`` estimated from
-    its draws and the log evidence with the Lanczos ``log det A``."""
+def _implicit_point(problem: WeightProblem, start, maxiter, gtol, evidence: bool = True):
+    """MAP by exact gradients, the implicit exact Gaussian there, ``diag(Sigma)`` by
+    Hutchinson's estimator and (with ``evidence``, else NaN) the log evidence with the Lanczos
+    ``log det A``."""
     w, lik, info = _whitened_map(problem, start, maxiter, gtol)
     gauss = ImplicitGaussian(CurvatureOperator(lik, w), problem.prior.sd)
     # a fixed seed, so the estimates at nearby scales share their randomness
     sig = gauss.variance_estimate(IMPLICIT_PROBES, rng=0)
     ll = float(lik(w)[0])
     lp = float(problem.prior(w)[0])
-    log_ev = ll + lp + 0.5 * w.size * np.log(2.0 * np.pi) + 0.5 * gauss.logdet(
-        probes=IMPLICIT_PROBES)
+    log_ev = (ll + lp + 0.5 * w.size * np.log(2.0 * np.pi)
+              + 0.5 * gauss.logdet(probes=IMPLICIT_PROBES)) if evidence else np.nan
     return w, sig, ll, lp, log_ev, info, gauss
 
 
@@ -193,8 +194,9 @@ def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
 
 def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray | None, *,
                   map: str, covariance: str, bp, maxiter: int, gtol: float,
-                  hyperprior: ScaleHyperprior | None) -> ScalePoint:
-    """The Laplace approximation of ``problem`` with its learned scales fixed at ``scales``."""
+                  hyperprior: ScaleHyperprior | None, evidence: bool = True) -> ScalePoint:
+    """The Laplace approximation of ``problem`` with its learned scales fixed at ``scales``
+    (``evidence=False``: the implicit covariance skips its log evidence, left NaN)."""
     p = problem.at_scales(scales)
     x0 = p.prior.mean.copy() if start is None else start
     gauss = None
@@ -202,7 +204,7 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
         w, sig, ll, lp, log_ev, info = _diagonal_point(p, x0, maxiter, gtol)
         fit = None
     elif covariance == "implicit":
-        w, sig, ll, lp, log_ev, info, gauss = _implicit_point(p, x0, maxiter, gtol)
+        w, sig, ll, lp, log_ev, info, gauss = _implicit_point(p, x0, maxiter, gtol, evidence)
         fit = None
     else:
         fit = laplace_fit(p, map=map, covariance=covariance, bp=bp, maxiter=maxiter, gtol=gtol,
@@ -210,7 +212,7 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
         w, sig, ll, lp, info = (fit.mean, np.diag(fit.covariance).copy(), fit.log_likelihood,
                                 fit.log_prior, fit.optimizer)
         log_ev = laplace_log_evidence(fit)
-    if not np.isfinite(log_ev):
+    if not (np.isfinite(log_ev) or (np.isnan(log_ev) and not evidence)):
         raise ValueError(f"the Laplace log evidence is {log_ev} at scales "
                          f"{np.round(scales, 6).tolist()[:10]}: the MAP or curvature failed there")
     lh = 0.0 if hyperprior is None else hyperprior(np.log(scales))[0]
@@ -343,9 +345,10 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         raise ValueError("refine=True needs the exact dense curvature (covariance='exact', or a "
                          "forest), or covariance='implicit' with one scale")
 
-    def at(theta, start):
+    def at(theta, start, evidence=True):
         return laplace_point(problem, np.exp(theta), start, map=map, covariance=covariance,
-                             bp=bp, maxiter=maxiter, gtol=gtol, hyperprior=prior_fn)
+                             bp=bp, maxiter=maxiter, gtol=gtol, hyperprior=prior_fn,
+                             evidence=evidence)
 
     theta = np.clip(np.log(init), lo, hi)
     pt = at(theta, None)
@@ -363,8 +366,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if np.max(np.abs(step)) < tol:
             converged = True
             break
-        if stochastic:  # noisy evidence: the fixed point's step as it is (module docstring)
-            theta, pt = theta + step, at(theta + step, pt.mean)
+        if stochastic:  # noisy evidence: the fixed point's step as it is (module docstring);
+            # the Lanczos log det (the costliest part) is left to the final point
+            theta, pt = theta + step, at(theta + step, pt.mean, evidence=False)
             trace_F.append(pt.objective)
             trace_ev.append(pt.log_evidence)
             trace_s.append(pt.scales)
@@ -393,6 +397,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             # bound): stop; the exact ascent below, where it runs, finishes the job
             converged = True
             break
+    if implicit:
+        pt = _with_evidence(pt)
+        trace_ev[-1], trace_F[-1] = pt.log_evidence, pt.objective
     if refine and implicit:
         theta, pt = _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s,
                                       trace_step)
@@ -430,6 +437,16 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     if integrate_scales == "grid":
         _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
     return out
+
+
+def _with_evidence(pt: ScalePoint) -> ScalePoint:
+    """``pt`` with its log evidence (an implicit-covariance point whose Lanczos log det was
+    left out)."""
+    if np.isnan(pt.log_evidence):
+        d = pt.mean.size
+        pt.log_evidence = float(pt.log_likelihood + pt.log_prior + 0.5 * d * np.log(2.0 * np.pi)
+                                + 0.5 * pt.gaussian.logdet(probes=IMPLICIT_PROBES))
+    return pt
 
 
 def _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s, trace_step):
