@@ -67,8 +67,8 @@ def test_weighted_marginals(problem, seed):
 
 # The closures over ``_fb_any`` (n_labels unknown) link the whole lane-block family: about 80 s of
 # CPU to compile cold, so that form is in the slow run; the default run checks the graph-by-graph
-# closures the compiled Ops of small batches use, and test_threads checks the ``_fb_any`` closures
-# of a large batch against the engine.
+# closures the compiled Ops of small batches use, and test_threads checks ``_fb_any`` itself on a
+# large batch against the engine (its closures there are in the slow run too).
 @pytest.mark.parametrize("n_labels", [3, pytest.param(None, marks=pytest.mark.slow)])
 def test_numba_kernels(n_labels):
     """The njit closures used by the PyTensor Ops (compiled once: a fixed batch, several tables)."""
