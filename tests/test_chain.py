@@ -67,10 +67,15 @@ def test_weighted_marginals(problem, seed):
     assert _rel(gn, ref[0]) < 1e-9 and _rel(ge, ref[1]) < 1e-9
 
 
-def test_numba_kernels():
+# The closures over ``_fb_any`` (n_labels unknown) link the whole lane-block family: about 80 s of
+# CPU to compile cold, so that form is in the slow run; the default run checks the graph-by-graph
+# closures the compiled Ops of small batches use, and test_threads checks ``_fb_any`` itself on a
+# large batch against the engine (its closures there are in the slow run too).
+@pytest.mark.parametrize("n_labels", [3, pytest.param(None, marks=pytest.mark.slow)])
+def test_numba_kernels(n_labels):
     """The njit closures used by the PyTensor Ops (compiled once: a fixed batch, several tables)."""
     batch = GraphBatch.chains([4, 1, 3, 5])
-    log_z, vjp = CH.numba_kernels(batch)
+    log_z, vjp = CH.numba_kernels(batch, n_labels)
     rng = np.random.default_rng(7)
     for scale, shared in [(1.0, True), (20.0, False), (20.0, True), (500.0, False)]:
         node = scale * rng.normal(size=(batch.n_total_nodes, 3))

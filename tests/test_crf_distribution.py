@@ -60,7 +60,7 @@ def test_full_model_logp_verify_grad(potential, rng):
                           edge_weights=T, potential=potential, n_labels=K)
         return pm.logp(rv, padded).sum() + 0 * node.sum() + 0 * edge.sum()
 
-    verify_grad(f, [rng.normal(size=(F, K)), rng.normal(size=(2, K, K))], rng=rng, mode="FAST_COMPILE")
+    verify_grad(f, [rng.normal(size=(F, K)), rng.normal(size=(2, K, K))], rng=rng)
 
 
 def test_random_exact_frequencies_match_probabilities():

@@ -192,6 +192,34 @@ def test_feature_chain_parts_match_the_single_thread_kernel(scale):
     np.testing.assert_array_equal(lz, got[0])
 
 
+def test_compiled_dispatch_hands_large_batches_to_the_threads():
+    """The compiled dispatchers the Ops' closures call (``_fb_any``, ``_fb_features_any``) give the
+    engine's numbers, through the object-mode hand-off for a batch that splits into parts."""
+    K = 10
+    rng, batch = _ragged(2, K)
+    node = rng.normal(size=(batch.n_total_nodes, K))
+    edge = rng.normal(size=(batch.n_edges, K, K))
+    Xe = np.column_stack([np.ones(batch.n_edges), rng.normal(size=batch.n_edges)])
+    We = rng.normal(size=(2, K * K))
+    g = rng.random(batch.n_graphs)
+    eng = ChainEngine()
+    pmc.set_num_threads(2)
+    no, eo = batch.node_offsets, batch.edge_offsets
+    assert chain._splits(no, K, True)  # the hand-off is taken
+    ref = eng.log_z_and_weighted_marginals(batch, node, edge, g)
+    for a, b in zip(chain._fb_any(node, edge, no, eo, True, g), ref, strict=True):
+        np.testing.assert_array_equal(a, b)
+    ref = eng.log_z_and_feature_marginals(batch, node, Xe, We.reshape(2, K, K), g)
+    got = chain._fb_features_any(node, Xe, We, no, eo, True, g)
+    np.testing.assert_array_equal(got[0], ref[0])
+    np.testing.assert_array_equal(got[1], ref[1])
+    np.testing.assert_array_equal(got[2].reshape(ref[2].shape), ref[2])
+
+
+# The closures over ``_fb_any`` link the whole lane-block family and are optimised again as one
+# module each: ~100 s of CPU for these four on an empty numba cache. The default run checks the
+# dispatchers above and the closures' own code on small batches (test_chain.test_numba_kernels).
+@pytest.mark.slow
 def test_compiled_kernels_hand_large_batches_to_the_threads():
     """The njit closures of the compiled Ops give the engine's numbers, through the object-mode
     hand-off for a batch that splits into parts."""
