@@ -67,10 +67,11 @@ def test_weighted_marginals(problem, seed):
     assert _rel(gn, ref[0]) < 1e-9 and _rel(ge, ref[1]) < 1e-9
 
 
-# The closures over ``_fb_any`` (n_labels unknown) link the whole lane-block family: about 80 s of
-# CPU to compile cold, so that form is in the slow run; the default run checks the graph-by-graph
-# closures the compiled Ops of small batches use, and test_threads checks ``_fb_any`` itself on a
-# large batch against the engine (its closures there are in the slow run too).
+# The closures over ``_forward_backward_from_numba`` (n_labels unknown) link the whole lane-block
+# family: about 80 s of CPU to compile cold, so that form is in the slow run; the default run
+# checks the graph-by-graph closures the compiled Ops of small batches use, and test_threads
+# checks ``_forward_backward_from_numba`` itself on a large batch against the engine (its
+# closures there are in the slow run too).
 @pytest.mark.parametrize("n_labels", [3, pytest.param(None, marks=pytest.mark.slow)])
 def test_numba_kernels(n_labels):
     """The njit closures used by the PyTensor Ops (compiled once: a fixed batch, several tables)."""

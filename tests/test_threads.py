@@ -12,7 +12,7 @@ import pytest
 import pymc_crf as pmc
 from pymc_crf import threads
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.chain import ChainEngine, blocks, parts
+from pymc_crf.inference.chain import ChainEngine, blocks, dispatch, parts
 
 
 @pytest.fixture(autouse=True)
@@ -193,8 +193,9 @@ def test_feature_chain_parts_match_the_single_thread_kernel(scale):
 
 
 def test_compiled_dispatch_hands_large_batches_to_the_threads():
-    """The compiled dispatchers the Ops' closures call (``_fb_any``, ``_fb_features_any``) give the
-    engine's numbers, through the object-mode hand-off for a batch that splits into parts."""
+    """The compiled dispatchers the Ops' closures call (``_forward_backward_from_numba`` and its
+    features twin) give the engine's numbers, through the object-mode hand-off for a batch that
+    splits into parts."""
     K = 10
     rng, batch = _ragged(2, K)
     node = rng.normal(size=(batch.n_total_nodes, K))
@@ -205,20 +206,21 @@ def test_compiled_dispatch_hands_large_batches_to_the_threads():
     eng = ChainEngine()
     pmc.set_num_threads(2)
     no, eo = batch.node_offsets, batch.edge_offsets
-    assert chain._splits(no, K, True)  # the hand-off is taken
+    assert parts._splits(no, K, True)  # the hand-off is taken
     ref = eng.log_z_and_weighted_marginals(batch, node, edge, g)
-    for a, b in zip(chain._fb_any(node, edge, no, eo, True, g), ref, strict=True):
+    for a, b in zip(dispatch._forward_backward_from_numba(node, edge, no, eo, True, g), ref, strict=True):
         np.testing.assert_array_equal(a, b)
     ref = eng.log_z_and_feature_marginals(batch, node, Xe, We.reshape(2, K, K), g)
-    got = chain._fb_features_any(node, Xe, We, no, eo, True, g)
+    got = dispatch._forward_backward_features_from_numba(node, Xe, We, no, eo, True, g)
     np.testing.assert_array_equal(got[0], ref[0])
     np.testing.assert_array_equal(got[1], ref[1])
     np.testing.assert_array_equal(got[2].reshape(ref[2].shape), ref[2])
 
 
-# The closures over ``_fb_any`` link the whole lane-block family and are optimised again as one
-# module each: ~100 s of CPU for these four on an empty numba cache. The default run checks the
-# dispatchers above and the closures' own code on small batches (test_chain.test_numba_kernels).
+# The closures over ``_forward_backward_from_numba`` link the whole lane-block family and are
+# optimised again as one module each: ~100 s of CPU for these four on an empty numba cache. The
+# default run checks the dispatchers above and the closures' own code on small batches
+# (test_chain.test_numba_kernels).
 @pytest.mark.slow
 def test_compiled_kernels_hand_large_batches_to_the_threads():
     """The njit closures of the compiled Ops give the engine's numbers, through the object-mode
