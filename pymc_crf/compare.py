@@ -11,9 +11,9 @@ import pandas as pd
 import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
-from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.loo import loo
+from pymc_crf.model.options import renamed
 from pymc_crf.predict import predict
 from pymc_crf.validation import flag, name_list
 

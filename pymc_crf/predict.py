@@ -1,6 +1,6 @@
 """Predicting labels of new graphs from a fitted result: ``pmc.predict(result, data, method)``.
 
-The predictors live with the fitters (:mod:`pymc_crf.fitters.predictors`): ``"average"``,
+The predictors live with the fitters (:mod:`pymc_crf.model.predictors`): ``"average"``,
 ``"bpe"``, ``"map"`` for every CRF result, and the ones fitters register (EP's
 ``"model_average"``, the HCRF predictors). This module picks one and calls it.
 """
@@ -13,9 +13,9 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.fitters import load_builtin
-from pymc_crf.fitters.options import check_options, renamed
-from pymc_crf.fitters.prediction_group import add_predictions, sample_predictive_labels
-from pymc_crf.fitters.predictors import (
+from pymc_crf.model.options import check_options, renamed
+from pymc_crf.model.prediction_group import add_predictions, sample_predictive_labels
+from pymc_crf.model.predictors import (
     Prediction,
     crf_attrs,
     get_predictor,
@@ -101,7 +101,7 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         (``{name}_marginals``, ``{name}_labels`` in the observed variable's dims) and a
         ``predictions_constant_data`` group (the new graphs' features), as
         ``pm.sample_posterior_predictive(predictions=True)`` does; see
-        :mod:`pymc_crf.fitters.prediction_group`.
+        :mod:`pymc_crf.model.prediction_group`.
     sample_labels : int
         With ``predictions``, also draw this many labellings of the new graphs from the posterior
         predictive (one CRF draw at each of as many posterior weight draws, seeded by

@@ -12,8 +12,8 @@ from pymc.logprob.utils import ParameterValueError
 
 import pymc_crf as pmc
 from pymc_crf.distributions.crf import crf_log_potentials
-from pymc_crf.fitters.spec import extract_crf
 from pymc_crf.graphs import as_graph_batch
+from pymc_crf.model.spec import extract_crf
 
 BATCH = pmc.GraphBatch.chains([3, 2])
 LABELS = np.array([[0, 1, 1], [1, 0, -1]])  # padded (graph, position)

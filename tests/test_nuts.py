@@ -57,7 +57,7 @@ def test_fit_nuts_result_and_log_likelihood():
     import json
 
     from pymc_crf.fitters import extract_crf
-    from pymc_crf.fitters.objective import CRFLogLikelihood
+    from pymc_crf.model.objective import CRFLogLikelihood
 
     model, _ = _chain_model(4, 3, 2, 1, seed=3)
     res = pmc.fit(model, method="nuts", draws=20, tune=20, chains=1, cores=1, random_seed=0,

@@ -234,7 +234,7 @@ def test_hidden_crf_predictions_need_one_class_per_graph():
 def test_label_level_methods_on_a_hidden_crf_result_say_so():
     import xarray as xr
 
-    from pymc_crf.fitters.predictors import result_layout
+    from pymc_crf.model.predictors import result_layout
 
     res = xr.DataTree.from_dict({"posterior": xr.Dataset()})
     res.attrs["hcrf_weights"] = ["theta_x", "theta_y", "theta_e"]

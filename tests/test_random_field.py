@@ -15,9 +15,9 @@ from pymc_crf.fitters import (
     random_field_log_likelihood,
     require_gaussian_prior,
 )
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference import BeliefPropagation
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.spec import CRFSpec
 
 GRAPH = pmc.GraphBatch.from_edges([[(0, 1), (1, 2), (2, 3), (3, 0), (1, 3), (3, 4)]], [5])
 

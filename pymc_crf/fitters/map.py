@@ -9,7 +9,6 @@ import pymc as pm
 from pymc.blocking import DictToArrayBijection
 from pymc.util import get_default_varnames
 
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.optimise import (
     DELTA,
     OPTIMIZERS,
@@ -21,8 +20,10 @@ from pymc_crf.fitters.optimise import (
     find_map,
 )
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result
-from pymc_crf.fitters.spec import (
+from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.results import build_result
+from pymc_crf.model.spec import (
     CRFSpec,
     check_observed_labels,
     extract_crf,
@@ -30,7 +31,6 @@ from pymc_crf.fitters.spec import (
     refuse_free_scales,
     require_gaussian_prior,
 )
-from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 __all__ = ["fit_map"]
@@ -80,7 +80,7 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         all-zero start that L-BFGS never leaves.
     engine_objective : bool, optional
         Evaluate the log posterior and its gradient with the inference engine directly
-        (:class:`~pymc_crf.fitters.objective.CRFLogLikelihood`) instead of a compiled PyTensor
+        (:class:`~pymc_crf.model.objective.CRFLogLikelihood`) instead of a compiled PyTensor
         function: the same function (to rounding), with nothing to compile. Possible when the
         model is one ``pmc.CRF`` likelihood with an exact engine and fixed Normal priors on its
         weights, and nothing else: no other free or observed variables and no potentials

@@ -9,8 +9,8 @@ import time
 import pymc as pm
 
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
-from pymc_crf.fitters.spec import check_observed_labels
+from pymc_crf.model.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.model.spec import check_observed_labels
 from pymc_crf.validation import real_number, whole_number
 
 __all__ = ["fit_nuts"]

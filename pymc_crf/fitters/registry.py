@@ -1,7 +1,7 @@
 """The fitter registry: ``pmc.fit(model, method=...)`` and ``register(name)``.
 
 A fitter is a function ``fn(model, **options) -> xarray.DataTree`` following the result contract of
-``docs/fit_contract.md`` (build it with :func:`pymc_crf.fitters.results.build_result`).
+``docs/fit_contract.md`` (build it with :func:`pymc_crf.model.results.build_result`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pymc as pm
 from xarray import DataTree
 
-from pymc_crf.fitters.options import check_options
+from pymc_crf.model.options import check_options
 from pymc_crf.validation import fitting, flag, generator
 
 __all__ = ["available", "fit", "fitter", "load_builtin", "register"]

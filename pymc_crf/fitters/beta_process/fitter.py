@@ -33,10 +33,10 @@ from pymc_crf.distributions.hcrf import find_hcrf
 from pymc_crf.fitters.beta_process.likelihood import HCRFData
 from pymc_crf.fitters.beta_process.stick_breaking import expected_usage
 from pymc_crf.fitters.beta_process.vi import VISettings, effective_weights, elog_pi, fit_restarts
-from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result
 from pymc_crf.inference.select import get_engine
+from pymc_crf.model.options import renamed
+from pymc_crf.model.results import build_result
 from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["fit_bp_hcrf_vi", "sign_split", "plug_in_weights"]

@@ -24,10 +24,10 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 )
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
-from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.model.options import renamed
+from pymc_crf.model.results import build_result, draws_from_gaussian
 from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["fit_bethe_laplace", "fit_laplace"]

@@ -17,10 +17,11 @@ from pymc_crf.distributions.crf import CRFRV
 from pymc_crf.feature_products import dense_features
 from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
 from pymc_crf.fitters.ep.terms import build_terms
-from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result, draws_from_gaussian
-from pymc_crf.fitters.spec import (
+from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
+from pymc_crf.model.options import renamed
+from pymc_crf.model.results import build_result, draws_from_gaussian
+from pymc_crf.model.spec import (
     CRFSpec,
     extract_crf,
     observes,
@@ -29,7 +30,6 @@ from pymc_crf.fitters.spec import (
     require_gaussian_prior,
     require_sole_likelihood,
 )
-from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
 from pymc_crf.validation import flag, generator, real_number, whole_number
 
 __all__ = ["fit_ep", "ep_inputs"]

@@ -27,7 +27,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 )
 from pymc_crf.fitters.bethe_laplace.problem import bp_engine, exact_engine, weight_problem
 from pymc_crf.fitters.evidence.ais import ais_log_evidence
-from pymc_crf.fitters.options import renamed
+from pymc_crf.model.options import renamed
 from pymc_crf.validation import generator
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """Reading a ``pmc.MRF`` back out of a model and its log-likelihood in the flat weights.
 
 The weight-space interface of ``CRFSpec`` / ``CRFLogLikelihood`` (``extract_crf``,
-``fitters/objective.py``) for MRF models, plus ``extract_random_field`` /
+``model/objective.py``) for MRF models, plus ``extract_random_field`` /
 ``random_field_log_likelihood``, which take either kind, so fitters and samplers handle CRFs and
 MRFs through one path.
 
@@ -24,8 +24,10 @@ import pymc as pm
 
 from pymc_crf.distributions.crf import CRFRV, is_cast
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
-from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.spec import (
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import Engine
+from pymc_crf.model.objective import CRFLogLikelihood
+from pymc_crf.model.spec import (
     CRFSpec,
     WeightSpec,
     extract_crf,
@@ -33,8 +35,6 @@ from pymc_crf.fitters.spec import (
     single_observed,
     weight_specs,
 )
-from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine
 from pymc_crf.validation import refusal
 
 __all__ = ["MRFLogLikelihood", "MRFSpec", "extract_mrf", "extract_random_field",

@@ -26,9 +26,9 @@ import numpy as np
 import scipy.sparse
 
 from pymc_crf.feature_products import as_feature_matrix, features_tdot
-from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
+from pymc_crf.model.spec import CRFSpec
 from pymc_crf.ops.log_partition import feature_tables_path
 from pymc_crf.potentials import constant_row, get_potential, linear_scores, log_potential_tables
 

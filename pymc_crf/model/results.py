@@ -17,9 +17,9 @@ from pymc.backends.arviz import (
     find_observations,
 )
 
-from pymc_crf.fitters.predictors import HCRF_WEIGHTS, crf_attrs, hcrf_layout
-from pymc_crf.fitters.random_field import extract_mrf, random_field_pointwise_log_likelihood
-from pymc_crf.fitters.spec import extract_crf
+from pymc_crf.model.predictors import HCRF_WEIGHTS, crf_attrs, hcrf_layout
+from pymc_crf.model.random_field import extract_mrf, random_field_pointwise_log_likelihood
+from pymc_crf.model.spec import extract_crf
 
 __all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group",
            "record_crf_layout"]

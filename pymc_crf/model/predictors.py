@@ -24,8 +24,8 @@ import xarray as xr
 from pytensor.graph.traversal import ancestors
 
 from pymc_crf.feature_products import dense_features
-from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.select import get_engine
+from pymc_crf.model.options import renamed
 from pymc_crf.potentials import log_potential_tables
 from pymc_crf.validation import generator
 
@@ -152,7 +152,7 @@ def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
         raise ValueError("this is a hidden-CRF (pmc.HCRF) result, which predicts one class per "
                          "graph: use predict's 'average' (or 'hcrf_average'; 'bp_hcrf' for "
                          "bp_hcrf_vi results); label-level methods and sample_labels are for CRFs")
-    from pymc_crf.fitters.spec import extract_crf
+    from pymc_crf.model.spec import extract_crf
 
     try:
         model = pm.modelcontext(model)
