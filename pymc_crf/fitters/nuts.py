@@ -57,8 +57,8 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     return idata
 
 
-# the option names some other fitters take for one more release (docs/fit_contract.md); pm.sample
-# would pass them on to its step methods, which ignore them
+# names other tools use for pm.sample's options; pm.sample would pass them on to its step
+# methods, which ignore them
 _OLD_NAMES = {"seed": "random_seed", "n_draws": "draws", "n_chains": "chains"}
 
 

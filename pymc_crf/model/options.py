@@ -1,16 +1,11 @@
-"""Option names shared by the fitters (PyMC's: ``draws``, ``random_seed``) and their old aliases,
-and the check that every option a user passes is one the method takes."""
+"""The check that every option a user passes to a fitter or predictor is one it takes."""
 
 from __future__ import annotations
 
 import inspect
-import warnings
 from collections.abc import Callable, Iterable
-from typing import Any
 
-import numpy as np
-
-__all__ = ["check_options", "renamed"]
+__all__ = ["check_options"]
 
 
 def check_options(fn: Callable, options: Iterable[str], what: str) -> set[str] | None:
@@ -26,21 +21,3 @@ def check_options(fn: Callable, options: Iterable[str], what: str) -> set[str] |
         raise TypeError(f"{what} has no option {', '.join(map(repr, unknown))}; its options: "
                         f"{', '.join(known) or 'none'}")
     return set(params)
-
-
-def renamed(value: Any, old_value: Any, old: str, new: str, *, default: Any) -> Any:
-    """``old_value`` with a FutureWarning when the caller used the old option name, else ``value``.
-
-    The old name (default None) stays accepted for one release. Giving both names, the new one
-    changed from its ``default``, is refused.
-    """
-    if old_value is None:
-        return value
-    same = value is default or (np.isscalar(value) and np.isscalar(default)
-                                and bool(value == default))
-    if not same:
-        raise ValueError(f"give {new}= or its old name {old}=, not both ({new}={value!r}, "
-                         f"{old}={old_value!r})")
-    warnings.warn(f"{old}= is renamed {new}= (as in PyMC); {old}= will be removed in the next "
-                  "release", FutureWarning, stacklevel=3)
-    return old_value

@@ -26,7 +26,6 @@ from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.model.options import renamed
 from pymc_crf.model.results import build_result, draws_from_gaussian
 from pymc_crf.validation import flag, generator, whole_number
 
@@ -37,8 +36,7 @@ __all__ = ["fit_bethe_laplace", "fit_laplace"]
 def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = "bp",
                       bp: BeliefPropagation | None = None, maxiter: int = 2000,
                       gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
-                      log_likelihood: bool = True, n_draws: int | None = None,
-                      n_chains: int | None = None, seed=None,
+                      log_likelihood: bool = True,
                       progressbar: bool = True, hyperprior: bool = True,
                       integrate_scales: str | None = None, scale_init=1.0,
                       scale_tol: float = 1e-6, scale_maxiter: int = 200,
@@ -83,8 +81,6 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         Draws from the Gaussian for the ``posterior`` group.
     log_likelihood : bool
         Add the per-graph log-likelihood of the draws.
-    n_draws, n_chains, seed
-        Deprecated names of ``draws``, ``chains``, ``random_seed`` (FutureWarning).
     progressbar : bool
         Show a progress bar of the MAP search (PyMC's; ``False`` silences it).
     hyperprior : bool
@@ -116,10 +112,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         ``settings``, ``wall_time``, ``log_marginal_likelihood``.
     """
     t0 = time.perf_counter()
-    n_draws = renamed(draws, n_draws, "n_draws", "draws", default=1000)
-    n_chains = renamed(chains, n_chains, "n_chains", "chains", default=1)
-    seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
-    n_draws, n_chains = whole_number(n_draws, "draws"), whole_number(n_chains, "chains")
+    n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
+    seed = random_seed
     problem = weight_problem(model, "bethe_laplace", learn_scales=True)
     if problem.n_scales or covariance in LARGE_COVARIANCES:
         return _fit_learned_scales(

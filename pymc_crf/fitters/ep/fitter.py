@@ -19,7 +19,6 @@ from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
-from pymc_crf.model.options import renamed
 from pymc_crf.model.results import build_result, draws_from_gaussian
 from pymc_crf.model.spec import (
     CRFSpec,
@@ -94,8 +93,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
            max_iter: int = 2000, backoff: bool = True, min_step: float = 0.05,
            schedule: str | None = None, max_step: float = 1.0,
            draws: int = 1000, chains: int = 1, random_seed=None,
-           log_likelihood: bool = True, n_draws: int | None = None, n_chains: int | None = None,
-           seed=None, progressbar: bool = True):
+           log_likelihood: bool = True, progressbar: bool = True):
     """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
 
     Parameters
@@ -129,8 +127,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``backoff=False`` without ``schedule`` means ``"fixed"``; ``min_step`` is the floor of a
         backed-off lambda and ``max_step`` the ceiling of the adaptive one.
     draws, chains, random_seed
-        Draws from q(w) for the ``posterior`` group (PyMC's names; ``n_draws``, ``n_chains`` and
-        ``seed`` are their deprecated names).
+        Draws from q(w) for the ``posterior`` group (PyMC's names).
     log_likelihood : bool
         Compute the per-graph log-likelihood of the draws.
     progressbar : bool
@@ -145,9 +142,6 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     """
     refuse_free_scales(model, "ep")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
-    draws = renamed(draws, n_draws, "n_draws", "draws", default=1000)
-    chains = renamed(chains, n_chains, "n_chains", "chains", default=1)
-    random_seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
     step_size = _check_unit_interval("step_size", step_size)
     min_step = _check_unit_interval("min_step", min_step)
     max_step = _check_unit_interval("max_step", max_step)
