@@ -134,10 +134,8 @@ class CRFLogLikelihood:
 
         An optimiser calls the objective hundreds of times with products of the same shape.
         Reusing their arrays keeps BLAS from faulting in tens of MB of fresh pages at every
-        call, which two BLAS threads do slowly: the per-edge objective of
-        ``bench/bench_chain_paths.py`` (E = 49,000, K = 10) took 38.1-42.8 ms by median with
-        these against 68.6-104.8 ms with fresh arrays (docs/benchmarks.md, "Fresh large
-        arrays"). The arrays live as long as the objective (39 MB for that edge product).
+        call, which two BLAS threads do slowly (docs/benchmarks.md, "Fresh large arrays"). The
+        arrays live as long as the objective (E x K^2 doubles for a per-edge product).
         """
         if self._buffers is None:
             b, K = self.batch, self.K
