@@ -286,7 +286,8 @@ def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None =
     return CRFLogLikelihood(spec, engine)
 
 
-def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
+def random_field_pointwise_log_likelihood(model, draws, spec: CRFSpec | MRFSpec | None = None
+                                          ) -> dict[str, np.ndarray] | None:
     """Pointwise log-likelihood of posterior draws from the engine, with nothing compiled: per
     graph for a ``pmc.CRF`` model, per row for a ``pmc.MRF`` model.
 
@@ -294,12 +295,14 @@ def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray]
     ``Dataset``). Returns ``{observed name: (chains, draws, graphs or rows)}``, or None when the
     model is not one random-field likelihood (and no other observed variable) whose weights are
     all free variables present in ``draws`` (then ``pm.compute_log_likelihood`` is the way). The
-    values are the model's elementwise logp of that variable (same engine).
+    values are the model's elementwise logp of that variable (same engine). ``spec``: the model's
+    random field as the caller read it (else it is read here).
     """
-    try:
-        spec = extract_random_field(model)
-    except ValueError:
-        return None
+    if spec is None:
+        try:
+            spec = extract_random_field(model)
+        except ValueError:
+            return None
     if len(model.observed_RVs) > 1:  # PyMC computes every observed variable's group
         return None
     names = [w.name for w in spec.weights]

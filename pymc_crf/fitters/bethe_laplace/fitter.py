@@ -149,7 +149,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                           mean_vector=fit.mean, covariance_matrix=fit.covariance,
                           param_names=spec.param_names(), diagnostics=diagnostics,
                           log_marginal_likelihood=log_ev, log_likelihood=False,
-                          pointwise_log_likelihood=pointwise)
+                          pointwise_log_likelihood=pointwise, spec=spec)
     fit_group = result["fit"].to_dataset()
     fit_group["log_marginal_likelihood"] = ((), float(log_ev))
     result["fit"] = fit_group
@@ -286,7 +286,7 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
     result = build_result(problem.model, post, method, settings, time.perf_counter() - t0,
                           mean_vector=mean, covariance_matrix=cov if dense else None,
                           param_names=spec.param_names(), log_marginal_likelihood=log_ev,
-                          log_likelihood=False, pointwise_log_likelihood=pointwise)
+                          log_likelihood=False, pointwise_log_likelihood=pointwise, spec=spec)
     names = [n for v in problem.scales for n in v.entry_names()]
     if dense:
         fit_group = result["fit"].to_dataset()

@@ -51,6 +51,7 @@ def _spec_for_ep(model: pm.Model, method: str = "ep") -> CRFSpec:
                          "for HCRFs also 'bp_hcrf_vi', for MRFs 'bethe_laplace'.")
     # the CRF's own errors (labels out of range, several CRFs) are the ones to report
     spec = extract_crf(model)
+    refuse_free_scales(spec, method)  # learned prior scales: laplace / bethe_laplace
     require_gaussian_prior(spec, method)
     require_all_labels(spec, method)
     require_sole_likelihood(spec, method)
@@ -140,7 +141,6 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``diagnostics`` (``change_mean`` / ``change_cov`` / ``skipped`` per sweep, ``iterations``,
         ``converged``, skip counts by kind, ``sweep_time``), ``log_likelihood`` per graph, attrs.
     """
-    refuse_free_scales(model, "ep")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
     step_size = _check_unit_interval("step_size", step_size)
     min_step = _check_unit_interval("min_step", min_step)
@@ -204,4 +204,4 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     wall = time.perf_counter() - t0
     return build_result(model, posterior, "ep", settings, wall, mean_vector=run.mean,
                         covariance_matrix=run.cov, param_names=spec.param_names(),
-                        diagnostics=diagnostics, log_likelihood=log_likelihood)
+                        diagnostics=diagnostics, log_likelihood=log_likelihood, spec=spec)
