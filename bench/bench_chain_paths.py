@@ -56,12 +56,12 @@ from bench_chain import interleaved, make_problem  # noqa: E402
 from numba import njit  # noqa: E402
 
 import pymc_crf as pmc  # noqa: E402
-from pymc_crf.fitters.objective import CRFLogLikelihood  # noqa: E402
-from pymc_crf.fitters.spec import extract_crf  # noqa: E402
 from pymc_crf.graphs.batch import GraphBatch  # noqa: E402
 from pymc_crf.inference.chain import ChainEngine  # noqa: E402
 from pymc_crf.inference.chain.lanes import LANES, _lane_feature_tables  # noqa: E402
 from pymc_crf.inference.chain.scaling import _exp_nonpos  # noqa: E402
+from pymc_crf.model.objective import CRFLogLikelihood  # noqa: E402
+from pymc_crf.model.spec import extract_crf  # noqa: E402
 
 
 @njit

@@ -54,8 +54,8 @@ from pymc_crf.fitters import extract_crf  # noqa: E402
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_vector_product  # noqa: E402
 from pymc_crf.fitters.bethe_laplace.hessian import exact_fisher_matrix  # noqa: E402
 from pymc_crf.fitters.covariance import inverse_pd, laplace_covariance  # noqa: E402
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior  # noqa: E402
 from pymc_crf.inference import ChainEngine  # noqa: E402
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior  # noqa: E402
 
 
 def peak_rss_gb() -> float:

@@ -30,8 +30,8 @@ from bench_chain import interleaved  # noqa: E402
 
 import pymc_crf as pmc  # noqa: E402
 from pymc_crf.fitters import extract_crf, extract_mrf  # noqa: E402
-from pymc_crf.fitters.objective import CRFLogLikelihood  # noqa: E402
-from pymc_crf.fitters.random_field import MRFLogLikelihood  # noqa: E402
+from pymc_crf.model.objective import CRFLogLikelihood  # noqa: E402
+from pymc_crf.model.random_field import MRFLogLikelihood  # noqa: E402
 
 
 def main() -> None:

@@ -38,8 +38,8 @@ from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters import extract_crf
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_vector_product
 from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, posterior_averaged_marginals
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.metrics import reliability_curve
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 
 C2 = 1.0
 SIGMA = (1.0 / (2.0 * C2)) ** 0.5

@@ -3,11 +3,11 @@
 A fresh array of tens of megabytes that a kernel allocates and then writes is paid for by the
 kernel's first touch of each page. Arrays above glibc's largest mmap threshold (32 MB) are mapped
 anew on every call, so a kernel returning the (E, K, K) edge marginals of a large batch takes one
-page fault per 4 KiB on every call: on the 2-core benchmark VM, writing one entry per table of a
-fresh 39 MB array took 14.3 ms from numba against 1.8 ms from numpy (numpy asks the kernel for
-huge pages, ``madvise(MADV_HUGEPAGE)``, on every allocation above 4 MB; numba's allocator does
-not). ``empty_pages`` allocates like ``np.empty`` and gives the same advice for the 2 MiB-aligned
-part of the array before anything touches it.
+page fault per 4 KiB on every call, several times slower than the same writes into an array
+from numpy (numpy asks the kernel for huge pages, ``madvise(MADV_HUGEPAGE)``, on every allocation
+above 4 MB; numba's allocator does not; docs/benchmarks.md, "Chain paths"). ``empty_pages``
+allocates like ``np.empty`` and gives the same advice for the 2 MiB-aligned part of the array
+before anything touches it.
 
 The advice goes to libc's ``madvise`` by its symbol name, resolved when the compiled code is
 loaded (not a baked-in address), so the kernels that call it stay cacheable. It is Linux only

@@ -11,7 +11,6 @@ import pandas as pd
 import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
-from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.loo import loo
 from pymc_crf.predict import predict
@@ -118,8 +117,8 @@ def inference_trust(result: xr.DataTree) -> dict:
 
 def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             test: CRFData | None = None, var_names: list[str] | None = None,
-            predict_method: str = "average", draws: int | None = 200, model: pm.Model | None = None,
-            n_draws: int | None = None) -> pd.DataFrame:
+            predict_method: str = "average", draws: int | None = 200,
+            model: pm.Model | None = None) -> pd.DataFrame:
     """One row per method: run time, posterior accuracy against ``reference``, test error.
 
     Columns: ``wall_time`` (s), ``mean_abs_err`` and ``sd_ratio`` (posterior means' mean absolute
@@ -129,7 +128,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     convergence and bound check, for results that record them: :func:`inference_trust`),
     ``log_marginal_likelihood`` where the method gives one, and ``test_error`` of
     ``predict(..., method=predict_method, draws=draws)`` when ``test`` is given (``draws``
-    defaults to ``predict``'s; ``n_draws``: deprecated name of ``draws``).
+    defaults to ``predict``'s).
 
     LOO columns, for results with more than one draw and a ``log_likelihood`` group: ``elpd_loo``,
     ``elpd_loo_se``, ``p_loo`` and ``loo_warning`` (True when some graph's Pareto k exceeds
@@ -161,8 +160,6 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     model : pm.Model, optional
         Passed to :func:`pymc_crf.predict`; needed only for results that do not record their CRF
         layout (``pm.sample`` output).
-    n_draws : int, optional
-        Deprecated name of ``draws``.
 
     Returns
     -------
@@ -175,7 +172,6 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     if var_names == []:
         raise ValueError("compare: var_names is empty; give the posterior variables to compare "
                          "(None: those every result has)")
-    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     if reference is not None and reference not in results:
         raise ValueError(f"reference {reference!r} is not one of {list(results)}")
     if var_names is None:

@@ -10,7 +10,7 @@ Two jobs run on a ``distributed.Client`` (a ``LocalCluster`` or a scheduler's ad
   output equals the local call on the concatenated corpus.
 * :func:`fit_map`: MAP by L-BFGS on a data-parallel objective. The CRF log-likelihood is a sum over
   graphs, so it splits into shards: each shard's
-  :class:`~pymc_crf.fitters.objective.CRFLogLikelihood` is built on a worker from the shard's
+  :class:`~pymc_crf.model.objective.CRFLogLikelihood` is built on a worker from the shard's
   graphs and stays there (a future of the object, pinned to that worker); each evaluation
   broadcasts the weights, every shard returns its value and gradient, the shards of one worker are
   added on that worker and the workers' sums once more, and the client adds the Gaussian log
@@ -44,11 +44,11 @@ from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
 from pymc_crf.fitters.map import negative_log_posterior, weight_start
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
-from pymc_crf.fitters.predictors import prediction
-from pymc_crf.fitters.results import build_result
-from pymc_crf.fitters.spec import (
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.predictors import prediction
+from pymc_crf.model.results import build_result
+from pymc_crf.model.spec import (
     CRFSpec,
     check_observed_labels,
     extract_crf,
@@ -306,7 +306,7 @@ class ShardedLogLikelihood:
 
     Notes
     -----
-    Each shard's :class:`~pymc_crf.fitters.objective.CRFLogLikelihood` is built by a task pinned
+    Each shard's :class:`~pymc_crf.model.objective.CRFLogLikelihood` is built by a task pinned
     to the worker holding the shard's data, and every evaluation is pinned there too, so the
     shard objects never move. :meth:`close` releases them.
     """
@@ -560,7 +560,7 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
         ``covariance_matrix``, draws, per-graph ``log_likelihood``) whose ``attrs["method"]`` is
         ``"laplace"``; ``pmc.loo`` corrects its LOO for the approximation.
     """
-    from pymc_crf.fitters.results import draws_from_gaussian
+    from pymc_crf.model.results import draws_from_gaussian
     from pymc_crf.validation import generator
 
     t0 = time.perf_counter()

@@ -8,8 +8,9 @@ memory. Dense features take the same BLAS products as before.
 
 Dense features in PyTensor graphs take the ``FeatureDot`` Op: ``pt.dot`` in compiled code
 allocates its (R, C) output with numba's allocator and faults its pages in one 4 KiB page at a
-time, 12 ms for a 39 MB product (49,000 edges x 100 table entries) that itself takes 2.5 ms;
-``FeatureDot`` writes into an array on advised huge pages (:mod:`pymc_crf.allocation`), 5 ms.
+time, which for products of tens of MB costs several times the product itself; ``FeatureDot``
+writes into an array on advised huge pages (:mod:`pymc_crf.allocation`; docs/benchmarks.md,
+"Fresh large arrays").
 
 This module imports nothing of the package but :mod:`pymc_crf.allocation`, so every layer may
 use it.
@@ -62,9 +63,9 @@ def features_dot(x: Any, w: np.ndarray, out: np.ndarray | None = None) -> np.nda
 
     ``out``, a C-contiguous float64 array of R * prod(w.shape[1:]) entries, receives the product
     (and is returned, reshaped) instead of a new array. Callers that form the same product at
-    every iteration pass one: writing a fresh array of tens of MB from two BLAS threads took up
-    to 25 ms against 2.5 ms for the same product into a reused one (49,000 rows, 3 features,
-    100 columns, inside an optimiser's objective; with one BLAS thread, 4.8 ms into fresh ones).
+    every iteration pass one: two BLAS threads writing a fresh array of tens of MB fault its
+    pages in as they go, many times slower than the same product into a reused array
+    (docs/benchmarks.md, "Fresh large arrays").
     """
     w = np.asarray(w, dtype=np.float64)
     # the trailing size spelled out: -1 is ambiguous for zero rows (no features)
@@ -170,7 +171,7 @@ def _numba_feature_dot(op, node, **kwargs):
     def impl(x, w):
         x, w = np.ascontiguousarray(x), np.ascontiguousarray(w)
         # zero-filled by this thread after the advice: BLAS then writes into pages already
-        # faulted in (fresh pages faulted in by two BLAS threads at once cost up to 25 ms here)
+        # faulted in (two BLAS threads faulting fresh pages in at once are slow)
         out = zeros_pages((x.shape[0], w.shape[1]))
         np.dot(x, w, out)
         return out

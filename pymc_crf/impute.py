@@ -24,9 +24,9 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
-from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.predictors import crf_attrs, log_potentials_for, weight_draws
-from pymc_crf.fitters.spec import extract_crf
+from pymc_crf.model.objective import CRFLogLikelihood
+from pymc_crf.model.predictors import crf_attrs, log_potentials_for, weight_draws
+from pymc_crf.model.spec import extract_crf
 from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["impute"]

@@ -8,7 +8,7 @@ the approximation with importance ratios ``p(w_s | y) / q(w_s)`` (Magnusson et a
 PSIS-LOO for approximate posteriors, ``r_i(w_s) ∝ p(w_s | y) / (q(w_s) p(y_i | w_s))``),
 Pareto-smoothed as in Vehtari et al. 2024: ArviZ's ``loo_approximate_posterior`` with ``log_p`` the
 exact unnormalised log posterior of each draw (the weights' Normal log prior plus the per-graph
-log-likelihood summed over graphs, :mod:`pymc_crf.fitters.objective`) and ``log_q`` the Gaussian's
+log-likelihood summed over graphs, :mod:`pymc_crf.model.objective`) and ``log_q`` the Gaussian's
 log density; for ``pmc.CRF`` and ``pmc.MRF`` (one value per sample row) likelihoods alike.
 When ``q`` is too far from the posterior the Pareto k diagnostics of these ratios say so (k
 above ArviZ's ``good_k``), and the estimate must not be trusted.
@@ -30,10 +30,10 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
-from pymc_crf.fitters.objective import GaussianLogPrior
-from pymc_crf.fitters.random_field import extract_random_field
-from pymc_crf.fitters.spec import require_gaussian_prior
 from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.model.objective import GaussianLogPrior
+from pymc_crf.model.random_field import extract_random_field
+from pymc_crf.model.spec import require_gaussian_prior
 
 if TYPE_CHECKING:
     from arviz_stats.utils import ELPDData
@@ -54,7 +54,7 @@ def gaussian_log_density(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np
     """Log density of ``N(mean, cov)`` at the rows of ``w`` (S, d).
 
     Through the eigendecomposition of ``cov``, as the fitters draw from it
-    (:func:`pymc_crf.fitters.results.draws_from_gaussian`); a singular ``cov`` (eigenvalues at
+    (:func:`pymc_crf.model.results.draws_from_gaussian`); a singular ``cov`` (eigenvalues at
     or below ``1e-12`` times the largest) gives the density on its support (pseudo-determinant),
     where every draw lies.
     """

@@ -1,6 +1,6 @@
 """Predicting labels of new graphs from a fitted result: ``pmc.predict(result, data, method)``.
 
-The predictors live with the fitters (:mod:`pymc_crf.fitters.predictors`): ``"average"``,
+The predictors live with the fitters (:mod:`pymc_crf.model.predictors`): ``"average"``,
 ``"bpe"``, ``"map"`` for every CRF result, and the ones fitters register (EP's
 ``"model_average"``, the HCRF predictors). This module picks one and calls it.
 """
@@ -13,9 +13,9 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.fitters import load_builtin
-from pymc_crf.fitters.options import check_options, renamed
-from pymc_crf.fitters.prediction_group import add_predictions, sample_predictive_labels
-from pymc_crf.fitters.predictors import (
+from pymc_crf.model.options import check_options
+from pymc_crf.model.prediction_group import add_predictions, sample_predictive_labels
+from pymc_crf.model.predictors import (
     Prediction,
     crf_attrs,
     get_predictor,
@@ -67,8 +67,8 @@ def _is_mrf_result(result: xr.DataTree, model) -> bool:
 
 def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "average", *,
             draws: int | None = 200, model: pm.Model | None = None,
-            inference: str = "auto", random_seed: int | None = 0, n_draws: int | None = None,
-            seed: int | None = None, predictions: bool = False, sample_labels: int = 0,
+            inference: str = "auto", random_seed: int | None = 0,
+            predictions: bool = False, sample_labels: int = 0,
             **options) -> Prediction:
     """Marginals and labels for the graphs of ``data``.
 
@@ -94,14 +94,12 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         Engine for the new graphs (``"auto"``).
     random_seed : int, optional
         Seed of the choice of draws.
-    n_draws, seed
-        Deprecated names of ``draws`` and ``random_seed``.
     predictions : bool
         Also store the prediction in ``result`` (in place) as a ``predictions`` group
         (``{name}_marginals``, ``{name}_labels`` in the observed variable's dims) and a
         ``predictions_constant_data`` group (the new graphs' features), as
         ``pm.sample_posterior_predictive(predictions=True)`` does; see
-        :mod:`pymc_crf.fitters.prediction_group`.
+        :mod:`pymc_crf.model.prediction_group`.
     sample_labels : int
         With ``predictions``, also draw this many labellings of the new graphs from the posterior
         predictive (one CRF draw at each of as many posterior weight draws, seeded by
@@ -124,8 +122,6 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
                          "classifies new sequences (pmc.HCRF results); this is a pmc.MRF result, "
                          "whose labellings depend on no inputs: draw them with "
                          "pm.sample_posterior_predictive(result, model=model)")
-    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
-    random_seed = renamed(random_seed, seed, "seed", "random_seed", default=0)
     if draws is not None:
         draws = whole_number(draws, "draws (None for all draws)")
     generator(random_seed, "random_seed")

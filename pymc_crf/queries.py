@@ -32,15 +32,6 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
-from pymc_crf.fitters.predictors import (
-    Prediction,
-    draw_indices,
-    log_potentials_for,
-    posterior_mean,
-    predict_average,
-    result_layout,
-    weight_draws,
-)
 from pymc_crf.inference.base import labelling_score
 from pymc_crf.inference.kbest import KBest, kbest_labellings
 from pymc_crf.inference.select import get_engine
@@ -51,6 +42,15 @@ from pymc_crf.inference.spans import (
     span_log_probabilities,
 )
 from pymc_crf.metrics import Reliability, SelectiveCurve, confidence_reliability, selective_curve
+from pymc_crf.model.predictors import (
+    Prediction,
+    draw_indices,
+    log_potentials_for,
+    posterior_mean,
+    predict_average,
+    result_layout,
+    weight_draws,
+)
 from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["SpanProbabilities", "Uncertainty", "kbest", "prior_from", "sample_labellings",

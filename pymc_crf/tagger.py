@@ -275,7 +275,7 @@ class CRFTagger(BaseEstimator):
     def _weights(self) -> dict:
         """``info`` (the result's CRF layout), the weight draws ``(S, ...)`` and their mean."""
         if not getattr(self, "_cache", None):
-            from pymc_crf.fitters.predictors import posterior_mean, result_layout, weight_draws
+            from pymc_crf.model.predictors import posterior_mean, result_layout, weight_draws
 
             info = result_layout(self.result_)
             draws = weight_draws(self.result_, info)
@@ -300,7 +300,7 @@ class CRFTagger(BaseEstimator):
             The data (graphs: one chain per non-empty sentence) and the tables, for the
             inference engines (``pymc_crf.inference.get_engine("chain")``).
         """
-        from pymc_crf.fitters.predictors import log_potentials_for
+        from pymc_crf.model.predictors import log_potentials_for
 
         self._check_fitted()
         X = _check_sentences(X, "X")

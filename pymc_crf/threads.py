@@ -7,9 +7,9 @@ in parallel. Python threads rather than numba's ``parallel=True``: the kernels a
 from compiled PyTensor functions that nutpie runs in several threads at once, which numba's
 default ``workqueue`` threading layer does not allow (it aborts the process).
 
-A helper stays for the next call (an optimiser calls every few milliseconds; a thread started
-per call cost about 2% of the per-edge objective of ``bench/bench_chain_paths.py``, timed
-interleaved) and exits after a second without work, so a process that forks later
+A helper stays for the next call (an optimiser calls the kernels many times a second, and a
+thread started per call would add its start-up to every call) and exits after a second without
+work, so a process that forks later
 (``multiprocessing``) mostly forks a single-threaded Python; a forked child starts with no
 helpers.
 
@@ -19,11 +19,10 @@ sums are added in a fixed order: results are the same bit for bit with any numbe
 The number of threads is :func:`set_num_threads`, else the environment variable
 ``PYMC_CRF_NUM_THREADS``, else 1. One by default because OpenBLAS, as numpy and scipy ship it,
 keeps a worker thread spinning on every other core for about 2^28 cycles after each product,
-and the kernels run right after one (the node table ``X @ W``): on two cores, the per-edge
-engine objective of ``bench/bench_chain_paths.py`` took 15.2 ms by median in two threads against
-14.7 in one. Where the BLAS workers sleep at once (``OPENBLAS_THREAD_TIMEOUT=4`` in the
-environment before numpy loads) or do not exist (``OPENBLAS_NUM_THREADS=1``), more threads pay:
-11.3 against 14.8 ms, and 15.7 against 19.3 ms. Sampler processes already run one chain per
+and the kernels run right after one (the node table ``X @ W``), so a second kernel thread finds
+its core taken. Where the BLAS workers sleep at once (``OPENBLAS_THREAD_TIMEOUT=4`` in the
+environment before numpy loads) or do not exist (``OPENBLAS_NUM_THREADS=1``), more threads pay
+(docs/benchmarks.md, "Chain paths", threads). Sampler processes already run one chain per
 core. A call made while another call's helpers are running runs its parts in the calling
 thread alone, so concurrent callers (nutpie's chains) do not oversubscribe the cores.
 """

@@ -12,8 +12,8 @@ from pymc.logprob.utils import ParameterValueError
 
 import pymc_crf as pmc
 from pymc_crf.distributions.crf import crf_log_potentials
-from pymc_crf.fitters.spec import extract_crf
 from pymc_crf.graphs import as_graph_batch
+from pymc_crf.model.spec import extract_crf
 
 BATCH = pmc.GraphBatch.chains([3, 2])
 LABELS = np.array([[0, 1, 1], [1, 0, -1]])  # padded (graph, position)
@@ -409,14 +409,14 @@ def test_seeds_numpy_takes_still_work():
 
 
 def test_seeds_are_checked_before_the_work(monkeypatch):
-    """The deprecated name too, and the evidence's AIS seed before its Laplace fit."""
+    """The fitters' seed, and the evidence's AIS seed before its Laplace fit."""
     import pymc_crf.fitters.evidence.estimates as estimates
     from pymc_crf.inference import Gibbs
     from pymc_crf.inference.gibbs import independent_draws
 
     m = _data_model()
-    with pytest.raises(TypeError, match="method='ep': seed must be"):
-        pmc.fit(m, method="ep", seed=2.5, progressbar=False)
+    with pytest.raises(TypeError, match="method='ep': random_seed must be"):
+        pmc.fit(m, method="ep", random_seed=2.5, progressbar=False)
 
     def no_fit(*args, **kwargs):
         raise AssertionError("the Laplace fit ran before the seed was checked")

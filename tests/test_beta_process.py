@@ -291,7 +291,7 @@ def test_crf_only_fitter_refuses_hcrf(hmm_small):
 @pytest.mark.slow
 def test_map_fitter_on_hcrf_from_random_start(hmm_small):
     """The generic MAP fitter handles an HCRF (from a random start: zero is a symmetric saddle)."""
-    from pymc_crf.fitters.predictors import predict_hcrf_average
+    from pymc_crf.model.predictors import predict_hcrf_average
 
     train, test = hmm_small
     model = _model(train, 4)

@@ -10,11 +10,11 @@ import scipy.sparse
 from crf_models import node_edge_crf
 
 from pymc_crf.fitters import extract_crf
-from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.model.objective import CRFLogLikelihood
 
 BF = BruteForce()
 CH = ChainEngine()

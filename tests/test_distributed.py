@@ -16,6 +16,7 @@ import pymc_crf as pmc
 from pymc_crf import distributed as pd_
 from pymc_crf.datasets import data_dir, read_conll2000, token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
+from pymc_crf.model import objective
 
 distributed = pytest.importorskip("distributed")
 db = pytest.importorskip("dask.bag")
@@ -92,8 +93,8 @@ def _polished(result, model, gtol):
     """The single-process MAP polished by the same gradient rule on the single-process
     objective (``CRFLogLikelihood`` of the whole data plus the prior)."""
     spec = pmc.fitters.extract_crf(model)
-    lik = pmc.fitters.objective.CRFLogLikelihood(spec)
-    prior = pmc.fitters.objective.GaussianLogPrior(spec)
+    lik = objective.CRFLogLikelihood(spec)
+    prior = objective.GaussianLogPrior(spec)
     x0 = spec.flatten({w.name: result["posterior"][w.name].values[0, 0] for w in spec.weights})
     x, _ = pd_.polish(lambda x: -(lik(x)[1] + prior(x)[1]), x0, gtol)
     return spec.unflatten(x)
@@ -111,7 +112,7 @@ def test_data_parallel_map_reaches_single_process_optimum(client, loop_model):
     assert float(np.max(np.abs(dist["posterior"]["w"].values[0, 0] - exact))) < 1e-8
     assert json_settings(dist)["n_shards"] == 4 and json_settings(dist)["distributed"]
     spec = pmc.fitters.extract_crf(loop_model)
-    at_dist = pmc.fitters.objective.CRFLogLikelihood(spec).pointwise(
+    at_dist = objective.CRFLogLikelihood(spec).pointwise(
         dist["posterior"]["w"].values[0, 0].ravel())
     np.testing.assert_allclose(dist["log_likelihood"]["t"].values[0, 0], at_dist, rtol=0,
                                atol=1e-12)
@@ -130,7 +131,7 @@ def json_settings(result):
 
 def test_sharded_objective_equals_the_whole(client, loop_model):
     spec = pmc.fitters.extract_crf(loop_model)
-    whole = pmc.fitters.objective.CRFLogLikelihood(spec)
+    whole = objective.CRFLogLikelihood(spec)
     w = np.random.default_rng(0).normal(size=spec.flat_size)
     with pd_.ShardedLogLikelihood(client, spec, n_shards=3) as lik:
         value, grad = lik(w)
@@ -154,11 +155,11 @@ def test_data_parallel_laplace_is_the_exact_laplace(client, loop_model):
     assert np.max(np.abs(c0 - c1)) < 1e-5 * np.max(np.abs(c0))
     # the shards' curvature is the whole data's at the same point
     spec = pmc.fitters.extract_crf(loop_model)
-    whole = pd_._negative_hessian(pmc.fitters.objective.CRFLogLikelihood(spec), m1)
+    whole = pd_._negative_hessian(objective.CRFLogLikelihood(spec), m1)
     with pd_.ShardedLogLikelihood(client, spec, n_shards=3) as lik:
         np.testing.assert_allclose(lik.negative_hessian(m1), whole, rtol=0, atol=1e-10)
     assert dist["log_likelihood"]["t"].shape == (1, 50, 8)
-    spec_ll = pmc.fitters.objective.CRFLogLikelihood(spec)
+    spec_ll = objective.CRFLogLikelihood(spec)
     w0 = dist["posterior"]["w"].values[0, 7].ravel()
     np.testing.assert_allclose(dist["log_likelihood"]["t"].values[0, 7], spec_ll.pointwise(w0),
                                rtol=0, atol=1e-12)

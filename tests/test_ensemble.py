@@ -8,9 +8,9 @@ import pytest
 
 import pymc_crf as pmc
 from pymc_crf.fitters.ensemble import supergraph
-from pymc_crf.fitters.predictors import log_potentials_for, result_layout, weight_draws
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
 from pymc_crf.inference.brute_force import BruteForce
+from pymc_crf.model.predictors import log_potentials_for, result_layout, weight_draws
 
 
 @pytest.fixture(scope="module")

@@ -27,10 +27,10 @@ from scipy.special import logsumexp
 
 import pymc_crf as pmc
 from pymc_crf.distributions.hcrf import class_log_probs
-from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.random_field import MRFLogLikelihood, extract_mrf
-from pymc_crf.fitters.spec import extract_crf
 from pymc_crf.inference.brute_force import BruteForce
+from pymc_crf.model.objective import CRFLogLikelihood
+from pymc_crf.model.random_field import MRFLogLikelihood, extract_mrf
+from pymc_crf.model.spec import extract_crf
 from pymc_crf.potentials import log_potential_tables
 
 # no "explain" phase: it reruns a failing case hundreds of times to annotate it

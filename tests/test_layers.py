@@ -1,8 +1,9 @@
 """The layer order of docs/architecture.md holds for every import inside pymc_crf, at module level
-and inside functions: top (predict, compare, cli, ...) -> fitters / step_methods / datasets ->
-distributions -> ops -> inference -> graphs, with ``allocation``, ``feature_products`` (which uses
-it), ``potentials`` (which uses that), ``threads`` and ``validation`` importable by all and
-importing nothing else of the package."""
+and inside functions: top (predict, compare, cli, ...) -> fitters (the method plugins) ->
+step_methods -> model (the weight-space layer) -> datasets -> distributions -> ops -> inference ->
+graphs, each layer a rank of its own, with ``allocation``, ``feature_products`` (which uses it),
+``potentials`` (which uses that), ``threads`` and ``validation`` importable by all and importing
+nothing else of the package."""
 
 import ast
 from pathlib import Path
@@ -13,11 +14,12 @@ import pymc_crf
 
 ROOT = Path(pymc_crf.__file__).parent
 
-#: rank of each layer: a module may import modules of its own rank or below
+#: rank of each layer: a module may import modules of its own rank or below; above the shared
+#: helpers (rank 0) no two layers share a rank
 RANKS = {"potentials": 0, "feature_products": 0, "allocation": 0, "threads": 0, "validation": 0,
-         "compile_notice": 0, "graphs": 1,
-         "inference": 2, "ops": 3, "distributions": 4, "fitters": 5, "step_methods": 5, "datasets": 5}
-TOP = 6  # predict, compare, cli, plots and any other top-level module
+         "compile_notice": 0, "graphs": 1, "inference": 2, "ops": 3, "distributions": 4,
+         "datasets": 5, "model": 6, "step_methods": 7, "fitters": 8}
+TOP = 9  # predict, compare, cli, plots and any other top-level module
 
 
 def _module(path: Path) -> str:
@@ -85,6 +87,22 @@ def test_the_check_catches_upward_and_lazy_imports(text, ok):
     """The check itself on a made-up ``distributions`` module: module-level and in-function imports
     of a higher layer are both caught, imports of lower layers and of other packages are not."""
     assert (upward_imports({"pymc_crf.distributions.fake": text}) == []) == ok
+
+
+@pytest.mark.parametrize("importer,imported,ok", [
+    ("pymc_crf.fitters.map", "pymc_crf.step_methods.base", True),
+    ("pymc_crf.fitters.map", "pymc_crf.model.spec", True),
+    ("pymc_crf.step_methods.base", "pymc_crf.model.random_field", True),
+    ("pymc_crf.step_methods.base", "pymc_crf.fitters.bethe_laplace.laplace", False),
+    ("pymc_crf.model.results", "pymc_crf.step_methods.field", False),
+    ("pymc_crf.model.results", "pymc_crf.fitters.registry", False),
+])
+def test_method_plugins_sit_above_the_step_methods_which_sit_above_the_model_layer(
+        importer, imported, ok):
+    """No two layers above the shared helpers share a rank: the method plugins (fitters) import
+    the step methods and the model layer, never the other way round."""
+    assert len(set(RANKS.values()) - {0}) == len([r for r in RANKS.values() if r])
+    assert (upward_imports({importer: f"import {imported}"}) == []) == ok
 
 
 def test_potentials_import_nothing_of_the_package_but_the_feature_products():

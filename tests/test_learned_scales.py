@@ -17,7 +17,7 @@ import pymc_crf as pmc
 from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters.bethe_laplace import weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import exact_gradient, laplace_point
-from pymc_crf.fitters.spec import extract_crf, free_scales, refuse_free_scales
+from pymc_crf.model.spec import extract_crf, free_scales, refuse_free_scales
 
 LAPLACE = dict(map="exact", covariance="exact", bp=None, maxiter=2000, gtol=1e-10)
 

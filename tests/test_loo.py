@@ -11,8 +11,8 @@ import xarray as xr
 from scipy.stats import multivariate_normal
 
 import pymc_crf as pmc
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.loo import gaussian_log_density, is_gaussian_approximation, loo_log_densities
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 
 
 @pytest.fixture(scope="module")
@@ -65,7 +65,7 @@ def test_gaussian_results_are_corrected(bl_fit, loop_model):
 def test_mrf_gaussian_results_are_corrected():
     from crf_models import ising_grid_mrf
 
-    from pymc_crf.fitters.random_field import MRFLogLikelihood, extract_mrf
+    from pymc_crf.model.random_field import MRFLogLikelihood, extract_mrf
 
     model = ising_grid_mrf(3, 40, seed=0, prior_sd=1.0)
     fit = pmc.fit(model, method="bethe_laplace", draws=200, random_seed=0, progressbar=False)

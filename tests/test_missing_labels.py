@@ -11,10 +11,10 @@ import xarray as xr
 from scipy.special import logsumexp
 
 import pymc_crf as pmc
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.fitters.spec import extract_crf
 from pymc_crf.inference import BeliefPropagation, BruteForce, ChainEngine, JunctionTree
 from pymc_crf.inference.clamp import ObservedLabels
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.spec import extract_crf
 
 K, F, FE = 3, 2, 2
 LOOP = [(0, 1), (1, 2), (2, 3), (3, 0), (0, 2)]  # a 4-cycle with a chord: treewidth 2

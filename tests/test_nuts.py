@@ -57,7 +57,7 @@ def test_fit_nuts_result_and_log_likelihood():
     import json
 
     from pymc_crf.fitters import extract_crf
-    from pymc_crf.fitters.objective import CRFLogLikelihood
+    from pymc_crf.model.objective import CRFLogLikelihood
 
     model, _ = _chain_model(4, 3, 2, 1, seed=3)
     res = pmc.fit(model, method="nuts", draws=20, tune=20, chains=1, cores=1, random_seed=0,
@@ -108,7 +108,7 @@ def test_misspelt_sample_options_are_refused_by_name():
     for typo, meant in (("drawz", "draws"), ("chians", "chains"), ("randon_seed", "random_seed")):
         with pytest.raises(ValueError, match=f"no option '{typo}'; did you mean '{meant}'"):
             pmc.fit(model, method="nuts", **{typo: 10})
-    # the old option names of ep / bethe_laplace, which pm.sample would silently ignore
+    # other tools' names of pm.sample's options, which pm.sample would silently ignore
     for old, new in (("seed", "random_seed"), ("n_draws", "draws"), ("n_chains", "chains")):
         with pytest.raises(ValueError, match=f"takes pm.sample's '{new}', not '{old}'"):
             pmc.fit(model, method="nuts", **{old: 1})

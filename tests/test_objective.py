@@ -8,8 +8,8 @@ from crf_models import node_edge_crf
 
 import pymc_crf as pmc
 from pymc_crf.fitters import extract_crf
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 
 
 def _model(kind: str, potential: str, rng):
@@ -107,7 +107,7 @@ def test_engine_log_likelihood_group_equals_pymc():
     PyMC's values, dims and coords."""
     import arviz as az
 
-    from pymc_crf.fitters.results import attach_log_likelihood
+    from pymc_crf.model.results import attach_log_likelihood
 
     rng = np.random.default_rng(4)
     batch = GraphBatch.chains([3, 5, 2])

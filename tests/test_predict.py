@@ -53,7 +53,7 @@ def test_map_bpe_and_average_against_brute_force(fitted):
     assert p_map.error_rate == pytest.approx(wrong / test.graphs.n_total_nodes)
 
 
-def test_average_over_draws_and_deprecated_names(fitted):
+def test_average_over_draws(fitted):
     """With several draws, "average" is the mean of the per-draw brute-force marginals."""
     res, test = fitted
     w0 = res["posterior"]["w"].values[0, 0]
@@ -65,18 +65,8 @@ def test_average_over_draws_and_deprecated_names(fitted):
     expect = np.mean([_brute_force(test, w0 + o)[0] for o in offsets], axis=0)
     np.testing.assert_allclose(pmc.predict(many, test, "average", draws=None).marginals, expect,
                                atol=1e-10)
-    with pytest.warns(FutureWarning, match="n_draws= is renamed draws="):
-        old = pmc.predict(many, test, "average", n_draws=3)
-    np.testing.assert_allclose(old.marginals, expect, atol=1e-10)
-    # both names, the new one changed from its default: refused, not settled silently
-    with pytest.raises(ValueError, match="give draws= or its old name n_draws=, not both "
-                                         r"\(draws=2, n_draws=3\)"):
-        pmc.predict(many, test, "average", draws=2, n_draws=3)
-    with pytest.raises(ValueError, match="give random_seed= or its old name seed=, not both"):
-        pmc.predict(many, test, "average", random_seed=1, seed=2)
-    # the new name at its default (a numpy integer too) leaves the old one in charge
-    with pytest.warns(FutureWarning, match="n_draws= is renamed draws="):
-        pmc.predict(many, test, "average", draws=np.int64(200), n_draws=3)
+    np.testing.assert_allclose(pmc.predict(many, test, "average", draws=3).marginals, expect,
+                               atol=1e-10)
 
 
 def test_unknown_method(fitted):
@@ -234,7 +224,7 @@ def test_hidden_crf_predictions_need_one_class_per_graph():
 def test_label_level_methods_on_a_hidden_crf_result_say_so():
     import xarray as xr
 
-    from pymc_crf.fitters.predictors import result_layout
+    from pymc_crf.model.predictors import result_layout
 
     res = xr.DataTree.from_dict({"posterior": xr.Dataset()})
     res.attrs["hcrf_weights"] = ["theta_x", "theta_y", "theta_e"]

@@ -69,8 +69,8 @@ def test_class_predictions_of_hidden_crfs_per_graph():
     """Hidden-CRF predictions are one class per graph: (graph, class) probabilities."""
     import xarray as xr
 
-    from pymc_crf.fitters.prediction_group import add_predictions
-    from pymc_crf.fitters.predictors import prediction
+    from pymc_crf.model.prediction_group import add_predictions
+    from pymc_crf.model.predictors import prediction
 
     result = xr.DataTree.from_dict({"observed_data": xr.Dataset({"c": (("seq",), [0, 2])})})
     graphs = pmc.GraphBatch.chains([3, 2, 4])

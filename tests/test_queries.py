@@ -12,11 +12,11 @@ from pytensor.graph.basic import Constant
 from scipy.special import logsumexp
 
 import pymc_crf as pmc
-from pymc_crf.fitters.predictors import log_potentials_for, result_layout, weight_draws
-from pymc_crf.fitters.results import gaussian_fit_group
 from pymc_crf.inference import BruteForce, ChainEngine
 from pymc_crf.inference.spans import ChunkScheme
 from pymc_crf.metrics import confidence_reliability, selective_curve
+from pymc_crf.model.predictors import log_potentials_for, result_layout, weight_draws
+from pymc_crf.model.results import gaussian_fit_group
 
 TAGS = ["O", "B-A", "I-A"]
 

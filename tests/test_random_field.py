@@ -15,9 +15,9 @@ from pymc_crf.fitters import (
     random_field_log_likelihood,
     require_gaussian_prior,
 )
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference import BeliefPropagation
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.spec import CRFSpec
 
 GRAPH = pmc.GraphBatch.from_edges([[(0, 1), (1, 2), (2, 3), (3, 0), (1, 3), (3, 4)]], [5])
 
@@ -200,7 +200,7 @@ def test_rebuilt_mrf_models_read_back_and_fit_like_the_original():
     X = np.random.default_rng(4).integers(0, 2, size=(30, 5))
     orig = _ising_model(X)
     ref_map = pmc.fit(orig, method="map")
-    ref_bl = pmc.fit(orig, method="bethe_laplace", n_draws=10, seed=0)
+    ref_bl = pmc.fit(orig, method="bethe_laplace", draws=10, random_seed=0)
     observed = pm.observe(_ising_model(), {"x": X})
     for rebuilt in (clone_model(orig), observed):
         spec = extract_mrf(rebuilt)
@@ -212,7 +212,7 @@ def test_rebuilt_mrf_models_read_back_and_fit_like_the_original():
         for name in ("b", "w"):
             np.testing.assert_allclose(res["posterior"][name].values,
                                        ref_map["posterior"][name].values, atol=1e-6)
-        bl = pmc.fit(rebuilt, method="bethe_laplace", n_draws=10, seed=0)
+        bl = pmc.fit(rebuilt, method="bethe_laplace", draws=10, random_seed=0)
         np.testing.assert_allclose(bl["fit"]["mean_vector"], ref_bl["fit"]["mean_vector"],
                                    atol=1e-6)
 

@@ -5,14 +5,14 @@ import pytest
 
 import pymc_crf as pmc
 from pymc_crf.fitters import registry
-from pymc_crf.fitters.predictors import available_predictors, get_predictor, register_predictor
+from pymc_crf.model.predictors import available_predictors, get_predictor, register_predictor
 
 
 @pytest.fixture
 def scratch_registry(monkeypatch):
     """Registrations made by a test are dropped afterwards."""
     monkeypatch.setattr(registry, "_FITTERS", dict(registry._FITTERS))
-    from pymc_crf.fitters import predictors
+    from pymc_crf.model import predictors
 
     monkeypatch.setattr(predictors, "_PREDICTORS", dict(predictors._PREDICTORS))
 

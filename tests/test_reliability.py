@@ -13,7 +13,7 @@ import pymc as pm
 import pytest
 
 import pymc_crf as pmc
-from pymc_crf.fitters.spec import extract_crf
+from pymc_crf.model.spec import extract_crf
 
 # Every case runs in one child process, so a segmentation fault (the MRF's label columns were
 # indexed without bounds checks) fails this test instead of killing pytest; the child prints

@@ -11,7 +11,7 @@ from test_step_methods import grid_model, mrf_model, tree_model
 
 import pymc_crf as pmc
 from pymc_crf.compare import posterior_matrix
-from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
+from pymc_crf.model.random_field import extract_random_field, random_field_log_likelihood
 
 METHODS = ["bethe_mh", "langevin_cd", "exchange"]
 

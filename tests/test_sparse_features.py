@@ -14,7 +14,7 @@ import scipy.sparse as sp
 import pymc_crf as pmc
 from pymc_crf.feature_products import features_dot, features_tdot, row_quadratic_forms
 from pymc_crf.fitters import extract_crf
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 
 CHAIN = pmc.GraphBatch.chains([4, 1, 6, 3])
 # a tree and a four-cycle with a chord: the junction tree engine

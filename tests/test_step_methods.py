@@ -11,10 +11,10 @@ from pymc.sampling.mcmc import assign_step_methods
 from pymc.step_methods.compound import Competence
 
 import pymc_crf as pmc
-from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference import get_engine
 from pymc_crf.inference.select import ApproximateInferenceWarning
+from pymc_crf.model.random_field import extract_random_field, random_field_log_likelihood
 from pymc_crf.step_methods import BetheMH, Exchange, LangevinCD
 
 TREE = np.array([[0, 1], [1, 2], [1, 3], [3, 4]])
@@ -380,14 +380,14 @@ def test_tuning_settings_are_checked(cls):
 
 # ------------------------------------------------------------------ Bethe-Laplace proposal
 def test_laplace_proposal_is_the_bethe_laplace_covariance_and_accepts_sensibly():
-    from pymc_crf.step_methods.laplace_proposal import laplace_init
+    from pymc_crf.fitters import laplace_init
 
     m = grid_model(rows=3, n_graphs=3)
     init = laplace_init(m)
     bl = pmc.fit(m, method="bethe_laplace", map="bp", draws=10)
     np.testing.assert_allclose(init.covariance, bl["fit"]["covariance_matrix"].values, atol=1e-8)
     with m:
-        step = BetheMH(S="laplace")
+        step = BetheMH(S=init.covariance)
     a = step.adaptation
     np.testing.assert_allclose(a.chol @ a.chol.T, init.covariance, atol=1e-10)
     assert a.scale(True) == pytest.approx(2.38 / np.sqrt(step.d))
@@ -402,7 +402,7 @@ def test_laplace_proposal_is_the_bethe_laplace_covariance_and_accepts_sensibly()
 
 
 def test_laplace_proposal_on_a_forest_is_the_exact_laplace_fit():
-    from pymc_crf.step_methods.laplace_proposal import laplace_init
+    from pymc_crf.fitters import laplace_init
 
     m = tree_model(n_graphs=3)
     init = laplace_init(m)
@@ -424,8 +424,9 @@ def test_proposal_s_forms_and_errors():
     with pytest.raises(ValueError, match="symmetric"):
         proposal_covariance(np.array([[1.0, 0.5], [0.0, 1.0]]), 2)
     m = tree_model()
-    with m, pytest.raises(ValueError, match="'laplace'"):
-        BetheMH(S="bethe")
+    for S in ("bethe", "laplace"):  # the Laplace covariance is the fitters' (laplace_init)
+        with m, pytest.raises(ValueError, match="laplace_init"):
+            BetheMH(S=S)
     # the window estimate shrinks towards a full starting covariance, counted as prior_weight draws
     C0 = np.array([[1.0, 0.5], [0.5, 1.0]])
     ad = ProposalAdaptation(2, 1.0, 0.234, window=10, base_cov=C0, prior_weight=10)

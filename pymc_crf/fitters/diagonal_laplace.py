@@ -21,9 +21,9 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_crf.feature_products import as_feature_matrix, features_tdot
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.fitters.spec import CRFSpec, require_all_labels, require_gaussian_prior
 from pymc_crf.inference.select import get_engine
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.spec import CRFSpec, require_all_labels, require_gaussian_prior
 from pymc_crf.potentials import log_potential_tables
 from pymc_crf.validation import generator
 

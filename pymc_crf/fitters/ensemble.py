@@ -21,7 +21,10 @@ import numpy as np
 import xarray as xr
 
 from pymc_crf.datasets.base import CRFData
-from pymc_crf.fitters.predictors import (
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.inference.select import get_engine
+from pymc_crf.model.predictors import (
     Prediction,
     draw_indices,
     log_potentials_for,
@@ -30,9 +33,6 @@ from pymc_crf.fitters.predictors import (
     result_layout,
     weight_draws,
 )
-from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.inference.select import get_engine
 from pymc_crf.validation import flag, positive_number
 
 __all__ = ["predict_bagging", "predict_supergraph", "supergraph"]

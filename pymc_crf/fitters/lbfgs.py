@@ -1,8 +1,9 @@
 """Unbounded L-BFGS whose own work is O(m d) per iteration, for MAP fits with millions of weights.
 
 scipy's L-BFGS-B handles bounds through a generalised Cauchy point whose cost per iteration is far
-above the O(m d) of the plain two-loop recursion: with d = 2.7e5 weights it spent 0.19 s per
-iteration inside ``setulb`` alone, more than the CRF objective. The weights of a CRF are
+above the O(m d) of the plain two-loop recursion: with 10^5 weights and more, its own work
+(``setulb``) costs more per iteration than the CRF objective (docs/benchmarks.md, "Real data:
+CoNLL-2000"). The weights of a CRF are
 unbounded, so the plain method does: the two-loop recursion for the search direction (Nocedal &
 Wright 2006, Numerical Optimization, Alg. 7.4, with the initial scaling ``s'y / y'y`` of their
 eq. (7.20)) and a backtracking line search on the Armijo condition (their Alg. 3.1, c1 = 1e-4)
@@ -119,9 +120,8 @@ def lbfgs(fun: Callable[[np.ndarray], tuple[float, np.ndarray]], x0: np.ndarray,
 
 # The recursion's dot products and axpys are numba loops, not BLAS: numpy's ``@`` and scipy's
 # ``daxpy`` call two different OpenBLAS libraries, and each one's worker threads, spinning after
-# a call, took the cores from the other's next call. With d = 2.7e5 and 10 pairs the direction
-# took 164 ms on two cores that way, against 3.1 ms in these single-threaded loops (one pass over
-# memory each, as the BLAS calls).
+# a call, take the cores from the other's next call (docs/benchmarks.md, "Real data:
+# CoNLL-2000"). Single-threaded loops make one pass over memory each, as the BLAS calls do.
 @njit(cache=True, fastmath={"reassoc", "contract"})
 def _dot(a: np.ndarray, b: np.ndarray) -> float:
     s = 0.0

@@ -9,7 +9,6 @@ import pymc as pm
 from pymc.blocking import DictToArrayBijection
 from pymc.util import get_default_varnames
 
-from pymc_crf.fitters.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.fitters.optimise import (
     DELTA,
     OPTIMIZERS,
@@ -21,8 +20,11 @@ from pymc_crf.fitters.optimise import (
     find_map,
 )
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result
-from pymc_crf.fitters.spec import (
+from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.random_field import MRFSpec, extract_random_field
+from pymc_crf.model.results import build_result
+from pymc_crf.model.spec import (
     CRFSpec,
     check_observed_labels,
     extract_crf,
@@ -30,7 +32,6 @@ from pymc_crf.fitters.spec import (
     refuse_free_scales,
     require_gaussian_prior,
 )
-from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 __all__ = ["fit_map"]
@@ -80,7 +81,7 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         all-zero start that L-BFGS never leaves.
     engine_objective : bool, optional
         Evaluate the log posterior and its gradient with the inference engine directly
-        (:class:`~pymc_crf.fitters.objective.CRFLogLikelihood`) instead of a compiled PyTensor
+        (:class:`~pymc_crf.model.objective.CRFLogLikelihood`) instead of a compiled PyTensor
         function: the same function (to rounding), with nothing to compile. Possible when the
         model is one ``pmc.CRF`` likelihood with an exact engine and fixed Normal priors on its
         weights, and nothing else: no other free or observed variables and no potentials
@@ -108,7 +109,11 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         limit (e.g. a hierarchical prior's scale collapsing to 0), a final gradient that is not
         small.
     """
-    refuse_free_scales(model, "map")  # learned prior scales: laplace / bethe_laplace
+    try:  # the model's pmc.CRF or pmc.MRF, read once and handed on
+        field = extract_random_field(model)
+    except ValueError:  # neither (an HCRF, another likelihood) or a refused one: compiled path
+        field = None
+    refuse_free_scales(field, "map")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
     jitter = positive_number(jitter, "jitter", allow_zero=True)
     if engine_objective is not None:
@@ -117,10 +122,11 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
     maxiter = whole_number(maxiter, "maxiter")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be 'auto', 'scipy' or 'lbfgs'; got {optimizer!r}")
-    check_observed_labels(model)
+    if field is None:  # a CRF's or MRF's labels were checked as it was read
+        check_observed_labels(model)
     settings = {"maxiter": maxiter, "rule": rule, **stopping, "jacobian": jacobian,
                 "jitter": jitter, "random_seed": random_seed, "optimizer": optimizer}
-    spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model)
+    spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model, field)
     if engine_objective and spec is None:
         raise ValueError(f"engine_objective=True is not possible for this model: {why}")
     if spec is not None:
@@ -153,7 +159,8 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
     draws = {v.name: np.asarray(val)[None, None] for v, val in zip(out_vars, values, strict=True)}
     return build_result(model, draws, "map", {**settings, "engine_objective": False},
                         time.perf_counter() - t0, diagnostics=diag.to_dict(),
-                        diagnostics_group="optimizer_result", log_likelihood=log_likelihood)
+                        diagnostics_group="optimizer_result", log_likelihood=log_likelihood,
+                        spec=field)
 
 
 def _stopping_rule(rule: str | None, gtol: float | None, ftol: float | None,
@@ -245,10 +252,16 @@ def _warn_symmetric_hcrf_start(model: pm.Model, point: dict) -> None:
                        "start=", UserWarning)
 
 
-def _engine_objective_spec(model: pm.Model) -> tuple[CRFSpec | None, str]:
-    """The model's CRF spec when the engine objective applies, else (None, the reason)."""
+def _engine_objective_spec(model: pm.Model, field: CRFSpec | MRFSpec | None
+                           ) -> tuple[CRFSpec | None, str]:
+    """The model's CRF spec (``field``, as ``fit_map`` read it) when the engine objective
+    applies, else (None, the reason)."""
+    if isinstance(field, MRFSpec):
+        return None, "its likelihood is a pmc.MRF (the engine objective is the CRF's)"
     try:
-        spec = extract_crf(model)
+        # no CRF read: extract_crf says why (the only second read, on the way to a refusal or
+        # the compiled path)
+        spec = field if field is not None else extract_crf(model)
         require_gaussian_prior(spec, "map")
     except ValueError as err:
         return None, str(err)
@@ -320,4 +333,4 @@ def _fit_map_engine(spec: CRFSpec, t0: float, settings: dict, *, start: dict | N
     return build_result(spec.model, draws, "map", {**settings, "engine_objective": True},
                         time.perf_counter() - t0, diagnostics=diag.to_dict(),
                         diagnostics_group="optimizer_result", log_likelihood=False,
-                        pointwise_log_likelihood=pointwise)
+                        pointwise_log_likelihood=pointwise, spec=spec)

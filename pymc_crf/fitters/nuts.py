@@ -9,8 +9,8 @@ import time
 import pymc as pm
 
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
-from pymc_crf.fitters.spec import check_observed_labels
+from pymc_crf.model.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.model.spec import check_observed_labels
 from pymc_crf.validation import real_number, whole_number
 
 __all__ = ["fit_nuts"]
@@ -57,8 +57,8 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     return idata
 
 
-# the option names some other fitters take for one more release (docs/fit_contract.md); pm.sample
-# would pass them on to its step methods, which ignore them
+# names other tools use for pm.sample's options; pm.sample would pass them on to its step
+# methods, which ignore them
 _OLD_NAMES = {"seed": "random_seed", "n_draws": "draws", "n_chains": "chains"}
 
 

@@ -90,8 +90,8 @@ DIVERGING_DROP = 1e-3
 
 #: from this many weights on, ``optimizer="auto"`` takes the O(m d) L-BFGS. L-BFGS-B's level-1
 #: BLAS calls (scipy's OpenBLAS) start to use threads near here and then contend with numpy's
-#: BLAS threads of the objective: CoNLL-2000 subsets with d = 11,472 / 26,278 / 92,625 took
-#: 0.39 / 0.77 / 1.23 s with L-BFGS-B against 0.12 / 0.10 / 0.43 s, to the same objective.
+#: BLAS threads of the objective, so above it the package's L-BFGS reaches the same optimum in
+#: less time (docs/benchmarks.md, "Real data: the text examples", optimiser).
 LARGE = 10_000
 
 

@@ -1,7 +1,7 @@
 """The fitter registry: ``pmc.fit(model, method=...)`` and ``register(name)``.
 
 A fitter is a function ``fn(model, **options) -> xarray.DataTree`` following the result contract of
-``docs/fit_contract.md`` (build it with :func:`pymc_crf.fitters.results.build_result`).
+``docs/fit_contract.md`` (build it with :func:`pymc_crf.model.results.build_result`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Callable
 import pymc as pm
 from xarray import DataTree
 
-from pymc_crf.fitters.options import check_options
+from pymc_crf.model.options import check_options
 from pymc_crf.validation import fitting, flag, generator
 
 __all__ = ["available", "fit", "fitter", "load_builtin", "register"]
@@ -101,12 +101,11 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
     check_options(fitter, options, f"method={method!r}")  # a **kwargs fitter checks its own
     if "log_likelihood" in options:  # before the fit: "False" would be read as true after it
         flag(options["log_likelihood"], f"method={method!r}: log_likelihood")
-    for name in ("random_seed", "seed"):  # seed: the deprecated name some fitters still take
-        seed = options.get(name)
-        # before the fit: some fitters draw from it only late or on some paths; the elements of
-        # a per-chain list one by one (generator takes [1, True] as one sequence)
-        for s in seed if isinstance(seed, list | tuple) else [seed]:
-            generator(s, f"method={method!r}: {name}")
+    # the seed before the fit: some fitters draw from it only late or on some paths; the elements
+    # of a per-chain list one by one (generator takes [1, True] as one sequence)
+    seed = options.get("random_seed")
+    for s in seed if isinstance(seed, list | tuple) else [seed]:
+        generator(s, f"method={method!r}: random_seed")
     if not model.free_RVs:
         # PyMC's backends fail on such a model with an IndexError or a SamplingError
         what = ("the model is empty" if not model.named_vars else

@@ -24,19 +24,18 @@ from __future__ import annotations
 
 import json
 import time
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
 from xarray import DataTree
 
+import pymc_crf.step_methods as step_methods
+from pymc_crf.fitters.laplace_proposal import LaplaceInit, laplace_init
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import attach_log_likelihood, record_crf_layout
 from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.model.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.step_methods.field import RandomFieldTerm
 from pymc_crf.validation import generator, whole_number
-
-if TYPE_CHECKING:
-    from pymc_crf.step_methods.laplace_proposal import LaplaceInit
 
 __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 
@@ -53,8 +52,6 @@ def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
             raise ValueError(f"S and start take 'auto', 'laplace' or an explicit value; got {o!r}")
     if not wanted:
         return None
-    from pymc_crf.step_methods import laplace_init
-
     try:
         return laplace_init(model)
     except ValueError as err:
@@ -68,11 +65,6 @@ def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
 def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune: int, chains: int,
                  cores: int, random_seed, progressbar: bool, initvals, S, start,
                  step_kwargs: dict) -> DataTree:
-    # the step methods import the fitters' model readers, so they are imported here, not at the
-    # top: importing either package first must work
-    import pymc_crf.step_methods as step_methods
-    from pymc_crf.step_methods.field import RandomFieldTerm
-
     step_cls = getattr(step_methods, step_name)
     t0 = time.perf_counter()
     draws = whole_number(draws, f"{method}: draws")

@@ -316,8 +316,8 @@ class BeliefPropagation(LoopyEngine):
         converge.
     threads : bool or None
         Run flooding sweeps in numba threads. Default False: on a busy machine (parallel tests,
-        several MCMC chains) the threads' barrier waits make it slower; on an idle 2-core
-        machine it was ~3-4x faster on a 100x100 grid. ``None``: threads for batches with at
+        several MCMC chains) the threads' barrier waits make it slower; on idle cores it pays
+        on large grids (docs/benchmarks.md, "Loopy BP threads"). ``None``: threads for batches with at
         least ``THREAD_MIN_MESSAGES`` directed messages.
     restarts : int
         Restarts of a sum-product run on the loopy graphs whose fixed point is suspect: Bethe

@@ -52,8 +52,8 @@ def _hcrf_model(data, S: int, prior_sd: float = 3.0):
 
 def _fit_and_score(train, test, s: dict[str, Any], seed: int) -> dict[str, float]:
     from pymc_crf.fitters.beta_process import predict_bp_hcrf
-    from pymc_crf.fitters.predictors import predict_hcrf_average
     from pymc_crf.fitters.registry import fit
+    from pymc_crf.model.predictors import predict_hcrf_average
 
     t0 = time.perf_counter()
     with warnings.catch_warnings():

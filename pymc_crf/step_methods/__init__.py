@@ -8,14 +8,15 @@ normaliser (doubly-intractable posteriors): use them as ``pm.sample(step=...)`` 
   (Murray & Ghahramani 2004; Hinton 2002).
 - :class:`Exchange`: the exchange algorithm with exact auxiliary draws (Murray, Ghahramani &
   MacKay 2006), or an approximate Gibbs variant beyond exact sampling.
-- :func:`laplace_init`: the Bethe-Laplace covariance and starting points for their proposals
-  (``S="laplace"``; the fitters' default where it applies).
+
+Their proposals start from ``S``; the Bethe-Laplace covariance and chain starts that the fitters
+use by default where they apply come from :func:`pymc_crf.fitters.laplace_init` (a fitter: this
+layer sits below the fitters and imports none of them).
 """
 
 from pymc_crf.step_methods.base import RandomFieldStep
 from pymc_crf.step_methods.bethe_mh import BetheMH
 from pymc_crf.step_methods.exchange import Exchange
 from pymc_crf.step_methods.langevin_cd import LangevinCD
-from pymc_crf.step_methods.laplace_proposal import LaplaceInit, laplace_init
 
-__all__ = ["BetheMH", "Exchange", "LangevinCD", "LaplaceInit", "RandomFieldStep", "laplace_init"]
+__all__ = ["BetheMH", "Exchange", "LangevinCD", "RandomFieldStep"]

@@ -6,7 +6,7 @@ so that a random-walk or Langevin proposal matches the posterior's scales and co
 
 The starting proposal is either standard deviations (a diagonal covariance) or a full covariance,
 e.g. the Bethe-Laplace posterior covariance (Welling & Parise 2006, eq. (7);
-:func:`pymc_crf.step_methods.laplace_init`). A full starting covariance is also what the window
+:func:`pymc_crf.fitters.laplace_init`). A full starting covariance is also what the window
 estimates shrink towards: a random walk's tuning draws are strongly autocorrelated, so a window of
 a few hundred of them in tens of dimensions estimates the covariance poorly, and the starting
 covariance counts as ``prior_weight`` draws in every estimate."""

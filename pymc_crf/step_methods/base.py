@@ -10,9 +10,8 @@ from pymc.step_methods.arraystep import ArrayStepShared
 from pymc.step_methods.compound import Competence
 from pymc.util import get_value_vars_from_user_vars
 
-from pymc_crf.fitters.random_field import extract_random_field
+from pymc_crf.model.random_field import extract_random_field
 from pymc_crf.step_methods.field import RandomFieldTerm
-from pymc_crf.step_methods.laplace_proposal import laplace_init
 from pymc_crf.step_methods.rest_logp import rest_logp
 from pymc_crf.validation import flag
 
@@ -97,13 +96,13 @@ class RandomFieldStep(ArrayStepShared):
         """Reset per-chain state (tuning, warm starts); subclasses extend it."""
 
     def _proposal_base(self, S) -> np.ndarray | None:
-        """The starting proposal: ``None`` (unit), standard deviations (d,), a covariance (d, d),
-        or ``"laplace"``: the Bethe-Laplace posterior covariance of the weights
-        (:func:`~pymc_crf.step_methods.laplace_init`)."""
+        """The starting proposal: ``None`` (unit), standard deviations (d,) or a covariance (d, d).
+        The Bethe-Laplace covariance is computed by a fitter, above this layer: ``S="laplace"``
+        is ``pmc.fit``'s option; by hand, ``S=pmc.fitters.laplace_init(model).covariance``."""
         if isinstance(S, str):
-            if S != "laplace":
-                raise ValueError(f"{self.method_name}: S must be an array or 'laplace'; got {S!r}")
-            return laplace_init(self.field.model).covariance
+            raise ValueError(f"{self.method_name}: S must be an array or None; got {S!r} (the "
+                             "Bethe-Laplace covariance is pmc.fitters.laplace_init(model).covariance"
+                             ", or pmc.fit(model, method=..., S='laplace'))")
         return S
 
     def reset_tuning(self) -> None:

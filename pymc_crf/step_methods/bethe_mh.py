@@ -33,12 +33,12 @@ class BetheMH(RandomFieldStep):
         during tuning; the proposal covariance is estimated from the tuning draws). Default
         ``2.38 / sqrt(d)`` when ``S`` is given (optimal for a proposal covariance equal to the
         posterior's; Roberts, Gelman & Gilks 1997), else 0.1.
-    S : array (d,) or (d, d), or "laplace", optional
+    S : array (d,) or (d, d), optional
         Starting proposal, as ``pm.Metropolis``'s ``S``: standard deviations (d,) or a covariance
-        (d, d) in the flat weight order (default unit standard deviations). ``"laplace"``: the
-        Bethe-Laplace posterior covariance (:func:`~pymc_crf.step_methods.laplace_init`;
-        needs fixed Normal weight priors and nothing else free). A full covariance is also what
-        the tuning estimates shrink towards.
+        (d, d) in the flat weight order (default unit standard deviations), e.g. the
+        Bethe-Laplace posterior covariance (:func:`pymc_crf.fitters.laplace_init`; needs fixed
+        Normal weight priors and nothing else free). A full covariance is also what the tuning
+        estimates shrink towards.
     target_accept : float
         Acceptance rate aimed for in tuning (0.234, Roberts, Gelman & Gilks 1997).
     adapt_window : int

@@ -13,16 +13,16 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 
-from pymc_crf.fitters.random_field import (
-    MRFSpec,
-    extract_random_field,
-    random_field_log_likelihood,
-)
-from pymc_crf.fitters.spec import require_all_labels
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.bp import labelling_score
 from pymc_crf.inference.gibbs import Gibbs
+from pymc_crf.model.random_field import (
+    MRFSpec,
+    extract_random_field,
+    random_field_log_likelihood,
+)
+from pymc_crf.model.spec import require_all_labels
 
 __all__ = ["RandomFieldTerm"]
 

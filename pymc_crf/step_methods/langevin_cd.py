@@ -61,9 +61,9 @@ class LangevinCD(RandomFieldStep):
     max_energy_error : float
         After tuning, moves whose estimated log acceptance ratio is below ``-max_energy_error``
         are rejected as divergent (default 10; see the module notes).
-    S : array (d,) or (d, d), or "laplace", optional
-        Starting preconditioner: standard deviations (d,) (a diagonal preconditioner), a
-        covariance (d, d) or ``"laplace"`` (the Bethe-Laplace posterior's, as
+    S : array (d,) or (d, d), optional
+        Starting preconditioner: standard deviations (d,) (a diagonal preconditioner) or a
+        covariance (d, d), e.g. the Bethe-Laplace posterior's (as
         :class:`~pymc_crf.step_methods.BetheMH`; a full preconditioner, re-estimated from the
         tuning draws in windows and shrunk towards ``S``); default unit standard deviations.
 

@@ -12,7 +12,7 @@ import pytensor.tensor as pt
 from pymc.pytensorf import compile as pm_compile
 from pymc.pytensorf import join_nonshared_inputs, make_shared_replacements
 
-from pymc_crf.fitters.objective import GaussianLogPrior
+from pymc_crf.model.objective import GaussianLogPrior
 from pymc_crf.step_methods.field import RandomFieldTerm
 
 __all__ = ["RestLogp", "rest_logp"]
@@ -38,7 +38,7 @@ def rest_logp(model: pm.Model, field: RandomFieldTerm, vars: list, initial_point
     the flat weight order), and the shared replacements of the other value variables.
 
     When the only free variables are the weights with fixed Normal priors and the random field is
-    the only observed variable, this is :class:`~pymc_crf.fitters.objective.GaussianLogPrior`
+    the only observed variable, this is :class:`~pymc_crf.model.objective.GaussianLogPrior`
     (nothing to compile); otherwise PyMC compiles ``model.logp`` of the other terms.
     """
     spec = field.spec

@@ -33,10 +33,9 @@ from pymc_crf.distributions.hcrf import find_hcrf
 from pymc_crf.fitters.beta_process.likelihood import HCRFData
 from pymc_crf.fitters.beta_process.stick_breaking import expected_usage
 from pymc_crf.fitters.beta_process.vi import VISettings, effective_weights, elog_pi, fit_restarts
-from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result
 from pymc_crf.inference.select import get_engine
+from pymc_crf.model.results import build_result
 from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["fit_bp_hcrf_vi", "sign_split", "plug_in_weights"]
@@ -98,7 +97,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                    alpha: float = 1.0, gamma: float = 2.0, alpha_pi: float = 1.0,
                    theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 30,
                    draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True,
-                   n_draws: int | None = None, progressbar: bool = True):
+                   progressbar: bool = True):
     """BP-HCRF (Luo, Sun & Zhao) by variational EM with random restarts; the best final bound is kept.
 
     Parameters
@@ -132,8 +131,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
     log_likelihood
         Add the per-graph ``log_likelihood`` group (of the draws).
     draws
-        Draws of the variational posterior in the ``posterior`` group (``n_draws``: deprecated
-        name).
+        Draws of the variational posterior in the ``posterior`` group.
     random_seed
         Seed of the restarts' initialisations and of the draws.
     progressbar : bool
@@ -150,7 +148,6 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         after every step and the step's name); attrs ``method``, settings, ``wall_time``.
     """
     t0 = time.perf_counter()
-    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     rv, info, labels = find_hcrf(model)
     if truncation is not None:
         whole_number(truncation, "bp_hcrf_vi: truncation")

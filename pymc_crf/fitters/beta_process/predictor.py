@@ -19,13 +19,13 @@ from pymc_crf.distributions.hcrf import class_log_probs, replicate_batch
 from pymc_crf.fitters.beta_process.fitter import sign_split
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import BPFactors, z_natural_terms
-from pymc_crf.fitters.predictors import (
+from pymc_crf.inference.select import get_engine
+from pymc_crf.model.predictors import (
     Prediction,
     hcrf_test_features,
     prediction,
     register_predictor,
 )
-from pymc_crf.inference.select import get_engine
 from pymc_crf.validation import whole_number
 
 __all__ = ["predict_bp_hcrf"]

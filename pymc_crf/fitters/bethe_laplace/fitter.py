@@ -24,10 +24,9 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 )
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
-from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result, draws_from_gaussian
 from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.model.results import build_result, draws_from_gaussian
 from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["fit_bethe_laplace", "fit_laplace"]
@@ -37,8 +36,7 @@ __all__ = ["fit_bethe_laplace", "fit_laplace"]
 def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = "bp",
                       bp: BeliefPropagation | None = None, maxiter: int = 2000,
                       gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
-                      log_likelihood: bool = True, n_draws: int | None = None,
-                      n_chains: int | None = None, seed=None,
+                      log_likelihood: bool = True,
                       progressbar: bool = True, hyperprior: bool = True,
                       integrate_scales: str | None = None, scale_init=1.0,
                       scale_tol: float = 1e-6, scale_maxiter: int = 200,
@@ -83,8 +81,6 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         Draws from the Gaussian for the ``posterior`` group.
     log_likelihood : bool
         Add the per-graph log-likelihood of the draws.
-    n_draws, n_chains, seed
-        Deprecated names of ``draws``, ``chains``, ``random_seed`` (FutureWarning).
     progressbar : bool
         Show a progress bar of the MAP search (PyMC's; ``False`` silences it).
     hyperprior : bool
@@ -116,10 +112,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
         ``settings``, ``wall_time``, ``log_marginal_likelihood``.
     """
     t0 = time.perf_counter()
-    n_draws = renamed(draws, n_draws, "n_draws", "draws", default=1000)
-    n_chains = renamed(chains, n_chains, "n_chains", "chains", default=1)
-    seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
-    n_draws, n_chains = whole_number(n_draws, "draws"), whole_number(n_chains, "chains")
+    n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
+    seed = random_seed
     problem = weight_problem(model, "bethe_laplace", learn_scales=True)
     if problem.n_scales or covariance in LARGE_COVARIANCES:
         return _fit_learned_scales(
@@ -155,7 +149,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                           mean_vector=fit.mean, covariance_matrix=fit.covariance,
                           param_names=spec.param_names(), diagnostics=diagnostics,
                           log_marginal_likelihood=log_ev, log_likelihood=False,
-                          pointwise_log_likelihood=pointwise)
+                          pointwise_log_likelihood=pointwise, spec=spec)
     fit_group = result["fit"].to_dataset()
     fit_group["log_marginal_likelihood"] = ((), float(log_ev))
     result["fit"] = fit_group
@@ -292,7 +286,7 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
     result = build_result(problem.model, post, method, settings, time.perf_counter() - t0,
                           mean_vector=mean, covariance_matrix=cov if dense else None,
                           param_names=spec.param_names(), log_marginal_likelihood=log_ev,
-                          log_likelihood=False, pointwise_log_likelihood=pointwise)
+                          log_likelihood=False, pointwise_log_likelihood=pointwise, spec=spec)
     names = [n for v in problem.scales for n in v.entry_names()]
     if dense:
         fit_group = result["fit"].to_dataset()

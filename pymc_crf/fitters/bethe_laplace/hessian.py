@@ -42,9 +42,9 @@ import numpy as np
 import scipy.sparse
 
 from pymc_crf.feature_products import features_dot, features_tdot, is_sparse
-from pymc_crf.fitters.objective import CRFLogLikelihood
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.model.objective import CRFLogLikelihood
 from pymc_crf.potentials import constant_row, get_potential
 
 __all__ = ["BlockMaps", "CurvatureOperator", "chain_covariance_block", "curvature_diagonal",

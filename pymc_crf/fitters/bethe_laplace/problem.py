@@ -14,9 +14,12 @@ import numpy as np
 import pymc as pm
 
 from pymc_crf.distributions.hcrf import HCRFRV
-from pymc_crf.fitters.objective import GaussianLogPrior
-from pymc_crf.fitters.random_field import extract_random_field, random_field_log_likelihood
-from pymc_crf.fitters.spec import (
+from pymc_crf.inference.base import Engine
+from pymc_crf.inference.bp import BeliefPropagation
+from pymc_crf.inference.select import get_engine
+from pymc_crf.model.objective import GaussianLogPrior
+from pymc_crf.model.random_field import extract_random_field, random_field_log_likelihood
+from pymc_crf.model.spec import (
     free_scales,
     observes,
     refuse_free_scales,
@@ -26,9 +29,6 @@ from pymc_crf.fitters.spec import (
     require_sole_likelihood,
     with_scales,
 )
-from pymc_crf.inference.base import Engine
-from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.inference.select import get_engine
 
 __all__ = ["WeightProblem", "weight_problem", "exact_engine", "bp_engine"]
 

@@ -20,8 +20,8 @@ from pymc_crf.fitters.ep.fitter import _check_unit_interval, _spec_for_ep, ep_in
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result, draws_from_gaussian
-from pymc_crf.fitters.spec import refuse_free_scales
+from pymc_crf.model.results import build_result, draws_from_gaussian
+from pymc_crf.model.spec import refuse_free_scales
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 __all__ = ["fit_predictive_ard"]

@@ -17,10 +17,10 @@ from pymc_crf.distributions.crf import CRFRV
 from pymc_crf.feature_products import dense_features
 from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
 from pymc_crf.fitters.ep.terms import build_terms
-from pymc_crf.fitters.options import renamed
 from pymc_crf.fitters.registry import register
-from pymc_crf.fitters.results import build_result, draws_from_gaussian
-from pymc_crf.fitters.spec import (
+from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
+from pymc_crf.model.results import build_result, draws_from_gaussian
+from pymc_crf.model.spec import (
     CRFSpec,
     extract_crf,
     observes,
@@ -29,7 +29,6 @@ from pymc_crf.fitters.spec import (
     require_gaussian_prior,
     require_sole_likelihood,
 )
-from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
 from pymc_crf.validation import flag, generator, real_number, whole_number
 
 __all__ = ["fit_ep", "ep_inputs"]
@@ -52,6 +51,7 @@ def _spec_for_ep(model: pm.Model, method: str = "ep") -> CRFSpec:
                          "for HCRFs also 'bp_hcrf_vi', for MRFs 'bethe_laplace'.")
     # the CRF's own errors (labels out of range, several CRFs) are the ones to report
     spec = extract_crf(model)
+    refuse_free_scales(spec, method)  # learned prior scales: laplace / bethe_laplace
     require_gaussian_prior(spec, method)
     require_all_labels(spec, method)
     require_sole_likelihood(spec, method)
@@ -94,8 +94,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
            max_iter: int = 2000, backoff: bool = True, min_step: float = 0.05,
            schedule: str | None = None, max_step: float = 1.0,
            draws: int = 1000, chains: int = 1, random_seed=None,
-           log_likelihood: bool = True, n_draws: int | None = None, n_chains: int | None = None,
-           seed=None, progressbar: bool = True):
+           log_likelihood: bool = True, progressbar: bool = True):
     """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
 
     Parameters
@@ -129,8 +128,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``backoff=False`` without ``schedule`` means ``"fixed"``; ``min_step`` is the floor of a
         backed-off lambda and ``max_step`` the ceiling of the adaptive one.
     draws, chains, random_seed
-        Draws from q(w) for the ``posterior`` group (PyMC's names; ``n_draws``, ``n_chains`` and
-        ``seed`` are their deprecated names).
+        Draws from q(w) for the ``posterior`` group (PyMC's names).
     log_likelihood : bool
         Compute the per-graph log-likelihood of the draws.
     progressbar : bool
@@ -143,11 +141,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         ``diagnostics`` (``change_mean`` / ``change_cov`` / ``skipped`` per sweep, ``iterations``,
         ``converged``, skip counts by kind, ``sweep_time``), ``log_likelihood`` per graph, attrs.
     """
-    refuse_free_scales(model, "ep")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
-    draws = renamed(draws, n_draws, "n_draws", "draws", default=1000)
-    chains = renamed(chains, n_chains, "n_chains", "chains", default=1)
-    random_seed = renamed(random_seed, seed, "seed", "random_seed", default=None)
     step_size = _check_unit_interval("step_size", step_size)
     min_step = _check_unit_interval("min_step", min_step)
     max_step = _check_unit_interval("max_step", max_step)
@@ -210,4 +204,4 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     wall = time.perf_counter() - t0
     return build_result(model, posterior, "ep", settings, wall, mean_vector=run.mean,
                         covariance_matrix=run.cov, param_names=spec.param_names(),
-                        diagnostics=diagnostics, log_likelihood=log_likelihood)
+                        diagnostics=diagnostics, log_likelihood=log_likelihood, spec=spec)

@@ -18,7 +18,7 @@ import xarray as xr
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.feature_products import as_feature_matrix
 from pymc_crf.fitters.ep.average import averaged_node_marginals
-from pymc_crf.fitters.predictors import (
+from pymc_crf.model.predictors import (
     Prediction,
     check_feature_columns,
     prediction,

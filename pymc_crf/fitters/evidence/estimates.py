@@ -27,7 +27,6 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 )
 from pymc_crf.fitters.bethe_laplace.problem import bp_engine, exact_engine, weight_problem
 from pymc_crf.fitters.evidence.ais import ais_log_evidence
-from pymc_crf.fitters.options import renamed
 from pymc_crf.validation import generator
 
 if TYPE_CHECKING:
@@ -70,7 +69,6 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
                             gtol: float = 1e-8, engine: str = "exact", n_runs: int = 10,
                             n_temps: int = 1000, n_leapfrog: int = 5, step_size: float = 0.5,
                             random_seed: int | np.random.Generator | None = None,
-                            seed: int | np.random.Generator | None = None,
                             progressbar: bool = True) -> LogEvidence:
     """Log marginal likelihood ``log int p(D | w) p(w) dw`` of a CRF or MRF model.
 
@@ -94,8 +92,6 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
         log Z of the AIS likelihood.
     n_runs, n_temps, n_leapfrog, step_size, random_seed
         AIS settings (independent runs, temperatures, HMC leapfrog steps and step size).
-    seed : int or Generator, optional
-        Former name of ``random_seed`` (accepted with a ``FutureWarning``).
     progressbar : bool
         Show progress bars of the MAP search and of AIS's temperatures (PyMC's; ``False``
         silences them).
@@ -118,7 +114,7 @@ def log_marginal_likelihood(model: pm.Model | None = None, method: str = "bethe_
     if engine != "exact" and method != "ais":
         raise ValueError(f"engine= applies to method 'ais', not {method!r}")
     # before the Laplace fit that AIS starts with
-    rng = generator(renamed(random_seed, seed, "seed", "random_seed", default=None), "random_seed")
+    rng = generator(random_seed, "random_seed")
     problem = weight_problem(model, f"log_marginal_likelihood/{method}")
     too_wide = {"laplace_exact": "use method='bethe_laplace' (the Bethe approximation)",
                 "bic": "use method='bethe_laplace' or method='ais' with engine='bp'",

@@ -46,8 +46,8 @@ def _workspace(sizes, buf):
     """Buffers of the given sizes carved from ``buf``, or from one new allocation when ``buf``
     is too small (empty), each starting at a different offset modulo 4 KiB (multiples of 640
     bytes). Separately allocated large buffers tend to be page-aligned alike, and a load at the
-    same address modulo 4 KiB as an earlier store stalls ("4K aliasing"): that made the lane
-    kernels 2.5x slower in about half of all processes."""
+    same address modulo 4 KiB as an earlier store stalls ("4K aliasing"), which slowed the lane
+    kernels in about half of all processes (docs/benchmarks.md, "Chain engine")."""
     starts, length = _workspace_layout(sizes)
     if buf.shape[0] < length:
         buf = empty_pages(length)

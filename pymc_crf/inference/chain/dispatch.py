@@ -28,8 +28,8 @@ from pymc_crf.inference.chain.small import forward_backward_small, is_small
 
 # Batches with less forward-backward work than this (positions x K^2) run graph by graph
 # (``_forward_backward_graphs``): they never compile the lane-block kernels, whose compilation
-# (about 45 s of CPU) is most of a machine's first fit of a small model (docs/benchmarks.md, "Cold
-# start"), while on such batches the lanes save well under a millisecond a pass. The smallest
+# is most of a machine's first fit of a small model (docs/benchmarks.md, "Cold start"), while on
+# such batches the lanes save little a pass. The smallest
 # batches run in numpy, compiling nothing (``small``).
 _LANE_WORK = 1 << 18
 

@@ -30,7 +30,7 @@ from pymc_crf.inference.chain.scaling import (
 # masked out of every output. A shared edge table is one (K, K) matrix for every lane; per-edge
 # tables are exponentiated block by block into a (t, i, j, lane) buffer. Buffer offsets are
 # unsigned (``_u``): numba adds a negative-index check to every signed index, which stops LLVM
-# from vectorising the lane loops (3x slower).
+# from vectorising the lane loops.
 LANES = 64  # lanes of a block (fewer for small batches: a multiple of 8 covering them)
 _BLOCK_ELEMS = 1 << 18  # max positions x K x lanes of one block's buffers (2 MB each)
 _TABLE_ELEMS = 1 << 19  # max positions x K^2 x lanes of a block's per-edge tables (4 MB)

@@ -12,8 +12,8 @@ from __future__ import annotations
 import numpy as np
 from numba import njit
 
-# exp of non-positive arguments, vectorisable (numba has no SVML here, and libm's scalar exp is
-# ~4x slower): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-13 Taylor polynomial
+# exp of non-positive arguments, vectorisable (numba may lack SVML, and libm's scalar exp keeps
+# the loop from vectorising): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-13 Taylor polynomial
 # (truncation < 2e-17 relative) and 2^n assembled from the bits of the rounded n; measured
 # relative error <= 2.3e-16. Arguments below -708 (including -inf) give 0: the entries are
 # relative to the row maximum (= 1), so a flushed subnormal changes any sum by < 1e-307.

@@ -1,8 +1,8 @@
 """Forward-backward of small chain batches in numpy, with nothing to compile.
 
 The chain engine's numba kernels take seconds to compile on a machine's first use (the per-graph
-kernel about 9 s of CPU, the lane-block kernels about 45 s more: docs/benchmarks.md, "Cold
-start"), while a batch of a few hundred positions needs microseconds a pass. Such batches (fewer
+kernel, then the lane-block kernels: docs/benchmarks.md, "Cold start"), while a batch of a few
+hundred positions needs little work a pass. Such batches (fewer
 than ``SMALL_WORK`` positions x K^2 and chains of at most ``SMALL_LENGTH`` positions) run here:
 the log-space recursion (Rabiner 1989, eqs. (19)-(25) in log form) over all chains at once, the
 chains padded to the longest and each step one broadcast over (graphs, K, K). The cost is a few

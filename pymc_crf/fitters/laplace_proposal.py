@@ -19,7 +19,7 @@ import pymc as pm
 
 from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit
 from pymc_crf.fitters.bethe_laplace.problem import weight_problem
-from pymc_crf.fitters.results import draws_from_gaussian
+from pymc_crf.model.results import draws_from_gaussian
 
 __all__ = ["LaplaceInit", "laplace_init"]
 

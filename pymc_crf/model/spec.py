@@ -418,7 +418,7 @@ def with_scales(spec, scale_values: np.ndarray):
 def _spec_or_none(spec_or_model):
     if not isinstance(spec_or_model, pm.Model):
         return spec_or_model
-    from pymc_crf.fitters.random_field import extract_random_field
+    from pymc_crf.model.random_field import extract_random_field
 
     try:
         return extract_random_field(spec_or_model)

@@ -17,9 +17,13 @@ from pymc.backends.arviz import (
     find_observations,
 )
 
-from pymc_crf.fitters.predictors import HCRF_WEIGHTS, crf_attrs, hcrf_layout
-from pymc_crf.fitters.random_field import extract_mrf, random_field_pointwise_log_likelihood
-from pymc_crf.fitters.spec import extract_crf
+from pymc_crf.model.predictors import HCRF_WEIGHTS, crf_attrs, hcrf_layout
+from pymc_crf.model.random_field import (
+    MRFSpec,
+    extract_mrf,
+    random_field_pointwise_log_likelihood,
+)
+from pymc_crf.model.spec import CRFSpec, extract_crf
 
 __all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group",
            "record_crf_layout"]
@@ -47,29 +51,39 @@ def _record_mrf_log_z(idata: xr.DataTree, model: pm.Model) -> None:
     idata.attrs["log_z"] = "exact" if info.exact else f"approximate ({info.engine_name})"
 
 
-def record_crf_layout(idata: xr.DataTree, model: pm.Model) -> None:
-    """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model."""
-    try:
-        spec = extract_crf(model)
-    except ValueError:  # not a CRF model: an HCRF records the names of its three weight tensors
-        _record_hcrf_layout(idata, model)
-        _record_mrf_log_z(idata, model)
+def record_crf_layout(idata: xr.DataTree, model: pm.Model,
+                      spec: CRFSpec | MRFSpec | None = None) -> None:
+    """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model.
+
+    ``spec``: the model's random field as the fitter read it (else it is read here)."""
+    if isinstance(spec, MRFSpec):
+        idata.attrs["log_z"] = ("exact" if spec.info.exact
+                                else f"approximate ({spec.info.engine_name})")
         return
+    if spec is None:
+        try:
+            spec = extract_crf(model)
+        except ValueError:  # not a CRF model: an HCRF records the names of its three weights
+            _record_hcrf_layout(idata, model)
+            _record_mrf_log_z(idata, model)
+            return
     idata.attrs["crf"] = crf_attrs(spec)
     # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.
     idata.attrs["log_z"] = "exact" if spec.exact else f"approximate ({spec.info.engine_name})"
 
 
 def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
-                          pointwise: Mapping[str, np.ndarray] | None = None) -> None:
+                          pointwise: Mapping[str, np.ndarray] | None = None,
+                          spec: CRFSpec | MRFSpec | None = None) -> None:
     """Add the pointwise (per graph; per row for an MRF) ``log_likelihood`` group to ``idata``.
 
     ``pointwise`` ({observed name: (chains, draws, graphs)}) when the caller has it; else from the
     engine when the model is a CRF or MRF whose weights are free variables (nothing to compile); else
     ``pm.compute_log_likelihood``. Dims and coords are the observed variable's, as PyMC sets them.
+    ``spec``: the model's random field as the fitter read it (else it is read here).
     """
     if pointwise is None:
-        pointwise = random_field_pointwise_log_likelihood(model, idata["posterior"])
+        pointwise = random_field_pointwise_log_likelihood(model, idata["posterior"], spec)
     if pointwise is None:
         pm.compute_log_likelihood(idata, model=model, progressbar=False)
         return
@@ -136,7 +150,8 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
                  sample_stats: Mapping[str, np.ndarray] | None = None,
                  log_likelihood: bool = True,
                  pointwise_log_likelihood: Mapping[str, np.ndarray] | None = None,
-                 extra_groups: Mapping[str, xr.Dataset] | None = None) -> xr.DataTree:
+                 extra_groups: Mapping[str, xr.Dataset] | None = None,
+                 spec: CRFSpec | MRFSpec | None = None) -> xr.DataTree:
     """Assemble a fitter's result.
 
     Parameters
@@ -166,6 +181,9 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
         stored with the observed variable's dims, as ``pm.compute_log_likelihood`` would.
     extra_groups : dict, optional
         Further groups to attach as they are.
+    spec : CRFSpec or MRFSpec, optional
+        The model's random field as the fitter read it, for the layout attrs and the pointwise
+        log-likelihood, so the model is read once per fit (read here when omitted).
     """
     coords, dims = coords_and_dims_for_inferencedata(model)
     post = {k: np.asarray(v) for k, v in draws.items()}
@@ -182,7 +200,7 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
         groups["sample_stats"] = stats
     idata = az.from_dict(groups, coords=coords, dims=dims)
     if log_likelihood or pointwise_log_likelihood is not None:
-        attach_log_likelihood(idata, model, pointwise_log_likelihood)
+        attach_log_likelihood(idata, model, pointwise_log_likelihood, spec)
     if mean_vector is not None and covariance_matrix is not None:
         idata["fit"] = gaussian_fit_group(mean_vector, covariance_matrix, param_names or
                                           [f"w[{i}]" for i in range(len(mean_vector))])
@@ -192,7 +210,7 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
         idata[name] = ds
     idata.attrs.update({"method": method, "settings": _jsonable(settings),
                         "wall_time": float(wall_time)})
-    record_crf_layout(idata, model)
+    record_crf_layout(idata, model, spec)
     if log_marginal_likelihood is not None:
         idata.attrs["log_marginal_likelihood"] = float(log_marginal_likelihood)
     return idata

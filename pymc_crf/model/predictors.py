@@ -24,7 +24,6 @@ import xarray as xr
 from pytensor.graph.traversal import ancestors
 
 from pymc_crf.feature_products import dense_features
-from pymc_crf.fitters.options import renamed
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential_tables
 from pymc_crf.validation import generator
@@ -152,7 +151,7 @@ def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
         raise ValueError("this is a hidden-CRF (pmc.HCRF) result, which predicts one class per "
                          "graph: use predict's 'average' (or 'hcrf_average'; 'bp_hcrf' for "
                          "bp_hcrf_vi results); label-level methods and sample_labels are for CRFs")
-    from pymc_crf.fitters.spec import extract_crf
+    from pymc_crf.model.spec import extract_crf
 
     try:
         model = pm.modelcontext(model)
@@ -357,10 +356,10 @@ def _hcrf_weight_draws(result: xr.DataTree, weights, model) -> list[np.ndarray]:
 
 @register_predictor("hcrf_average")
 def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str] | None = None,
-                         *, draws: int | None = 200, n_draws: int | None = None,
-                         model: pm.Model | None = None, inference: str = "auto") -> Prediction:
+                         *, draws: int | None = 200, model: pm.Model | None = None,
+                         inference: str = "auto") -> Prediction:
     """``p(c | X)`` of a hidden CRF averaged over the ``posterior`` draws of any fit (MAP, NUTS,
-    VI), ``draws`` of them evenly thinned (None: all; ``n_draws``: deprecated name).
+    VI), ``draws`` of them evenly thinned (None: all).
 
     ``weights`` names the posterior variables (theta_x, theta_y, theta_e); default: the result's
     layout attrs (recorded by ``pmc.fit``: variable names, constants), else ``model``'s, else
@@ -369,7 +368,6 @@ def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str
     """
     from pymc_crf.distributions.hcrf import class_log_probs
 
-    draws = renamed(draws, n_draws, "n_draws", "draws", default=200)
     stack = _hcrf_weight_draws(result, weights, model)
     if draws is not None and stack[0].shape[0] > draws:
         keep = np.linspace(0, stack[0].shape[0] - 1, int(draws)).round().astype(int)

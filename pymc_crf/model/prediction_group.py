@@ -24,13 +24,13 @@ import numpy as np
 import scipy.sparse as sp
 import xarray as xr
 
-from pymc_crf.fitters.predictors import (
+from pymc_crf.inference.select import get_engine
+from pymc_crf.model.predictors import (
     Prediction,
     log_potentials_for,
     result_layout,
     weight_draws,
 )
-from pymc_crf.inference.select import get_engine
 from pymc_crf.validation import generator, whole_number
 
 __all__ = ["add_predictions", "sample_predictive_labels"]

@@ -26,9 +26,9 @@ import numpy as np
 import scipy.sparse
 
 from pymc_crf.feature_products import as_feature_matrix, features_tdot
-from pymc_crf.fitters.spec import CRFSpec
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.clamp import ObservedLabels
+from pymc_crf.model.spec import CRFSpec
 from pymc_crf.ops.log_partition import feature_tables_path
 from pymc_crf.potentials import constant_row, get_potential, linear_scores, log_potential_tables
 
@@ -134,10 +134,8 @@ class CRFLogLikelihood:
 
         An optimiser calls the objective hundreds of times with products of the same shape.
         Reusing their arrays keeps BLAS from faulting in tens of MB of fresh pages at every
-        call, which two BLAS threads do slowly: the per-edge objective of
-        ``bench/bench_chain_paths.py`` (E = 49,000, K = 10) took 38.1-42.8 ms by median with
-        these against 68.6-104.8 ms with fresh arrays (docs/benchmarks.md, "Fresh large
-        arrays"). The arrays live as long as the objective (39 MB for that edge product).
+        call, which two BLAS threads do slowly (docs/benchmarks.md, "Fresh large arrays"). The
+        arrays live as long as the objective (E x K^2 doubles for a per-edge product).
         """
         if self._buffers is None:
             b, K = self.batch, self.K

@@ -1,7 +1,7 @@
 """Reading a ``pmc.MRF`` back out of a model and its log-likelihood in the flat weights.
 
 The weight-space interface of ``CRFSpec`` / ``CRFLogLikelihood`` (``extract_crf``,
-``fitters/objective.py``) for MRF models, plus ``extract_random_field`` /
+``model/objective.py``) for MRF models, plus ``extract_random_field`` /
 ``random_field_log_likelihood``, which take either kind, so fitters and samplers handle CRFs and
 MRFs through one path.
 
@@ -24,8 +24,10 @@ import pymc as pm
 
 from pymc_crf.distributions.crf import CRFRV, is_cast
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
-from pymc_crf.fitters.objective import CRFLogLikelihood
-from pymc_crf.fitters.spec import (
+from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.base import Engine
+from pymc_crf.model.objective import CRFLogLikelihood
+from pymc_crf.model.spec import (
     CRFSpec,
     WeightSpec,
     extract_crf,
@@ -33,8 +35,6 @@ from pymc_crf.fitters.spec import (
     single_observed,
     weight_specs,
 )
-from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine
 from pymc_crf.validation import refusal
 
 __all__ = ["MRFLogLikelihood", "MRFSpec", "extract_mrf", "extract_random_field",
@@ -286,7 +286,8 @@ def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None =
     return CRFLogLikelihood(spec, engine)
 
 
-def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray] | None:
+def random_field_pointwise_log_likelihood(model, draws, spec: CRFSpec | MRFSpec | None = None
+                                          ) -> dict[str, np.ndarray] | None:
     """Pointwise log-likelihood of posterior draws from the engine, with nothing compiled: per
     graph for a ``pmc.CRF`` model, per row for a ``pmc.MRF`` model.
 
@@ -294,12 +295,14 @@ def random_field_pointwise_log_likelihood(model, draws) -> dict[str, np.ndarray]
     ``Dataset``). Returns ``{observed name: (chains, draws, graphs or rows)}``, or None when the
     model is not one random-field likelihood (and no other observed variable) whose weights are
     all free variables present in ``draws`` (then ``pm.compute_log_likelihood`` is the way). The
-    values are the model's elementwise logp of that variable (same engine).
+    values are the model's elementwise logp of that variable (same engine). ``spec``: the model's
+    random field as the caller read it (else it is read here).
     """
-    try:
-        spec = extract_random_field(model)
-    except ValueError:
-        return None
+    if spec is None:
+        try:
+            spec = extract_random_field(model)
+        except ValueError:
+            return None
     if len(model.observed_RVs) > 1:  # PyMC computes every observed variable's group
         return None
     names = [w.name for w in spec.weights]
