@@ -89,9 +89,10 @@ class CRFTagger(BaseEstimator):
         CRFsuite's L2 coefficient; the prior sd is ``1 / sqrt(2 c2)`` (1.0 -> 0.7071). Ignored
         when ``prior_sd`` is given. ``"evidence"``: chosen by the data without a grid search:
         one prior sd shared by every weight is learned by maximising the Laplace evidence
-        (type-II maximum likelihood, MacKay 1992; ``pmc.fit(method="laplace")`` with the
-        diagonal covariance), then the tagger is fitted by ``method`` at that sd; the chosen
-        value is ``c2_``.
+        (type-II maximum likelihood; ``pmc.fit(method="laplace", covariance="implicit")``: the
+        exact curvature, ``log det`` by stochastic Lanczos quadrature, a bounded search over
+        ``log s``), then the tagger is fitted by ``method`` at that sd; the chosen value is
+        ``c2_``.
     prior_sd : float, optional
         The prior standard deviation of every weight, instead of ``c2``.
     method : str
@@ -166,8 +167,8 @@ class CRFTagger(BaseEstimator):
             T = pm.Normal("T", 0.0, s, shape=(K, K))
             pmc.CRF("y", graphs=graphs, node_features=features, node_weights=W,
                     edge_weights=T, observed=labels)
-        res = pmc.fit(model, method="laplace", covariance="diagonal", hyperprior=False,
-                      draws=1, log_likelihood=False, progressbar=progressbar, scale_tol=1e-3)
+        res = pmc.fit(model, method="laplace", covariance="implicit", hyperprior=False,
+                      draws=1, log_likelihood=False, progressbar=progressbar)
         return float(res["fit"]["scales"].values[0])
 
     def _fit_options(self) -> dict:

@@ -392,12 +392,17 @@ class ImplicitGaussian:
         ``probes`` Rademacher vectors, each by the Gauss quadrature of ``steps`` Lanczos steps
         (the probes in lockstep, one block product per step); ``log det A = log det A~ -
         2 sum log sd``. The default ``rng`` is fixed, so estimates at nearby points share
-        their probes (common random numbers). Standard error: :attr:`logdet_se`."""
+        their probes (common random numbers). With ``d <= probes`` the probes are the unit
+        vectors, and the trace is exact. Standard error: :attr:`logdet_se` (0 then)."""
         probes = whole_number(probes, "probes", minimum=2)
         steps = whole_number(steps, "steps", minimum=1)
         rng = generator(rng, "rng")
         d = self.size
-        V = rng.choice([-1.0, 1.0], size=(d, probes))
+        exact_trace = d <= probes
+        if exact_trace:  # the unit vectors: the exact trace (with d steps, the exact log det)
+            V, probes = np.sqrt(d) * np.eye(d), d
+        else:
+            V = rng.choice([-1.0, 1.0], size=(d, probes))
         Q = V / np.sqrt(d)
         Q_prev = np.zeros_like(Q)
         alphas, betas = [], []
@@ -420,7 +425,7 @@ class ImplicitGaussian:
             T += np.diag(off, 1) + np.diag(off, -1)
             theta, U = np.linalg.eigh(T)
             est[j] = d * np.sum(U[0] ** 2 * np.log(np.clip(theta, 1.0, None)))
-        self.logdet_se = float(est.std(ddof=1) / np.sqrt(probes))
+        self.logdet_se = 0.0 if exact_trace else float(est.std(ddof=1) / np.sqrt(probes))
         return float(-(est.mean() - 2.0 * np.sum(np.log(self.sd))))
 
 

@@ -259,7 +259,7 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
         if q.gaussian is not None:
             flat[sel] = q.gaussian.sample(m, rng)
         elif q.fit is None:
-            flat[sel] = q.mean + np.sqrt(q.sigma_diag) * rng.standard_normal((m, d))
+            flat[sel] = q.mean + np.sqrt(q.variances()) * rng.standard_normal((m, d))
         else:
             flat[sel] = draws_from_gaussian(q.mean, q.covariance, m, 1, rng)[0]
         scale_draws[sel] = q.scales
@@ -274,7 +274,7 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
         cov = sum(w * (q.covariance + np.outer(q.mean - mean, q.mean - mean))
                   for w, q in zip(weights, points, strict=True))
     else:
-        var = sum(w * (q.sigma_diag + (q.mean - mean) ** 2)
+        var = sum(w * (q.variances() + (q.mean - mean) ** 2)
                   for w, q in zip(weights, points, strict=True))
     log_ev = (learned.log_marginal_likelihood if learned.log_marginal_likelihood is not None
               else pt.log_evidence)

@@ -110,7 +110,7 @@ class ScalePoint:
 
     scales: np.ndarray
     mean: np.ndarray
-    sigma_diag: np.ndarray
+    sigma_diag: np.ndarray | None
     log_evidence: float
     log_hyperprior: float
     fit: LaplaceFit | None
@@ -118,6 +118,13 @@ class ScalePoint:
     log_likelihood: float
     log_prior: float
     gaussian: ImplicitGaussian | None = None
+
+    def variances(self) -> np.ndarray:
+        """``diag(Sigma)``; for the implicit covariance estimated on first use (Hutchinson,
+        ``IMPLICIT_PROBES`` probes, a fixed seed so estimates at nearby scales share them)."""
+        if self.sigma_diag is None:
+            self.sigma_diag = self.gaussian.variance_estimate(IMPLICIT_PROBES, rng=0)
+        return self.sigma_diag
 
     @property
     def objective(self) -> float:
@@ -160,13 +167,12 @@ def _whitened_map(problem: WeightProblem, start, maxiter, gtol):
 
 
 def _implicit_point(problem: WeightProblem, start, maxiter, gtol, evidence: bool = True):
-    """MAP by exact gradients, the implicit exact Gaussian there, ``diag(Sigma)`` by
-    Hutchinson's estimator and (with ``evidence``, else NaN) the log evidence with the Lanczos
-    ``log det A``."""
+    """MAP by exact gradients, the implicit exact Gaussian there and (with ``evidence``, else
+    NaN) the log evidence with the Lanczos ``log det A``; ``diag(Sigma)`` is left to
+    :meth:`ScalePoint.variances`."""
     w, lik, info = _whitened_map(problem, start, maxiter, gtol)
     gauss = ImplicitGaussian(CurvatureOperator(lik, w), problem.prior.sd)
-    # a fixed seed, so the estimates at nearby scales share their randomness
-    sig = gauss.variance_estimate(IMPLICIT_PROBES, rng=0)
+    sig = None  # ScalePoint.variances() estimates it when asked
     ll = float(lik(w)[0])
     lp = float(problem.prior(w)[0])
     log_ev = (ll + lp + 0.5 * w.size * np.log(2.0 * np.pi)
@@ -227,7 +233,7 @@ def _mackay_gradient(problem: WeightProblem, pt: ScalePoint,
     idx, n = problem.scale_index, problem.n_scales
     s_w = np.where(idx >= 0, pt.scales[np.maximum(idx, 0)], 1.0)
     R = _group_sums(idx, (pt.mean - problem.prior.mean) ** 2, n)
-    gamma = _group_sums(idx, 1.0 - pt.sigma_diag / s_w ** 2, n)
+    gamma = _group_sums(idx, 1.0 - pt.variances() / s_w ** 2, n)
     h = np.zeros(n) if hyperprior is None else hyperprior(np.log(pt.scales))[1]
     return R, gamma, h
 
@@ -356,7 +362,10 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     converged = False
     stochastic = covariance == "implicit"
     tol = max(scale_tol, IMPLICIT_SCALE_TOL) if stochastic else scale_tol
-    for _ in range(scale_maxiter):  # MacKay's fixed point, with backtracking in log s
+    # one implicit-covariance scale: the bounded search of the evidence alone (below), without
+    # MacKay's steps, which hold the curvature fixed and would only centre its bracket
+    skip_fixed_point = implicit and refine and G == 1
+    for _ in range(0 if skip_fixed_point else scale_maxiter):  # MacKay, backtracking in log s
         R, gamma, h = _mackay_gradient(problem, pt, prior_fn)
         denom = gamma - h
         target = np.where(denom > 0, 0.5 * np.log(np.maximum(R, 1e-300) / np.where(
