@@ -6,17 +6,21 @@ The chunking CRF of ``examples/conll2000_chunking.py`` (CRFsuite's token templat
 
 * **MAP, c2 = 1**: every weight N(0, 1/2) (CRFsuite's L2 objective ``c2 ||w||^2`` as a prior,
   sd = 1/sqrt(2)); marginals at the MAP, Viterbi labels.
-* **learned scales**: node weights ``N(0, s[template]^2)`` with one ``s ~ HalfNormal(1)`` per
-  feature template (``vec.templates_``), the transition table ``N(0, t^2)`` with its own
-  ``t ~ HalfNormal(1)``; ``pmc.fit(method="laplace")`` (type-II MAP scales by the Laplace
-  evidence; the diagonal covariance at this size), posterior-averaged marginals over
-  ``--draws`` weight draws, Viterbi labels at the posterior mean.
+* **learned scales**: node weights ``N(0, s[group]^2)`` with one ``s ~ HalfNormal(1)`` per
+  group of features, the transition table ``N(0, t^2)`` with its own ``t ~ HalfNormal(1)``;
+  ``pmc.fit(method="laplace", covariance=--covariance)`` (type-II MAP scales by the Laplace
+  evidence), marginals averaged over ``--draws`` of its draws (``pmc.predict(...,
+  "average")``), Viterbi labels at the posterior mean. ``--groups template``: one scale per
+  feature template (``vec.templates_``); ``template-frequency``: one per template and
+  training-count bucket of the feature (1, 2-3, 4-15, 16 and more tokens), so rare features
+  can get smaller scales than frequent ones of the same template.
 
 Printed: token log loss (mean -log p(gold label) under the marginals), token accuracy (argmax
 of the marginals), expected calibration error (10 bins), chunk F1 of the Viterbi labels, wall
 time, and the learned scales.
 
 Run:  .venv/bin/python bench/conll_learned_scales.py [--train 300] [--test 500] [--draws 30]
+      [--groups template|template-frequency] [--covariance diagonal|implicit]
 (needs ../shared/data/conll2000)
 """
 
@@ -28,12 +32,11 @@ import warnings
 
 import numpy as np
 import pymc as pm
+import scipy.sparse as sp
 
 import pymc_crf as pmc
 from pymc_crf.datasets import data_dir, read_conll2000, token_features
 from pymc_crf.features import encode_tags, sequence_batch
-from pymc_crf.fitters import extract_crf
-from pymc_crf.fitters.diagonal_laplace import posterior_averaged_marginals
 from pymc_crf.metrics import chunk_f1, reliability_curve
 
 SIGMA = 0.5 ** 0.5  # CRFsuite's c2 = 1
@@ -58,6 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--test", type=int, default=500)
     ap.add_argument("--draws", type=int, default=30)
     ap.add_argument("--scale-maxiter", type=int, default=30)
+    ap.add_argument("--groups", choices=["template", "template-frequency"], default="template")
+    ap.add_argument("--covariance", choices=["diagonal", "implicit"], default="diagonal")
     args = ap.parse_args(argv)
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
@@ -88,33 +93,36 @@ def main(argv: list[str] | None = None) -> None:
     wall = time.perf_counter() - t0
     _scores("MAP, c2 = 1 (sd 0.707)", pmc.predict(fit, test, "bpe").marginals,
             pmc.predict(fit, test, "map").labels, test, tchunks, classes, wall)
+    group = np.asarray(vec.template_index_)
+    names = list(vec.templates_)
+    if args.groups == "template-frequency":
+        count = np.asarray((sp.csr_matrix(X) != 0).sum(axis=0)).ravel()
+        bucket = np.digitize(count, [2, 4, 16])
+        labels = ["1", "2-3", "4-15", "16+"]
+        used, group = np.unique(group * 4 + bucket, return_inverse=True)
+        names = [f"{vec.templates_[u // 4]} (count {labels[u % 4]})" for u in used]
     with pm.Model() as learned:
-        s = pm.HalfNormal("s", 1.0, shape=G)
+        s = pm.HalfNormal("s", 1.0, shape=len(names))
         t = pm.HalfNormal("t", 1.0)
-        W = pm.Normal("W", 0.0, s[vec.template_index_][:, None], shape=(F, K))
+        W = pm.Normal("W", 0.0, s[group][:, None], shape=(F, K))
         T = pm.Normal("T", 0.0, t, shape=(K, K))
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
     t0 = time.perf_counter()
-    res = pmc.fit(learned, method="laplace", draws=2, log_likelihood=False, progressbar=False,
+    res = pmc.fit(learned, method="laplace", covariance=args.covariance, draws=args.draws,
+                  random_seed=0, log_likelihood=False, progressbar=False,
                   scale_maxiter=args.scale_maxiter)
     wall = time.perf_counter() - t0
-    spec = extract_crf(learned)
-    mean, sd = res["fit"]["mean_vector"].values, res["fit"]["sd_vector"].values
-    marg = posterior_averaged_marginals(spec, mean, sd, test, draws=args.draws, random_seed=0)
-    post = {"W": mean[:F * K].reshape(1, 1, F, K), "T": mean[F * K:].reshape(1, 1, K, K)}
-    fit_mean = fit.copy()
-    for k, v in post.items():
-        fit_mean["posterior"][k].values[...] = v
-    _scores(f"learned scales, averaged over {args.draws} draws",
-            marg, pmc.predict(fit_mean, test, "map").labels, test, tchunks, classes, wall)
+    labels_at_mean = pmc.predict(res, test, "map").labels
+    _scores(f"learned scales ({args.groups}, {args.covariance}), averaged over {args.draws} "
+            "draws", pmc.predict(res, test, "average").marginals, labels_at_mean, test, tchunks,
+            classes, wall)
     _scores("learned scales, marginals at the posterior mean",
-            pmc.predict(fit_mean, test, "bpe").marginals,
-            pmc.predict(fit_mean, test, "map").labels, test, tchunks, classes, wall)
+            pmc.predict(res, test, "bpe").marginals, labels_at_mean, test, tchunks, classes, wall)
     d = res["diagnostics"]
     print(f"outer iterations {d['log_evidence'].size}, converged {bool(d['scales_converged'])}, "
           f"log evidence {float(res['fit']['log_evidence_at_scales']):.1f} "
           f"(start {float(d['log_evidence'][0]):.1f})")
-    names = [*vec.templates_, "transition"]
+    names = [*names, "transition"]
     for n, v in sorted(zip(names, res["fit"]["scales"].values, strict=True), key=lambda a: -a[1]):
         print(f"  {n}: {v:.3g}")
 
