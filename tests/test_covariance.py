@@ -287,6 +287,7 @@ def test_implicit_gaussian_log_determinant_by_lanczos_quadrature(kind):
     assert g.logdet_se == 0.0
 
 
+@pytest.mark.parametrize("kind", ["chains-edge-features", "mrf"])
 def test_implicit_gaussian_variance_estimate(kind):
     """Hutchinson's ``diag(Sigma)`` estimate: with the probes of ``rng`` it equals the dense
     ``sd^2 (1 - mean_z z * (A~^{-1} S H S z))``, and it is unbiased (many probes come within
