@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import gzip
 import itertools
+import json
 import time
 import uuid
 from collections import Counter
@@ -45,6 +46,7 @@ from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
 from pymc_crf.fitters.map import negative_log_posterior, weight_start
 from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
+from pymc_crf.inference.chain.dispatch import batch_tier, pinned_tier
 from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.model.predictors import prediction
 from pymc_crf.model.results import build_result
@@ -98,18 +100,41 @@ def prediction_payload(result: xr.DataTree) -> xr.DataTree:
     return out
 
 
-def _predict_partition(payload: xr.DataTree, data: CRFData, method: str, options: dict
+def _predict_partition(payload: xr.DataTree, data: CRFData, method: str, options: dict,
+                       tier: str | None = None
                        ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]:
     """One partition's marginals, labels, true labels and ``per_graph``, by the local
-    ``pmc.predict``."""
-    pred = local_predict(payload, data, method, **options)
+    ``pmc.predict``, chain batches run in the whole corpus's kernel tier ``tier``."""
+    with pinned_tier(tier):
+        pred = local_predict(payload, data, method, **options)
     return pred.marginals, pred.labels, data.labels, pred.per_graph
 
 
-def _predict_items(payload: xr.DataTree, items: Sequence[CRFData], method: str, options: dict
+def _predict_items(payload: xr.DataTree, items: Sequence[CRFData], method: str, options: dict,
+                   tier: str | None = None
                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None, bool]]:
     """:func:`_predict_partition` of every ``CRFData`` of one ``dask.bag`` partition."""
-    return [_predict_partition(payload, d, method, options) for d in items]
+    return [_predict_partition(payload, d, method, options, tier) for d in items]
+
+
+def _chain_sizes(items) -> tuple[int, int, bool]:
+    """Positions, longest graph and whether every graph is a chain, of a partition (a
+    ``CRFData`` or a list of them)."""
+    items = items if isinstance(items, list | tuple) else [items]
+    n, longest, chains = 0, 0, True
+    for d in items:
+        g = d.graphs
+        n += int(g.n_total_nodes)
+        longest = max(longest, int(np.max(g.n_nodes, initial=0)))
+        chains = chains and bool(g.is_chain)
+    return n, longest, chains
+
+
+def _corpus_tier(sizes, n_labels: int | None) -> str | None:
+    """The chain-engine tier the whole corpus would run in locally (None: not all chains)."""
+    if n_labels is None or not sizes or not all(c for _, _, c in sizes):
+        return None
+    return batch_tier(sum(n for n, _, _ in sizes), max(m for _, m, _ in sizes), n_labels)
 
 
 def predict(result: xr.DataTree, partitions: Any, method: str = "average", *,
@@ -153,7 +178,10 @@ def predict(result: xr.DataTree, partitions: Any, method: str = "average", *,
 
 def _predict(result: xr.DataTree, partitions: Any, method: str, client: Client, options: dict
              ) -> Prediction:
-    """:func:`predict` with a client."""
+    """:func:`predict` with a client. Chain corpora are run in the kernel tier the whole corpus
+    would take locally (``pinned_tier``), so every graph's numbers equal the local call's."""
+    n_labels = int(json.loads(result.attrs["crf"])["n_labels"]) if "crf" in result.attrs \
+        else None
     payload = client.scatter(prediction_payload(result), broadcast=True, hash=False)
     try:
         import dask.bag as db
@@ -162,8 +190,11 @@ def _predict(result: xr.DataTree, partitions: Any, method: str, client: Client, 
     if db is not None and isinstance(partitions, db.Bag):
         import dask
 
-        tasks = [dask.delayed(_predict_items)(payload, part, method, options)
-                 for part in partitions.to_delayed()]
+        parts = partitions.to_delayed()
+        sizes = client.gather(client.compute([dask.delayed(_chain_sizes)(p) for p in parts]))
+        tier = _corpus_tier(sizes, n_labels)
+        tasks = [dask.delayed(_predict_items)(payload, part, method, options, tier)
+                 for part in parts]
         pieces = list(itertools.chain.from_iterable(client.gather(client.compute(tasks))))
     else:
         parts = list(partitions)
@@ -176,8 +207,10 @@ def _predict(result: xr.DataTree, partitions: Any, method: str, client: Client, 
             scattered = client.scatter([parts[i] for i in local], hash=False)
             for i, fut in zip(local, scattered, strict=True):
                 parts[i] = fut
-        futures = [client.submit(_predict_partition, payload, p, method, options, pure=False)
-                   for p in parts]
+        sizes = client.gather([client.submit(_chain_sizes, p, pure=False) for p in parts])
+        tier = _corpus_tier(sizes, n_labels)
+        futures = [client.submit(_predict_partition, payload, p, method, options, tier,
+                                 pure=False) for p in parts]
         pieces = client.gather(futures)
     marginals = np.concatenate([p[0] for p in pieces], axis=0)
     labels = np.concatenate([p[1] for p in pieces], axis=0)

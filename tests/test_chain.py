@@ -426,3 +426,29 @@ def test_ranges_of_several_hundred_stay_on_the_scaled_path():
             assert np.isnan(lz) != accepted
             if accepted:
                 assert abs(lz - ref[0]) < 1e-12 * abs(ref[0])
+
+
+def test_pinned_tier_runs_every_batch_in_the_named_kernels():
+    """``pinned_tier`` makes a batch run in the named tier (numbers equal to the default tier's
+    to rounding, and the tier really is taken); ``"small"`` falls back for batches it cannot
+    take; a bad name is refused."""
+    from pymc_crf.inference.chain import dispatch
+
+    rng = np.random.default_rng(0)
+    batch = GraphBatch.chains([3, 5, 2])
+    node = rng.normal(size=(batch.n_total_nodes, 3))
+    edge = rng.normal(size=(1, 3, 3))
+    eng = ChainEngine()
+    ref = eng.marginals(batch, node, edge)
+    assert dispatch.batch_tier(10, 5, 3) == "small"
+    for tier in dispatch.TIERS:
+        with dispatch.pinned_tier(tier):
+            assert dispatch._tier(batch.node_offsets, 3) == tier
+            got = eng.marginals(batch, node, edge)
+        np.testing.assert_allclose(got.node, ref.node, rtol=0, atol=1e-13)
+    long = GraphBatch.chains([100])
+    with dispatch.pinned_tier("small"):
+        assert dispatch._tier(long.node_offsets, 3) == "graphs"
+    with pytest.raises(ValueError, match="tier must be one of"):
+        with dispatch.pinned_tier("gpu"):
+            pass

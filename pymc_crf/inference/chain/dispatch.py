@@ -8,6 +8,10 @@ and log-linear tables given as edge features and weights.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
+from collections.abc import Iterator
+
 import numpy as np
 from numba import njit, objmode
 
@@ -24,7 +28,12 @@ from pymc_crf.inference.chain.parts import (
     _splits,
 )
 from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
-from pymc_crf.inference.chain.small import forward_backward_small, is_small
+from pymc_crf.inference.chain.small import (
+    SMALL_LENGTH,
+    SMALL_WORK,
+    forward_backward_small,
+    is_small,
+)
 
 # Batches with less forward-backward work than this (positions x K^2) run graph by graph
 # (``_forward_backward_graphs``): they never compile the lane-block kernels, whose compilation
@@ -40,12 +49,53 @@ def small_batch(n_nodes: int, n_labels: int | None) -> bool:
     return n_labels is not None and n_nodes * n_labels * n_labels < _LANE_WORK
 
 
+#: the tiers, cheapest first
+TIERS = ("small", "graphs", "lanes")
+_PINNED: contextvars.ContextVar[str | None] = contextvars.ContextVar("chain_tier", default=None)
+
+
+def batch_tier(n_nodes: int, longest: int, n_labels: int) -> str:
+    """The tier a batch of one or more chains, ``n_nodes`` positions in all and at most
+    ``longest`` in one, runs in (as ``is_small`` and ``small_batch`` choose)."""
+    if n_nodes * n_labels * n_labels < SMALL_WORK and longest <= SMALL_LENGTH:
+        return "small"
+    return "graphs" if small_batch(n_nodes, n_labels) else "lanes"
+
+
+@contextlib.contextmanager
+def pinned_tier(tier: str | None) -> Iterator[None]:
+    """Run every chain batch of this context (thread or task) in ``tier`` (None: by its size).
+
+    Each tier sums in its own order, so a graph's marginals can differ in the last bits between
+    tiers; a part of a corpus run in the corpus's tier gives exactly the corpus's numbers
+    (``pmc.distributed.predict``). ``"small"`` is taken only where the batch qualifies."""
+    if tier is not None and tier not in TIERS:
+        raise ValueError(f"tier must be one of {TIERS} or None; got {tier!r}")
+    token = _PINNED.set(tier)
+    try:
+        yield
+    finally:
+        _PINNED.reset(token)
+
+
+def _tier(node_off, K: int) -> str:
+    pinned = _PINNED.get()
+    if pinned == "small" and not is_small(node_off, K):
+        pinned = "graphs"
+    if pinned is not None:
+        return pinned
+    if is_small(node_off, K):
+        return "small"
+    return "graphs" if small_batch(int(node_off[-1]), K) else "lanes"
+
+
 def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     """``_forward_backward_lanes``, with a large batch's lane blocks run on the worker threads (a
     small batch graph by graph, the smallest in numpy)."""
-    if is_small(node_off, node.shape[1]):
+    tier = _tier(node_off, node.shape[1])
+    if tier == "small":
         return forward_backward_small(node, edge, node_off, edge_off, want_marginals, gw)
-    if small_batch(node.shape[0], node.shape[1]):
+    if tier == "graphs":
         first_use_notice(_forward_backward_graphs, "the chain engine's kernels")
         return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
     first_use_notice(_forward_backward_lanes, "the chain engine's lane kernels")
@@ -59,7 +109,8 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
     """``_forward_backward_features_lanes``, with a large batch's lane blocks run on the worker
     threads (a small batch graph by graph)."""
     K = node.shape[1]
-    if is_small(node_off, K):
+    tier = _tier(node_off, K)
+    if tier == "small":
         E = Xe.shape[0]
         edge = (Xe @ We).reshape(E, K, K) if E else np.zeros((0, K, K))
         if not np.isfinite(edge).all():  # as every kernel path refuses them (-inf included)
@@ -69,7 +120,7 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
         gW = (Xe.T @ edge_m.reshape(E, K * K) if want_marginals and E
               else np.zeros((We.shape[0], K * K)))
         return log_z, node_m, np.ascontiguousarray(gW)
-    if small_batch(node.shape[0], K):
+    if tier == "graphs":
         first_use_notice(_forward_backward_features_graphs, "the chain engine's kernels")
         return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals,
                                                  gw)
