@@ -347,7 +347,8 @@ class CRFTagger(BaseEstimator):
         keep = [i for i, s in enumerate(X) if len(s)]
         return self._split([self.classes_[k] for k in labels], X, keep)
 
-    def marginals_array(self, X, average: bool = True) -> np.ndarray:
+    def marginals_array(self, X, average: bool = True, *, client=None,
+                        n_partitions: int | None = None) -> np.ndarray:
         """Per-token tag marginals of all non-empty sentences of ``X`` stacked, (N, K) in the
         order of ``classes_``: see :meth:`predict_marginals`."""
         import pymc_crf as pmc
@@ -359,13 +360,22 @@ class CRFTagger(BaseEstimator):
             return np.zeros((0, len(self.classes_)))
         average = flag(average, "average")
         if average and self._weights()["draws"]["node_weights"].shape[0] > 1:
-            pred = pmc.predict(self.result_, data, "average", draws=self.draws,
-                               random_seed=0 if self.random_state is None else self.random_state)
+            method = "average"
+            options = {"draws": self.draws,
+                       "random_seed": 0 if self.random_state is None else self.random_state}
         else:
-            pred = pmc.predict(self.result_, data, "bpe")
-        return pred.marginals
+            method, options = "bpe", {}
+        if client is None:
+            return pmc.predict(self.result_, data, method, **options).marginals
+        from pymc_crf.distributed import predict, shard_ranges
 
-    def predict_marginals(self, X, average: bool = True) -> list[list[dict[str, float]]]:
+        n = whole_number(4 if n_partitions is None else n_partitions, "n_partitions", minimum=1)
+        parts = [data.subset(np.arange(a, b)) for a, b in shard_ranges(data.graphs.n_graphs, n)
+                 if b > a]
+        return predict(self.result_, parts, method, client=client, **options).marginals
+
+    def predict_marginals(self, X, average: bool = True, *, client=None,
+                          n_partitions: int | None = None) -> list[list[dict[str, float]]]:
         """Per-token tag probabilities, as sklearn-crfsuite's ``predict_marginals``.
 
         Parameters
@@ -376,6 +386,12 @@ class CRFTagger(BaseEstimator):
             When the fit gave several posterior draws (``nuts``, ``bethe_laplace`` ...), average
             the exact chain marginals over ``draws`` of them (the posterior predictive); False,
             or a one-point fit (``map``): the marginals at the posterior mean.
+        client : distributed.Client or str, optional
+            Compute on a Dask cluster (``pmc.distributed.predict``: the fit broadcast once, the
+            sentences in ``n_partitions`` partitions, default 4); the result is the local one,
+            bit for bit.
+        n_partitions : int, optional
+            Partitions of the sentences for ``client``.
 
         Returns
         -------
@@ -383,7 +399,7 @@ class CRFTagger(BaseEstimator):
             For each sentence, for each token, ``{tag: probability}`` over ``classes_``.
         """
         X = _check_sentences(X, "X")
-        marg = self.marginals_array(X, average)
+        marg = self.marginals_array(X, average, client=client, n_partitions=n_partitions)
         keep = [i for i, s in enumerate(X) if len(s)]
         rows = [dict(zip(self.classes_, map(float, r), strict=True)) for r in marg]
         return self._split(rows, X, keep)

@@ -282,3 +282,20 @@ def test_map_from_worker_side_conll_shards(client, conll_file):
         assert diff < 1e-8, (name, diff)
     assert "observed_data" not in dist.children and "log_likelihood" not in dist.children
 
+
+
+def test_tagger_marginals_on_the_cluster_equal_the_local_ones(client):
+    """``CRFTagger.predict_marginals(X, client=...)`` returns the local call's marginals bit for
+    bit (MAP and a posterior averaged over draws), with empty sentences kept in place."""
+    rng = np.random.default_rng(3)
+    words = [[str(w) for w in rng.choice(["a", "b", "c", "d"], size=int(rng.integers(1, 6)))]
+             for _ in range(30)]
+    X = [[{"w": w, "prev": s[i - 1] if i else "BOS"} for i, w in enumerate(s)] for s in words]
+    y = [["B" if w in "ab" else "I" for w in s] for s in words]
+    for method, opts in (("map", {}), ("bethe_laplace", {"covariance": "exact", "draws": 20})):
+        tagger = pmc.CRFTagger(method=method, method_options=opts, random_state=0).fit(X, y)
+        test = [*X[:10], [], *X[10:20]]
+        local = tagger.marginals_array(test)
+        far = tagger.marginals_array(test, client=client, n_partitions=3)
+        np.testing.assert_array_equal(far, local)
+        assert tagger.predict_marginals(test, client=client)[10] == []
