@@ -23,9 +23,8 @@ from pymc_crf.metrics import Reliability
 from pymc_crf.predict import Prediction
 from pymc_crf.validation import flag, name_list, whole_number
 
-__all__ = ["plot_compare", "plot_convergence", "plot_marginals_chain", "plot_marginals_grid",
-           "plot_reliability",
-           "plot_posterior_marginals"]
+__all__ = ["plot_calibration_pava", "plot_compare", "plot_convergence", "plot_marginals_chain",
+           "plot_marginals_grid", "plot_reliability", "plot_posterior_marginals"]
 
 _REFERENCE_COLOR = "0.55"
 
@@ -559,3 +558,52 @@ def plot_reliability(curves: Mapping[str, Reliability], *, ax: Axes | None = Non
     ax.set(xlabel="confidence (largest marginal)", ylabel="accuracy", title=title)
     ax.legend(loc="upper left")
     return ax
+
+
+def plot_calibration_pava(result: xr.DataTree, data: CRFData, *, draws: int = 200,
+                          model=None, random_seed: int | None = 0, backend: str = "matplotlib"):
+    """PAV-adjusted calibration plot of a CRF's posterior predictive labels: one panel per label
+    against the others (arviz-plots' ``plot_ppc_pava`` with ``data_type="categorical"``), one
+    panel for two labels (``"binary"``); Dimitriadis, Gneiting & Jordan 2021.
+
+    The posterior predictive is ``draws`` labellings of ``data`` (``pmc.queries.
+    sample_labellings``: each from the CRF at a posterior draw, or at the MAP for a one-point
+    fit); the observed data are ``data.labels``.
+
+    Parameters
+    ----------
+    result : xarray.DataTree
+        A fitted CRF result.
+    data : CRFData
+        Labelled graphs (no missing labels).
+    draws : int
+        Predictive labellings (the calibration's probabilities are their frequencies).
+    model : pm.Model, optional
+        Only for results that do not record their CRF layout (``pm.sample`` output).
+    random_seed : int, optional
+        Seed of the labellings.
+    backend : str
+        arviz-plots backend.
+
+    Returns
+    -------
+    arviz_plots.PlotCollection
+    """
+    import arviz_plots as azp
+
+    from pymc_crf.queries import sample_labellings
+
+    if not isinstance(data, CRFData) or data.labels is None:
+        raise ValueError("plot_calibration_pava needs labelled data (a pmc.CRFData with labels)")
+    obs = np.asarray(data.labels).ravel()
+    if np.any(obs < 0):
+        raise ValueError("plot_calibration_pava: data has missing labels; calibration is "
+                         "measured on labelled nodes only: pass the labelled graphs")
+    draws = whole_number(draws, "draws", minimum=2)
+    y = sample_labellings(result, data, draws, model=model, random_seed=random_seed)
+    dt = xr.DataTree.from_dict({
+        "posterior_predictive": xr.Dataset({"labels": (("chain", "draw", "node"), y[None])}),
+        "observed_data": xr.Dataset({"labels": (("node",), obs)}),
+    })
+    kind = "binary" if int(data.n_labels) == 2 else "categorical"
+    return azp.plot_ppc_pava(dt, data_type=kind, backend=backend)

@@ -291,3 +291,19 @@ def test_reliability_refuses_bad_input_by_name():
     _, two = plt.subplots(1, 2)
     with pytest.raises(TypeError, match="ax must be one matplotlib Axes .*got ndarray"):
         plots.plot_reliability({"a": _reliability()}, ax=two)
+
+
+def test_calibration_pava_panels(fits):
+    """``plot_calibration_pava``: arviz-plots' PAV calibration of the posterior predictive
+    labellings, one panel per label against the others (one panel for two labels), each with
+    its PAV curve and the diagonal; unlabelled data is refused."""
+    test = fits["test"]
+    pc = plots.plot_calibration_pava(fits["ep"], test, draws=50)
+    panels = len(pc.viz["title"].to_dataset().data_vars)
+    assert panels == (1 if test.n_labels == 2 else test.n_labels)
+    fig = plt.gcf()
+    assert all(len(ax.get_lines()) >= 2 for ax in fig.axes[:panels])
+    unlabelled = pmc.CRFData(test.graphs, None, edge_features=test.edge_features,
+                             n_labels=test.n_labels)
+    with pytest.raises(ValueError, match="needs labelled data"):
+        plots.plot_calibration_pava(fits["ep"], unlabelled)
