@@ -33,10 +33,10 @@ import warnings
 import numpy as np
 import pymc as pm
 import scipy.sparse as sp
+from conll_data import chunking
 
 import pymc_crf as pmc
-from pymc_crf.datasets import data_dir, read_conll2000, token_features
-from pymc_crf.features import encode_tags, sequence_batch
+from pymc_crf.datasets import data_dir
 from pymc_crf.metrics import chunk_f1, reliability_curve
 
 SIGMA = 0.5 ** 0.5  # CRFsuite's c2 = 1
@@ -67,21 +67,15 @@ def main(argv: list[str] | None = None) -> None:
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
         return
-    words, pos, chunks = (a[:args.train] for a in read_conll2000("train"))
-    twords, tpos, tchunks = (a[:args.test] for a in read_conll2000("test"))
-    vec = pmc.FeatureVectorizer(min_freq=1)
-    X = vec.fit_transform([token_features(w, p) for w, p in zip(words, pos, strict=True)])
-    Xt = vec.transform([token_features(w, p) for w, p in zip(twords, tpos, strict=True)])
-    classes = sorted({t for s in chunks + tchunks for t in s})
-    y, _ = encode_tags(chunks, classes)
-    yt, _ = encode_tags(tchunks, classes)
+    data = chunking(args.train, args.test)
+    vec, classes, tchunks, test = data.vectorizer, data.classes, data.test_tags, data.test
+    X, y, batch, Xt = (data.train.node_features, data.train.labels, data.train.graphs,
+                       test.node_features)
     K, F, G = len(classes), X.shape[1], len(vec.templates_)
-    test = pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=K)
     print(f"{args.train} sentences, {X.shape[0]} tokens, {F} features in {G} templates, K = {K}: "
           f"{F * K + K * K} weights; test {args.test} sentences, {Xt.shape[0]} tokens")
     print("| fit | token log loss | token accuracy | ECE | chunk F1 | wall time (s) |")
     print("|---|---|---|---|---|---|")
-    batch = sequence_batch(words)
     with pm.Model() as fixed:
         W = pm.Normal("W", 0.0, SIGMA, shape=(F, K))
         T = pm.Normal("T", 0.0, SIGMA, shape=(K, K))

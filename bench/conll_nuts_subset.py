@@ -27,10 +27,10 @@ import warnings
 
 import numpy as np
 import pymc as pm
+from conll_data import chunking
 
 import pymc_crf as pmc
-from pymc_crf.datasets import data_dir, read_conll2000, token_features
-from pymc_crf.features import encode_tags, sequence_batch
+from pymc_crf.datasets import data_dir, token_features
 from pymc_crf.metrics import chunk_f1, reliability_curve
 
 SIGMA = 0.5**0.5
@@ -54,19 +54,11 @@ def main(argv: list[str] | None = None) -> None:
         print(f"skipped: {data_dir('conll2000')} not found")
         return
     warnings.simplefilter("ignore")
-    words, pos, chunks = (a[:args.train] for a in read_conll2000("train"))
-    twords, tpos, tchunks = (a[:args.test] for a in read_conll2000("test"))
-    vec = pmc.FeatureVectorizer()
-    X = vec.fit_transform([_pos_only(token_features(w, p)) for w, p in zip(words, pos,
-                                                                             strict=True)])
-    Xt = vec.transform([_pos_only(token_features(w, p)) for w, p in zip(twords, tpos,
-                                                                         strict=True)])
-    classes = sorted({t for s in chunks + tchunks for t in s})
-    y, _ = encode_tags(chunks, classes)
-    yt, _ = encode_tags(tchunks, classes)
+    data = chunking(args.train, args.test, lambda w, p: _pos_only(token_features(w, p)))
+    vec, classes, tchunks, test = data.vectorizer, data.classes, data.test_tags, data.test
+    X, y, batch, Xt = (data.train.node_features, data.train.labels, data.train.graphs,
+                       test.node_features)
     K, F, G = len(classes), X.shape[1], len(vec.templates_)
-    test = pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=K)
-    batch = sequence_batch(words)
     print(f"{args.train} sentences ({X.shape[0]} tokens), {F} features in {G} templates, K = {K}: "
           f"d = {F * K + K * K}; test {args.test} sentences ({Xt.shape[0]} tokens); NUTS "
           f"{args.chains} x {args.draws} draws after {args.draws} tuning steps")
@@ -79,10 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         labels = pmc.predict(res, test, "map").labels
         gold = test.labels
         p = np.clip(marg[np.arange(gold.size), gold], 1e-300, None)
-        pred, i = [], 0
-        for s in tchunks:
-            pred.append([classes[k] for k in labels[i:i + len(s)]])
-            i += len(s)
+        pred = data.tags(labels)
         print(f"| {prior} | {name} | {-np.mean(np.log(p)):.4f} | "
               f"{np.mean(marg.argmax(1) == gold):.4f} | "
               f"{reliability_curve(marg, gold, n_bins=10).ece:.4f} | "

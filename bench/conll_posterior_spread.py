@@ -29,24 +29,17 @@ import warnings
 
 import numpy as np
 import pymc as pm
+from conll_data import chunking
 
 import pymc_crf as pmc
-from pymc_crf.datasets import data_dir, read_conll2000, token_features
-from pymc_crf.features import encode_tags, sequence_batch
+from pymc_crf.datasets import data_dir
 from pymc_crf.metrics import chunk_f1, reliability_curve
 
 
 def _data(n_train: int, n_test: int):
-    words, pos, chunks = (a[:n_train] for a in read_conll2000("train"))
-    twords, tpos, tchunks = (a[:n_test] for a in read_conll2000("test"))
-    vec = pmc.FeatureVectorizer(min_freq=1)
-    X = vec.fit_transform([token_features(w, p) for w, p in zip(words, pos, strict=True)])
-    Xt = vec.transform([token_features(w, p) for w, p in zip(twords, tpos, strict=True)])
-    classes = sorted({t for s in chunks + tchunks for t in s})
-    y, _ = encode_tags(chunks, classes)
-    yt, _ = encode_tags(tchunks, classes)
-    test = pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=len(classes))
-    return sequence_batch(words), X, y, test, tchunks, classes
+    d = chunking(n_train, n_test)
+    return (d.train.graphs, d.train.node_features, d.train.labels, d.test, d.test_tags,
+            d.classes)
 
 
 def _model(batch, X, y, K, sd):
