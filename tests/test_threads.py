@@ -192,19 +192,26 @@ def test_feature_chain_parts_match_the_single_thread_kernel(scale):
     np.testing.assert_array_equal(lz, got[0])
 
 
-def test_compiled_dispatch_hands_large_batches_to_the_threads():
-    """The compiled dispatchers the Ops' closures call (``_forward_backward_from_numba`` and its
-    features twin) give the engine's numbers, through the object-mode hand-off for a batch that
-    splits into parts."""
-    K = 10
+def _threaded_inputs(K: int):
+    """A ragged batch that splits into parts on 2 threads (set here), its tables, constant and
+    random edge features with their weights, and graph weights."""
     rng, batch = _ragged(2, K)
     node = rng.normal(size=(batch.n_total_nodes, K))
     edge = rng.normal(size=(batch.n_edges, K, K))
     Xe = np.column_stack([np.ones(batch.n_edges), rng.normal(size=batch.n_edges)])
     We = rng.normal(size=(2, K * K))
     g = rng.random(batch.n_graphs)
-    eng = ChainEngine()
     pmc.set_num_threads(2)
+    return batch, node, edge, Xe, We, g
+
+
+def test_compiled_dispatch_hands_large_batches_to_the_threads():
+    """The compiled dispatchers the Ops' closures call (``_forward_backward_from_numba`` and its
+    features twin) give the engine's numbers, through the object-mode hand-off for a batch that
+    splits into parts."""
+    K = 10
+    batch, node, edge, Xe, We, g = _threaded_inputs(K)
+    eng = ChainEngine()
     no, eo = batch.node_offsets, batch.edge_offsets
     assert parts._splits(no, K, True)  # the hand-off is taken
     ref = eng.log_z_and_weighted_marginals(batch, node, edge, g)
@@ -226,14 +233,8 @@ def test_compiled_kernels_hand_large_batches_to_the_threads():
     """The njit closures of the compiled Ops give the engine's numbers, through the object-mode
     hand-off for a batch that splits into parts."""
     K = 10
-    rng, batch = _ragged(2, K)
-    node = rng.normal(size=(batch.n_total_nodes, K))
-    edge = rng.normal(size=(batch.n_edges, K, K))
-    Xe = np.column_stack([np.ones(batch.n_edges), rng.normal(size=batch.n_edges)])
-    We = rng.normal(size=(2, K * K))
-    g = rng.random(batch.n_graphs)
+    batch, node, edge, Xe, We, g = _threaded_inputs(K)
     eng = ChainEngine()
-    pmc.set_num_threads(2)
     log_z, vjp = eng.numba_kernels(batch)
     ref = eng.log_z_and_weighted_marginals(batch, node, edge, g)
     for a, b in zip(vjp(node, edge, g), ref, strict=True):
