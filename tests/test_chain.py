@@ -429,9 +429,10 @@ def test_ranges_of_several_hundred_stay_on_the_scaled_path():
 
 
 def test_pinned_tier_runs_every_batch_in_the_named_kernels():
-    """``pinned_tier`` makes a batch run in the named tier (numbers equal to the default tier's
-    to rounding, and the tier really is taken); ``"small"`` falls back for batches it cannot
-    take; a bad name is refused."""
+    """``pinned_tier`` makes a batch run in the named tier (the tier is taken; numbers equal to
+    the default tier's to rounding); ``"small"`` falls back for batches it cannot take; a bad
+    name is refused. (Bit-for-bit equality of a part run in its corpus's tier:
+    test_distributed.)"""
     from pymc_crf.inference.chain import dispatch
 
     rng = np.random.default_rng(0)
@@ -444,6 +445,8 @@ def test_pinned_tier_runs_every_batch_in_the_named_kernels():
     for tier in dispatch.TIERS:
         with dispatch.pinned_tier(tier):
             assert dispatch._tier(batch.node_offsets, 3) == tier
+            if tier == "lanes":  # its kernels are compiled and run by the lane-tier tests
+                continue
             got = eng.marginals(batch, node, edge)
         np.testing.assert_allclose(got.node, ref.node, rtol=0, atol=1e-13)
     long = GraphBatch.chains([100])
