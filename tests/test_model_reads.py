@@ -1,8 +1,8 @@
-"""``pmc.fit`` reads the model's random field once: ``map``, ``bethe_laplace`` and ``ep`` extract
-the CRF / MRF spec (``extract_crf`` / ``extract_mrf``, which ``extract_random_field`` calls) a
-single time and hand it on to the objective, the result's layout attrs and its per-graph
-log-likelihood (``build_result(spec=...)``). Before, a CRF was read 3 (map), 2 (bethe_laplace) and
-4 (ep) times per fit, an MRF 5 (map) and 3 (bethe_laplace) times."""
+"""``pmc.fit`` reads the model's random field once: every fitter that takes a CRF or MRF
+(``map``, ``bethe_laplace``, ``ep``, ``nuts`` and the step-method samplers) extracts the CRF / MRF
+spec (``extract_crf`` / ``extract_mrf``, which ``extract_random_field`` calls) a single time and
+hands it on to the objective, the proposal, the step method, the result's layout attrs and its
+per-graph log-likelihood (``build_result(spec=...)``)."""
 
 import sys
 
@@ -57,10 +57,17 @@ def _ising_mrf():
     return m
 
 
+#: short runs of the samplers: the reads, not the draws, are what is counted
+SAMPLED = {"draws": 10, "tune": 10, "chains": 1, "random_seed": 0}
+SAMPLERS = [("bethe_mh", SAMPLED), ("langevin_cd", SAMPLED), ("exchange", SAMPLED)]
+
+
 @pytest.mark.parametrize("method,options", [
     ("map", {}),
     ("bethe_laplace", {"draws": 10}),
     ("ep", {"draws": 10}),
+    ("nuts", {**SAMPLED, "cores": 1}),
+    *SAMPLERS,
 ])
 def test_one_read_of_the_crf_per_fit(reads, method, options):
     model = _chain_crf()
@@ -68,7 +75,12 @@ def test_one_read_of_the_crf_per_fit(reads, method, options):
     assert reads == {"extract_crf": 1, "extract_mrf": 0}
 
 
-@pytest.mark.parametrize("method,options", [("map", {}), ("bethe_laplace", {"draws": 10})])
+@pytest.mark.parametrize("method,options", [
+    ("map", {}),
+    ("bethe_laplace", {"draws": 10}),
+    ("nuts", {**SAMPLED, "cores": 1}),
+    *SAMPLERS,
+])
 def test_one_read_of_the_mrf_per_fit(reads, method, options):
     model = _ising_mrf()
     pmc.fit(model, method=method, progressbar=False, **options)

@@ -41,7 +41,7 @@ class LaplaceInit:
         return [self.spec.unflatten(f) for f in flat]
 
 
-def laplace_init(model: pm.Model | None = None, map: str = "bp") -> LaplaceInit:
+def laplace_init(model: pm.Model | None = None, map: str = "bp", spec=None) -> LaplaceInit:
     """Bethe-Laplace mean and covariance of the random-field weights of ``model``.
 
     Parameters
@@ -52,6 +52,9 @@ def laplace_init(model: pm.Model | None = None, map: str = "bp") -> LaplaceInit:
     map : {"bp", "exact"}
         MAP by BP gradients (BL-BP, default: available on any graph) or exact gradients (BL-MP);
         the same on forests, where BP is exact (both then run on the exact engine).
+    spec : CRFSpec or MRFSpec, optional
+        The model's random field as the caller read it (:func:`~pymc_crf.model.extract_random_field`),
+        else read here.
 
     Raises
     ------
@@ -61,7 +64,7 @@ def laplace_init(model: pm.Model | None = None, map: str = "bp") -> LaplaceInit:
     """
     model = pm.modelcontext(model)
     try:
-        problem = weight_problem(model, "bethe_laplace")
+        problem = weight_problem(model, "bethe_laplace", spec=spec)
         fit = laplace_fit(problem, map=map, covariance="bp")
     except ValueError as err:
         raise ValueError(f"no Bethe-Laplace proposal for this model: {err}") from err

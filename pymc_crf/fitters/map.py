@@ -22,11 +22,10 @@ from pymc_crf.fitters.optimise import (
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.model.random_field import MRFSpec, extract_random_field
+from pymc_crf.model.random_field import MRFSpec, find_random_field
 from pymc_crf.model.results import build_result
 from pymc_crf.model.spec import (
     CRFSpec,
-    check_observed_labels,
     extract_crf,
     other_model_terms,
     refuse_free_scales,
@@ -109,10 +108,9 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         limit (e.g. a hierarchical prior's scale collapsing to 0), a final gradient that is not
         small.
     """
-    try:  # the model's pmc.CRF or pmc.MRF, read once and handed on
-        field = extract_random_field(model)
-    except ValueError:  # neither (an HCRF, another likelihood) or a refused one: compiled path
-        field = None
+    # the model's pmc.CRF or pmc.MRF, read once and handed on; None (an HCRF, another
+    # likelihood, a refused one): the compiled path
+    field = find_random_field(model)
     refuse_free_scales(field, "map")  # learned prior scales: laplace / bethe_laplace
     t0 = time.perf_counter()
     jitter = positive_number(jitter, "jitter", allow_zero=True)
@@ -122,8 +120,6 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
     maxiter = whole_number(maxiter, "maxiter")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be 'auto', 'scipy' or 'lbfgs'; got {optimizer!r}")
-    if field is None:  # a CRF's or MRF's labels were checked as it was read
-        check_observed_labels(model)
     settings = {"maxiter": maxiter, "rule": rule, **stopping, "jacobian": jacobian,
                 "jitter": jitter, "random_seed": random_seed, "optimizer": optimizer}
     spec, why = (None, "") if engine_objective is False else _engine_objective_spec(model, field)

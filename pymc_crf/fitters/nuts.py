@@ -9,8 +9,8 @@ import time
 import pymc as pm
 
 from pymc_crf.fitters.registry import register
-from pymc_crf.model.results import attach_log_likelihood, record_crf_layout
-from pymc_crf.model.spec import check_observed_labels
+from pymc_crf.model.random_field import find_random_field
+from pymc_crf.model.results import build_result
 from pymc_crf.validation import real_number, whole_number
 
 __all__ = ["fit_nuts"]
@@ -46,15 +46,12 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
             ta = real_number(value, f"method='nuts': {where}")
             if not 0.0 < ta < 1.0:
                 raise ValueError(f"method='nuts': {where} must lie in (0, 1); got {ta}")
-    check_observed_labels(model)
+    field = find_random_field(model)  # read once (labels checked), for the result's layout
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
                           progressbar=progressbar, **sample_kwargs)
-    attach_log_likelihood(idata, model)
-    record_crf_layout(idata, model)
-    idata.attrs.update({"method": "nuts", "wall_time": time.perf_counter() - t0,
-                        "settings": f'{{"draws": {draws}, "tune": {tune}, "chains": {chains}}}'})
-    return idata
+    settings = {"draws": draws, "tune": tune, "chains": chains}
+    return build_result(model, idata, "nuts", settings, time.perf_counter() - t0, spec=field)
 
 
 # names other tools use for pm.sample's options; pm.sample would pass them on to its step

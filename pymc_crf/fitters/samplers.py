@@ -22,7 +22,6 @@ say what was used. The remaining keyword arguments go to the step method."""
 
 from __future__ import annotations
 
-import json
 import time
 
 import numpy as np
@@ -33,7 +32,7 @@ import pymc_crf.step_methods as step_methods
 from pymc_crf.fitters.laplace_proposal import LaplaceInit, laplace_init
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import warn_at_caller
-from pymc_crf.model.results import attach_log_likelihood, record_crf_layout
+from pymc_crf.model.results import build_result
 from pymc_crf.step_methods.field import RandomFieldTerm
 from pymc_crf.validation import generator, whole_number
 
@@ -43,9 +42,9 @@ __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 _AUTO = ("auto", "laplace")
 
 
-def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
-    """The Bethe-Laplace fit when ``S`` or ``start`` asks for it (None where ``"auto"`` finds
-    it does not apply; an error where ``"laplace"`` insists)."""
+def _laplace(field: RandomFieldTerm, S, start) -> LaplaceInit | None:
+    """The Bethe-Laplace fit of the random field ``field`` read when ``S`` or ``start`` asks for
+    it (None where ``"auto"`` finds it does not apply; an error where ``"laplace"`` insists)."""
     wanted = [o for o in (S, start) if isinstance(o, str)]
     for o in wanted:
         if o not in _AUTO:
@@ -53,7 +52,7 @@ def _laplace(model: pm.Model, S, start) -> LaplaceInit | None:
     if not wanted:
         return None
     try:
-        return laplace_init(model)
+        return laplace_init(field.model, spec=field.spec)
     except ValueError as err:
         if "laplace" in wanted:
             raise
@@ -77,9 +76,10 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
         cores = whole_number(cores, f"{method}: cores")
     # what the step needs (the random field and every label, pm.Data included; free,
     # untransformed, distinct weights) is checked before the Bethe-Laplace proposal, whose
-    # failure would otherwise only be a warning
-    RandomFieldTerm(model, method)
-    init = _laplace(model, S, start)
+    # failure would otherwise only be a warning; the model is read here once, for the proposal,
+    # the step and the result
+    field = RandomFieldTerm(model, method)
+    init = _laplace(field, S, start)
     proposal = "user"
     if isinstance(S, str):
         S, proposal = (init.covariance, "laplace") if init is not None else (None, "unit")
@@ -94,20 +94,17 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
         else:
             starting = "initial_point"
     with model:
-        step = step_cls(S=S, **step_kwargs)
+        step = step_cls(S=S, spec=field.spec, **step_kwargs)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step,
                           random_seed=random_seed, progressbar=progressbar, initvals=initvals,
                           compute_convergence_checks=False)
-    attach_log_likelihood(idata, model)
-    record_crf_layout(idata, model)
     settings = {"draws": draws, "tune": tune, "chains": chains, "cores": cores,
                 **{k: v for k, v in step_kwargs.items() if isinstance(v, int | float | str | bool)}}
-    idata.attrs.update({"method": method, "wall_time": time.perf_counter() - t0,
-                        "settings": json.dumps(settings), "proposal": proposal,
-                        "start": starting})
+    attrs = {"proposal": proposal, "start": starting}
     if isinstance(step, step_methods.Exchange):
-        idata.attrs["exact_auxiliary"] = int(step.exact_auxiliary)
-    return idata
+        attrs["exact_auxiliary"] = int(step.exact_auxiliary)
+    return build_result(model, idata, method, settings, time.perf_counter() - t0, attrs=attrs,
+                        spec=field.spec)
 
 
 @register("bethe_mh")

@@ -30,6 +30,7 @@ from pymc_crf.model.objective import CRFLogLikelihood
 from pymc_crf.model.spec import (
     CRFSpec,
     WeightSpec,
+    check_observed_labels,
     extract_crf,
     observes,
     single_observed,
@@ -38,7 +39,7 @@ from pymc_crf.model.spec import (
 from pymc_crf.validation import refusal
 
 __all__ = ["MRFLogLikelihood", "MRFSpec", "extract_mrf", "extract_random_field",
-           "random_field_log_likelihood", "random_field_pointwise_log_likelihood"]
+           "find_random_field", "random_field_log_likelihood", "random_field_pointwise_log_likelihood"]
 
 
 @dataclass(frozen=True)
@@ -276,6 +277,20 @@ def extract_random_field(model: pm.Model | None = None) -> CRFSpec | MRFSpec:
                                  f"this model observes {found or 'nothing'}"))
     # the CRF's own errors (labels out of range, several CRFs) are the ones to report
     return extract_crf(model)
+
+
+def find_random_field(model: pm.Model) -> CRFSpec | MRFSpec | None:
+    """The model's random field read once (:func:`extract_random_field`), or None for a model
+    that has no single readable one (a ``pmc.HCRF``, another likelihood, several random fields,
+    weights the reader refuses): fitters that take any PyMC model (``map``, ``nuts``) then use
+    the model as written. The observed labels of such a model are checked here
+    (:func:`~pymc_crf.model.spec.check_observed_labels`), so a bad label is a one-line error
+    naming its graph and node either way, not a failed initialisation of a sampler."""
+    try:
+        return extract_random_field(model)
+    except ValueError:
+        check_observed_labels(model)
+        return None
 
 
 def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None = None):

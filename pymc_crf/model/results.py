@@ -139,7 +139,7 @@ def _dataset(values: Mapping[str, Any], dim: str) -> xr.Dataset:
     return xr.Dataset(out)
 
 
-def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
+def build_result(model: pm.Model, draws: Mapping[str, np.ndarray] | xr.DataTree, method: str,
                  settings: Mapping[str, Any], wall_time: float, *,
                  mean_vector: np.ndarray | None = None,
                  covariance_matrix: np.ndarray | None = None,
@@ -151,14 +151,17 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
                  log_likelihood: bool = True,
                  pointwise_log_likelihood: Mapping[str, np.ndarray] | None = None,
                  extra_groups: Mapping[str, xr.Dataset] | None = None,
+                 attrs: Mapping[str, Any] | None = None,
                  spec: CRFSpec | MRFSpec | None = None) -> xr.DataTree:
     """Assemble a fitter's result.
 
     Parameters
     ----------
     model : pm.Model
-    draws : dict name -> array (chains, draws, *shape)
-        Posterior draws of every free variable of the model (constrained space).
+    draws : dict name -> array (chains, draws, *shape), or DataTree
+        Posterior draws of every free variable of the model (constrained space); or the
+        ``DataTree`` ``pm.sample`` returned, whose groups (``posterior``, ``sample_stats``,
+        ``observed_data``, warm-up groups ...) are kept as PyMC made them and completed here.
     method, settings, wall_time
         Stored as attrs (``settings`` as JSON).
     mean_vector, covariance_matrix, param_names
@@ -168,7 +171,8 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
     diagnostics_group : str
         Name of that group (``"optimizer_result"`` for MAP).
     log_marginal_likelihood : float, optional
-        Evidence estimate, stored as ``sample_stats["log_marginal_likelihood"]`` per chain.
+        Evidence estimate, stored once, as ``attrs["log_marginal_likelihood"]`` (the place
+        ``pmc.compare`` and every other reader takes it from).
     sample_stats : dict, optional
         Extra per-draw statistics (chains, draws).
     log_likelihood : bool
@@ -181,24 +185,19 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
         stored with the observed variable's dims, as ``pm.compute_log_likelihood`` would.
     extra_groups : dict, optional
         Further groups to attach as they are.
+    attrs : dict, optional
+        Further attrs of the method (e.g. the samplers' ``proposal`` and ``start``).
     spec : CRFSpec or MRFSpec, optional
         The model's random field as the fitter read it, for the layout attrs and the pointwise
         log-likelihood, so the model is read once per fit (read here when omitted).
     """
-    coords, dims = coords_and_dims_for_inferencedata(model)
-    post = {k: np.asarray(v) for k, v in draws.items()}
-    n_chains = next(iter(post.values())).shape[0] if post else 1
-    stats = dict(sample_stats or {})
-    if log_marginal_likelihood is not None:
-        stats["log_marginal_likelihood"] = np.full((n_chains, next(iter(post.values())).shape[1]),
-                                                   float(log_marginal_likelihood))
-    groups: dict[str, dict] = {"posterior": post, "observed_data": find_observations(model)}
-    constants = find_constants(model)
-    if constants:
-        groups["constant_data"] = constants
-    if stats:
-        groups["sample_stats"] = stats
-    idata = az.from_dict(groups, coords=coords, dims=dims)
+    if isinstance(draws, xr.DataTree):
+        if sample_stats:
+            raise ValueError("build_result: a pm.sample DataTree brings its own sample_stats; "
+                             "sample_stats= is for draws given as arrays")
+        idata = draws
+    else:
+        idata = _from_draws(model, draws, sample_stats)
     if log_likelihood or pointwise_log_likelihood is not None:
         attach_log_likelihood(idata, model, pointwise_log_likelihood, spec)
     if mean_vector is not None and covariance_matrix is not None:
@@ -209,8 +208,23 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray], method: str,
     for name, ds in (extra_groups or {}).items():
         idata[name] = ds
     idata.attrs.update({"method": method, "settings": _jsonable(settings),
-                        "wall_time": float(wall_time)})
+                        "wall_time": float(wall_time), **(attrs or {})})
     record_crf_layout(idata, model, spec)
     if log_marginal_likelihood is not None:
         idata.attrs["log_marginal_likelihood"] = float(log_marginal_likelihood)
     return idata
+
+
+def _from_draws(model: pm.Model, draws: Mapping[str, np.ndarray],
+                sample_stats: Mapping[str, np.ndarray] | None) -> xr.DataTree:
+    """The ``posterior``, ``observed_data``, ``constant_data`` and ``sample_stats`` groups of
+    draws given as arrays, with the model's dims and coords."""
+    coords, dims = coords_and_dims_for_inferencedata(model)
+    groups: dict[str, dict] = {"posterior": {k: np.asarray(v) for k, v in draws.items()},
+                               "observed_data": find_observations(model)}
+    constants = find_constants(model)
+    if constants:
+        groups["constant_data"] = constants
+    if sample_stats:
+        groups["sample_stats"] = dict(sample_stats)
+    return az.from_dict(groups, coords=coords, dims=dims)

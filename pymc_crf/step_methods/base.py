@@ -62,9 +62,9 @@ class RandomFieldStep(ArrayStepShared):
         return super().__new__(cls, *args, **kwargs)
 
     def __init__(self, vars=None, *, model=None, rng=None, initial_point=None,
-                 compile_kwargs=None, blocked: bool = True, tune: bool = True):
+                 compile_kwargs=None, blocked: bool = True, tune: bool = True, spec=None):
         model = pm.modelcontext(model)
-        field = RandomFieldTerm(model, self.method_name)
+        field = RandomFieldTerm(model, self.method_name, spec)
         if vars is None:
             vars = [model.rvs_to_values[model[n]] for n in field.weight_names]
         vars = get_value_vars_from_user_vars(vars, model)

@@ -45,8 +45,11 @@ class BetheMH(RandomFieldStep):
         First covariance window of the tuning phase, in draws.
     damping, tol, max_iter, schedule
         Loopy BP settings (warm-started from the current state's messages at every step).
-    model, rng, initial_point, compile_kwargs
-        As for PyMC's step methods.
+    tune, model, rng, initial_point, compile_kwargs
+        As for PyMC's step methods (``tune``: adapt the proposal in the tuning phase).
+    spec : CRFSpec or MRFSpec, optional
+        The model's random field as already read (:func:`pymc_crf.model.extract_random_field`;
+        ``pmc.fit`` hands on the one it read), else read from the model.
 
     Notes
     -----
@@ -71,9 +74,10 @@ class BetheMH(RandomFieldStep):
                  target_accept: float = 0.234, adapt_window: int = 50, damping: float = 0.5,
                  tol: float = 1e-8, max_iter: int = 1000, schedule: str = "parallel", tune: bool = True,
                  model=None, rng=None, initial_point=None, compile_kwargs=None,
-                 blocked: bool = True):
+                 blocked: bool = True, spec=None):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
-                         compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
+                         compile_kwargs=compile_kwargs, blocked=blocked, tune=tune,
+                         spec=spec)
         self.engine = WarmStartBP(damping=damping, schedule=schedule, tol=tol, max_iter=max_iter)
         self.likelihood = self.field.likelihood(self.engine)
         self.adaptation = random_walk_adaptation(self.d, self._proposal_base(S), scaling,

@@ -49,6 +49,8 @@ class Exchange(RandomFieldStep):
         Gibbs sweeps from the observed labels for the approximate variant.
     max_treewidth : int
         Largest treewidth for exact auxiliary draws by the junction tree (``"auto"``).
+    tune, model, rng, initial_point, compile_kwargs, spec
+        As for :class:`~pymc_crf.step_methods.BetheMH`.
 
     Notes
     -----
@@ -66,9 +68,10 @@ class Exchange(RandomFieldStep):
                  target_accept: float = 0.234, adapt_window: int = 50,
                  sampler: str | Engine = "auto", aux_sweeps: int = 100, max_treewidth: int = 10,
                  tune: bool = True, model=None, rng=None, initial_point=None,
-                 compile_kwargs=None, blocked: bool = True):
+                 compile_kwargs=None, blocked: bool = True, spec=None):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
-                         compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
+                         compile_kwargs=compile_kwargs, blocked=blocked, tune=tune,
+                         spec=spec)
         aux_sweeps = whole_number(aux_sweeps, "aux_sweeps")
         batch = self.field.batch
         if isinstance(sampler, str) and sampler not in ENGINE_NAMES:

@@ -22,7 +22,7 @@ from pymc_crf.model.random_field import (
     extract_random_field,
     random_field_log_likelihood,
 )
-from pymc_crf.model.spec import require_all_labels
+from pymc_crf.model.spec import CRFSpec, require_all_labels
 
 __all__ = ["RandomFieldTerm"]
 
@@ -38,10 +38,16 @@ class RandomFieldTerm:
         a transform (their priors may be anything, including hierarchical ones).
     method : str
         Name of the step method, for error messages.
+    spec : CRFSpec or MRFSpec, optional
+        The model's random field as the caller read it (``extract_random_field``; ``pmc.fit``
+        reads the model once and hands it on); read from ``model`` when omitted.
     """
 
-    def __init__(self, model: pm.Model, method: str):
-        spec = extract_random_field(model)
+    def __init__(self, model: pm.Model, method: str, spec: CRFSpec | MRFSpec | None = None):
+        if spec is None:
+            spec = extract_random_field(model)
+        elif spec.model is not model:
+            raise ValueError(f"{method}: spec= was read from another model than the one sampled")
         require_all_labels(spec, method)
         for w in spec.weights:
             if w.name is None:

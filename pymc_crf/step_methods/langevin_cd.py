@@ -66,6 +66,8 @@ class LangevinCD(RandomFieldStep):
         covariance (d, d), e.g. the Bethe-Laplace posterior's (as
         :class:`~pymc_crf.step_methods.BetheMH`; a full preconditioner, re-estimated from the
         tuning draws in windows and shrunk towards ``S``); default unit standard deviations.
+    tune, model, rng, initial_point, compile_kwargs, spec
+        As for :class:`~pymc_crf.step_methods.BetheMH`.
 
     Notes
     -----
@@ -90,9 +92,10 @@ class LangevinCD(RandomFieldStep):
     def __init__(self, vars=None, *, step_size: float | None = None, cd_steps: int = 1,
                  target_accept: float = 0.574, adapt_window: int = 50,
                  max_energy_error: float = 10.0, S=None, tune: bool = True, model=None,
-                 rng=None, initial_point=None, compile_kwargs=None, blocked: bool = True):
+                 rng=None, initial_point=None, compile_kwargs=None, blocked: bool = True, spec=None):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
-                         compile_kwargs=compile_kwargs, blocked=blocked, tune=tune)
+                         compile_kwargs=compile_kwargs, blocked=blocked, tune=tune,
+                         spec=spec)
         self.max_energy_error = positive_number(max_energy_error, "max_energy_error",
                                                 allow_inf=True)
         self.cd_steps = whole_number(cd_steps, "cd_steps")

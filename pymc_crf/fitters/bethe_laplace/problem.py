@@ -84,16 +84,18 @@ class WeightProblem:
         return getattr(self.spec, "potential", "loglinear")
 
 
-def weight_problem(model: pm.Model | None, method: str,
-                   learn_scales: bool = False) -> WeightProblem:
+def weight_problem(model: pm.Model | None, method: str, learn_scales: bool = False,
+                   spec=None) -> WeightProblem:
     """Read the model's CRF or MRF likelihood and its Gaussian weight prior (clear errors else).
 
     With ``learn_scales`` the weights' prior sds may be free scale variables (``free_scales``):
     the problem's ``prior`` is then at unit scales until ``at_scales`` fixes them; without it such
-    a model is refused (``refuse_free_scales``)."""
+    a model is refused (``refuse_free_scales``). ``spec``: the model's random field as the caller
+    read it (``extract_random_field``), else read here."""
     model = pm.modelcontext(model)
     _refuse_hcrf(model, method)
-    spec = extract_random_field(model)
+    if spec is None:
+        spec = extract_random_field(model)
     scales, scale_index = free_scales(spec) if learn_scales else ([], None)
     if scales:
         require_learnable_scales(spec, method)
