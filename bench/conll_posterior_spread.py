@@ -106,7 +106,7 @@ def evidence(batch, X, y, test, tchunks, classes, sds):
         for cov in ("implicit", "diagonal"):
             res = pmc.fit(m, method="laplace", covariance=cov, draws=2, random_seed=0,
                           log_likelihood=False, progressbar=False)
-            ev[cov] = float(res["fit"]["log_marginal_likelihood"])
+            ev[cov] = res.attrs["log_marginal_likelihood"]
         labels = pmc.predict(res, test, "map").labels  # the MAP (the mean of either)
         pred, i = [], 0
         for s in tchunks:

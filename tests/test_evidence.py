@@ -65,11 +65,13 @@ def test_every_method_against_quadrature(make):
     assert err["ais"] < 4 * est["ais"].std_error + 0.02, (err, est["ais"].std_error)
 
 
-def test_fit_group_and_compare_column():
+def test_the_evidence_attr_and_compare_column():
     m = _mrf_model()
     r = pmc.fit(m, method="bethe_laplace", draws=50, random_seed=0)
     ev = log_marginal_likelihood(m, "bethe_laplace", map="exact")
-    assert float(r["fit"]["log_marginal_likelihood"]) == pytest.approx(float(ev), abs=1e-8)
+    assert r.attrs["log_marginal_likelihood"] == pytest.approx(float(ev), abs=1e-8)
+    # stored once: not repeated in the fit group or as a per-draw statistic
+    assert "log_marginal_likelihood" not in r["fit"] and "sample_stats" not in r.children
     table = pmc.compare({"bl": r})
     assert table.loc["bl", "log_marginal_likelihood"] == pytest.approx(float(ev), abs=1e-8)
 

@@ -29,3 +29,13 @@ def test_a_result_saved_before_still_loads_and_predicts_the_same_marginals(metho
     data, saved = _test_graphs()
     marginals = pmc.predict(result, data, method=how).marginals
     np.testing.assert_allclose(marginals, saved[f"marginals_{method}"], rtol=1e-9, atol=1e-12)
+
+
+def test_the_evidence_of_a_result_saved_before_is_the_one_compare_shows():
+    # results of that version stored the evidence in the fit group too; the attr, where every
+    # result has it, is the one place read
+    result = xr.open_datatree(DATA / "saved_bethe_laplace_result.nc", engine="h5netcdf").load()
+    with pytest.warns(UserWarning, match="no LOO"):  # LOO of a Laplace fit needs the model
+        table = pmc.compare({"saved": result})
+    assert table.loc["saved", "log_marginal_likelihood"] == \
+        float(result["fit"]["log_marginal_likelihood"])

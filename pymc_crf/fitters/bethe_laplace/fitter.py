@@ -3,8 +3,9 @@
 Reads the CRF or MRF likelihood and its fixed Normal weight prior out of the model, runs
 :func:`~pymc_crf.fitters.bethe_laplace.laplace.laplace_fit` and returns the contract ``DataTree``:
 draws from the Gaussian in the model's dims, a ``fit`` group (``mean_vector``,
-``covariance_matrix``, ``log_marginal_likelihood``), diagnostics (optimiser and BP convergence
-at the MAP) and the per-graph (per-sample for MRFs) log-likelihood of the draws.
+``covariance_matrix``), diagnostics (optimiser and BP convergence at the MAP), the per-graph
+(per-sample for MRFs) log-likelihood of the draws and the Laplace evidence as
+``attrs["log_marginal_likelihood"]``.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.model.results import build_result, draws_from_gaussian
+from pymc_crf.model.results import build_result, draws_from_gaussian, gaussian_fit_group
 from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["fit_bethe_laplace", "fit_laplace"]
@@ -106,10 +107,10 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     Returns
     -------
     xarray.DataTree
-        ``posterior``, ``fit`` (``mean_vector``, ``covariance_matrix``,
-        ``log_marginal_likelihood``), ``diagnostics`` (L-BFGS record, ``bp_converged``,
-        ``bp_bound_ok``, ``bp_iterations``, ``bp_max_change``), ``log_likelihood``; attrs ``method``,
-        ``settings``, ``wall_time``, ``log_marginal_likelihood``.
+        ``posterior``, ``fit`` (``mean_vector``, ``covariance_matrix``), ``diagnostics``
+        (L-BFGS record, ``bp_converged``, ``bp_bound_ok``, ``bp_iterations``,
+        ``bp_max_change``), ``log_likelihood``; attrs ``method``, ``settings``, ``wall_time``,
+        ``log_marginal_likelihood`` (the Laplace evidence, stored only there).
     """
     t0 = time.perf_counter()
     n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
@@ -145,15 +146,11 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                    "log_prior_at_map": np.float64(fit.log_prior)}
     settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
                 "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed}
-    result = build_result(model, draws, "bethe_laplace", settings, time.perf_counter() - t0,
-                          mean_vector=fit.mean, covariance_matrix=fit.covariance,
-                          param_names=spec.param_names(), diagnostics=diagnostics,
-                          log_marginal_likelihood=log_ev, log_likelihood=False,
-                          pointwise_log_likelihood=pointwise, spec=spec)
-    fit_group = result["fit"].to_dataset()
-    fit_group["log_marginal_likelihood"] = ((), float(log_ev))
-    result["fit"] = fit_group
-    return result
+    return build_result(model, draws, "bethe_laplace", settings, time.perf_counter() - t0,
+                        mean_vector=fit.mean, covariance_matrix=fit.covariance,
+                        param_names=spec.param_names(), diagnostics=diagnostics,
+                        log_marginal_likelihood=log_ev, log_likelihood=False,
+                        pointwise_log_likelihood=pointwise, spec=spec)
 
 
 #: the largest number of weights for which method="laplace" forms the dense exact covariance
@@ -283,26 +280,22 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
                 "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed,
                 "hyperprior": hyperprior, "integrate_scales": integrate_scales,
                 "scale_tol": scale_tol, "scale_maxiter": scale_maxiter, "refine": refine}
-    result = build_result(problem.model, post, method, settings, time.perf_counter() - t0,
-                          mean_vector=mean, covariance_matrix=cov if dense else None,
-                          param_names=spec.param_names(), log_marginal_likelihood=log_ev,
-                          log_likelihood=False, pointwise_log_likelihood=pointwise, spec=spec)
     names = [n for v in problem.scales for n in v.entry_names()]
     if dense:
-        fit_group = result["fit"].to_dataset()
+        fit_group = gaussian_fit_group(mean, cov, spec.param_names())
     else:
         fit_group = xr.Dataset({"mean_vector": (("rows",), mean),
                                 "sd_vector": (("rows",), np.sqrt(var))},
                                coords={"rows": spec.param_names()})
-    fit_group["log_marginal_likelihood"] = ((), float(log_ev))
     fit_group["log_evidence_at_scales"] = ((), float(pt.log_evidence))
     if names:
         fit_group["scales"] = (("scale_entry",), pt.scales)
         fit_group = fit_group.assign_coords(scale_entry=names)
-    result["fit"] = fit_group
-    result["diagnostics"] = _diagnostics(pt, learned, names)
-    result.attrs["log_marginal_likelihood"] = float(log_ev)
-    return result
+    return build_result(problem.model, post, method, settings, time.perf_counter() - t0,
+                        log_marginal_likelihood=log_ev, log_likelihood=False,
+                        pointwise_log_likelihood=pointwise, spec=spec,
+                        extra_groups={"fit": fit_group,
+                                      "diagnostics": _diagnostics(pt, learned, names)})
 
 
 def _diagnostics(pt, learned, names) -> xr.Dataset:
