@@ -37,9 +37,10 @@ from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters import extract_crf
 from pymc_crf.fitters.bethe_laplace.hessian import CurvatureOperator
 from pymc_crf.fitters.covariance import ImplicitGaussian
-from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, posterior_averaged_marginals
+from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_draws, diagonal_laplace_sd
 from pymc_crf.metrics import reliability_curve
 from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
+from pymc_crf.model.predictors import averaged_marginals, crf_layout
 
 C2 = 1.0
 SIGMA = (1.0 / (2.0 * C2)) ** 0.5
@@ -77,8 +78,9 @@ def evidence_prior(words, X, y, K, test, steps: int) -> None:
         nxt = float(np.sum(w_map[:F * K] ** 2)) / gamma
         cells = []
         for marg in (pmc.predict(fit, test, "bpe").marginals,
-                     posterior_averaged_marginals(spec, w_map, sd, test, draws=5,
-                                                  random_seed=0)):
+                     averaged_marginals(test, crf_layout(spec),
+                                        diagonal_laplace_draws(spec, w_map, sd, draws=5,
+                                                               random_seed=0))):
             cells += [f"{np.mean(marg.argmax(1) == test.labels):.4f}",
                       f"{reliability_curve(marg, test.labels, n_bins=10).ece:.3f}"]
         print(f"| {s2:.4f} | {gamma:.0f} | {nxt:.4f} | " + " | ".join(cells) + " |")

@@ -46,8 +46,9 @@ from pymc_crf import plots
 from pymc_crf.datasets import data_dir, read_conll2000, token_features
 from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters import extract_crf
-from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, posterior_averaged_marginals
+from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_draws, diagonal_laplace_sd
 from pymc_crf.metrics import chunk_f1, reliability_curve
+from pymc_crf.model.predictors import averaged_marginals, crf_layout
 
 SMOKE = os.environ.get("PYMC_CRF_SMOKE") == "1"
 FIGURES = os.environ.get("PYMC_CRF_FIGURES")
@@ -148,7 +149,8 @@ for name, (f1, acc) in rows.items():
 spec = extract_crf(model)
 w_map = spec.flatten({"W": fit.posterior["W"].values[0, 0], "T": fit.posterior["T"].values[0, 0]})
 sd = diagonal_laplace_sd(spec, w_map)
-avg_marg = posterior_averaged_marginals(spec, w_map, sd, test, draws=DRAWS, random_seed=0)
+avg_marg = averaged_marginals(test, crf_layout(spec),
+                              diagonal_laplace_draws(spec, w_map, sd, draws=DRAWS, random_seed=0))
 avg_labels = avg_marg.argmax(axis=1)
 avg_tags = split([classes[i] for i in avg_labels], [len(s) for s in twords])
 rows["posterior average"] = (chunk_f1(tchunks, avg_tags).f1, 100 * np.mean(avg_labels == yt))

@@ -41,8 +41,9 @@ from pymc_crf import plots
 from pymc_crf.datasets import data_dir, read_ptb_sample, token_features
 from pymc_crf.features import encode_tags, sequence_batch
 from pymc_crf.fitters import extract_crf
-from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, posterior_averaged_marginals
+from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_draws, diagonal_laplace_sd
 from pymc_crf.metrics import reliability_curve
+from pymc_crf.model.predictors import averaged_marginals, crf_layout
 
 SMOKE = os.environ.get("PYMC_CRF_SMOKE") == "1"
 FIGURES = os.environ.get("PYMC_CRF_FIGURES")
@@ -110,8 +111,9 @@ except ImportError:
 # %%
 spec = extract_crf(model)
 w_map = spec.flatten({"W": fit.posterior["W"].values[0, 0], "T": fit.posterior["T"].values[0, 0]})
-avg_marg = posterior_averaged_marginals(spec, w_map, diagonal_laplace_sd(spec, w_map), test,
-                                        draws=DRAWS, random_seed=0)
+avg_marg = averaged_marginals(test, crf_layout(spec),
+                              diagonal_laplace_draws(spec, w_map, diagonal_laplace_sd(spec, w_map),
+                                                     draws=DRAWS, random_seed=0))
 curves = {"MAP marginals": reliability_curve(map_marg, yt),
           "posterior-averaged": reliability_curve(avg_marg, yt)}
 print(f"posterior-averaged token accuracy {100 * np.mean(avg_marg.argmax(1) == yt):.2f}")

@@ -44,12 +44,15 @@ from pymc_crf.inference.spans import (
 from pymc_crf.metrics import Reliability, SelectiveCurve, confidence_reliability, selective_curve
 from pymc_crf.model.predictors import (
     Prediction,
+    average_over_draws,
     draw_indices,
     log_potentials_for,
     posterior_mean,
     predict_average,
     result_layout,
+    tables_at,
     weight_draws,
+    weight_sets_at,
 )
 from pymc_crf.validation import flag, generator, whole_number
 
@@ -81,10 +84,8 @@ def _draw_tables(result: xr.DataTree, data, draws: int | None, model, random_see
 
 def _tables_at(data, info: dict, ws: dict, idx: np.ndarray) -> Iterator:
     """(node, edge) log-potential tables of ``data`` at the weight draws ``ws[...][s]``, s in
-    ``idx`` (the predictors' ``log_potentials_for``)."""
-    for s in idx:
-        yield log_potentials_for(data, info, *(ws[k][s] if k in ws else None
-                                               for k in ("node_weights", "edge_weights")))
+    ``idx`` (the predictors' ``tables_at``)."""
+    return tables_at(data, info, weight_sets_at(ws, idx))
 
 
 def _point_tables(result: xr.DataTree, data, model) -> tuple[np.ndarray, np.ndarray]:
@@ -218,11 +219,10 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
     else:
         labels = _predicted_labels(result, data, labels, model)
         spans = Spans.of_labelling(data.graphs, labels, schema)
-    n, tables = _draw_tables(result, data, draws, model, random_seed)
-    total = np.zeros(len(spans))
-    for node, edge in tables:
-        total += np.exp(span_log_probabilities(data.graphs, node, edge, spans, schema,
-                                               match=match, labels=labels))
+    _, tables = _draw_tables(result, data, draws, model, random_seed)
+    probs = average_over_draws(np.exp(span_log_probabilities(data.graphs, node, edge, spans,
+                                                             schema, match=match, labels=labels))
+                               for node, edge in tables)
     correct = None
     if data.labels is not None:
         b = data.graphs
@@ -232,7 +232,7 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
                             zip(spans.graph, spans.type, spans.start, spans.end, strict=True)],
                            dtype=bool)
     names = np.array(schema.types, dtype=object)[spans.type] if len(spans) else np.array([], object)
-    return SpanProbabilities(spans.graph, spans.start, spans.end, names, total / n, correct, match)
+    return SpanProbabilities(spans.graph, spans.start, spans.end, names, probs, correct, match)
 
 
 # --- k best and sampled labellings ---------------------------------------------------------------

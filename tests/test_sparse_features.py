@@ -204,10 +204,8 @@ def test_nan_in_sparse_features_is_refused():
 def test_diagonal_laplace_is_the_exact_hessian_diagonal_without_edges():
     """Graphs of one node: positions are independent, so the per-token Fisher diagonal is the
     exact negative Hessian diagonal (checked by central differences of the gradient)."""
-    from pymc_crf.fitters.diagonal_laplace import (
-        diagonal_laplace_sd,
-        posterior_averaged_marginals,
-    )
+    from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_draws, diagonal_laplace_sd
+    from pymc_crf.model.predictors import averaged_marginals, crf_layout
 
     rng = np.random.default_rng(8)
     batch = pmc.GraphBatch.chains([1] * 30)
@@ -224,7 +222,8 @@ def test_diagonal_laplace_is_the_exact_hessian_diagonal_without_edges():
               - prior(w - h * e)[1])[i] / (2 * h) for i, e in enumerate(np.eye(w.size))]
     np.testing.assert_allclose(diagonal_laplace_sd(spec, w), 1.0 / np.sqrt(diag), rtol=1e-7)
     data = pmc.CRFData(batch, y, sp.csr_matrix(X), n_labels=3)
-    avg = posterior_averaged_marginals(spec, w, np.zeros_like(w), data, draws=2)
+    avg = averaged_marginals(data, crf_layout(spec),
+                             diagonal_laplace_draws(spec, w, np.zeros_like(w), draws=2))
     np.testing.assert_allclose(avg, lik.engine.marginals(batch, *lik.log_potentials(w)).node,
                                atol=1e-12)
 

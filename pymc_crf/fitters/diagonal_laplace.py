@@ -11,23 +11,24 @@ same form from the edge marginals. The approximate posterior is then
 transition table, whose K^2 weights are each pinned by the counts of all edges, is kept at its MAP
 (standard deviation 0).
 
-:func:`posterior_averaged_marginals` averages the exact node marginals of new data over draws of
-that approximation (Monte Carlo model averaging, as ``pmc.predict(method="average")`` does with
-stored draws), one draw at a time, so the (draws, F, K) array is never formed.
+:func:`diagonal_laplace_draws` draws the weights from that approximation one draw at a time, so
+that :func:`~pymc_crf.model.predictors.averaged_marginals` averages the exact node marginals of new
+data over them (Monte Carlo model averaging, as ``pmc.predict(method="average")`` does with stored
+draws) without forming the (draws, F, K) array.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 
 from pymc_crf.feature_products import as_feature_matrix, features_tdot
-from pymc_crf.inference.select import get_engine
 from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.model.spec import CRFSpec, require_all_labels, require_gaussian_prior
-from pymc_crf.potentials import log_potential_tables
-from pymc_crf.validation import generator
+from pymc_crf.validation import generator, whole_number
 
-__all__ = ["diagonal_laplace_sd", "posterior_averaged_marginals"]
+__all__ = ["diagonal_laplace_draws", "diagonal_laplace_sd"]
 
 
 def _squared(x):
@@ -59,20 +60,21 @@ def diagonal_laplace_sd(spec: CRFSpec, w_map: np.ndarray) -> np.ndarray:
     return 1.0 / np.sqrt(precision + np.concatenate(fisher))
 
 
-def posterior_averaged_marginals(spec: CRFSpec, mean: np.ndarray, sd: np.ndarray, data,
-                                 draws: int = 30, random_seed: int | None = None) -> np.ndarray:
-    """Node marginals (N, K) of ``data`` (a ``CRFData``) averaged over ``draws`` weight draws from
-    ``N(mean, diag(sd^2))`` in the flat weight order of ``spec``."""
+def diagonal_laplace_draws(spec: CRFSpec, mean: np.ndarray, sd: np.ndarray, draws: int = 30,
+                           random_seed: int | None = None) -> Iterator[dict[str, np.ndarray]]:
+    """``draws`` weight draws from ``N(mean, diag(sd^2))`` (flat weight order of ``spec``), made
+    one at a time, each as ``{"node_weights": ..., "edge_weights": ...}``: the weight sets
+    :func:`~pymc_crf.model.predictors.averaged_marginals` averages over, with the layout
+    :func:`~pymc_crf.model.predictors.crf_layout` of ``spec``."""
     rng = generator(random_seed, "random_seed")
-    engine = get_engine("auto", data.graphs)
-    nw, ew = spec.node_weights, spec.edge_weights
-    total = np.zeros((data.graphs.n_total_nodes, spec.n_labels))
-    for _ in range(int(draws)):
-        parts = spec.unflatten(mean + sd * rng.standard_normal(mean.size))
-        node, edge, _, _ = log_potential_tables(
-            spec.potential, spec.epsilon, data.graphs.n_total_nodes, spec.n_labels,
-            data.node_features, None if nw is None else parts[nw.name],
-            None if spec.shared_edge_table else data.edge_features,
-            None if ew is None else parts[ew.name])
-        total += engine.marginals(data.graphs, node, edge).node
-    return total / int(draws)
+    draws = whole_number(draws, "draws")
+    mean, sd = np.asarray(mean, dtype=np.float64), np.asarray(sd, dtype=np.float64)
+    roles = [(key, w.name) for key, w in (("node_weights", spec.node_weights),
+                                          ("edge_weights", spec.edge_weights)) if w is not None]
+
+    def one_at_a_time():  # the arguments are checked above, when the function is called
+        for _ in range(draws):
+            parts = spec.unflatten(mean + sd * rng.standard_normal(mean.size))
+            yield {key: parts[name] for key, name in roles}
+
+    return one_at_a_time()

@@ -27,21 +27,16 @@ from pymc_crf.inference.select import get_engine
 from pymc_crf.model.predictors import (
     Prediction,
     draw_indices,
-    log_potentials_for,
     prediction,
     register_predictor,
     result_layout,
+    tables_at,
     weight_draws,
+    weight_sets_at,
 )
 from pymc_crf.validation import flag, positive_number
 
 __all__ = ["predict_bagging", "predict_supergraph", "supergraph"]
-
-
-def _tables(data: CRFData, info: dict, draws: dict, s: int):
-    return log_potentials_for(data, info,
-                              draws["node_weights"][s] if "node_weights" in draws else None,
-                              draws["edge_weights"][s] if "edge_weights" in draws else None)
 
 
 @register_predictor("bagging")
@@ -62,8 +57,8 @@ def predict_bagging(result: xr.DataTree, data: CRFData, *, draws: int | None = 2
     b = data.graphs
     votes = np.zeros((b.n_total_nodes, info["n_labels"]))
     rows = np.arange(b.n_total_nodes)
-    for s in draw_indices(weights, draws, random_seed):
-        node, edge = _tables(data, info, weights, s)
+    used = weight_sets_at(weights, draw_indices(weights, draws, random_seed))
+    for node, edge in tables_at(data, info, used):
         best = engine.map_assignment(b, node, edge)
         w = np.ones(b.n_graphs)
         if weighted:  # p(t_s | x, lambda_s) per graph: the MAP score minus log Z
@@ -126,8 +121,8 @@ def predict_supergraph(result: xr.DataTree, data: CRFData, *, draws: int | None 
                          f"engine of the super-graph (got inference={inference!r})")
     info = result_layout(result, model)
     weights = weight_draws(result, info)
-    idx = draw_indices(weights, draws, random_seed)
-    tabs = [_tables(data, info, weights, s) for s in idx]
+    tabs = list(tables_at(data, info,
+                          weight_sets_at(weights, draw_indices(weights, draws, random_seed))))
     b = data.graphs
     sb, node, edge = supergraph(b, [t[0] for t in tabs], [t[1] for t in tabs], coupling)
     engine = get_engine(supergraph_inference, sb)

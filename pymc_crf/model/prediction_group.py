@@ -27,9 +27,10 @@ import xarray as xr
 from pymc_crf.inference.select import get_engine
 from pymc_crf.model.predictors import (
     Prediction,
-    log_potentials_for,
     result_layout,
+    tables_at,
     weight_draws,
+    weight_sets_at,
 )
 from pymc_crf.validation import generator, whole_number
 
@@ -68,10 +69,8 @@ def sample_predictive_labels(result: xr.DataTree, data, n: int, *, model=None,
     rng = generator(random_seed, "random_seed")
     engine = get_engine(inference, data.graphs)
     out = np.empty((n, data.graphs.n_total_nodes), dtype=np.int64)
-    for i, s in enumerate(rng.integers(0, S, size=n)):
-        node, edge = log_potentials_for(
-            data, info, ws["node_weights"][s] if "node_weights" in ws else None,
-            ws["edge_weights"][s] if "edge_weights" in ws else None)
+    picked = weight_sets_at(ws, rng.integers(0, S, size=n))
+    for i, (node, edge) in enumerate(tables_at(data, info, picked)):
         out[i] = engine.sample(data.graphs, node, edge, 1, rng)[0]
     return out
 

@@ -15,7 +15,7 @@ and ``"hcrf_average"`` the class probabilities of a hidden CRF averaged over any
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,14 +24,16 @@ import xarray as xr
 from pytensor.graph.traversal import ancestors
 
 from pymc_crf.feature_products import dense_features
+from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential_tables
 from pymc_crf.validation import generator
 
-__all__ = ["Prediction", "available_predictors", "crf_attrs", "draw_indices", "get_predictor",
-           "log_potentials_for", "posterior_mean", "predict_average", "predict_bpe",
-           "predict_hcrf_average", "predict_map",
-           "prediction", "register_predictor", "result_layout", "weight_draws"]
+__all__ = ["Prediction", "available_predictors", "average_over_draws", "averaged_marginals",
+           "crf_attrs", "crf_layout", "draw_indices", "get_predictor", "log_potentials_for",
+           "posterior_mean", "predict_average", "predict_bpe", "predict_hcrf_average",
+           "predict_map", "prediction", "register_predictor", "result_layout", "tables_at",
+           "weight_draws", "weight_sets_at"]
 
 _PREDICTORS: dict[str, Callable[..., Prediction]] = {}
 
@@ -133,13 +135,19 @@ def tensor_source(model: pm.Model, tensor, key: str) -> dict:
     return {key: None, f"{key}_value": np.asarray(tensor.eval(), dtype=np.float64).tolist()}
 
 
-def crf_attrs(spec) -> str:
-    """What a predictor needs to rebuild log-potentials, as a JSON attr stored on results."""
-    return json.dumps({
+def crf_layout(spec) -> dict:
+    """What a predictor needs to rebuild the log-potentials of ``spec``'s CRF (the layout
+    :func:`log_potentials_for` takes): where its weights are, potential, epsilon, K, engine."""
+    return {
         **_weight_source(spec, "node_weights"), **_weight_source(spec, "edge_weights"),
         "shared_edge_table": bool(spec.shared_edge_table), "potential": spec.potential,
         "epsilon": spec.epsilon, "n_labels": spec.n_labels, "engine": spec.info.engine_name,
-        "exact_log_z": spec.info.exact})
+        "exact_log_z": spec.info.exact}
+
+
+def crf_attrs(spec) -> str:
+    """:func:`crf_layout` as the JSON attr stored on results."""
+    return json.dumps(crf_layout(spec))
 
 
 def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
@@ -158,7 +166,7 @@ def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
     except TypeError as err:
         raise ValueError("this result does not say how its weights map to potentials; call "
                          "predict inside the model's context or pass model=") from err
-    return json.loads(crf_attrs(extract_crf(model)))
+    return crf_layout(extract_crf(model))
 
 
 def weight_draws(result: xr.DataTree, info: dict) -> dict[str, np.ndarray]:
@@ -261,6 +269,50 @@ def predict_map(result: xr.DataTree, data, *, model: pm.Model | None = None,
     return prediction(marg, labels, "map", data.labels)
 
 
+def weight_sets_at(draws: Mapping[str, np.ndarray], indices: Iterable[int]
+                   ) -> Iterator[dict[str, np.ndarray]]:
+    """The weights of draw ``s``, for each ``s`` in ``indices``, of the weight draws ``draws``
+    (:func:`weight_draws`: ``"node_weights"`` / ``"edge_weights"`` -> (S, ...)), one draw at a
+    time, keyed as ``draws`` is."""
+    for s in indices:
+        yield {k: v[s] for k, v in draws.items()}
+
+
+def tables_at(data, info: dict, weight_sets: Iterable[Mapping[str, np.ndarray]]
+              ) -> Iterator[tuple[np.ndarray, np.ndarray]]:
+    """The (node, edge) log-potential tables of ``data`` (:func:`log_potentials_for`, layout
+    ``info``) at each weight set (``{"node_weights": ..., "edge_weights": ...}``, a key absent
+    when the CRF has no such weights), one at a time."""
+    for w in weight_sets:
+        yield log_potentials_for(data, info, w.get("node_weights"), w.get("edge_weights"))
+
+
+def average_over_draws(values: Iterable[np.ndarray]) -> np.ndarray:
+    """The mean of per-draw predictions (node marginals, class or span probabilities): the Monte
+    Carlo estimate ``1/S sum_s p(. | x, w_s)`` of the posterior predictive. The values are summed
+    as they come, so the (S, ...) stack of all draws is never formed."""
+    total, n = None, 0
+    for v in values:
+        if total is None:
+            total = np.array(v, dtype=np.float64)
+        else:
+            total += v
+        n += 1
+    if total is None:
+        raise ValueError("no weight draws to average over")
+    return total / n
+
+
+def averaged_marginals(data, info: dict, weight_sets: Iterable[Mapping[str, np.ndarray]],
+                       inference: str | Engine = "auto") -> np.ndarray:
+    """Node marginals (N, K) of ``data`` by the engine ``inference`` averaged over the weight sets
+    (:func:`tables_at`; e.g. :func:`weight_sets_at` of a result's draws, or draws of a Gaussian
+    approximation made one at a time): Monte Carlo model averaging."""
+    engine = get_engine(inference, data.graphs)
+    return average_over_draws(engine.marginals(data.graphs, node, edge).node
+                              for node, edge in tables_at(data, info, weight_sets))
+
+
 def draw_indices(draws: dict[str, np.ndarray], n_draws: int | None, random_seed) -> np.ndarray:
     """Indices, in increasing order, of ``n_draws`` of the posterior draws ``draws`` (name ->
     (S, ...)) chosen without replacement with ``random_seed``; all S when ``n_draws`` is None or
@@ -280,16 +332,8 @@ def predict_average(result: xr.DataTree, data, *, draws: int | None = 200,
     replacement with ``random_seed``."""
     info = result_layout(result, model)
     ws = weight_draws(result, info)
-    engine = get_engine(inference, data.graphs)
-    acc = None
-    idx = draw_indices(ws, draws, random_seed)
-    for s in idx:
-        node, edge = log_potentials_for(
-            data, info, ws["node_weights"][s] if "node_weights" in ws else None,
-            ws["edge_weights"][s] if "edge_weights" in ws else None)
-        m = engine.marginals(data.graphs, node, edge).node
-        acc = m if acc is None else acc + m
-    marg = acc / len(idx)
+    marg = averaged_marginals(data, info, weight_sets_at(ws, draw_indices(ws, draws, random_seed)),
+                              inference)
     return prediction(marg, marg.argmax(axis=1), "average", data.labels)
 
 
@@ -373,7 +417,7 @@ def predict_hcrf_average(result: xr.DataTree, data, weights: tuple[str, str, str
         keep = np.linspace(0, stack[0].shape[0] - 1, int(draws)).round().astype(int)
         stack = [a[keep] for a in stack]
     X = hcrf_test_features(data, stack[0].shape[1])
-    probs = np.mean([np.exp(class_log_probs(data.graphs, X, a, b, c, inference))
-                     for a, b, c in zip(*stack, strict=True)], axis=0)
+    probs = average_over_draws(np.exp(class_log_probs(data.graphs, X, a, b, c, inference))
+                               for a, b, c in zip(*stack, strict=True))
     return prediction(probs, probs.argmax(axis=1), "hcrf_average", getattr(data, "labels", None),
                       per_graph=True)
