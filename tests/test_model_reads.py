@@ -1,7 +1,7 @@
 """``pmc.fit`` reads the model's random field once: every fitter that takes a CRF or MRF
-(``map``, ``bethe_laplace``, ``ep``, ``nuts`` and the step-method samplers) extracts the CRF / MRF
-spec (``extract_crf`` / ``extract_mrf``, which ``extract_random_field`` calls) a single time and
-hands it on to the objective, the proposal, the step method, the result's layout attrs and its
+(``map``, ``laplace``, ``bethe_laplace``, ``ep``, ``nuts`` and the step-method samplers) extracts
+the CRF / MRF spec (``extract_crf`` / ``extract_mrf``, which ``extract_random_field`` calls) a
+single time and hands it on to the objective, the proposal, the step method, the result's layout attrs and its
 per-graph log-likelihood (``build_result(spec=...)``)."""
 
 import sys
@@ -64,6 +64,7 @@ SAMPLERS = [("bethe_mh", SAMPLED), ("langevin_cd", SAMPLED), ("exchange", SAMPLE
 
 @pytest.mark.parametrize("method,options", [
     ("map", {}),
+    ("laplace", {"draws": 10}),
     ("bethe_laplace", {"draws": 10}),
     ("ep", {"draws": 10}),
     ("nuts", {**SAMPLED, "cores": 1}),
@@ -77,6 +78,7 @@ def test_one_read_of_the_crf_per_fit(reads, method, options):
 
 @pytest.mark.parametrize("method,options", [
     ("map", {}),
+    ("laplace", {"draws": 10}),
     ("bethe_laplace", {"draws": 10}),
     ("nuts", {**SAMPLED, "cores": 1}),
     *SAMPLERS,

@@ -114,11 +114,23 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     """
     t0 = time.perf_counter()
     n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
-    seed = random_seed
     problem = weight_problem(model, "bethe_laplace", learn_scales=True)
+    return _fit(problem, "bethe_laplace", t0, map=map, covariance=covariance, bp=bp,
+                maxiter=maxiter, gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=random_seed,
+                log_likelihood=log_likelihood, progressbar=progressbar, hyperprior=hyperprior,
+                integrate_scales=integrate_scales, scale_init=scale_init, scale_tol=scale_tol,
+                scale_maxiter=scale_maxiter, refine=refine)
+
+
+def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol, n_draws,
+         n_chains, seed, log_likelihood, progressbar, hyperprior, integrate_scales, scale_init,
+         scale_tol, scale_maxiter, refine) -> xr.DataTree:
+    """The result of ``method`` (``"bethe_laplace"`` or ``"laplace"``) on the weight problem
+    its fitter read: learned scales or a large covariance go to :func:`_fit_learned_scales`,
+    fixed priors to one Laplace fit here."""
     if problem.n_scales or covariance in LARGE_COVARIANCES:
         return _fit_learned_scales(
-            problem, "bethe_laplace", t0, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
+            problem, method, t0, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
             gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=seed,
             log_likelihood=log_likelihood, hyperprior=hyperprior,
             integrate_scales=integrate_scales, scale_init=scale_init, scale_tol=scale_tol,
@@ -146,7 +158,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                    "log_prior_at_map": np.float64(fit.log_prior)}
     settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
                 "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed}
-    return build_result(model, draws, "bethe_laplace", settings, time.perf_counter() - t0,
+    return build_result(problem.model, draws, method, settings, time.perf_counter() - t0,
                         mean_vector=fit.mean, covariance_matrix=fit.covariance,
                         param_names=spec.param_names(), diagnostics=diagnostics,
                         log_marginal_likelihood=log_ev, log_likelihood=False,
@@ -195,19 +207,11 @@ def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 200
         raise ValueError(f"covariance must be 'auto', 'exact', 'diagonal' or 'implicit' for "
                          f"method='laplace'; got {covariance!r}")
     n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
-    if problem.n_scales or covariance in LARGE_COVARIANCES:
-        return _fit_learned_scales(
-            problem, "laplace", t0, map="exact", covariance=covariance, bp=None, maxiter=maxiter,
-            gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=random_seed,
-            log_likelihood=log_likelihood, hyperprior=hyperprior,
-            integrate_scales=integrate_scales, scale_init=scale_init, scale_tol=scale_tol,
-            scale_maxiter=scale_maxiter, refine=refine)
-    result = fit_bethe_laplace(model, map="exact", covariance="exact", maxiter=maxiter, gtol=gtol,
-                               draws=n_draws, chains=n_chains, random_seed=random_seed,
-                               log_likelihood=log_likelihood, progressbar=progressbar,
-                               integrate_scales=integrate_scales)
-    result.attrs["method"] = "laplace"
-    return result
+    return _fit(problem, "laplace", t0, map="exact", covariance=covariance, bp=None,
+                maxiter=maxiter, gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=random_seed,
+                log_likelihood=log_likelihood, progressbar=progressbar, hyperprior=hyperprior,
+                integrate_scales=integrate_scales, scale_init=scale_init, scale_tol=scale_tol,
+                scale_maxiter=scale_maxiter, refine=refine)
 
 
 def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
