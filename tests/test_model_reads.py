@@ -60,6 +60,8 @@ def _ising_mrf():
 #: short runs of the samplers: the reads, not the draws, are what is counted
 SAMPLED = {"draws": 10, "tune": 10, "chains": 1, "random_seed": 0}
 SAMPLERS = [("bethe_mh", SAMPLED), ("langevin_cd", SAMPLED), ("exchange", SAMPLED)]
+#: NUTS compiles the model's logp and gradient (10-20 s with an empty PyTensor cache): slow
+NUTS = pytest.param("nuts", {**SAMPLED, "cores": 1}, marks=pytest.mark.slow)
 
 
 @pytest.mark.parametrize("method,options", [
@@ -67,7 +69,7 @@ SAMPLERS = [("bethe_mh", SAMPLED), ("langevin_cd", SAMPLED), ("exchange", SAMPLE
     ("laplace", {"draws": 10}),
     ("bethe_laplace", {"draws": 10}),
     ("ep", {"draws": 10}),
-    ("nuts", {**SAMPLED, "cores": 1}),
+    NUTS,
     *SAMPLERS,
 ])
 def test_one_read_of_the_crf_per_fit(reads, method, options):
@@ -80,7 +82,7 @@ def test_one_read_of_the_crf_per_fit(reads, method, options):
     ("map", {}),
     ("laplace", {"draws": 10}),
     ("bethe_laplace", {"draws": 10}),
-    ("nuts", {**SAMPLED, "cores": 1}),
+    NUTS,
     *SAMPLERS,
 ])
 def test_one_read_of_the_mrf_per_fit(reads, method, options):
