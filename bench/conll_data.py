@@ -1,7 +1,9 @@
 """The CoNLL-2000 chunking data of the posterior benchmarks, read and encoded once.
 
-``chunking(n_train, n_test, features)``: the first ``n_train`` training and ``n_test`` test
-sentences, token feature dicts by ``features(words, pos)`` (CRFsuite's template,
+``chunking(n_train, n_test, features, n_dev)``: the first ``n_train`` training and ``n_test``
+test sentences (``n_train=None``: every training sentence but the dev split), and with ``n_dev``
+a dev split of the last ``n_dev`` training sentences (disjoint from the training ones), token
+feature dicts by ``features(words, pos)`` (CRFsuite's template,
 ``pmc.datasets.token_features``, by default) through one ``pmc.FeatureVectorizer`` fitted on
 the training sentences, and the chunk tags encoded over the tags of both splits.
 """
@@ -24,6 +26,7 @@ class Chunking:
 
     train: pmc.CRFData
     test: pmc.CRFData
+    dev: pmc.CRFData | None
     vectorizer: pmc.FeatureVectorizer
     classes: list[str]
     test_tags: list[list[str]]
@@ -37,17 +40,28 @@ class Chunking:
         return out
 
 
-def chunking(n_train: int, n_test: int,
-             features: Callable = token_features) -> Chunking:
-    words, pos, chunks = (a[:n_train] for a in read_conll2000("train"))
+def chunking(n_train: int | None, n_test: int,
+             features: Callable = token_features, n_dev: int = 0) -> Chunking:
+    words, pos, chunks = read_conll2000("train")
+    if n_train is not None and n_train + n_dev > len(words):
+        raise ValueError(f"{n_train} training and {n_dev} dev sentences: the training file has "
+                         f"{len(words)}")
+    dwords, dpos, dchunks = (a[len(a) - n_dev:] for a in (words, pos, chunks))
+    stop = len(words) - n_dev if n_train is None else n_train
+    words, pos, chunks = (a[:stop] for a in (words, pos, chunks))
     twords, tpos, tchunks = (a[:n_test] for a in read_conll2000("test"))
     vec = pmc.FeatureVectorizer(min_freq=1)
     X = vec.fit_transform([features(w, p) for w, p in zip(words, pos, strict=True)])
     Xt = vec.transform([features(w, p) for w, p in zip(twords, tpos, strict=True)])
-    classes = sorted({t for s in chunks + tchunks for t in s})
+    classes = sorted({t for s in chunks + tchunks + dchunks for t in s})
     y, _ = encode_tags(chunks, classes)
     yt, _ = encode_tags(tchunks, classes)
     K = len(classes)
+    dev = None
+    if n_dev:
+        Xd = vec.transform([features(w, p) for w, p in zip(dwords, dpos, strict=True)])
+        dev = pmc.CRFData(sequence_batch(dwords), encode_tags(dchunks, classes)[0], Xd,
+                          n_labels=K)
     return Chunking(pmc.CRFData(sequence_batch(words), y, X, n_labels=K),
-                    pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=K), vec, classes,
-                    [list(t) for t in tchunks])
+                    pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=K), dev, vec,
+                    classes, [list(t) for t in tchunks])
