@@ -742,14 +742,21 @@ def test_tep_warns_at_its_degenerate_fixed_point():
     assert np.diag(res["fit"]["covariance_matrix"].values).max() < 0.7
 
 
-def test_adaptive_schedule_converges_fast_on_the_slowest_loop_seed():
-    """The README's loop model on data seed 1 (the slowest of seeds 0-19, bench/bench_ep_convergence.py):
-    the global back-off schedule needs 1381 sweeps (its step falls to the 0.05 floor while 2-3
-    numerator cavities per sweep stay improper); adaptive per-site damping converges in 348 here.
-    The bound leaves room for round-off moving the path (the count is sensitive to it)."""
-    batch, Xe, labels = _loop_terms(1)
-    ep = run(batch, Xe, labels, 2, step_size=0.5, schedule="adaptive", max_iter=500)
-    assert ep.converged and ep.iterations < 500
+@pytest.mark.parametrize("kind, n_train, seed", [("loop", 10, 1), ("loop", 10, 6),
+                                                  ("chain", 30, 0)])
+def test_adaptive_schedule_converges_within_300_sweeps_on_the_hard_seeds(kind, n_train, seed):
+    """The README's loop model on data seeds 1 and 6 and the demo's 30 chains on seed 0
+    (bench/bench_ep_convergence.py): 2-4 numerator cavities stay improper to the end. Updating
+    those factors' 1/Z sites alone made the iteration drift (350, 316 and 479 sweeps); skipping
+    such factors whole from sweep 10 on converges in 31, 33 and 175. The bound of 300 sweeps is
+    the target of issue 38 item 4."""
+    from pymc_crf.datasets import bcrf_synthetic
+
+    train, _ = bcrf_synthetic(kind, n_train=n_train, n_test=0, seed=seed)
+    ep = run(train.graphs, train.edge_features, train.labels, 2, step_size=0.5,
+             schedule="adaptive", max_iter=300)
+    assert ep.converged and ep.iterations <= 300
+    assert ep.skips[-1, 0] > 0  # the hard part is there: improper numerator cavities at the end
     assert ep.step_sizes.max() > 0.5  # sites grew their steps beyond the start
 
 

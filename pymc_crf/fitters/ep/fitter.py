@@ -115,13 +115,14 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         with the adaptive schedule, ``step_size / 2`` with the others.
     tol, max_iter
         Convergence when the max change of the mean and of the covariance in a sweep < ``tol``.
-        With the adaptive schedule the README's models converged in 16-479 sweeps on 60 data
+        With the adaptive schedule the README's models converged in 16-213 sweeps on 60 data
         sets (bench/bench_ep_convergence.py; the back-off schedule took up to 1424).
     schedule : {"adaptive", "backoff", "fixed"}, optional
         Step schedule (:func:`pymc_crf.fitters.ep.core.run_ep`). Default ``"adaptive"``: every
         site has its own lambda, halved when its update reverses direction between sweeps and
         grown by 1.2 per sweep up to ``max_step`` otherwise, and halved when its update would not
-        be positive definite; each factor's label messages use xi = lambda (docs/ep.md).
+        be positive definite; each factor's label messages use xi = lambda; from sweep 10 on a
+        factor whose numerator cavity is improper is skipped whole (docs/ep.md).
         ``"backoff"``: the earlier global back-off (every lambda and xi halved when the sweep's
         change grows). ``"fixed"``: the thesis's fixed step.
     backoff, min_step, max_step
