@@ -5,7 +5,7 @@ import arviz as az
 import numpy as np
 import pymc as pm
 import pytest
-from crf_models import TREE, grid_model, hierarchical_model, mrf_model, tree_model
+from helpers.models import TREE, grid_model, hierarchical_model, mrf_model, tree_model
 from pymc.sampling.mcmc import assign_step_methods
 from pymc.step_methods.compound import Competence
 
