@@ -1,3 +1,6 @@
+"""Fixtures shared by the test modules; the functions they share (models, random tables, brute-force
+references, result round trips) are in ``tests/helpers``."""
+
 import numpy as np
 import pymc  # noqa: F401
 import pytest

@@ -13,7 +13,6 @@ machine; compiled functions are built once per module); the ``slow`` copies run 
 
 from __future__ import annotations
 
-import itertools
 import warnings
 from contextlib import contextmanager
 
@@ -21,9 +20,9 @@ import numpy as np
 import pymc as pm
 import pytest
 import scipy.sparse as sp
+from helpers.brute_force import hcrf_class_log_probs
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
-from scipy.special import logsumexp
 
 import pymc_crf as pmc
 from pymc_crf.distributions.hcrf import class_log_probs
@@ -342,24 +341,6 @@ def test_fuzz_mrf_slow(data):
 
 
 # ---------------------------------------------------------------------------- pmc.HCRF
-def _hcrf_brute(batch, X, tx, ty, te):
-    """log p(c | X_g) (G, C) by enumerating every hidden labelling of every graph."""
-    S, C = ty.shape
-    out = np.zeros((batch.n_graphs, C))
-    for g in range(batch.n_graphs):
-        lo, hi = batch.node_offsets[g], batch.node_offsets[g + 1]
-        edges = batch.local_edges(g)
-        scores = np.full((C, S ** (hi - lo)), 0.0)
-        for k, s in enumerate(itertools.product(range(S), repeat=int(hi - lo))):
-            s = np.array(s)
-            for c in range(C):
-                scores[c, k] = ((X[lo:hi] @ tx)[np.arange(hi - lo), s].sum() + ty[s, c].sum()
-                                + sum(te[s[u], s[v], c] for u, v in edges))
-        log_z = logsumexp(scores, axis=1)
-        out[g] = log_z - logsumexp(log_z)
-    return out
-
-
 def check_hcrf(data):
     batch = data.draw(batches(max_graphs=3, max_nodes=3))
     S, C = data.draw(st.integers(1, 2)), data.draw(st.integers(2, 3))
@@ -394,7 +375,7 @@ def check_hcrf(data):
     Xd = np.asarray(X, dtype=float).reshape(batch.n_total_nodes, -1)  # 1-d: one column
     tx, ty, te = (_floats(data.draw, s) for s in ((F, S), (S, C), (S, S, C)))
     got = class_log_probs(batch, Xd, tx, ty, te)
-    _close(got, _hcrf_brute(batch, Xd, tx, ty, te))
+    _close(got, hcrf_class_log_probs(batch, Xd, tx, ty, te))
     return "checked"
 
 
@@ -768,7 +749,7 @@ def check_hcrf_data(model, f, data):
         _check_refusal(err, ["label"], broken)
         return "refused"
     assert not broken, f"accepted labels {y.tolist()}"
-    want = _hcrf_brute(HCRF_BATCH, HCRF_X, w["tx"], w["ty"], w["te"])
+    want = hcrf_class_log_probs(HCRF_BATCH, HCRF_X, w["tx"], w["ty"], w["te"])
     _close(got, want[np.arange(3), y.astype(int)])
     return "checked"
 

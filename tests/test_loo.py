@@ -63,7 +63,7 @@ def test_gaussian_results_are_corrected(bl_fit, loop_model):
 
 
 def test_mrf_gaussian_results_are_corrected():
-    from crf_models import ising_grid_mrf
+    from helpers.models import ising_grid_mrf
 
     from pymc_crf.model.random_field import MRFLogLikelihood, extract_mrf
 

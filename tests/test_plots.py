@@ -9,7 +9,6 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
-import pymc as pm  # noqa: E402
 import pytest  # noqa: E402
 from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
@@ -30,10 +29,7 @@ def _close_figures():
 @pytest.fixture(scope="module")
 def fits():
     train, test = pmc.datasets.bcrf_synthetic("loop", n_train=3, n_test=4, seed=0)
-    with pm.Model(coords=train.coords) as model:
-        w = pm.Normal("w", 0.0, 5**0.5, dims=("edge_feature", "label_i", "label_j"))
-        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
-                potential="probit", observed=train.labels, dims=("graph", "position"))
+    model = pmc.datasets.bcrf_model(train)
     point = pmc.fit(model, method="map")
     ep = pmc.fit(model, method="ep", draws=300, random_seed=0)
     # A sampled "reference" with no Gaussian fit group: EP's draws from another seed.

@@ -2,12 +2,11 @@
 enumeration on short chains; the selective-prediction and span-calibration metrics; prior_from
 and sequential updating."""
 
-import itertools
-
 import numpy as np
 import pymc as pm
 import pytest
 import xarray as xr
+from helpers.brute_force import chain_labellings
 from pytensor.graph.basic import Constant
 from scipy.special import logsumexp
 
@@ -62,15 +61,6 @@ def _per_draw_tables(result, data):
             for s in range(S)]
 
 
-def _enumerate(batch, node, edge, g):
-    lo, n = int(batch.node_offsets[g]), int(batch.n_nodes[g])
-    configs = np.array(list(itertools.product(range(node.shape[1]), repeat=n)))
-    score = node[lo + np.arange(n), configs].sum(axis=1)
-    for t in range(1, n):
-        score = score + edge[0][configs[:, t - 1], configs[:, t]]
-    return configs, score - logsumexp(score)
-
-
 @pytest.mark.parametrize("which", ["map", "bl"])
 def test_span_probabilities_equal_enumeration(fits, which):
     _, test, r_map, r_bl = fits
@@ -95,7 +85,7 @@ def test_span_probabilities_equal_enumeration(fits, which):
     want = np.zeros(len(sp))
     for node, edge in tables:
         for i, (g, s, e) in enumerate(want_spans):
-            configs, logp = _enumerate(b, node, edge, g)
+            configs, logp = chain_labellings(b, node, edge, g)
             hit = [(0, s, e) in set(scheme.chunks(c)) for c in configs]
             want[i] += np.exp(logp[hit]).sum() / len(tables)
     np.testing.assert_allclose(sp.probability, want, atol=1e-12)
@@ -136,7 +126,7 @@ def test_kbest_map_and_posterior_equal_enumeration(fits):
         got = pmc.queries.kbest(result, test, k, draws=None)
         tables = _per_draw_tables(result, test)
         for g in range(b.n_graphs):
-            per = [_enumerate(b, node, edge, g) for node, edge in tables]
+            per = [chain_labellings(b, node, edge, g) for node, edge in tables]
             configs = per[0][0]
             avg = logsumexp(np.stack([lp for _, lp in per]), axis=0) - np.log(len(per))
             order = np.argsort(-avg, kind="stable")[:k]
@@ -157,7 +147,7 @@ def test_sample_labellings_frequencies(fits):
         s = pmc.queries.sample_labellings(result, one, n, random_seed=3)
         assert s.shape == (n, one.graphs.n_total_nodes) and s.dtype == np.int64
         tables = _per_draw_tables(result, one)
-        probs = np.mean([np.exp(_enumerate(one.graphs, nd, ed, 0)[1]) for nd, ed in tables],
+        probs = np.mean([np.exp(chain_labellings(one.graphs, nd, ed, 0)[1]) for nd, ed in tables],
                         axis=0)
         freq = np.bincount(s[:, 0] * 3 + s[:, 1], minlength=9) / n
         assert np.abs(freq - probs).max() < 4 * np.sqrt(0.25 / n)

@@ -5,8 +5,8 @@ import warnings
 
 import numpy as np
 import pytest
-from crf_models import ising_grid_mrf
-from result_io import assert_same, round_trip
+from helpers.models import ising_grid_mrf
+from helpers.result_io import assert_same, round_trip
 
 import pymc_crf as pmc
 

@@ -8,7 +8,7 @@ the log-space recursion (Rabiner 1989, eqs. (19)-(25) in log form) over all chai
 chains padded to the longest and each step one broadcast over (graphs, K, K). The cost is a few
 numpy calls per position of the longest chain, so longer chains go to the kernels.
 
-The results equal the kernels' to rounding (tests/test_chain_small.py compares them with the
+The results equal the kernels' to rounding (tests/inference/test_chain_small.py compares them with the
 kernels and with brute force, -inf entries included).
 """
 

@@ -7,7 +7,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import pytest
-from crf_models import ising_grid_mrf, node_edge_crf
+from helpers.models import ising_grid_mrf, node_edge_crf
 
 import pymc_crf as pmc
 from pymc_crf.compare import posterior_matrix

@@ -4,7 +4,7 @@ import cloudpickle
 import numpy as np
 import pymc as pm
 import pytest
-from crf_models import node_edge_crf
+from helpers.models import node_edge_crf
 
 import pymc_crf as pmc
 from pymc_crf.fitters import extract_crf

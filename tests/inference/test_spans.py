@@ -1,10 +1,9 @@
 """Span probabilities by constrained forward-backward against brute-force enumeration."""
 
-import itertools
-
 import numpy as np
 import pytest
-from scipy.special import logsumexp
+from helpers.brute_force import chain_labellings
+from helpers.tables import chain_tables
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference import BruteForce, ChainEngine
@@ -20,22 +19,10 @@ BIO = ["O", "B-A", "I-A", "B-B", "I-B"]
 BIOES = ["O", "B-A", "I-A", "E-A", "S-A"]
 
 
-def _tables(rng, lengths, K, shared):
-    batch = GraphBatch.chains(lengths)
-    node = rng.normal(size=(batch.n_total_nodes, K))
-    edge = rng.normal(size=(1 if shared else batch.n_edges, K, K))
-    return batch, node, edge
-
-
 def _enumerate(batch, node, edge, g):
     """Every labelling of graph g (C, n) and its probability."""
-    lo, n = int(batch.node_offsets[g]), int(batch.n_nodes[g])
-    configs = np.array(list(itertools.product(range(node.shape[1]), repeat=n)))
-    score = node[lo + np.arange(n), configs].sum(axis=1)
-    for t in range(1, n):
-        tab = edge[0] if edge.shape[0] == 1 else edge[batch.edge_offsets[g] + t - 1]
-        score = score + tab[configs[:, t - 1], configs[:, t]]
-    return configs, np.exp(score - logsumexp(score))
+    configs, log_prob = chain_labellings(batch, node, edge, g)
+    return configs, np.exp(log_prob)
 
 
 def test_scheme_chunks_equal_conlleval_bio():
@@ -57,7 +44,7 @@ def test_bioes_scheme_reads_chunks():
 @pytest.mark.parametrize("shared", [True, False])
 def test_messages_equal_engine(shared):
     rng = np.random.default_rng(1)
-    batch, node, edge = _tables(rng, [4, 1, 6, 3], 3, shared)
+    batch, node, edge = chain_tables(rng, [4, 1, 6, 3], 3, shared)
     alpha, beta, log_z = chain_log_messages(batch, node, edge)
     m = ChainEngine().marginals(batch, node, edge)
     np.testing.assert_allclose(log_z, m.log_z, rtol=1e-12)
@@ -70,7 +57,7 @@ def test_messages_equal_engine(shared):
 def test_every_span_against_enumeration(tags, scheme, shared):
     rng = np.random.default_rng(2)
     sch = ChunkScheme(tags, scheme)
-    batch, node, edge = _tables(rng, [5, 1, 4], len(tags), shared)
+    batch, node, edge = chain_tables(rng, [5, 1, 4], len(tags), shared)
     # every span of every graph and type, and the chunks of one labelling for match="tags"
     rows = [(g, s, e, k) for g in range(batch.n_graphs) for s in range(batch.n_nodes[g])
             for e in range(s, batch.n_nodes[g]) for k in range(len(sch.types))]
@@ -91,7 +78,7 @@ def test_every_span_against_enumeration(tags, scheme, shared):
 def test_tags_match_against_enumeration(tags, scheme):
     rng = np.random.default_rng(3)
     sch = ChunkScheme(tags, scheme)
-    batch, node, edge = _tables(rng, [5, 3], len(tags), False)
+    batch, node, edge = chain_tables(rng, [5, 3], len(tags), False)
     labels = np.concatenate([rng.integers(0, len(tags), size=n) for n in batch.n_nodes])
     spans = Spans.of_labelling(batch, labels, sch)
     assert len(spans) > 1
@@ -111,7 +98,7 @@ def test_impossible_transitions_and_brute_force_engine():
     # -inf entries (a BIO model that forbids O -> I-A) give probability 0 and no NaN
     rng = np.random.default_rng(4)
     sch = ChunkScheme(BIO)
-    batch, node, edge = _tables(rng, [4], 5, True)
+    batch, node, edge = chain_tables(rng, [4], 5, True)
     edge[0, 0, 2] = -np.inf
     spans = Spans(np.array([0, 0]), np.array([1, 0]), np.array([2, 3]), np.array([0, 1]))
     lp = span_log_probabilities(batch, node, edge, spans, sch)

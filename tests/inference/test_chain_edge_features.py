@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import scipy.sparse
-from crf_models import node_edge_crf
+from helpers.models import node_edge_crf
 
 from pymc_crf.fitters import extract_crf
 from pymc_crf.graphs.batch import GraphBatch

@@ -10,7 +10,7 @@ import pytensor
 import pytensor.tensor as pt
 import pytest
 import scipy.sparse
-from crf_models import node_edge_crf
+from helpers.models import node_edge_crf
 
 import pymc_crf as pmc
 import pymc_crf.distributions.crf as crf_module

@@ -1,5 +1,5 @@
 """Saving a result and reading it back, and comparing the two (tests/test_save_results.py,
-tests/test_beta_process.py)."""
+tests/fitters/test_beta_process.py)."""
 
 import numpy as np
 import xarray as xr

@@ -7,7 +7,7 @@ import numpy as np
 import pymc as pm
 import pytest
 import scipy.sparse as sp
-from crf_models import ising_grid_mrf, node_edge_crf
+from helpers.models import ising_grid_mrf, node_edge_crf
 
 import pymc_crf as pmc
 from pymc_crf.fitters.bethe_laplace import weight_problem

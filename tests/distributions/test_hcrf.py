@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import itertools
-
 import numpy as np
 import pymc as pm
 import pytensor
 import pytensor.tensor as pt
 import pytest
+from helpers.brute_force import hcrf_class_log_probs
 from scipy import sparse
-from scipy.special import logsumexp
 
 from pymc_crf.datasets.hmm import HMM_TRANSITIONS, hmm_classes
 from pymc_crf.distributions.hcrf import HCRF, class_log_probs, from_sequences, hcrf_logp
@@ -19,26 +17,6 @@ from pymc_crf.graphs.batch import GraphBatch, GraphStructureError
 # The Python linker calls the Op's perform (the engine's cached numba kernels) and skips compiling
 # the whole graph with numba, which dominates the run time of these small tests.
 FAST = "FAST_COMPILE"
-
-
-def brute_force_log_probs(batch, X, tx, ty, te):
-    """log p(c | X_g) by enumerating every class and every hidden-state assignment (G, C)."""
-    S, C = ty.shape
-    out = np.empty((batch.n_graphs, C))
-    for g in range(batch.n_graphs):
-        lo, hi = batch.node_offsets[g], batch.node_offsets[g + 1]
-        edges = batch.local_edges(g)
-        n = hi - lo
-        for c in range(C):
-            scores = []
-            for s in itertools.product(range(S), repeat=int(n)):
-                s = np.array(s)
-                sc = sum(X[lo + t] @ tx[:, s[t]] + ty[s[t], c] for t in range(n))
-                sc += sum(te[s[u], s[v], c] for u, v in edges)
-                scores.append(sc)
-            out[g, c] = logsumexp(scores)
-        out[g] -= logsumexp(out[g])
-    return out
 
 
 def random_problem(rng, lengths, F=2, S=3, C=3, scale=1.0, loopy=False):
@@ -57,7 +35,7 @@ def random_problem(rng, lengths, F=2, S=3, C=3, scale=1.0, loopy=False):
 def test_logp_matches_brute_force(seed):
     rng = np.random.default_rng(seed)
     batch, X, tx, ty, te = random_problem(rng, [1, 3, 4], scale=1.5)
-    ref = brute_force_log_probs(batch, X, tx, ty, te)
+    ref = hcrf_class_log_probs(batch, X, tx, ty, te)
     y = rng.integers(0, 3, size=batch.n_graphs)
     vy = pt.lvector("y")
     f = pytensor.function([vy], hcrf_logp(vy, tx, ty, te, batch=batch, node_features=X,
@@ -69,7 +47,7 @@ def test_logp_matches_brute_force(seed):
 def test_logp_loopy_graphs_match_brute_force():
     rng = np.random.default_rng(5)
     batch, X, tx, ty, te = random_problem(rng, None, S=2, C=2, loopy=True)
-    ref = brute_force_log_probs(batch, X, tx, ty, te)
+    ref = hcrf_class_log_probs(batch, X, tx, ty, te)
     np.testing.assert_allclose(class_log_probs(batch, X, tx, ty, te), ref, atol=1e-10)
 
 
@@ -79,7 +57,7 @@ def test_model_logp_per_graph_and_total():
     y = np.array([2, 0])
     with pm.Model() as model:
         HCRF("y", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te, observed=y)
-    ref = brute_force_log_probs(batch, X, tx, ty, te)[np.arange(2), y]
+    ref = hcrf_class_log_probs(batch, X, tx, ty, te)[np.arange(2), y]
     per_graph = model.compile_logp(sum=False, mode=FAST)({})[0]
     np.testing.assert_allclose(per_graph, ref, atol=1e-10)
 
@@ -99,7 +77,7 @@ def test_gradients_verify_grad():
 def test_random_matches_class_probabilities():
     rng = np.random.default_rng(6)
     batch, X, tx, ty, te = random_problem(rng, [3, 2], S=2, C=3, scale=1.0)
-    p = np.exp(brute_force_log_probs(batch, X, tx, ty, te))
+    p = np.exp(hcrf_class_log_probs(batch, X, tx, ty, te))
     rv = HCRF.dist(graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te)
     draws = pm.draw(rv, draws=4000, random_seed=1)
     assert draws.shape == (4000, 2)

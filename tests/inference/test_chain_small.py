@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.tables import chain_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -31,14 +32,7 @@ def problems(draw):
     forbid = draw(st.sampled_from([0.0, 0.2]))
     shared = draw(st.booleans())
     rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
-    batch = GraphBatch.chains(lengths)
-    node = scale * rng.normal(size=(batch.n_total_nodes, K))
-    edge = scale * rng.normal(size=(1 if shared else batch.n_edges, K, K))
-    node[rng.random(node.shape) < forbid] = -np.inf
-    edge[rng.random(edge.shape) < forbid] = -np.inf
-    node[:, 0] = np.where(np.isfinite(node[:, 0]), node[:, 0], 0.0)
-    edge[:, 0, 0] = np.where(np.isfinite(edge[:, 0, 0]), edge[:, 0, 0], 0.0)
-    return batch, node, edge
+    return chain_tables(rng, lengths, K, shared, scale, forbid)
 
 
 def _rel(a, b):

@@ -7,7 +7,7 @@ import warnings
 import arviz as az
 import numpy as np
 import pytest
-from test_step_methods import grid_model, mrf_model, tree_model
+from helpers.models import grid_model, mrf_model, tree_model
 
 import pymc_crf as pmc
 from pymc_crf.compare import posterior_matrix
@@ -43,7 +43,7 @@ def test_fit_mrf_and_exchange_flag():
 @pytest.mark.parametrize("method", METHODS)
 def test_mrf_labels_changed_in_pm_data_are_checked(method):
     import pymc as pm
-    from test_step_methods import TREE
+    from helpers.models import TREE
 
     from pymc_crf.graphs.batch import GraphBatch
 
@@ -154,7 +154,7 @@ def test_langevin_cd_is_biased_and_reports_it():
 
 
 def test_fitters_start_from_the_bethe_laplace_fit_where_it_applies():
-    from test_step_methods import hierarchical_model
+    from helpers.models import hierarchical_model
 
     m = tree_model()
     res = pmc.fit(m, method="bethe_mh", draws=20, tune=20, chains=2, random_seed=3)
@@ -181,7 +181,7 @@ def test_bethe_mh_mixes_on_the_5x5_grid_with_the_laplace_proposal():
     # 65 weights (Welling & Parise 2006, sec. 7): a random walk mixes here only with a proposal
     # shaped like the posterior, and even then needs ~d / 0.3 ~ 200 steps per effective draw
     # (Roberts, Gelman & Gilks 1997), hence 20000 draws per chain
-    from crf_models import ising_grid_mrf
+    from helpers.models import ising_grid_mrf
 
     m = ising_grid_mrf(5, n_samples=100, seed=0, prior_sd=1.0)
     res = pmc.fit(m, method="bethe_mh", draws=20000, tune=1000, chains=2, random_seed=0)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+from helpers.tables import chain_tables
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
@@ -27,11 +28,7 @@ def chain_problems(draw, max_scale=20.0, max_len=6):
     scale = draw(st.floats(0.1, max_scale))
     shared = draw(st.booleans())
     seed = draw(st.integers(0, 2**31 - 1))
-    rng = np.random.default_rng(seed)
-    batch = GraphBatch.chains(lengths)
-    node = scale * rng.normal(size=(batch.n_total_nodes, K))
-    edge = scale * rng.normal(size=(1 if shared else batch.n_edges, K, K))
-    return batch, node, edge
+    return chain_tables(np.random.default_rng(seed), lengths, K, shared, scale)
 
 
 def _rel(a, b):
@@ -353,14 +350,7 @@ def wide_range_problems(draw):
     forbid = draw(st.floats(0.0, 0.3))
     shared = draw(st.booleans())
     rng = np.random.default_rng(draw(st.integers(0, 2**31 - 1)))
-    batch = GraphBatch.chains(lengths)
-    node = scale * rng.normal(size=(batch.n_total_nodes, K))
-    edge = scale * rng.normal(size=(1 if shared else batch.n_edges, K, K))
-    node[rng.random(node.shape) < forbid] = -np.inf
-    edge[rng.random(edge.shape) < forbid] = -np.inf
-    node[:, 0] = np.where(np.isfinite(node[:, 0]), node[:, 0], 0.0)
-    edge[:, 0, 0] = np.where(np.isfinite(edge[:, 0, 0]), edge[:, 0, 0], 0.0)
-    return batch, node, edge
+    return chain_tables(rng, lengths, K, shared, scale, forbid)
 
 
 @settings(max_examples=40, deadline=None)

@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pymc as pm
 import pytest
-from result_io import assert_same, round_trip
+from helpers.result_io import assert_same, round_trip
 from scipy import integrate, stats
 from scipy.special import logsumexp
 

@@ -3,7 +3,6 @@
 import itertools
 
 import numpy as np
-import pymc as pm
 import pytest
 
 import pymc_crf as pmc
@@ -16,10 +15,7 @@ from pymc_crf.model.predictors import log_potentials_for, result_layout, weight_
 @pytest.fixture(scope="module")
 def fitted():
     train, test = pmc.datasets.bcrf_synthetic("loop", n_train=8, n_test=30, seed=3)
-    with pm.Model(coords=train.coords) as model:
-        w = pm.Normal("w", 0.0, 5**0.5, dims=("edge_feature", "label_i", "label_j"))
-        pmc.CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
-                potential="probit", observed=train.labels)
+    model = pmc.datasets.bcrf_model(train)
     result = pmc.fit(model, method="bethe_laplace", draws=200, random_seed=0, log_likelihood=False)
     return result, test
 

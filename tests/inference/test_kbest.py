@@ -1,11 +1,9 @@
 """k-best labellings (list Viterbi) against brute-force enumeration: order, scores and
 log-probabilities."""
 
-import itertools
-
 import numpy as np
 import pytest
-from scipy.special import logsumexp
+from helpers.brute_force import chain_labellings
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference import ChainEngine
@@ -15,14 +13,9 @@ from pymc_crf.inference.kbest import kbest_labellings
 
 def _ranked(batch, node, edge, g):
     """Every labelling of graph g, best first, and its log-probability."""
-    lo, n = int(batch.node_offsets[g]), int(batch.n_nodes[g])
-    configs = np.array(list(itertools.product(range(node.shape[1]), repeat=n)))
-    score = node[lo + np.arange(n), configs].sum(axis=1)
-    for t in range(1, n):
-        tab = edge[0] if edge.shape[0] == 1 else edge[batch.edge_offsets[g] + t - 1]
-        score = score + tab[configs[:, t - 1], configs[:, t]]
-    order = np.argsort(-score, kind="stable")
-    return configs[order], score[order] - logsumexp(score)
+    configs, log_prob = chain_labellings(batch, node, edge, g)
+    order = np.argsort(-log_prob, kind="stable")
+    return configs[order], log_prob[order]
 
 
 @pytest.mark.parametrize(("shared", "k"), [(True, 7), (False, 7), (False, 1), (True, 40)])
