@@ -126,6 +126,42 @@ def test_chain_block_equals_the_engine_covariance_product():
         np.testing.assert_allclose(Ce_s[0, ..., j], re.sum(axis=0), atol=1e-12)
 
 
+def _dense_chain_crf(edges: bool, seed=3):
+    """Dense features in [0, 1] with a bias column on chains of lengths 1 to 9, K = 5."""
+    rng = np.random.default_rng(seed)
+    batch = pmc.GraphBatch.chains([4, 9, 1, 6, 6, 2, 9, 3])
+    N, K, F = batch.n_total_nodes, 5, 7
+    X = np.concatenate([rng.random((N, F - 1)), np.ones((N, 1))], axis=1)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(F, K))
+        T = pm.Normal("T", 0.0, 1.0, shape=(K, K)) if edges else None
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                observed=rng.integers(0, K, N))
+    p = weight_problem(m, "bethe_laplace")
+    eng = exact_engine(p)
+    return p.make_likelihood(eng), eng, rng.normal(0.0, 0.8, p.size)
+
+
+@pytest.mark.parametrize("edges", [True, False], ids=["transitions", "node-only"])
+def test_chain_pairwise_hessian_equals_finite_differences_and_the_block_path(edges):
+    """The chain CRF Hessian with its node block from the pairwise label covariances of all
+    position pairs equals the central differences of the engine's gradient to 1e-6 and the
+    column blocks of unit directions through the chain recursions to rounding, also when the
+    chains are split into batches of a few chains (small memory budget)."""
+    lik, eng, w = _dense_chain_crf(edges)
+    H = exact_fisher_matrix(lik, w, eng)
+    assert np.array_equal(H, H.T)
+    h = 1e-5
+    fd = np.stack([-(lik(w + h * e)[1] - lik(w - h * e)[1]) / (2 * h)
+                   for e in np.eye(w.size)], axis=1)
+    assert np.abs(H - fd).max() < 1e-6
+    op = CurvatureOperator(lik, w, eng)
+    block = op._chain_matmat(None, units=np.arange(w.size))
+    np.testing.assert_allclose(H, 0.5 * (block + block.T), rtol=0, atol=1e-12 * np.abs(H).max())
+    small = exact_fisher_matrix(lik, w, eng, memory=20000)
+    np.testing.assert_allclose(small, H, rtol=0, atol=1e-12 * np.abs(H).max())
+
+
 @pytest.mark.parametrize("case", ["loglinear-shared", "probit-features", "sparse-row"])
 def test_chain_diagonal_is_exact(case):
     if case == "sparse-row":

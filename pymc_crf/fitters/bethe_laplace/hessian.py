@@ -42,6 +42,11 @@ import numpy as np
 import scipy.sparse
 
 from pymc_crf.feature_products import features_dot, features_tdot, is_sparse
+from pymc_crf.fitters.bethe_laplace.chain_fisher import (
+    add_node_block,
+    chain_pair_covariance,
+    symmetric_node_block,
+)
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.chain import ChainEngine
 from pymc_crf.model.objective import CRFLogLikelihood
@@ -466,11 +471,12 @@ class CurvatureOperator:
             m = self.engine.marginals(sub, maps.node[rows], full)
             yield sub, rows, erows, plan, m.node, m.edge
 
-    def _chain_matmat(self, V: np.ndarray | None, n_cols: int | None = None) -> np.ndarray:
-        """``J^T C J V`` on chains; ``V`` None means the first ``n_cols`` columns of the
-        identity (placed by :meth:`BlockMaps.push_unit`, never formed)."""
+    def _chain_matmat(self, V: np.ndarray | None, units: np.ndarray | None = None
+                      ) -> np.ndarray:
+        """``J^T C J V`` on chains; ``V`` None means the columns ``units`` of the identity
+        (placed by :meth:`BlockMaps.push_unit`, never formed)."""
         maps, K = self.maps, self.K
-        n_cols = V.shape[1] if V is not None else int(n_cols)
+        n_cols = V.shape[1] if V is not None else len(units)
         out = np.zeros((self.d, n_cols))
         for sub, rows, erows, plan, mu, xi in self.chunk_marginals():
             B = self._block_size(sub.n_total_nodes, 0 if maps.shared else sub.n_edges)
@@ -481,7 +487,7 @@ class CurvatureOperator:
             for j0 in range(0, n_cols, B):
                 b = min(B, n_cols - j0)
                 if V is None:  # the last block is padded with repeated directions
-                    cols = np.minimum(np.arange(j0, j0 + B), n_cols - 1)
+                    cols = units[np.minimum(np.arange(j0, j0 + B), n_cols - 1)]
                     Tn, Te = maps.push_unit(cols, rows, erows)
                 else:  # the last block is padded with zero directions
                     Vb = V[:, j0:j0 + B]
@@ -659,14 +665,68 @@ def curvature_diagonal(op: CurvatureOperator, block: int = 256) -> np.ndarray:
     return out
 
 
+def _chain_node_block(op: CurvatureOperator) -> np.ndarray:
+    """The node-weight block of ``J^T C J`` of a chain CRF as an (F, K, K, F) array (``[f, a,
+    b, g]`` the entry ``((f, a), (g, b))``), from the label covariances of all position pairs
+    (:mod:`~pymc_crf.fitters.bethe_laplace.chain_fisher`): per chunk of graphs, chains of equal
+    length together, in batches whose covariances and work arrays fit half the memory
+    budget."""
+    maps, K = op.maps, op.K
+    F = maps.dn // K
+    H = np.zeros((F, K, K, F))
+    for sub, rows, _erows, _plan, mu, xi in op.chunk_marginals():
+        u, v = sub.edges[:, 0], sub.edges[:, 1]
+        Pf = _safe_divide(xi, mu[u][:, :, None])
+        in_edge = np.full(sub.n_total_nodes, -1, np.int64)
+        in_edge[v] = np.arange(sub.n_edges)
+        X = maps.X[rows]
+        X = X.toarray() if scipy.sparse.issparse(X) else np.asarray(X, dtype=np.float64)
+        sn = None if maps.node_scale is None else maps.node_scale[rows]
+        lo = sub.node_offsets[:-1]
+        # chains by length; bytes per chain: its covariances, feature rows and work rows
+        order = np.argsort(sub.n_nodes, kind="stable")
+        n_of = sub.n_nodes[order]
+        cost = 8 * n_of * (K * K * n_of + 2 * K * F)
+        batch_of = np.floor_divide(np.cumsum(cost), max(op.memory // 2, 1))
+        for b in np.unique(batch_of):
+            groups, scales = [], []
+            sel = order[batch_of == b]
+            for n in np.unique(sub.n_nodes[sel]):
+                nodes = lo[sel[sub.n_nodes[sel] == n], None] + np.arange(n)  # (G, n)
+                groups.append((chain_pair_covariance(mu[nodes], Pf[in_edge[nodes[:, 1:]]]),
+                               X[nodes]))
+                if sn is not None:
+                    scales.append(sn[nodes])
+            add_node_block(H, groups, None if sn is None else scales)
+    symmetric_node_block(H)
+    return H
+
+
 def exact_fisher_matrix(lik, w: np.ndarray, engine: Engine | None = None,
                         memory: int = MEMORY_BUDGET) -> np.ndarray:
     """Dense ``J^T C J`` (d, d) at ``w`` on an exact engine (times ``n_samples`` for an MRF): the
-    negative log-likelihood Hessian of log-linear potentials (Welling & Parise 2006 eq. (12)),
-    from column blocks of the identity through :class:`CurvatureOperator`. Symmetrised."""
+    negative log-likelihood Hessian of log-linear potentials (Welling & Parise 2006 eq. (12)).
+    Symmetrised.
+
+    Chain CRFs: the node-weight block from the pairwise label covariances of all position
+    pairs times the features (:func:`_chain_node_block`), the edge-weight columns (which hold
+    the node-edge block too) from blocks of unit directions through the chain recursions of
+    :class:`CurvatureOperator`. Other likelihoods and exact engines (MRFs, junction trees): all
+    columns from blocks of unit directions."""
     op = CurvatureOperator(lik, w, engine, memory)
+    if op.chain and op.maps._crf and op.maps.dn:  # a CRF: n_samples is 1
+        dn, d = op.maps.dn, op.d
+        F = np.empty((d, d))
+        node = np.reshape(F[:dn, :dn], (dn // op.K, op.K, dn // op.K, op.K), copy=False)
+        node[...] = _chain_node_block(op).transpose(0, 1, 3, 2)
+        if d > dn:
+            cols = op._chain_matmat(None, units=np.arange(dn, d))
+            F[:dn, dn:] = cols[:dn]
+            F[dn:, :dn] = cols[:dn].T
+            F[dn:, dn:] = 0.5 * (cols[dn:] + cols[dn:].T)
+        return F
     if op.chain:
-        F = op._chain_matmat(None, op.d)
+        F = op._chain_matmat(None, units=np.arange(op.d))
         F *= op.scale
     else:
         F = op.matmat(np.eye(op.d))
