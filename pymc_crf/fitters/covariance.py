@@ -47,8 +47,8 @@ from pymc_crf.fitters.bethe_laplace.hessian import (
 from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["DenseGaussian", "DiagonalGaussian", "GaussianPosterior", "ImplicitGaussian",
-           "LowRankGaussian", "conjugate_gradient", "inverse_pd", "laplace_covariance",
-           "randomized_eigh"]
+           "LowRankGaussian", "cholesky_inverse", "conjugate_gradient", "inverse_pd",
+           "laplace_covariance", "randomized_eigh"]
 
 
 def _not_pd(vals_min: float, hint: str) -> ValueError:
@@ -71,12 +71,28 @@ def inverse_pd(A: np.ndarray, hint: str = "") -> np.ndarray:
     """Inverse of a symmetric positive definite matrix by Cholesky (LAPACK ``potrf`` /
     ``potri``; about ``d^3`` flops against ``eigh``'s ~10x more), symmetrised; the error of
     :func:`cholesky_pd` otherwise."""
-    L = cholesky_pd(A, hint)
+    return cholesky_inverse(cholesky_pd(A, hint), A, hint)
+
+
+def cholesky_inverse(L: np.ndarray, A: np.ndarray, hint: str = "") -> np.ndarray:
+    """``A^{-1}`` from the lower Cholesky factor ``L`` of ``A`` (LAPACK ``potri``, ``2 d^3 / 3``
+    flops), symmetrised; the error of :func:`cholesky_pd` if ``potri`` fails."""
     inv, info = scipy.linalg.lapack.dpotri(L, lower=1)
     if info != 0:
         raise _not_pd(float(np.linalg.eigvalsh(0.5 * (A + A.T)).min()), hint)
-    inv = np.tril(inv) + np.tril(inv, -1).T
+    _mirror_lower(inv)
     return inv
+
+
+def _mirror_lower(a: np.ndarray, block: int = 512) -> None:
+    """Copy the lower triangle of a square matrix onto its upper one, in place, by row blocks
+    (one transposed copy of the matrix; ``np.tril`` forms masks and two more copies)."""
+    d = a.shape[0]
+    for i0 in range(0, d, block):
+        i1 = min(d, i0 + block)
+        diag = a[i0:i1, i0:i1]
+        diag[...] = np.tril(diag) + np.tril(diag, -1).T
+        a[i0:i1, i1:] = a[i1:, i0:i1].T
 
 
 class GaussianPosterior(ABC):
@@ -127,6 +143,16 @@ class DenseGaussian(GaussianPosterior):
         self.precision = 0.5 * (precision + precision.T)
         self.L = cholesky_pd(self.precision, hint)
         self._diag = None
+
+    @classmethod
+    def from_cholesky(cls, mean: np.ndarray, precision: np.ndarray, L: np.ndarray
+                      ) -> DenseGaussian:
+        """The Gaussian of a symmetric ``precision`` already factorised as ``L L^T`` (lower
+        ``L``), without a second factorisation; the arrays are kept, not copied."""
+        g = cls.__new__(cls)
+        g.mean = np.asarray(mean, dtype=np.float64)
+        g.precision, g.L, g._diag = precision, L, None
+        return g
 
     def diag(self) -> np.ndarray:
         if self._diag is None:

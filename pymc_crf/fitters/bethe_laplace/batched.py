@@ -3,7 +3,8 @@
 Fitters and AIS evaluate the likelihood at many weight vectors (posterior draws, parallel AIS
 runs); one engine call per vector pays Python overhead each time. Here the R table sets go into
 one batch of R copies of the graphs, and for log-linear tables ``theta = J w`` the tables and
-scores of all vectors are matrix products with a dense J.
+scores of all vectors are matrix products: feature products for a CRF (``J`` never formed), a
+dense ``J`` otherwise.
 """
 
 from __future__ import annotations
@@ -11,7 +12,50 @@ from __future__ import annotations
 import numpy as np
 import scipy.sparse as sp
 
+from pymc_crf.fitters.bethe_laplace.hessian import BlockMaps
+from pymc_crf.model.objective import CRFLogLikelihood
+
 __all__ = ["BatchedLikelihood"]
+
+
+class _DenseTables:
+    """``J W^T`` and ``U J`` for log-linear tables through a dense Jacobian (d pushforwards)."""
+
+    def __init__(self, lik):
+        d = lik.size
+        cols = [lik.pushforward(np.zeros(d), e) for e in np.eye(d)]
+        self.Jn = np.stack([c[0].ravel() for c in cols], axis=1)
+        self.Je = np.stack([c[1].ravel() for c in cols], axis=1)
+        self.n_node, self.n_edge = self.Jn.shape[0], self.Je.shape[0]
+
+    def push(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Node (R, N K) and edge (R, n_edge) tables of the rows of ``W`` (R, d)."""
+        return W @ self.Jn.T, W @ self.Je.T
+
+    def pull(self, Un: np.ndarray, Ue: np.ndarray) -> np.ndarray:
+        """``J^T u`` for rows of table-space vectors: (R, d)."""
+        return Un @ self.Jn + Ue @ self.Je
+
+
+class _FeatureTables:
+    """:class:`_DenseTables`' maps for a log-linear CRF by feature products
+    (:class:`~pymc_crf.fitters.bethe_laplace.hessian.BlockMaps`; one shared table for constant
+    edge features): ``N K d`` memory and flops per vector saved."""
+
+    def __init__(self, lik: CRFLogLikelihood):
+        self.maps = BlockMaps(lik, np.zeros(lik.size))
+        self.N, self.K = lik.batch.n_total_nodes, lik.K
+        self.n_node = self.N * self.K
+        self.n_edge = self.maps.edge.shape[0] * self.K * self.K
+
+    def push(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        R = W.shape[0]
+        Tn, Te = self.maps.push(W.T)
+        return Tn.reshape(-1, R).T, Te.reshape(-1, R).T
+
+    def pull(self, Un: np.ndarray, Ue: np.ndarray) -> np.ndarray:
+        R, K = Un.shape[0], self.K
+        return self.maps.pull(Un.T.reshape(self.N, K, R), Ue.T.reshape(-1, K, K, R)).T
 
 
 class BatchedLikelihood:
@@ -31,33 +75,35 @@ class BatchedLikelihood:
         self.mult = float(getattr(lik, "n_samples", 1))
         self.N, self.E, self.K = b.n_total_nodes, b.n_edges, lik.K
         self.graph_of = np.repeat(np.arange(self.n), b.n_graphs)
-        d = lik.size
-        node0, edge0 = lik.log_potentials(np.zeros(d))
-        self.shared = edge0.shape[0] == 1
         self.linear = getattr(lik, "potential", "loglinear") == "loglinear"
-        if self.linear:  # tables = J w: keep J dense and do every run in one matrix product
-            cols = [lik.pushforward(np.zeros(d), e) for e in np.eye(d)]
-            self.Jn = np.stack([c[0].ravel() for c in cols], axis=1)
-            self.Je = np.stack([c[1].ravel() for c in cols], axis=1)
+        if self.linear:  # tables = J w: every run in one matrix product
+            self.J = (_FeatureTables(lik) if isinstance(lik, CRFLogLikelihood)
+                      else _DenseTables(lik))
+            self.shared = self.J.n_edge == self.K * self.K
             sn, se = lik.observed_statistics()
             self.sn = np.asarray(sn, float).ravel()
-            # a model without edge weights still reports per-edge statistics: match its table
+            # per-edge statistics of a shared table (no edge weights, constant edge features)
             se = np.asarray(se, float).reshape(-1, self.K * self.K)
-            if se.shape[0] * self.K * self.K != self.Je.shape[0]:
+            if se.shape[0] * self.K * self.K != self.J.n_edge:
                 se = se.sum(axis=0, keepdims=True)
             self.se = se.ravel()
+            self.observed_score = self.J.pull(self.sn[None], self.se[None])[0]
+        else:
+            self.shared = lik.log_potentials(np.zeros(lik.size))[1].shape[0] == 1
 
     def _tables(self, W: np.ndarray):
-        R, K, E = W.shape[0], self.K, self.E
         if self.linear:
-            node = (W @ self.Jn.T).reshape(R * self.N, K)
-            edge = (W @ self.Je.T).reshape(R, -1, K, K)
-        else:
-            tabs = [self.lik.log_potentials(w) for w in W]
-            node = np.concatenate([t[0] for t in tabs])
-            edge = np.stack([t[1] for t in tabs])
-        edge = np.ascontiguousarray(np.broadcast_to(edge, (R, E, K, K)).reshape(R * E, K, K))
-        return node, edge
+            return self._engine_tables(*self.J.push(W))
+        tabs = [self.lik.log_potentials(w) for w in W]
+        return self._engine_tables(np.stack([t[0] for t in tabs]),
+                                   np.stack([t[1] for t in tabs]))
+
+    def _engine_tables(self, node: np.ndarray, edge: np.ndarray):
+        """The replicated batch's node (R N, K) and per-edge (R E, K, K) tables from R table
+        sets (node tables first, shared edge tables expanded per edge)."""
+        R, K, E = node.shape[0], self.K, self.E
+        edge = np.broadcast_to(edge.reshape(R, -1, K, K), (R, E, K, K))
+        return node.reshape(R * self.N, K), np.ascontiguousarray(edge).reshape(R * E, K, K)
 
     def __call__(self, W: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         lik, R, E = self.lik, W.shape[0], self.E
@@ -69,10 +115,8 @@ class BatchedLikelihood:
         if self.shared:
             me = me.sum(axis=1, keepdims=True)
         if self.linear:
-            vals = W @ (self.Jn.T @ self.sn + self.Je.T @ self.se)
-            grads = ((self.sn - self.mult * mn) @ self.Jn
-                     + (self.se - self.mult * me.reshape(R, -1)) @ self.Je)
-            return vals - self.mult * log_z, grads
+            grads = self.J.pull(self.sn - self.mult * mn, self.se - self.mult * me.reshape(R, -1))
+            return W @ self.observed_score - self.mult * log_z, grads
         vals, grads = np.empty(R), np.empty_like(W)
         K = self.K
         for r in range(R):
@@ -108,7 +152,7 @@ class BatchedLikelihood:
                 rows.append(e_obs)
                 cols.append(NK + e_idx * K * K + x[u] * K + x[v])
         rows, cols = np.concatenate(rows), np.concatenate(cols)
-        T = self.Jn.shape[0] + self.Je.shape[0]
+        T = self.J.n_node + self.J.n_edge
         S = sp.csr_matrix((np.ones(rows.size), (rows, cols)), shape=(n_obs, T))
         graph = np.zeros(n_obs, np.int64) if labels.ndim == 2 else np.arange(n_obs)
         return S, graph
@@ -121,9 +165,8 @@ class BatchedLikelihood:
         if not hasattr(self, "_obs"):
             self._obs = self._observation_matrix()
         S, graph = self._obs
-        R = W.shape[0]
-        node, edge = self._tables(W)
-        log_z = self.lik.engine.log_partition(self.batch, node, edge).reshape(R, -1)
-        tables = np.concatenate([W @ self.Jn.T, W @ self.Je.T], axis=1)  # (R, T)
-        return (S @ tables.T).T - log_z[:, graph]
+        node, edge = self.J.push(W)
+        score = (S @ np.concatenate([node, edge], axis=1).T).T  # (R, n_obs)
+        log_z = self.lik.engine.log_partition(self.batch, *self._engine_tables(node, edge))
+        return score - log_z.reshape(W.shape[0], -1)[:, graph]
 

@@ -27,7 +27,8 @@ from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.model.results import build_result, draws_from_gaussian, gaussian_fit_group
+from pymc_crf.model.objective import CRFLogLikelihood
+from pymc_crf.model.results import build_result, gaussian_fit_group
 from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["fit_bethe_laplace", "fit_laplace"]
@@ -142,7 +143,7 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
                       progressbar=progressbar)
     log_ev = laplace_log_evidence(fit)
     rng = generator(seed, "random_seed")
-    flat = draws_from_gaussian(fit.mean, fit.covariance, n_draws, n_chains, rng)
+    flat = fit.gaussian().sample(n_chains * n_draws, rng).reshape(n_chains, n_draws, -1)
     spec = problem.spec
     draws = spec.unflatten(flat)
     pointwise = None
@@ -262,7 +263,7 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
         elif q.fit is None:
             flat[sel] = q.mean + np.sqrt(q.variances()) * rng.standard_normal((m, d))
         else:
-            flat[sel] = draws_from_gaussian(q.mean, q.covariance, m, 1, rng)[0]
+            flat[sel] = q.fit.gaussian().sample(m, rng)
         scale_draws[sel] = q.scales
     post = spec.unflatten(flat)
     for v in problem.scales:
@@ -330,21 +331,27 @@ def _diagnostics(pt, learned, names) -> xr.Dataset:
     return ds
 
 
-#: the batched log-likelihood keeps the dense (tables x d) Jacobian of log-linear tables: for
-#: more weights (text CRFs: 10^5 and up) each draw is evaluated on its own
+#: an MRF's batched log-likelihood keeps the dense (tables x d) Jacobian of log-linear tables:
+#: for more weights each draw is evaluated on its own (a CRF's goes by feature products)
 _BATCHED_MAX_WEIGHTS = 5000
+#: bytes of the replicated tables of one engine call of the batched log-likelihood (the draws
+#: per call adapt; fresh arrays of hundreds of MB cost more in page faults than the calls saved)
+_BATCHED_TABLE_BYTES = 32 * 2**20
 
 
 def _pointwise(problem, flat: np.ndarray, chunk: int = 500) -> np.ndarray:
     """Per-graph (CRF) or per-row (MRF) log-likelihood of the draws (chains, draws, d), many
-    draws per engine call for log-linear tables."""
+    draws per engine call for log-linear tables (at most ``chunk``)."""
     lik = problem.make_likelihood()
     C, S, d = flat.shape
     draws = flat.reshape(C * S, d)
-    if problem.potential != "loglinear" or d > _BATCHED_MAX_WEIGHTS:
+    crf = isinstance(lik, CRFLogLikelihood)
+    if problem.potential != "loglinear" or (d > _BATCHED_MAX_WEIGHTS and not crf):
         out = np.stack([lik.pointwise(w) for w in draws])
     else:
-        n = min(chunk, draws.shape[0])
+        b, K = lik.batch, lik.K
+        per_draw = 8 * (b.n_total_nodes * K + b.n_edges * K * K)
+        n = max(1, min(chunk, draws.shape[0], _BATCHED_TABLE_BYTES // per_draw))
         batched = BatchedLikelihood(lik, n)  # one replicated batch, reused for every block
         parts = []
         for i in range(0, draws.shape[0], n):

@@ -20,7 +20,7 @@ import numpy as np
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
 from pymc_crf.fitters.bethe_laplace.pmm import pmm_start
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, bp_engine, exact_engine
-from pymc_crf.fitters.covariance import inverse_pd
+from pymc_crf.fitters.covariance import DenseGaussian, cholesky_inverse, cholesky_pd
 from pymc_crf.fitters.optimise import STRICT_GTOL, find_map
 from pymc_crf.inference.bp import BeliefPropagation, ConvergenceWarning
 
@@ -35,7 +35,8 @@ class LaplaceFit:
     """MAP weights, the negative log-posterior Hessian and what went into them.
 
     ``log_likelihood`` is ``log p(D | mean)`` with the covariance engine's log Z (Bethe for
-    ``covariance="bp"``); ``bp_report`` the BP convergence report at the MAP (None for exact).
+    ``covariance="bp"``); ``bp_report`` the BP convergence report at the MAP (None for exact);
+    ``cholesky`` the lower Cholesky factor of ``precision``.
     """
 
     mean: np.ndarray
@@ -50,6 +51,14 @@ class LaplaceFit:
     bp_report: dict | None = None
     pmm_start: np.ndarray | None = None
     extra: dict = field(default_factory=dict)
+    cholesky: np.ndarray | None = None
+
+    def gaussian(self) -> DenseGaussian:
+        """``N(mean, covariance)`` for draws: by the precision's Cholesky factor when the fit
+        holds it (no second factorisation), else by factorising the precision."""
+        if self.cholesky is None:
+            return DenseGaussian(self.mean, self.precision)
+        return DenseGaussian.from_cholesky(self.mean, self.precision, self.cholesky)
 
     @property
     def bp_converged(self) -> bool:
@@ -199,8 +208,9 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
         extra = potential_curvature(lik_cov, w, m.node, m.edge)
         if extra is not None:
             A_lik = A_lik - extra
-    A = A_lik + np.diag(1.0 / prior.sd**2)
-    A = 0.5 * (A + A.T)
+            A_lik = 0.5 * (A_lik + A_lik.T)
+    A = A_lik.copy()  # fisher_matrix is symmetric
+    A[np.diag_indices_from(A)] += 1.0 / prior.sd**2
     hint = ""
     if bethe:
         hint = ("; this fit pairs the MAP of " + ("exact" if map == "exact" else "BP")
@@ -208,17 +218,12 @@ def laplace_fit(problem: WeightProblem, *, map: str = "exact", covariance: str =
                 "approximation, when an exact engine can run)"
                 + (" or map='bp' (BP throughout)" if map == "exact" else "")
                 + " may exist where this pairing does not")
-    cov = _inverse_pd(A, hint)
+    L = cholesky_pd(A, hint)  # one factorisation: covariance, log det and draws
+    cov = cholesky_inverse(L, A, hint)
     ll = float(np.sum(lik_cov.pointwise(w)))
     lp = float(prior(w)[0])
     return LaplaceFit(w, A, cov, ll, lp, problem.n_data, map, covariance, info, report, w_pmm,
-                      {"fisher": A_lik})
-
-
-def _inverse_pd(A: np.ndarray, hint: str = "") -> np.ndarray:
-    """Inverse of a symmetric matrix that should be positive definite (clear error otherwise,
-    ending with ``hint``), by Cholesky: :func:`pymc_crf.fitters.covariance.inverse_pd`."""
-    return inverse_pd(A, hint)
+                      {"fisher": A_lik}, L)
 
 
 def laplace_log_evidence(fit: LaplaceFit) -> float:
@@ -231,6 +236,9 @@ def laplace_log_evidence(fit: LaplaceFit) -> float:
     ``-d/2 log N - 1/2 log det(C - H/N) = -1/2 log det(N C - H)``; the log-likelihood uses the
     Bethe log Z when the fit's covariance is by linear response.
     """
-    sign, logdet = np.linalg.slogdet(fit.precision)
+    if fit.cholesky is None:
+        logdet = np.linalg.slogdet(fit.precision)[1]
+    else:
+        logdet = 2.0 * np.sum(np.log(np.diag(fit.cholesky)))
     d = fit.mean.size
     return float(fit.log_likelihood + fit.log_prior + 0.5 * d * np.log(2.0 * np.pi) - 0.5 * logdet)
