@@ -144,10 +144,11 @@ def _dense_chain_crf(edges: bool, seed=3):
 
 @pytest.mark.parametrize("edges", [True, False], ids=["transitions", "node-only"])
 def test_chain_pairwise_hessian_equals_finite_differences_and_the_block_path(edges):
-    """The chain CRF Hessian with its node block from the pairwise label covariances of all
-    position pairs equals the central differences of the engine's gradient to 1e-6 and the
-    column blocks of unit directions through the chain recursions to rounding, also when the
-    chains are split into batches of a few chains (small memory budget)."""
+    """The chain CRF Hessian from the label covariances of all position pairs (node block, and
+    the transition-count covariances for the transition table) equals the central differences
+    of the engine's gradient to 1e-6 and the column blocks of unit directions through the chain
+    recursions to rounding, also when the chains are split into batches of a few chains (small
+    memory budget)."""
     lik, eng, w = _dense_chain_crf(edges)
     H = exact_fisher_matrix(lik, w, eng)
     assert np.array_equal(H, H.T)

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["chain_pair_covariance", "add_node_block"]
+__all__ = ["add_node_block", "chain_pair_covariance", "chain_transition_covariances",
+           "symmetric_node_block"]
 
 
 def chain_pair_covariance(mu: np.ndarray, P: np.ndarray) -> np.ndarray:
@@ -71,8 +72,9 @@ def add_node_block(H: np.ndarray, groups: list[tuple[np.ndarray, np.ndarray]],
 
     Parameters
     ----------
-    H : ndarray, shape (F, K, K, F)
-        Accumulator, ``H[f, a, b, g]`` the entry ``((f, a), (g, b))`` of the curvature.
+    H : ndarray, shape (F, K, F, K)
+        Accumulator, ``H[f, a, g, b]`` the entry ``((f, a), (g, b))`` of the curvature (a view
+        of the (F K, F K) block of the Hessian).
     groups : list of (C, X)
         Per group of G chains of one length n: ``C`` (G, K, K, n, n) from
         :func:`chain_pair_covariance` (scaled in place when ``scale`` is given) and the chains'
@@ -92,13 +94,13 @@ def add_node_block(H: np.ndarray, groups: list[tuple[np.ndarray, np.ndarray]],
     work = np.empty(rows.shape[0] * K * F)
     for a in range(K):
         k = K - a
-        M = work[:rows.shape[0] * k * F].reshape(-1, k, F)
-        # M[t, b, :] = sum_s C[a, b, t, s] x_s chain by chain, then sum_t x_t M_t in one product
+        M = work[:rows.shape[0] * F * k].reshape(-1, F, k)
+        # M[t, :, b] = sum_s C[a, b, t, s] x_s chain by chain, then sum_t x_t M_t in one product
         for (C, X), end, size in zip(groups, ends, sizes, strict=True):
             G, n = X.shape[:2]
             prod = np.matmul(C[:, a, a:].reshape(G, k * n, n), X).reshape(G, k, n, F)
-            M[end - size:end].reshape(G, n, k, F)[...] = prod.transpose(0, 2, 1, 3)
-        H[:, a, a:] += (rows.T @ M.reshape(-1, k * F)).reshape(F, k, F)
+            M[end - size:end].reshape(G, n, F, k)[...] = prod.transpose(0, 2, 3, 1)
+        H[:, a, :, a:] += (rows.T @ M.reshape(-1, F * k)).reshape(F, F, k)
 
 
 def symmetric_node_block(H: np.ndarray) -> None:
@@ -106,6 +108,58 @@ def symmetric_node_block(H: np.ndarray) -> None:
     transposes and symmetrise its diagonal label blocks, in place."""
     K = H.shape[1]
     for a in range(K):
-        H[:, a, a] = 0.5 * (H[:, a, a] + H[:, a, a].T)
+        H[:, a, :, a] = 0.5 * (H[:, a, :, a] + H[:, a, :, a].T)
         for b in range(a):
-            H[:, a, b] = H[:, b, a].T
+            H[:, a, :, b] = H[:, b, :, a].T
+
+
+def chain_transition_covariances(C: np.ndarray, mu: np.ndarray, P: np.ndarray
+                                 ) -> tuple[np.ndarray, np.ndarray]:
+    """Covariances with the transition counts ``S_ij = sum_s 1[y_{s-1} = i, y_s = j]`` of G
+    chains of equal length n, from their label covariances.
+
+    With ``xi_s(i, j) = mu_{s-1}(i) P_s(i, j)`` and the backward conditionals
+    ``B_s(i, j) = xi_s(i, j) / mu_s(j)``, the Markov property gives for a position t and an edge
+    ``(s - 1, s)``
+
+        Cov(1[y_t = a], 1[y_{s-1} = i, y_s = j]) = C_{t, s-1}(a, i) P_s(i, j)    (t <= s - 1)
+                                                  = C_{t, s}(a, j) B_s(i, j)      (t >= s)
+
+    (the mean products cancel against ``mu P = xi``), and for edges ``s < s'``
+
+        Cov(1[e_s = ij], 1[e_s' = kl]) = B_s(i, j) C_{s, s'-1}(j, k) P_s'(k, l).
+
+    Parameters
+    ----------
+    C : ndarray, shape (G, K, K, n, n)
+        :func:`chain_pair_covariance` of the chains (unscaled).
+    mu, P : ndarray
+        Their node marginals (G, n, K) and forward conditionals (G, n - 1, K, K).
+
+    Returns
+    -------
+    Q : ndarray, shape (G, n, K, K * K)
+        ``Q[g, t, a, i K + j] = Cov(1[y_t = a], S_ij)``.
+    D : ndarray, shape (K * K, K * K)
+        ``Cov(S_ij, S_kl)`` summed over the chains.
+    """
+    G, K, _, n, _ = C.shape
+    K2 = K * K
+    if n < 2:
+        return np.zeros((G, n, K, K2)), np.zeros((K2, K2))
+    xi = mu[:, :-1, :, None] * P  # (G, n - 1, i, j), edge into position s at s - 1
+    Bk = np.divide(xi, mu[:, 1:, None, :], out=np.zeros_like(xi), where=mu[:, 1:, None, :] > 0)
+    t, u = np.arange(n)[:, None], np.arange(n - 1)[None, :]
+    # forward part: sum over edges u + 1 with u >= t of C[a, i, t, u] P_{u+1}(i, j)
+    Q1 = np.einsum("gaitu,guij->gtaij", C[..., :n - 1] * (u >= t), P, optimize=True)
+    # backward part: sum over edges u + 1 <= t of C[a, j, t, u + 1] B_{u+1}(i, j)
+    Q = np.einsum("gajtu,guij->gtaij", C[..., 1:] * (u < t), Bk, optimize=True)
+    Q += Q1
+    flat = xi.reshape(-1, K2)
+    D = np.diag(flat.sum(axis=0)) - flat.T @ flat  # same edge
+    # edges s < s': sum_s B_s(i, j) Q1[s, j, k, l] (Q1 at t = s is the sum over s' > s)
+    up = np.einsum("guij,gujm->ijm", Bk, Q1[:, 1:].reshape(G, n - 1, K, K2),
+                   optimize=True).reshape(K2, K2)
+    D += up
+    D += up.T
+    return Q.reshape(G, n, K, K2), D

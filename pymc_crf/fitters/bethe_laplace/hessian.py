@@ -45,6 +45,7 @@ from pymc_crf.feature_products import features_dot, features_tdot, is_sparse
 from pymc_crf.fitters.bethe_laplace.chain_fisher import (
     add_node_block,
     chain_pair_covariance,
+    chain_transition_covariances,
     symmetric_node_block,
 )
 from pymc_crf.inference.base import Engine
@@ -665,15 +666,20 @@ def curvature_diagonal(op: CurvatureOperator, block: int = 256) -> np.ndarray:
     return out
 
 
-def _chain_node_block(op: CurvatureOperator) -> np.ndarray:
-    """The node-weight block of ``J^T C J`` of a chain CRF as an (F, K, K, F) array (``[f, a,
-    b, g]`` the entry ``((f, a), (g, b))``), from the label covariances of all position pairs
+def _chain_pairwise_blocks(op: CurvatureOperator, H: np.ndarray, transitions: bool):
+    """The node-weight block of ``J^T C J`` of a chain CRF, written into ``H`` (an (F, K, F, K)
+    view of the (dn, dn) block), from the label covariances of all position pairs
     (:mod:`~pymc_crf.fitters.bethe_laplace.chain_fisher`): per chunk of graphs, chains of equal
-    length together, in batches whose covariances and work arrays fit half the memory
-    budget."""
+    length together, in batches whose covariances and work arrays fit half the memory budget.
+
+    With ``transitions``, returns the covariances with the transition counts of one shared
+    table: ``J_n^T Q`` (dn, K^2) (node weights against table entries) and ``D`` (K^2, K^2)
+    (:func:`~pymc_crf.fitters.bethe_laplace.chain_fisher.chain_transition_covariances`)."""
     maps, K = op.maps, op.K
     F = maps.dn // K
-    H = np.zeros((F, K, K, F))
+    H[...] = 0.0
+    NQ = np.zeros((F, K, K * K)) if transitions else None
+    D = np.zeros((K * K, K * K)) if transitions else None
     for sub, rows, _erows, _plan, mu, xi in op.chunk_marginals():
         u, v = sub.edges[:, 0], sub.edges[:, 1]
         Pf = _safe_divide(xi, mu[u][:, :, None])
@@ -686,20 +692,43 @@ def _chain_node_block(op: CurvatureOperator) -> np.ndarray:
         # chains by length; bytes per chain: its covariances, feature rows and work rows
         order = np.argsort(sub.n_nodes, kind="stable")
         n_of = sub.n_nodes[order]
-        cost = 8 * n_of * (K * K * n_of + 2 * K * F)
+        cost = 8 * n_of * (K * K * n_of + 2 * K * F + (K**3 if transitions else 0))
         batch_of = np.floor_divide(np.cumsum(cost), max(op.memory // 2, 1))
         for b in np.unique(batch_of):
-            groups, scales = [], []
+            groups, scales, qs = [], [], []
             sel = order[batch_of == b]
             for n in np.unique(sub.n_nodes[sel]):
                 nodes = lo[sel[sub.n_nodes[sel] == n], None] + np.arange(n)  # (G, n)
-                groups.append((chain_pair_covariance(mu[nodes], Pf[in_edge[nodes[:, 1:]]]),
-                               X[nodes]))
+                m, P = mu[nodes], Pf[in_edge[nodes[:, 1:]]]
+                C = chain_pair_covariance(m, P)
+                if transitions:
+                    Q, Dg = chain_transition_covariances(C, m, P)
+                    D += Dg
+                    qs.append(Q if sn is None else Q * sn[nodes][..., None])
+                groups.append((C, X[nodes]))
                 if sn is not None:
                     scales.append(sn[nodes])
+            if transitions:  # J_n^T Q: one product over the batch's positions
+                Xb = np.concatenate([x.reshape(-1, F) for _, x in groups])
+                Qb = np.concatenate([q.reshape(-1, K * K * K) for q in qs])
+                NQ += (Xb.T @ Qb).reshape(F, K, K * K)
             add_node_block(H, groups, None if sn is None else scales)
     symmetric_node_block(H)
-    return H
+    if not transitions:
+        return None, None
+    return NQ.reshape(maps.dn, K * K), D
+
+
+def _shared_edge_jacobian(maps: BlockMaps) -> np.ndarray:
+    """The (K^2, d_edge) Jacobian of one shared edge table in the edge weights: a transition
+    table (``edge_kind="shared"``) or constant edge features (``"row"``), times the potential
+    derivative."""
+    K2 = maps.K * maps.K
+    scale = np.ones(K2) if maps.edge_scale is None else maps.edge_scale.reshape(K2)
+    if maps.edge_kind == "shared":
+        return np.diag(scale)
+    return (np.multiply.outer(scale, maps.edge_row)[:, :, None]
+            * np.eye(K2)[:, None, :]).reshape(K2, -1)
 
 
 def exact_fisher_matrix(lik, w: np.ndarray, engine: Engine | None = None,
@@ -708,18 +737,28 @@ def exact_fisher_matrix(lik, w: np.ndarray, engine: Engine | None = None,
     negative log-likelihood Hessian of log-linear potentials (Welling & Parise 2006 eq. (12)).
     Symmetrised.
 
-    Chain CRFs: the node-weight block from the pairwise label covariances of all position
-    pairs times the features (:func:`_chain_node_block`), the edge-weight columns (which hold
-    the node-edge block too) from blocks of unit directions through the chain recursions of
-    :class:`CurvatureOperator`. Other likelihoods and exact engines (MRFs, junction trees): all
-    columns from blocks of unit directions."""
+    Chain CRFs with node weights: from the label covariances of all position pairs
+    (:func:`_chain_pairwise_blocks`), the node-weight block through feature products, and with
+    one shared edge table (a transition table or constant edge features) its blocks from the
+    covariances with the transition counts; per-edge tables take their columns from blocks of
+    unit directions through the chain recursions of :class:`CurvatureOperator`. Other
+    likelihoods and exact engines (MRFs, junction trees): all columns from blocks of unit
+    directions."""
     op = CurvatureOperator(lik, w, engine, memory)
-    if op.chain and op.maps._crf and op.maps.dn:  # a CRF: n_samples is 1
-        dn, d = op.maps.dn, op.d
+    maps = op.maps
+    if op.chain and maps._crf and maps.dn:  # a CRF: n_samples is 1
+        dn, d = maps.dn, op.d
+        shared = maps.edge_kind in ("shared", "row")
         F = np.empty((d, d))
         node = np.reshape(F[:dn, :dn], (dn // op.K, op.K, dn // op.K, op.K), copy=False)
-        node[...] = _chain_node_block(op).transpose(0, 1, 3, 2)
-        if d > dn:
+        NQ, D = _chain_pairwise_blocks(op, node, shared)
+        if shared:
+            Je = _shared_edge_jacobian(maps)
+            F[:dn, dn:] = NQ @ Je
+            F[dn:, :dn] = F[:dn, dn:].T
+            ee = Je.T @ D @ Je
+            F[dn:, dn:] = 0.5 * (ee + ee.T)
+        elif d > dn:  # per-edge tables: their columns by blocks of unit directions
             cols = op._chain_matmat(None, units=np.arange(dn, d))
             F[:dn, dn:] = cols[:dn]
             F[dn:, :dn] = cols[:dn].T
