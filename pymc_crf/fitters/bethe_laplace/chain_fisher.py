@@ -1,5 +1,5 @@
-"""The node-weight block of a chain CRF's exact Fisher matrix from the label covariances of
-all pairs of positions, with the features entering through matrix products.
+"""The exact Fisher matrix of a chain CRF's node weights and shared edge table from the label
+covariances of all pairs of positions, with the features entering through matrix products.
 
 For node scores ``a_t = x_t W`` (weights ``W`` (F, K)) and log-potentials ``phi(a)`` the
 log-likelihood's curvature in ``W`` is the covariance of the node statistics pulled back
@@ -18,9 +18,11 @@ forward conditionals ``P_t(i, j) = p(y_t = j | y_{t-1} = i) = xi_t(i, j) / mu_{t
 ``n`` positions has ``n^2`` such (K, K) blocks, built lag by lag in ``n`` batched products for
 all chains of that length at once. The sum over ``s`` is then a batched product with the
 chain's feature rows, and the sum over ``t`` one BLAS product per label ``a`` over all
-positions: ``(F, N) @ (N, K F)``. Against ``d = F K`` Hessian-vector products through
-forward-backward recursions this does the same ``2 N (F K)^2`` flops of the feature products
-but as a few large matrix products, and the covariance itself in ``sum_g n_g^2 K^3``.
+positions, ``(F, N) @ (N, (K - a) F)`` for the labels ``b >= a`` (the rest by symmetry):
+``N (F K)^2`` flops in a few large matrix products, where ``d = F K`` Hessian-vector products
+through forward-backward recursions need twice that in feature products plus ``d`` batched
+recursions. The covariances with the transition counts of a shared edge table follow from the
+same pair covariances by the Markov property (:func:`chain_transition_covariances`).
 """
 
 from __future__ import annotations

@@ -31,9 +31,11 @@ through at once.
 * On other exact engines (junction tree, brute force), the block's B directions go to one call
   of the engine's ``covariance_vector_product`` on a batch of B copies of the graphs.
 
-:func:`exact_fisher_matrix` assembles the dense (d, d) ``J^T C J`` from column blocks of the
-identity; :class:`CurvatureOperator` is the same product as a matrix-free operator (Lanczos /
-randomised eigensolvers, :mod:`pymc_crf.fitters.covariance`).
+:func:`exact_fisher_matrix` assembles the dense (d, d) ``J^T C J``: for chain CRFs from the label
+covariances of all position pairs (:mod:`~pymc_crf.fitters.bethe_laplace.chain_fisher`, the
+features entering through matrix products), otherwise from column blocks of the identity;
+:class:`CurvatureOperator` is the product as a matrix-free operator (Lanczos / randomised
+eigensolvers, :mod:`pymc_crf.fitters.covariance`).
 """
 
 from __future__ import annotations
