@@ -152,16 +152,22 @@ def chain_transition_covariances(C: np.ndarray, mu: np.ndarray, P: np.ndarray
     xi = mu[:, :-1, :, None] * P  # (G, n - 1, i, j), edge into position s at s - 1
     Bk = np.divide(xi, mu[:, 1:, None, :], out=np.zeros_like(xi), where=mu[:, 1:, None, :] > 0)
     t, u = np.arange(n)[:, None], np.arange(n - 1)[None, :]
-    # forward part: sum over edges u + 1 with u >= t of C[a, i, t, u] P_{u+1}(i, j)
-    Q1 = np.einsum("gaitu,guij->gtaij", C[..., :n - 1] * (u >= t), P, optimize=True)
-    # backward part: sum over edges u + 1 <= t of C[a, j, t, u + 1] B_{u+1}(i, j)
-    Q = np.einsum("gajtu,guij->gtaij", C[..., 1:] * (u < t), Bk, optimize=True)
-    Q += Q1
+    Cb = np.ascontiguousarray(C.transpose(0, 2, 1, 3, 4))  # (G, b, a, t, s): batched over b
+    # forward part Q1[g, i, a, t, j]: sum over edges u + 1 with u >= t of C[a, i, t, u] P_{u+1}
+    Q1 = np.matmul((Cb[..., :n - 1] * (u >= t)).reshape(G, K, K * n, n - 1),
+                   P.transpose(0, 2, 1, 3)).reshape(G, K, K, n, K)
+    # backward part Q2[g, j, a, t, i]: sum over edges u + 1 <= t of C[a, j, t, u + 1] B_{u+1}
+    Q2 = np.matmul((Cb[..., 1:] * (u < t)).reshape(G, K, K * n, n - 1),
+                   Bk.transpose(0, 3, 1, 2)).reshape(G, K, K, n, K)
+    Q = np.add(Q1.transpose(0, 3, 2, 1, 4), Q2.transpose(0, 3, 2, 4, 1),
+               out=np.empty((G, n, K, K, K)))
     flat = xi.reshape(-1, K2)
     D = np.diag(flat.sum(axis=0)) - flat.T @ flat  # same edge
-    # edges s < s': sum_s B_s(i, j) Q1[s, j, k, l] (Q1 at t = s is the sum over s' > s)
-    up = np.einsum("guij,gujm->ijm", Bk, Q1[:, 1:].reshape(G, n - 1, K, K2),
-                   optimize=True).reshape(K2, K2)
+    # edges s < s': sum_s B_s(i, j) Q1[s, j, k, l] (Q1 at t = s is the sum over s' > s),
+    # batched over j
+    left = Bk.transpose(3, 2, 0, 1).reshape(K, K, G * (n - 1))            # (j, i, gu)
+    right = Q1[:, :, :, 1:].transpose(2, 0, 3, 1, 4).reshape(K, G * (n - 1), K2)  # (j, gu, kl)
+    up = np.matmul(left, right).transpose(1, 0, 2).reshape(K2, K2)
     D += up
     D += up.T
     return Q.reshape(G, n, K, K2), D
