@@ -55,8 +55,8 @@ from pymc_crf.inference.chain import ChainEngine
 from pymc_crf.model.objective import CRFLogLikelihood
 from pymc_crf.potentials import constant_row, get_potential
 
-__all__ = ["BlockMaps", "CurvatureOperator", "chain_covariance_block", "curvature_diagonal",
-           "exact_fisher_matrix"]
+__all__ = ["BlockMaps", "CurvatureOperator", "chain_conditionals", "chain_covariance_block",
+           "curvature_diagonal", "exact_fisher_matrix"]
 
 #: bytes of work arrays one direction block may take (the block size adapts to it)
 MEMORY_BUDGET = 256 * 2**20
@@ -311,9 +311,17 @@ class _ChainPlan:
         return self.elo[:self.count[t]] + t - 1
 
 
+def chain_conditionals(batch, mu: np.ndarray, xi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The posterior's backward and forward conditionals of a chain batch per edge (u, v):
+    ``Pb[e, i, j] = p(y_u = i | y_v = j)`` and ``Pf[e, i, j] = p(y_v = j | y_u = i)``."""
+    u, v = batch.edges[:, 0], batch.edges[:, 1]
+    return _safe_divide(xi, mu[v][:, None, :]), _safe_divide(xi, mu[u][:, :, None])
+
+
 def chain_covariance_block(batch, mu: np.ndarray, xi: np.ndarray, Vn: np.ndarray,
                            Ve: np.ndarray, plan: _ChainPlan | None = None,
-                           work: tuple[np.ndarray, np.ndarray] | None = None
+                           work: tuple[np.ndarray, np.ndarray] | None = None,
+                           conditionals: tuple[np.ndarray, np.ndarray] | None = None
                            ) -> tuple[np.ndarray, np.ndarray]:
     """Exact covariance products ``C V`` of a chain batch for a block of B directions.
 
@@ -332,6 +340,8 @@ def chain_covariance_block(batch, mu: np.ndarray, xi: np.ndarray, Vn: np.ndarray
         Scratch arrays for the two recursions, reused from block to block by the caller (fresh
         arrays of tens of MB cost their page faults at every block); ``Cn`` is written into
         the first.
+    conditionals : pair of ndarray (E, K, K), optional
+        :func:`chain_conditionals` of ``mu`` and ``xi`` (computed when None).
 
     Returns
     -------
@@ -349,8 +359,7 @@ def chain_covariance_block(batch, mu: np.ndarray, xi: np.ndarray, Vn: np.ndarray
     E = batch.n_edges
     shared = Ve.shape[0] == 1 and E != 1
     u, v = batch.edges[:, 0], batch.edges[:, 1]
-    Pb = _safe_divide(xi, mu[v][:, None, :])  # p(y_u = i | y_v = j)
-    Pf = _safe_divide(xi, mu[u][:, :, None])  # p(y_v = j | y_u = i)
+    Pb, Pf = chain_conditionals(batch, mu, xi) if conditionals is None else conditionals
     # edge terms of the recursions: cE[e, j] = sum_i Pb[e,i,j] ve[e,i,j], dE[e, i] likewise
     if E == 0:
         cE = dE = np.zeros((0, K, B))
@@ -430,6 +439,12 @@ class CurvatureOperator:
         self.chain = self.batch.is_chain and isinstance(self.engine, ChainEngine)
         self._chunks = None
         self._replicas: dict[int, object] = {}
+        # the marginals and conditionals at w are kept between products (iterative solvers
+        # call matmat hundreds of times) when they fit a quarter of the memory budget
+        b = self.batch
+        self._keep = 8 * (b.n_total_nodes + 3 * b.n_edges * self.K) * self.K <= self.memory // 4
+        self._marginals: list | None = None
+        self._conditionals: dict[int, tuple[np.ndarray, np.ndarray]] = {}
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -466,13 +481,22 @@ class CurvatureOperator:
     def chunk_marginals(self):
         """Per chunk of graphs (chains): ``(sub_batch, rows, erows, plan, mu, xi)`` with the
         node marginals and per-edge pairwise marginals of the tables at ``w``."""
+        if self._marginals is not None:
+            yield from self._marginals
+            return
         maps, K = self.maps, self.K
+        kept = []
         for sub, rows, erows, plan in self._chain_chunks():
             E = sub.n_edges
             edge = maps.edge if maps.shared else maps.edge[erows]
             full = np.ascontiguousarray(np.broadcast_to(edge, (E, K, K))) if maps.shared else edge
             m = self.engine.marginals(sub, maps.node[rows], full)
-            yield sub, rows, erows, plan, m.node, m.edge
+            item = (sub, rows, erows, plan, m.node, m.edge)
+            if self._keep:
+                kept.append(item)
+            yield item
+        if self._keep:
+            self._marginals = kept
 
     def _chain_matmat(self, V: np.ndarray | None, units: np.ndarray | None = None
                       ) -> np.ndarray:
@@ -481,7 +505,12 @@ class CurvatureOperator:
         maps, K = self.maps, self.K
         n_cols = V.shape[1] if V is not None else len(units)
         out = np.zeros((self.d, n_cols))
-        for sub, rows, erows, plan, mu, xi in self.chunk_marginals():
+        for k, (sub, rows, erows, plan, mu, xi) in enumerate(self.chunk_marginals()):
+            cond = self._conditionals.get(k)
+            if cond is None:
+                cond = chain_conditionals(sub, mu, xi)
+                if self._keep:
+                    self._conditionals[k] = cond
             B = self._block_size(sub.n_total_nodes, 0 if maps.shared else sub.n_edges)
             nb = -(-n_cols // B)
             B = -(-n_cols // nb)  # equal blocks, so the scratch arrays are reused
@@ -499,7 +528,7 @@ class CurvatureOperator:
                     Tn, Te = maps.push(Vb, rows, erows)
                 if work is None:
                     work = (np.empty((n, K, B)), np.empty((n, K, B)))
-                Cn, Ce = chain_covariance_block(sub, mu, xi, Tn, Te, plan, work)
+                Cn, Ce = chain_covariance_block(sub, mu, xi, Tn, Te, plan, work, cond)
                 maps.pull(Cn[..., :b], Ce[..., :b], rows, erows, out=out[:, j0:j0 + b])
         return out
 
@@ -683,10 +712,9 @@ def _chain_pairwise_blocks(op: CurvatureOperator, H: np.ndarray, transitions: bo
     NQ = np.zeros((F, K, K * K)) if transitions else None
     D = np.zeros((K * K, K * K)) if transitions else None
     for sub, rows, _erows, _plan, mu, xi in op.chunk_marginals():
-        u, v = sub.edges[:, 0], sub.edges[:, 1]
-        Pf = _safe_divide(xi, mu[u][:, :, None])
+        Pf = chain_conditionals(sub, mu, xi)[1]
         in_edge = np.full(sub.n_total_nodes, -1, np.int64)
-        in_edge[v] = np.arange(sub.n_edges)
+        in_edge[sub.edges[:, 1]] = np.arange(sub.n_edges)
         X = maps.X[rows]
         X = X.toarray() if scipy.sparse.issparse(X) else np.asarray(X, dtype=np.float64)
         sn = None if maps.node_scale is None else maps.node_scale[rows]
