@@ -140,7 +140,7 @@ def main() -> None:
         r = laplace(model, method, args.draws)
         wall = time.perf_counter() - t0
         res = r if res is None else res
-        print(f"| {method} | {wall:.2f} | {float(r['fit']['log_marginal_likelihood']):.3f} |")
+        print(f"| {method} | {wall:.2f} | {r.attrs['log_marginal_likelihood']:.3f} |")
     breakdown(model, args.draws)
     hessian_check(model, np.asarray(res["fit"]["mean_vector"].values), args.fd_columns)
     print(f"\nload average at the end: {os.getloadavg()[0]:.1f}")
