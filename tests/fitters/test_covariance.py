@@ -3,6 +3,8 @@ finite differences of the engine's gradient and the column-by-column products, t
 Hessian diagonal, and the covariance representations of ``fitters/covariance.py`` against the
 dense exact covariance."""
 
+from dataclasses import replace
+
 import numpy as np
 import pymc as pm
 import pytest
@@ -184,6 +186,11 @@ def test_inverse_pd_and_its_refusal():
     np.testing.assert_allclose(inverse_pd(A) @ A, np.eye(6), atol=1e-12)
     with pytest.raises(ValueError, match="not positive definite.*smallest eigenvalue"):
         inverse_pd(A - 20 * np.eye(6), hint="; try something else")
+    M = rng.normal(size=(700, 700))  # the lower triangle mirrored in more than one row block
+    A = M @ M.T / 700 + np.eye(700)
+    inv = inverse_pd(A)
+    assert np.array_equal(inv, inv.T)
+    np.testing.assert_allclose(inv @ A, np.eye(700), atol=1e-10)
 
 
 def test_randomized_eigh_full_and_truncated():
@@ -236,9 +243,10 @@ def test_covariance_representations_against_the_dense_exact_covariance(potential
 
 
 def test_laplace_fit_exact_covariance_unchanged():
-    """``laplace_fit(covariance="exact")`` now takes the block curvature and a Cholesky
-    inverse: its precision is still the finite-difference Hessian of the log posterior."""
-    from pymc_crf.fitters.bethe_laplace import laplace_fit
+    """``laplace_fit(covariance="exact")``: its precision is the finite-difference Hessian of
+    the log posterior, its covariance the inverse, and its Cholesky factor gives the evidence's
+    log det and draws with that covariance."""
+    from pymc_crf.fitters.bethe_laplace import laplace_fit, laplace_log_evidence
 
     p, lik, eng, _ = _problem(CHAINS, "loglinear", True)
     fit = laplace_fit(p, map="exact", covariance="exact")
@@ -251,6 +259,13 @@ def test_laplace_fit_exact_covariance_unchanged():
                     for e in np.eye(p.size)], axis=1)
     np.testing.assert_allclose(fit.precision, 0.5 * (fd + fd.T), atol=1e-6)
     np.testing.assert_allclose(fit.covariance @ fit.precision, np.eye(p.size), atol=1e-8)
+    # the one Cholesky factor: of the precision, and the evidence's log det from it
+    np.testing.assert_allclose(fit.cholesky @ fit.cholesky.T, fit.precision, atol=1e-12)
+    np.testing.assert_allclose(laplace_log_evidence(fit),
+                               laplace_log_evidence(replace(fit, cholesky=None)), atol=1e-10)
+    draws = fit.gaussian().sample(20000, 1)
+    np.testing.assert_allclose(np.cov(draws.T), fit.covariance,
+                               atol=0.05 * np.abs(fit.covariance).max())
 
 
 # ------------------------------------------------------------------ the implicit exact Gaussian
