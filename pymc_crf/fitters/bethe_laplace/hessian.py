@@ -719,10 +719,11 @@ def _chain_pairwise_blocks(op: CurvatureOperator, H: np.ndarray, transitions: bo
         X = X.toarray() if scipy.sparse.issparse(X) else np.asarray(X, dtype=np.float64)
         sn = None if maps.node_scale is None else maps.node_scale[rows]
         lo = sub.node_offsets[:-1]
-        # chains by length; bytes per chain: its covariances, feature rows and work rows
+        # chains by length; bytes per chain: its covariances, feature rows and work rows (and
+        # its transition covariances, kept and then concatenated for one product)
         order = np.argsort(sub.n_nodes, kind="stable")
         n_of = sub.n_nodes[order]
-        cost = 8 * n_of * (K * K * n_of + 2 * K * F + (K**3 if transitions else 0))
+        cost = 8 * n_of * (K * K * n_of + 2 * K * F + (2 * K**3 if transitions else 0))
         batch_of = np.floor_divide(np.cumsum(cost), max(op.memory // 2, 1))
         for b in np.unique(batch_of):
             groups, scales, qs = [], [], []
