@@ -47,7 +47,8 @@ class HCRFData:
 
     Besides the replicated (class, sequence) batch it holds what every evaluation of the data term
     reuses: the edge counts of the sequences and sparse 0/1 matrices that sum node rows per
-    sequence and edge rows per (class, sequence) pair.
+    sequence and edge rows per (class, sequence) pair; and ``recent``, the last
+    :data:`RECENT` evaluations of :func:`data_term` with their inputs.
     """
 
     batch: GraphBatch
@@ -60,6 +61,16 @@ class HCRFData:
         self.edges_per_graph = np.diff(self.batch.edge_offsets)
         self.node_sums = _segment_matrix(self.batch.node_offsets)        # (G, N)
         self.pair_edge_sums = _segment_matrix(self.rep.edge_offsets)     # (C * G, C * E)
+        self.recent: list[tuple[tuple[np.ndarray, ...], LikelihoodGrad]] = []
+
+
+#: evaluations :func:`data_term` keeps per data set. The coordinate steps of the fit ask for the
+#: data term again where they or the step before evaluated it: the bound after a step at the
+#: step's last trial point, the bound after the q(V, T, d) step (which leaves the data term
+#: alone), the first gradient of a step at the point the previous step ended on (vi.py). The
+#: data term is a deterministic function of its inputs, so a repeated point is looked up, not
+#: recomputed (a third of the forward-backward passes outside the theta step).
+RECENT = 4
 
 
 def _segment_matrix(offsets: np.ndarray) -> sp.csr_matrix:
@@ -101,7 +112,23 @@ def pair_tables(data: HCRFData, wx, wy, we, rho):
 
 
 def data_term(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool = True) -> LikelihoodGrad:
-    """``ell`` and its gradients w.r.t. the effective weights and ``rho``."""
+    """``ell`` and its gradients w.r.t. the effective weights and ``rho`` (without the gradients,
+    their fields None, when not ``want_grad``); one of ``data.recent`` when its inputs are
+    equal, with gradients if they are wanted."""
+    inputs = (wx, wy, we, rho)
+    for seen, out in data.recent:
+        if ((out.g_wx is not None or not want_grad)
+                and all(np.array_equal(a, b) for a, b in zip(seen, inputs, strict=True))):
+            return out
+    out = _evaluate(data, engine, wx, wy, we, rho, want_grad)
+    data.recent = [(tuple(np.array(a, copy=True) for a in inputs), out),
+                   *data.recent[:RECENT - 1]]
+    return out
+
+
+def _evaluate(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool) -> LikelihoodGrad:
+    """:func:`data_term` computed: one pass of the chain engine over every (class, sequence)
+    pair."""
     b, rep = data.batch, data.rep
     C, G, S = data.n_classes, b.n_graphs, wy.shape[0]
     node, edge, U, ezz = pair_tables(data, wx, wy, we, rho)
