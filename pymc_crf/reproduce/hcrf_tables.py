@@ -19,7 +19,7 @@ import numpy as np
 from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
 from pymc_crf.reproduce.report import markdown_table, mean_se, new_figure
 
-__all__ = ["PAPER_TABLE_V", "run_trial", "vowels_data"]
+__all__ = ["PAPER_TABLE_V", "fit_trial", "run_trial", "score_trial", "vowels_data"]
 
 # Luo, Sun & Zhao, table V: accuracy % (mean ± sd over 5 random splits; 5 training and 100 test
 # sequences per class, T = 100, K = 10, R = 4). The paper reports no Japanese vowels result.
@@ -50,33 +50,45 @@ def _hcrf_model(data, S: int, prior_sd: float = 3.0):
     return model
 
 
-def _fit_and_score(train, test, s: dict[str, Any], seed: int) -> dict[str, float]:
-    from pymc_crf.fitters.beta_process import predict_bp_hcrf
+def fit_trial(train, s: dict[str, Any], seed: int):
+    """The ``pmc.fit`` of one trial: ``method`` ``"bp_hcrf_vi"`` (truncation, rounds, restarts,
+    EM iterations of ``s``) or ``"map_hcrf"`` (``map_states`` states, ``map_maxiter`` L-BFGS
+    iterations from a N(0, 0.5^2) start seeded by ``seed``)."""
     from pymc_crf.fitters.registry import fit
+
+    if s["method"] == "bp_hcrf_vi":
+        return fit(_hcrf_model(train, s["truncation"]), method="bp_hcrf_vi",
+                   truncation=s["truncation"], rounds=s["rounds"], n_restarts=s["restarts"],
+                   max_iter=s["max_iter"], random_seed=seed)
+    model = _hcrf_model(train, s["map_states"])
+    rng = np.random.default_rng(seed)
+    start = {v.name: rng.normal(0.0, 0.5, size=model.initial_point()[v.name].shape)
+             for v in model.value_vars}
+    return fit(model, method="map", start=start, maxiter=s["map_maxiter"])
+
+
+def score_trial(res, test, method: str) -> dict[str, float]:
+    """Test accuracy of a :func:`fit_trial` result (BP-HCRF VI: both test-time rules, and the
+    expected number of active states)."""
+    from pymc_crf.fitters.beta_process import predict_bp_hcrf
     from pymc_crf.model.predictors import predict_hcrf_average
 
+    if method == "bp_hcrf_vi":
+        point = res["bp_hcrf_point"]
+        return {"accuracy": 1.0 - predict_bp_hcrf(res, test).error_rate,
+                "accuracy (prior-usage rule)":
+                    1.0 - predict_bp_hcrf(res, test, rule="prior").error_rate,
+                "active states": float(point["expected_active_states"]),
+                "states used": float((point["usage"].values > 0.1).sum())}
+    return {"accuracy": 1.0 - predict_hcrf_average(res, test).error_rate}
+
+
+def _fit_and_score(train, test, s: dict[str, Any], seed: int) -> dict[str, float]:
     t0 = time.perf_counter()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if s["method"] == "bp_hcrf_vi":
-            res = fit(_hcrf_model(train, s["truncation"]), method="bp_hcrf_vi",
-                      truncation=s["truncation"], rounds=s["rounds"], n_restarts=s["restarts"],
-                      max_iter=s["max_iter"], random_seed=seed)
-            acc = 1.0 - predict_bp_hcrf(res, test).error_rate
-            point = res["bp_hcrf_point"]
-            return {"accuracy": acc,
-                    "accuracy (prior-usage rule)":
-                        1.0 - predict_bp_hcrf(res, test, rule="prior").error_rate,
-                    "time": time.perf_counter() - t0,
-                    "active states": float(point["expected_active_states"]),
-                    "states used": float((point["usage"].values > 0.1).sum())}
-        model = _hcrf_model(train, s["map_states"])
-        rng = np.random.default_rng(seed)
-        start = {v.name: rng.normal(0.0, 0.5, size=model.initial_point()[v.name].shape)
-                 for v in model.value_vars}
-        res = fit(model, method="map", start=start, maxiter=s["map_maxiter"])
-        acc = 1.0 - predict_hcrf_average(res, test).error_rate
-        return {"accuracy": acc, "time": time.perf_counter() - t0}
+        out = score_trial(fit_trial(train, s, seed), test, s["method"])
+    return {**out, "time": time.perf_counter() - t0}
 
 
 def run_trial(settings: dict[str, Any], seed: int) -> dict[str, float]:

@@ -18,7 +18,10 @@ from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
 from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import (
+    BPFactors,
     _series,
+    _v_t_gradient,
+    bp_terms,
     kl_beta,
     kl_gamma,
     log_prior_rounds,
@@ -63,6 +66,26 @@ def test_kl_closed_forms_match_quadrature():
     q, p = stats.gamma(u, scale=1 / v), stats.gamma(u0, scale=1 / v0)
     ref = integrate.quad(lambda x: q.pdf(x) * (q.logpdf(x) - p.logpdf(x)), 0, np.inf)[0]
     np.testing.assert_allclose(kl_gamma(u, v, u0, v0), ref, rtol=1e-6)
+
+
+def test_v_t_gradient_matches_finite_differences():
+    """The gradient the q(V), q(T) step climbs is that of bp_terms in (a, b, u, v)."""
+    rng = np.random.default_rng(1)
+    K, R, M, alpha = 5, 4, 30, 1.3
+    log_pd = log_prior_rounds(K, R, 2.0)
+    f = BPFactors(*(rng.uniform(0.5, 3.0, K) for _ in range(4)),
+                  rng.dirichlet(np.ones(R), size=K))
+    rho = rng.uniform(size=(7, K))
+    x = np.concatenate([f.a, f.b, f.u, f.v])
+
+    def value(x):
+        g = f.copy()
+        g.a, g.b, g.u, g.v = np.split(x, 4)
+        return bp_terms(g, rho, alpha, log_pd, M)
+
+    h = 1e-6
+    num = np.array([(value(x + h * e) - value(x - h * e)) / (2 * h) for e in np.eye(x.size)])
+    np.testing.assert_allclose(_v_t_gradient(f, rho, alpha, M), num, atol=1e-6)
 
 
 # ---------------------------------------------------------------------------- data term

@@ -28,9 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import betaln, digamma, gammaln, logsumexp
+from scipy.special import betaln, digamma, gammaln, logsumexp, polygamma
 from scipy.stats import poisson
+
+from pymc_crf.fitters.optimise import find_map
 
 __all__ = ["BPFactors", "log_prior_rounds", "bp_terms", "update_rounds", "update_v_t",
            "expected_usage", "kl_beta", "kl_gamma", "bernoulli_entropy"]
@@ -148,10 +149,52 @@ def update_rounds(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarra
     return out
 
 
+def _v_t_gradient(f: BPFactors, rho: np.ndarray, alpha: float, M: int) -> np.ndarray:
+    """Gradient of :func:`bp_terms` in ``(a, b, u, v)`` of q(V), q(T), (4 K,).
+
+    Only the expected log-priors of z (with the Taylor term of Luo, Sun & Zhao, eq. (25)) and the
+    KL terms of V and T depend on these parameters; ``psi_1 = q(d_k = 1)`` and ``psi_> = 1 - psi_1``
+    weigh the round-1 terms (``E log V``, ``E log(1 - V)``) against the later ones
+    (``E log V - E T``, the series)::
+
+        d/d(.) [n1 (E log V - psi_> E T) + n0 (psi_1 E log(1 - V) + psi_> series)
+                - KL(q(V) || Beta(1, alpha)) - sum_r psi_r KL(q(T) || Gamma(r - 1, alpha))]
+    """
+    a, b, u, v = f.a, f.b, f.u, f.v
+    n1 = rho.sum(axis=0)
+    n0 = (1.0 - rho).sum(axis=0)
+    p1, pl = f.psi[:, 0], f.psi[:, 1:].sum(axis=1)
+    tab, ta, tb = polygamma(1, a + b), polygamma(1, a), polygamma(1, b)
+    # the series -sum_m E[V^m] E[exp(-m T)] / m and its log-term derivatives
+    m = np.arange(1, M + 1)[None, :]
+    a_, b_, u_, v_ = (x[:, None] for x in (a, b, u, v))
+    t = np.exp(gammaln(a_ + m) - gammaln(a_) - gammaln(a_ + b_ + m) + gammaln(a_ + b_)
+               + u_ * (np.log(v_) - np.log(v_ + m))) / m
+    dab = digamma(a_ + b_) - digamma(a_ + b_ + m)
+    ds_a = -np.sum(t * (digamma(a_ + m) - digamma(a_) + dab), axis=1)
+    ds_b = -np.sum(t * dab, axis=1)
+    ds_u = -np.sum(t * (np.log(v_) - np.log(v_ + m)), axis=1)
+    ds_v = -np.sum(t * u_ * (1.0 / v_ - 1.0 / (v_ + m)), axis=1)
+    kl_common = (1.0 + alpha - a - b) * tab                     # KL(Beta(a, b) || Beta(1, alpha))
+    g_a = n1 * (ta - tab) - n0 * p1 * tab + n0 * pl * ds_a - ((a - 1.0) * ta + kl_common)
+    g_b = -n1 * tab + n0 * p1 * (tb - tab) + n0 * pl * ds_b - ((b - alpha) * tb + kl_common)
+    R = f.psi.shape[1]
+    u0 = np.arange(1, R, dtype=float)[None, :]                  # Gamma(r - 1, alpha), r = 2..R
+    dkl_u = np.sum(f.psi[:, 1:] * ((u[:, None] - u0) * polygamma(1, u)[:, None]
+                                   + alpha / v[:, None] - 1.0), axis=1)
+    dkl_v = np.sum(f.psi[:, 1:] * (u0 / v[:, None] - u[:, None] * alpha / v[:, None] ** 2),
+                   axis=1)
+    g_u = -n1 * pl / v + n0 * pl * ds_u - dkl_u
+    g_v = n1 * pl * u / v ** 2 + n0 * pl * ds_v - dkl_v
+    return np.concatenate([g_a, g_b, g_u, g_v])
+
+
 def update_v_t(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray,
                M: int, maxiter: int = 50) -> BPFactors:
     """Update q(V_k), q(T_k) by maximising the bound numerically (no closed form: the z = 0 term
-    is the Taylor series). L-BFGS-B over log-parameters; the old factors are kept if not beaten."""
+    is the Taylor series): L-BFGS-B through :func:`~pymc_crf.fitters.optimise.find_map` over the
+    log-parameters, with the gradient of :func:`_v_t_gradient` and scipy's default tolerances;
+    the old factors are kept if not beaten."""
     K = f.a.shape[0]
 
     def unpack(x):
@@ -161,14 +204,23 @@ def update_v_t(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray,
         return g
 
     def neg(x):
-        val = bp_terms(unpack(x), rho, alpha, log_pd, M)
-        return -val if np.isfinite(val) else 1e300
+        g = unpack(x)
+        val = bp_terms(g, rho, alpha, log_pd, M)
+        if not np.isfinite(val):
+            return 1e300, np.zeros_like(x)
+        # d/dx of a function of exp(x): the parameter times its gradient
+        return -val, -np.exp(x) * _v_t_gradient(g, rho, alpha, M)
 
     x0 = np.log(np.concatenate([f.a, f.b, f.u, f.v]))
-    f0 = neg(x0)
-    res = minimize(neg, x0, method="L-BFGS-B", bounds=[(-10.0, 10.0)] * (4 * K),
-                   options={"maxiter": maxiter})
-    return unpack(res.x) if res.fun < f0 else f
+    f0 = neg(x0)[0]
+    x, diag = find_map(neg, x0, rule="strict", maxiter=maxiter, gtol=SCIPY_GTOL, ftol=SCIPY_FTOL,
+                       bounds=[(-10.0, 10.0)] * (4 * K), warn=False)
+    return unpack(x) if diag.objective < f0 else f
+
+
+#: scipy's L-BFGS-B default tolerances, those of the inner optimisations of the fit (the theta
+#: step and the q(V), q(T) step)
+SCIPY_GTOL, SCIPY_FTOL = 1e-5, 2.220446049250313e-09
 
 
 def expected_usage(f: BPFactors) -> np.ndarray:

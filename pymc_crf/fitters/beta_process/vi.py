@@ -46,6 +46,8 @@ from scipy.special import digamma, expit
 
 from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
 from pymc_crf.fitters.beta_process.stick_breaking import (
+    SCIPY_FTOL,
+    SCIPY_GTOL,
     BPFactors,
     bernoulli_entropy,
     bp_terms,
@@ -139,6 +141,10 @@ def _update_pi(data, engine, state, s, log_pd, current):
             new2 = (1 - lam) * old2 + lam * target2
             if (new1 > 1e-3).all():
                 state.mu1[k], state.mu2[k] = new1, new2
+                # with the gradient: an accepted trial is where the next block's (or the z
+                # step's) gradient is taken, and bound() then finds it in data.recent
+                W = effective_weights(state)
+                data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
                 val = bound(data, engine, state, s, log_pd)
                 if val >= current:
                     current = val
@@ -224,10 +230,10 @@ def _update_theta(data, engine, state, s, log_pd, current):
         return -val, -grad
 
     x0 = np.concatenate([state.log_theta[k].ravel() for k in BLOCKS])
-    # a partial M step (theta_maxiter iterations, scipy's default tolerances as before): a run
+    # a partial M step (theta_maxiter iterations, scipy's default tolerances): a run
     # stopped short is expected, so no warning; the bound test below guards the step
-    x, _ = find_map(neg, x0, rule="strict", maxiter=s.theta_maxiter, gtol=_SCIPY_GTOL,
-                    ftol=_SCIPY_FTOL, bounds=[(-15.0, 8.0)] * x0.size, warn=False)
+    x, _ = find_map(neg, x0, rule="strict", maxiter=s.theta_maxiter, gtol=SCIPY_GTOL,
+                    ftol=SCIPY_FTOL, bounds=[(-15.0, 8.0)] * x0.size, warn=False)
     old = state.log_theta
     state.log_theta = unpack(x)
     val = bound(data, engine, state, s, log_pd)
@@ -236,9 +242,6 @@ def _update_theta(data, engine, state, s, log_pd, current):
         return current
     return val
 
-
-#: scipy's L-BFGS-B defaults, which the theta step used before it went through find_map
-_SCIPY_GTOL, _SCIPY_FTOL = 1e-5, 2.220446049250313e-09
 
 STEPS = (("pi", _update_pi), ("z", _update_z), ("bp", _update_bp), ("theta", _update_theta))
 
