@@ -39,8 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ColumnFile", "FeatureSpec", "Template", "open_text", "read_attribute_file",
-           "read_column_file", "write_tags"]
+__all__ = ["ColumnFile", "FeatureSpec", "Template", "mark_sentence_ends", "open_text",
+           "read_attribute_file", "read_column_file", "write_tags"]
 
 DEFAULT_COLUMN_NAMES = ("w", "pos")
 
@@ -224,6 +224,15 @@ _NAMED_ITEM = re.compile(r"^([A-Za-z_][\w.]*)\[\s*([+-]?\d+)\s*\]$")
 _CRFPP_ITEM = re.compile(r"%x\[\s*([+-]?\d+)\s*,\s*(\d+)\s*\]")
 
 
+def mark_sentence_ends(features: list[dict]) -> list[dict]:
+    """Add CRFsuite's ``BOS`` and ``EOS`` indicator features to the first and last token's
+    feature dict of a sentence (in place; a one-token sentence gets both) and return the list."""
+    if features:
+        features[0]["BOS"] = True
+        features[-1]["EOS"] = True
+    return features
+
+
 @dataclass(frozen=True)
 class Template:
     """Feature templates over columns and token offsets (see the module docstring).
@@ -315,12 +324,8 @@ class Template:
                     vals.append(sentence[j][c])
                 else:
                     f[name] = sep.join(vals)
-            if i == 0:
-                f["BOS"] = True
-            if i == n - 1:
-                f["EOS"] = True
             out.append(f)
-        return out
+        return mark_sentence_ends(out)
 
 
 @dataclass

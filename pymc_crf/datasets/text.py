@@ -21,6 +21,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
+from pymc_crf.columns import mark_sentence_ends
+
 __all__ = ["data_dir", "read_conll2000", "read_ptb_sample", "token_features", "word_shape"]
 
 
@@ -115,9 +117,5 @@ def token_features(words: Sequence[str], pos: Sequence[str] | None = None,
             if pos is not None:
                 f[key + "postag"] = pos[j]
                 f[key + "postag[:2]"] = pos[j][:2]
-        if i == 0:
-            f["BOS"] = True
-        if i == n - 1:
-            f["EOS"] = True
         out.append(f)
-    return out
+    return mark_sentence_ends(out)
