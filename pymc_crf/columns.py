@@ -39,8 +39,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ColumnFile", "FeatureSpec", "Template", "mark_sentence_ends", "open_text",
-           "read_attribute_file", "read_column_file", "write_tags"]
+__all__ = ["ColumnFile", "FeatureSpec", "Template", "open_text", "read_attribute_file",
+           "read_column_file", "write_tags"]
 
 DEFAULT_COLUMN_NAMES = ("w", "pos")
 
@@ -224,15 +224,6 @@ _NAMED_ITEM = re.compile(r"^([A-Za-z_][\w.]*)\[\s*([+-]?\d+)\s*\]$")
 _CRFPP_ITEM = re.compile(r"%x\[\s*([+-]?\d+)\s*,\s*(\d+)\s*\]")
 
 
-def mark_sentence_ends(features: list[dict]) -> list[dict]:
-    """Add CRFsuite's ``BOS`` and ``EOS`` indicator features to the first and last token's
-    feature dict of a sentence (in place; a one-token sentence gets both) and return the list."""
-    if features:
-        features[0]["BOS"] = True
-        features[-1]["EOS"] = True
-    return features
-
-
 @dataclass(frozen=True)
 class Template:
     """Feature templates over columns and token offsets (see the module docstring).
@@ -311,6 +302,9 @@ class Template:
 
     def apply(self, sentence: Sequence[Sequence[str]]) -> list[dict]:
         """One feature dict per token of a sentence (rows of feature columns)."""
+        # imported here, as in FeatureSpec.read: the datasets package loads PyMC and numba
+        from pymc_crf.datasets.text import mark_sentence_ends
+
         n = len(sentence)
         out = []
         for i in range(n):

@@ -21,9 +21,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-from pymc_crf.columns import mark_sentence_ends
-
-__all__ = ["data_dir", "read_conll2000", "read_ptb_sample", "token_features", "word_shape"]
+__all__ = ["data_dir", "mark_sentence_ends", "read_conll2000", "read_ptb_sample", "token_features",
+           "word_shape"]
 
 
 def data_dir(name: str = "") -> Path:
@@ -86,6 +85,15 @@ def word_shape(word: str) -> str:
         if not out or out[-1] != c:
             out.append(c)
     return "".join(out)
+
+
+def mark_sentence_ends(features: list[dict]) -> list[dict]:
+    """Add CRFsuite's ``BOS`` and ``EOS`` indicator features to the first and last token's
+    feature dict of a sentence (in place; a one-token sentence gets both) and return the list."""
+    if features:
+        features[0]["BOS"] = True
+        features[-1]["EOS"] = True
+    return features
 
 
 def token_features(words: Sequence[str], pos: Sequence[str] | None = None,
