@@ -2,8 +2,7 @@
 
 A docstring holds a placeholder line ``%(name)s`` (alone on its line, at any indentation) where
 the shared text goes; :func:`fill_doc` puts the text there, every line at the placeholder's
-indentation, as MNE's ``fill_doc`` and SciPy's ``doccer`` do. Sphinx (numpydoc) and ``help``
-read the filled docstring.
+indentation. Sphinx (numpydoc) and ``help`` read the filled docstring.
 """
 
 from __future__ import annotations
