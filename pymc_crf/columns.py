@@ -302,6 +302,9 @@ class Template:
 
     def apply(self, sentence: Sequence[Sequence[str]]) -> list[dict]:
         """One feature dict per token of a sentence (rows of feature columns)."""
+        # imported here, as in FeatureSpec.read: the datasets package loads PyMC and numba
+        from pymc_crf.datasets.text import mark_sentence_ends
+
         n = len(sentence)
         out = []
         for i in range(n):
@@ -315,12 +318,8 @@ class Template:
                     vals.append(sentence[j][c])
                 else:
                     f[name] = sep.join(vals)
-            if i == 0:
-                f["BOS"] = True
-            if i == n - 1:
-                f["EOS"] = True
             out.append(f)
-        return out
+        return mark_sentence_ends(out)
 
 
 @dataclass

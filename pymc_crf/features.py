@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import scipy.sparse
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.validation import flag, whole_number
 
@@ -76,6 +77,20 @@ def _check_user_bias(value: float, where: tuple[int, int]) -> None:
                          f"{value}, which clashes with the vectorizer's built-in bias column "
                          "(constant 1): rename the feature, or use FeatureVectorizer(bias=False) "
                          "to keep it as an ordinary feature")
+
+
+# what fit and transform take and refuse, worded once (``fill_doc``)
+_VECTORIZER_DOCS = {
+    "sentences": """
+        sentences : iterable of sentences
+            Each a sequence of token dicts. Read once, so a generator is fine.""",
+    "user_bias": """
+        ValueError
+            If ``bias=True`` and a token has its own ``"bias"`` feature with a value other than 1:
+            it would share column 0 with the built-in constant. A user ``"bias": 1.0`` (the
+            sklearn-crfsuite tutorial's feature, and what :meth:`inverse_transform` gives back)
+            is the built-in bias and is accepted.""",
+}
 
 
 class FeatureVectorizer:
@@ -159,13 +174,13 @@ class FeatureVectorizer:
                 continue
             yield name, value
 
+    @fill_doc(_VECTORIZER_DOCS)
     def fit(self, sentences: Iterable[Sentence]) -> FeatureVectorizer:
         """Build the vocabulary from training sentences.
 
         Parameters
         ----------
-        sentences : iterable of sentences
-            Each a sequence of token dicts. Read once, so a generator is fine.
+        %(sentences)s
 
         Returns
         -------
@@ -174,9 +189,7 @@ class FeatureVectorizer:
 
         Raises
         ------
-        ValueError
-            If ``bias=True`` and a token has its own ``"bias"`` feature with a value other than 1
-            (see :meth:`transform`).
+        %(user_bias)s
         """
         counts: Counter[str] = Counter()
         for s, sentence in enumerate(sentences):
@@ -193,6 +206,7 @@ class FeatureVectorizer:
         self.template_index_ = np.asarray(index, dtype=np.int64)
         return self
 
+    @fill_doc(_VECTORIZER_DOCS)
     def transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:
         """The (tokens, features) CSR matrix of ``sentences`` with the fitted columns.
 
@@ -201,8 +215,7 @@ class FeatureVectorizer:
 
         Parameters
         ----------
-        sentences : iterable of sentences
-            Each a sequence of token dicts. Read once, so a generator is fine.
+        %(sentences)s
 
         Returns
         -------
@@ -212,10 +225,8 @@ class FeatureVectorizer:
         Raises
         ------
         ValueError
-            If the vectorizer is not fitted, or if ``bias=True`` and a token has its own
-            ``"bias"`` feature with a value other than 1: it would share column 0 with the
-            built-in constant. A user ``"bias": 1.0`` (the sklearn-crfsuite tutorial's feature,
-            and what :meth:`inverse_transform` gives back) is the built-in bias and is accepted.
+            If the vectorizer is not fitted.
+        %(user_bias)s
         """
         if not hasattr(self, "vocabulary_"):
             raise ValueError("FeatureVectorizer is not fitted: call fit(training_sentences) first")

@@ -32,6 +32,7 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.inference.base import labelling_score
 from pymc_crf.inference.kbest import KBest, kbest_labellings
 from pymc_crf.inference.select import get_engine
@@ -58,6 +59,31 @@ from pymc_crf.validation import flag, generator, whole_number
 
 __all__ = ["SpanProbabilities", "Uncertainty", "kbest", "prior_from", "sample_labellings",
            "select_for_labelling", "selective_prediction", "span_probabilities", "uncertainty"]
+
+
+# the parameters most queries take, worded once (filled into their docstrings by ``fill_doc``)
+_PARAMETERS = {
+    "result": """
+        result : DataTree
+            A fitted CRF result (one draw for ``map``, many for the others).""",
+    "draws": """
+        draws : int or None
+            Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
+            ``pmc.predict(method="average")`` chooses them; a MAP result has one.""",
+    "model": """
+        model : pm.Model, optional
+            Only for results that do not record their CRF layout (``pm.sample`` output).""",
+    "inference": """
+        inference : str
+            Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
+            warning).""",
+    "random_seed": """
+        random_seed : int, optional
+            Seed of the choice of draws.""",
+    # an engine's results averaged over posterior draws: the four together
+    "averaging": "%(draws)s\n%(model)s\n%(inference)s\n%(random_seed)s",
+}
+_shared_doc = fill_doc(_PARAMETERS)
 
 
 # --- the result's draws as log-potential tables --------------------------------------------------
@@ -164,6 +190,7 @@ def _spans_of(rows, schema: ChunkScheme) -> Spans:
     return Spans(*cols, kind)
 
 
+@_shared_doc
 def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme: str = "BIO",
                        labels: np.ndarray | Prediction | None = None,
                        spans: Sequence[tuple[int, int, int, str]] | None = None,
@@ -175,8 +202,7 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
 
     Parameters
     ----------
-    result : DataTree
-        A fitted CRF result (one draw for ``map``, many for the others).
+    %(result)s
     data : CRFData
         Chains to label; with labels, ``correct`` says which predicted spans are gold chunks.
     tags : sequence of str
@@ -195,10 +221,8 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
         continue them), Culotta & McCallum 2004's constrained forward-backward.
     draws : int or None
         Posterior draws averaged over (None: all), chosen with ``random_seed``.
-    model : pm.Model, optional
-        Only for results that do not record their CRF layout (``pm.sample`` output).
-    random_seed : int, optional
-        Seed of the choice of draws.
+    %(model)s
+    %(random_seed)s
 
     Returns
     -------
@@ -237,6 +261,7 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
 
 # --- k best and sampled labellings ---------------------------------------------------------------
 
+@_shared_doc
 def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
           model: pm.Model | None = None, random_seed: int | None = 0) -> KBest:
     """The ``k`` most probable labellings of each chain and their log-probabilities.
@@ -251,19 +276,14 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
 
     Parameters
     ----------
-    result : DataTree
-        A fitted CRF result.
+    %(result)s
     data : CRFData
         Chains to label.
     k : int
         Labellings per chain.
-    draws : int or None
-        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
-        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
-    model : pm.Model, optional
-        Only for results that do not record their CRF layout (``pm.sample`` output).
-    random_seed : int, optional
-        Seed of the choice of draws.
+    %(draws)s
+    %(model)s
+    %(random_seed)s
 
     Returns
     -------
@@ -320,6 +340,7 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
     return KBest(labels, score, log_prob)
 
 
+@_shared_doc
 def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | None = None,
                       inference: str = "auto", random_seed: int | None = 0) -> np.ndarray:
     """``n`` labellings (n, N) of ``data``'s graphs drawn from the posterior predictive: each
@@ -330,17 +351,13 @@ def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | No
 
     Parameters
     ----------
-    result : DataTree
-        A fitted CRF result.
+    %(result)s
     data : CRFData
         Graphs to label.
     n : int
         Number of labellings.
-    model : pm.Model, optional
-        Only for results that do not record their CRF layout (``pm.sample`` output).
-    inference : str
-        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
-        warning).
+    %(model)s
+    %(inference)s
     random_seed : int, optional
         Seed of the choice of draws and of the labellings.
 
@@ -367,6 +384,7 @@ def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | No
 
 # --- selective prediction ----------------------------------------------------------------------
 
+@_shared_doc
 def selective_prediction(result: xr.DataTree, data, *, level: str = "token",
                          tags: Sequence[str] | None = None, scheme: str = "BIO",
                          draws: int | None = 200, model: pm.Model | None = None,
@@ -383,24 +401,14 @@ def selective_prediction(result: xr.DataTree, data, *, level: str = "token",
 
     Parameters
     ----------
-    result : DataTree
-        A fitted CRF result.
+    %(result)s
     data : CRFData
         Labelled graphs.
     level : {"token", "span"}
     tags, scheme
         The chunk tag of each label and the scheme (``level="span"``; see
         :func:`span_probabilities`).
-    draws : int or None
-        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
-        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
-    model : pm.Model, optional
-        Only for results that do not record their CRF layout (``pm.sample`` output).
-    inference : str
-        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
-        warning).
-    random_seed : int, optional
-        Seed of the choice of draws.
+    %(averaging)s
 
     Returns
     -------
@@ -460,6 +468,7 @@ class Uncertainty:
     n_draws: int
 
 
+@_shared_doc
 def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
                 model: pm.Model | None = None, inference: str = "auto",
                 random_seed: int | None = 0) -> Uncertainty:
@@ -468,20 +477,10 @@ def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
 
     Parameters
     ----------
-    result : DataTree
-        A fitted CRF result.
+    %(result)s
     data : CRFData
         Unlabelled (or labelled) graphs.
-    draws : int or None
-        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
-        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
-    model : pm.Model, optional
-        Only for results that do not record their CRF layout (``pm.sample`` output).
-    inference : str
-        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
-        warning).
-    random_seed : int, optional
-        Seed of the choice of draws.
+    %(averaging)s
 
     Returns
     -------
@@ -499,6 +498,7 @@ def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
     return Uncertainty(np.maximum(pred - exp_, 0.0), pred, exp_, per_graph(_entropy(point)), n)
 
 
+@_shared_doc
 def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bald", *,
                          per_token: bool = False, draws: int | None = 200,
                          model: pm.Model | None = None, inference: str = "auto",
@@ -513,8 +513,7 @@ def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bal
 
     Parameters
     ----------
-    result : DataTree
-        A fitted CRF result.
+    %(result)s
     pool : CRFData
         The unlabelled graphs to choose from.
     n : int
@@ -522,14 +521,9 @@ def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bal
     strategy : {"bald", "entropy", "random"}
     per_token : bool
         Divide the scores by the sequence lengths.
-    draws : int or None
-        Posterior draws used (None: all), chosen without replacement with ``random_seed`` as
-        ``pmc.predict(method="average")`` chooses them; a MAP result has one.
-    model : pm.Model, optional
-        Only for results that do not record their CRF layout (``pm.sample`` output).
-    inference : str
-        Engine for ``data``'s graphs (``"auto"``: chain, junction tree, else loopy BP with a
-        warning).
+    %(draws)s
+    %(model)s
+    %(inference)s
     random_seed : int, optional
         Seed of the choice of draws (and of ``"random"``).
 

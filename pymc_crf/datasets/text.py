@@ -21,7 +21,8 @@ import os
 from collections.abc import Sequence
 from pathlib import Path
 
-__all__ = ["data_dir", "read_conll2000", "read_ptb_sample", "token_features", "word_shape"]
+__all__ = ["data_dir", "mark_sentence_ends", "read_conll2000", "read_ptb_sample", "token_features",
+           "word_shape"]
 
 
 def data_dir(name: str = "") -> Path:
@@ -86,6 +87,15 @@ def word_shape(word: str) -> str:
     return "".join(out)
 
 
+def mark_sentence_ends(features: list[dict]) -> list[dict]:
+    """Add CRFsuite's ``BOS`` and ``EOS`` indicator features to the first and last token's
+    feature dict of a sentence (in place; a one-token sentence gets both) and return the list."""
+    if features:
+        features[0]["BOS"] = True
+        features[-1]["EOS"] = True
+    return features
+
+
 def token_features(words: Sequence[str], pos: Sequence[str] | None = None,
                    window: int = 2) -> list[dict]:
     """CRFsuite's chunking template for one sentence: one dict per token.
@@ -115,9 +125,5 @@ def token_features(words: Sequence[str], pos: Sequence[str] | None = None,
             if pos is not None:
                 f[key + "postag"] = pos[j]
                 f[key + "postag[:2]"] = pos[j][:2]
-        if i == 0:
-            f["BOS"] = True
-        if i == n - 1:
-            f["EOS"] = True
         out.append(f)
-    return out
+    return mark_sentence_ends(out)

@@ -390,8 +390,9 @@ class Engine(ABC):
         return log_z, gn, features_tdot(Xe, ge.reshape(batch.n_edges, K * K)).reshape(-1, K, K)
 
     def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
-        """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models;
-        ``vjp`` returns ``(log_z, weighted node marginals, weighted edge marginals)``.
+        """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models,
+        taking arrays of any layout (the Ops pass PyTensor's as they are); ``vjp`` returns
+        ``(log_z, weighted node marginals, weighted edge marginals)``.
         ``n_labels``, where the compiled graph knows it, lets an engine pick kernels for the
         problem's size.
 
@@ -412,7 +413,7 @@ class Engine(ABC):
         """Optional njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
         :meth:`log_z_and_feature_marginals` for compiled models (``x`` dense (E, Fe), ``w``
         (Fe, K^2)); ``vjp`` returns ``(log_z, weighted node marginals, expected edge features
-        (Fe, K^2))``; ``n_labels`` as in :meth:`numba_kernels`. None means the PyTensor Ops call
+        (Fe, K^2))``; layouts and ``n_labels`` as in :meth:`numba_kernels`. None means the PyTensor Ops call
         this engine from numba's object mode."""
         return None
 

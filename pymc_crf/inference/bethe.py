@@ -47,7 +47,7 @@ from pymc_crf.validation import flag, positive_number, whole_number
 
 __all__ = ["beliefs", "bethe_covariance_matrix", "bethe_covariance_products",
            "bethe_covariance_vector_product", "bethe_log_z", "cavity", "message_jacobian_radius",
-           "normalise_log", "pair_log_belief"]
+           "normalise_log"]
 
 
 # ---------------------------------------------------------------------------- beliefs, free energy
@@ -74,34 +74,6 @@ def normalise_log(x, maxprod):
 
 
 @njit(cache=True, inline="always")
-def pair_log_belief(edge, tab, cu, cv, out, maxprod):
-    """``out[a, b]`` = normalised log of ``exp(edge[tab, a, b] + cu[a] + cv[b])``, the pair belief
-    of an edge from the cavities ``cu``, ``cv`` of its two ends (uniform if all -inf)."""
-    K = cu.shape[0]
-    m = -np.inf
-    for a in range(K):
-        for b in range(K):
-            w = edge[tab, a, b] + cu[a] + cv[b]
-            out[a, b] = w
-            if w > m:
-                m = w
-    if m == -np.inf:
-        for a in range(K):
-            for b in range(K):
-                out[a, b] = -np.log(K * K)
-        return
-    z = 0.0
-    if not maxprod:
-        for a in range(K):
-            for b in range(K):
-                z += np.exp(out[a, b] - m)
-        z = np.log(z)
-    for a in range(K):
-        for b in range(K):
-            out[a, b] -= m + z
-
-
-@njit(cache=True, inline="always")
 def cavity(node, msg, s, r, in_ptr, in_idx, out):
     """out = node[s] + the messages into s except message r (r = -1: all of them), summed
     directly (no -inf - -inf)."""
@@ -116,11 +88,13 @@ def cavity(node, msg, s, r, in_ptr, in_idx, out):
 
 
 @njit(cache=True)
-def beliefs(node, edge, msg, edges, in_ptr, in_idx, shared, maxprod):
-    """Normalised log node and edge beliefs from log messages.
+def _log_belief_sums(node, edge, msg, edges, in_ptr, in_idx, shared):
+    """Unnormalised log node beliefs (``node[i]`` plus every message into i) and log pair beliefs
+    (``edge[e, a, b]`` plus the cavities of the edge's two ends at a and b).
 
     Message ``2e`` runs ``edges[e, 0] -> edges[e, 1]`` and ``2e + 1`` back; ``in_ptr``/``in_idx``
-    list the messages entering each node (CSR). BP passes its whole graph, TreeEP its tree.
+    list the messages entering each node (CSR). The sums are linear in ``(node, edge, msg)``, so
+    of tangents they give the tangents of the sums (:func:`_belief_tangents`).
     """
     N, K = node.shape
     E = edges.shape[0]
@@ -130,12 +104,28 @@ def beliefs(node, edge, msg, edges, in_ptr, in_idx, shared, maxprod):
     cv = np.empty(K)
     for i in range(N):
         cavity(node, msg, i, -1, in_ptr, in_idx, lbn[i])
-        normalise_log(lbn[i], maxprod)
     for e in range(E):
         # cavity of u without the message from v (message 2e+1 is v -> u) and vice versa
         cavity(node, msg, edges[e, 0], 2 * e + 1, in_ptr, in_idx, cu)
         cavity(node, msg, edges[e, 1], 2 * e, in_ptr, in_idx, cv)
-        pair_log_belief(edge, 0 if shared else e, cu, cv, lbe[e], maxprod)
+        tab = 0 if shared else e
+        for a in range(K):
+            for b in range(K):
+                lbe[e, a, b] = edge[tab, a, b] + cu[a] + cv[b]
+    return lbn, lbe
+
+
+@njit(cache=True)
+def beliefs(node, edge, msg, edges, in_ptr, in_idx, shared, maxprod):
+    """Normalised log node and edge beliefs from log messages (layout as
+    :func:`_log_belief_sums`); an all -inf belief (a contradiction upstream) becomes uniform.
+    BP passes its whole graph, TreeEP its tree.
+    """
+    lbn, lbe = _log_belief_sums(node, edge, msg, edges, in_ptr, in_idx, shared)
+    for i in range(lbn.shape[0]):
+        normalise_log(lbn[i], maxprod)
+    for e in range(lbe.shape[0]):
+        normalise_log(lbe[e].reshape(-1), maxprod)  # a view of the pair table
     return lbn, lbe
 
 
@@ -255,36 +245,27 @@ def _jacobian_entries(W, q, src, flip, in_ptr, in_idx):
     return rows, cols, vals
 
 
+@njit(cache=True, inline="always")
+def _normalised_tangent(log_p, d):
+    """In place: ``d``, the tangent of an unnormalised log vector whose normalised log is
+    ``log_p``, becomes the tangent of the normalised probabilities ``p (d - <p, d>)``."""
+    mean = 0.0
+    for k in range(d.shape[0]):
+        mean += np.exp(log_p[k]) * d[k]
+    for k in range(d.shape[0]):
+        d[k] = np.exp(log_p[k]) * (d[k] - mean)
+
+
 @njit(cache=True)
 def _belief_tangents(dm, vn, ve, lbn, lbe, edges, in_ptr, in_idx, shared):
-    """Derivatives of the normalised node and edge beliefs given the message tangent."""
-    N, K = lbn.shape
-    E = edges.shape[0]
-    dbn = np.empty((N, K))
-    dbe = np.empty((E, K, K))
-    dl = np.empty(K)
-    du = np.empty(K)
-    dv = np.empty(K)
-    dle = np.empty((K, K))
-    for i in range(N):
-        cavity(vn, dm, i, -1, in_ptr, in_idx, dl)  # tangent of the unnormalised log belief
-        mean = 0.0
-        for k in range(K):
-            mean += np.exp(lbn[i, k]) * dl[k]
-        for k in range(K):
-            dbn[i, k] = np.exp(lbn[i, k]) * (dl[k] - mean)
-    for e in range(E):
-        cavity(vn, dm, edges[e, 0], 2 * e + 1, in_ptr, in_idx, du)
-        cavity(vn, dm, edges[e, 1], 2 * e, in_ptr, in_idx, dv)
-        tab = 0 if shared else e
-        mean = 0.0
-        for a in range(K):
-            for b in range(K):
-                dle[a, b] = ve[tab, a, b] + du[a] + dv[b]
-                mean += np.exp(lbe[e, a, b]) * dle[a, b]
-        for a in range(K):
-            for b in range(K):
-                dbe[e, a, b] = np.exp(lbe[e, a, b]) * (dle[a, b] - mean)
+    """Derivatives of the normalised node and edge beliefs (``lbn``, ``lbe``, log) given the
+    message tangent ``dm`` and the potentials' tangents ``vn``, ``ve``: the belief sums of the
+    tangents (the sums are linear) through the normalisation's derivative."""
+    dbn, dbe = _log_belief_sums(vn, ve, dm, edges, in_ptr, in_idx, shared)
+    for i in range(dbn.shape[0]):
+        _normalised_tangent(lbn[i], dbn[i])
+    for e in range(dbe.shape[0]):
+        _normalised_tangent(lbe[e].ravel(), dbe[e].reshape(-1))  # read / a view to write
     return dbn, dbe
 
 

@@ -155,14 +155,18 @@ def _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac
 
 
 @njit(cache=True)
-def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max, store):
+def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max, store,
+            db=None, dmsg=None):
     """Collect pass (children before parents).
 
     msg[c, s] = logsumexp (max with ``use_max``) of clique c's block s, added into the parent
     through pmap; a root's single message is its component's log Z. With ``store``, ``cond`` gets
     the conditional exp(b - msg[c, s]) = p(x_{C \\ S} | x_S = s, evidence below C) of every entry,
     which the distribute pass and the sampler reuse, so each entry costs one exp in all. The largest
-    entry of a block is skipped (its weight is 1)."""
+    entry of a block is skipped (its weight is 1). Given the tangents ``db`` of the entries (with
+    ``store``), the same pass carries the forward-mode derivative into ``dmsg``, the tangent of a
+    logsumexp being the conditional-weighted sum of the tangents; without them numba compiles
+    the pass without that branch."""
     m = parent.shape[0]
     for c in range(m - 1, -1, -1):
         lo, R = tab_off[c], blk[c]
@@ -180,6 +184,8 @@ def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max
                 if store:
                     for r in range(R):
                         cond[base + r] = 0.0
+                if db is not None:
+                    dmsg[mo + s] = 0.0
                 continue
             rest = 0.0
             if store:
@@ -191,12 +197,19 @@ def _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, use_max
                 inv = 1.0 / (1.0 + rest)
                 for r in range(R):
                     cond[base + r] *= inv
+                if db is not None:
+                    acc = 0.0
+                    for r in range(R):
+                        acc += cond[base + r] * db[base + r]
+                    dmsg[mo + s] = acc
             else:
                 for r in range(R):
                     if r != imax:
                         rest += np.exp(b[base + r] - mx)
             msg[mo + s] = mx + np.log(1.0 + rest)
         _send_to_parent(b, msg, c, mo, parent, tab_off, pmap_off, pmap)
+        if db is not None:
+            _send_to_parent(db, dmsg, c, mo, parent, tab_off, pmap_off, pmap)
 
 
 @njit(cache=True, inline="always")
@@ -209,23 +222,6 @@ def _send_to_parent(tables, msg, c, mo, parent, tab_off, pmap_off, pmap):
         q0 = pmap_off[c]
         for j in range(pmap_off[c + 1] - q0):
             tables[plo + j] += msg[mo + pmap[q0 + j]]
-
-
-@njit(cache=True)
-def _upward_tangent(db, dmsg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap):
-    """Forward-mode derivative of the collect pass (after ``_upward`` with ``store``): the tangent
-    of a logsumexp is the conditional-weighted sum of the tangents."""
-    m = parent.shape[0]
-    for c in range(m - 1, -1, -1):
-        lo, R = tab_off[c], blk[c]
-        mo = msg_off[c]
-        for s in range(msg_off[c + 1] - mo):
-            base = lo + s * R
-            acc = 0.0
-            for r in range(R):
-                acc += cond[base + r] * db[base + r]
-            dmsg[mo + s] = acc
-        _send_to_parent(db, dmsg, c, mo, parent, tab_off, pmap_off, pmap)
 
 
 @njit(cache=True)
@@ -363,8 +359,8 @@ def _cvp_kernel(n0s, e0s, node, edge2, vnode, vedge2, cn, ce2, K, tab_off, paren
         _assemble(b, n0, e0, node, edge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind, fac_id)
         _assemble(db, n0, e0, vnode, vedge2, tab_off, cl_fac_off, fac_off, fac_idx, fac_kind,
                   fac_id)
-        _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, False, True)
-        _upward_tangent(db, dmsg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap)
+        _upward(b, msg, cond, tab_off, blk, msg_off, parent, pmap_off, pmap, False, True, db,
+                dmsg)
         _downward(cond, pr, db, dmsg, ssum, sdot, tab_off, blk, msg_off, parent, pmap_off, pmap,
                   True)
         for c in range(parent.shape[0]):

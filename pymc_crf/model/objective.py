@@ -35,7 +35,19 @@ from pymc_crf.potentials import constant_row, get_potential, linear_scores, log_
 __all__ = ["CRFLogLikelihood", "GaussianLogPrior"]
 
 
-class CRFLogLikelihood:
+class _WeightSpaceLikelihood:
+    """What the CRF and MRF likelihood objects share: ``spec``, the ``engine`` (the one given,
+    else the one the model's likelihood variable uses), ``batch``, ``K`` (labels) and ``size``
+    (flat weights)."""
+
+    def __init__(self, spec, engine: Engine | None = None):
+        self.spec = spec
+        self.engine = engine if engine is not None else spec.engine
+        self.batch, self.K = spec.batch, spec.n_labels
+        self.size = spec.flat_size
+
+
+class CRFLogLikelihood(_WeightSpaceLikelihood):
     """``log p(y | x, w)`` of the CRF of ``spec`` and its gradient in the flat weights.
 
     Parameters
@@ -53,10 +65,8 @@ class CRFLogLikelihood:
     """
 
     def __init__(self, spec: CRFSpec, engine: Engine | None = None):
-        self.spec = spec
-        self.engine = engine if engine is not None else spec.model[spec.observed_name].owner.op.engine
+        super().__init__(spec, engine)
         b = spec.batch
-        self.batch, self.K = b, spec.n_labels
         self.potential, self.epsilon = spec.potential, float(spec.epsilon)
         self._pot = get_potential(spec.potential)
         self.observed_labels = ObservedLabels(b, spec.labels, self.K)
@@ -98,7 +108,6 @@ class CRFLogLikelihood:
         # weights when it has its own Engine.log_z_and_feature_marginals (the chain engine's
         # forms no (E, K, K) tables or marginals but for chains too long for its lane blocks)
         self._feature_path = feature_tables_path(self._pot, self.Xe, self.engine)
-        self.size = spec.flat_size
         # the score arrays of __call__, reused from call to call (see _score_buffers)
         self._buffers = None
         self._buffers_lock = threading.Lock()

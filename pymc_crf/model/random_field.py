@@ -26,7 +26,7 @@ from pymc_crf.distributions.crf import CRFRV, is_cast
 from pymc_crf.distributions.mrf import MRFRV, MRFInfo, MRFParameterization, check_mrf_labels
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine
-from pymc_crf.model.objective import CRFLogLikelihood
+from pymc_crf.model.objective import CRFLogLikelihood, _WeightSpaceLikelihood
 from pymc_crf.model.spec import (
     CRFSpec,
     WeightSpec,
@@ -48,8 +48,8 @@ class MRFSpec:
 
     The same attributes as ``CRFSpec`` where they apply (``weights``, ``flat_size``,
     ``unflatten``, ``flatten``, ``param_names``, ``batch``, ``labels``, ``n_labels``,
-    ``potential`` = ``"loglinear"``, ``free_vars``, ``observed_name``, ``model``), with
-    ``labels`` the ``(n_samples, n_nodes)`` rows. The flat weight vector is
+    ``potential`` = ``"loglinear"``, ``free_vars``, ``observed_name``, ``model``, ``engine``),
+    with ``labels`` the ``(n_samples, n_nodes)`` rows. The flat weight vector is
     ``concat(node_weights.ravel(), edge_weights.ravel())``.
     """
 
@@ -88,6 +88,7 @@ class MRFSpec:
     # The flat layout is CRFSpec's (weights in order, each raveled).
     flat_size = CRFSpec.flat_size
     flatten = CRFSpec.flatten
+    engine = CRFSpec.engine
 
     def unflatten(self, w_flat: np.ndarray) -> dict[str, np.ndarray]:
         """Split a flat weight vector (..., d) into named arrays of the weights' shapes (0-d
@@ -135,7 +136,7 @@ def extract_mrf(model: pm.Model | None = None) -> MRFSpec:
                    info.param.parameterization, nw, ew, free, info)
 
 
-class MRFLogLikelihood:
+class MRFLogLikelihood(_WeightSpaceLikelihood):
     """``log p(X | w)`` of the MRF of ``spec`` and its gradient in the flat weights, from the
     sufficient statistics with one engine call per evaluation.
 
@@ -157,14 +158,12 @@ class MRFLogLikelihood:
     >>> ll = MRFLogLikelihood(extract_mrf(model))           # doctest: +SKIP
     >>> value, grad = ll(w_flat)                            # doctest: +SKIP
     >>> per_row = ll.pointwise(w_flat)                      # doctest: +SKIP
+    >>> bethe_ll = MRFLogLikelihood(extract_mrf(model), BeliefPropagation())  # doctest: +SKIP
     """
 
     def __init__(self, spec: MRFSpec, engine: Engine | None = None):
-        self.spec = spec
-        self.engine = engine if engine is not None else spec.model[spec.observed_name].owner.op.engine
-        self.batch, self.K = spec.batch, spec.n_labels
+        super().__init__(spec, engine)
         self.param = spec.param
-        self.size = spec.flat_size
         self.n_samples = spec.n_samples
         X = np.asarray(spec.labels, dtype=np.int64)
         # Distinct rows carry all the information (their scores are all ``pointwise`` needs).

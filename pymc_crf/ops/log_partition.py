@@ -90,6 +90,20 @@ class _BatchOp(Op):
         return node, edge
 
 
+def _store(output_storage, *outputs) -> None:
+    """``perform``'s outputs into PyTensor's storage cells, as float64 arrays."""
+    for cell, value in zip(output_storage, outputs, strict=True):
+        cell[0] = np.asarray(value, dtype=np.float64)
+
+
+def _fused_pullback(op, inputs, outputs, output_grads):
+    """The pullback of the fused log Z and gradient Ops: none, as the
+    ``fuse_log_partition_with_grad`` rewrite makes them after differentiation."""
+    return [grad_not_implemented(op, i, x, "the fused log Z and gradient node (made by a "
+                                 "rewrite after differentiation)")
+            for i, x in enumerate(inputs)]
+
+
 class LogPartition(_BatchOp):
     """log Z per graph of ``batch`` from node (N, K) and edge (E, K, K) or (1, K, K) log-potentials.
 
@@ -106,8 +120,7 @@ class LogPartition(_BatchOp):
         return Apply(self, [node, edge], [pt.dvector(shape=(self.batch.n_graphs,))])
 
     def perform(self, node, inputs, output_storage):
-        output_storage[0][0] = np.asarray(
-            self.engine.log_partition(self.batch, inputs[0], inputs[1]), dtype=np.float64)
+        _store(output_storage, self.engine.log_partition(self.batch, inputs[0], inputs[1]))
 
     def infer_shape(self, node, shapes):
         return [(self.batch.n_graphs,)]
@@ -127,8 +140,7 @@ class LogPartitionGrad(_BatchOp):
 
     def perform(self, node, inputs, output_storage):
         gn, ge = self.engine.weighted_marginals(self.batch, inputs[0], inputs[1], inputs[2])
-        output_storage[0][0] = np.asarray(gn, dtype=np.float64)
-        output_storage[1][0] = np.asarray(ge, dtype=np.float64)
+        _store(output_storage, gn, ge)
 
     def infer_shape(self, node, shapes):
         return [shapes[0], shapes[1]]
@@ -167,17 +179,12 @@ class LogPartitionWithGrad(_BatchOp):
 
     def perform(self, node, inputs, output_storage):
         lz, gn, ge = self.engine.log_z_and_weighted_marginals(self.batch, *inputs)
-        output_storage[0][0] = np.asarray(lz, dtype=np.float64)
-        output_storage[1][0] = np.asarray(gn, dtype=np.float64)
-        output_storage[2][0] = np.asarray(ge, dtype=np.float64)
+        _store(output_storage, lz, gn, ge)
 
     def infer_shape(self, node, shapes):
         return [(self.batch.n_graphs,), shapes[0], shapes[1]]
 
-    def pullback(self, inputs, outputs, output_grads):
-        return [grad_not_implemented(self, i, x, "the fused log Z and gradient node (made by a "
-                                     "rewrite after differentiation)")
-                for i, x in enumerate(inputs)]
+    pullback = _fused_pullback
 
 
 class _FeatureOp(_BatchOp):
@@ -237,7 +244,7 @@ class FeatureLogPartition(_FeatureOp):
         return Apply(self, list(ins), [pt.dvector(shape=(self.batch.n_graphs,))])
 
     def perform(self, node, inputs, output_storage):
-        output_storage[0][0] = np.asarray(self._perform(inputs), dtype=np.float64)
+        _store(output_storage, self._perform(inputs))
 
     def infer_shape(self, node, shapes):
         return [(self.batch.n_graphs,)]
@@ -263,8 +270,7 @@ class FeatureLogPartitionGrad(_FeatureOp):
 
     def perform(self, node, inputs, output_storage):
         _, gn, gw = self._perform(inputs)
-        output_storage[0][0] = np.asarray(gn, dtype=np.float64)
-        output_storage[1][0] = np.asarray(gw, dtype=np.float64).reshape(inputs[2].shape)
+        _store(output_storage, gn, np.reshape(gw, inputs[2].shape))
 
     def infer_shape(self, node, shapes):
         return [shapes[0], shapes[2]]
@@ -290,17 +296,12 @@ class FeatureLogPartitionWithGrad(_FeatureOp):
 
     def perform(self, node, inputs, output_storage):
         lz, gn, gw = self._perform(inputs)
-        output_storage[0][0] = np.asarray(lz, dtype=np.float64)
-        output_storage[1][0] = np.asarray(gn, dtype=np.float64)
-        output_storage[2][0] = np.asarray(gw, dtype=np.float64).reshape(inputs[2].shape)
+        _store(output_storage, lz, gn, np.reshape(gw, inputs[2].shape))
 
     def infer_shape(self, node, shapes):
         return [(self.batch.n_graphs,), shapes[0], shapes[2]]
 
-    def pullback(self, inputs, outputs, output_grads):
-        return [grad_not_implemented(self, i, x, "the fused log Z and gradient node (made by a "
-                                     "rewrite after differentiation)")
-                for i, x in enumerate(inputs)]
+    pullback = _fused_pullback
 
 
 def feature_tables_path(potential: str | Potential, edge_features: Any, engine: Engine) -> bool:
@@ -450,29 +451,15 @@ def _objmode_impl(op, node):
     return impl, f"pymc_crf.objmode.{type(op).__name__}.v{_KERNEL_VERSION}.{key}"
 
 
-_KERNEL_VERSION = 14
+_KERNEL_VERSION = 15
 
 
-def _cache_key(op, which: str, node) -> str:
+def _cache_key(op, node) -> str:
     """Numba cache key: the kernels close over the batch's offsets, and the engine picks them
     by the number of labels, so both are part of it."""
     h = _structure_hash(op.batch)
-    return (f"pymc_crf.{which}.{op.engine.name}.v{_KERNEL_VERSION}.K{_n_labels(node)}."
-            f"{h.hexdigest()}")
-
-
-@register_funcify_and_cache_key(LogPartition)
-def _numba_log_partition(op, node, **kwargs):
-    kernels = op.engine.numba_kernels(op.batch, _n_labels(node))
-    if kernels is None:
-        return _objmode_impl(op, node)
-    log_z = kernels[0]
-
-    @numba.njit
-    def impl(node_logpot, edge_logpot):
-        return log_z(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot))
-
-    return impl, _cache_key(op, "log_z", node)
+    return (f"pymc_crf.{type(op).__name__}.{op.engine.name}.v{_KERNEL_VERSION}."
+            f"K{_n_labels(node)}.{h.hexdigest()}")
 
 
 def _n_labels(node) -> int | None:
@@ -482,97 +469,43 @@ def _n_labels(node) -> int | None:
     return None if K is None else int(K)
 
 
-def _vjp_call(op, node):
-    """Njit ``(node, edge, g) -> (log Z, weighted node, weighted edge marginals)`` from the
-    engine's kernels, or None for an engine without them."""
-    kernels = op.engine.numba_kernels(op.batch, _n_labels(node))
-    if kernels is None:
-        return None
-    vjp = kernels[1]
-
-    @numba.njit
-    def call(node_logpot, edge_logpot, g):
-        return vjp(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_logpot),
-                   np.ascontiguousarray(g))
-
-    return call
+def _engine_kernels(op, node):
+    """The engine's njit closures ``(log_z, vjp)`` for the Op's inputs, node and edge tables
+    (``Engine.numba_kernels``) or node tables, edge features and weights
+    (``feature_numba_kernels``), or None for an engine without them. They take the arrays as
+    PyTensor passes them (any layout)."""
+    kernels = (op.engine.feature_numba_kernels if isinstance(op, _FeatureOp)
+               else op.engine.numba_kernels)
+    return kernels(op.batch, _n_labels(node))
 
 
+@register_funcify_and_cache_key(LogPartition)
+@register_funcify_and_cache_key(FeatureLogPartition)
 @register_funcify_and_cache_key(LogPartitionGrad)
-def _numba_log_partition_grad(op, node, **kwargs):
-    call = _vjp_call(op, node)
-    if call is None:
+@register_funcify_and_cache_key(FeatureLogPartitionGrad)
+@register_funcify_and_cache_key(LogPartitionWithGrad)
+@register_funcify_and_cache_key(FeatureLogPartitionWithGrad)
+def _numba_log_partition(op, node, **kwargs):
+    """The engine's njit kernels as the Op's numba implementation: ``log_z`` (log Z Ops),
+    ``vjp`` (fused Ops) or ``vjp`` without its log Z (gradient Ops); object mode for an engine
+    without kernels."""
+    kernels = _engine_kernels(op, node)
+    if kernels is None:
         return _objmode_impl(op, node)
+    log_z, vjp = kernels
+    if isinstance(op, LogPartition | FeatureLogPartition):
+        return log_z, _cache_key(op, node)
+    if isinstance(op, LogPartitionWithGrad | FeatureLogPartitionWithGrad):
+        return vjp, _cache_key(op, node)
 
     @numba.njit
-    def impl(node_logpot, edge_logpot, g):
-        _, gn, ge = call(node_logpot, edge_logpot, g)
-        return gn, ge
+    def gradient(*inputs):
+        _, g_node, g_edge = vjp(*inputs)  # g_edge: the edge tables' or the edge weights'
+        return g_node, g_edge
 
-    return impl, _cache_key(op, "vjp", node)
-
-
-@register_funcify_and_cache_key(LogPartitionWithGrad)
-def _numba_log_partition_with_grad(op, node, **kwargs):
-    call = _vjp_call(op, node)
-    if call is None:
-        return _objmode_impl(op, node)
-    return call, _cache_key(op, "log_z_vjp", node)
+    return gradient, _cache_key(op, node)
 
 
 @register_funcify_and_cache_key(LogPartitionHVP)
 def _numba_log_partition_hvp(op, node, **kwargs):
     return _objmode_impl(op, node)
-
-
-def _feature_call(op, node):
-    """Njit ``(node, x, w, g) -> (log Z, weighted node marginals, expected edge features)``
-    from the engine's feature kernel, or None for an engine without one."""
-    kernels = op.engine.feature_numba_kernels(op.batch, _n_labels(node))
-    if kernels is None:
-        return None
-    _, vjp = kernels
-
-    @numba.njit
-    def call(node_logpot, edge_features, edge_weights, g):
-        return vjp(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_features),
-                   np.ascontiguousarray(edge_weights), np.ascontiguousarray(g))
-
-    return call
-
-
-@register_funcify_and_cache_key(FeatureLogPartition)
-def _numba_feature_log_partition(op, node, **kwargs):
-    kernels = op.engine.feature_numba_kernels(op.batch, _n_labels(node))
-    if kernels is None:
-        return _objmode_impl(op, node)
-    log_z = kernels[0]
-
-    @numba.njit
-    def impl(node_logpot, edge_features, edge_weights):
-        return log_z(np.ascontiguousarray(node_logpot), np.ascontiguousarray(edge_features),
-                     np.ascontiguousarray(edge_weights))
-
-    return impl, _cache_key(op, "feature_log_z", node)
-
-
-@register_funcify_and_cache_key(FeatureLogPartitionGrad)
-def _numba_feature_log_partition_grad(op, node, **kwargs):
-    call = _feature_call(op, node)
-    if call is None:
-        return _objmode_impl(op, node)
-
-    @numba.njit
-    def impl(node_logpot, edge_features, edge_weights, g):
-        _, gn, gw = call(node_logpot, edge_features, edge_weights, g)
-        return gn, gw
-
-    return impl, _cache_key(op, "feature_vjp", node)
-
-
-@register_funcify_and_cache_key(FeatureLogPartitionWithGrad)
-def _numba_feature_log_partition_with_grad(op, node, **kwargs):
-    call = _feature_call(op, node)
-    if call is None:
-        return _objmode_impl(op, node)
-    return call, _cache_key(op, "feature_log_z_vjp", node)

@@ -53,16 +53,30 @@ def _check_tables(node, edge, n_nodes, n_edges):
                 raise ValueError("log Z: log-potentials contain NaN or +inf")
 
 
-def _closure_constants(batch: GraphBatch, n_labels: int | None, per_graph, lanes):
-    """What the njit closures of ``ChainEngine.numba_kernels`` and ``feature_numba_kernels``
-    close over: copies of the batch's node and edge offsets, its node, edge and graph counts, an
-    empty weight vector and the kernel, ``per_graph`` for a batch that ``small_batch`` runs
-    graph by graph, else ``lanes``. None for a batch that is not all chains."""
+def _closure_kernels(batch: GraphBatch, n_labels: int | None, per_graph, lanes, inputs):
+    """The njit closures ``(log_z(*tables), vjp(*tables, g))`` of ``ChainEngine.numba_kernels``
+    (tables ``(node, edge)``) and ``feature_numba_kernels`` (``(node, x, w)``), over copies of
+    the batch's offsets. ``inputs`` (njit) checks the tables against the batch and returns them
+    C-contiguous (the kernels' one layout); the kernel is ``per_graph`` for a batch that
+    ``small_batch`` runs graph by graph, else ``lanes``. None for a batch that is not all chains."""
     if not batch.is_chain:
         return None
-    kernel = per_graph if small_batch(batch.n_total_nodes, n_labels) else lanes
-    return (batch.node_offsets.copy(), batch.edge_offsets.copy(), batch.n_total_nodes,
-            batch.n_edges, batch.n_graphs, np.zeros(0), kernel)
+    fb = per_graph if small_batch(batch.n_total_nodes, n_labels) else lanes
+    no, eo, n_graphs, empty = (batch.node_offsets.copy(), batch.edge_offsets.copy(),
+                               batch.n_graphs, np.zeros(0))
+
+    @njit
+    def log_z(*tables):
+        return fb(*inputs(*tables), no, eo, False, empty)[0]
+
+    @njit
+    def vjp(*tables_and_g):
+        tables = inputs(*tables_and_g[:-1])
+        g = np.ascontiguousarray(tables_and_g[-1])
+        _check_output_gradient(g, n_graphs)
+        return fb(*tables, no, eo, True, g)
+
+    return log_z, vjp
 
 
 @njit(cache=True)
@@ -142,61 +156,43 @@ class ChainEngine(Engine):
 
         Used by the PyTensor Ops' numba implementation so compiled models call the kernels directly.
         """
-        constants = _closure_constants(batch, n_labels, _forward_backward_graphs,
-                                       _forward_backward_from_numba)
-        if constants is None:
-            return None
-        no, eo, n_nodes, n_edges, n_graphs, empty, fb = constants
+        n_nodes, n_edges = batch.n_total_nodes, batch.n_edges
 
         @njit
-        def log_z(node, edge):
-            _check_tables(node, edge, n_nodes, n_edges)
-            return fb(node, edge, no, eo, False, empty)[0]
+        def inputs(node, edge):
+            c_node, c_edge = np.ascontiguousarray(node), np.ascontiguousarray(edge)
+            _check_tables(c_node, c_edge, n_nodes, n_edges)
+            return c_node, c_edge
 
-        @njit
-        def vjp(node, edge, g):
-            _check_tables(node, edge, n_nodes, n_edges)
-            _check_output_gradient(g, n_graphs)
-            return fb(node, edge, no, eo, True, g)
-
-        return log_z, vjp
+        return _closure_kernels(batch, n_labels, _forward_backward_graphs,
+                                _forward_backward_from_numba, inputs)
 
     def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
         """Njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
         :meth:`log_z_and_feature_marginals` over this batch's offsets (``w`` (Fe, K^2)), for the
         edge-feature Ops' numba implementation (graph by graph for a small batch, as
         :meth:`numba_kernels`)."""
-        constants = _closure_constants(batch, n_labels, _forward_backward_features_graphs,
-                                       _forward_backward_features_from_numba)
-        if constants is None:
-            return None
-        no, eo, n_nodes, n_edges, n_graphs, empty, fb = constants
+        n_nodes, n_edges = batch.n_total_nodes, batch.n_edges
 
         @njit
-        def check(node, x, w):
-            _check_tables(node, np.zeros((1, node.shape[1], node.shape[1])), n_nodes, n_edges)
-            if x.shape[0] != n_edges or w.shape[0] != x.shape[1]:
+        def inputs(node, x, w):
+            c_node, c_x, c_w = (np.ascontiguousarray(node), np.ascontiguousarray(x),
+                                np.ascontiguousarray(w))
+            K = c_node.shape[1]
+            _check_tables(c_node, np.zeros((1, K, K)), n_nodes, n_edges)
+            if c_x.shape[0] != n_edges or c_w.shape[0] != c_x.shape[1]:
                 raise ValueError("log Z: edge features must be (E, Fe) with one row per edge "
                                  "of the batch, and edge weights (Fe, K^2)")
-            if w.shape[1] != node.shape[1] * node.shape[1]:
+            if c_w.shape[1] != K * K:
                 raise ValueError("log Z: edge weights must be (Fe, K^2) with the node tables' K")
-            for v in (x.reshape(-1), w.reshape(-1)):
+            for v in (c_x.reshape(-1), c_w.reshape(-1)):
                 for i in range(v.size):
                     if not np.abs(v[i]) < np.inf:
                         raise ValueError("log Z: edge features or weights contain NaN or inf")
+            return c_node, c_x, c_w
 
-        @njit
-        def log_z(node, x, w):
-            check(node, x, w)
-            return fb(node, x, w, no, eo, False, empty)[0]
-
-        @njit
-        def vjp(node, x, w, g):
-            check(node, x, w)
-            _check_output_gradient(g, n_graphs)
-            return fb(node, x, w, no, eo, True, g)
-
-        return log_z, vjp
+        return _closure_kernels(batch, n_labels, _forward_backward_features_graphs,
+                                _forward_backward_features_from_numba, inputs)
 
     def log_z_and_feature_marginals(self, batch, node_logpot, edge_features, edge_weights,
                                     graph_weights=None):
