@@ -226,7 +226,6 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
     result = build_result(model, posterior, "bp_hcrf_vi", opts, time.perf_counter() - t0,
                           diagnostics=diagnostics, log_likelihood=log_likelihood,
                           extra_groups={"bp_hcrf_point": point,
-                                        "variational_posterior": variational})
-    result.attrs["wall_time"] = time.perf_counter() - t0
-    result.attrs["hcrf_weights"] = names
+                                        "variational_posterior": variational},
+                          attrs={"hcrf_weights": names})
     return result
