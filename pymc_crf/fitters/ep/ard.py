@@ -45,11 +45,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
-from scipy.optimize import minimize_scalar
 
 from pymc_crf.fitters.ep.average import averaged_node_marginals
 from pymc_crf.fitters.ep.core import EPRun, run_ep, site_natural_params
 from pymc_crf.fitters.ep.terms import EPTerms
+from pymc_crf.fitters.optimise import find_map
 from pymc_crf.graphs.batch import GraphBatch
 
 __all__ = ["feature_groups", "group_evidence", "optimal_precision", "group_statistics",
@@ -107,16 +107,21 @@ def optimal_precision(S: np.ndarray, q: np.ndarray, alpha_min: float = 1e-3,
         a = np.exp(log_a)
         return -0.5 * float(np.sum(log_a - np.log(a + s) + qt2 / (a + s)))
 
+    def neg_and_grad(x: np.ndarray) -> tuple[float, np.ndarray]:
+        a = float(np.exp(x[0]))
+        grad = -0.5 * float(np.sum(1.0 - a / (a + s) - qt2 * a / (a + s) ** 2))
+        return neg(float(x[0])), np.array([grad])
+
     grid = np.linspace(np.log(lo), np.log(alpha_max), 41)
     vals = np.array([neg(x) for x in grid])
     i = int(np.argmin(vals))
     lo_i, hi_i = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
     best_x, best = grid[i], vals[i]
-    if hi_i > lo_i:
-        res = minimize_scalar(neg, bounds=(lo_i, hi_i), method="bounded",
-                              options={"xatol": 1e-8})
-        if res.fun < best:
-            best_x, best = float(res.x), float(res.fun)
+    if hi_i > lo_i:  # the bracket's maximiser by the package's one optimiser (L-BFGS-B, bounds)
+        x, _ = find_map(neg_and_grad, np.array([best_x]), bounds=[(lo_i, hi_i)],
+                        warn=False)
+        if neg(float(x[0])) < best:
+            best_x, best = float(x[0]), neg(float(x[0]))
     if -best <= 0.0:
         return np.inf, 0.0
     return float(np.exp(best_x)), -float(best)
