@@ -2,13 +2,15 @@
 one process, the test accuracy of each and the ratio of the wall times (issue 38: at most 5).
 
 Run:  nice .venv/bin/python bench/bench_vi_speed.py [--restarts 8] [--max-iter 20]
-                                                    [--map-maxiter 500] [--json out.json]
+                                                    [--map-maxiter 500] [--theta-maxiter N]
+                                                    [--json out.json]
 
 Data and fits are those of ``pymc-crf reproduce japanese-vowels`` (``pymc_crf/reproduce/
 hcrf_tables.py``, its full size): the packaged copy of the data and its given split (270
 training, 370 test sequences, 9 speakers), ``pmc.fit(method="bp_hcrf_vi")`` with K = 10 hidden
 states, R = 4 rounds, 8 restarts of at most 20 EM iterations, predicted with its default
-(local-z) rule; ``pmc.fit(method="map")`` on the 10-state HCRF from the reproduction's random
+(local-z) rule (``--theta-maxiter``: L-BFGS iterations of each theta M-step, else the fitter's
+default); ``pmc.fit(method="map")`` on the 10-state HCRF from the reproduction's random
 start (at most 500 L-BFGS iterations), predicted by averaging over the fit.
 
 Order: one untimed warm-up of each fit (one VI restart of one iteration, three L-BFGS
@@ -63,6 +65,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--restarts", type=int, default=8)
     ap.add_argument("--max-iter", type=int, default=20)
     ap.add_argument("--map-maxiter", type=int, default=500)
+    ap.add_argument("--theta-maxiter", type=int, default=None,
+                    help="L-BFGS iterations of each VI theta M-step (default: the fitter's)")
     ap.add_argument("--seed", type=int, default=0, help="the reproduction's split seed")
     ap.add_argument("--json", default=None, help="write the rows here")
     a = ap.parse_args(argv)
@@ -70,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
     train, test = vowels_data(1)
     vi = {"method": "bp_hcrf_vi", "truncation": 10, "rounds": 4, "restarts": a.restarts,
           "max_iter": a.max_iter}
+    if a.theta_maxiter is not None:
+        vi["theta_maxiter"] = a.theta_maxiter
     mp = {"method": "map_hcrf", "map_states": 10, "map_maxiter": a.map_maxiter}
     print(f"{SETTING}; {train.graphs.n_graphs} training / {test.graphs.n_graphs} test sequences",
           flush=True)

@@ -52,14 +52,17 @@ def _hcrf_model(data, S: int, prior_sd: float = 3.0):
 
 def fit_trial(train, s: dict[str, Any], seed: int):
     """The ``pmc.fit`` of one trial: ``method`` ``"bp_hcrf_vi"`` (truncation, rounds, restarts,
-    EM iterations of ``s``) or ``"map_hcrf"`` (``map_states`` states, ``map_maxiter`` L-BFGS
-    iterations from a N(0, 0.5^2) start seeded by ``seed``)."""
+    EM iterations of ``s``, and its ``theta_maxiter`` if it has one) or ``"map_hcrf"``
+    (``map_states`` states, ``map_maxiter`` L-BFGS iterations from a N(0, 0.5^2) start seeded by
+    ``seed``)."""
     from pymc_crf.fitters.registry import fit
 
     if s["method"] == "bp_hcrf_vi":
+        # theta_maxiter only when ``s`` sets it (the bench's option); else the fitter's default
+        extra = {"theta_maxiter": s["theta_maxiter"]} if "theta_maxiter" in s else {}
         return fit(_hcrf_model(train, s["truncation"]), method="bp_hcrf_vi",
                    truncation=s["truncation"], rounds=s["rounds"], n_restarts=s["restarts"],
-                   max_iter=s["max_iter"], random_seed=seed)
+                   max_iter=s["max_iter"], random_seed=seed, **extra)
     model = _hcrf_model(train, s["map_states"])
     rng = np.random.default_rng(seed)
     start = {v.name: rng.normal(0.0, 0.5, size=model.initial_point()[v.name].shape)

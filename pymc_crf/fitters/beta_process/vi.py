@@ -230,8 +230,9 @@ def _update_theta(data, engine, state, s, log_pd, current):
         return -val, -grad
 
     x0 = np.concatenate([state.log_theta[k].ravel() for k in BLOCKS])
-    # a partial M step (theta_maxiter iterations, scipy's default tolerances): a run
-    # stopped short is expected, so no warning; the bound test below guards the step
+    # a partial M step (theta_maxiter iterations, scipy's default tolerances) from the current
+    # theta: generalised EM needs each step only to raise the bound (Neal & Hinton 1998), so a
+    # run stopped short is expected and not warned about; the bound test below guards the step
     x, _ = find_map(neg, x0, rule="strict", maxiter=s.theta_maxiter, gtol=SCIPY_GTOL,
                     ftol=SCIPY_FTOL, bounds=[(-15.0, 8.0)] * x0.size, warn=False)
     old = state.log_theta
