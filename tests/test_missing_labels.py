@@ -92,8 +92,10 @@ def test_logp_sums_missing_labels_out(name, rng):
                                atol=1e-12)
 
 
-@pytest.mark.parametrize("edge_kind,potential", [("shared", "loglinear"),
-                                                 ("features", "probit")])
+@pytest.mark.parametrize("edge_kind,potential", [
+    ("shared", "loglinear"),
+    # the probit edge-feature kernels' first compile (~25 s with an empty numba cache): slow
+    pytest.param("features", "probit", marks=pytest.mark.slow)])
 def test_gradient_matches_finite_differences_and_model(edge_kind, potential, rng):
     b = BATCHES["loopy" if edge_kind == "features" else "chains"]
     y = _labels(b, rng)

@@ -18,7 +18,7 @@ from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
 from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import (
-    BPFactors,
+    BetaProcessFactors,
     _series,
     _v_t_gradient,
     bp_terms,
@@ -73,7 +73,7 @@ def test_v_t_gradient_matches_finite_differences():
     rng = np.random.default_rng(1)
     K, R, M, alpha = 5, 4, 30, 1.3
     log_pd = log_prior_rounds(K, R, 2.0)
-    f = BPFactors(*(rng.uniform(0.5, 3.0, K) for _ in range(4)),
+    f = BetaProcessFactors(*(rng.uniform(0.5, 3.0, K) for _ in range(4)),
                   rng.dirichlet(np.ones(R), size=K))
     rho = rng.uniform(size=(7, K))
     x = np.concatenate([f.a, f.b, f.u, f.v])

@@ -87,6 +87,7 @@ def test_fisher_vector_product_is_the_negative_log_likelihood_hessian(case):
     np.testing.assert_allclose(fvp(v), fisher_matrix(lik, w, eng) @ v, rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.slow  # ~20 s of first compiles; linear response is checked in test_linear_response
 def test_linear_response_is_exact_on_trees_and_close_on_a_grid():
     p = weight_problem(_mrf(TREE), "bethe_laplace")
     ex = laplace_fit(p, map="exact", covariance="exact")

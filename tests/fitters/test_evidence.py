@@ -47,7 +47,10 @@ def _quadrature(model, half_width=5.0, n=121):
     return float(np.log(simpson(simpson(f, x=a, axis=1), x=a)) + top)
 
 
-@pytest.mark.parametrize("make", [_mrf_model, _crf_model], ids=["mrf", "crf"])
+@pytest.mark.parametrize("make", [
+    _mrf_model,
+    # the CRF's batched feature products and AIS compile for ~30 s with empty caches: slow
+    pytest.param(_crf_model, marks=pytest.mark.slow)], ids=["mrf", "crf"])
 def test_every_method_against_quadrature(make):
     m = make()
     truth = _quadrature(m)

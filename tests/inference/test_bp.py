@@ -215,6 +215,7 @@ def test_huge_potentials_on_trees_equal_brute_force(K):
                                        BruteForce().marginals(b, node, edge).node, atol=1e-8)
 
 
+@pytest.mark.slow  # compiles the threaded flooding kernels (~15 s with an empty numba cache)
 def test_threaded_flooding_gives_identical_results():
     rng = np.random.default_rng(9)
     b = GraphBatch.grid(4, 5, n_graphs=3)

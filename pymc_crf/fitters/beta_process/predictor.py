@@ -18,7 +18,7 @@ import numpy as np
 from pymc_crf.distributions.hcrf import class_log_probs, replicate_batch
 from pymc_crf.fitters.beta_process.fitter import sign_split
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
-from pymc_crf.fitters.beta_process.stick_breaking import BPFactors, z_natural_terms
+from pymc_crf.fitters.beta_process.stick_breaking import BetaProcessFactors, z_natural_terms
 from pymc_crf.inference.select import get_engine
 from pymc_crf.model.predictors import (
     Prediction,
@@ -73,7 +73,7 @@ def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20) 
     C = W["y"].shape[1]
     if data.graphs.n_graphs and not data.graphs.is_chain:
         raise ValueError("method='bp_hcrf' needs every graph to be a chain")
-    bp = BPFactors(*(np.asarray(point[n].values, float)
+    bp = BetaProcessFactors(*(np.asarray(point[n].values, float)
                      for n in ("q_V_a", "q_V_b", "q_T_shape", "q_T_rate", "q_d")))
     taylor = int(json.loads(result.attrs["settings"])["taylor_terms"])
     engine = get_engine("chain", replicate_batch(data.graphs, C))

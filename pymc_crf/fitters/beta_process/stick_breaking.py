@@ -33,12 +33,12 @@ from scipy.stats import poisson
 
 from pymc_crf.fitters.optimise import find_map
 
-__all__ = ["BPFactors", "log_prior_rounds", "bp_terms", "update_rounds", "update_v_t",
+__all__ = ["BetaProcessFactors", "log_prior_rounds", "bp_terms", "update_rounds", "update_v_t",
            "expected_usage", "kl_beta", "kl_gamma", "bernoulli_entropy"]
 
 
 @dataclass
-class BPFactors:
+class BetaProcessFactors:
     """Parameters of q(V), q(T), q(d) for K atoms and R rounds."""
 
     a: np.ndarray    # (K,)
@@ -47,8 +47,8 @@ class BPFactors:
     v: np.ndarray    # (K,)
     psi: np.ndarray  # (K, R), rows sum to one
 
-    def copy(self) -> BPFactors:
-        return BPFactors(*(np.array(x, copy=True) for x in (self.a, self.b, self.u, self.v,
+    def copy(self) -> BetaProcessFactors:
+        return BetaProcessFactors(*(np.array(x, copy=True) for x in (self.a, self.b, self.u, self.v,
                                                                self.psi)))
 
 
@@ -89,7 +89,7 @@ def _series(a, b, u, v, M):
     return -np.sum(np.exp(log_ev + log_et) / m, axis=1)
 
 
-def _expectations(f: BPFactors, M: int):
+def _expectations(f: BetaProcessFactors, M: int):
     ab = digamma(f.a + f.b)
     elog_v = digamma(f.a) - ab
     elog_1mv = digamma(f.b) - ab
@@ -104,7 +104,7 @@ def _expectations(f: BPFactors, M: int):
     return l1, l0
 
 
-def _kl_t_rounds(f: BPFactors, alpha: float) -> np.ndarray:
+def _kl_t_rounds(f: BetaProcessFactors, alpha: float) -> np.ndarray:
     """KL(q(T_k) || Gamma(r - 1, alpha)) for r = 2..R (column 0, r = 1, is zero), (K, R)."""
     R = f.psi.shape[1]
     out = np.zeros((f.a.shape[0], R))
@@ -113,7 +113,7 @@ def _kl_t_rounds(f: BPFactors, alpha: float) -> np.ndarray:
     return out
 
 
-def bp_terms(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray, M: int) -> float:
+def bp_terms(f: BetaProcessFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray, M: int) -> float:
     """The beta-process part of the bound: ``E log p(z, V, T, d) - E log q(z, V, T, d)``.
 
     ``rho`` (G, K) holds ``q(z_nk = 1)`` of the sequences in the bound.
@@ -130,15 +130,15 @@ def bp_terms(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray, M:
     return float(ez + h_z - kl_v - kl_t + d_terms)
 
 
-def z_natural_terms(f: BPFactors, M: int) -> np.ndarray:
+def z_natural_terms(f: BetaProcessFactors, M: int) -> np.ndarray:
     """``E_q[log p(z_k=1 | .)] - E_q[log p(z_k=0 | .)]`` per atom (K,): the prior logit of Luo, Sun & Zhao
     eq. (24) (the data term ``log f1 - log f0`` is added by the caller)."""
     l1, l0 = _expectations(f, M)
     return np.sum(f.psi * (l1 - l0), axis=1)
 
 
-def update_rounds(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray,
-                  M: int) -> BPFactors:
+def update_rounds(f: BetaProcessFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray,
+                  M: int) -> BetaProcessFactors:
     """Exact coordinate update of q(d_k) (a categorical over rounds)."""
     l1, l0 = _expectations(f, M)
     n1 = rho.sum(axis=0)[:, None]
@@ -149,7 +149,7 @@ def update_rounds(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarra
     return out
 
 
-def _v_t_gradient(f: BPFactors, rho: np.ndarray, alpha: float, M: int) -> np.ndarray:
+def _v_t_gradient(f: BetaProcessFactors, rho: np.ndarray, alpha: float, M: int) -> np.ndarray:
     """Gradient of :func:`bp_terms` in ``(a, b, u, v)`` of q(V), q(T), (4 K,).
 
     Only the expected log-priors of z (with the Taylor term of Luo, Sun & Zhao, eq. (25)) and the
@@ -189,8 +189,8 @@ def _v_t_gradient(f: BPFactors, rho: np.ndarray, alpha: float, M: int) -> np.nda
     return np.concatenate([g_a, g_b, g_u, g_v])
 
 
-def update_v_t(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray,
-               M: int, maxiter: int = 50) -> BPFactors:
+def update_v_t(f: BetaProcessFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray,
+               M: int, maxiter: int = 50) -> BetaProcessFactors:
     """Update q(V_k), q(T_k) by maximising the bound numerically (no closed form: the z = 0 term
     is the Taylor series): L-BFGS-B through :func:`~pymc_crf.fitters.optimise.find_map` over the
     log-parameters, with the gradient of :func:`_v_t_gradient` and scipy's default tolerances;
@@ -223,7 +223,7 @@ def update_v_t(f: BPFactors, rho: np.ndarray, alpha: float, log_pd: np.ndarray,
 SCIPY_GTOL, SCIPY_FTOL = 1e-5, 2.220446049250313e-09
 
 
-def expected_usage(f: BPFactors) -> np.ndarray:
+def expected_usage(f: BetaProcessFactors) -> np.ndarray:
     """Prior-predictive ``E_q[V_k exp(-T_k)]`` = p(z_k = 1) for a new sequence, (K,)."""
     ev = f.a / (f.a + f.b)
     e_exp_t = (f.v / (f.v + 1.0)) ** f.u

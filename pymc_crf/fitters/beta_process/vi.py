@@ -48,7 +48,7 @@ from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
 from pymc_crf.fitters.beta_process.stick_breaking import (
     SCIPY_FTOL,
     SCIPY_GTOL,
-    BPFactors,
+    BetaProcessFactors,
     bernoulli_entropy,
     bp_terms,
     kl_beta,
@@ -87,7 +87,7 @@ class VIState:
     mu1: dict                  # Beta parameters of q(pi), same keys and shapes
     mu2: dict
     rho: np.ndarray            # (G, S) q(z_nk = 1)
-    bp: BPFactors
+    bp: BetaProcessFactors
     trace: list = field(default_factory=list)   # (step name, bound) after every step
 
     def copy(self) -> VIState:
@@ -256,7 +256,7 @@ def init_state(data: HCRFData, s: VISettings, rng: np.random.Generator) -> VISta
     mu2 = {k: np.full(sh, s.alpha_pi) for k, sh in shapes.items()}
     rho = rng.uniform(0.3, 0.9, size=(G, S))
     log_pd = log_prior_rounds(S, s.rounds, s.gamma)
-    bp = BPFactors(a=np.ones(S), b=np.full(S, s.alpha), u=np.ones(S), v=np.full(S, s.alpha),
+    bp = BetaProcessFactors(a=np.ones(S), b=np.full(S, s.alpha), u=np.ones(S), v=np.full(S, s.alpha),
                    psi=np.exp(log_pd))
     return VIState(log_theta, mu1, mu2, rho, bp)
 
