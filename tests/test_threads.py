@@ -205,6 +205,7 @@ def _threaded_inputs(K: int):
     return batch, node, edge, Xe, We, g
 
 
+@pytest.mark.slow  # compiles a model's threaded lane kernels (~14 s with empty caches)
 def test_compiled_dispatch_hands_large_batches_to_the_threads():
     """The compiled dispatchers the Ops' closures call (``_forward_backward_from_numba`` and its
     features twin) give the engine's numbers, through the object-mode hand-off for a batch that

@@ -34,6 +34,7 @@ def test_bethe_gradient_on_loopy_graph_matches_finite_differences(rng):
                     [node, edge], rng=rng, mode="FAST_COMPILE", abs_tol=1e-5, rel_tol=1e-5)
 
 
+@pytest.mark.slow  # compiles the BP Op's logp and gradient (~14 s with empty caches)
 def test_auto_falls_back_to_bp_and_results_say_approximate(rng):
     b = pmc.GraphBatch.grid(12, 12)
     y = rng.integers(0, 2, size=144)
