@@ -118,10 +118,10 @@ def optimal_precision(S: np.ndarray, q: np.ndarray, alpha_min: float = 1e-3,
     lo_i, hi_i = grid[max(i - 1, 0)], grid[min(i + 1, grid.size - 1)]
     best_x, best = grid[i], vals[i]
     if hi_i > lo_i:  # the bracket's maximiser by the package's one optimiser (L-BFGS-B, bounds)
-        x, _ = find_map(neg_and_grad, np.array([best_x]), bounds=[(lo_i, hi_i)],
-                        warn=False)
-        if neg(float(x[0])) < best:
-            best_x, best = float(x[0]), neg(float(x[0]))
+        x, diag = find_map(neg_and_grad, np.array([best_x]), bounds=[(lo_i, hi_i)],
+                           warn=False)
+        if diag.objective < best:
+            best_x, best = float(x[0]), float(diag.objective)
     if -best <= 0.0:
         return np.inf, 0.0
     return float(np.exp(best_x)), -float(best)
