@@ -15,12 +15,18 @@ The chunking CRF of ``examples/conll2000_chunking.py`` (CRFsuite's token templat
   training-count bucket of the feature (1, 2-3, 4-15, 16 and more tokens), so rare features
   can get smaller scales than frequent ones of the same template.
 
+With ``--nuts N``: also NUTS (``pmc.fit(method="nuts")``, one chain of N draws after N tuning
+steps) on the same hierarchical model written non-centred (``W = s[group] * Z``, ``Z ~ N(0, 1)``),
+its marginals averaged over the draws: what the exact posterior of the learned-scale model
+reaches (minutes at 300 sentences, most of it compiling the model; not at full size).
+
 Printed: token log loss (mean -log p(gold label) under the marginals), token accuracy (argmax
 of the marginals), expected calibration error (10 bins), chunk F1 of the Viterbi labels, wall
 time, and the learned scales.
 
 Run:  .venv/bin/python bench/conll_learned_scales.py [--train 300] [--test 500] [--draws 30]
-      [--groups template|template-frequency] [--covariance diagonal|implicit]
+      [--groups template|template-frequency] [--covariance diagonal|implicit] [--nuts 300]
+      [--skip-laplace]
 (needs ../shared/data/conll2000)
 """
 
@@ -74,9 +80,10 @@ def _point(result, F: int, K: int):
     return point
 
 
-def _checks(rows: dict) -> None:
-    """Issue 40's criteria for the learned-scale posterior's averaged marginals, as measured."""
-    avg, base, at_ls = rows["averaged"], rows["map"], rows["map_ls"]
+def _checks(rows: dict, which: str = "averaged", at: str = "map_ls") -> None:
+    """Issue 40's criteria for a learned-scale posterior's averaged marginals (``which``) against
+    the MAP at c2 = 1 and the MAP at the learned scales (``at``), as measured."""
+    avg, base, at_ls = rows[which], rows["map"], rows[at]
     better = min(base["ECE"], at_ls["ECE"])
     for what, ok in (
             (f"log loss {avg['log loss']:.4f} < MAP at c2 = 1 ({base['log loss']:.4f})",
@@ -100,6 +107,10 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scale-maxiter", type=int, default=30)
     ap.add_argument("--groups", choices=["template", "template-frequency"], default="template")
     ap.add_argument("--covariance", choices=["diagonal", "implicit"], default="diagonal")
+    ap.add_argument("--skip-laplace", action="store_true",
+                    help="no Laplace fit (at full size its scale search takes hours)")
+    ap.add_argument("--nuts", type=int, default=0,
+                    help="NUTS draws (and tuning steps) on the hierarchical model; 0: no NUTS")
     args = ap.parse_args(argv)
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
@@ -139,27 +150,72 @@ def main(argv: list[str] | None = None) -> None:
         labels = ["1", "2-3", "4-15", "16+"]
         used, group = np.unique(group * 4 + bucket, return_inverse=True)
         names = [f"{vec.templates_[u // 4]} (count {labels[u % 4]})" for u in used]
-    with pm.Model() as learned:
-        s = pm.HalfNormal("s", 1.0, shape=len(names))
-        t = pm.HalfNormal("t", 1.0)
-        W = pm.Normal("W", 0.0, s[group][:, None], shape=(F, K))
-        T = pm.Normal("T", 0.0, t, shape=(K, K))
-        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
-    t0 = time.perf_counter()
-    res = pmc.fit(learned, method="laplace", covariance=args.covariance, draws=args.draws,
-                  random_seed=0, log_likelihood=False, progressbar=False,
-                  scale_maxiter=args.scale_maxiter)
-    wall = time.perf_counter() - t0
-    labels_at_mean = pmc.predict(res, test, "map").labels
-    point = _point(res, F, K)
-    rows["map_ls"] = _row("MAP at the learned scales (the posterior mean)", point,
-                          pmc.predict(res, test, "bpe").marginals, labels_at_mean, data, None,
-                          wall)
-    rows["averaged"] = _row(
-        f"learned scales ({args.groups}, {args.covariance}), averaged over {args.draws} draws",
-        res, pmc.predict(res, test, "average").marginals, labels_at_mean, data, args.draws, wall)
-    print("the learned-scale posterior's averaged marginals against the MAPs:")
-    _checks(rows)
+    if not args.skip_laplace:
+        with pm.Model() as learned:
+            s = pm.HalfNormal("s", 1.0, shape=len(names))
+            t = pm.HalfNormal("t", 1.0)
+            W = pm.Normal("W", 0.0, s[group][:, None], shape=(F, K))
+            T = pm.Normal("T", 0.0, t, shape=(K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
+        t0 = time.perf_counter()
+        res = pmc.fit(learned, method="laplace", covariance=args.covariance, draws=args.draws,
+                      random_seed=0, log_likelihood=False, progressbar=False,
+                      scale_maxiter=args.scale_maxiter)
+        wall = time.perf_counter() - t0
+        labels_at_mean = pmc.predict(res, test, "map").labels
+        point = _point(res, F, K)
+        rows["map_ls"] = _row("MAP at the learned scales (the posterior mean)", point,
+                              pmc.predict(res, test, "bpe").marginals, labels_at_mean, data, None,
+                              wall)
+        rows["averaged"] = _row(
+            f"learned scales ({args.groups}, {args.covariance}), averaged over {args.draws} draws",
+            res, pmc.predict(res, test, "average").marginals, labels_at_mean, data, args.draws, wall)
+    if args.nuts:
+        with pm.Model() as noncentred:
+            s = pm.HalfNormal("s", 1.0, shape=len(names))
+            t = pm.HalfNormal("t", 1.0)
+            Z = pm.Normal("Z", 0.0, 1.0, shape=(F, K))
+            U = pm.Normal("U", 0.0, 1.0, shape=(K, K))
+            W = pm.Deterministic("W", s[group][:, None] * Z)
+            T = pm.Deterministic("T", t * U)
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                    observed=y)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            nuts = pmc.fit(noncentred, method="nuts", draws=args.nuts, tune=args.nuts, chains=1,
+                           random_seed=0, progressbar=False, log_likelihood=False)
+        wall = time.perf_counter() - t0
+        rows["nuts"] = _row(f"NUTS on the hierarchical model ({args.groups}, non-centred), "
+                            f"averaged over {args.nuts} draws", nuts,
+                            pmc.predict(nuts, test, "average").marginals,
+                            pmc.predict(nuts, test, "map").labels, data, args.draws, wall)
+        s_mean = nuts["posterior"]["s"].mean(("chain", "draw")).values
+        t_mean = float(nuts["posterior"]["t"].mean())
+        with pm.Model() as at_nuts:
+            W = pm.Normal("W", 0.0, s_mean[group][:, None] * np.ones((1, K)), shape=(F, K))
+            T = pm.Normal("T", 0.0, t_mean, shape=(K, K))
+            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                    observed=y)
+        t0 = time.perf_counter()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            fit_at = pmc.fit(at_nuts, method="map", log_likelihood=False, progressbar=False)
+        rows["map_nuts_scales"] = _row(
+            "MAP at NUTS's posterior-mean scales", fit_at,
+            pmc.predict(fit_at, test, "bpe").marginals, pmc.predict(fit_at, test, "map").labels,
+            data, None, time.perf_counter() - t0)
+    if not args.skip_laplace:
+        print("the learned-scale Laplace posterior's averaged marginals against the MAPs:")
+        _checks(rows)
+    if args.nuts:
+        print("NUTS on the hierarchical model against the MAPs (at its posterior-mean scales):")
+        _checks(rows, "nuts", "map_nuts_scales")
+        print("NUTS posterior-mean scales: " + ", ".join(
+            f"{n} {v:.3g}" for n, v in zip([*names, "transition"], [*s_mean, t_mean],
+                                              strict=True)))
+    if args.skip_laplace:
+        return
     d = res["diagnostics"]
     print(f"outer iterations {d['log_evidence'].size}, converged {bool(d['scales_converged'])}, "
           f"log evidence {float(res['fit']['log_evidence_at_scales']):.1f} "

@@ -11,23 +11,27 @@ import pymc as pm
 from pymc_crf.fitters.registry import register
 from pymc_crf.model.random_field import find_random_field
 from pymc_crf.model.results import build_result
-from pymc_crf.validation import real_number, whole_number
+from pymc_crf.validation import flag, real_number, whole_number
 
 __all__ = ["fit_nuts"]
 
 
 @register("nuts")
 def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-             random_seed=None, progressbar: bool = True, **sample_kwargs):
+             random_seed=None, progressbar: bool = True, log_likelihood: bool = True,
+             **sample_kwargs):
     """NUTS via ``pm.sample`` (nutpie when installed, as PyMC's default), plus the per-graph
     log-likelihood, and attrs ``method``/``wall_time`` like every other fitter.
 
-    ``progressbar`` is ``pm.sample``'s (its own bar, or nutpie's; ``False`` silences it); the other
+    ``log_likelihood``: add the per-graph ``log_likelihood`` group (the option every fitter
+    takes; not ``pm.sample``'s). ``progressbar`` is ``pm.sample``'s (its own bar, or nutpie's;
+    ``False`` silences it); the other
     keyword arguments go to ``pm.sample`` too. A keyword that is none of ``pm.sample``'s own but
     close to one (``drawz=``) is taken for a typo and refused: ``pm.sample`` would hand it to the
     step method or nutpie, whose errors do not name the intended option."""
     t0 = time.perf_counter()
     _refuse_typos(sample_kwargs)
+    log_likelihood = flag(log_likelihood, "method='nuts': log_likelihood")
     # checked here: PyMC and nutpie fail on these with errors that do not name them (chains=0
     # a ZeroDivisionError) or run with them (target_accept=1.5)
     draws = whole_number(draws, "method='nuts': draws")
@@ -51,7 +55,8 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,
                           progressbar=progressbar, **sample_kwargs)
     settings = {"draws": draws, "tune": tune, "chains": chains}
-    return build_result(model, idata, "nuts", settings, time.perf_counter() - t0, spec=field)
+    return build_result(model, idata, "nuts", settings, time.perf_counter() - t0, spec=field,
+                        log_likelihood=log_likelihood)
 
 
 # names other tools use for pm.sample's options; pm.sample would pass them on to its step

@@ -76,6 +76,11 @@ def test_fit_nuts_result_and_log_likelihood():
         np.testing.assert_allclose(ll.values[0, d], lik.pointwise(w), rtol=1e-10)
     # the draws move: NUTS was run, not a fixed point
     assert np.unique(post["T"].values[0, :, 0, 0]).size > 5
+    # log_likelihood=False, the option every fitter takes, is the fitter's and not pm.sample's
+    # (nutpie refuses unknown keywords)
+    bare = pmc.fit(model, method="nuts", draws=5, tune=5, chains=1, cores=1, random_seed=0,
+                   log_likelihood=False, compute_convergence_checks=False)
+    assert "log_likelihood" not in bare.children and bare["posterior"]["W"].shape == (1, 5, 1, 2)
 
 
 @pytest.mark.slow
