@@ -15,7 +15,7 @@ import pymc_crf as pmc
 from pymc_crf.datasets.hmm import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
 from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
-from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, _evaluate, data_term
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import (
     BetaProcessFactors,
@@ -146,6 +146,49 @@ def test_data_term_gradients_match_finite_differences(small_problem):
             fm = data_term(data, eng, **(args | {name: minus}), want_grad=False).value
             num[idx] = (fp - fm) / (2 * h)
         np.testing.assert_allclose(grads[name], num, atol=1e-6, err_msg=name)
+
+
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_pair_chain_pass_equals_the_engine_route(small_problem, scale):
+    """The compiled pass over the homogeneous pair chains (engine None) gives the engine route's
+    value and gradients; at ``scale`` 300 the potentials span thousands of nats, so chains fail
+    the scaled recursion's test and take the log-space fallback."""
+    data, wx, wy, we, rho = small_problem
+    args = {"wx": scale * wx, "wy": scale * wy, "we": scale * we, "rho": rho}
+    ref = _evaluate(data, ChainEngine(), **args, want_grad=True)
+    got = _evaluate(data, None, **args, want_grad=True)
+    np.testing.assert_allclose(got.value, ref.value, rtol=1e-10)
+    for f in ("per_graph", "log_probs", "g_wx", "g_wy", "g_we", "g_rho"):
+        a, b = getattr(got, f), getattr(ref, f)
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max(), err_msg=f)
+    value_only = _evaluate(data, None, **args, want_grad=False)
+    assert value_only.g_wx is None
+    np.testing.assert_allclose(value_only.log_probs, ref.log_probs, rtol=1e-10, atol=1e-12)
+
+
+def test_pair_chain_fallback_is_taken_and_unlabelled_data_score():
+    """Some chain of the large-scale problem fails the scaled test (so the log-space branch
+    runs), and sequences without labels get log p(c | X) with a zero data term."""
+    from pymc_crf.fitters.beta_process.pair_chains import _scaled_chain
+
+    rng = np.random.default_rng(7)
+    S, T = 3, 4
+    node = 400.0 * rng.normal(size=(T, S))
+    trans = 400.0 * rng.normal(size=(S, S))
+    mx = node.max(axis=1, keepdims=True)
+    M = np.exp(trans - trans.max())
+    _, ok = _scaled_chain(np.exp(node - mx), np.ones(S), M, T, S, True, np.empty((T, S)),
+                          np.empty((T, S)), np.empty(T), np.empty((T, S)), np.empty((S, S)))
+    assert not ok
+    batch = GraphBatch.chains([3, 2])
+    X = rng.normal(size=(5, 2))
+    W = rng.normal(size=(2, S)), rng.normal(size=(S, 2)), rng.normal(size=(S, S, 2))
+    rho = rng.uniform(0.1, 0.9, size=(2, S))
+    data = HCRFData(batch, X, None, 2)
+    got = data_term(data, None, *W, rho, want_grad=False)
+    ref = data_term(data, ChainEngine(), *W, rho, want_grad=False)
+    assert got.value == 0.0
+    np.testing.assert_allclose(got.log_probs, ref.log_probs, rtol=1e-12)
 
 
 # ---------------------------------------------------------------------------- the VI loop

@@ -34,7 +34,6 @@ from pymc_crf.fitters.beta_process.likelihood import HCRFData
 from pymc_crf.fitters.beta_process.stick_breaking import expected_usage
 from pymc_crf.fitters.beta_process.vi import VISettings, effective_weights, elog_pi, fit_restarts
 from pymc_crf.fitters.registry import register
-from pymc_crf.inference.select import get_engine
 from pymc_crf.model.results import build_result
 from pymc_crf.validation import generator, positive_number, whole_number
 
@@ -176,7 +175,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         raise ValueError("bp_hcrf_vi needs a model whose only free variables are the HCRF weights "
                          f"theta_x, theta_y, theta_e; found extra {[v.name for v in extra]}")
     data = HCRFData(info.batch, sign_split(info.node_features), labels, info.n_classes)
-    engine = get_engine("chain", data.rep)
+    engine = None      # the data term's compiled pass over the pair chains (likelihood.py)
     settings = VISettings(truncation=K, rounds=int(rounds), alpha=alpha, gamma=gamma,
                           alpha_pi=alpha_pi, theta_prior_sd=theta_prior_sd,
                           taylor_terms=taylor_terms, max_iter=max_iter, tol=tol,
