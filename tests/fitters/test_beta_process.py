@@ -245,6 +245,16 @@ def test_vi_fit_beats_chance_and_follows_contract(hmm_small, small_fit):
     assert res.attrs["method"] == "bp_hcrf_vi" and res.attrs["wall_time"] > 0
 
 
+def test_log_likelihood_group_equals_pymc(hmm_small, small_fit):
+    """The fitter's pointwise log-likelihood of the draws (the data term's compiled pass at
+    rho = z) is PyMC's, computed from the model and the posterior draws of the weights."""
+    train, _ = hmm_small
+    ref = pm.compute_log_likelihood(small_fit.copy(), model=_model(train, 6),
+                                    extend_inferencedata=False, progressbar=False)
+    np.testing.assert_allclose(small_fit["log_likelihood"]["y"].values, ref["y"].values,
+                               rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
 @pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
 def test_a_saved_fit_reloads_and_predicts_the_same(hmm_small, small_fit, fmt, tmp_path):

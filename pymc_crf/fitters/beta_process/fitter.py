@@ -30,7 +30,7 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.distributions.hcrf import find_hcrf
-from pymc_crf.fitters.beta_process.likelihood import HCRFData
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
 from pymc_crf.fitters.beta_process.stick_breaking import expected_usage
 from pymc_crf.fitters.beta_process.vi import VISettings, effective_weights, elog_pi, fit_restarts
 from pymc_crf.fitters.registry import register
@@ -68,16 +68,27 @@ def plug_in_weights(state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _to_model_weights(W["x"], W["y"], W["e"], u, _pair(u))
 
 
-def _draws(state, n, rng):
-    """Draws of the variational posterior, mapped to model weights, and of the factors."""
+def _draws(state, n, rng, data=None):
+    """Draws of the variational posterior, mapped to model weights, and of the factors; with
+    ``data`` (the training sequences) also the pointwise log-likelihood of every draw, (n, G).
+
+    The model weights of a draw are those of one homogeneous pair chain per (class, sequence)
+    with every sequence's indicators at the draw's ``z`` (``theta_e = W_e z_j z_k`` on every
+    edge, ``z_k^2 = z_k``), so ``log p(y_n | X_n, draw)`` is the data term's per-sequence value
+    at ``rho_n = z`` (:func:`.likelihood.data_term`'s compiled pass, no model compiled)."""
     th = {k: np.exp(v) for k, v in state.log_theta.items()}
     u = expected_usage(state.bp)
     out = {"theta_x": [], "theta_y": [], "theta_e": []}
     fac = {"pi_x": [], "pi_y": [], "pi_e": [], "V": [], "T": [], "z_new": []}
+    pointwise = []
     for _ in range(n):
         pi = {k: rng.beta(state.mu1[k], state.mu2[k]) for k in th}
         z = (rng.random(u.size) < u).astype(float)
         W = {k: th[k] * np.log(np.maximum(pi[k], 1e-300)) for k in th}
+        if data is not None:
+            rho = np.broadcast_to(z, (data.batch.n_graphs, z.size))
+            pointwise.append(data_term(data, None, W["x"], W["y"], W["e"], rho,
+                                       want_grad=False).per_graph)
         tx, ty, te = _to_model_weights(W["x"], W["y"], W["e"], z, _pair(z))
         for k, v in zip(("theta_x", "theta_y", "theta_e"), (tx, ty, te), strict=True):
             out[k].append(v)
@@ -87,7 +98,8 @@ def _draws(state, n, rng):
         fac["T"].append(rng.gamma(state.bp.u, 1.0 / state.bp.v))
         fac["z_new"].append(z)
     return ({k: np.asarray(v)[None] for k, v in out.items()},
-            {k: np.asarray(v)[None] for k, v in fac.items()})
+            {k: np.asarray(v)[None] for k, v in fac.items()},
+            np.asarray(pointwise).reshape(n, -1)[None] if data is not None else None)
 
 
 @register("bp_hcrf_vi")
@@ -182,7 +194,8 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                           theta_maxiter=theta_maxiter)
     rng = generator(random_seed, "random_seed")
     state, finals, _ = fit_restarts(data, engine, settings, int(n_restarts), rng, progressbar)
-    weight_draws, factors = _draws(state, draws, rng)
+    weight_draws, factors, pointwise = _draws(state, draws, rng,
+                                              data if log_likelihood else None)
     names = [w.name for w in weights]
     posterior = dict(zip(names, (weight_draws["theta_x"], weight_draws["theta_y"],
                                  weight_draws["theta_e"]), strict=True))
@@ -224,6 +237,8 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
             "random_seed": random_seed}
     result = build_result(model, posterior, "bp_hcrf_vi", opts, time.perf_counter() - t0,
                           diagnostics=diagnostics, log_likelihood=log_likelihood,
+                          pointwise_log_likelihood=(None if pointwise is None
+                                                    else {rv.name: pointwise}),
                           extra_groups={"bp_hcrf_point": point,
                                         "variational_posterior": variational},
                           attrs={"hcrf_weights": names})
