@@ -9,17 +9,23 @@ the gradient's weighting by ``[c = y_n] - p(c | n)`` and its sums per sequence h
 pass, sequence by sequence (the C chains of a sequence first, then their weights).
 
 Forward-backward with per-step scaling (Rabiner 1989, eqs. (91)-(92)): node rows and the table
-are exponentiated after subtracting their maxima, forward messages are renormalised at every
-step. A step is accepted when every unnormalised message entry is at least ``S * 1e-291`` (all
-potentials here are finite): the exactness argument of
-:mod:`pymc_crf.inference.chain.scaling` (above ``_threshold``) then makes log Z and the marginals
-equal the log-space recursion to rounding. A chain that fails the test is recomputed in log space.
+are exponentiated after subtracting their maxima (by the chain engine's vectorisable
+``_exp_nonpos``, which flushes arguments below -708 to 0), forward messages are renormalised at
+every step. A step is accepted when every unnormalised message entry is at least ``S * 1e-291``
+(all potentials here are finite): the exactness argument of
+:mod:`pymc_crf.inference.chain.scaling` (above ``_threshold``, its threshold for tables with
+flushed entries) then makes log Z and the marginals equal the log-space recursion to rounding.
+A chain that fails the test is recomputed in log space. The node rows of a pair factor as
+``exp(rho_k U[t, k]) exp(rho_k Wy[k, c])``, so the first factor is exponentiated once per
+sequence for all C classes.
 """
 
 from __future__ import annotations
 
 import numpy as np
 from numba import njit
+
+from pymc_crf.inference.chain.scaling import _exp_nonpos
 
 __all__ = ["pair_chain_terms"]
 
@@ -183,6 +189,8 @@ def pair_chain_terms(U, wy, we, rho, node_off, labels, want_grad):
         Tmax = max(Tmax, node_off[g + 1] - node_off[g])
     node = np.empty((Tmax, S))
     EU = np.empty((Tmax, S))
+    ushift = np.empty(Tmax * S)
+    ukbuf = np.empty(Tmax * S)
     E = np.empty((Tmax, S))
     ey = np.empty(S)
     alpha = np.empty((Tmax, S))
@@ -190,6 +198,8 @@ def pair_chain_terms(U, wy, we, rho, node_off, labels, want_grad):
     ezz = np.empty((S, S))
     trans = np.empty((S, S))
     M = np.empty((S, S))
+    shifted = np.empty(S * S)
+    kbuf = np.empty(S * S)
     m_c = np.empty((C, Tmax, S))
     xi_c = np.empty((C, S, S))
     w = np.empty(C)
@@ -213,14 +223,16 @@ def pair_chain_terms(U, wy, we, rho, node_off, labels, want_grad):
             for k in range(1, S):
                 mx = max(mx, r[k] * U[lo + t, k])
             for k in range(S):
-                EU[t, k] = np.exp(r[k] * U[lo + t, k] - mx)
+                ushift[t * S + k] = r[k] * U[lo + t, k] - mx
             su += mx
+        _exp_nonpos(ushift, EU.reshape(-1), ukbuf, T * S)
         for c in range(C):
             my = r[0] * wy[0, c]
             for k in range(1, S):
                 my = max(my, r[k] * wy[k, c])
             for k in range(S):
-                ey[k] = np.exp(r[k] * wy[k, c] - my)
+                shifted[k] = r[k] * wy[k, c] - my
+            _exp_nonpos(shifted, ey, kbuf, S)
             mt = -np.inf
             for j in range(S):
                 for k in range(S):
@@ -230,7 +242,8 @@ def pair_chain_terms(U, wy, we, rho, node_off, labels, want_grad):
                         mt = v
             for j in range(S):
                 for k in range(S):
-                    M[j, k] = np.exp(trans[j, k] - mt)
+                    shifted[j * S + k] = trans[j, k] - mt
+            _exp_nonpos(shifted, M.reshape(-1), kbuf, S * S)
             lz, ok = _scaled_chain(EU, ey, M, T, S, want_grad, E, alpha, cs, m_c[c], xi_c[c])
             if ok:
                 log_z[g, c] = lz + su + T * my + (T - 1) * mt
