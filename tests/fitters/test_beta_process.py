@@ -208,6 +208,39 @@ def test_bound_increases_monotonically(hmm_small):
     assert bounds[-1] > bounds[0] + 10.0   # it actually moved
 
 
+def test_pi_step_moves_every_block_towards_its_fixed_point(hmm_small):
+    """The q(pi) step (all three blocks from one gradient) never lowers the bound, and each
+    block moves along the segment from its old factors to its mean-field target
+    ``(1 + theta dL/dW, alpha_pi)`` with one step length per block."""
+    from pymc_crf.fitters.beta_process.stick_breaking import log_prior_rounds
+    from pymc_crf.fitters.beta_process.vi import _update_pi, bound, effective_weights
+
+    train, _ = hmm_small
+    data = HCRFData(train.graphs, sign_split(train.node_features), train.labels, 3)
+    s = VISettings(truncation=5, rounds=3)
+    log_pd = log_prior_rounds(s.truncation, s.rounds, s.gamma)
+    for seed in range(3):
+        st = init_state(data, s, np.random.default_rng(seed))
+        W = effective_weights(st)
+        lg = data_term(data, None, W["x"], W["y"], W["e"], st.rho)
+        grads = {"x": lg.g_wx, "y": lg.g_wy, "e": lg.g_we}
+        old1 = {k: v.copy() for k, v in st.mu1.items()}
+        old2 = {k: v.copy() for k, v in st.mu2.items()}
+        before = bound(data, None, st, s, log_pd)
+        after = _update_pi(data, None, st, s, log_pd, before)
+        assert after >= before
+        np.testing.assert_allclose(after, bound(data, None, st, s, log_pd), rtol=1e-12)
+        for k in ("x", "y", "e"):
+            target = 1.0 + np.exp(st.log_theta[k]) * grads[k]
+            d = target - old1[k]
+            lam = float(((st.mu1[k] - old1[k]) * d).sum() / (d * d).sum())
+            np.testing.assert_allclose(st.mu1[k], old1[k] + lam * d, atol=1e-12)
+            np.testing.assert_allclose(st.mu2[k], old2[k] + lam * (s.alpha_pi - old2[k]),
+                                       atol=1e-12)
+            assert 0.0 <= lam <= 1.0 and (st.mu1[k] > 1e-3).all()
+        assert after > before or seed > 0     # from the first start the step is taken
+
+
 def _model(data, S):
     with pm.Model() as model:
         tx = pm.Normal("theta_x", 0, 3, shape=(data.node_features.shape[1], S))
