@@ -106,7 +106,7 @@ def _draws(state, n, rng, data=None):
 def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: int = 4,
                    n_restarts: int = 3, max_iter: int = 50, tol: float = 1e-6,
                    alpha: float = 1.0, gamma: float = 2.0, alpha_pi: float = 1.0,
-                   theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 30,
+                   theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 10,
                    draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True,
                    progressbar: bool = True):
     """BP-HCRF (Luo, Sun & Zhao) by variational EM with random restarts; the best final bound is kept.
@@ -138,7 +138,10 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         Terms of the series for ``E_q[log p(z = 0 | .)]`` of the stick-breaking construction
         (the Taylor expansion of Luo, Sun & Zhao; the bound's truncation error falls with it), >= 1.
     theta_maxiter
-        L-BFGS iterations of each M-step on theta, >= 1.
+        L-BFGS iterations of each M-step on theta, >= 1. The step starts from the previous
+        theta and need only raise the bound (a partial M-step of generalised EM, Neal & Hinton
+        1998), so the default 10 stops short of the step's optimum (time and accuracy against
+        30 on the Japanese vowels: docs/benchmarks.md, 2026-11-29).
     log_likelihood
         Add the per-graph ``log_likelihood`` group (of the draws).
     draws

@@ -78,7 +78,7 @@ class VISettings:
     taylor_terms: int = 30
     max_iter: int = 50
     tol: float = 1e-6
-    theta_maxiter: int = 30
+    theta_maxiter: int = 10       # a partial M-step (Neal & Hinton 1998): see _update_theta
     max_halvings: int = 8
 
 
