@@ -83,8 +83,7 @@ class HCRFData:
 #: step's last trial point, the bound after the q(V, T, d) step (which leaves the data term
 #: alone), the first gradient of a step at the point the previous step ended on (vi.py). The
 #: data term is a deterministic function of its inputs, so a repeated point is looked up, not
-#: recomputed (in three EM iterations on the Japanese vowels, 10 log-partition passes instead
-#: of 36, for 6 more passes with marginals).
+#: recomputed.
 RECENT = 4
 
 
