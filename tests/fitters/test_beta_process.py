@@ -317,9 +317,11 @@ def test_both_test_time_rules_classify_well_above_chance(hmm_small, small_fit):
         pmc.predict(small_fit, test, rul="prior")
 
 
-def test_local_z_reaches_the_brute_force_optimum():
+@pytest.mark.parametrize("engine", [ChainEngine(), None], ids=["engine", "pair_chains"])
+def test_local_z_reaches_the_brute_force_optimum(engine):
     """z_step's fixed point maximises each sequence's local objective: checked against a grid
-    search over rho in [0, 1]^2 (two states) for every class."""
+    search over rho in [0, 1]^2 (two states) for every class, with the data term by the chain
+    engine and by the compiled pair-chain pass (the predictor's)."""
     rng = np.random.default_rng(5)
     batch = GraphBatch.chains([3, 2])
     X = rng.normal(size=(batch.n_total_nodes, 2))
@@ -327,7 +329,7 @@ def test_local_z_reaches_the_brute_force_optimum():
     W = {"x": rng.normal(size=(2, S)), "y": 2 * rng.normal(size=(S, C)),
          "e": rng.normal(size=(S, S, C))}
     prior_logit = np.array([0.4, -0.8])
-    eng = ChainEngine()
+    eng = engine
     scores, rhos = class_scores_local_z(batch, X, W, prior_logit, np.array([0.5, 0.3]), C, eng,
                                         max_iter=200, tol=1e-12)
     grid = np.linspace(1e-4, 1 - 1e-4, 101)
