@@ -15,7 +15,12 @@ import pymc_crf as pmc
 from pymc_crf.datasets.hmm import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
 from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
-from pymc_crf.fitters.beta_process.likelihood import HCRFData, _evaluate, data_term
+from pymc_crf.fitters.beta_process.likelihood import (
+    HCRFData,
+    _evaluate,
+    data_term,
+    per_graph_subset,
+)
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import (
     BetaProcessFactors,
@@ -164,6 +169,19 @@ def test_pair_chain_pass_equals_the_engine_route(small_problem, scale):
     value_only = _evaluate(data, None, **args, want_grad=False)
     assert value_only.g_wx is None
     np.testing.assert_allclose(value_only.log_probs, ref.log_probs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("engine", [ChainEngine(), None], ids=["engine", "pair_chains"])
+def test_per_graph_subset_equals_the_whole_batch(small_problem, engine):
+    """The data term of a subset of the sequences (z_step's halvings) is exactly the whole
+    batch's per-sequence value, whatever the rows of rho outside the subset hold."""
+    data, wx, wy, we, rho = small_problem
+    full = data_term(data, engine, wx, wy, we, rho, want_grad=False).per_graph
+    for idx in ([0, 2], [1], [2, 0, 1]):
+        other = rho.copy()
+        other[np.setdiff1d(np.arange(3), idx)] = 0.5
+        got = per_graph_subset(data, engine, wx, wy, we, other, np.array(idx))
+        np.testing.assert_array_equal(got, full[idx])
 
 
 def test_pair_chain_fallback_is_taken_and_unlabelled_data_score():

@@ -42,7 +42,7 @@ from pymc_crf.fitters.beta_process.pair_chains import pair_chain_terms
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.potentials import hcrf_pair_tables
 
-__all__ = ["HCRFData", "LikelihoodGrad", "data_term"]
+__all__ = ["HCRFData", "LikelihoodGrad", "data_term", "per_graph_subset"]
 
 
 @dataclass
@@ -186,6 +186,28 @@ def _evaluate(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool) -> Likel
     return LikelihoodGrad(float(per.sum()), per, lp, g_wx, g_wy, g_we, g_rho)
 
 
+#: the ``seqs`` argument of :func:`.pair_chains.pair_chain_terms` that selects every sequence
+_ALL = np.zeros(0, np.int64)
+
+
+def per_graph_subset(data: HCRFData, engine, wx, wy, we, rho, idx: np.ndarray) -> np.ndarray:
+    """``log p(y_n | X_n)`` of the sequences ``idx`` alone (rows of ``rho`` outside ``idx`` are
+    not read), equal to :func:`data_term`'s ``per_graph[idx]``: by the compiled pass over those
+    sequences' pairs when ``engine`` is None, else the engine's whole-batch value indexed. Not
+    kept in ``data.recent``."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if engine is not None:
+        return data_term(data, engine, wx, wy, we, rho, want_grad=False).per_graph[idx]
+    if data.labels is None:
+        return np.zeros(idx.size)
+    U = np.ascontiguousarray(data.X @ wx)
+    log_z = pair_chain_terms(
+        U, np.ascontiguousarray(wy, dtype=np.float64), np.ascontiguousarray(we, dtype=np.float64),
+        np.ascontiguousarray(rho, dtype=np.float64), data.batch.node_offsets.astype(np.int64),
+        np.zeros(0, np.int64), False, idx)[0][idx]
+    return log_softmax(log_z, axis=1)[np.arange(idx.size), data.labels[idx]]
+
+
 def _evaluate_pairs(data: HCRFData, wx, wy, we, rho, want_grad: bool) -> LikelihoodGrad:
     """:func:`data_term` by :func:`.pair_chains.pair_chain_terms` (one compiled pass)."""
     b = data.batch
@@ -196,7 +218,7 @@ def _evaluate_pairs(data: HCRFData, wx, wy, we, rho, want_grad: bool) -> Likelih
     log_z, A, g_wy, g_we, g_rho = pair_chain_terms(
         U, np.ascontiguousarray(wy, dtype=np.float64), np.ascontiguousarray(we, dtype=np.float64),
         np.ascontiguousarray(rho, dtype=np.float64), b.node_offsets.astype(np.int64), labels,
-        want_grad)
+        want_grad, _ALL)
     lp = log_softmax(log_z, axis=1)
     per = lp[np.arange(G), data.labels] if data.labels is not None else np.zeros(G)
     if not want_grad:

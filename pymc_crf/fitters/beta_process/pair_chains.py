@@ -159,21 +159,24 @@ def _log_chain(node, trans, T, S, want, m_out, xi_out):
 
 
 @njit(cache=True)
-def pair_chain_terms(U, wy, we, rho, node_off, labels, want_grad):
+def pair_chain_terms(U, wy, we, rho, node_off, labels, want_grad, seqs):
     """log Z of every (class, sequence) pair and, with ``want_grad``, the pieces of the data
     term's gradient (see :func:`.likelihood.data_term`).
 
     Parameters: ``U = X @ Wx`` (N, S), ``Wy`` (S, C), ``We`` (S, S, C), ``rho`` (G, S), the
-    sequences' node offsets (G + 1,), ``labels`` (G,) (read only with ``want_grad``).
+    sequences' node offsets (G + 1,), ``labels`` (G,) (read only with ``want_grad``), ``seqs``
+    the sequences to compute (int64; every sequence when empty). Each sequence's numbers are
+    computed on their own, so a subset gets exactly the values the whole batch gives it.
 
-    Returns ``log_z`` (G, C) and, with ``want_grad`` (else empty arrays): ``A`` (N, S), the node
-    marginals summed over classes with weights ``w_nc = [c = y_n] - p(c | n)``; ``g_wy`` (S, C);
-    ``g_we`` (S, S, C); ``g_rho`` (G, S).
+    Returns ``log_z`` (G, C; the rows of sequences not in ``seqs`` zero) and, with
+    ``want_grad`` (else empty arrays): ``A`` (N, S), the node marginals summed over classes with
+    weights ``w_nc = [c = y_n] - p(c | n)``; ``g_wy`` (S, C); ``g_we`` (S, S, C); ``g_rho``
+    (G, S).
     """
     N, S = U.shape
     C = wy.shape[1]
     G = node_off.shape[0] - 1
-    log_z = np.empty((G, C))
+    log_z = np.zeros((G, C))
     if want_grad:
         A = np.zeros((N, S))
         g_wy = np.zeros((S, C))
@@ -203,7 +206,9 @@ def pair_chain_terms(U, wy, we, rho, node_off, labels, want_grad):
     m_c = np.empty((C, Tmax, S))
     xi_c = np.empty((C, S, S))
     w = np.empty(C)
-    for g in range(G):
+    n_seqs = seqs.shape[0] if seqs.shape[0] > 0 else G
+    for gi in range(n_seqs):
+        g = seqs[gi] if seqs.shape[0] > 0 else gi
         lo = node_off[g]
         T = node_off[g + 1] - lo
         if T == 0:

@@ -45,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import digamma, expit
 
-from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term, per_graph_subset
 from pymc_crf.fitters.beta_process.stick_breaking import (
     SCIPY_FTOL,
     SCIPY_GTOL,
@@ -181,23 +181,27 @@ def z_step(data, engine, W, rho, prior_logit, max_halvings):
 
     The target ``logit rho* = d ell / d rho + prior_logit`` is approached by ``(1 - lam) rho +
     lam rho*``, ``lam`` halved per sequence until its local objective does not decrease (the data
-    term is not linear in rho). Returns the new ``rho`` (G, S) and its local objectives (G,).
+    term is not linear in rho). A halving evaluates only the sequences not yet accepted
+    (:func:`.likelihood.per_graph_subset`). Returns the new ``rho`` (G, S) and its local
+    objectives (G,).
     """
     lg = data_term(data, engine, W["x"], W["y"], W["e"], rho)
     target = np.clip(expit(lg.g_rho + prior_logit[None]), 1e-6, 1 - 1e-6)
     old_local = local_z_objective(lg.per_graph, rho, prior_logit)
     new, local = rho.copy(), old_local.copy()
-    accepted = np.zeros(rho.shape[0], bool)
+    pending = np.arange(rho.shape[0])
     lam = 1.0
     for _ in range(max_halvings + 1):
-        trial = np.where(accepted[:, None], new, (1 - lam) * rho + lam * target)
-        t = data_term(data, engine, W["x"], W["y"], W["e"], trial, want_grad=False)
-        trial_local = local_z_objective(t.per_graph, trial, prior_logit)
-        ok = (~accepted) & (trial_local >= old_local)
-        new = np.where(ok[:, None], trial, new)
-        local = np.where(ok, trial_local, local)
-        accepted |= ok
-        if accepted.all():
+        trial = (1 - lam) * rho[pending] + lam * target[pending]
+        full = new.copy()
+        full[pending] = trial
+        per = per_graph_subset(data, engine, W["x"], W["y"], W["e"], full, pending)
+        trial_local = local_z_objective(per, trial, prior_logit)
+        ok = trial_local >= old_local[pending]
+        new[pending[ok]] = trial[ok]
+        local[pending[ok]] = trial_local[ok]
+        pending = pending[~ok]
+        if pending.size == 0:
             break
         lam *= 0.5
     return new, local
