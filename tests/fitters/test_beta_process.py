@@ -184,6 +184,17 @@ def test_per_graph_subset_equals_the_whole_batch(small_problem, engine):
         np.testing.assert_array_equal(got, full[idx])
 
 
+def test_pair_chain_pass_refuses_non_finite_inputs(small_problem):
+    data, wx, wy, we, rho = small_problem
+    for bad in (np.nan, np.inf, -np.inf):
+        w = we.copy()
+        w[0, 1, 2] = bad
+        with pytest.raises(ValueError, match="not finite"):
+            _evaluate(data, None, wx, wy, w, rho, want_grad=False)
+        with pytest.raises(ValueError, match="not finite"):
+            per_graph_subset(data, None, wx, wy, w, rho, np.array([1]))
+
+
 def test_pair_chain_fallback_is_taken_and_unlabelled_data_score():
     """Some chain of the large-scale problem fails the scaled test (so the log-space branch
     runs), and sequences without labels get log p(c | X) with a zero data term."""

@@ -190,6 +190,17 @@ def _evaluate(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool) -> Likel
 _ALL = np.zeros(0, np.int64)
 
 
+def _pair_inputs(data: HCRFData, wx, wy, we, rho):
+    """``U = X @ Wx`` and contiguous float64 ``Wy``, ``We``, ``rho`` for
+    :func:`.pair_chains.pair_chain_terms`, refused unless finite (the kernel assumes finite
+    potentials, as the chain engine's check of the tables does for NaN and +inf)."""
+    U = np.ascontiguousarray(data.X @ wx)
+    out = (U, *(np.ascontiguousarray(a, dtype=np.float64) for a in (wy, we, rho)))
+    if not all(np.isfinite(a).all() for a in out):
+        raise ValueError("BP-HCRF data term: the weights or rho are not finite (NaN or inf)")
+    return out
+
+
 def per_graph_subset(data: HCRFData, engine, wx, wy, we, rho, idx: np.ndarray) -> np.ndarray:
     """``log p(y_n | X_n)`` of the sequences ``idx`` alone (rows of ``rho`` outside ``idx`` are
     not read), equal to :func:`data_term`'s ``per_graph[idx]``: by the compiled pass over those
@@ -200,11 +211,9 @@ def per_graph_subset(data: HCRFData, engine, wx, wy, we, rho, idx: np.ndarray) -
         return data_term(data, engine, wx, wy, we, rho, want_grad=False).per_graph[idx]
     if data.labels is None:
         return np.zeros(idx.size)
-    U = np.ascontiguousarray(data.X @ wx)
-    log_z = pair_chain_terms(
-        U, np.ascontiguousarray(wy, dtype=np.float64), np.ascontiguousarray(we, dtype=np.float64),
-        np.ascontiguousarray(rho, dtype=np.float64), data.batch.node_offsets.astype(np.int64),
-        np.zeros(0, np.int64), False, idx)[0][idx]
+    log_z = pair_chain_terms(*_pair_inputs(data, wx, wy, we, rho),
+                             data.batch.node_offsets.astype(np.int64), np.zeros(0, np.int64),
+                             False, idx)[0][idx]
     return log_softmax(log_z, axis=1)[np.arange(idx.size), data.labels[idx]]
 
 
@@ -212,12 +221,10 @@ def _evaluate_pairs(data: HCRFData, wx, wy, we, rho, want_grad: bool) -> Likelih
     """:func:`data_term` by :func:`.pair_chains.pair_chain_terms` (one compiled pass)."""
     b = data.batch
     G = b.n_graphs
-    U = np.ascontiguousarray(data.X @ wx)
     labels = (np.ascontiguousarray(data.labels, dtype=np.int64) if data.labels is not None
               else np.zeros(G, np.int64))
     log_z, A, g_wy, g_we, g_rho = pair_chain_terms(
-        U, np.ascontiguousarray(wy, dtype=np.float64), np.ascontiguousarray(we, dtype=np.float64),
-        np.ascontiguousarray(rho, dtype=np.float64), b.node_offsets.astype(np.int64), labels,
+        *_pair_inputs(data, wx, wy, we, rho), b.node_offsets.astype(np.int64), labels,
         want_grad, _ALL)
     lp = log_softmax(log_z, axis=1)
     per = lp[np.arange(G), data.labels] if data.labels is not None else np.zeros(G)
