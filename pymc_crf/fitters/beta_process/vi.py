@@ -142,7 +142,8 @@ def _update_pi(data, engine, state, s, log_pd, current):
     lg = data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
     grad_w = {"x": lg.g_wx, "y": lg.g_wy, "e": lg.g_we}
     old1, old2 = dict(state.mu1), dict(state.mu2)
-    target1 = {k: 1.0 + np.exp(state.log_theta[k]) * grad_w[k] for k in BLOCKS}  # eqs. (21)-(23)
+    # Luo, Sun & Zhao, eqs. (21)-(23), with log Z kept (decision 2)
+    target1 = {k: 1.0 + np.exp(state.log_theta[k]) * grad_w[k] for k in BLOCKS}
     feasible = {}
     for k in BLOCKS:
         f = 1.0
