@@ -15,7 +15,12 @@ import pymc_crf as pmc
 from pymc_crf.datasets.hmm import hmm_classes
 from pymc_crf.distributions.hcrf import HCRF
 from pymc_crf.fitters.beta_process import predict_bp_hcrf, sign_split
-from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.likelihood import (
+    HCRFData,
+    _evaluate,
+    data_term,
+    per_graph_subset,
+)
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import (
     BetaProcessFactors,
@@ -148,6 +153,73 @@ def test_data_term_gradients_match_finite_differences(small_problem):
         np.testing.assert_allclose(grads[name], num, atol=1e-6, err_msg=name)
 
 
+@pytest.mark.parametrize("scale", [1.0, 300.0])
+def test_pair_chain_pass_equals_the_engine_route(small_problem, scale):
+    """The compiled pass over the homogeneous pair chains (engine None) gives the engine route's
+    value and gradients; at ``scale`` 300 the potentials span thousands of nats, so chains fail
+    the scaled recursion's test and take the log-space fallback."""
+    data, wx, wy, we, rho = small_problem
+    args = {"wx": scale * wx, "wy": scale * wy, "we": scale * we, "rho": rho}
+    ref = _evaluate(data, ChainEngine(), **args, want_grad=True)
+    got = _evaluate(data, None, **args, want_grad=True)
+    np.testing.assert_allclose(got.value, ref.value, rtol=1e-10)
+    for f in ("per_graph", "log_probs", "g_wx", "g_wy", "g_we", "g_rho"):
+        a, b = getattr(got, f), getattr(ref, f)
+        np.testing.assert_allclose(a, b, rtol=1e-10, atol=1e-10 * np.abs(b).max(), err_msg=f)
+    value_only = _evaluate(data, None, **args, want_grad=False)
+    assert value_only.g_wx is None
+    np.testing.assert_allclose(value_only.log_probs, ref.log_probs, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("engine", [ChainEngine(), None], ids=["engine", "pair_chains"])
+def test_per_graph_subset_equals_the_whole_batch(small_problem, engine):
+    """The data term of a subset of the sequences (z_step's halvings) is exactly the whole
+    batch's per-sequence value, whatever the rows of rho outside the subset hold."""
+    data, wx, wy, we, rho = small_problem
+    full = data_term(data, engine, wx, wy, we, rho, want_grad=False).per_graph
+    for idx in ([0, 2], [1], [2, 0, 1]):
+        other = rho.copy()
+        other[np.setdiff1d(np.arange(3), idx)] = 0.5
+        got = per_graph_subset(data, engine, wx, wy, we, other, np.array(idx))
+        np.testing.assert_array_equal(got, full[idx])
+
+
+def test_pair_chain_pass_refuses_non_finite_inputs(small_problem):
+    data, wx, wy, we, rho = small_problem
+    for bad in (np.nan, np.inf, -np.inf):
+        w = we.copy()
+        w[0, 1, 2] = bad
+        with pytest.raises(ValueError, match="not finite"):
+            _evaluate(data, None, wx, wy, w, rho, want_grad=False)
+        with pytest.raises(ValueError, match="not finite"):
+            per_graph_subset(data, None, wx, wy, w, rho, np.array([1]))
+
+
+def test_pair_chain_fallback_is_taken_and_unlabelled_data_score():
+    """Some chain of the large-scale problem fails the scaled test (so the log-space branch
+    runs), and sequences without labels get log p(c | X) with a zero data term."""
+    from pymc_crf.fitters.beta_process.pair_chains import _scaled_chain
+
+    rng = np.random.default_rng(7)
+    S, T = 3, 4
+    node = 400.0 * rng.normal(size=(T, S))
+    trans = 400.0 * rng.normal(size=(S, S))
+    mx = node.max(axis=1, keepdims=True)
+    M = np.exp(trans - trans.max())
+    _, ok = _scaled_chain(np.exp(node - mx), np.ones(S), M, T, S, True, np.empty((T, S)),
+                          np.empty((T, S)), np.empty(T), np.empty((T, S)), np.empty((S, S)))
+    assert not ok
+    batch = GraphBatch.chains([3, 2])
+    X = rng.normal(size=(5, 2))
+    W = rng.normal(size=(2, S)), rng.normal(size=(S, 2)), rng.normal(size=(S, S, 2))
+    rho = rng.uniform(0.1, 0.9, size=(2, S))
+    data = HCRFData(batch, X, None, 2)
+    got = data_term(data, None, *W, rho, want_grad=False)
+    ref = data_term(data, ChainEngine(), *W, rho, want_grad=False)
+    assert got.value == 0.0
+    np.testing.assert_allclose(got.log_probs, ref.log_probs, rtol=1e-12)
+
+
 # ---------------------------------------------------------------------------- the VI loop
 @pytest.fixture(scope="module")
 def hmm_small():
@@ -163,6 +235,39 @@ def test_bound_increases_monotonically(hmm_small):
     assert len(bounds) > 10
     assert np.all(np.diff(bounds) >= -1e-8 * np.abs(bounds[1:])), np.diff(bounds).min()
     assert bounds[-1] > bounds[0] + 10.0   # it actually moved
+
+
+def test_pi_step_moves_every_block_towards_its_fixed_point(hmm_small):
+    """The q(pi) step (all three blocks from one gradient) never lowers the bound, and each
+    block moves along the segment from its old factors to its mean-field target
+    ``(1 + theta dL/dW, alpha_pi)`` with one step length per block."""
+    from pymc_crf.fitters.beta_process.stick_breaking import log_prior_rounds
+    from pymc_crf.fitters.beta_process.vi import _update_pi, bound, effective_weights
+
+    train, _ = hmm_small
+    data = HCRFData(train.graphs, sign_split(train.node_features), train.labels, 3)
+    s = VISettings(truncation=5, rounds=3)
+    log_pd = log_prior_rounds(s.truncation, s.rounds, s.gamma)
+    for seed in range(3):
+        st = init_state(data, s, np.random.default_rng(seed))
+        W = effective_weights(st)
+        lg = data_term(data, None, W["x"], W["y"], W["e"], st.rho)
+        grads = {"x": lg.g_wx, "y": lg.g_wy, "e": lg.g_we}
+        old1 = {k: v.copy() for k, v in st.mu1.items()}
+        old2 = {k: v.copy() for k, v in st.mu2.items()}
+        before = bound(data, None, st, s, log_pd)
+        after = _update_pi(data, None, st, s, log_pd, before)
+        assert after >= before
+        np.testing.assert_allclose(after, bound(data, None, st, s, log_pd), rtol=1e-12)
+        for k in ("x", "y", "e"):
+            target = 1.0 + np.exp(st.log_theta[k]) * grads[k]
+            d = target - old1[k]
+            lam = float(((st.mu1[k] - old1[k]) * d).sum() / (d * d).sum())
+            np.testing.assert_allclose(st.mu1[k], old1[k] + lam * d, atol=1e-12)
+            np.testing.assert_allclose(st.mu2[k], old2[k] + lam * (s.alpha_pi - old2[k]),
+                                       atol=1e-12)
+            assert 0.0 <= lam <= 1.0 and (st.mu1[k] > 1e-3).all()
+        assert after > before or seed > 0     # from the first start the step is taken
 
 
 def _model(data, S):
@@ -202,6 +307,16 @@ def test_vi_fit_beats_chance_and_follows_contract(hmm_small, small_fit):
     assert res.attrs["method"] == "bp_hcrf_vi" and res.attrs["wall_time"] > 0
 
 
+def test_log_likelihood_group_equals_pymc(hmm_small, small_fit):
+    """The fitter's pointwise log-likelihood of the draws (the data term's compiled pass at
+    rho = z) is PyMC's, computed from the model and the posterior draws of the weights."""
+    train, _ = hmm_small
+    ref = pm.compute_log_likelihood(small_fit.copy(), model=_model(train, 6),
+                                    extend_inferencedata=False, progressbar=False)
+    np.testing.assert_allclose(small_fit["log_likelihood"]["y"].values, ref["y"].values,
+                               rtol=1e-10, atol=1e-10)
+
+
 @pytest.mark.filterwarnings("ignore:Consolidated metadata:UserWarning")
 @pytest.mark.parametrize("fmt", ["zarr", "netcdf"])
 def test_a_saved_fit_reloads_and_predicts_the_same(hmm_small, small_fit, fmt, tmp_path):
@@ -231,9 +346,11 @@ def test_both_test_time_rules_classify_well_above_chance(hmm_small, small_fit):
         pmc.predict(small_fit, test, rul="prior")
 
 
-def test_local_z_reaches_the_brute_force_optimum():
+@pytest.mark.parametrize("engine", [ChainEngine(), None], ids=["engine", "pair_chains"])
+def test_local_z_reaches_the_brute_force_optimum(engine):
     """z_step's fixed point maximises each sequence's local objective: checked against a grid
-    search over rho in [0, 1]^2 (two states) for every class."""
+    search over rho in [0, 1]^2 (two states) for every class, with the data term by the chain
+    engine and by the compiled pair-chain pass (the predictor's)."""
     rng = np.random.default_rng(5)
     batch = GraphBatch.chains([3, 2])
     X = rng.normal(size=(batch.n_total_nodes, 2))
@@ -241,7 +358,7 @@ def test_local_z_reaches_the_brute_force_optimum():
     W = {"x": rng.normal(size=(2, S)), "y": 2 * rng.normal(size=(S, C)),
          "e": rng.normal(size=(S, S, C))}
     prior_logit = np.array([0.4, -0.8])
-    eng = ChainEngine()
+    eng = engine
     scores, rhos = class_scores_local_z(batch, X, W, prior_logit, np.array([0.5, 0.3]), C, eng,
                                         max_iter=200, tol=1e-12)
     grid = np.linspace(1e-4, 1 - 1e-4, 101)

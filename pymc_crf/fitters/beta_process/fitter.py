@@ -30,11 +30,10 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.distributions.hcrf import find_hcrf
-from pymc_crf.fitters.beta_process.likelihood import HCRFData
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
 from pymc_crf.fitters.beta_process.stick_breaking import expected_usage
 from pymc_crf.fitters.beta_process.vi import VISettings, effective_weights, elog_pi, fit_restarts
 from pymc_crf.fitters.registry import register
-from pymc_crf.inference.select import get_engine
 from pymc_crf.model.results import build_result
 from pymc_crf.validation import generator, positive_number, whole_number
 
@@ -69,16 +68,27 @@ def plug_in_weights(state) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return _to_model_weights(W["x"], W["y"], W["e"], u, _pair(u))
 
 
-def _draws(state, n, rng):
-    """Draws of the variational posterior, mapped to model weights, and of the factors."""
+def _draws(state, n, rng, data=None):
+    """Draws of the variational posterior, mapped to model weights, and of the factors; with
+    ``data`` (the training sequences) also the pointwise log-likelihood of every draw, (n, G).
+
+    The model weights of a draw are those of one homogeneous pair chain per (class, sequence)
+    with every sequence's indicators at the draw's ``z`` (``theta_e = W_e z_j z_k`` on every
+    edge, ``z_k^2 = z_k``), so ``log p(y_n | X_n, draw)`` is the data term's per-sequence value
+    at ``rho_n = z`` (:func:`.likelihood.data_term`'s compiled pass, no model compiled)."""
     th = {k: np.exp(v) for k, v in state.log_theta.items()}
     u = expected_usage(state.bp)
     out = {"theta_x": [], "theta_y": [], "theta_e": []}
     fac = {"pi_x": [], "pi_y": [], "pi_e": [], "V": [], "T": [], "z_new": []}
+    pointwise = []
     for _ in range(n):
         pi = {k: rng.beta(state.mu1[k], state.mu2[k]) for k in th}
         z = (rng.random(u.size) < u).astype(float)
         W = {k: th[k] * np.log(np.maximum(pi[k], 1e-300)) for k in th}
+        if data is not None:
+            rho = np.broadcast_to(z, (data.batch.n_graphs, z.size))
+            pointwise.append(data_term(data, None, W["x"], W["y"], W["e"], rho,
+                                       want_grad=False).per_graph)
         tx, ty, te = _to_model_weights(W["x"], W["y"], W["e"], z, _pair(z))
         for k, v in zip(("theta_x", "theta_y", "theta_e"), (tx, ty, te), strict=True):
             out[k].append(v)
@@ -88,14 +98,15 @@ def _draws(state, n, rng):
         fac["T"].append(rng.gamma(state.bp.u, 1.0 / state.bp.v))
         fac["z_new"].append(z)
     return ({k: np.asarray(v)[None] for k, v in out.items()},
-            {k: np.asarray(v)[None] for k, v in fac.items()})
+            {k: np.asarray(v)[None] for k, v in fac.items()},
+            np.asarray(pointwise).reshape(n, -1)[None] if data is not None else None)
 
 
 @register("bp_hcrf_vi")
 def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: int = 4,
                    n_restarts: int = 3, max_iter: int = 50, tol: float = 1e-6,
                    alpha: float = 1.0, gamma: float = 2.0, alpha_pi: float = 1.0,
-                   theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 30,
+                   theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 10,
                    draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True,
                    progressbar: bool = True):
     """BP-HCRF (Luo, Sun & Zhao) by variational EM with random restarts; the best final bound is kept.
@@ -127,7 +138,10 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         Terms of the series for ``E_q[log p(z = 0 | .)]`` of the stick-breaking construction
         (the Taylor expansion of Luo, Sun & Zhao; the bound's truncation error falls with it), >= 1.
     theta_maxiter
-        L-BFGS iterations of each M-step on theta, >= 1.
+        L-BFGS iterations of each M-step on theta, >= 1. The step starts from the previous
+        theta and need only raise the bound (a partial M-step of generalised EM, Neal & Hinton
+        1998), so the default 10 stops short of the step's optimum (time and accuracy against
+        30 on the Japanese vowels: docs/benchmarks.md, 2026-11-29).
     log_likelihood
         Add the per-graph ``log_likelihood`` group (of the draws).
     draws
@@ -176,14 +190,15 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
         raise ValueError("bp_hcrf_vi needs a model whose only free variables are the HCRF weights "
                          f"theta_x, theta_y, theta_e; found extra {[v.name for v in extra]}")
     data = HCRFData(info.batch, sign_split(info.node_features), labels, info.n_classes)
-    engine = get_engine("chain", data.rep)
+    engine = None      # the data term's compiled pass over the pair chains (likelihood.py)
     settings = VISettings(truncation=K, rounds=int(rounds), alpha=alpha, gamma=gamma,
                           alpha_pi=alpha_pi, theta_prior_sd=theta_prior_sd,
                           taylor_terms=taylor_terms, max_iter=max_iter, tol=tol,
                           theta_maxiter=theta_maxiter)
     rng = generator(random_seed, "random_seed")
     state, finals, _ = fit_restarts(data, engine, settings, int(n_restarts), rng, progressbar)
-    weight_draws, factors = _draws(state, draws, rng)
+    weight_draws, factors, pointwise = _draws(state, draws, rng,
+                                              data if log_likelihood else None)
     names = [w.name for w in weights]
     posterior = dict(zip(names, (weight_draws["theta_x"], weight_draws["theta_y"],
                                  weight_draws["theta_e"]), strict=True))
@@ -225,6 +240,8 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
             "random_seed": random_seed}
     result = build_result(model, posterior, "bp_hcrf_vi", opts, time.perf_counter() - t0,
                           diagnostics=diagnostics, log_likelihood=log_likelihood,
+                          pointwise_log_likelihood=(None if pointwise is None
+                                                    else {rv.name: pointwise}),
                           extra_groups={"bp_hcrf_point": point,
                                         "variational_posterior": variational},
                           attrs={"hcrf_weights": names})

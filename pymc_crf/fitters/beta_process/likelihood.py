@@ -14,7 +14,9 @@ with effective weights ``W = theta * E_q[log pi]`` (elementwise) and ``E[z_j z_k
 (Luo, Sun & Zhao, eq. (30) with the geometric mean ``exp E log F`` in place of ``E F``: the form whose
 gradients are the paper's eqs. (31)-(33); eq. (26) makes ``q(s | y_n)`` the clamped chain posterior, which is
 optimal, so its entropy and expected potential add up to ``log Z(y_n, n)``). All ``C * G`` pairs go
-through ONE call of the inference engine (the lead's chain forward-backward).
+through ONE compiled pass (:mod:`.pair_chains`: each pair's transition table is the same at every
+edge, so no per-edge tables are formed), or through one call of a chain inference engine on the
+replicated batch's tables (the general route, the reference in the tests).
 
 The normaliser ``log sum_c Z(c, n)`` is taken at the expected potentials, not in expectation. The
 potentials are linear in z and pi's logarithms and ``log Z`` is convex in them, so by Jensen's
@@ -29,26 +31,28 @@ Gradients with respect to the effective weights and to ``rho`` use the marginals
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
 from scipy.special import log_softmax
 
 from pymc_crf.distributions.hcrf import replicate_batch
+from pymc_crf.fitters.beta_process.pair_chains import pair_chain_terms
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.potentials import hcrf_pair_tables
 
-__all__ = ["HCRFData", "LikelihoodGrad", "data_term"]
+__all__ = ["HCRFData", "LikelihoodGrad", "data_term", "per_graph_subset"]
 
 
 @dataclass
 class HCRFData:
     """Sequences in the form the BP-HCRF fitter uses (features already sign-split).
 
-    Besides the replicated (class, sequence) batch it holds what every evaluation of the data term
-    reuses: the edge counts of the sequences and sparse 0/1 matrices that sum node rows per
-    sequence and edge rows per (class, sequence) pair; and ``recent``, the last
-    :data:`RECENT` evaluations of :func:`data_term` with their inputs.
+    Besides the edge counts of the sequences it holds ``recent``, the last :data:`RECENT`
+    evaluations of :func:`data_term` with their inputs, and, built on first use by an engine's
+    evaluation, the replicated (class, sequence) batch and sparse 0/1 matrices that sum node rows
+    per sequence and edge rows per (class, sequence) pair.
     """
 
     batch: GraphBatch
@@ -57,11 +61,21 @@ class HCRFData:
     n_classes: int
 
     def __post_init__(self):
-        self.rep = replicate_batch(self.batch, self.n_classes)
         self.edges_per_graph = np.diff(self.batch.edge_offsets)
-        self.node_sums = _segment_matrix(self.batch.node_offsets)        # (G, N)
-        self.pair_edge_sums = _segment_matrix(self.rep.edge_offsets)     # (C * G, C * E)
         self.recent: list[tuple[tuple[np.ndarray, ...], LikelihoodGrad]] = []
+
+    # what only an engine's evaluation uses, built on its first use
+    @cached_property
+    def rep(self) -> GraphBatch:
+        return replicate_batch(self.batch, self.n_classes)
+
+    @cached_property
+    def node_sums(self) -> sp.csr_matrix:
+        return _segment_matrix(self.batch.node_offsets)        # (G, N)
+
+    @cached_property
+    def pair_edge_sums(self) -> sp.csr_matrix:
+        return _segment_matrix(self.rep.edge_offsets)          # (C * G, C * E)
 
 
 #: evaluations :func:`data_term` keeps per data set. The coordinate steps of the fit ask for the
@@ -69,8 +83,7 @@ class HCRFData:
 #: step's last trial point, the bound after the q(V, T, d) step (which leaves the data term
 #: alone), the first gradient of a step at the point the previous step ended on (vi.py). The
 #: data term is a deterministic function of its inputs, so a repeated point is looked up, not
-#: recomputed (in three EM iterations on the Japanese vowels, 10 log-partition passes instead
-#: of 36, for 6 more passes with marginals).
+#: recomputed.
 RECENT = 4
 
 
@@ -115,7 +128,13 @@ def pair_tables(data: HCRFData, wx, wy, we, rho):
 def data_term(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool = True) -> LikelihoodGrad:
     """``ell`` and its gradients w.r.t. the effective weights and ``rho`` (without the gradients,
     their fields None, when not ``want_grad``); one of ``data.recent`` when its inputs are
-    equal, with gradients if they are wanted."""
+    equal, with gradients if they are wanted.
+
+    ``engine`` None (what the fitter and the predictor pass): the compiled pass over the
+    homogeneous pair chains (:mod:`.pair_chains`), which forms no per-edge tables; else a chain
+    inference engine run on the replicated batch's (C * N, S) and (C * E, S, S) tables (the
+    general route, kept as the reference the compiled pass is tested against).
+    """
     inputs = (wx, wy, we, rho)
     for seen, out in data.recent:
         if ((out.g_wx is not None or not want_grad)
@@ -128,8 +147,10 @@ def data_term(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool = True) -
 
 
 def _evaluate(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool) -> LikelihoodGrad:
-    """:func:`data_term` computed: one pass of the chain engine over every (class, sequence)
-    pair."""
+    """:func:`data_term` computed: one pass of :func:`.pair_chains.pair_chain_terms` when
+    ``engine`` is None, else one pass of ``engine`` over the replicated batch's tables."""
+    if engine is None:
+        return _evaluate_pairs(data, wx, wy, we, rho, want_grad)
     b, rep = data.batch, data.rep
     C, G, S = data.n_classes, b.n_graphs, wy.shape[0]
     node, edge, U, ezz = pair_tables(data, wx, wy, we, rho)
@@ -162,4 +183,52 @@ def _evaluate(data: HCRFData, engine, wx, wy, we, rho, want_grad: bool) -> Likel
                   - 2.0 * diag * rho + diag)
     else:
         g_we = np.zeros_like(we)
+    return LikelihoodGrad(float(per.sum()), per, lp, g_wx, g_wy, g_we, g_rho)
+
+
+#: the ``seqs`` argument of :func:`.pair_chains.pair_chain_terms` that selects every sequence
+_ALL = np.zeros(0, np.int64)
+
+
+def _pair_inputs(data: HCRFData, wx, wy, we, rho):
+    """``U = X @ Wx`` and contiguous float64 ``Wy``, ``We``, ``rho`` for
+    :func:`.pair_chains.pair_chain_terms`, refused unless finite (the kernel assumes finite
+    potentials, as the chain engine's check of the tables does for NaN and +inf)."""
+    U = np.ascontiguousarray(data.X @ wx)
+    out = (U, *(np.ascontiguousarray(a, dtype=np.float64) for a in (wy, we, rho)))
+    if not all(np.isfinite(a).all() for a in out):
+        raise ValueError("BP-HCRF data term: the weights or rho are not finite (NaN or inf)")
+    return out
+
+
+def per_graph_subset(data: HCRFData, engine, wx, wy, we, rho, idx: np.ndarray) -> np.ndarray:
+    """``log p(y_n | X_n)`` of the sequences ``idx`` alone (rows of ``rho`` outside ``idx`` are
+    not read), equal to :func:`data_term`'s ``per_graph[idx]``: by the compiled pass over those
+    sequences' pairs when ``engine`` is None, else the engine's whole-batch value indexed. Not
+    kept in ``data.recent``."""
+    idx = np.asarray(idx, dtype=np.int64)
+    if engine is not None:
+        return data_term(data, engine, wx, wy, we, rho, want_grad=False).per_graph[idx]
+    if data.labels is None:
+        return np.zeros(idx.size)
+    log_z = pair_chain_terms(*_pair_inputs(data, wx, wy, we, rho),
+                             data.batch.node_offsets.astype(np.int64), np.zeros(0, np.int64),
+                             False, idx)[0][idx]
+    return log_softmax(log_z, axis=1)[np.arange(idx.size), data.labels[idx]]
+
+
+def _evaluate_pairs(data: HCRFData, wx, wy, we, rho, want_grad: bool) -> LikelihoodGrad:
+    """:func:`data_term` by :func:`.pair_chains.pair_chain_terms` (one compiled pass)."""
+    b = data.batch
+    G = b.n_graphs
+    labels = (np.ascontiguousarray(data.labels, dtype=np.int64) if data.labels is not None
+              else np.zeros(G, np.int64))
+    log_z, A, g_wy, g_we, g_rho = pair_chain_terms(
+        *_pair_inputs(data, wx, wy, we, rho), b.node_offsets.astype(np.int64), labels,
+        want_grad, _ALL)
+    lp = log_softmax(log_z, axis=1)
+    per = lp[np.arange(G), data.labels] if data.labels is not None else np.zeros(G)
+    if not want_grad:
+        return LikelihoodGrad(float(per.sum()), per, lp, None, None, None, None)
+    g_wx = data.X.T @ (A * rho[b.node_graph])
     return LikelihoodGrad(float(per.sum()), per, lp, g_wx, g_wy, g_we, g_rho)

@@ -59,7 +59,8 @@ def class_scores_local_z(batch: GraphBatch, X: np.ndarray, W: dict, prior_logit:
         Prior usage ``E_q[p(z_k = 1)]``, the starting point of q(z | c).
     n_classes : int
     engine
-        Chain inference engine (forward-backward).
+        None for the data term's compiled pass over the pair chains, or a chain inference engine
+        (:func:`.likelihood.data_term`).
     max_iter, tol
         Coordinate steps per class; stop when no sequence's objective rises by more than ``tol``.
     max_halvings

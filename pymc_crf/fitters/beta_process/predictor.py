@@ -15,11 +15,10 @@ import json
 
 import numpy as np
 
-from pymc_crf.distributions.hcrf import class_log_probs, replicate_batch
+from pymc_crf.distributions.hcrf import class_log_probs
 from pymc_crf.fitters.beta_process.fitter import sign_split
 from pymc_crf.fitters.beta_process.local_z import class_scores_local_z
 from pymc_crf.fitters.beta_process.stick_breaking import BetaProcessFactors, z_natural_terms
-from pymc_crf.inference.select import get_engine
 from pymc_crf.model.predictors import (
     Prediction,
     hcrf_test_features,
@@ -76,9 +75,8 @@ def predict_bp_hcrf(result, data, *, rule: str = "local_z", max_iter: int = 20) 
     bp = BetaProcessFactors(*(np.asarray(point[n].values, float)
                      for n in ("q_V_a", "q_V_b", "q_T_shape", "q_T_rate", "q_d")))
     taylor = int(json.loads(result.attrs["settings"])["taylor_terms"])
-    engine = get_engine("chain", replicate_batch(data.graphs, C))
     scores, _ = class_scores_local_z(data.graphs, sign_split(X), W, z_natural_terms(bp, taylor),
-                                     np.asarray(point["usage"].values, float), C, engine,
+                                     np.asarray(point["usage"].values, float), C, None,
                                      max_iter=max_iter)
     scores -= scores.max(axis=1, keepdims=True)
     probs = np.exp(scores)

@@ -20,7 +20,8 @@ Decisions where the paper's equations are ambiguous or inconsistent (each also n
    eq. (21) (``1 + counts``, ``alpha``) with counts = clamped minus free expected counts times
    ``theta * rho`` (the ``- free`` part is the contribution of ``log Z``). Because ``log Z`` makes
    the data term non-conjugate, the step is taken as a damped natural-gradient step
-   (``mu <- (1 - lam) mu + lam mu*``), halving ``lam`` until ``mu1 > 0`` and the bound increases.
+   (``mu <- (1 - lam) mu + lam mu*``), halving ``lam`` until ``mu1 > 0`` and the bound increases;
+   the three blocks (x, y, e) move together, their targets from one gradient of the data term.
 3. q(z) (Bernoulli per sequence and state, eq. 24): ``logit rho* = d ell / d rho + E log p(z=1|.)
    - E log p(z=0|.)`` (the paper's ``log f1 - log f0`` plus the BP prior terms of eq. 24), applied
    with the same per-sequence backtracking (the data term is not linear in rho).
@@ -44,7 +45,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.special import digamma, expit
 
-from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term
+from pymc_crf.fitters.beta_process.likelihood import HCRFData, data_term, per_graph_subset
 from pymc_crf.fitters.beta_process.stick_breaking import (
     SCIPY_FTOL,
     SCIPY_GTOL,
@@ -77,7 +78,7 @@ class VISettings:
     taylor_terms: int = 30
     max_iter: int = 50
     tol: float = 1e-6
-    theta_maxiter: int = 30
+    theta_maxiter: int = 10       # a partial M-step (Neal & Hinton 1998): see _update_theta
     max_halvings: int = 8
 
 
@@ -127,31 +128,45 @@ def bound(data: HCRFData, engine, state: VIState, s: VISettings, log_pd) -> floa
 
 # ---------------------------------------------------------------------------- steps
 def _update_pi(data, engine, state, s, log_pd, current):
-    """Damped natural-gradient (mean-field fixed point) step for each q(pi) block (decision 2)."""
+    """Damped natural-gradient (mean-field fixed point) step of the three q(pi) blocks together
+    (decision 2), from one gradient of the data term.
+
+    Every block moves towards its target by ``lam_k = min(lam, f_k)``, ``f_k`` the largest of
+    ``1, 1/2, 1/4, ...`` that keeps the block's ``mu1 > 1e-3``; ``lam`` is halved until the
+    bound does not decrease (at most ``max_halvings`` times, else the old factors are kept).
+    The gradient is usually the theta step's last evaluation, and the accepted trial's gradient
+    is the one the z step starts from (both found in ``data.recent``), so a step costs one
+    forward-backward pass with gradients when its first trial is accepted.
+    """
+    W = effective_weights(state)
+    lg = data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
+    grad_w = {"x": lg.g_wx, "y": lg.g_wy, "e": lg.g_we}
+    old1, old2 = dict(state.mu1), dict(state.mu2)
+    # Luo, Sun & Zhao, eqs. (21)-(23), with log Z kept (decision 2)
+    target1 = {k: 1.0 + np.exp(state.log_theta[k]) * grad_w[k] for k in BLOCKS}
+    feasible = {}
     for k in BLOCKS:
-        W = effective_weights(state)
-        lg = data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
-        grad_w = {"x": lg.g_wx, "y": lg.g_wy, "e": lg.g_we}[k]
-        target1 = 1.0 + np.exp(state.log_theta[k]) * grad_w      # Luo, Sun & Zhao, eq. (21)-(23), see above
-        target2 = np.full_like(target1, s.alpha_pi)
-        old1, old2 = state.mu1[k], state.mu2[k]
-        lam = 1.0
+        f = 1.0
         for _ in range(s.max_halvings + 1):
-            new1 = (1 - lam) * old1 + lam * target1
-            new2 = (1 - lam) * old2 + lam * target2
-            if (new1 > 1e-3).all():
-                state.mu1[k], state.mu2[k] = new1, new2
-                # with the gradient: an accepted trial is where the next block's (or the z
-                # step's) gradient is taken, and bound() then finds it in data.recent
-                W = effective_weights(state)
-                data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
-                val = bound(data, engine, state, s, log_pd)
-                if val >= current:
-                    current = val
-                    break
-            lam *= 0.5
+            if ((1 - f) * old1[k] + f * target1[k] > 1e-3).all():
+                break
+            f *= 0.5
         else:
-            state.mu1[k], state.mu2[k] = old1, old2
+            f = 0.0
+        feasible[k] = f
+    lam = 1.0
+    for _ in range(s.max_halvings + 1):
+        for k in BLOCKS:
+            lk = min(lam, feasible[k])
+            state.mu1[k] = (1 - lk) * old1[k] + lk * target1[k]
+            state.mu2[k] = (1 - lk) * old2[k] + lk * s.alpha_pi
+        W = effective_weights(state)
+        data_term(data, engine, W["x"], W["y"], W["e"], state.rho)
+        val = bound(data, engine, state, s, log_pd)
+        if val >= current:
+            return val
+        lam *= 0.5
+    state.mu1, state.mu2 = old1, old2
     return current
 
 
@@ -167,23 +182,27 @@ def z_step(data, engine, W, rho, prior_logit, max_halvings):
 
     The target ``logit rho* = d ell / d rho + prior_logit`` is approached by ``(1 - lam) rho +
     lam rho*``, ``lam`` halved per sequence until its local objective does not decrease (the data
-    term is not linear in rho). Returns the new ``rho`` (G, S) and its local objectives (G,).
+    term is not linear in rho). A halving evaluates only the sequences not yet accepted
+    (:func:`.likelihood.per_graph_subset`). Returns the new ``rho`` (G, S) and its local
+    objectives (G,).
     """
     lg = data_term(data, engine, W["x"], W["y"], W["e"], rho)
     target = np.clip(expit(lg.g_rho + prior_logit[None]), 1e-6, 1 - 1e-6)
     old_local = local_z_objective(lg.per_graph, rho, prior_logit)
     new, local = rho.copy(), old_local.copy()
-    accepted = np.zeros(rho.shape[0], bool)
+    pending = np.arange(rho.shape[0])
     lam = 1.0
     for _ in range(max_halvings + 1):
-        trial = np.where(accepted[:, None], new, (1 - lam) * rho + lam * target)
-        t = data_term(data, engine, W["x"], W["y"], W["e"], trial, want_grad=False)
-        trial_local = local_z_objective(t.per_graph, trial, prior_logit)
-        ok = (~accepted) & (trial_local >= old_local)
-        new = np.where(ok[:, None], trial, new)
-        local = np.where(ok, trial_local, local)
-        accepted |= ok
-        if accepted.all():
+        trial = (1 - lam) * rho[pending] + lam * target[pending]
+        full = new.copy()
+        full[pending] = trial
+        per = per_graph_subset(data, engine, W["x"], W["y"], W["e"], full, pending)
+        trial_local = local_z_objective(per, trial, prior_logit)
+        ok = trial_local >= old_local[pending]
+        new[pending[ok]] = trial[ok]
+        local[pending[ok]] = trial_local[ok]
+        pending = pending[~ok]
+        if pending.size == 0:
             break
         lam *= 0.5
     return new, local
