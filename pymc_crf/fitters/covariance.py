@@ -356,8 +356,7 @@ class ImplicitGaussian:
         maps, b, K = op.maps, op.batch, op.K
         out = np.zeros((self.size, n))
         if op.chain:
-            parts = [(sub, rows, erows, mu, xi) for sub, rows, erows, _, mu, xi
-                     in op.chunk_marginals()]
+            parts = list(op.chunk_marginals())
         else:
             edge = np.ascontiguousarray(np.broadcast_to(maps.edge, (b.n_edges, K, K)))
             m = op.engine.marginals(b, maps.node, edge)
