@@ -156,10 +156,14 @@ class CRFTagger(BaseEstimator):
 
     @staticmethod
     def _evidence_sd(graphs, features, labels, K: int, progressbar: bool) -> float:
-        """The prior sd of every weight that maximises the Laplace evidence (``c2="evidence"``)."""
+        """The prior sd of every weight that maximises the Laplace evidence (``c2="evidence"``):
+        the scale ``pmc.fit(model, method="laplace", covariance="implicit", hyperprior=False)``
+        learns, taken from ``learn_scales`` without the fit's draws and variances."""
         import pymc as pm
 
         import pymc_crf as pmc
+        from pymc_crf.fitters.bethe_laplace.problem import weight_problem
+        from pymc_crf.fitters.bethe_laplace.scales import learn_scales
 
         with pm.Model() as model:
             s = pm.HalfNormal("s", 1.0)
@@ -167,9 +171,9 @@ class CRFTagger(BaseEstimator):
             T = pm.Normal("T", 0.0, s, shape=(K, K))
             pmc.CRF("y", graphs=graphs, node_features=features, node_weights=W,
                     edge_weights=T, observed=labels)
-        res = pmc.fit(model, method="laplace", covariance="implicit", hyperprior=False,
-                      draws=1, log_likelihood=False, progressbar=progressbar)
-        return float(res["fit"]["scales"].values[0])
+        problem = weight_problem(model, "laplace", learn_scales=True)
+        learned = learn_scales(problem, covariance="implicit", hyperprior=False, finish=False)
+        return float(learned.point.scales[0])
 
     def _fit_options(self) -> dict:
         from pymc_crf.fitters.registry import available, fitter, load_builtin

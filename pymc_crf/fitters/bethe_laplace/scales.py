@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytensor
+from scipy.interpolate import CubicHermiteSpline
 from scipy.optimize import minimize
 
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
@@ -61,7 +62,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
     maximise,
 )
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine
-from pymc_crf.fitters.covariance import ImplicitGaussian
+from pymc_crf.fitters.covariance import ImplicitGaussian, lanczos_quadrature
 from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
 from pymc_crf.validation import positive_number, whole_number
 
@@ -75,6 +76,14 @@ SCALE_BOUNDS = (1e-5, 1e3)
 IMPLICIT_PROBES = 16
 #: the implicit covariance's fixed-point iterations stop below this move in log s
 IMPLICIT_SCALE_TOL = 0.02
+#: the shared-scale search (``_search_shared_scale``): Lanczos probes (the same at every node),
+#: most Lanczos steps, MAP tolerance (largest whitened gradient entry) at its nodes, the move in
+#: log s below which it stops, and most nodes
+SEARCH_PROBES = 4
+SEARCH_STEPS = 80
+SEARCH_GTOL = 1e-2
+SEARCH_XTOL = 0.05
+SEARCH_MAX_NODES = 8
 
 
 class ScaleHyperprior:
@@ -286,7 +295,8 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
                  scale_init: np.ndarray | float = 1.0, scale_tol: float = 1e-6,
                  scale_maxiter: int = 200, refine: bool | None = None,
                  integrate_scales: str | None = None, grid_step: float = 0.75,
-                 grid_radius: float = 3.0, grid_threshold: float = 6.0) -> LearnedScales:
+                 grid_radius: float = 3.0, grid_threshold: float = 6.0,
+                 finish: bool = True) -> LearnedScales:
     """Type-II ML / MAP scales of ``problem`` (module docstring) and the Laplace fit there.
 
     Parameters
@@ -316,6 +326,11 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         entries), spacing ``grid_step`` standard deviations of ``log s``, out to
         ``grid_radius`` of them, dropping points whose log density is more than
         ``grid_threshold`` below the mode's.
+    finish : bool
+        With the search of one shared implicit-covariance scale (``_search_shared_scale``):
+        refine the MAP at the chosen scale to ``gtol`` and build its implicit Gaussian (for
+        draws); False returns the search's own node (MAP to ``SEARCH_GTOL``, no Gaussian), for
+        a caller that wants only the scale (``CRFTagger(c2="evidence")``).
     """
     if problem.n_scales == 0:
         raise ValueError("the model has no learned prior scales (no Normal weight prior with a "
@@ -357,7 +372,14 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
                              evidence=evidence)
 
     theta = np.clip(np.log(init), lo, hi)
-    pt = at(theta, None)
+    if implicit and refine and _one_shared_scale(problem):
+        theta, pt, trace = _search_shared_scale(problem, at, theta, lo, hi, prior_fn, maxiter,
+                                                 finish or integrate_scales is not None)
+        out = LearnedScales(pt, trace, True)
+        if integrate_scales == "grid":
+            _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
+        return out
+    pt = at(theta, None, evidence=not implicit)  # the implicit log det: left to the end
     trace_F, trace_ev, trace_s, trace_step = [pt.objective], [pt.log_evidence], [pt.scales], [0]
     converged = False
     stochastic = covariance == "implicit"
@@ -537,3 +559,160 @@ def _grid(problem, out: LearnedScales, at, theta, step, radius, threshold) -> No
     cell = theta.size * np.log(step) + float(np.sum(np.log(1.0 / np.sqrt(vals))))
     out.log_marginal_likelihood = float(top + np.log(w.sum()) + cell)
     out.points, out.weights, out.hessian = points, w / w.sum(), H
+
+
+def _one_shared_scale(problem: WeightProblem) -> bool:
+    """Whether one learned scale is the prior sd of every weight (``A = H + I / s^2``)."""
+    return problem.n_scales == 1 and bool(np.all(np.asarray(problem.scale_index) >= 0))
+
+
+@dataclass
+class _Node:
+    """A node of the shared-scale search (``_search_shared_scale``): ``theta = log s``, the MAP
+    ``w`` there (to ``SEARCH_GTOL``), ``phi`` and its slope ``R / s^2``, and the per-probe
+    estimates ``L`` (probes,) of ``log det(I + s^2 H_lik(w))``."""
+
+    theta: float
+    w: np.ndarray
+    phi: float
+    dphi: float
+    L: np.ndarray
+    steps: int
+    optimizer: dict
+    log_likelihood: float
+    log_prior: float
+
+
+def _search_model(nodes: list[_Node], grid: np.ndarray, d: int, hyper: np.ndarray
+                  ) -> np.ndarray:
+    """Per-probe model (probes, len(grid)) of ``F(theta)`` (the log evidence, plus ``hyper``)
+    from the nodes (``_search_shared_scale``): ``phi`` by cubic Hermite through the nodes'
+    values and slopes (linear from one node), ``L`` by the Lagrange polynomial through the (up
+    to three) nearest nodes."""
+    th = np.array([n.theta for n in nodes])
+    order = np.argsort(th)
+    if len(nodes) == 1:
+        phi = nodes[0].phi + nodes[0].dphi * (grid - th[0])
+    else:
+        phi = CubicHermiteSpline(th[order], [nodes[i].phi for i in order],
+                                 [nodes[i].dphi for i in order])(grid)
+    Ls = np.stack([n.L for n in nodes])  # (nodes, probes)
+    L = np.empty((Ls.shape[1], grid.size))
+    for g, t in enumerate(grid):
+        near = np.argsort(np.abs(th - t), kind="stable")[:3]
+        ell = [np.prod([(t - th[j]) / (th[i] - th[j]) for j in near if j != i]) for i in near]
+        L[:, g] = np.tensordot(ell, Ls[near], axes=1)
+    return phi[None, :] + 0.5 * d * np.log(2.0 * np.pi) - 0.5 * L + hyper[None, :]
+
+
+def _search_shared_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: float, hi: float,
+                         prior_fn, maxiter: int, finish: bool = True):
+    """The maximiser of the Laplace evidence (with ``prior_fn``, plus ``log p(s)``) over
+    ``theta = log s`` when one learned scale is the prior sd of every weight, within 3 of
+    ``theta0``: ``(theta, point, trace)``.
+
+    With ``A = H_lik(w*) + I / s^2``, ``log det A = -2 d theta + L(theta)``,
+    ``L(theta) = log det(I + e^{2 theta} H_lik(w*(theta)))``, and the evidence is
+    ``F = phi(theta) + d/2 log 2 pi - 1/2 L(theta)`` with ``phi = log p(D | w*) +
+    log N(w*; mu, s^2 I) + d theta``, whose slope is ``R / s^2`` (``R = ||w* - mu||^2``; the
+    envelope theorem). At a node ``theta_i``: the MAP (to ``SEARCH_GTOL``, warm-started
+    linearly in ``theta`` from the nearest nodes), then ``L(theta_i)`` by stochastic Lanczos
+    quadrature of ``H_lik(w*)`` (:func:`~pymc_crf.fitters.covariance.lanczos_quadrature`,
+    ``SEARCH_PROBES`` Rademacher probes, the same at every node, so differences between nodes
+    share their noise; the steps stop when the estimate moves by less than 1 over 5 steps).
+    Between the nodes ``phi`` is interpolated by cubic Hermite (values and exact slopes) and
+    ``L`` by the Lagrange polynomial through the (up to three) nearest nodes. ``L`` is smooth
+    along ``theta`` while ``log det(I + s^2 H_lik(w*(theta')))`` at a fixed node is far from
+    linear in ``theta'`` (``H_lik`` shrinks as the weights grow and the features saturate:
+    the third-derivative term MacKay's fixed point leaves out), so one node's Lanczos rules
+    are used at its own ``s`` only. The second node is 1 above the first, every later one at
+    the model's maximiser between the outer nodes, or 0.5 beyond the outer node where that
+    maximiser is; the search stops when, with at least three nodes, the maximiser is within
+    ``SEARCH_XTOL`` of a node, which is returned: with ``finish`` its MAP refined to the fit's
+    ``gtol`` with the implicit Gaussian there, else as the search left it. The trace's
+    ``search_theta_se`` is the spread of the per-probe models' maximisers (their standard
+    deviation over sqrt(probes)): the Monte Carlo error of the choice."""
+    d = problem.size
+    mu = problem.prior.mean
+    a, b = max(lo, float(theta0[0]) - 3.0), min(hi, float(theta0[0]) + 3.0)
+    grid_all = np.linspace(a, b, int(round((b - a) / 0.005)) + 1)
+
+    def hyper(theta: np.ndarray) -> np.ndarray:
+        if prior_fn is None:
+            return np.zeros(np.size(theta))
+        return np.array([prior_fn(np.array([t]))[0] for t in np.atleast_1d(theta)])
+
+    hyper_all = hyper(grid_all)
+    nodes: list[_Node] = []
+
+    def node(theta: float, start: np.ndarray) -> _Node:
+        p = problem.at_scales(np.array([np.exp(theta)]))
+        w, lik, info = _whitened_map(p, start, maxiter, SEARCH_GTOL)
+        s2 = np.exp(2.0 * theta)
+
+        def f(t):
+            return np.log1p(s2 * np.clip(t, 0.0, None))
+
+        quad = lanczos_quadrature(CurvatureOperator(lik, w).matmat, d, SEARCH_PROBES,
+                                  SEARCH_STEPS, rng=0, check=f, atol=1.0)
+        R = float(np.sum((w - mu) ** 2))
+        ll, lp = float(lik(w)[0]), float(p.prior(w)[0])
+        return _Node(theta, w, ll + lp + d * theta, R / s2, quad.estimates(f), quad.steps,
+                     info, ll, lp)
+
+    def start_at(theta: float) -> np.ndarray:
+        """The MAP's start: linear in theta through the two nearest nodes; from one node its
+        weights times ``s / s_node``; else the prior mean."""
+        if not nodes:
+            return mu.copy()
+        near = sorted(nodes, key=lambda n: abs(n.theta - theta))[:2]
+        if len(near) == 1:
+            return mu + (near[0].w - mu) * np.exp(theta - near[0].theta)
+        n0, n1 = near
+        return n0.w + (theta - n0.theta) / (n1.theta - n0.theta) * (n1.w - n0.w)
+
+    theta_next = float(theta0[0])
+    theta_hat, se = theta_next, np.nan
+    while True:
+        nodes.append(node(theta_next, start_at(theta_next)))
+        th = np.array([n.theta for n in nodes])
+        if len(nodes) == 1:  # the second node: 1 above (1 below at the upper bound)
+            theta_next = th[0] + 1.0 if th[0] + 1.0 <= b else th[0] - 1.0
+            continue
+        keep = (grid_all >= th.min() - 1e-9) & (grid_all <= th.max() + 1e-9)  # between nodes
+        grid = grid_all[keep]
+        F = _search_model(nodes, grid, d, hyper_all[keep])
+        i = int(np.argmax(F.mean(axis=0)))
+        theta_hat = float(grid[i])
+        per_probe = grid[np.argmax(F, axis=1)]
+        se = float(per_probe.std(ddof=1) / np.sqrt(per_probe.size))
+        if len(nodes) >= SEARCH_MAX_NODES:
+            break
+        gap = float(np.min(np.abs(th - theta_hat)))
+        if i in (0, grid.size - 1):  # at an outer node: 0.5 beyond it (within the bounds)
+            theta_next = float(np.clip(theta_hat + (0.5 if i else -0.5), a, b))
+            if np.min(np.abs(th - theta_next)) < 1e-9:
+                break  # the maximiser is at a bound of the search
+        elif gap >= SEARCH_XTOL:
+            theta_next = theta_hat
+        elif len(nodes) >= 3:
+            break
+        else:  # near a node, but the model needs a third one: beside it
+            other = th[np.argsort(np.abs(th - theta_hat))[1]]
+            theta_next = theta_hat + np.copysign(0.25, theta_hat - other)
+    best = min(nodes, key=lambda n: abs(n.theta - theta_hat))
+    evid = np.array([float(_search_model([n], np.array([n.theta]), d, np.zeros(1)).mean())
+                     for n in nodes])
+    lh = hyper(th)
+    k = nodes.index(best)
+    if finish:
+        pt = at(np.array([best.theta]), best.w, evidence=False)  # the MAP to the fit's gtol
+    else:
+        pt = ScalePoint(np.exp(np.array([best.theta])), best.w, None, np.nan, float(lh[k]),
+                        None, best.optimizer, best.log_likelihood, best.log_prior)
+    pt.log_evidence = float(evid[k])
+    trace = {"outer_objective": evid + lh, "outer_log_evidence": evid,
+             "outer_scales": np.exp(th)[:, None], "outer_step": np.full(len(nodes), 2),
+             "search_theta": theta_hat, "search_theta_se": se,
+             "search_lanczos_steps": np.array([n.steps for n in nodes])}
+    return np.array([best.theta]), pt, trace
