@@ -631,7 +631,8 @@ def _search_shared_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: flo
     ``SEARCH_XTOL`` of a node, which is returned: with ``finish`` its MAP refined to the fit's
     ``gtol`` with the implicit Gaussian there, else as the search left it. The trace's
     ``search_theta_se`` is the spread of the per-probe models' maximisers (their standard
-    deviation over sqrt(probes)): the Monte Carlo error of the choice."""
+    deviation over sqrt(probes)): the Monte Carlo error of the choice;
+    ``search_log_evidence_se`` the standard error of the returned node's log evidence."""
     d = problem.size
     mu = problem.prior.mean
     a, b = max(lo, float(theta0[0]) - 3.0), min(hi, float(theta0[0]) + 3.0)
@@ -714,5 +715,6 @@ def _search_shared_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: flo
     trace = {"outer_objective": evid + lh, "outer_log_evidence": evid,
              "outer_scales": np.exp(th)[:, None], "outer_step": np.full(len(nodes), 2),
              "search_theta": theta_hat, "search_theta_se": se,
+             "search_log_evidence_se": float(0.5 * best.L.std(ddof=1) / np.sqrt(best.L.size)),
              "search_lanczos_steps": np.array([n.steps for n in nodes])}
     return np.array([best.theta]), pt, trace
