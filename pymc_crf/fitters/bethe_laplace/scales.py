@@ -25,8 +25,11 @@ Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-
   about, which most of a text CRF's are) and ``log det A`` by stochastic Lanczos quadrature.
   Those estimates are noisy, so there the fixed-point steps are taken without the evidence
   backtracking and stop when no scale moves by more than ``IMPLICIT_SCALE_TOL`` in ``log s``
-  (their Monte Carlo noise). With one scale the evidence is then maximised directly
-  (``_refine_one_scale``).
+  (their Monte Carlo noise). With one scale the evidence itself is maximised instead, without
+  MacKay's steps (``_search_one_scale``: MAPs and Lanczos log dets at a few nodes in ``log s``,
+  and a model interpolating between them). On CoNLL-2000 (300 sentences, one scale for all
+  257,013 weights) MacKay's fixed point with the Lanczos ``gamma`` lies below ``log s = -0.66``,
+  the evidence's maximiser near ``log s = 0.4``.
 * **exact refinement** (dense, exact curvature): L-BFGS-B on ``F`` in ``log s`` with its exact
   gradient. ``H_lik`` moves with ``w*(s)``, which adds
   ``-1/2 tr(Sigma dH_lik/dw [v_g])``, ``v_g = dw*/dlog s_g = Sigma u_g``,
@@ -76,7 +79,7 @@ SCALE_BOUNDS = (1e-5, 1e3)
 IMPLICIT_PROBES = 16
 #: the implicit covariance's fixed-point iterations stop below this move in log s
 IMPLICIT_SCALE_TOL = 0.02
-#: the shared-scale search (``_search_shared_scale``): Lanczos probes (the same at every node),
+#: the one-scale search (``_search_one_scale``): Lanczos probes (the same at every node),
 #: most Lanczos steps, MAP tolerance (largest whitened gradient entry) at its nodes, the move in
 #: log s below which it stops, and most nodes
 SEARCH_PROBES = 4
@@ -318,16 +321,16 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         is flat); at most ``scale_maxiter`` of them (and of the exact ascent's iterations).
     refine : bool, optional
         Finish by maximising the Laplace evidence itself: L-BFGS-B with its exact gradient
-        (dense exact curvature), or a bounded scalar search (``covariance="implicit"`` with one
-        scale). Default: where possible with at most 2000 weights and 50 scales, and for the
-        implicit covariance with one scale.
+        (dense exact curvature), or the node search of ``_search_one_scale``
+        (``covariance="implicit"`` with one scale). Default: where possible with at most 2000
+        weights and 50 scales, and for the implicit covariance with one scale.
     integrate_scales : {None, "grid"}
         ``"grid"``: integrate the scales out on a grid (needs ``hyperprior``; at most 3 scale
         entries), spacing ``grid_step`` standard deviations of ``log s``, out to
         ``grid_radius`` of them, dropping points whose log density is more than
         ``grid_threshold`` below the mode's.
     finish : bool
-        With the search of one shared implicit-covariance scale (``_search_shared_scale``):
+        With the search of one shared implicit-covariance scale (``_search_one_scale``):
         refine the MAP at the chosen scale to ``gtol`` and build its implicit Gaussian (for
         draws); False returns the search's own node (MAP to ``SEARCH_GTOL``, no Gaussian), for
         a caller that wants only the scale (``CRFTagger(c2="evidence")``).
@@ -372,9 +375,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
                              evidence=evidence)
 
     theta = np.clip(np.log(init), lo, hi)
-    if implicit and refine and _one_shared_scale(problem):
-        theta, pt, trace = _search_shared_scale(problem, at, theta, lo, hi, prior_fn, maxiter,
-                                                 finish or integrate_scales is not None)
+    if implicit and refine:  # one scale (checked above)
+        theta, pt, trace = _search_one_scale(problem, at, theta, lo, hi, prior_fn, maxiter,
+                                             finish or integrate_scales is not None)
         out = LearnedScales(pt, trace, True)
         if integrate_scales == "grid":
             _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
@@ -384,10 +387,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     converged = False
     stochastic = covariance == "implicit"
     tol = max(scale_tol, IMPLICIT_SCALE_TOL) if stochastic else scale_tol
-    # one implicit-covariance scale: the bounded search of the evidence alone (below), without
-    # MacKay's steps, which hold the curvature fixed and would only centre its bracket
-    skip_fixed_point = implicit and refine and G == 1
-    for _ in range(0 if skip_fixed_point else scale_maxiter):  # MacKay, backtracking in log s
+    for _ in range(scale_maxiter):  # MacKay, backtracking in log s
         R, gamma, h = _mackay_gradient(problem, pt, prior_fn)
         denom = gamma - h
         target = np.where(denom > 0, 0.5 * np.log(np.maximum(R, 1e-300) / np.where(
@@ -431,11 +431,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     if implicit:
         pt = _with_evidence(pt)
         trace_ev[-1], trace_F[-1] = pt.log_evidence, pt.objective
-    if refine and implicit:
-        theta, pt = _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s,
-                                      trace_step)
-        converged = True
-    elif refine:
+    if refine:
         cache: dict[bytes, ScalePoint] = {}
         last = [pt]
 
@@ -478,31 +474,6 @@ def _with_evidence(pt: ScalePoint) -> ScalePoint:
         pt.log_evidence = float(pt.log_likelihood + pt.log_prior + 0.5 * d * np.log(2.0 * np.pi)
                                 + 0.5 * pt.gaussian.logdet(probes=IMPLICIT_PROBES))
     return pt
-
-
-def _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s, trace_step):
-    """Maximise the implicit-covariance evidence over one ``log s`` by a bounded scalar search
-    (Brent), within 3 of MacKay's point: MacKay's fixed point holds the curvature fixed,
-    which on text CRFs (many weights whose features saturate) stops far below the evidence's
-    maximiser. The Lanczos probes are fixed, so the estimates along the search share them."""
-    from scipy.optimize import minimize_scalar
-
-    cache = {float(theta[0]): pt}
-
-    def neg(t):
-        if t not in cache:
-            q = at(np.array([t]), pt.mean)
-            cache[t] = q
-            trace_F.append(q.objective)
-            trace_ev.append(q.log_evidence)
-            trace_s.append(q.scales)
-            trace_step.append(2)
-        return -cache[t].objective
-
-    a, b = max(lo, float(theta[0]) - 3.0), min(hi, float(theta[0]) + 3.0)
-    minimize_scalar(neg, bounds=(a, b), method="bounded", options={"xatol": 0.05})
-    best = max(cache.values(), key=lambda q: q.objective)
-    return np.log(best.scales), best
 
 
 def _theta_hessian(at, theta: np.ndarray, pt: ScalePoint, delta: float = 0.1) -> np.ndarray:
@@ -561,16 +532,11 @@ def _grid(problem, out: LearnedScales, at, theta, step, radius, threshold) -> No
     out.points, out.weights, out.hessian = points, w / w.sum(), H
 
 
-def _one_shared_scale(problem: WeightProblem) -> bool:
-    """Whether one learned scale is the prior sd of every weight (``A = H + I / s^2``)."""
-    return problem.n_scales == 1 and bool(np.all(np.asarray(problem.scale_index) >= 0))
-
-
 @dataclass
 class _Node:
-    """A node of the shared-scale search (``_search_shared_scale``): ``theta = log s``, the MAP
+    """A node of the one-scale search (``_search_one_scale``): ``theta = log s``, the MAP
     ``w`` there (to ``SEARCH_GTOL``), ``phi`` and its slope ``R / s^2``, and the per-probe
-    estimates ``L`` (probes,) of ``log det(I + s^2 H_lik(w))``."""
+    estimates ``L`` (probes,) of ``log det(I + S H_lik(w) S)``."""
 
     theta: float
     w: np.ndarray
@@ -586,7 +552,7 @@ class _Node:
 def _search_model(nodes: list[_Node], grid: np.ndarray, d: int, hyper: np.ndarray
                   ) -> np.ndarray:
     """Per-probe model (probes, len(grid)) of ``F(theta)`` (the log evidence, plus ``hyper``)
-    from the nodes (``_search_shared_scale``): ``phi`` by cubic Hermite through the nodes'
+    from the nodes (``_search_one_scale``): ``phi`` by cubic Hermite through the nodes'
     values and slopes (linear from one node), ``L`` by the Lagrange polynomial through the (up
     to three) nearest nodes."""
     th = np.array([n.theta for n in nodes])
@@ -605,36 +571,40 @@ def _search_model(nodes: list[_Node], grid: np.ndarray, d: int, hyper: np.ndarra
     return phi[None, :] + 0.5 * d * np.log(2.0 * np.pi) - 0.5 * L + hyper[None, :]
 
 
-def _search_shared_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: float, hi: float,
-                         prior_fn, maxiter: int, finish: bool = True):
-    """The maximiser of the Laplace evidence (with ``prior_fn``, plus ``log p(s)``) over
-    ``theta = log s`` when one learned scale is the prior sd of every weight, within 3 of
-    ``theta0``: ``(theta, point, trace)``.
+def _search_one_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: float, hi: float,
+                      prior_fn, maxiter: int, finish: bool = True):
+    """The maximiser of the Laplace evidence (with ``prior_fn``, plus ``log p(s)``) over one
+    learned scale, ``theta = log s``, within 3 of ``theta0``: ``(theta, point, trace)``.
 
-    With ``A = H_lik(w*) + I / s^2``, ``log det A = -2 d theta + L(theta)``,
-    ``L(theta) = log det(I + e^{2 theta} H_lik(w*(theta)))``, and the evidence is
+    With the prior sds ``S = diag(sd)`` at ``s`` (``s`` for the weights the scale governs),
+    ``A = H_lik(w*) + S^{-2}`` and ``log det A = -2 sum log sd + L(theta)``,
+    ``L(theta) = log det(I + S H_lik(w*(theta)) S)``; the evidence is
     ``F = phi(theta) + d/2 log 2 pi - 1/2 L(theta)`` with ``phi = log p(D | w*) +
-    log N(w*; mu, s^2 I) + d theta``, whose slope is ``R / s^2`` (``R = ||w* - mu||^2``; the
-    envelope theorem). At a node ``theta_i``: the MAP (to ``SEARCH_GTOL``, warm-started
-    linearly in ``theta`` from the nearest nodes), then ``L(theta_i)`` by stochastic Lanczos
-    quadrature of ``H_lik(w*)`` (:func:`~pymc_crf.fitters.covariance.lanczos_quadrature`,
-    ``SEARCH_PROBES`` Rademacher probes, the same at every node, so differences between nodes
-    share their noise; the steps stop when the estimate moves by less than 1 over 5 steps).
-    Between the nodes ``phi`` is interpolated by cubic Hermite (values and exact slopes) and
-    ``L`` by the Lagrange polynomial through the (up to three) nearest nodes. ``L`` is smooth
-    along ``theta`` while ``log det(I + s^2 H_lik(w*(theta')))`` at a fixed node is far from
-    linear in ``theta'`` (``H_lik`` shrinks as the weights grow and the features saturate:
-    the third-derivative term MacKay's fixed point leaves out), so one node's Lanczos rules
-    are used at its own ``s`` only. The second node is 1 above the first, every later one at
-    the model's maximiser between the outer nodes, or 0.5 beyond the outer node where that
-    maximiser is; the search stops when, with at least three nodes, the maximiser is within
-    ``SEARCH_XTOL`` of a node, which is returned: with ``finish`` its MAP refined to the fit's
-    ``gtol`` with the implicit Gaussian there, else as the search left it. The trace's
-    ``search_theta_se`` is the spread of the per-probe models' maximisers (their standard
-    deviation over sqrt(probes)): the Monte Carlo error of the choice;
-    ``search_log_evidence_se`` the standard error of the returned node's log evidence."""
+    log N(w*; mu, S^2) + sum log sd``, whose slope is ``R / s^2`` (``R`` the squared distance
+    of the governed weights from their prior means; the envelope theorem). At a node
+    ``theta_i``: the MAP (to ``SEARCH_GTOL``, warm-started linearly in ``theta`` from the
+    nearest nodes), then ``L(theta_i)`` by stochastic Lanczos quadrature of ``S H_lik S``
+    (:func:`~pymc_crf.fitters.covariance.lanczos_quadrature`; ``SEARCH_PROBES`` Rademacher
+    probes, the same at every node, so differences between nodes share their noise; the steps
+    stop when the estimate moves by less than 1 over 5 steps). Between the nodes ``phi`` is
+    interpolated by cubic Hermite (values and exact slopes) and ``L`` by the Lagrange
+    polynomial through the (up to three) nearest nodes. ``L`` is smooth in ``theta``; a node's
+    Lanczos rules are used at its own ``s`` only: at fixed ``w*`` they would give
+    ``log det(I + s^2 H_lik)`` at every ``s`` of a scale that governs every weight, but
+    ``H_lik(w*(theta'))`` itself shrinks fast as the weights grow and the features saturate
+    (on CoNLL-2000, ``log det(I + s^2 H_lik(w*(theta')))`` at fixed ``s`` is strongly convex
+    in ``theta'``), so that reuse is no model of ``L`` (the change MacKay's fixed point leaves
+    out). The second node is 1 above the first, every later one at the model's maximiser
+    between the outer nodes, or 0.5 beyond the outer node where that maximiser is; the search
+    stops when, with at least three nodes, the maximiser is within ``SEARCH_XTOL`` of a node,
+    which is returned: with ``finish`` its MAP refined to the fit's ``gtol`` with the implicit
+    Gaussian there, else as the search left it. The trace's ``search_theta_se`` is the spread
+    of the per-probe models' maximisers (their standard deviation over sqrt(probes)): the
+    Monte Carlo error of the choice; ``search_log_evidence_se`` the standard error of the
+    returned node's log evidence."""
     d = problem.size
     mu = problem.prior.mean
+    governed = np.asarray(problem.scale_index) >= 0
     a, b = max(lo, float(theta0[0]) - 3.0), min(hi, float(theta0[0]) + 3.0)
     grid_all = np.linspace(a, b, int(round((b - a) / 0.005)) + 1)
 
@@ -649,17 +619,17 @@ def _search_shared_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: flo
     def node(theta: float, start: np.ndarray) -> _Node:
         p = problem.at_scales(np.array([np.exp(theta)]))
         w, lik, info = _whitened_map(p, start, maxiter, SEARCH_GTOL)
-        s2 = np.exp(2.0 * theta)
+        op, sd = CurvatureOperator(lik, w), p.prior.sd[:, None]
 
         def f(t):
-            return np.log1p(s2 * np.clip(t, 0.0, None))
+            return np.log1p(np.clip(t, 0.0, None))
 
-        quad = lanczos_quadrature(CurvatureOperator(lik, w).matmat, d, SEARCH_PROBES,
+        quad = lanczos_quadrature(lambda V: sd * op.matmat(sd * V), d, SEARCH_PROBES,
                                   SEARCH_STEPS, rng=0, check=f, atol=1.0)
-        R = float(np.sum((w - mu) ** 2))
+        R = float(np.sum((w - mu)[governed] ** 2))
         ll, lp = float(lik(w)[0]), float(p.prior(w)[0])
-        return _Node(theta, w, ll + lp + d * theta, R / s2, quad.estimates(f), quad.steps,
-                     info, ll, lp)
+        return _Node(theta, w, ll + lp + float(np.sum(np.log(p.prior.sd))),
+                     R * np.exp(-2.0 * theta), quad.estimates(f), quad.steps, info, ll, lp)
 
     def start_at(theta: float) -> np.ndarray:
         """The MAP's start: linear in theta through the two nearest nodes; from one node its
