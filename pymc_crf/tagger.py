@@ -89,10 +89,10 @@ class CRFTagger(BaseEstimator):
         CRFsuite's L2 coefficient; the prior sd is ``1 / sqrt(2 c2)`` (1.0 -> 0.7071). Ignored
         when ``prior_sd`` is given. ``"evidence"``: chosen by the data without a grid search:
         one prior sd shared by every weight is learned by maximising the Laplace evidence
-        (type-II maximum likelihood; ``pmc.fit(method="laplace", covariance="implicit")``: the
-        exact curvature, ``log det`` by stochastic Lanczos quadrature, a bounded search over
-        ``log s``), then the tagger is fitted by ``method`` at that sd; the chosen value is
-        ``c2_``.
+        (type-II maximum likelihood; the scale ``pmc.fit(method="laplace",
+        covariance="implicit")`` learns: the exact curvature, ``log det`` by stochastic Lanczos
+        quadrature, MAPs at a few values of ``log s`` and a model of the evidence between them),
+        then the tagger is fitted by ``method`` at that sd; the chosen value is ``c2_``.
     prior_sd : float, optional
         The prior standard deviation of every weight, instead of ``c2``.
     method : str
