@@ -427,8 +427,8 @@ class ImplicitGaussian:
 class LanczosQuadrature:
     """The Gauss quadrature rules of stochastic Lanczos quadrature, one per probe: ``z^T f(M) z
     ~ sum_k weights[j, k] f(nodes[j, k])`` for probe ``j`` (weights include ``||z||^2 = d``),
-    so ``tr f(M)`` is estimated for any ``f`` from one Lanczos run (Ubaru, Chen & Saad 2017,
-    eq. (3.3)). ``exact``: the probes were the unit vectors (the trace is exact)."""
+    so ``tr f(M)`` is estimated for any ``f`` from one Lanczos run (Ubaru, Chen & Saad
+    2017). ``exact``: the probes were the unit vectors (the trace is exact)."""
 
     def __init__(self, nodes: np.ndarray, weights: np.ndarray, exact: bool, steps: int):
         self.nodes, self.weights, self.exact, self.steps = nodes, weights, exact, steps
@@ -468,7 +468,7 @@ def lanczos_quadrature(matmat, d: int, probes: int = 16, steps: int = 60, rng=0,
     """Stochastic Lanczos quadrature of a symmetric positive semidefinite (d, d) operator
     ``matmat`` (a (d, B) block to its product): ``probes`` Rademacher vectors in lockstep (one
     block product per step), at most ``steps`` Lanczos steps without reorthogonalisation
-    (Ubaru, Chen & Saad 2017, Alg. 1). With ``check`` (a function of the eigenvalues) the run
+    (Ubaru, Chen & Saad 2017). With ``check`` (a function of the eigenvalues) the run
     stops early once the estimate of ``tr check(M)`` moved by less than ``atol`` over the last
     ``every`` steps. With ``d <= probes`` the probes are the unit vectors (the exact trace; with
     d steps the exact quadrature)."""
