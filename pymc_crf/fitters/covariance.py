@@ -273,11 +273,11 @@ def conjugate_gradient(matmat, B: np.ndarray, preconditioner: np.ndarray, *, tol
     while it < maxiter and rel.max() >= tol:
         AP = matmat(P)
         pap = np.einsum("ij,ij->j", P, AP)
-        if np.any(pap <= 0):
-            raise _not_pd(float(pap.min()), " (a non-positive curvature met by conjugate "
+        live = rel >= tol  # converged columns (a zero right-hand side too) stay where they are
+        if np.any(pap[live] <= 0):
+            raise _not_pd(float(pap[live].min()), " (a non-positive curvature met by conjugate "
                           "gradients)")
-        live = rel >= tol  # converged columns stay where they are
-        alpha = np.where(live, rz / pap, 0.0)
+        alpha = np.where(live, rz / np.where(live, pap, 1.0), 0.0)
         X += alpha * P
         R -= alpha * AP
         rel = np.linalg.norm(R, axis=0) / bnorm

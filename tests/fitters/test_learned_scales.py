@@ -162,10 +162,14 @@ def test_exact_gradient_matches_finite_differences():
         assert g[k] == pytest.approx((f[0] - f[1]) / (2 * h), abs=1e-6)
 
 
-def test_grid_integration_against_quadrature_over_weights_and_scale():
+@pytest.mark.parametrize("covariance", ["auto", "implicit"])
+def test_grid_integration_against_quadrature_over_weights_and_scale(covariance):
+    """The grid mixture's ``log p(D)`` and weight means against quadrature, from the dense exact
+    mode and from the implicit covariance's one-scale search (its mode then re-evaluated with the
+    grid points' estimator; 2 weights, so the Lanczos traces are exact)."""
     m = _two_weight_model()
     res = pmc.fit(m, method="laplace", integrate_scales="grid", draws=4000, random_seed=1,
-                  progressbar=False)
+                  progressbar=False, covariance=covariance)
     exact = _ExactEvidence(m)
     # log p(D) and E[W | D] by quadrature over log s (HalfNormal(1) prior on s)
     t = np.linspace(np.log(0.05), np.log(20.0), 241)

@@ -377,7 +377,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     theta = np.clip(np.log(init), lo, hi)
     if implicit and refine:  # one scale (checked above)
         theta, pt, trace = _search_one_scale(problem, at, theta, lo, hi, prior_fn, maxiter,
-                                             finish or integrate_scales is not None)
+                                             finish and integrate_scales is None)
+        if integrate_scales == "grid":  # the mode with the grid points' own estimator
+            pt = at(theta, pt.mean)
         out = LearnedScales(pt, trace, True)
         if integrate_scales == "grid":
             _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
