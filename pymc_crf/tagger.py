@@ -109,7 +109,7 @@ class CRFTagger(BaseEstimator):
     random_state : int, optional
         Seed of the fit (fitters that draw) and of the choice of draws to average.
     progressbar : bool
-        Show the fitter's progress bar.
+        Show the fitter's progress bar (not the evidence search's, which has none).
 
     Attributes
     ----------
@@ -155,7 +155,7 @@ class CRFTagger(BaseEstimator):
         return (1.0 / (2.0 * positive_number(self.c2, "c2"))) ** 0.5
 
     @staticmethod
-    def _evidence_sd(graphs, features, labels, K: int, progressbar: bool) -> float:
+    def _evidence_sd(graphs, features, labels, K: int) -> float:
         """The prior sd of every weight that maximises the Laplace evidence (``c2="evidence"``):
         the scale ``pmc.fit(model, method="laplace", covariance="implicit", hyperprior=False)``
         learns, taken from ``learn_scales`` without the fit's draws and variances."""
@@ -238,8 +238,7 @@ class CRFTagger(BaseEstimator):
             raise ValueError(f"y has a single tag {classes}: a tagger needs at least two")
         graphs = sequence_batch(X)
         if sd is None:
-            sd = self._evidence_sd(graphs, features, labels, len(classes),
-                                   flag(self.progressbar, "progressbar"))
+            sd = self._evidence_sd(graphs, features, labels, len(classes))
         coords = {"feature": vec.feature_names_, "tag": classes, "tag_from": classes}
         with pm.Model(coords=coords) as model:
             W = pm.Normal("W", 0.0, sd, dims=("feature", "tag"))
