@@ -7,7 +7,7 @@ token template, ``pmc.datasets.token_features``):
 * **grid**: ``GridSearchCV(CRFTagger(), {"c2": [0.01, 0.03, 0.1, 0.3, 1, 3, 10]}, cv=5)`` scored
   by chunk F1 on the held-out folds, refitted at the best c2 on all the training sentences;
 * **evidence**: ``CRFTagger(c2="evidence")``: one prior sd for every weight chosen by the
-  Laplace evidence (type-II ML with the diagonal covariance), then the MAP at it.
+  Laplace evidence (type-II ML with the implicit exact covariance), then the MAP at it.
 
 Printed: the chosen c2, chunk F1 on the first ``--test`` test sentences, and the wall time of
 each (the grid's includes its refit), with the ratio. Both run in this process, one after the

@@ -89,10 +89,10 @@ class CRFTagger(BaseEstimator):
         CRFsuite's L2 coefficient; the prior sd is ``1 / sqrt(2 c2)`` (1.0 -> 0.7071). Ignored
         when ``prior_sd`` is given. ``"evidence"``: chosen by the data without a grid search:
         one prior sd shared by every weight is learned by maximising the Laplace evidence
-        (type-II maximum likelihood; ``pmc.fit(method="laplace", covariance="implicit")``: the
-        exact curvature, ``log det`` by stochastic Lanczos quadrature, a bounded search over
-        ``log s``), then the tagger is fitted by ``method`` at that sd; the chosen value is
-        ``c2_``.
+        (type-II maximum likelihood; the scale ``pmc.fit(method="laplace",
+        covariance="implicit")`` learns: the exact curvature, ``log det`` by stochastic Lanczos
+        quadrature, MAPs at a few values of ``log s`` and a model of the evidence between them),
+        then the tagger is fitted by ``method`` at that sd; the chosen value is ``c2_``.
     prior_sd : float, optional
         The prior standard deviation of every weight, instead of ``c2``.
     method : str
@@ -109,7 +109,7 @@ class CRFTagger(BaseEstimator):
     random_state : int, optional
         Seed of the fit (fitters that draw) and of the choice of draws to average.
     progressbar : bool
-        Show the fitter's progress bar.
+        Show the fitter's progress bar (not the evidence search's, which has none).
 
     Attributes
     ----------
@@ -155,11 +155,15 @@ class CRFTagger(BaseEstimator):
         return (1.0 / (2.0 * positive_number(self.c2, "c2"))) ** 0.5
 
     @staticmethod
-    def _evidence_sd(graphs, features, labels, K: int, progressbar: bool) -> float:
-        """The prior sd of every weight that maximises the Laplace evidence (``c2="evidence"``)."""
+    def _evidence_sd(graphs, features, labels, K: int) -> float:
+        """The prior sd of every weight that maximises the Laplace evidence (``c2="evidence"``):
+        the scale ``pmc.fit(model, method="laplace", covariance="implicit", hyperprior=False)``
+        learns, taken from ``learn_scales`` without the fit's draws and variances."""
         import pymc as pm
 
         import pymc_crf as pmc
+        from pymc_crf.fitters.bethe_laplace.problem import weight_problem
+        from pymc_crf.fitters.bethe_laplace.scales import learn_scales
 
         with pm.Model() as model:
             s = pm.HalfNormal("s", 1.0)
@@ -167,9 +171,9 @@ class CRFTagger(BaseEstimator):
             T = pm.Normal("T", 0.0, s, shape=(K, K))
             pmc.CRF("y", graphs=graphs, node_features=features, node_weights=W,
                     edge_weights=T, observed=labels)
-        res = pmc.fit(model, method="laplace", covariance="implicit", hyperprior=False,
-                      draws=1, log_likelihood=False, progressbar=progressbar)
-        return float(res["fit"]["scales"].values[0])
+        problem = weight_problem(model, "laplace", learn_scales=True)
+        learned = learn_scales(problem, covariance="implicit", hyperprior=False, finish=False)
+        return float(learned.point.scales[0])
 
     def _fit_options(self) -> dict:
         from pymc_crf.fitters.registry import available, fitter, load_builtin
@@ -234,8 +238,7 @@ class CRFTagger(BaseEstimator):
             raise ValueError(f"y has a single tag {classes}: a tagger needs at least two")
         graphs = sequence_batch(X)
         if sd is None:
-            sd = self._evidence_sd(graphs, features, labels, len(classes),
-                                   flag(self.progressbar, "progressbar"))
+            sd = self._evidence_sd(graphs, features, labels, len(classes))
         coords = {"feature": vec.feature_names_, "tag": classes, "tag_from": classes}
         with pm.Model(coords=coords) as model:
             W = pm.Normal("W", 0.0, sd, dims=("feature", "tag"))

@@ -47,8 +47,8 @@ from pymc_crf.fitters.bethe_laplace.hessian import (
 from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["DenseGaussian", "DiagonalGaussian", "GaussianPosterior", "ImplicitGaussian",
-           "LowRankGaussian", "cholesky_inverse", "conjugate_gradient", "inverse_pd",
-           "laplace_covariance", "randomized_eigh"]
+           "LanczosQuadrature", "LowRankGaussian", "cholesky_inverse", "conjugate_gradient",
+           "inverse_pd", "lanczos_quadrature", "laplace_covariance", "randomized_eigh"]
 
 
 def _not_pd(vals_min: float, hint: str) -> ValueError:
@@ -273,11 +273,11 @@ def conjugate_gradient(matmat, B: np.ndarray, preconditioner: np.ndarray, *, tol
     while it < maxiter and rel.max() >= tol:
         AP = matmat(P)
         pap = np.einsum("ij,ij->j", P, AP)
-        if np.any(pap <= 0):
-            raise _not_pd(float(pap.min()), " (a non-positive curvature met by conjugate "
+        live = rel >= tol  # converged columns (a zero right-hand side too) stay where they are
+        if np.any(pap[live] <= 0):
+            raise _not_pd(float(pap[live].min()), " (a non-positive curvature met by conjugate "
                           "gradients)")
-        live = rel >= tol  # converged columns stay where they are
-        alpha = np.where(live, rz / pap, 0.0)
+        alpha = np.where(live, rz / np.where(live, pap, 1.0), 0.0)
         X += alpha * P
         R -= alpha * AP
         rel = np.linalg.norm(R, axis=0) / bnorm
@@ -356,8 +356,7 @@ class ImplicitGaussian:
         maps, b, K = op.maps, op.batch, op.K
         out = np.zeros((self.size, n))
         if op.chain:
-            parts = [(sub, rows, erows, mu, xi) for sub, rows, erows, _, mu, xi
-                     in op.chunk_marginals()]
+            parts = list(op.chunk_marginals())
         else:
             edge = np.ascontiguousarray(np.broadcast_to(maps.edge, (b.n_edges, K, K)))
             m = op.engine.marginals(b, maps.node, edge)
@@ -413,46 +412,98 @@ class ImplicitGaussian:
         return self.sd**2 * (1.0 - np.mean(Z * X, axis=1))
 
     def logdet(self, probes: int = 16, steps: int = 60, rng=0) -> float:
-        """``log det Sigma = -log det A`` by stochastic Lanczos quadrature (Ubaru, Chen & Saad
-        2017): ``log det A~ = tr log A~`` for the whitened ``A~ = S H S + I`` estimated from
-        ``probes`` Rademacher vectors, each by the Gauss quadrature of ``steps`` Lanczos steps
-        (the probes in lockstep, one block product per step); ``log det A = log det A~ -
-        2 sum log sd``. The default ``rng`` is fixed, so estimates at nearby points share
-        their probes (common random numbers). With ``d <= probes`` the probes are the unit
-        vectors, and the trace is exact. Standard error: :attr:`logdet_se` (0 then)."""
-        probes = whole_number(probes, "probes", minimum=2)
-        steps = whole_number(steps, "steps", minimum=1)
-        rng = generator(rng, "rng")
-        d = self.size
-        exact_trace = d <= probes
-        if exact_trace:  # the unit vectors: the exact trace (with d steps, the exact log det)
-            V, probes = np.sqrt(d) * np.eye(d), d
-        else:
-            V = rng.choice([-1.0, 1.0], size=(d, probes))
-        Q = V / np.sqrt(d)
-        Q_prev = np.zeros_like(Q)
-        alphas, betas = [], []
-        beta = np.zeros(probes)
-        for _ in range(min(steps, d)):
-            W = self._whitened_matmat(Q) - beta * Q_prev
-            a = np.einsum("ij,ij->j", Q, W)
-            W -= a * Q
-            alphas.append(a)
-            beta = np.linalg.norm(W, axis=0)
-            if np.all(beta <= 1e-12):
-                break
-            betas.append(beta)
-            Q_prev, Q = Q, W / np.where(beta > 0, beta, 1.0)
-        m = len(alphas)
-        est = np.empty(probes)
-        for j in range(probes):
-            T = np.diag([a[j] for a in alphas])
-            off = [b[j] for b in betas[:m - 1]]
-            T += np.diag(off, 1) + np.diag(off, -1)
-            theta, U = np.linalg.eigh(T)
-            est[j] = d * np.sum(U[0] ** 2 * np.log(np.clip(theta, 1.0, None)))
-        self.logdet_se = 0.0 if exact_trace else float(est.std(ddof=1) / np.sqrt(probes))
+        """``log det Sigma = -log det A`` by stochastic Lanczos quadrature
+        (:func:`lanczos_quadrature`) of ``log det A~ = tr log A~`` for the whitened
+        ``A~ = S H S + I`` (eigenvalues >= 1), ``steps`` Lanczos steps on ``probes`` Rademacher
+        vectors; ``log det A = log det A~ - 2 sum log sd``. The default ``rng`` is fixed, so
+        estimates at nearby points share their probes (common random numbers). With
+        ``d <= probes`` the trace is exact. Standard error: :attr:`logdet_se` (0 then)."""
+        quad = lanczos_quadrature(self._whitened_matmat, self.size, probes, steps, rng)
+        est = quad.estimates(lambda t: np.log(np.clip(t, 1.0, None)))
+        self.logdet_se = quad.standard_error(est)
         return float(-(est.mean() - 2.0 * np.sum(np.log(self.sd))))
+
+
+class LanczosQuadrature:
+    """The Gauss quadrature rules of stochastic Lanczos quadrature, one per probe: ``z^T f(M) z
+    ~ sum_k weights[j, k] f(nodes[j, k])`` for probe ``j`` (weights include ``||z||^2 = d``),
+    so ``tr f(M)`` is estimated for any ``f`` from one Lanczos run (Ubaru, Chen & Saad
+    2017). ``exact``: the probes were the unit vectors (the trace is exact)."""
+
+    def __init__(self, nodes: np.ndarray, weights: np.ndarray, exact: bool, steps: int):
+        self.nodes, self.weights, self.exact, self.steps = nodes, weights, exact, steps
+
+    @property
+    def probes(self) -> int:
+        return int(self.nodes.shape[0])
+
+    def estimates(self, f) -> np.ndarray:
+        """Per-probe estimates (probes,) of ``tr f(M)`` (``f`` elementwise on an array)."""
+        return np.sum(self.weights * f(self.nodes), axis=1)
+
+    def trace(self, f) -> float:
+        """The estimate of ``tr f(M)``: the mean over the probes."""
+        return float(self.estimates(f).mean())
+
+    def standard_error(self, est: np.ndarray) -> float:
+        """Standard error of the mean of per-probe estimates (0 for the exact trace)."""
+        return 0.0 if self.exact else float(est.std(ddof=1) / np.sqrt(est.size))
+
+
+def _gauss_rules(alphas: list, betas: list, d: int) -> tuple[np.ndarray, np.ndarray]:
+    """Nodes and weights (probes, m) of the Lanczos tridiagonals (Golub & Welsch 1969)."""
+    m, probes = len(alphas), alphas[0].size
+    nodes, weights = np.empty((probes, m)), np.empty((probes, m))
+    for j in range(probes):
+        T = np.diag([a[j] for a in alphas])
+        off = [b[j] for b in betas[:m - 1]]
+        T += np.diag(off, 1) + np.diag(off, -1)
+        theta, U = np.linalg.eigh(T)
+        nodes[j], weights[j] = theta, d * U[0] ** 2
+    return nodes, weights
+
+
+def lanczos_quadrature(matmat, d: int, probes: int = 16, steps: int = 60, rng=0, *,
+                       check=None, atol: float = 0.0, every: int = 5) -> LanczosQuadrature:
+    """Stochastic Lanczos quadrature of a symmetric positive semidefinite (d, d) operator
+    ``matmat`` (a (d, B) block to its product): ``probes`` Rademacher vectors in lockstep (one
+    block product per step), at most ``steps`` Lanczos steps without reorthogonalisation
+    (Ubaru, Chen & Saad 2017). With ``check`` (a function of the eigenvalues) the run
+    stops early once the estimate of ``tr check(M)`` moved by less than ``atol`` over the last
+    ``every`` steps. With ``d <= probes`` the probes are the unit vectors (the exact trace; with
+    d steps the exact quadrature)."""
+    probes = whole_number(probes, "probes", minimum=2)
+    steps = whole_number(steps, "steps", minimum=1)
+    rng = generator(rng, "rng")
+    exact_trace = d <= probes
+    if exact_trace:
+        V, probes = np.sqrt(d) * np.eye(d), d
+    else:
+        V = rng.choice([-1.0, 1.0], size=(d, probes))
+    Q = V / np.sqrt(d)
+    Q_prev = np.zeros_like(Q)
+    alphas: list[np.ndarray] = []
+    betas: list[np.ndarray] = []
+    beta = np.zeros(probes)
+    last = None
+    for k in range(min(steps, d)):
+        W = matmat(Q) - beta * Q_prev
+        a = np.einsum("ij,ij->j", Q, W)
+        W -= a * Q
+        alphas.append(a)
+        beta = np.linalg.norm(W, axis=0)
+        if np.all(beta <= 1e-12):
+            break
+        betas.append(beta)
+        Q_prev, Q = Q, W / np.where(beta > 0, beta, 1.0)
+        if check is not None and (k + 1) % every == 0:
+            nodes, weights = _gauss_rules(alphas, betas, d)
+            value = float(np.mean(np.sum(weights * check(nodes), axis=1)))
+            if last is not None and abs(value - last) < atol:
+                break
+            last = value
+    nodes, weights = _gauss_rules(alphas, betas, d)
+    return LanczosQuadrature(nodes, weights, exact_trace, len(alphas))
 
 
 def randomized_eigh(matmat, d: int, k: int, *, oversample: int = 10, power_iterations: int = 2,

@@ -25,6 +25,7 @@ from pymc_crf.fitters.covariance import (
     DenseGaussian,
     ImplicitGaussian,
     inverse_pd,
+    lanczos_quadrature,
     laplace_covariance,
     randomized_eigh,
 )
@@ -104,6 +105,20 @@ def test_block_curvature_is_the_finite_difference_hessian():
     fd = np.stack([-(lik(w + h * e)[1] - lik(w - h * e)[1]) / (2 * h)
                    for e in np.eye(w.size)], axis=1)
     assert np.abs(H - fd).max() / np.abs(H).max() < 1e-6
+
+
+@pytest.mark.parametrize("shared", [True, False], ids=["shared", "edge-features"])
+def test_chain_block_products_are_the_central_differences_of_the_gradient(shared):
+    """The compiled chain pass (:func:`chain_covariance_block` through ``matmat``) on a block of
+    random directions equals central differences of the engine's gradient along each direction
+    (step 1e-5: truncation error about 5e-10 of the product here), to 1e-8 of the largest
+    entry."""
+    _, lik, eng, w = _problem(CHAINS, "loglinear", shared, seed=4)
+    V = np.random.default_rng(6).normal(size=(w.size, 5))
+    HV = CurvatureOperator(lik, w, eng).matmat(V)
+    h = 1e-5
+    fd = np.stack([-(lik(w + h * v)[1] - lik(w - h * v)[1]) / (2 * h) for v in V.T], axis=1)
+    assert np.abs(HV - fd).max() / np.abs(HV).max() < 1e-8
 
 
 def test_chain_block_equals_the_engine_covariance_product():
@@ -353,3 +368,27 @@ def test_implicit_gaussian_variance_estimate(kind):
     np.testing.assert_allclose(g.variance_estimate(4, rng=8),
                                g.sd**2 * (1.0 - np.mean(Z * X, axis=1)), rtol=1e-8)
     np.testing.assert_allclose(g.variance_estimate(4000, rng=9), np.diag(Sigma), rtol=0.05)
+
+
+def test_lanczos_quadrature_rules_are_exact_for_low_degree_polynomials():
+    """Each probe's m-step Gauss rule integrates ``z^T M^k z`` exactly for k <= 2m - 1 (Golub &
+    Meurant): against the probes themselves (the same Rademacher draws); with ``d <= probes``
+    the unit vectors and d steps give the exact ``log det``; the early stop ends the run at the
+    first check after the estimate settles."""
+    rng = np.random.default_rng(0)
+    d, m = 60, 4
+    G = rng.normal(size=(d, d))
+    M = G @ G.T / d + np.diag(rng.uniform(0.5, 2.0, d))
+    quad = lanczos_quadrature(lambda V: M @ V, d, probes=5, steps=m, rng=3)
+    Z = np.random.default_rng(3).choice([-1.0, 1.0], size=(d, 5))
+    for k in range(2 * m):
+        ref = np.einsum("ij,ij->j", Z, np.linalg.matrix_power(M, k) @ Z)
+        np.testing.assert_allclose(quad.estimates(lambda t, k=k: t**k), ref, rtol=1e-9)
+    small = M[:6, :6]
+    exact = lanczos_quadrature(lambda V: small @ V, 6, probes=8, steps=10)
+    assert exact.exact and exact.standard_error(exact.estimates(np.log)) == 0.0
+    np.testing.assert_allclose(exact.trace(np.log), np.linalg.slogdet(small)[1], rtol=1e-10)
+    early = lanczos_quadrature(lambda V: M @ V, d, probes=5, steps=60, check=np.log, atol=1e-3)
+    full = lanczos_quadrature(lambda V: M @ V, d, probes=5, steps=60)
+    assert early.steps % 5 == 0 and early.steps < full.steps
+    assert abs(early.trace(np.log) - full.trace(np.log)) < 1e-2

@@ -25,8 +25,11 @@ Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-
   about, which most of a text CRF's are) and ``log det A`` by stochastic Lanczos quadrature.
   Those estimates are noisy, so there the fixed-point steps are taken without the evidence
   backtracking and stop when no scale moves by more than ``IMPLICIT_SCALE_TOL`` in ``log s``
-  (their Monte Carlo noise). With one scale the evidence is then maximised directly
-  (``_refine_one_scale``).
+  (their Monte Carlo noise). With one scale the evidence itself is maximised instead, without
+  MacKay's steps (``_search_one_scale``: MAPs and Lanczos log dets at a few nodes in ``log s``,
+  and a model interpolating between them). On CoNLL-2000 (300 sentences, one scale for all
+  257,013 weights) MacKay's fixed point with the Lanczos ``gamma`` lies below ``log s = -0.66``,
+  the evidence's maximiser near ``log s = 0.4``.
 * **exact refinement** (dense, exact curvature): L-BFGS-B on ``F`` in ``log s`` with its exact
   gradient. ``H_lik`` moves with ``w*(s)``, which adds
   ``-1/2 tr(Sigma dH_lik/dw [v_g])``, ``v_g = dw*/dlog s_g = Sigma u_g``,
@@ -49,6 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytensor
+from scipy.interpolate import CubicHermiteSpline
 from scipy.optimize import minimize
 
 from pymc_crf.fitters.bethe_laplace.curvature import fisher_matrix, potential_curvature
@@ -61,7 +65,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
     maximise,
 )
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine
-from pymc_crf.fitters.covariance import ImplicitGaussian
+from pymc_crf.fitters.covariance import ImplicitGaussian, lanczos_quadrature
 from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
 from pymc_crf.validation import positive_number, whole_number
 
@@ -75,6 +79,14 @@ SCALE_BOUNDS = (1e-5, 1e3)
 IMPLICIT_PROBES = 16
 #: the implicit covariance's fixed-point iterations stop below this move in log s
 IMPLICIT_SCALE_TOL = 0.02
+#: the one-scale search (``_search_one_scale``): Lanczos probes (the same at every node),
+#: most Lanczos steps, MAP tolerance (largest whitened gradient entry) at its nodes, the move in
+#: log s below which it stops, and most nodes
+SEARCH_PROBES = 4
+SEARCH_STEPS = 80
+SEARCH_GTOL = 1e-2
+SEARCH_XTOL = 0.05
+SEARCH_MAX_NODES = 8
 
 
 class ScaleHyperprior:
@@ -286,7 +298,8 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
                  scale_init: np.ndarray | float = 1.0, scale_tol: float = 1e-6,
                  scale_maxiter: int = 200, refine: bool | None = None,
                  integrate_scales: str | None = None, grid_step: float = 0.75,
-                 grid_radius: float = 3.0, grid_threshold: float = 6.0) -> LearnedScales:
+                 grid_radius: float = 3.0, grid_threshold: float = 6.0,
+                 finish: bool = True) -> LearnedScales:
     """Type-II ML / MAP scales of ``problem`` (module docstring) and the Laplace fit there.
 
     Parameters
@@ -308,14 +321,19 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         is flat); at most ``scale_maxiter`` of them (and of the exact ascent's iterations).
     refine : bool, optional
         Finish by maximising the Laplace evidence itself: L-BFGS-B with its exact gradient
-        (dense exact curvature), or a bounded scalar search (``covariance="implicit"`` with one
-        scale). Default: where possible with at most 2000 weights and 50 scales, and for the
-        implicit covariance with one scale.
+        (dense exact curvature), or the node search of ``_search_one_scale``
+        (``covariance="implicit"`` with one scale). Default: where possible with at most 2000
+        weights and 50 scales, and for the implicit covariance with one scale.
     integrate_scales : {None, "grid"}
         ``"grid"``: integrate the scales out on a grid (needs ``hyperprior``; at most 3 scale
         entries), spacing ``grid_step`` standard deviations of ``log s``, out to
         ``grid_radius`` of them, dropping points whose log density is more than
         ``grid_threshold`` below the mode's.
+    finish : bool
+        With the search of one shared implicit-covariance scale (``_search_one_scale``):
+        refine the MAP at the chosen scale to ``gtol`` and build its implicit Gaussian (for
+        draws); False returns the search's own node (MAP to ``SEARCH_GTOL``, no Gaussian), for
+        a caller that wants only the scale (``CRFTagger(c2="evidence")``).
     """
     if problem.n_scales == 0:
         raise ValueError("the model has no learned prior scales (no Normal weight prior with a "
@@ -357,15 +375,21 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
                              evidence=evidence)
 
     theta = np.clip(np.log(init), lo, hi)
-    pt = at(theta, None)
+    if implicit and refine:  # one scale (checked above)
+        theta, pt, trace = _search_one_scale(problem, at, theta, lo, hi, prior_fn, maxiter,
+                                             finish and integrate_scales is None)
+        if integrate_scales == "grid":  # the mode with the grid points' own estimator
+            pt = at(theta, pt.mean)
+        out = LearnedScales(pt, trace, True)
+        if integrate_scales == "grid":
+            _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
+        return out
+    pt = at(theta, None, evidence=not implicit)  # the implicit log det: left to the end
     trace_F, trace_ev, trace_s, trace_step = [pt.objective], [pt.log_evidence], [pt.scales], [0]
     converged = False
     stochastic = covariance == "implicit"
     tol = max(scale_tol, IMPLICIT_SCALE_TOL) if stochastic else scale_tol
-    # one implicit-covariance scale: the bounded search of the evidence alone (below), without
-    # MacKay's steps, which hold the curvature fixed and would only centre its bracket
-    skip_fixed_point = implicit and refine and G == 1
-    for _ in range(0 if skip_fixed_point else scale_maxiter):  # MacKay, backtracking in log s
+    for _ in range(scale_maxiter):  # MacKay, backtracking in log s
         R, gamma, h = _mackay_gradient(problem, pt, prior_fn)
         denom = gamma - h
         target = np.where(denom > 0, 0.5 * np.log(np.maximum(R, 1e-300) / np.where(
@@ -409,11 +433,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     if implicit:
         pt = _with_evidence(pt)
         trace_ev[-1], trace_F[-1] = pt.log_evidence, pt.objective
-    if refine and implicit:
-        theta, pt = _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s,
-                                      trace_step)
-        converged = True
-    elif refine:
+    if refine:
         cache: dict[bytes, ScalePoint] = {}
         last = [pt]
 
@@ -456,31 +476,6 @@ def _with_evidence(pt: ScalePoint) -> ScalePoint:
         pt.log_evidence = float(pt.log_likelihood + pt.log_prior + 0.5 * d * np.log(2.0 * np.pi)
                                 + 0.5 * pt.gaussian.logdet(probes=IMPLICIT_PROBES))
     return pt
-
-
-def _refine_one_scale(at, theta, pt, lo, hi, trace_F, trace_ev, trace_s, trace_step):
-    """Maximise the implicit-covariance evidence over one ``log s`` by a bounded scalar search
-    (Brent), within 3 of MacKay's point: MacKay's fixed point holds the curvature fixed,
-    which on text CRFs (many weights whose features saturate) stops far below the evidence's
-    maximiser. The Lanczos probes are fixed, so the estimates along the search share them."""
-    from scipy.optimize import minimize_scalar
-
-    cache = {float(theta[0]): pt}
-
-    def neg(t):
-        if t not in cache:
-            q = at(np.array([t]), pt.mean)
-            cache[t] = q
-            trace_F.append(q.objective)
-            trace_ev.append(q.log_evidence)
-            trace_s.append(q.scales)
-            trace_step.append(2)
-        return -cache[t].objective
-
-    a, b = max(lo, float(theta[0]) - 3.0), min(hi, float(theta[0]) + 3.0)
-    minimize_scalar(neg, bounds=(a, b), method="bounded", options={"xatol": 0.05})
-    best = max(cache.values(), key=lambda q: q.objective)
-    return np.log(best.scales), best
 
 
 def _theta_hessian(at, theta: np.ndarray, pt: ScalePoint, delta: float = 0.1) -> np.ndarray:
@@ -537,3 +532,161 @@ def _grid(problem, out: LearnedScales, at, theta, step, radius, threshold) -> No
     cell = theta.size * np.log(step) + float(np.sum(np.log(1.0 / np.sqrt(vals))))
     out.log_marginal_likelihood = float(top + np.log(w.sum()) + cell)
     out.points, out.weights, out.hessian = points, w / w.sum(), H
+
+
+@dataclass
+class _Node:
+    """A node of the one-scale search (``_search_one_scale``): ``theta = log s``, the MAP
+    ``w`` there (to ``SEARCH_GTOL``), ``phi`` and its slope ``R / s^2``, and the per-probe
+    estimates ``L`` (probes,) of ``log det(I + S H_lik(w) S)``."""
+
+    theta: float
+    w: np.ndarray
+    phi: float
+    dphi: float
+    L: np.ndarray
+    steps: int
+    optimizer: dict
+    log_likelihood: float
+    log_prior: float
+
+
+def _search_model(nodes: list[_Node], grid: np.ndarray, d: int, hyper: np.ndarray
+                  ) -> np.ndarray:
+    """Per-probe model (probes, len(grid)) of ``F(theta)`` (the log evidence, plus ``hyper``)
+    from the nodes (``_search_one_scale``): ``phi`` by cubic Hermite through the nodes'
+    values and slopes (linear from one node), ``L`` by the Lagrange polynomial through the (up
+    to three) nearest nodes."""
+    th = np.array([n.theta for n in nodes])
+    order = np.argsort(th)
+    if len(nodes) == 1:
+        phi = nodes[0].phi + nodes[0].dphi * (grid - th[0])
+    else:
+        phi = CubicHermiteSpline(th[order], [nodes[i].phi for i in order],
+                                 [nodes[i].dphi for i in order])(grid)
+    Ls = np.stack([n.L for n in nodes])  # (nodes, probes)
+    L = np.empty((Ls.shape[1], grid.size))
+    for g, t in enumerate(grid):
+        near = np.argsort(np.abs(th - t), kind="stable")[:3]
+        ell = [np.prod([(t - th[j]) / (th[i] - th[j]) for j in near if j != i]) for i in near]
+        L[:, g] = np.tensordot(ell, Ls[near], axes=1)
+    return phi[None, :] + 0.5 * d * np.log(2.0 * np.pi) - 0.5 * L + hyper[None, :]
+
+
+def _search_one_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: float, hi: float,
+                      prior_fn, maxiter: int, finish: bool = True):
+    """The maximiser of the Laplace evidence (with ``prior_fn``, plus ``log p(s)``) over one
+    learned scale, ``theta = log s``, within 3 of ``theta0``: ``(theta, point, trace)``.
+
+    With the prior sds ``S = diag(sd)`` at ``s`` (``s`` for the weights the scale governs),
+    ``A = H_lik(w*) + S^{-2}`` and ``log det A = -2 sum log sd + L(theta)``,
+    ``L(theta) = log det(I + S H_lik(w*(theta)) S)``; the evidence is
+    ``F = phi(theta) + d/2 log 2 pi - 1/2 L(theta)`` with ``phi = log p(D | w*) +
+    log N(w*; mu, S^2) + sum log sd``, whose slope is ``R / s^2`` (``R`` the squared distance
+    of the governed weights from their prior means; the envelope theorem). At a node
+    ``theta_i``: the MAP (to ``SEARCH_GTOL``, warm-started linearly in ``theta`` from the
+    nearest nodes), then ``L(theta_i)`` by stochastic Lanczos quadrature of ``S H_lik S``
+    (:func:`~pymc_crf.fitters.covariance.lanczos_quadrature`; ``SEARCH_PROBES`` Rademacher
+    probes, the same at every node, so differences between nodes share their noise; the steps
+    stop when the estimate moves by less than 1 over 5 steps). Between the nodes ``phi`` is
+    interpolated by cubic Hermite (values and exact slopes) and ``L`` by the Lagrange
+    polynomial through the (up to three) nearest nodes. ``L`` is smooth in ``theta``; a node's
+    Lanczos rules are used at its own ``s`` only: at fixed ``w*`` they would give
+    ``log det(I + s^2 H_lik)`` at every ``s`` of a scale that governs every weight, but
+    ``H_lik(w*(theta'))`` itself shrinks fast as the weights grow and the features saturate
+    (on CoNLL-2000, ``log det(I + s^2 H_lik(w*(theta')))`` at fixed ``s`` is strongly convex
+    in ``theta'``), so that reuse is no model of ``L`` (the change MacKay's fixed point leaves
+    out). The second node is 1 above the first, every later one at the model's maximiser
+    between the outer nodes, or 0.5 beyond the outer node where that maximiser is; the search
+    stops when, with at least three nodes, the maximiser is within ``SEARCH_XTOL`` of a node,
+    which is returned: with ``finish`` its MAP refined to the fit's ``gtol`` with the implicit
+    Gaussian there, else as the search left it. The trace's ``search_theta_se`` is the spread
+    of the per-probe models' maximisers (their standard deviation over sqrt(probes)): the
+    Monte Carlo error of the choice; ``search_log_evidence_se`` the standard error of the
+    returned node's log evidence."""
+    d = problem.size
+    mu = problem.prior.mean
+    governed = np.asarray(problem.scale_index) >= 0
+    a, b = max(lo, float(theta0[0]) - 3.0), min(hi, float(theta0[0]) + 3.0)
+    grid_all = np.linspace(a, b, int(round((b - a) / 0.005)) + 1)
+
+    def hyper(theta: np.ndarray) -> np.ndarray:
+        if prior_fn is None:
+            return np.zeros(np.size(theta))
+        return np.array([prior_fn(np.array([t]))[0] for t in np.atleast_1d(theta)])
+
+    hyper_all = hyper(grid_all)
+    nodes: list[_Node] = []
+
+    def node(theta: float, start: np.ndarray) -> _Node:
+        p = problem.at_scales(np.array([np.exp(theta)]))
+        w, lik, info = _whitened_map(p, start, maxiter, SEARCH_GTOL)
+        op, sd = CurvatureOperator(lik, w), p.prior.sd[:, None]
+
+        def f(t):
+            return np.log1p(np.clip(t, 0.0, None))
+
+        quad = lanczos_quadrature(lambda V: sd * op.matmat(sd * V), d, SEARCH_PROBES,
+                                  SEARCH_STEPS, rng=0, check=f, atol=1.0)
+        R = float(np.sum((w - mu)[governed] ** 2))
+        ll, lp = float(lik(w)[0]), float(p.prior(w)[0])
+        return _Node(theta, w, ll + lp + float(np.sum(np.log(p.prior.sd))),
+                     R * np.exp(-2.0 * theta), quad.estimates(f), quad.steps, info, ll, lp)
+
+    def start_at(theta: float) -> np.ndarray:
+        """The MAP's start: linear in theta through the two nearest nodes; from one node its
+        weights times ``s / s_node``; else the prior mean."""
+        if not nodes:
+            return mu.copy()
+        near = sorted(nodes, key=lambda n: abs(n.theta - theta))[:2]
+        if len(near) == 1:
+            return mu + (near[0].w - mu) * np.exp(theta - near[0].theta)
+        n0, n1 = near
+        return n0.w + (theta - n0.theta) / (n1.theta - n0.theta) * (n1.w - n0.w)
+
+    theta_next = float(theta0[0])
+    theta_hat, se = theta_next, np.nan
+    while True:
+        nodes.append(node(theta_next, start_at(theta_next)))
+        th = np.array([n.theta for n in nodes])
+        if len(nodes) == 1:  # the second node: 1 above (1 below at the upper bound)
+            theta_next = th[0] + 1.0 if th[0] + 1.0 <= b else th[0] - 1.0
+            continue
+        keep = (grid_all >= th.min() - 1e-9) & (grid_all <= th.max() + 1e-9)  # between nodes
+        grid = grid_all[keep]
+        F = _search_model(nodes, grid, d, hyper_all[keep])
+        i = int(np.argmax(F.mean(axis=0)))
+        theta_hat = float(grid[i])
+        per_probe = grid[np.argmax(F, axis=1)]
+        se = float(per_probe.std(ddof=1) / np.sqrt(per_probe.size))
+        if len(nodes) >= SEARCH_MAX_NODES:
+            break
+        gap = float(np.min(np.abs(th - theta_hat)))
+        if i in (0, grid.size - 1):  # at an outer node: 0.5 beyond it (within the bounds)
+            theta_next = float(np.clip(theta_hat + (0.5 if i else -0.5), a, b))
+            if np.min(np.abs(th - theta_next)) < 1e-9:
+                break  # the maximiser is at a bound of the search
+        elif gap >= SEARCH_XTOL:
+            theta_next = theta_hat
+        elif len(nodes) >= 3:
+            break
+        else:  # near a node, but the model needs a third one: beside it
+            other = th[np.argsort(np.abs(th - theta_hat))[1]]
+            theta_next = theta_hat + np.copysign(0.25, theta_hat - other)
+    best = min(nodes, key=lambda n: abs(n.theta - theta_hat))
+    evid = np.array([float(_search_model([n], np.array([n.theta]), d, np.zeros(1)).mean())
+                     for n in nodes])
+    lh = hyper(th)
+    k = nodes.index(best)
+    if finish:
+        pt = at(np.array([best.theta]), best.w, evidence=False)  # the MAP to the fit's gtol
+    else:
+        pt = ScalePoint(np.exp(np.array([best.theta])), best.w, None, np.nan, float(lh[k]),
+                        None, best.optimizer, best.log_likelihood, best.log_prior)
+    pt.log_evidence = float(evid[k])
+    trace = {"outer_objective": evid + lh, "outer_log_evidence": evid,
+             "outer_scales": np.exp(th)[:, None], "outer_step": np.full(len(nodes), 2),
+             "search_theta": theta_hat, "search_theta_se": se,
+             "search_log_evidence_se": float(0.5 * best.L.std(ddof=1) / np.sqrt(best.L.size)),
+             "search_lanczos_steps": np.array([n.steps for n in nodes])}
+    return np.array([best.theta]), pt, trace
