@@ -18,7 +18,8 @@ The chunking CRF of ``examples/conll2000_chunking.py`` (CRFsuite's token templat
 With ``--nuts N``: also NUTS (``pmc.fit(method="nuts")``, one chain of N draws after N tuning
 steps) on the same hierarchical model written non-centred (``W = s[group] * Z``, ``Z ~ N(0, 1)``),
 its marginals averaged over the draws: what the exact posterior of the learned-scale model
-reaches (minutes at 300 sentences, most of it compiling the model; not at full size).
+reaches (11 minutes at 300 sentences on the loaded 2-core machine, about 3 of them nutpie
+compiling the model; out of reach at full size).
 
 Printed: token log loss (mean -log p(gold label) under the marginals), token accuracy (argmax
 of the marginals), expected calibration error (10 bins), chunk F1 of the Viterbi labels, wall
@@ -26,13 +27,14 @@ time, and the learned scales.
 
 Run:  .venv/bin/python bench/conll_learned_scales.py [--train 300] [--test 500] [--draws 30]
       [--groups template|template-frequency] [--covariance diagonal|implicit] [--nuts 300]
-      [--skip-laplace]
+      [--skip-laplace] [--save-scales scales.json]
 (needs ../shared/data/conll2000)
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import time
 import warnings
 
@@ -109,6 +111,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--covariance", choices=["diagonal", "implicit"], default="diagonal")
     ap.add_argument("--skip-laplace", action="store_true",
                     help="no Laplace fit (at full size its scale search takes hours)")
+    ap.add_argument("--save-scales", default=None,
+                    help="JSON file for NUTS's posterior-mean scales by group name (read by "
+                         "bench/conll_scales_transfer.py)")
     ap.add_argument("--nuts", type=int, default=0,
                     help="NUTS draws (and tuning steps) on the hierarchical model; 0: no NUTS")
     args = ap.parse_args(argv)
@@ -211,6 +216,11 @@ def main(argv: list[str] | None = None) -> None:
     if args.nuts:
         print("NUTS on the hierarchical model against the MAPs (at its posterior-mean scales):")
         _checks(rows, "nuts", "map_nuts_scales")
+        if args.save_scales:
+            with open(args.save_scales, "w") as f:
+                json.dump({"groups": args.groups, "train": args.train, "transition": t_mean,
+                           "scales": dict(zip(names, map(float, s_mean), strict=True))}, f,
+                          indent=1)
         print("NUTS posterior-mean scales: " + ", ".join(
             f"{n} {v:.3g}" for n, v in zip([*names, "transition"], [*s_mean, t_mean],
                                               strict=True)))
