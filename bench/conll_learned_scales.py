@@ -15,9 +15,9 @@ The chunking CRF of ``examples/conll2000_chunking.py`` (CRFsuite's token templat
   training-count bucket of the feature (1, 2-3, 4-15, 16 and more tokens), so rare features
   can get smaller scales than frequent ones of the same template.
 
-With ``--nuts N``: also NUTS (``pmc.fit(method="nuts")``, one chain of N draws after N tuning
-steps) on the same hierarchical model written non-centred (``W = s[group] * Z``, ``Z ~ N(0, 1)``),
-its marginals averaged over the draws: what the exact posterior of the learned-scale model
+With ``--nuts N``: also NUTS (``pmc.fit(method="nuts")``, ``--chains`` chains of N draws after
+N tuning steps) on the same hierarchical model written non-centred (``W = s[group] * Z``,
+``Z ~ N(0, 1)``), its marginals averaged over the draws: what the exact posterior of the learned-scale model
 reaches (11 minutes at 300 sentences on the loaded 2-core machine, about 3 of them nutpie
 compiling the model; out of reach at full size).
 
@@ -27,6 +27,7 @@ time, and the learned scales.
 
 Run:  .venv/bin/python bench/conll_learned_scales.py [--train 300] [--test 500] [--draws 30]
       [--groups template|template-frequency] [--covariance diagonal|implicit] [--nuts 300]
+      [--chains 1]
       [--skip-laplace] [--save-scales scales.json]
 (needs ../shared/data/conll2000)
 """
@@ -114,6 +115,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--save-scales", default=None,
                     help="JSON file for NUTS's posterior-mean scales by group name (read by "
                          "bench/conll_scales_transfer.py)")
+    ap.add_argument("--chains", type=int, default=1, help="NUTS chains (nutpie runs them in "
+                    "threads)")
     ap.add_argument("--nuts", type=int, default=0,
                     help="NUTS draws (and tuning steps) on the hierarchical model; 0: no NUTS")
     args = ap.parse_args(argv)
@@ -188,11 +191,12 @@ def main(argv: list[str] | None = None) -> None:
         t0 = time.perf_counter()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            nuts = pmc.fit(noncentred, method="nuts", draws=args.nuts, tune=args.nuts, chains=1,
+            nuts = pmc.fit(noncentred, method="nuts", draws=args.nuts, tune=args.nuts,
+                           chains=args.chains,
                            random_seed=0, progressbar=False, log_likelihood=False)
         wall = time.perf_counter() - t0
         rows["nuts"] = _row(f"NUTS on the hierarchical model ({args.groups}, non-centred), "
-                            f"averaged over {args.nuts} draws", nuts,
+                            f"averaged over {args.chains} x {args.nuts} draws", nuts,
                             pmc.predict(nuts, test, "average").marginals,
                             pmc.predict(nuts, test, "map").labels, data, args.draws, wall)
         s_mean = nuts["posterior"]["s"].mean(("chain", "draw")).values
