@@ -25,7 +25,8 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
 
     ``log_likelihood``: add the per-graph ``log_likelihood`` group (the option every fitter
     takes; not ``pm.sample``'s). ``progressbar`` is ``pm.sample``'s (its own bar, or nutpie's;
-    ``False`` silences it); the other
+    ``False`` silences it); ``cores`` is ``pm.sample``'s too, whose default is half the CPU count
+    (one chain at a time on a 2-core machine: pass ``cores=2`` there); the other
     keyword arguments go to ``pm.sample`` too. A keyword that is none of ``pm.sample``'s own but
     close to one (``drawz=``) is taken for a typo and refused: ``pm.sample`` would hand it to the
     step method or nutpie, whose errors do not name the intended option."""
