@@ -42,7 +42,7 @@ import warnings
 import numpy as np
 import pymc as pm
 import scipy.sparse as sp
-from conll_data import chunking
+from conll_data import chunking, map_at_scales
 
 import pymc_crf as pmc
 from pymc_crf.calibration import fit_temperature, tempered
@@ -134,15 +134,7 @@ def main(argv: list[str] | None = None) -> None:
           f"the training file); test {args.test} sentences, {Xt.shape[0]} tokens")
     print("| fit | token log loss | token accuracy | ECE | chunk F1 | span ECE | wall time (s) |")
     print("|---|---|---|---|---|---|---|")
-    with pm.Model() as fixed:
-        W = pm.Normal("W", 0.0, SIGMA, shape=(F, K))
-        T = pm.Normal("T", 0.0, SIGMA, shape=(K, K))
-        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T, observed=y)
-    t0 = time.perf_counter()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        fit = pmc.fit(fixed, method="map", log_likelihood=False, progressbar=False)
-    wall = time.perf_counter() - t0
+    fit, wall = map_at_scales(data.train, SIGMA, SIGMA, K)
     viterbi = pmc.predict(fit, test, "map").labels
     rows = {"map": _row("MAP, c2 = 1 (sd 0.707)", fit, pmc.predict(fit, test, "bpe").marginals,
                         viterbi, data, None, wall)}
@@ -201,19 +193,11 @@ def main(argv: list[str] | None = None) -> None:
                             pmc.predict(nuts, test, "map").labels, data, args.draws, wall)
         s_mean = nuts["posterior"]["s"].mean(("chain", "draw")).values
         t_mean = float(nuts["posterior"]["t"].mean())
-        with pm.Model() as at_nuts:
-            W = pm.Normal("W", 0.0, s_mean[group][:, None] * np.ones((1, K)), shape=(F, K))
-            T = pm.Normal("T", 0.0, t_mean, shape=(K, K))
-            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
-                    observed=y)
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit_at = pmc.fit(at_nuts, method="map", log_likelihood=False, progressbar=False)
+        fit_at, wall = map_at_scales(data.train, s_mean[group], t_mean, K)
         rows["map_nuts_scales"] = _row(
             "MAP at NUTS's posterior-mean scales", fit_at,
             pmc.predict(fit_at, test, "bpe").marginals, pmc.predict(fit_at, test, "map").labels,
-            data, None, time.perf_counter() - t0)
+            data, None, wall)
     if not args.skip_laplace:
         print("the learned-scale Laplace posterior's averaged marginals against the MAPs:")
         _checks(rows)

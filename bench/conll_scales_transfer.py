@@ -19,13 +19,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import time
-import warnings
 
 import numpy as np
-import pymc as pm
 import scipy.sparse as sp
-from conll_data import chunking
+from conll_data import chunking, map_at_scales
 
 import pymc_crf as pmc
 from pymc_crf.datasets import data_dir
@@ -51,7 +48,7 @@ def main(argv: list[str] | None = None) -> None:
                          f"(--groups template-frequency); got {saved.get('groups')!r}")
     data = chunking(None, args.test, n_dev=args.dev)
     vec, test = data.vectorizer, data.test
-    X, y, batch = data.train.node_features, data.train.labels, data.train.graphs
+    X, batch = data.train.node_features, data.train.graphs
     K, F = len(data.classes), X.shape[1]
     count = np.asarray((sp.csr_matrix(X) != 0).sum(axis=0)).ravel()
     bucket = np.digitize(count, [2, 4, 16])
@@ -67,16 +64,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|")
     for name, node_sd, edge_sd in (("MAP, c2 = 1", np.full(F, SIGMA), SIGMA),
                                    ("MAP at the transferred scales", sd, saved["transition"])):
-        with pm.Model() as model:
-            W = pm.Normal("W", 0.0, node_sd[:, None] * np.ones((1, K)), shape=(F, K))
-            T = pm.Normal("T", 0.0, edge_sd, shape=(K, K))
-            pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
-                    observed=y)
-        t0 = time.perf_counter()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            fit = pmc.fit(model, method="map", log_likelihood=False, progressbar=False)
-        wall = time.perf_counter() - t0
+        fit, wall = map_at_scales(data.train, node_sd, edge_sd, K)
         marg = pmc.predict(fit, test, "bpe").marginals
         gold = test.labels
         p = np.clip(marg[np.arange(gold.size), gold], 1e-300, None)
