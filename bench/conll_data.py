@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
+import scipy.sparse as sp
 
 import pymc_crf as pmc
 from pymc_crf.datasets import read_conll2000, token_features
@@ -86,3 +87,31 @@ def map_at_scales(data: pmc.CRFData, node_sd, edge_sd: float, n_labels: int):
         warnings.simplefilter("ignore")
         fit = pmc.fit(model, method="map", log_likelihood=False, progressbar=False)
     return fit, time.perf_counter() - t0
+
+
+#: the training-count buckets of ``--groups template-frequency`` (1, 2-3, 4-15, 16 and more)
+BUCKETS = ["1", "2-3", "4-15", "16+"]
+
+
+def group_names(data: Chunking) -> list[str]:
+    """Each feature's group, ``"template (count bucket)"``: its template and how many training
+    tokens it fires on, bucketed by :data:`BUCKETS`."""
+    X = data.train.node_features
+    count = np.asarray((sp.csr_matrix(X) != 0).sum(axis=0)).ravel()
+    bucket = np.digitize(count, [2, 4, 16])
+    template = np.asarray(data.vectorizer.template_index_)
+    return [f"{data.vectorizer.templates_[t]} (count {BUCKETS[b]})"
+            for t, b in zip(template, bucket, strict=True)]
+
+
+def scales_by_group(data: Chunking, saved: dict, default: float):
+    """Per-feature prior sds from saved per-group scales (``conll_learned_scales.py
+    --save-scales``): ``(node_sd (F,), transition sd, groups missing from saved)``; a group the
+    saved scales lack takes ``default``."""
+    if saved.get("groups") != "template-frequency":
+        raise ValueError(f"scales per template and count bucket are needed (--groups "
+                         f"template-frequency); got {saved.get('groups')!r}")
+    names = group_names(data)
+    sd = np.array([saved["scales"].get(n, default) for n in names])
+    missing = sum(n not in saved["scales"] for n in set(names))
+    return sd, float(saved["transition"]), missing

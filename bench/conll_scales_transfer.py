@@ -21,15 +21,13 @@ import argparse
 import json
 
 import numpy as np
-import scipy.sparse as sp
-from conll_data import chunking, map_at_scales
+from conll_data import chunking, group_names, map_at_scales, scales_by_group
 
 import pymc_crf as pmc
 from pymc_crf.datasets import data_dir
 from pymc_crf.metrics import chunk_f1, reliability_curve
 
 SIGMA = 0.5 ** 0.5
-BUCKETS = ["1", "2-3", "4-15", "16+"]
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -43,27 +41,19 @@ def main(argv: list[str] | None = None) -> None:
         return
     with open(args.scales) as f:
         saved = json.load(f)
-    if saved.get("groups") != "template-frequency":
-        raise ValueError(f"{args.scales}: scales per template and count bucket are needed "
-                         f"(--groups template-frequency); got {saved.get('groups')!r}")
     data = chunking(None, args.test, n_dev=args.dev)
-    vec, test = data.vectorizer, data.test
+    test = data.test
     X, batch = data.train.node_features, data.train.graphs
     K, F = len(data.classes), X.shape[1]
-    count = np.asarray((sp.csr_matrix(X) != 0).sum(axis=0)).ravel()
-    bucket = np.digitize(count, [2, 4, 16])
-    template = np.asarray(vec.template_index_)
-    names = [f"{vec.templates_[t]} (count {BUCKETS[b]})" for t, b in zip(template, bucket,
-                                                                        strict=True)]
-    sd = np.array([saved["scales"].get(n, SIGMA) for n in names])
-    missing = sum(n not in saved["scales"] for n in set(names))
+    sd, transition, missing = scales_by_group(data, saved, SIGMA)
+    n_groups = len(set(group_names(data)))
     print(f"{batch.n_graphs} training sentences, {F} features, K = {K}: {F * K + K * K} weights; "
-          f"scales learned on {saved['train']} sentences, {missing} of {len(set(names))} groups "
+          f"scales learned on {saved['train']} sentences, {missing} of {n_groups} groups "
           f"not among them (sd {SIGMA:.3f})")
     print("| fit | token log loss | token accuracy | ECE | chunk F1 | wall time (s) |")
     print("|---|---|---|---|---|---|")
     for name, node_sd, edge_sd in (("MAP, c2 = 1", np.full(F, SIGMA), SIGMA),
-                                   ("MAP at the transferred scales", sd, saved["transition"])):
+                                   ("MAP at the transferred scales", sd, transition)):
         fit, wall = map_at_scales(data.train, node_sd, edge_sd, K)
         marg = pmc.predict(fit, test, "bpe").marginals
         gold = test.labels

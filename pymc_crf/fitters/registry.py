@@ -42,7 +42,8 @@ def register(name: str) -> Callable[[Callable[..., DataTree]], Callable[..., Dat
 
 
 #: fitter modules (under ``pymc_crf.fitters``) that register fitters and predictors on import
-BUILTIN = ("map", "nuts", "ep", "beta_process", "bethe_laplace", "evidence", "samplers")
+BUILTIN = ("map", "nuts", "ep", "beta_process", "bethe_laplace", "evidence", "samplers",
+           "randomized_map")
 
 
 def available() -> list[str]:

@@ -15,7 +15,7 @@ import scipy.sparse as sp
 from pymc_crf.fitters.bethe_laplace.hessian import BlockMaps
 from pymc_crf.model.objective import CRFLogLikelihood
 
-__all__ = ["BatchedLikelihood"]
+__all__ = ["BatchedLikelihood", "pointwise_log_likelihood"]
 
 
 class _DenseTables:
@@ -170,3 +170,34 @@ class BatchedLikelihood:
         log_z = self.lik.engine.log_partition(self.batch, *self._engine_tables(node, edge))
         return score - log_z.reshape(W.shape[0], -1)[:, graph]
 
+
+#: an MRF's batched log-likelihood keeps the dense (tables x d) Jacobian of log-linear tables:
+#: for more weights each draw is evaluated on its own (a CRF's goes by feature products)
+_BATCHED_MAX_WEIGHTS = 5000
+#: bytes of the replicated tables of one engine call of the batched log-likelihood (the draws
+#: per call adapt; fresh arrays of hundreds of MB cost more in page faults than the calls saved)
+_BATCHED_TABLE_BYTES = 32 * 2**20
+
+
+def pointwise_log_likelihood(problem, flat: np.ndarray, chunk: int = 500) -> np.ndarray:
+    """Per-graph (CRF) or per-row (MRF) log-likelihood of the draws (chains, draws, d), many
+    draws per engine call for log-linear tables (at most ``chunk``)."""
+    lik = problem.make_likelihood()
+    C, S, d = flat.shape
+    draws = flat.reshape(C * S, d)
+    crf = isinstance(lik, CRFLogLikelihood)
+    if problem.potential != "loglinear" or (d > _BATCHED_MAX_WEIGHTS and not crf):
+        out = np.stack([lik.pointwise(w) for w in draws])
+    else:
+        b, K = lik.batch, lik.K
+        per_draw = 8 * (b.n_total_nodes * K + b.n_edges * K * K)
+        n = max(1, min(chunk, draws.shape[0], _BATCHED_TABLE_BYTES // per_draw))
+        batched = BatchedLikelihood(lik, n)  # one replicated batch, reused for every block
+        parts = []
+        for i in range(0, draws.shape[0], n):
+            block = draws[i:i + n]
+            pad = n - block.shape[0]
+            full = np.concatenate([block, np.repeat(block[-1:], pad, axis=0)]) if pad else block
+            parts.append(batched.pointwise(full)[:block.shape[0]])
+        out = np.concatenate(parts)
+    return out.reshape(C, S, -1)

@@ -16,7 +16,7 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
-from pymc_crf.fitters.bethe_laplace.batched import BatchedLikelihood
+from pymc_crf.fitters.bethe_laplace.batched import pointwise_log_likelihood
 from pymc_crf.fitters.bethe_laplace.laplace import (
     COVARIANCE_MODES,
     MAP_MODES,
@@ -27,7 +27,6 @@ from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.bp import BeliefPropagation
-from pymc_crf.model.objective import CRFLogLikelihood
 from pymc_crf.model.results import build_result, gaussian_fit_group
 from pymc_crf.validation import flag, generator, whole_number
 
@@ -148,7 +147,7 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
     draws = spec.unflatten(flat)
     pointwise = None
     if log_likelihood:
-        pointwise = {spec.observed_name: _pointwise(problem, flat)}
+        pointwise = {spec.observed_name: pointwise_log_likelihood(problem, flat)}
     rep = fit.bp_report
     diagnostics = {**fit.optimizer,
                    "bp_converged": np.bool_(fit.bp_converged),
@@ -280,7 +279,8 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
                   for w, q in zip(weights, points, strict=True))
     log_ev = (learned.log_marginal_likelihood if learned.log_marginal_likelihood is not None
               else pt.log_evidence)
-    pointwise = {spec.observed_name: _pointwise(problem, flat)} if log_likelihood else None
+    pointwise = ({spec.observed_name: pointwise_log_likelihood(problem, flat)}
+                 if log_likelihood else None)
     settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
                 "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed,
                 "hyperprior": hyperprior, "integrate_scales": integrate_scales,
@@ -329,35 +329,3 @@ def _diagnostics(pt, learned, names) -> xr.Dataset:
     if names:
         ds = ds.assign_coords(scale_entry=names)
     return ds
-
-
-#: an MRF's batched log-likelihood keeps the dense (tables x d) Jacobian of log-linear tables:
-#: for more weights each draw is evaluated on its own (a CRF's goes by feature products)
-_BATCHED_MAX_WEIGHTS = 5000
-#: bytes of the replicated tables of one engine call of the batched log-likelihood (the draws
-#: per call adapt; fresh arrays of hundreds of MB cost more in page faults than the calls saved)
-_BATCHED_TABLE_BYTES = 32 * 2**20
-
-
-def _pointwise(problem, flat: np.ndarray, chunk: int = 500) -> np.ndarray:
-    """Per-graph (CRF) or per-row (MRF) log-likelihood of the draws (chains, draws, d), many
-    draws per engine call for log-linear tables (at most ``chunk``)."""
-    lik = problem.make_likelihood()
-    C, S, d = flat.shape
-    draws = flat.reshape(C * S, d)
-    crf = isinstance(lik, CRFLogLikelihood)
-    if problem.potential != "loglinear" or (d > _BATCHED_MAX_WEIGHTS and not crf):
-        out = np.stack([lik.pointwise(w) for w in draws])
-    else:
-        b, K = lik.batch, lik.K
-        per_draw = 8 * (b.n_total_nodes * K + b.n_edges * K * K)
-        n = max(1, min(chunk, draws.shape[0], _BATCHED_TABLE_BYTES // per_draw))
-        batched = BatchedLikelihood(lik, n)  # one replicated batch, reused for every block
-        parts = []
-        for i in range(0, draws.shape[0], n):
-            block = draws[i:i + n]
-            pad = n - block.shape[0]
-            full = np.concatenate([block, np.repeat(block[-1:], pad, axis=0)]) if pad else block
-            parts.append(batched.pointwise(full)[:block.shape[0]])
-        out = np.concatenate(parts)
-    return out.reshape(C, S, -1)

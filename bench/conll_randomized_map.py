@@ -1,0 +1,118 @@
+"""CoNLL-2000 chunking: the randomized-MAP posterior at learned scales against the MAPs and NUTS.
+
+The chunking CRF of ``examples/conll2000_chunking.py`` on the first ``--train`` training sentences
+(``all``: every one but the dev split), its node weights' prior sds one per feature template and
+training-count bucket, read from ``--scales`` (the JSON ``bench/conll_learned_scales.py
+--groups template-frequency --nuts N --save-scales FILE`` writes: NUTS's posterior-mean scales of
+the hierarchical model on its subset); without ``--scales``, CRFsuite's c2 = 1 (sd 0.707) for
+every weight. Scored on the first ``--test`` test sentences:
+
+* MAP, c2 = 1 and its temperature-scaled version (temperature fitted on the dev split);
+* MAP at the scales;
+* ``pmc.fit(method="randomized_map")`` at the scales (``--draws`` draws; ``--antithetic``):
+  marginals averaged over the first 10, 30, ... draws (the Monte Carlo error of an average of
+  few widely spread draws is a bias upwards in log loss), Viterbi labels at the MAP.
+
+Printed: token log loss, token accuracy, ECE (10 bins), chunk F1, span ECE (the probability that
+each predicted chunk is exactly right, averaged over the draws), wall times, and issue 40's
+criteria for the averaged marginals against the MAP at c2 = 1 and the MAP at the scales.
+
+Run:  .venv/bin/python bench/conll_randomized_map.py [--train 300] [--test 2012]
+      [--scales bench/results_conll_nuts_scales_300.json] [--draws 100] [--antithetic]
+      [--save-draws FILE.npy]
+(needs ../shared/data/conll2000)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+import warnings
+
+import numpy as np
+import pymc as pm
+from conll_data import chunking, map_at_scales, scales_by_group
+from conll_learned_scales import SIGMA, _checks, _row
+
+import pymc_crf as pmc
+from pymc_crf.calibration import fit_temperature, tempered
+from pymc_crf.datasets import data_dir
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--train", default="300")
+    ap.add_argument("--test", type=int, default=2012)
+    ap.add_argument("--dev", type=int, default=500)
+    ap.add_argument("--scales", default=None)
+    ap.add_argument("--draws", type=int, default=100)
+    ap.add_argument("--antithetic", action="store_true")
+    ap.add_argument("--rule", choices=["delta", "strict"], default="delta")
+    ap.add_argument("--gtol", type=float, default=1e-3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--save-draws", default=None)
+    args = ap.parse_args(argv)
+    if not data_dir("conll2000").exists():
+        print(f"skipped: {data_dir('conll2000')} not found")
+        return
+    data = chunking(None if args.train == "all" else int(args.train), args.test, n_dev=args.dev)
+    test, K = data.test, len(data.classes)
+    X, batch = data.train.node_features, data.train.graphs
+    F = X.shape[1]
+    if args.scales:
+        with open(args.scales) as f:
+            saved = json.load(f)
+        node_sd, edge_sd, missing = scales_by_group(data, saved, SIGMA)
+        where = f"scales learned on {saved['train']} sentences ({missing} groups not among them)"
+    else:
+        node_sd, edge_sd, where = np.full(F, SIGMA), SIGMA, "c2 = 1"
+    print(f"{batch.n_graphs} training sentences, {F * K + K * K} weights; {where}; test "
+          f"{args.test} sentences, {test.node_features.shape[0]} tokens")
+    print("| fit | token log loss | token accuracy | ECE | chunk F1 | span ECE | wall time (s) |")
+    print("|---|---|---|---|---|---|---|")
+    fit, wall = map_at_scales(data.train, SIGMA, SIGMA, K)
+    viterbi = pmc.predict(fit, test, "map").labels
+    rows = {"map": _row("MAP, c2 = 1", fit, pmc.predict(fit, test, "bpe").marginals, viterbi,
+                        data, None, wall)}
+    temperature = fit_temperature(fit, data.dev)
+    hot = tempered(fit, temperature)
+    rows["tempered"] = _row(f"MAP, c2 = 1, temperature {temperature:.3f} (dev)", hot,
+                            pmc.predict(hot, test, "bpe").marginals, viterbi, data, None, wall)
+    fit_at, wall = map_at_scales(data.train, node_sd, edge_sd, K)
+    viterbi_at = pmc.predict(fit_at, test, "map").labels
+    rows["map_ls"] = _row("MAP at the scales", fit_at, pmc.predict(fit_at, test, "bpe").marginals,
+                          viterbi_at, data, None, wall)
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, node_sd[:, None] * np.ones((1, K)), shape=(F, K))
+        T = pm.Normal("T", 0.0, edge_sd, shape=(K, K))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                observed=data.train.labels)
+    t0 = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        res = pmc.fit(model, method="randomized_map", draws=args.draws, random_seed=args.seed,
+                      antithetic=args.antithetic, rule=args.rule, gtol=args.gtol,
+                      log_likelihood=False, progressbar=False)
+    wall = time.perf_counter() - t0
+    d = res["diagnostics"]
+    print(f"randomized MAP: {wall:.0f} s, L-BFGS iterations per draw "
+          f"{float(d['draw_iterations'].mean()):.0f} (MAP {int(d['map_iterations'])}), "
+          f"{int(d['draw_success'].sum())} of {args.draws} draws converged, rms move "
+          f"{float(d['draw_rms_move'].mean()):.2f} prior sds", flush=True)
+    if args.save_draws:
+        np.save(args.save_draws, np.concatenate(
+            [res["posterior"][v].values.reshape(args.draws, -1) for v in ("W", "T")], axis=1))
+    prefixes = [n for n in (10, 30, 100, 300) if n < args.draws] + [args.draws]
+    for n in prefixes:
+        part = res.copy()
+        part["posterior"] = res["posterior"].to_dataset().isel(draw=slice(0, n))
+        name = f"randomized MAP at the scales, averaged over {n} draws"
+        rows[f"rml{n}"] = _row(name, part, pmc.predict(part, test, "average", draws=None).marginals,
+                               viterbi_at, data, None, wall)
+    print(f"randomized MAP ({args.draws} draws) against the MAPs:")
+    _checks(rows, f"rml{args.draws}", "map_ls")
+
+
+if __name__ == "__main__":
+    main()
