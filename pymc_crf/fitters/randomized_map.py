@@ -30,7 +30,7 @@ import xarray as xr
 
 from pymc_crf.fitters.bethe_laplace.batched import pointwise_log_likelihood
 from pymc_crf.fitters.bethe_laplace.laplace import _Whitened
-from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine, weight_problem
+from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.optimise import DELTA, STRICT_GTOL, find_map
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
@@ -84,9 +84,10 @@ def perturbed_objective(lik, delta: np.ndarray, anchor: np.ndarray, sd: np.ndarr
     return f
 
 
-def _minimise(f, problem: WeightProblem, start: np.ndarray, rule: str, gtol: float,
+def _minimise(f, mu: np.ndarray, sd: np.ndarray, start: np.ndarray, rule: str, gtol: float,
               maxiter: int, what: str):
-    mu, sd = problem.prior.mean, problem.prior.sd
+    """Maximise ``f`` (``w -> (value, grad)``) from ``start`` in the prior-whitened coordinates
+    ``(w - mu) / sd``: ``(w, OptimiserDiagnostics)``."""
     whitened = _Whitened(f, mu, sd)
 
     def objective(z):
@@ -99,11 +100,56 @@ def _minimise(f, problem: WeightProblem, start: np.ndarray, rule: str, gtol: flo
     return mu + sd * z, diag
 
 
+def _draw(lik, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray, g_map: np.ndarray,
+          seed: np.random.SeedSequence, mirror: bool, data_perturbation: bool, rule: str,
+          gtol: float, maxiter: int, index: int) -> tuple[np.ndarray, int, bool]:
+    """One randomized MAP: its perturbation drawn from ``seed`` alone (so draws do not depend on
+    where or in which order they run), negated when ``mirror`` (the antithetic partner)."""
+    rng = np.random.default_rng(seed)
+    eps = mu + sd * rng.standard_normal(mu.size)
+    delta = score_perturbation(lik, w_map, g_map, rng) if data_perturbation \
+        else np.zeros_like(mu)
+    if mirror:
+        eps, delta = 2.0 * mu - eps, -delta
+    w, diag = _minimise(perturbed_objective(lik, delta, eps, sd), mu, sd, w_map, rule, gtol,
+                        maxiter, f"randomized_map: draw {index}")
+    return w, int(diag.n_iterations), bool(diag.success)
+
+
+def _run_draws(args: tuple, options: tuple, seeds: list, antithetic: bool, client,
+               progressbar: bool) -> list:
+    """Every draw's ``(w, iterations, success)``, in this process or as Dask tasks on
+    ``client`` (the likelihood and the MAP sent to each worker once)."""
+    total = 2 * len(seeds) if antithetic else len(seeds)
+    jobs = [(seeds[i // 2] if antithetic else seeds[i], antithetic and i % 2 == 1, i)
+            for i in range(total)]
+    out: list = [None] * total
+    with fit_progress("randomized MAP draws", total, progressbar) as bar:
+        if client is None:
+            for seed, mirror, i in jobs:
+                out[i] = _draw(*args, seed, mirror, *options, i)
+                bar.advance()
+            return out
+        from distributed import as_completed
+
+        from pymc_crf.distributed import connected
+
+        with connected(client) as c:
+            shared = c.scatter(list(args), broadcast=True)
+            futures = {c.submit(_draw, *shared, seed, mirror, *options, i,
+                                 pure=False): i
+                       for seed, mirror, i in jobs}
+            for fut in as_completed(futures):
+                out[futures[fut]] = fut.result()
+                bar.advance()
+    return out
+
+
 @register("randomized_map")
 def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chains: int = 1,
                        random_seed=None, data_perturbation: bool = True,
                        antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
-                       maxiter: int = 2000, log_likelihood: bool = True,
+                       maxiter: int = 2000, client=None, log_likelihood: bool = True,
                        progressbar: bool = True) -> xr.DataTree:
     """Posterior draws of a CRF's weights by randomized MAP (module docstring).
 
@@ -127,6 +173,10 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
     rule, gtol, maxiter
         The stopping rule of every MAP (:func:`~pymc_crf.fitters.optimise.find_map`):
         ``"delta"`` (CRFsuite's, the default of ``method="map"``) or ``"strict"`` with ``gtol``.
+    client : distributed.Client or str, optional
+        Run the draws as Dask tasks on this client (or the scheduler at this address); the
+        likelihood and the MAP go to each worker once. Each draw's perturbation comes from its
+        own seed (spawned from ``random_seed``), so the draws are the same wherever they run.
     log_likelihood, progressbar
         As for every fitter.
 
@@ -162,27 +212,17 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                                    "MAP, which needs exact inference; use method='bethe_laplace'")
     lik = problem.make_likelihood(engine)
     mu, sd = problem.prior.mean, problem.prior.sd
-    zero = np.zeros_like(mu)
-    w_map, map_diag = _minimise(perturbed_objective(lik, zero, mu, sd), problem, mu.copy(),
-                                rule, gtol, maxiter, "randomized_map: the MAP")
+    w_map, map_diag = _minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd,
+                                mu.copy(), rule, gtol, maxiter, "randomized_map: the MAP")
     _, g_map = lik(w_map)
     total = n_chains * n_draws
-    flat = np.empty((total, mu.size))
-    iters = np.zeros(total, dtype=np.int64)
-    ok = np.zeros(total, dtype=bool)
-    eps, delta = mu, zero
-    with fit_progress("randomized MAP draws", total, progressbar) as bar:
-        for i in range(total):
-            if antithetic and i % 2:
-                eps, delta = 2.0 * mu - eps, -delta
-            else:
-                eps = mu + sd * rng.standard_normal(mu.size)
-                delta = score_perturbation(lik, w_map, g_map, rng) if data_perturbation \
-                    else zero
-            flat[i], diag = _minimise(perturbed_objective(lik, delta, eps, sd), problem, w_map,
-                                      rule, gtol, maxiter, f"randomized_map: draw {i}")
-            iters[i], ok[i] = diag.n_iterations, diag.success
-            bar.advance()
+    seeds = np.random.SeedSequence(int(rng.integers(2**63))).spawn(
+        total // 2 if antithetic else total)
+    draws = _run_draws((lik, mu, sd, w_map, g_map), (data_perturbation, rule, gtol, maxiter),
+                       seeds, antithetic, client, progressbar)
+    flat = np.stack([d[0] for d in draws])
+    iters = np.array([d[1] for d in draws], dtype=np.int64)
+    ok = np.array([d[2] for d in draws], dtype=bool)
     flat = flat.reshape(n_chains, n_draws, -1)
     spec = problem.spec
     post = spec.unflatten(flat)
@@ -190,7 +230,7 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                  if log_likelihood else None)
     settings = {"draws": n_draws, "chains": n_chains, "random_seed": random_seed,
                 "data_perturbation": data_perturbation, "antithetic": antithetic, "rule": rule,
-                "gtol": gtol, "maxiter": maxiter}
+                "gtol": gtol, "maxiter": maxiter, "client": None if client is None else str(client)}
     shape = (n_chains, n_draws)
     moved = np.sqrt(np.mean(((flat - w_map) / sd) ** 2, axis=-1))
     diagnostics = xr.Dataset({

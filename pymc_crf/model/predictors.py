@@ -226,7 +226,7 @@ def posterior_mean(result: xr.DataTree, draws: dict[str, np.ndarray],
     has one (flat order: the free weights, node weights first), else the mean of the draws.
     ``info`` (:func:`crf_attrs`) tells constant weights, which the mean vector does not hold."""
     mean = {k: v.mean(axis=0) for k, v in draws.items()}
-    if "fit" not in result.children:
+    if "fit" not in result.children or "mean_vector" not in result["fit"]:
         return mean
     flat = np.asarray(result["fit"]["mean_vector"].values)
     free = [k for k in ("node_weights", "edge_weights")
