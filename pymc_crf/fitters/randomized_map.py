@@ -130,11 +130,11 @@ def _run_draws(args: tuple, options: tuple, seeds: list, antithetic: bool, clien
                 out[i] = _draw(*args, seed, mirror, *options, i)
                 bar.advance()
             return out
-        from distributed import as_completed
+        from distributed import Client, as_completed
 
-        from pymc_crf.distributed import connected
-
-        with connected(client) as c:
+        own = isinstance(client, str)  # a scheduler address: a client of our own, closed here
+        c = Client(client) if own else client
+        try:
             shared = c.scatter(list(args), broadcast=True)
             futures = {c.submit(_draw, *shared, seed, mirror, *options, i,
                                  pure=False): i
@@ -142,6 +142,9 @@ def _run_draws(args: tuple, options: tuple, seeds: list, antithetic: bool, clien
             for fut in as_completed(futures):
                 out[futures[fut]] = fut.result()
                 bar.advance()
+        finally:
+            if own:
+                c.close()
     return out
 
 
