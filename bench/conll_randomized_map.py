@@ -10,8 +10,9 @@ every weight. Scored on the first ``--test`` test sentences:
 * MAP, c2 = 1 and its temperature-scaled version (temperature fitted on the dev split);
 * ``pmc.fit(method="randomized_map")`` at the scales: its own MAP (the centre of its
   perturbations) as the MAP at the scales, and its ``--draws`` draws (``--antithetic``;
-  ``--workers``: on a local Dask cluster), their marginals averaged over the first 10, 30, ... draws (the Monte Carlo error of an average of
-  few widely spread draws is a bias upwards in log loss), Viterbi labels at the MAP.
+  ``--workers``: on a local Dask cluster), their marginals averaged over the first 10, 30, ...
+  draws (the Monte Carlo error of an average of few widely spread draws is a bias upwards in
+  log loss); Viterbi labels at the MAP.
 
 Printed: token log loss, token accuracy, ECE (10 bins), chunk F1, span ECE (the probability that
 each predicted chunk is exactly right, averaged over the draws), wall times, and issue 40's
