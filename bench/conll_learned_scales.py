@@ -69,12 +69,12 @@ def _row(name, result, marg, labels_pred, data, draws, wall) -> dict:
     return row
 
 
-def _point(result, F: int, K: int):
-    """``result`` with one posterior draw, its Laplace mean (``fit/mean_vector``: W then T), for
-    the span probabilities of the MAP at the learned scales."""
-    mv = np.asarray(result["fit"]["mean_vector"].values)
+def _point(result, F: int, K: int, vector: str = "mean_vector"):
+    """``result`` with one posterior draw, the flat weights ``fit/<vector>`` (W then T): the
+    Laplace mean (the MAP at the learned scales), or a randomized MAP's ``map_vector``."""
+    mv = np.asarray(result["fit"][vector].values)
     if mv.size != F * K + K * K:
-        raise ValueError(f"mean_vector has {mv.size} entries, not the {F * K + K * K} weights")
+        raise ValueError(f"{vector} has {mv.size} entries, not the {F * K + K * K} weights")
     post = result["posterior"].to_dataset().isel(chain=[0], draw=[0]).copy(deep=True)
     post["W"].values[0, 0] = mv[:F * K].reshape(F, K)
     post["T"].values[0, 0] = mv[F * K:].reshape(K, K)

@@ -35,22 +35,11 @@ from contextlib import contextmanager
 import numpy as np
 import pymc as pm
 from conll_data import chunking, map_at_scales, scales_by_group
-from conll_learned_scales import SIGMA, _checks, _row
+from conll_learned_scales import SIGMA, _checks, _point, _row
 
 import pymc_crf as pmc
 from pymc_crf.calibration import fit_temperature, tempered
 from pymc_crf.datasets import data_dir
-
-
-def _at_map(result, F: int, K: int):
-    """``result`` with one draw, its ``fit.map_vector`` (W then T)."""
-    w = np.asarray(result["fit"]["map_vector"].values)
-    post = result["posterior"].to_dataset().isel(chain=[0], draw=[0]).copy(deep=True)
-    post["W"].values[0, 0] = w[:F * K].reshape(F, K)
-    post["T"].values[0, 0] = w[F * K:].reshape(K, K)
-    point = result.copy()
-    point["posterior"] = post
-    return point
 
 
 @contextmanager
@@ -119,7 +108,7 @@ def main(argv: list[str] | None = None) -> None:
                       antithetic=args.antithetic, rule=args.rule, gtol=args.gtol,
                       client=client, log_likelihood=False, progressbar=False)
     wall = time.perf_counter() - t0
-    fit_at = _at_map(res, F, K)  # the fitter's own MAP, the centre of its perturbations
+    fit_at = _point(res, F, K, "map_vector")  # the fitter's own MAP, the centre of its perturbations
     viterbi_at = pmc.predict(fit_at, test, "map").labels
     rows["map_ls"] = _row("MAP at the scales (the randomized MAP's centre)", fit_at,
                           pmc.predict(fit_at, test, "bpe").marginals, viterbi_at, data, None, 0.0)
