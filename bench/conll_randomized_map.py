@@ -8,6 +8,10 @@ the hierarchical model on its subset); without ``--scales``, CRFsuite's c2 = 1 (
 every weight. Scored on the first ``--test`` test sentences:
 
 * MAP, c2 = 1 and its temperature-scaled version (temperature fitted on the dev split);
+* ``--refine N``: N HMC transitions from each randomized MAP (``refine=N``);
+* with ``--learn``, the hierarchical model instead: one ``s ~ HalfNormal(1)`` per template and
+  count bucket, the transitions' ``t ~ HalfNormal(1)``, the scales learned by the fitter's Monte
+  Carlo EM (``--scale-draws`` draws; printed beside ``--scales``' when given, e.g. NUTS's);
 * ``pmc.fit(method="randomized_map")`` at the scales: its own MAP (the centre of its
   perturbations) as the MAP at the scales, and its ``--draws`` draws (``--antithetic``;
   ``--workers``: on a local Dask cluster), their marginals averaged over the first 10, 30, ...
@@ -20,7 +24,8 @@ criteria for the averaged marginals against the MAP at c2 = 1 and the MAP at the
 
 Run:  .venv/bin/python bench/conll_randomized_map.py [--train 300] [--test 2012]
       [--scales bench/results_conll_nuts_scales_300.json] [--draws 100] [--antithetic]
-      [--save-draws FILE.npy] [--workers 2]
+      [--save-draws FILE.npy] [--workers 2] [--refine 20]
+      [--learn [--scale-draws 16] [--save-scales F]] [--progress]
 (needs ../shared/data/conll2000)
 """
 
@@ -34,7 +39,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pymc as pm
-from conll_data import chunking, map_at_scales, scales_by_group
+from conll_data import chunking, group_names, map_at_scales, scales_by_group
 from conll_learned_scales import SIGMA, _checks, _point, _row
 
 import pymc_crf as pmc
@@ -55,6 +60,34 @@ def _client(workers: int):
         yield client
 
 
+def _report_scales(res, names, saved: dict | None, save: str | None, train: str) -> None:
+    """Print the learned scales (beside ``saved``'s, e.g. NUTS's) and the iterations; save them
+    as ``conll_learned_scales.py --save-scales`` does."""
+    d = res["diagnostics"]
+    learned = res["fit"]["scales"].values
+    print(f"scales: {d.sizes['outer_iteration']} iterations, converged "
+          f"{bool(d['scales_converged'])}, MAP iterations per iteration "
+          f"{d['outer_map_iterations'].values.tolist()}, draw iterations "
+          f"{d['outer_draw_iterations'].values.tolist()}")
+    rows = [*zip([*names, "transition"], learned, strict=True)]
+    if saved is not None:
+        ref = [saved["scales"].get(n, np.nan) for n in names] + [saved["transition"]]
+        ratio = learned / np.asarray(ref)
+        ok = np.isfinite(ratio)
+        print(f"learned / saved scales: median {np.median(ratio[ok]):.2f}, "
+              f"range {ratio[ok].min():.2f} .. {ratio[ok].max():.2f}, "
+              f"median |log ratio| {np.median(np.abs(np.log(ratio[ok]))):.2f}")
+    for i, (n, v) in enumerate(rows):
+        extra = f" (saved {ref[i]:.3g})" if saved is not None else ""
+        print(f"  {n}: {v:.3g}{extra}")
+    if save:
+        with open(save, "w") as f:
+            json.dump({"groups": "template-frequency", "train": train,
+                       "transition": float(learned[-1]),
+                       "scales": dict(zip(names, map(float, learned[:-1]), strict=True))}, f,
+                      indent=1)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--train", default="300")
@@ -69,6 +102,14 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--save-draws", default=None)
     ap.add_argument("--workers", type=int, default=0,
                     help="run the draws on a local Dask cluster of this many processes")
+    ap.add_argument("--learn", action="store_true",
+                    help="learn the scales (one per template and count bucket) by the fitter")
+    ap.add_argument("--scale-draws", type=int, default=16)
+    ap.add_argument("--refine", type=int, default=0,
+                    help="HMC transitions from each randomized MAP (the fitter's refine)")
+    ap.add_argument("--progress", action="store_true", help="the fitter's progress bars")
+    ap.add_argument("--save-scales", default=None,
+                    help="with --learn: JSON file for the learned scales by group name")
     args = ap.parse_args(argv)
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
@@ -77,6 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     test, K = data.test, len(data.classes)
     X, batch = data.train.node_features, data.train.graphs
     F = X.shape[1]
+    saved = None
     if args.scales:
         with open(args.scales) as f:
             saved = json.load(f)
@@ -84,6 +126,10 @@ def main(argv: list[str] | None = None) -> None:
         where = f"scales learned on {saved['train']} sentences ({missing} groups not among them)"
     else:
         node_sd, edge_sd, where = np.full(F, SIGMA), SIGMA, "c2 = 1"
+    if args.learn:
+        names, group = np.unique(group_names(data), return_inverse=True)
+        where = (f"{len(names)} scales (template x count bucket) and the transitions' learned "
+                 f"from {args.scale_draws} draws")
     print(f"{batch.n_graphs} training sentences, {F * K + K * K} weights; {where}; test "
           f"{args.test} sentences, {test.node_features.shape[0]} tokens")
     print("| fit | token log loss | token accuracy | ECE | chunk F1 | span ECE | wall time (s) |")
@@ -97,8 +143,14 @@ def main(argv: list[str] | None = None) -> None:
     rows["tempered"] = _row(f"MAP, c2 = 1, temperature {temperature:.3f} (dev)", hot,
                             pmc.predict(hot, test, "bpe").marginals, viterbi, data, None, wall)
     with pm.Model() as model:
-        W = pm.Normal("W", 0.0, node_sd[:, None] * np.ones((1, K)), shape=(F, K))
-        T = pm.Normal("T", 0.0, edge_sd, shape=(K, K))
+        if args.learn:
+            s = pm.HalfNormal("s", 1.0, shape=len(names))
+            t = pm.HalfNormal("t", 1.0)
+            W = pm.Normal("W", 0.0, s[group][:, None], shape=(F, K))
+            T = pm.Normal("T", 0.0, t, shape=(K, K))
+        else:
+            W = pm.Normal("W", 0.0, node_sd[:, None] * np.ones((1, K)), shape=(F, K))
+            T = pm.Normal("T", 0.0, edge_sd, shape=(K, K))
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
                 observed=data.train.labels)
     t0 = time.perf_counter()
@@ -106,7 +158,8 @@ def main(argv: list[str] | None = None) -> None:
         warnings.simplefilter("ignore")
         res = pmc.fit(model, method="randomized_map", draws=args.draws, random_seed=args.seed,
                       antithetic=args.antithetic, rule=args.rule, gtol=args.gtol,
-                      client=client, log_likelihood=False, progressbar=False)
+                      client=client, log_likelihood=False, progressbar=args.progress,
+                      scale_draws=args.scale_draws, refine=args.refine)
     wall = time.perf_counter() - t0
     fit_at = _point(res, F, K, "map_vector")  # the fitter's own MAP, the centre of its perturbations
     viterbi_at = pmc.predict(fit_at, test, "map").labels
@@ -116,7 +169,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"randomized MAP: {wall:.0f} s, L-BFGS iterations per draw "
           f"{float(d['draw_iterations'].mean()):.0f} (MAP {int(d['map_iterations'])}), "
           f"{int(d['draw_success'].sum())} of {args.draws} draws converged, rms move "
-          f"{float(d['draw_rms_move'].mean()):.2f} prior sds", flush=True)
+          f"{float(d['draw_rms_move'].mean()):.2f} prior sds"
+          + (f", HMC acceptance {float(d['draw_acceptance'].mean()):.2f}"
+             if "draw_acceptance" in d else ""), flush=True)
+    if args.learn:
+        _report_scales(res, names, saved, args.save_scales, args.train)
     if args.save_draws:
         np.save(args.save_draws, np.concatenate(
             [res["posterior"][v].values.reshape(args.draws, -1) for v in ("W", "T")], axis=1))

@@ -36,25 +36,37 @@ def _squared(x):
     return x.multiply(x).tocsr() if hasattr(x, "multiply") else x * x
 
 
-def diagonal_laplace_sd(spec: CRFSpec, w_map: np.ndarray) -> np.ndarray:
+def diagonal_laplace_sd(spec: CRFSpec, w_map: np.ndarray, shared_table: str = "map"
+                        ) -> np.ndarray:
     """Posterior standard deviations (flat weight order) of the diagonal Laplace approximation at
-    ``w_map`` (module docstring); log-linear potentials and fixed Normal priors only."""
+    ``w_map`` (module docstring); log-linear potentials and fixed Normal priors only.
+
+    ``shared_table``: a transition table shared by every edge is kept at its MAP (sd 0,
+    ``"map"``), or given its own diagonal Fisher information, the edge marginals' Bernoulli
+    variances summed over the edges (``"fisher"``)."""
     require_gaussian_prior(spec, "diagonal Laplace")
     # missing labels would need the clamped marginals' covariance subtracted; refused instead
     require_all_labels(spec, "diagonal Laplace")
     if spec.potential != "loglinear":
         raise ValueError("the diagonal Laplace approximation takes log-linear potentials; got "
                          f"{spec.potential!r}")
+    if shared_table not in ("map", "fisher"):
+        raise ValueError(f"shared_table must be 'map' or 'fisher'; got {shared_table!r}")
     lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
     node, edge = lik.log_potentials(w_map)
+    if spec.edge_weights is not None and lik.Xe is None and shared_table == "fisher":
+        # one table per edge, so the engine gives per-edge marginals (not their sum)
+        edge = np.repeat(edge, spec.batch.n_edges, axis=0)
     m = lik.engine.marginals(spec.batch, node, edge)
     precision = 1.0 / prior.sd**2
     fisher = []
     if lik.X is not None:
         fisher.append(features_tdot(_squared(lik.X), m.node * (1.0 - m.node)).ravel())
     if spec.edge_weights is not None:
-        if lik.Xe is None:
-            fisher.append(np.full(spec.n_labels**2, np.inf))  # shared table: kept at its MAP
+        if lik.Xe is None and shared_table == "map":
+            fisher.append(np.full(spec.n_labels**2, np.inf))  # kept at its MAP
+        elif lik.Xe is None:
+            fisher.append((m.edge * (1.0 - m.edge)).reshape(-1, spec.n_labels**2).sum(axis=0))
         else:
             fisher.append(features_tdot(_squared(lik.Xe), m.edge * (1.0 - m.edge)).ravel())
     return 1.0 / np.sqrt(precision + np.concatenate(fisher))

@@ -70,7 +70,7 @@ from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
 from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["ScaleHyperprior", "ScalePoint", "LearnedScales", "learn_scales", "INTEGRATE_MODES",
-           "IMPLICIT_PROBES"]
+           "IMPLICIT_PROBES", "SCALE_BOUNDS", "initial_scales"]
 
 INTEGRATE_MODES = (None, "grid")
 #: smallest and largest learned scale (log s is optimised between them)
@@ -162,6 +162,17 @@ class LearnedScales:
     hessian: np.ndarray | None = None
 
 
+def initial_scales(scale_init, n_scales: int) -> np.ndarray:
+    """The flat starting scales from ``scale_init`` (one number, or one per scale entry), with a
+    clear error for anything else."""
+    init = np.broadcast_to(np.asarray(scale_init, dtype=np.float64), (n_scales,)).copy() \
+        if np.ndim(scale_init) == 0 else np.asarray(scale_init, dtype=np.float64).reshape(-1)
+    if init.shape != (n_scales,) or not np.all(np.isfinite(init) & (init > 0)):
+        raise ValueError(f"scale_init must be a number > 0 or {n_scales} of them (one per scale "
+                         f"entry); got {scale_init!r}")
+    return init
+
+
 def _group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     keep = index >= 0
     return np.bincount(index[keep], weights=values[keep], minlength=n)
@@ -195,15 +206,7 @@ def _implicit_point(problem: WeightProblem, start, maxiter, gtol, evidence: bool
 def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
     """MAP by exact gradients and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
     w, lik, info = _whitened_map(problem, start, maxiter, gtol)
-    sd = diagonal_laplace_sd(problem.spec, w)
-    shared = sd == 0.0  # a shared transition table, kept at its MAP by diagonal_laplace_sd
-    if shared.any():  # its own diagonal Fisher information: edge marginal variances summed
-        node, edge = lik.log_potentials(w)
-        # one table per edge, so the engine gives per-edge marginals (not their sum)
-        edge = np.repeat(edge, problem.batch.n_edges, axis=0) if edge.shape[0] == 1 else edge
-        m = lik.engine.marginals(problem.batch, node, edge).edge
-        fisher = (m * (1.0 - m)).reshape(-1, m.shape[-1] ** 2).sum(axis=0)
-        sd[shared] = 1.0 / np.sqrt(1.0 / problem.prior.sd[shared] ** 2 + fisher)
+    sd = diagonal_laplace_sd(problem.spec, w, shared_table="fisher")
     ll = float(lik(w)[0])
     lp = float(problem.prior(w)[0])
     log_ev = ll + lp + 0.5 * w.size * np.log(2.0 * np.pi) + float(np.sum(np.log(sd)))
@@ -352,11 +355,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             raise ValueError(f"integrate_scales='grid' takes at most 3 scale entries (a grid of "
                              f"~9^G Laplace fits); this model has {G}. Use the point estimate "
                              "(integrate_scales=None)")
-    init = np.broadcast_to(np.asarray(scale_init, dtype=np.float64), (G,)).copy() \
-        if np.ndim(scale_init) == 0 else np.asarray(scale_init, dtype=np.float64).reshape(-1)
-    if init.shape != (G,) or not np.all(np.isfinite(init) & (init > 0)):
-        raise ValueError(f"scale_init must be a number > 0 or {G} of them (one per scale entry); "
-                         f"got {scale_init!r}")
+    init = initial_scales(scale_init, G)
     lo, hi = np.log(SCALE_BOUNDS[0]), np.log(SCALE_BOUNDS[1])
     # the grid integrates over log s, so it is centred at the mode of the density of log s
     prior_fn = (ScaleHyperprior(problem.model, problem.scales,

@@ -1,0 +1,190 @@
+"""The randomized MAP's draws: perturbations, the perturbed objective and where draws run.
+
+Each draw maximises ``log p(D | w) + delta . w + log N(w; eps, S^2)`` (package docstring); its
+perturbation comes from its own seed alone, so a draw is the same serially and on a Dask worker,
+and the same seed at other scales gives the same standard-normal anchor and labelling uniforms
+(common random numbers, which the scale search of ``scales.py`` relies on).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from pymc_crf.fitters.bethe_laplace.laplace import _Whitened
+from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
+from pymc_crf.fitters.optimise import DELTA, find_map
+from pymc_crf.fitters.progress import fit_progress
+from pymc_crf.fitters.randomized_map.refine import hmc_refine
+
+__all__ = ["perturbed_objective", "score_perturbation", "minimise", "Centre", "DrawRunner",
+           "draw_jobs"]
+
+RULES = ("delta", "strict")
+
+
+def score_perturbation(lik, w: np.ndarray, grad_at_w: np.ndarray, rng) -> np.ndarray:
+    """``grad_w log p(y~ | x, w)`` for labellings ``y~`` drawn from the CRF at ``w`` (one per
+    graph): ``phi(y~) - phi(y) + grad_at_w``, ``grad_at_w`` the observed labels' gradient there.
+    Its mean is 0 and its covariance the Fisher information at ``w``."""
+    b, K = lik.batch, lik.K
+    node, edge = lik.log_potentials(w)
+    drawn = np.asarray(lik.engine.sample(b, node, edge, 1, rng)[0], dtype=np.int64)
+    dn = np.zeros((b.n_total_nodes, K))
+    dn[lik.rows, drawn] += 1.0
+    dn[lik.rows, lik.y] -= 1.0
+    if lik.spec.edge_weights is None:
+        de = None
+    else:
+        u, v = b.edges[:, 0], b.edges[:, 1]
+        if lik.Xe is None:  # a shared table: pair counts summed over the edges
+            de = np.zeros((1, K, K))
+            np.add.at(de[0], (drawn[u], drawn[v]), 1.0)
+            np.add.at(de[0], (lik.yu, lik.yv), -1.0)
+        else:
+            de = np.zeros((b.n_edges, K, K))
+            e = np.arange(b.n_edges)
+            de[e, drawn[u], drawn[v]] += 1.0
+            de[e, lik.yu, lik.yv] -= 1.0
+    return grad_at_w + lik.pullback(w, dn, de)
+
+
+def perturbed_objective(lik, delta: np.ndarray, anchor: np.ndarray, sd: np.ndarray):
+    """``w -> -(log p(D | w) + delta . w + log N(w; anchor, sd^2))`` (up to a constant) and its
+    gradient, for :func:`~pymc_crf.fitters.optimise.find_map` in the prior-whitened coordinates
+    ``z = (w - mu) / sd`` (wrap with ``_Whitened``)."""
+
+    def f(w):
+        ll, g = lik(w)
+        r = (w - anchor) / sd
+        value = ll + float(delta @ w) - 0.5 * float(r @ r)
+        if not np.isfinite(value):
+            return -np.inf, np.zeros_like(w)
+        return value, g + delta - r / sd
+
+    return f
+
+
+def minimise(f, mu: np.ndarray, sd: np.ndarray, start: np.ndarray, rule: str, gtol: float,
+              maxiter: int, what: str):
+    """Maximise ``f`` (``w -> (value, grad)``) from ``start`` in the prior-whitened coordinates
+    ``(w - mu) / sd``: ``(w, OptimiserDiagnostics)``."""
+    whitened = _Whitened(f, mu, sd)
+
+    def objective(z):
+        v, g = whitened(z)
+        return -v, -g
+
+    z, diag = find_map(objective, (start - mu) / sd, rule=rule, gtol=gtol, delta=DELTA,
+                       maxiter=maxiter, what=what,
+                       consequence="this draw is not the perturbed objective's maximiser")
+    return mu + sd * z, diag
+
+
+@dataclass
+class Centre:
+    """What every draw at one setting of the scales shares: the prior mean and sds, the MAP and
+    the observed labels' gradient there, and (for HMC refinement) the mass matrix's sds."""
+
+    mu: np.ndarray
+    sd: np.ndarray
+    w_map: np.ndarray
+    g_map: np.ndarray
+    mass_sd: np.ndarray | None = None
+
+
+def _draw(lik, centre: Centre, start: np.ndarray | None, seed: np.random.SeedSequence,
+          mirror: bool, data_perturbation: bool, rule: str, gtol: float, maxiter: int,
+          refine: int, index: int) -> tuple[np.ndarray, int, bool, float]:
+    """One randomized MAP, started at ``start`` (the MAP when None), then ``refine`` HMC
+    transitions (``refine.py``): its perturbation and its HMC moves drawn from ``seed`` alone (so
+    draws do not depend on where or in which order they run), the perturbation negated when
+    ``mirror`` (the antithetic partner). ``(w, L-BFGS iterations, success, HMC acceptance
+    rate)``."""
+    mu, sd, w_map = centre.mu, centre.sd, centre.w_map
+    rng = np.random.default_rng(seed)
+    eps = mu + sd * rng.standard_normal(mu.size)
+    delta = score_perturbation(lik, w_map, centre.g_map, rng) if data_perturbation \
+        else np.zeros_like(mu)
+    if mirror:
+        eps, delta = 2.0 * mu - eps, -delta
+    w, diag = minimise(perturbed_objective(lik, delta, eps, sd), mu, sd,
+                       w_map if start is None else start, rule, gtol, maxiter,
+                       f"randomized_map: draw {index}")
+    rate = float("nan")
+    if refine:
+        hmc_rng = np.random.default_rng([*seed.generate_state(2), int(mirror)])
+        w, rate, _ = hmc_refine(lik, mu, sd, centre.mass_sd, w, refine, hmc_rng)
+    return w, int(diag.n_iterations), bool(diag.success), rate
+
+
+def draw_jobs(seeds: list, antithetic: bool) -> list[tuple]:
+    """``(seed, mirror, index)`` of every draw: one per seed, or with ``antithetic`` a pair per
+    seed (the second mirrored)."""
+    total = 2 * len(seeds) if antithetic else len(seeds)
+    return [(seeds[i // 2] if antithetic else seeds[i], antithetic and i % 2 == 1, i)
+            for i in range(total)]
+
+
+class DrawRunner:
+    """Runs batches of draws in this process or as Dask tasks on ``client`` (a
+    ``distributed.Client`` or a scheduler address, whose own client is closed by
+    :meth:`close`); the likelihood goes to each worker once, however many batches run."""
+
+    def __init__(self, lik, *, data_perturbation: bool, rule: str, gtol: float, maxiter: int,
+                 refine: int, client=None):
+        self.lik, self.refine = lik, refine
+        self.options = (data_perturbation, rule, gtol, maxiter, refine)
+        self._own = isinstance(client, str)
+        self.client = client
+        self._lik = lik
+        if client is not None:
+            from distributed import Client
+
+            self.client = Client(client) if self._own else client
+            self._lik = self.client.scatter(lik, broadcast=True)
+
+    def centre(self, spec, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray) -> Centre:
+        """The :class:`Centre` of draws at the MAP ``w_map`` of ``spec`` (its scales fixed),
+        with the diagonal Laplace sds as the HMC mass when draws are refined."""
+        _, g_map = self.lik(w_map)
+        mass = (diagonal_laplace_sd(spec, w_map, shared_table="fisher") if self.refine
+                else None)
+        return Centre(mu, sd, w_map, g_map, mass)
+
+    def run(self, centre: Centre, jobs: list[tuple], starts: list | None = None, *,
+            label: str = "randomized MAP draws", progressbar: bool = True) -> list:
+        """Every job's ``(w, iterations, success, acceptance rate)``, each draw started at
+        ``starts[i]`` (the MAP when ``starts`` is None)."""
+        out: list = [None] * len(jobs)
+        starts = [None] * len(jobs) if starts is None else starts
+        with fit_progress(label, len(jobs), progressbar) as bar:
+            if self.client is None:
+                for k, (seed, mirror, i) in enumerate(jobs):
+                    out[k] = _draw(self.lik, centre, starts[k], seed, mirror, *self.options, i)
+                    bar.advance()
+                return out
+            from distributed import as_completed
+
+            shared = self.client.scatter(centre, broadcast=True)
+            futures = {}
+            for k, (seed, mirror, i) in enumerate(jobs):
+                start = (None if starts[k] is None
+                         else self.client.scatter(starts[k]))
+                futures[self.client.submit(_draw, self._lik, shared, start, seed, mirror,
+                                           *self.options, i, pure=False)] = k
+            for fut in as_completed(futures):
+                out[futures[fut]] = fut.result()
+                bar.advance()
+        return out
+
+    def close(self) -> None:
+        if self._own and self.client is not None:
+            self.client.close()
+
+    def __enter__(self) -> DrawRunner:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

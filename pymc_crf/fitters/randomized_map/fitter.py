@@ -1,0 +1,203 @@
+"""``pmc.fit(model, method="randomized_map")``: the fitter (package docstring)."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pymc as pm
+import xarray as xr
+
+from pymc_crf.fitters.bethe_laplace.batched import pointwise_log_likelihood
+from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
+from pymc_crf.fitters.bethe_laplace.scales import initial_scales
+from pymc_crf.fitters.optimise import STRICT_GTOL
+from pymc_crf.fitters.randomized_map.draws import (
+    RULES,
+    DrawRunner,
+    draw_jobs,
+    minimise,
+    perturbed_objective,
+)
+from pymc_crf.fitters.randomized_map.scales import learn_scales_by_draws
+from pymc_crf.fitters.registry import register
+from pymc_crf.model.results import build_result
+from pymc_crf.validation import flag, generator, positive_number, whole_number
+
+__all__ = ["fit_randomized_map"]
+
+
+@register("randomized_map")
+def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chains: int = 1,
+                       random_seed=None, data_perturbation: bool = True,
+                       antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
+                       maxiter: int = 2000, refine: int = 0, client=None,
+                       hyperprior: bool = True,
+                       scale_init=1.0, scale_draws: int = 16, scale_tol: float = 0.02,
+                       scale_maxiter: int = 30, log_likelihood: bool = True,
+                       progressbar: bool = True) -> xr.DataTree:
+    """Posterior draws of a CRF's weights by randomized MAP (package docstring), with learned
+    prior scales chosen by Monte Carlo EM on the same kind of draws.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        A CRF with log-linear potentials, every label observed, inference exact (chains, trees,
+        narrow junction trees) and Normal weight priors with fixed sds or learned scales
+        (``s = pm.HalfNormal("s", 1, shape=G)``, ``W = pm.Normal("W", 0, s[group])``: any
+        grouping written by indexing, see docs/fit_contract.md).
+    draws, chains : int
+        Draws per chain; ``chains * draws`` perturbed MAPs in all.
+    random_seed : int or Generator, optional
+    data_perturbation : bool
+        Perturb the likelihood by the score of labellings drawn at the MAP (the package
+        docstring's ``delta_s``); False perturbs the prior anchor only, whose draws then have
+        the covariance ``A^{-1} S^{-2} A^{-1}``, less than the posterior's.
+    antithetic : bool
+        Draw in pairs ``(eps, delta)`` and ``(2 mu - eps, -delta)``, whose errors cancel to first
+        order in the averages over draws (``draws`` and ``scale_draws`` must then be even).
+    rule, gtol, maxiter
+        The stopping rule of every MAP (:func:`~pymc_crf.fitters.optimise.find_map`):
+        ``"delta"`` (CRFsuite's, the default of ``method="map"``) or ``"strict"`` with ``gtol``.
+    refine : int
+        HMC transitions on the exact posterior (at the scales) from each randomized MAP
+        (:mod:`~pymc_crf.fitters.randomized_map.refine`): their Metropolis correction moves the
+        draws towards the posterior where the likelihood is far from quadratic; 0: none.
+    client : distributed.Client or str, optional
+        Run the draws as Dask tasks on this client (or the scheduler at this address); the
+        likelihood goes to each worker once. Each draw's perturbation comes from its own seed
+        (spawned from ``random_seed``), so the draws are the same wherever they run.
+    hyperprior : bool
+        Learned scales: the type-II MAP (the scales' prior density added); False: type-II ML.
+    scale_init : float or array
+        Learned scales: the starting scales (one value, or one per scale entry).
+    scale_draws : int
+        Learned scales: the draws whose squared weights estimate each group's ``E[R_g]``
+        (:mod:`~pymc_crf.fitters.randomized_map.scales`); the same seeds at every iteration, and
+        the first ``scale_draws`` of the returned draws (at most ``chains * draws`` are used).
+    scale_tol, scale_maxiter
+        Learned scales: stop when no ``log s`` would move by more than ``scale_tol``, or after
+        ``scale_maxiter`` iterations (``diagnostics.scales_converged`` says which).
+    log_likelihood, progressbar
+        As for every fitter.
+
+    Returns
+    -------
+    DataTree
+        ``posterior`` (the draws in the model's dims, and the learned scales, the same in every
+        draw), ``fit`` (``map_vector``: the unperturbed MAP at the scales; ``scales``),
+        ``diagnostics`` (per draw: L-BFGS iterations, success, the distance from the MAP in
+        prior sds and with ``refine`` the HMC acceptance rate; with learned scales their
+        iterations' ``scale_trace``, ``scale_gradient``, ``scale_step``), ``log_likelihood``
+        per graph.
+    """
+    t0 = time.perf_counter()
+    model = pm.modelcontext(model)
+    problem = weight_problem(model, "randomized_map", learn_scales=True)
+    if problem.kind != "crf":
+        raise ValueError("method='randomized_map' takes CRFs (its data perturbation draws each "
+                         "graph's labelling given its inputs); for a random field without inputs "
+                         "use method='laplace', 'bethe_laplace' or 'nuts'")
+    if problem.potential != "loglinear":
+        raise ValueError(f"method='randomized_map' takes log-linear potentials (its data "
+                         f"perturbation's covariance is the Hessian only for them); got "
+                         f"{problem.potential!r}")
+    n_draws, n_chains = whole_number(draws, "draws"), whole_number(chains, "chains")
+    data_perturbation, antithetic = (flag(data_perturbation, "data_perturbation"),
+                                     flag(antithetic, "antithetic"))
+    hyperprior = flag(hyperprior, "hyperprior")
+    if antithetic and n_draws % 2:
+        raise ValueError(f"antithetic=True draws in pairs: draws must be even; got {n_draws}")
+    if rule not in RULES:
+        raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
+    gtol = positive_number(gtol, "gtol")
+    maxiter = whole_number(maxiter, "maxiter")
+    refine = int(refine)
+    if refine < 0:
+        raise ValueError(f"refine must be a whole number >= 0 (HMC transitions per draw); got "
+                         f"{refine}")
+    total = n_chains * n_draws
+    G = problem.n_scales
+    if G:
+        init = initial_scales(scale_init, G)
+        n_scale = min(whole_number(scale_draws, "scale_draws"), total)
+        if n_scale < 2:
+            raise ValueError(f"scale_draws must be at least 2 (the variance across draws sets "
+                             f"the scales' step); got {scale_draws}")
+        if antithetic and n_scale % 2:
+            raise ValueError(f"antithetic=True draws in pairs: scale_draws must be even; got "
+                             f"{scale_draws}")
+        scale_tol = positive_number(scale_tol, "scale_tol")
+        scale_maxiter = whole_number(scale_maxiter, "scale_maxiter")
+    rng = generator(random_seed, "random_seed")
+    engine = exact_engine(problem, "method='randomized_map' draws labellings from the CRF at its "
+                                   "MAP, which needs exact inference; use method='bethe_laplace'")
+    lik = problem.make_likelihood(engine)
+    seeds = np.random.SeedSequence(int(rng.integers(2**63))).spawn(
+        total // 2 if antithetic else total)
+    jobs = draw_jobs(seeds, antithetic)
+    with DrawRunner(lik, data_perturbation=data_perturbation, rule=rule, gtol=gtol,
+                    maxiter=maxiter, refine=refine, client=client) as runner:
+        if G:
+            learned = learn_scales_by_draws(
+                problem, runner, jobs[:n_scale], hyperprior=hyperprior, scale_init=init,
+                scale_tol=scale_tol, scale_maxiter=scale_maxiter, rule=rule, gtol=gtol,
+                maxiter=maxiter, progressbar=progressbar)
+            centre, map_diag = learned.centre, learned.map_diagnostics
+            done = list(zip(learned.draws, learned.iterations, learned.success, learned.rates,
+                            strict=True))
+        else:
+            mu, sd = problem.prior.mean, problem.prior.sd
+            w_map, map_diag = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu,
+                                       sd, mu.copy(), rule, gtol, maxiter,
+                                       "randomized_map: the MAP")
+            centre = runner.centre(problem.spec, mu, sd, w_map)
+            done = []
+        done += runner.run(centre, jobs[len(done):], progressbar=progressbar)
+    w_map, sd = centre.w_map, centre.sd
+    flat = np.stack([d[0] for d in done]).reshape(n_chains, n_draws, -1)
+    iters = np.array([d[1] for d in done], dtype=np.int64)
+    ok = np.array([d[2] for d in done], dtype=bool)
+    rates = np.array([d[3] for d in done])
+    spec = problem.spec
+    post = spec.unflatten(flat)
+    names = [n for v in problem.scales for n in v.entry_names()]
+    for v in problem.scales:
+        post[v.name] = np.broadcast_to(learned.scales[v.offset:v.offset + v.size].reshape(
+            v.shape), (n_chains, n_draws, *v.shape)).copy()
+    pointwise = ({spec.observed_name: pointwise_log_likelihood(problem, flat)}
+                 if log_likelihood else None)
+    settings = {"draws": n_draws, "chains": n_chains, "random_seed": random_seed,
+                "data_perturbation": data_perturbation, "antithetic": antithetic, "rule": rule,
+                "gtol": gtol, "maxiter": maxiter, "refine": refine,
+                "client": None if client is None else str(client)}
+    if G:
+        settings.update(hyperprior=hyperprior, scale_draws=n_scale, scale_tol=scale_tol,
+                        scale_maxiter=scale_maxiter)
+    shape = (n_chains, n_draws)
+    moved = np.sqrt(np.mean(((flat - w_map) / sd) ** 2, axis=-1))
+    diagnostics = xr.Dataset({
+        "map_iterations": ((), np.int64(map_diag.n_iterations)),
+        "map_success": ((), np.bool_(map_diag.success)),
+        "draw_iterations": (("chain", "draw"), iters.reshape(shape)),
+        "draw_success": (("chain", "draw"), ok.reshape(shape)),
+        "draw_rms_move": (("chain", "draw"), moved),
+        **({"draw_acceptance": (("chain", "draw"), rates.reshape(shape))} if refine else {})},
+        coords={"chain": np.arange(n_chains), "draw": np.arange(n_draws)})
+    fit_group = xr.Dataset({"map_vector": (("rows",), w_map)},
+                           coords={"rows": spec.param_names()})
+    if G:
+        tr = learned.trace
+        diagnostics = diagnostics.assign({
+            "scales_converged": ((), np.bool_(learned.converged)),
+            "scale_trace": (("outer_iteration", "scale_entry"), tr["scales"]),
+            "scale_gradient": (("outer_iteration", "scale_entry"), tr["gradient"]),
+            "scale_step": (("outer_iteration", "scale_entry"), tr["step"]),
+            "outer_map_iterations": (("outer_iteration",), tr["map_iterations"]),
+            "outer_draw_iterations": (("outer_iteration",), tr["draw_iterations"])}
+        ).assign_coords(scale_entry=names)
+        fit_group = fit_group.assign({"scales": (("scale_entry",), learned.scales)}
+                                     ).assign_coords(scale_entry=names)
+    return build_result(model, post, "randomized_map", settings, time.perf_counter() - t0,
+                        log_likelihood=False, pointwise_log_likelihood=pointwise, spec=spec,
+                        extra_groups={"fit": fit_group, "diagnostics": diagnostics})
