@@ -25,7 +25,8 @@ criteria for the averaged marginals against the MAP at c2 = 1 and the MAP at the
 Run:  .venv/bin/python bench/conll_randomized_map.py [--train 300] [--test 2012]
       [--scales bench/results_conll_nuts_scales_300.json] [--draws 100] [--antithetic]
       [--save-draws FILE.npy] [--workers 2] [--refine 20]
-      [--learn [--scale-draws 16] [--save-scales F]] [--progress]
+      [--learn [--scale-draws 16] [--save-scales F] [--init-from-scales]
+      [--scale-maxiter 30]] [--progress]
 (needs ../shared/data/conll2000)
 """
 
@@ -108,6 +109,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--refine", type=int, default=0,
                     help="HMC transitions from each randomized MAP (the fitter's refine)")
     ap.add_argument("--progress", action="store_true", help="the fitter's progress bars")
+    ap.add_argument("--scale-maxiter", type=int, default=30)
+    ap.add_argument("--init-from-scales", action="store_true",
+                    help="with --learn and --scales: start the scale search at those scales")
     ap.add_argument("--save-scales", default=None,
                     help="with --learn: JSON file for the learned scales by group name")
     args = ap.parse_args(argv)
@@ -153,13 +157,17 @@ def main(argv: list[str] | None = None) -> None:
             T = pm.Normal("T", 0.0, edge_sd, shape=(K, K))
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
                 observed=data.train.labels)
+    init = 1.0
+    if args.learn and args.init_from_scales and saved is not None:
+        init = np.array([saved["scales"].get(n, 1.0) for n in names] + [saved["transition"]])
     t0 = time.perf_counter()
     with warnings.catch_warnings(), _client(args.workers) as client:
         warnings.simplefilter("ignore")
         res = pmc.fit(model, method="randomized_map", draws=args.draws, random_seed=args.seed,
                       antithetic=args.antithetic, rule=args.rule, gtol=args.gtol,
                       client=client, log_likelihood=False, progressbar=args.progress,
-                      scale_draws=args.scale_draws, refine=args.refine)
+                      scale_draws=args.scale_draws, refine=args.refine, scale_init=init,
+                      scale_maxiter=args.scale_maxiter)
     wall = time.perf_counter() - t0
     fit_at = _point(res, F, K, "map_vector")  # the fitter's own MAP, the centre of its perturbations
     viterbi_at = pmc.predict(fit_at, test, "map").labels

@@ -4,7 +4,7 @@ A randomized MAP has the posterior's distribution only when the log-likelihood i
 a weight whose likelihood is logistic in it (a feature seen a few times, or only with one
 label) its draws are too widely spread: for ``c`` observations all with one label and a
 ``N(0, v)`` prior on the label-score difference, ``E[d^2]`` of the draws exceeds the
-posterior's by about 7 % (``c = 1, 2, 4``, ``v = 6.3``), and by 40 % with one contrary
+posterior's by 6-11 % (``c = 1, 2, 4``, ``v = 6.3``), and by 30-40 % with one contrary
 observation. Learned scales amplify that (a group's scale is where its draws' mean square
 matches the prior's, so a wider E-step gives a wider scale, and so on).
 
