@@ -25,8 +25,11 @@ information (Louis 1982)
 ``Var[R_g]`` estimated as the sum of the per-weight variances across draws, and the fraction of
 missing information ``Var[R_g] / (2 E[R_g] s_g^2)`` capped at 0.9: plain EM's step
 (``0.5 log(E[R_g] / (n_g s_g^2))`` without a hyperprior) is Newton's with that fraction 0, and
-is slow exactly where the data say little about a group. A group's step is also capped by a
-trust radius that halves whenever its gradient changes sign.
+is slow exactly where the data say little about a group. From the second iteration on, a
+group's curvature is the secant of its gradient between the last two iterations where that is
+concave (a one-dimensional quasi-Newton step per group; the common random numbers make the
+gradient a smooth function of the scales, up to the MAPs' stopping tolerance). A group's step
+is capped by a trust radius that halves whenever its gradient changes sign.
 """
 
 from __future__ import annotations
@@ -109,7 +112,7 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
     lo, hi = np.log(SCALE_BOUNDS[0]), np.log(SCALE_BOUNDS[1])
     u = np.log(np.asarray(scale_init, dtype=np.float64))
     radius = np.full(G, MAX_STEP)
-    grad_before = None
+    grad_before = u_before = None
     w_map, starts = None, None
     trace = {k: [] for k in ("scales", "gradient", "step", "map_iterations", "draw_iterations")}
     converged = False
@@ -121,8 +124,9 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
                                    maxiter,
                                    "randomized_map: the MAP at the current scales")
         centre = runner.centre(p.spec, mu, sd, w_map)
+        last = "" if not it else f" (last step {np.max(np.abs(trace['step'][-1])):.3f} in log s)"
         out = runner.run(centre, jobs, starts,
-                         label=f"randomized MAP scales, iteration {it + 1}",
+                         label=f"randomized MAP scales, iteration {it + 1}{last}",
                          progressbar=progressbar)
         W = np.stack([o[0] for o in out])
         iters = np.array([o[1] for o in out], dtype=np.int64)
@@ -138,12 +142,17 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
         missing = np.clip(var_R / np.maximum(2.0 * R * s2, 1e-300), 0.0,
                           MISSING_INFORMATION_CAP)
         information = 2.0 * R / s2 * (1.0 - missing) - np.minimum(dh, 0.0)  # Louis 1982
-        step = grad / np.maximum(information, 1e-12)
         if grad_before is not None:
+            # the secant of the gradient between the last two iterations, where it is concave
+            moved = np.abs(u - u_before) > 1e-8
+            secant = np.where(moved, (grad_before - grad) / np.where(moved, u - u_before, 1.0),
+                              0.0)
+            information = np.where(secant > 0.0, secant, information)
             radius = np.where(grad * grad_before < 0, radius * SHRINK, radius)
+        step = grad / np.maximum(information, 1e-12)
         step = np.clip(step, -radius, radius)
         step = np.clip(u + step, lo, hi) - u
-        grad_before = grad
+        grad_before, u_before = grad, u
         trace["scales"].append(np.exp(u))
         trace["gradient"].append(grad)
         trace["step"].append(step)
