@@ -29,7 +29,9 @@ is slow exactly where the data say little about a group. From the second iterati
 group's curvature is the secant of its gradient between the last two iterations where that is
 concave (a one-dimensional quasi-Newton step per group; the common random numbers make the
 gradient a smooth function of the scales, up to the MAPs' stopping tolerance). A group's step
-is capped by a trust radius that halves whenever its gradient changes sign.
+is capped by a trust radius that halves whenever its gradient changes sign and doubles (up to
+4 in ``log s``) while its steps are capped in one direction (a group pruned towards the lower
+bound ``SCALE_BOUNDS``, or one growing, gets there in a few iterations).
 """
 
 from __future__ import annotations
@@ -52,8 +54,10 @@ __all__ = ["DrawnScales", "learn_scales_by_draws", "MISSING_INFORMATION_CAP"]
 #: largest fraction of missing information in the Newton step (at most 1 / (1 - cap) = 10
 #: times EM's step)
 MISSING_INFORMATION_CAP = 0.9
-#: the largest step in log s, and the factor a group's trust radius shrinks by on a sign change
+#: the first trust radius in log s, its largest value, and the factor it shrinks by on a sign
+#: change
 MAX_STEP = 1.0
+MAX_RADIUS = 4.0
 SHRINK = 0.5
 
 
@@ -113,6 +117,7 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
     u = np.log(np.asarray(scale_init, dtype=np.float64))
     radius = np.full(G, MAX_STEP)
     grad_before = u_before = None
+    capped = np.zeros(G, dtype=bool)
     w_map, starts = None, None
     trace = {k: [] for k in ("scales", "gradient", "step", "map_iterations", "draw_iterations")}
     converged = False
@@ -148,8 +153,12 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
             secant = np.where(moved, (grad_before - grad) / np.where(moved, u - u_before, 1.0),
                               0.0)
             information = np.where(secant > 0.0, secant, information)
-            radius = np.where(grad * grad_before < 0, radius * SHRINK, radius)
+            # a trust radius per group: halved when its gradient changes sign, doubled (up to
+            # MAX_RADIUS) when its last step was capped and the gradient kept its sign
+            radius = np.where(grad * grad_before < 0, radius * SHRINK,
+                              np.where(capped, np.minimum(2.0 * radius, MAX_RADIUS), radius))
         step = grad / np.maximum(information, 1e-12)
+        capped = np.abs(step) >= radius
         step = np.clip(step, -radius, radius)
         step = np.clip(u + step, lo, hi) - u
         grad_before, u_before = grad, u
