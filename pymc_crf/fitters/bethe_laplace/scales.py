@@ -70,7 +70,7 @@ from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
 from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["ScaleHyperprior", "ScalePoint", "LearnedScales", "learn_scales", "INTEGRATE_MODES",
-           "IMPLICIT_PROBES", "SCALE_BOUNDS", "initial_scales"]
+           "IMPLICIT_PROBES", "SCALE_BOUNDS", "initial_scales", "group_sums"]
 
 INTEGRATE_MODES = (None, "grid")
 #: smallest and largest learned scale (log s is optimised between them)
@@ -173,7 +173,9 @@ def initial_scales(scale_init, n_scales: int) -> np.ndarray:
     return init
 
 
-def _group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+def group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    """Sums of ``values`` (one per flat weight) over each scale entry's weights (``index``: the
+    weights' scale entries, -1 for a fixed sd)."""
     keep = index >= 0
     return np.bincount(index[keep], weights=values[keep], minlength=n)
 
@@ -247,8 +249,8 @@ def _mackay_gradient(problem: WeightProblem, pt: ScalePoint,
     """``(R, gamma, h)`` per scale (module docstring)."""
     idx, n = problem.scale_index, problem.n_scales
     s_w = np.where(idx >= 0, pt.scales[np.maximum(idx, 0)], 1.0)
-    R = _group_sums(idx, (pt.mean - problem.prior.mean) ** 2, n)
-    gamma = _group_sums(idx, 1.0 - pt.variances() / s_w ** 2, n)
+    R = group_sums(idx, (pt.mean - problem.prior.mean) ** 2, n)
+    gamma = group_sums(idx, 1.0 - pt.variances() / s_w ** 2, n)
     h = np.zeros(n) if hyperprior is None else hyperprior(np.log(pt.scales))[1]
     return R, gamma, h
 

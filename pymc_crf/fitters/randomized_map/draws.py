@@ -115,7 +115,8 @@ def _draw(lik, centre: Centre, start: np.ndarray | None, seed: np.random.SeedSeq
     rate = float("nan")
     if refine:
         hmc_rng = np.random.default_rng([*seed.generate_state(2), int(mirror)])
-        w, rate, _ = hmc_refine(lik, mu, sd, centre.mass_sd, w, refine, hmc_rng)
+        posterior = perturbed_objective(lik, np.zeros_like(mu), mu, sd)
+        w, rate, _ = hmc_refine(posterior, centre.mass_sd, w, refine, hmc_rng)
     return w, int(diag.n_iterations), bool(diag.success), rate
 
 

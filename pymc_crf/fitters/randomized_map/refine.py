@@ -30,27 +30,15 @@ N_LEAPFROG = 10
 TARGET_ACCEPT = 0.8
 
 
-def _log_posterior(lik, mu: np.ndarray, sd: np.ndarray):
-    def f(w):
-        ll, g = lik(w)
-        r = (w - mu) / sd
-        value = ll - 0.5 * float(r @ r)
-        if not np.isfinite(value):
-            return -np.inf, np.zeros_like(w)
-        return value, g - r / sd
-
-    return f
-
-
-def hmc_refine(lik, mu: np.ndarray, sd: np.ndarray, mass_sd: np.ndarray, w: np.ndarray,
-               n_transitions: int, rng: np.random.Generator, *, n_adapt: int | None = None,
+def hmc_refine(f, mass_sd: np.ndarray, w: np.ndarray, n_transitions: int,
+               rng: np.random.Generator, *, n_adapt: int | None = None,
                step_size: float | None = None) -> tuple[np.ndarray, float, float]:
-    """``n_transitions`` HMC transitions on ``log p(D | w) + log N(w; mu, sd^2)`` from ``w``
-    (module docstring), the first ``n_adapt`` (default: half) tuning the step size from
+    """``n_transitions`` HMC transitions on the log density ``f`` (``w -> (value, gradient)``;
+    the posterior at fixed scales, ``draws.perturbed_objective`` without perturbation) from
+    ``w`` (module docstring), the first ``n_adapt`` (default: half) tuning the step size from
     ``step_size`` (default ``0.5 d^(-1/4)``): ``(w, acceptance rate after tuning, step
     size)``."""
     d = w.size
-    f = _log_posterior(lik, mu, sd)
     n_adapt = n_transitions // 2 if n_adapt is None else n_adapt
     tuner = ScaleAdaptation(0.5 * d ** -0.25 if step_size is None else step_size,
                             TARGET_ACCEPT)

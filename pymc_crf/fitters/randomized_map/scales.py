@@ -41,7 +41,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
-from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, ScaleHyperprior
+from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, ScaleHyperprior, group_sums
 from pymc_crf.fitters.randomized_map.draws import (
     Centre,
     DrawRunner,
@@ -77,16 +77,6 @@ class DrawnScales:
     rates: np.ndarray
     trace: dict
     converged: bool
-
-
-def _group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
-    """Sums over each scale's weights of ``values`` (last axis: the flat weights)."""
-    keep = index >= 0
-    onehot_index = index[keep]
-    v = values[..., keep]
-    if v.ndim == 1:
-        return np.bincount(onehot_index, weights=v, minlength=n)
-    return np.stack([np.bincount(onehot_index, weights=row, minlength=n) for row in v])
 
 
 def _hyperprior_slope(fn: ScaleHyperprior | None, u: np.ndarray,
@@ -138,8 +128,8 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
         ok = np.array([o[2] for o in out], dtype=bool)
         rates = np.array([o[3] for o in out])
         dev2 = (W - mu) ** 2
-        R = _group_sums(index, dev2.mean(axis=0), G)
-        var_R = _group_sums(index, dev2.var(axis=0, ddof=1), G) if len(jobs) > 1 \
+        R = group_sums(index, dev2.mean(axis=0), G)
+        var_R = group_sums(index, dev2.var(axis=0, ddof=1), G) if len(jobs) > 1 \
             else np.zeros(G)
         s2 = np.exp(2.0 * u)
         h, dh = _hyperprior_slope(fn, u)
