@@ -34,3 +34,33 @@ def loop_model(loop_data):
     from pymc_crf.datasets import bcrf_model
 
     return bcrf_model(loop_data[0])
+
+
+# Tests that compile the same large numba kernels run on one xdist worker. With empty numba caches,
+# two workers reaching the same kernel family at the same time both compile it (several seconds a
+# kernel); on one worker the second test finds it compiled, and tests of the family on the other
+# worker later load it from numba's disk cache. (xdist's own ``--dist loadgroup`` marks groups by
+# rewriting node ids, which pytest 9 ignores; a scheduler hook does not depend on that.)
+_KERNEL_FAMILIES = {
+    "ep-kernels": ("tests/fitters/test_ep.py::", "tests/fitters/test_ard.py::"),
+    "chain-lane-kernels": ("tests/inference/test_chain.py::", "tests/inference/test_chain_small.py::",
+                           "tests/inference/test_chain_edge_features.py::", "tests/test_threads.py::"),
+    "loopy-kernels": ("tests/inference/test_bp.py::", "tests/inference/test_bp_trust.py::",
+                      "tests/inference/test_loopy.py::"),
+}
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config, log):
+    from xdist.scheduler import LoadScopeScheduling
+
+    class KernelFamilyScheduling(LoadScopeScheduling):
+        """Every test its own unit of work (as ``--dist load``), but a kernel family's tests one."""
+
+        def _split_scope(self, nodeid: str) -> str:
+            for family, prefixes in _KERNEL_FAMILIES.items():
+                if nodeid.startswith(prefixes):
+                    return family
+            return nodeid
+
+    return KernelFamilyScheduling(config, log)

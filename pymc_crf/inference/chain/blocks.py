@@ -196,9 +196,11 @@ def _fb_blocked(node, edge, node_off, edge_off, want_marginals, gw, log_z, node_
     per_edge = Xe.shape[0] > 0 or edge.shape[0] != 1
     order, lengths, B, n_blocked, Lbuf, _ = _block_plan(node_off, K, per_edge)
     macc = np.zeros((K, K))
+    # np.int64(0), not 0: a literal argument makes numba compile the kernel once more, for
+    # Literal[int](0), beside the int64 version the threaded parts call.
     _fb_block_range(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
-                    node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, 0, n_blocked,
-                    np.empty(0))
+                    node_m, edge_m, Xe, We, gW, macc, order, lengths, B, Lbuf, np.int64(0),
+                    n_blocked, np.empty(0))
     _fb_after_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
                      node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
 

@@ -233,7 +233,7 @@ def _fb_lane_block(node, edge, shared, psi, shift, erange, lane_lo, lane_elo, la
     Ku, Bu = _u(K), _u(B)
     KB = Ku * Bu
     KKB = Ku * KB
-    Lb = 0
+    Lb = np.int64(0)  # not the literal 0: numba would compile the callees for Literal[int](0) too
     for b in range(B):
         Lb = max(Lb, lane_n[b])
     psi2 = psi[0]

@@ -78,7 +78,7 @@ def _forward_one(node, edge, lo, n, elo, psi, shift, erange, shared, phi, alpha,
             for j in range(K):
                 v = alpha[t * K + j]
                 if v < thr and not (v == 0.0 and _impossible(node, lo + t, edge, e, alpha,
-                                                             (t - 1) * K, 1, t, j)):
+                                                             (t - 1) * K, np.int64(1), t, j)):
                     return np.nan
         if not (s >= _MIN_SCALE):
             return np.nan

@@ -101,7 +101,7 @@ def _edge_tables(edge):
     psi = np.empty((n_tab, K, K))
     shift = np.empty(n_tab)
     erange = np.empty(n_tab)
-    _tables_into(edge, 0, n_tab, psi, shift, erange, np.empty(n_tab * K * K),
+    _tables_into(edge, np.int64(0), n_tab, psi, shift, erange, np.empty(n_tab * K * K),
                  np.empty(n_tab * K * K))
     return psi, shift, erange
 
