@@ -72,12 +72,16 @@ def _row(name, result, marg, labels_pred, data, draws, wall) -> dict:
 def _point(result, F: int, K: int, vector: str = "mean_vector"):
     """``result`` with one posterior draw, the flat weights ``fit/<vector>`` (W then T): the
     Laplace mean (the MAP at the learned scales), or a randomized MAP's ``map_vector``."""
-    mv = np.asarray(result["fit"][vector].values)
-    if mv.size != F * K + K * K:
-        raise ValueError(f"{vector} has {mv.size} entries, not the {F * K + K * K} weights")
+    return with_weights(result, np.asarray(result["fit"][vector].values), F, K)
+
+
+def with_weights(result, weights: np.ndarray, F: int, K: int):
+    """``result`` with one posterior draw, the flat weights ``weights`` (W (F, K) then T (K, K))."""
+    if weights.size != F * K + K * K:
+        raise ValueError(f"{weights.size} weights given, not the model's {F * K + K * K}")
     post = result["posterior"].to_dataset().isel(chain=[0], draw=[0]).copy(deep=True)
-    post["W"].values[0, 0] = mv[:F * K].reshape(F, K)
-    post["T"].values[0, 0] = mv[F * K:].reshape(K, K)
+    post["W"].values[0, 0] = weights[:F * K].reshape(F, K)
+    post["T"].values[0, 0] = weights[F * K:].reshape(K, K)
     point = result.copy()
     point["posterior"] = post
     return point
