@@ -93,15 +93,22 @@ def map_at_scales(data: pmc.CRFData, node_sd, edge_sd: float, n_labels: int):
 BUCKETS = ["1", "2-3", "4-15", "16+"]
 
 
-def group_names(data: Chunking) -> list[str]:
-    """Each feature's group, ``"template (count bucket)"``: its template and how many training
-    tokens it fires on, bucketed by :data:`BUCKETS`."""
+def group_names(data: Chunking, by: str = "template-frequency") -> list[str]:
+    """Each feature's group: by ``"template-frequency"``, ``"template (count bucket)"``, its
+    template and how many training tokens it fires on, bucketed by :data:`BUCKETS`; by
+    ``"template"`` or ``"frequency"`` one of the two."""
+    if by not in ("template-frequency", "template", "frequency"):
+        raise ValueError(f"groups by 'template-frequency', 'template' or 'frequency', not {by!r}")
     X = data.train.node_features
     count = np.asarray((sp.csr_matrix(X) != 0).sum(axis=0)).ravel()
     bucket = np.digitize(count, [2, 4, 16])
     template = np.asarray(data.vectorizer.template_index_)
-    return [f"{data.vectorizer.templates_[t]} (count {BUCKETS[b]})"
-            for t, b in zip(template, bucket, strict=True)]
+    templates = data.vectorizer.templates_
+    if by == "template":
+        return [templates[t] for t in template]
+    if by == "frequency":
+        return [f"count {BUCKETS[b]}" for b in bucket]
+    return [f"{templates[t]} (count {BUCKETS[b]})" for t, b in zip(template, bucket, strict=True)]
 
 
 def scales_by_group(data: Chunking, saved: dict, default: float):

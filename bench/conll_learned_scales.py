@@ -41,8 +41,7 @@ import warnings
 
 import numpy as np
 import pymc as pm
-import scipy.sparse as sp
-from conll_data import chunking, map_at_scales
+from conll_data import chunking, group_names, map_at_scales
 
 import pymc_crf as pmc
 from pymc_crf.calibration import fit_temperature, tempered
@@ -112,7 +111,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--dev", type=int, default=500)
     ap.add_argument("--draws", type=int, default=30)
     ap.add_argument("--scale-maxiter", type=int, default=30)
-    ap.add_argument("--groups", choices=["template", "template-frequency"], default="template")
+    ap.add_argument("--groups", choices=["template", "frequency", "template-frequency"],
+                    default="template")
     ap.add_argument("--covariance", choices=["diagonal", "implicit"], default="diagonal")
     ap.add_argument("--skip-laplace", action="store_true",
                     help="no Laplace fit (at full size its scale search takes hours)")
@@ -146,14 +146,8 @@ def main(argv: list[str] | None = None) -> None:
     hot = tempered(fit, temperature)
     rows["tempered"] = _row(f"MAP, c2 = 1, temperature {temperature:.3f} (fitted on dev)", hot,
                             pmc.predict(hot, test, "bpe").marginals, viterbi, data, None, wall)
-    group = np.asarray(vec.template_index_)
-    names = list(vec.templates_)
-    if args.groups == "template-frequency":
-        count = np.asarray((sp.csr_matrix(X) != 0).sum(axis=0)).ravel()
-        bucket = np.digitize(count, [2, 4, 16])
-        labels = ["1", "2-3", "4-15", "16+"]
-        used, group = np.unique(group * 4 + bucket, return_inverse=True)
-        names = [f"{vec.templates_[u // 4]} (count {labels[u % 4]})" for u in used]
+    names, group = np.unique(group_names(data, args.groups), return_inverse=True)
+    names = list(names)
     if not args.skip_laplace:
         with pm.Model() as learned:
             s = pm.HalfNormal("s", 1.0, shape=len(names))

@@ -10,7 +10,8 @@ every weight. Scored on the first ``--test`` test sentences:
 * MAP, c2 = 1 and its temperature-scaled version (temperature fitted on the dev split);
 * ``--refine N``: N HMC transitions from each randomized MAP (``refine=N``);
 * with ``--learn``, the hierarchical model instead: one ``s ~ HalfNormal(1)`` per template and
-  count bucket, the transitions' ``t ~ HalfNormal(1)``, the scales learned by the fitter's Monte
+  count bucket (``--groups``: per template, or per count bucket), the transitions'
+  ``t ~ HalfNormal(1)``, the scales learned by the fitter's Monte
   Carlo EM (``--scale-draws`` draws; printed beside ``--scales``' when given, e.g. NUTS's);
 * ``pmc.fit(method="randomized_map")`` at the scales: its own MAP (the centre of its
   perturbations) as the MAP at the scales, and its ``--draws`` draws (``--antithetic``;
@@ -25,7 +26,7 @@ criteria for the averaged marginals against the MAP at c2 = 1 and the MAP at the
 Run:  .venv/bin/python bench/conll_randomized_map.py [--train 300] [--test 2012]
       [--scales bench/results_conll_nuts_scales_300.json] [--draws 100] [--antithetic]
       [--save-draws FILE.npy] [--workers 2] [--refine 20]
-      [--learn [--scale-draws 16] [--save-scales F] [--init-from-scales]
+      [--learn [--groups frequency] [--scale-draws 16] [--save-scales F] [--init-from-scales]
       [--scale-maxiter 30]] [--progress]
 (needs ../shared/data/conll2000)
 """
@@ -61,7 +62,8 @@ def _client(workers: int):
         yield client
 
 
-def _report_scales(res, names, saved: dict | None, save: str | None, train: str) -> None:
+def _report_scales(res, names, saved: dict | None, save: str | None, train: str,
+                   groups: str) -> None:
     """Print the learned scales (beside ``saved``'s, e.g. NUTS's) and the iterations; save them
     as ``conll_learned_scales.py --save-scales`` does."""
     d = res["diagnostics"]
@@ -83,7 +85,7 @@ def _report_scales(res, names, saved: dict | None, save: str | None, train: str)
         print(f"  {n}: {v:.3g}{extra}")
     if save:
         with open(save, "w") as f:
-            json.dump({"groups": "template-frequency", "train": train,
+            json.dump({"groups": groups, "train": train,
                        "transition": float(learned[-1]),
                        "scales": dict(zip(names, map(float, learned[:-1]), strict=True))}, f,
                       indent=1)
@@ -105,6 +107,9 @@ def main(argv: list[str] | None = None) -> None:
                     help="run the draws on a local Dask cluster of this many processes")
     ap.add_argument("--learn", action="store_true",
                     help="learn the scales (one per template and count bucket) by the fitter")
+    ap.add_argument("--groups", choices=["template-frequency", "template", "frequency"],
+                    default="template-frequency",
+                    help="with --learn: one scale per template and count bucket, or per either")
     ap.add_argument("--scale-draws", type=int, default=16)
     ap.add_argument("--refine", type=int, default=0,
                     help="HMC transitions from each randomized MAP (the fitter's refine)")
@@ -131,8 +136,8 @@ def main(argv: list[str] | None = None) -> None:
     else:
         node_sd, edge_sd, where = np.full(F, SIGMA), SIGMA, "c2 = 1"
     if args.learn:
-        names, group = np.unique(group_names(data), return_inverse=True)
-        where = (f"{len(names)} scales (template x count bucket) and the transitions' learned "
+        names, group = np.unique(group_names(data, args.groups), return_inverse=True)
+        where = (f"{len(names)} scales ({args.groups}) and the transitions' learned "
                  f"from {args.scale_draws} draws")
     print(f"{batch.n_graphs} training sentences, {F * K + K * K} weights; {where}; test "
           f"{args.test} sentences, {test.node_features.shape[0]} tokens")
@@ -181,7 +186,7 @@ def main(argv: list[str] | None = None) -> None:
           + (f", HMC acceptance {float(d['draw_acceptance'].mean()):.2f}"
              if "draw_acceptance" in d else ""), flush=True)
     if args.learn:
-        _report_scales(res, names, saved, args.save_scales, args.train)
+        _report_scales(res, names, saved, args.save_scales, args.train, args.groups)
     if args.save_draws:
         np.save(args.save_draws, np.concatenate(
             [res["posterior"][v].values.reshape(args.draws, -1) for v in ("W", "T")], axis=1))
