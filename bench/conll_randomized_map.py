@@ -12,7 +12,9 @@ every weight. Scored on the first ``--test`` test sentences:
 * with ``--learn``, the hierarchical model instead: one ``s ~ HalfNormal(1)`` per template and
   count bucket (``--groups``: per template, or per count bucket), the transitions'
   ``t ~ HalfNormal(1)``, the scales learned by the fitter's Monte
-  Carlo EM (``--scale-draws`` draws; printed beside ``--scales``' when given, e.g. NUTS's);
+  Carlo EM (``--scale-draws`` draws; printed beside ``--scales``' when given, e.g. NUTS's),
+  or with ``--scale-method gibbs`` integrated over by ``--chains`` Gibbs chains of ``--tune``
+  + ``--draws`` sweeps (the MAP row then at the posterior-mean scales);
 * ``pmc.fit(method="randomized_map")`` at the scales: its own MAP (the centre of its
   perturbations) as the MAP at the scales, and its ``--draws`` draws (``--antithetic``;
   ``--workers``: on a local Dask cluster), their marginals averaged over the first 10, 30, ...
@@ -27,7 +29,7 @@ Run:  .venv/bin/python bench/conll_randomized_map.py [--train 300] [--test 2012]
       [--scales bench/results_conll_nuts_scales_300.json] [--draws 100] [--antithetic]
       [--save-draws FILE.npy] [--workers 2] [--refine 20]
       [--learn [--groups frequency] [--scale-draws 16] [--save-scales F] [--init-from-scales]
-      [--scale-maxiter 30]] [--progress]
+      [--scale-maxiter 30] [--scale-method gibbs --chains 2 --tune 40]] [--progress]
 (needs ../shared/data/conll2000)
 """
 
@@ -68,10 +70,22 @@ def _report_scales(res, names, saved: dict | None, save: str | None, train: str,
     as ``conll_learned_scales.py --save-scales`` does."""
     d = res["diagnostics"]
     learned = res["fit"]["scales"].values
-    print(f"scales: {d.sizes['outer_iteration']} iterations, converged "
-          f"{bool(d['scales_converged'])}, MAP iterations per iteration "
-          f"{d['outer_map_iterations'].values.tolist()}, draw iterations "
-          f"{d['outer_draw_iterations'].values.tolist()}")
+    if "outer_iteration" in d.sizes:
+        print(f"scales: {d.sizes['outer_iteration']} iterations, converged "
+              f"{bool(d['scales_converged'])}, MAP iterations per iteration "
+              f"{d['outer_map_iterations'].values.tolist()}, draw iterations "
+              f"{d['outer_draw_iterations'].values.tolist()}")
+    else:  # scale_method="gibbs": posterior means, and how far the chains agree
+        kept = np.log(np.concatenate([res["posterior"][v].values.reshape(
+            *res["posterior"][v].shape[:2], -1) for v in ("s", "t")], axis=-1))
+        by_chain = kept.mean(axis=1)
+        spread = np.abs(by_chain - by_chain.mean(axis=0)).max(axis=0) / np.maximum(
+            kept.std(axis=(0, 1)), 1e-12)
+        print(f"scales: posterior means over {kept.shape[0]} x {kept.shape[1]} kept sweeps; "
+              f"between-chain difference of "
+              f"the means of log s in posterior sds: median {np.median(spread):.2f}, largest "
+              f"{spread.max():.2f}; non-centred step's acceptance "
+              f"{float(np.nanmean(d['scale_acceptance'].values)):.2f}")
     rows = [*zip([*names, "transition"], learned, strict=True)]
     if saved is not None:
         ref = [saved["scales"].get(n, np.nan) for n in names] + [saved["transition"]]
@@ -111,6 +125,11 @@ def main(argv: list[str] | None = None) -> None:
                     default="template-frequency",
                     help="with --learn: one scale per template and count bucket, or per either")
     ap.add_argument("--scale-draws", type=int, default=16)
+    ap.add_argument("--scale-method", choices=["em", "gibbs"], default="em",
+                    help="with --learn: one value of the scales (Monte Carlo EM) or the scales "
+                         "integrated over (Gibbs sweeps; --chains, --tune)")
+    ap.add_argument("--chains", type=int, default=1)
+    ap.add_argument("--tune", type=int, default=50)
     ap.add_argument("--refine", type=int, default=0,
                     help="HMC transitions from each randomized MAP (the fitter's refine)")
     ap.add_argument("--progress", action="store_true", help="the fitter's progress bars")
@@ -172,32 +191,43 @@ def main(argv: list[str] | None = None) -> None:
                       antithetic=args.antithetic, rule=args.rule, gtol=args.gtol,
                       client=client, log_likelihood=False, progressbar=args.progress,
                       scale_draws=args.scale_draws, refine=args.refine, scale_init=init,
-                      scale_maxiter=args.scale_maxiter)
+                      scale_maxiter=args.scale_maxiter, chains=args.chains,
+                      **({"scale_method": "gibbs", "tune": args.tune}
+                         if args.scale_method == "gibbs" else {}))
     wall = time.perf_counter() - t0
-    fit_at = _point(res, F, K, "map_vector")  # the fitter's own MAP, the centre of its perturbations
+    gibbs = args.learn and args.scale_method == "gibbs"
+    if gibbs:  # no single centre: the MAP at the posterior-mean scales
+        mean = res["fit"]["scales"].values
+        fit_at, _ = map_at_scales(data.train, mean[group], float(mean[-1]), K)
+        what = "MAP at the posterior-mean scales"
+    else:
+        fit_at = _point(res, F, K, "map_vector")  # the centre of the perturbations
+        what = "MAP at the scales (the randomized MAP's centre)"
     viterbi_at = pmc.predict(fit_at, test, "map").labels
-    rows["map_ls"] = _row("MAP at the scales (the randomized MAP's centre)", fit_at,
-                          pmc.predict(fit_at, test, "bpe").marginals, viterbi_at, data, None, 0.0)
+    rows["map_ls"] = _row(what, fit_at, pmc.predict(fit_at, test, "bpe").marginals, viterbi_at,
+                          data, None, 0.0)
     d = res["diagnostics"]
+    n_total = args.draws * args.chains
     print(f"randomized MAP: {wall:.0f} s, L-BFGS iterations per draw "
           f"{float(d['draw_iterations'].mean()):.0f} (MAP {int(d['map_iterations'])}), "
-          f"{int(d['draw_success'].sum())} of {args.draws} draws converged, rms move "
-          f"{float(d['draw_rms_move'].mean()):.2f} prior sds"
+          f"{int(d['draw_success'].sum())} of {n_total} draws converged"
+          + ("" if gibbs else f", rms move {float(d['draw_rms_move'].mean()):.2f} prior sds")
           + (f", HMC acceptance {float(d['draw_acceptance'].mean()):.2f}"
              if "draw_acceptance" in d else ""), flush=True)
     if args.learn:
         _report_scales(res, names, saved, args.save_scales, args.train, args.groups)
     if args.save_draws:
         np.save(args.save_draws, np.concatenate(
-            [res["posterior"][v].values.reshape(args.draws, -1) for v in ("W", "T")], axis=1))
+            [res["posterior"][v].values.reshape(n_total, -1) for v in ("W", "T")], axis=1))
     prefixes = [n for n in (10, 30, 100, 300) if n < args.draws] + [args.draws]
     for n in prefixes:
         part = res.copy()
         part["posterior"] = res["posterior"].to_dataset().isel(draw=slice(0, n))
-        name = f"randomized MAP at the scales, averaged over {n} draws"
+        name = (f"Gibbs (scales integrated), averaged over {args.chains} x {n} sweeps" if gibbs
+                else f"randomized MAP at the scales, averaged over {n * args.chains} draws")
         rows[f"rml{n}"] = _row(name, part, pmc.predict(part, test, "average", draws=None).marginals,
                                viterbi_at, data, None, wall)
-    print(f"randomized MAP ({args.draws} draws) against the MAPs:")
+    print(f"randomized MAP ({n_total} draws) against the MAPs:")
     _checks(rows, f"rml{args.draws}", "map_ls")
 
 

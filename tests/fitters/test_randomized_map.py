@@ -16,6 +16,12 @@ import pytest
 import pymc_crf as pmc
 from pymc_crf.fitters.bethe_laplace import weight_problem
 from pymc_crf.fitters.randomized_map import score_perturbation
+from pymc_crf.fitters.randomized_map.draws import (
+    DrawRunner,
+    draw_jobs,
+    minimise,
+    perturbed_objective,
+)
 from tests.helpers.brute_force import chain_labellings
 from tests.helpers.models import node_edge_crf, tree_model
 
@@ -131,6 +137,28 @@ def test_antithetic_pairs_cancel_to_first_order():
     assert np.abs(D.mean(axis=0) - w_map).max() < 0.2 * one
 
 
+def test_preconditioned_search_reaches_the_same_draws():
+    """The draws' L-BFGS coordinates (prior sds, or their geometric mean with the diagonal
+    Laplace sds) change the search's path, not the perturbed objective's maximiser."""
+    problem = weight_problem(tree_model(40, seed=0), "randomized_map")
+    lik = problem.make_likelihood()
+    mu, sd = problem.prior.mean, problem.prior.sd
+    w_map, _ = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd, mu.copy(),
+                        "strict", 1e-10, 2000, "MAP")
+    jobs = draw_jobs(np.random.SeedSequence(3).spawn(4), antithetic=False)
+    draws = {}
+    for pre in (False, True):
+        runner = DrawRunner(lik, data_perturbation=True, rule="strict", gtol=1e-10,
+                            maxiter=2000, refine=0, precondition=pre)
+        centre = runner.centre(problem.spec, mu, sd, w_map)
+        assert (centre.laplace_sd is not None) == pre
+        out = runner.run(centre, jobs, progressbar=False)
+        assert all(ok for _, _, ok, _ in out)
+        draws[pre] = np.stack([w for w, *_ in out])
+    assert np.abs(draws[True] - w_map).max() > 0.1
+    np.testing.assert_allclose(draws[True], draws[False], atol=1e-6)
+
+
 @pytest.mark.slow
 def test_prior_anchor_only_has_the_prior_part_of_the_covariance(rich):
     """Without the data perturbation the draws' covariance is ``A^-1 S^-2 A^-1`` (the Laplace
@@ -181,19 +209,24 @@ def _poor_data(rng, n, W, T, V, K):
     return pmc.CRFData(batch, y, X, n_labels=K)
 
 
+def _poor_split(n_train: int, V: int, K: int):
+    """Training (``n_train`` sentences) and test (60) data of :func:`_poor_data` from one set
+    of true weights (seed 0; words' weights ``N(0, 2^2)``, bias 0, transitions ``N(0, 1)``)."""
+    rng = np.random.default_rng(0)
+    W0 = rng.normal(0.0, 2.0, size=(V + 1, K))
+    W0[V] = 0.0
+    T0 = rng.normal(0.0, 1.0, size=(K, K))
+    return _poor_data(rng, n_train, W0, T0, V, K), _poor_data(rng, 60, W0, T0, V, K)
+
+
 @pytest.mark.slow
 def test_averaged_marginals_against_nuts_where_the_posterior_is_not_gaussian():
     """A data-poor chain CRF (12 sentences, 25 Zipf-distributed words, 81 weights): rare words'
     weights have one-sided likelihoods. Averaged test marginals against NUTS's (2 x 2000
     draws): the randomized MAP's are closer than the Laplace posterior's (measured: mean
     absolute difference 0.006 against 0.040, seed 0)."""
-    rng = np.random.default_rng(0)
     K, V = 3, 25
-    W0 = rng.normal(0.0, 2.0, size=(V + 1, K))
-    W0[V] = 0.0
-    T0 = rng.normal(0.0, 1.0, size=(K, K))
-    train = _poor_data(rng, 12, W0, T0, V, K)
-    test = _poor_data(rng, 60, W0, T0, V, K)
+    train, test = _poor_split(12, V, K)
     with pm.Model() as model:
         W = pm.Normal("W", 0.0, 1.0, shape=(V + 1, K))
         T = pm.Normal("T", 0.0, 1.0, shape=(K, K))

@@ -19,6 +19,7 @@ from pymc_crf.fitters.randomized_map.draws import (
     minimise,
     perturbed_objective,
 )
+from pymc_crf.fitters.randomized_map.gibbs import sample_scales_by_gibbs
 from pymc_crf.fitters.randomized_map.scales import learn_scales_by_draws
 from pymc_crf.fitters.registry import register
 from pymc_crf.model.results import build_result
@@ -32,12 +33,13 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                        random_seed=None, data_perturbation: bool = True,
                        antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
                        maxiter: int = 2000, refine: int = 0, client=None,
-                       hyperprior: bool = True,
+                       hyperprior: bool = True, scale_method: str = "em", tune: int = 50,
                        scale_init=1.0, scale_draws: int = 16, scale_tol: float = 0.02,
                        scale_maxiter: int = 30, log_likelihood: bool = True,
                        progressbar: bool = True) -> xr.DataTree:
     """Posterior draws of a CRF's weights by randomized MAP (package docstring), with learned
-    prior scales chosen by Monte Carlo EM on the same kind of draws.
+    prior scales chosen by Monte Carlo EM on the same kind of draws, or integrated over by a
+    Gibbs sampler whose weight step is a randomized MAP.
 
     Parameters
     ----------
@@ -68,15 +70,25 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         likelihood goes to each worker once. Each draw's perturbation comes from its own seed
         (spawned from ``random_seed``), so the draws are the same wherever they run.
     hyperprior : bool
-        Learned scales: the type-II MAP (the scales' prior density added); False: type-II ML.
+        Learned scales, ``scale_method="em"``: the type-II MAP (the scales' prior density
+        added); False: type-II ML.
+    scale_method : {"em", "gibbs"}
+        Learned scales: ``"em"``, one value of the scales by Monte Carlo EM
+        (:mod:`~pymc_crf.fitters.randomized_map.scales`), every draw at it; ``"gibbs"``, the
+        scales integrated over under their prior: ``chains`` Markov chains on (scales,
+        weights), each sweep a randomized MAP at the chain's scales then two steps of the
+        scales (:mod:`~pymc_crf.fitters.randomized_map.gibbs`); each draw has its own scales.
+    tune : int
+        ``scale_method="gibbs"``: sweeps per chain before the ``draws`` kept (the chains start
+        at ``scale_init`` and the MAP there).
     scale_init : float or array
         Learned scales: the starting scales (one value, or one per scale entry).
     scale_draws : int
-        Learned scales: the draws whose squared weights estimate each group's ``E[R_g]``
+        Learned scales, ``"em"``: the draws whose squared weights estimate each group's ``E[R_g]``
         (:mod:`~pymc_crf.fitters.randomized_map.scales`); the same seeds at every iteration, and
         the first ``scale_draws`` of the returned draws (at most ``chains * draws`` are used).
     scale_tol, scale_maxiter
-        Learned scales: stop when no ``log s`` would move by more than ``scale_tol``, or after
+        Learned scales, ``"em"``: stop when no ``log s`` would move by more than ``scale_tol``, or after
         ``scale_maxiter`` iterations (``diagnostics.scales_converged`` says which).
     log_likelihood, progressbar
         As for every fitter.
@@ -89,7 +101,11 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         ``diagnostics`` (per draw: L-BFGS iterations, success, the distance from the MAP in
         prior sds and with ``refine`` the HMC acceptance rate; with learned scales their
         iterations' ``scale_trace``, ``scale_gradient``, ``scale_step``), ``log_likelihood``
-        per graph.
+        per graph. With ``scale_method="gibbs"``: each draw's own scales in ``posterior``,
+        their posterior means in ``fit.scales`` (no ``map_vector``), and in ``diagnostics`` the
+        scales of every sweep (``scale_trace``, dims chain, sweep, scale_entry, the ``tune``
+        sweeps first) and the non-centred step's acceptance rate (``scale_acceptance``, NaN
+        while tuning).
     """
     t0 = time.perf_counter()
     model = pm.modelcontext(model)
@@ -118,7 +134,21 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                          f"{refine}")
     total = n_chains * n_draws
     G = problem.n_scales
-    if G:
+    if scale_method not in ("em", "gibbs"):
+        raise ValueError(f"scale_method must be 'em' (one value of the scales, Monte Carlo EM) "
+                         f"or 'gibbs' (the scales integrated over); got {scale_method!r}")
+    gibbs = bool(G) and scale_method == "gibbs"
+    if gibbs:
+        init = initial_scales(scale_init, G)
+        n_tune = whole_number(tune, "tune", minimum=0)
+        if antithetic:
+            raise ValueError("scale_method='gibbs' draws each sweep's weights afresh, one chain "
+                             "at a time; antithetic pairs do not apply (antithetic=False)")
+        if not hyperprior:
+            raise ValueError("scale_method='gibbs' integrates over the scales under their prior; "
+                             "hyperprior=False (type-II maximum likelihood) is a point "
+                             "estimate: use scale_method='em'")
+    elif G:
         init = initial_scales(scale_init, G)
         n_scale = min(whole_number(scale_draws, "scale_draws"), total)
         if n_scale < 2:
@@ -134,10 +164,22 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                                    "MAP, which needs exact inference; use method='bethe_laplace'")
     lik = problem.make_likelihood(engine)
     seeds = np.random.SeedSequence(int(rng.integers(2**63))).spawn(
-        total // 2 if antithetic else total)
+        n_chains if gibbs else total // 2 if antithetic else total)
     jobs = draw_jobs(seeds, antithetic)
     with DrawRunner(lik, data_perturbation=data_perturbation, rule=rule, gtol=gtol,
                     maxiter=maxiter, refine=refine, client=client) as runner:
+        if gibbs:
+            chain = sample_scales_by_gibbs(
+                problem, runner, seeds, n_chains=n_chains, n_draws=n_draws, tune=n_tune,
+                scale_init=init, rule=rule, gtol=gtol, maxiter=maxiter, progressbar=progressbar)
+            return _gibbs_result(model, problem, chain, time.perf_counter() - t0,
+                                 log_likelihood, refine,
+                                 {"draws": n_draws, "chains": n_chains,
+                                  "random_seed": random_seed,
+                                  "data_perturbation": data_perturbation, "rule": rule,
+                                  "gtol": gtol, "maxiter": maxiter, "refine": refine,
+                                  "client": None if client is None else str(client),
+                                  "scale_method": "gibbs", "tune": n_tune})
         if G:
             learned = learn_scales_by_draws(
                 problem, runner, jobs[:n_scale], hyperprior=hyperprior, scale_init=init,
@@ -172,7 +214,8 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                 "gtol": gtol, "maxiter": maxiter, "refine": refine,
                 "client": None if client is None else str(client)}
     if G:
-        settings.update(hyperprior=hyperprior, scale_draws=n_scale, scale_tol=scale_tol,
+        settings.update(hyperprior=hyperprior, scale_method="em", scale_draws=n_scale,
+                        scale_tol=scale_tol,
                         scale_maxiter=scale_maxiter)
     shape = (n_chains, n_draws)
     moved = np.sqrt(np.mean(((flat - w_map) / sd) ** 2, axis=-1))
@@ -200,4 +243,34 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                                      ).assign_coords(scale_entry=names)
     return build_result(model, post, "randomized_map", settings, time.perf_counter() - t0,
                         log_likelihood=False, pointwise_log_likelihood=pointwise, spec=spec,
+                        extra_groups={"fit": fit_group, "diagnostics": diagnostics})
+
+
+def _gibbs_result(model, problem, chain, wall: float, log_likelihood: bool, refine: int,
+                  settings: dict) -> xr.DataTree:
+    """The result of ``scale_method="gibbs"``: every kept sweep's weights and scales."""
+    n_chains, n_draws, _ = chain.draws.shape
+    spec = problem.spec
+    post = spec.unflatten(chain.draws)
+    names = [n for v in problem.scales for n in v.entry_names()]
+    for v in problem.scales:
+        post[v.name] = chain.scales[:, :, v.offset:v.offset + v.size].reshape(
+            n_chains, n_draws, *v.shape)
+    pointwise = ({spec.observed_name: pointwise_log_likelihood(problem, chain.draws)}
+                 if log_likelihood else None)
+    sweeps = chain.trace["scales"].shape[1]
+    diagnostics = xr.Dataset({
+        "map_iterations": ((), np.int64(chain.map_diagnostics.n_iterations)),
+        "map_success": ((), np.bool_(chain.map_diagnostics.success)),
+        "draw_iterations": (("chain", "draw"), chain.iterations),
+        "draw_success": (("chain", "draw"), chain.success),
+        **({"draw_acceptance": (("chain", "draw"), chain.rates)} if refine else {}),
+        "scale_trace": (("chain", "sweep", "scale_entry"), chain.trace["scales"]),
+        "scale_acceptance": (("chain", "sweep"), chain.trace["acceptance"])},
+        coords={"chain": np.arange(n_chains), "draw": np.arange(n_draws),
+                "sweep": np.arange(sweeps), "scale_entry": names})
+    fit_group = xr.Dataset({"scales": (("scale_entry",), chain.scales.mean(axis=(0, 1)))},
+                           coords={"scale_entry": names})
+    return build_result(model, post, "randomized_map", settings, wall, log_likelihood=False,
+                        pointwise_log_likelihood=pointwise, spec=spec,
                         extra_groups={"fit": fit_group, "diagnostics": diagnostics})

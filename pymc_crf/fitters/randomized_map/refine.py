@@ -32,16 +32,19 @@ TARGET_ACCEPT = 0.8
 
 def hmc_refine(f, mass_sd: np.ndarray, w: np.ndarray, n_transitions: int,
                rng: np.random.Generator, *, n_adapt: int | None = None,
-               step_size: float | None = None) -> tuple[np.ndarray, float, float]:
+               step_size: float | None = None, tuner: ScaleAdaptation | None = None
+               ) -> tuple[np.ndarray, float, float]:
     """``n_transitions`` HMC transitions on the log density ``f`` (``w -> (value, gradient)``;
     the posterior at fixed scales, ``draws.perturbed_objective`` without perturbation) from
     ``w`` (module docstring), the first ``n_adapt`` (default: half) tuning the step size from
-    ``step_size`` (default ``0.5 d^(-1/4)``): ``(w, acceptance rate after tuning, step
-    size)``."""
+    ``step_size`` (default ``0.5 d^(-1/4)``), or tuning ``tuner`` (a step-size recursion that
+    carries over from call to call, e.g. across the sweeps of a Gibbs sampler): ``(w,
+    acceptance rate after tuning (NaN if every transition tuned), step size)``."""
     d = w.size
     n_adapt = n_transitions // 2 if n_adapt is None else n_adapt
-    tuner = ScaleAdaptation(0.5 * d ** -0.25 if step_size is None else step_size,
-                            TARGET_ACCEPT)
+    if tuner is None:
+        tuner = ScaleAdaptation(0.5 * d ** -0.25 if step_size is None else step_size,
+                                TARGET_ACCEPT)
     value, grad = f(w)
     accepted, counted = 0.0, 0
     for t in range(n_transitions):
