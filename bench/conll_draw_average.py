@@ -7,9 +7,9 @@ and fits the two MAPs of that bench again (CRFsuite's c2 = 1, and at the scales)
 
 * the token log loss of the marginals averaged over ``n`` draws, for n = 1, 2, 4, ... and all,
   each the mean over ``--subsets`` random subsets of the draws, and the least-squares fit
-  ``a + b / n`` through them: the log loss of an average of n draws is biased upwards by about
-  b / n (Jensen), so ``a`` estimates the average over the whole posterior, to compare with the
-  MAPs';
+  ``a + b / n`` through those with ``n >= --fit-from``: the log loss of an average of n
+  draws is biased upwards by about b / n (Jensen), so ``a`` estimates the average over the
+  whole posterior, to compare with the MAPs';
 * the log loss of the draws' mean as one point;
 * the difference between the average over all draws and the MAP at the scales per test token,
   split by the MAP's label being right (and its probability) or wrong, and by how many of the
@@ -17,7 +17,7 @@ and fits the two MAPs of that bench again (CRFsuite's c2 = 1, and at the scales)
 * mean confidence minus accuracy of the MAP and of the average (negative: under-confident).
 
 Run:  .venv/bin/python bench/conll_draw_average.py DRAWS.npy [--train all] [--test 2012]
-      [--scales bench/results_conll_nuts_scales_300.json] [--subsets 20]
+      [--scales bench/results_conll_nuts_scales_300.json] [--subsets 20] [--fit-from 1]
 (needs ../shared/data/conll2000)
 """
 
@@ -50,6 +50,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scales", default="bench/results_conll_nuts_scales_300.json")
     ap.add_argument("--subsets", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--fit-from", type=int, default=1,
+                    help="fit a + b / n to the subset sizes n >= this (1/n is the large-n "
+                         "behaviour; a large residual over all sizes says to start later)")
     args = ap.parse_args(argv)
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
@@ -91,12 +94,16 @@ def main(argv: list[str] | None = None) -> None:
                 for _ in range(reps)]
         means.append(np.mean(vals))
         print(f"| {k} | {np.mean(vals):.4f} | {np.std(vals):.4f} |")
-    design = np.column_stack([np.ones(len(sizes)), 1.0 / np.asarray(sizes)])
-    (a, b), *_ = np.linalg.lstsq(design, np.asarray(means), rcond=None)
-    resid = np.asarray(means) - design @ np.array([a, b])
-    print(f"fit a + b / n: a = {a:.4f} (the many-draw limit), b = {b:.4f}, largest residual "
-          f"{np.abs(resid).max():.4f}; limit minus MAP c2 = 1: {a - loss_1:+.4f}, minus MAP at "
-          f"the scales: {a - loss_s.mean():+.4f}")
+    tail = np.asarray(sizes) >= args.fit_from
+    if tail.sum() < 3:
+        raise ValueError(f"--fit-from {args.fit_from} leaves {int(tail.sum())} subset sizes; the "
+                         "fit needs 3")
+    design = np.column_stack([np.ones(int(tail.sum())), 1.0 / np.asarray(sizes)[tail]])
+    (a, b), *_ = np.linalg.lstsq(design, np.asarray(means)[tail], rcond=None)
+    resid = np.asarray(means)[tail] - design @ np.array([a, b])
+    print(f"fit a + b / n over n >= {args.fit_from}: a = {a:.4f} (the many-draw limit), "
+          f"b = {b:.4f}, largest residual {np.abs(resid).max():.4f}; limit minus MAP c2 = 1: "
+          f"{a - loss_1:+.4f}, minus MAP at the scales: {a - loss_s.mean():+.4f}")
     print(f"the draws' mean as one point: {token_loss(marginals(np.mean(draws, 0))).mean():.4f}")
     avg = per_draw.mean(0)
     delta = token_loss(avg) - loss_s

@@ -209,7 +209,8 @@ def main(argv: list[str] | None = None) -> None:
     d = res["diagnostics"]
     n_total = args.draws * args.chains
     print(f"randomized MAP: {wall:.0f} s, L-BFGS iterations per draw "
-          f"{float(d['draw_iterations'].mean()):.0f} (MAP {int(d['map_iterations'])}), "
+          f"{float(d['draw_iterations'].mean()):.0f} (MAP "
+          f"{float(d['map_iterations'].mean()):.0f}{' per sweep' if gibbs else ''}), "
           f"{int(d['draw_success'].sum())} of {n_total} draws converged"
           + ("" if gibbs else f", rms move {float(d['draw_rms_move'].mean()):.2f} prior sds")
           + (f", HMC acceptance {float(d['draw_acceptance'].mean()):.2f}"

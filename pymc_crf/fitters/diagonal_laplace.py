@@ -28,7 +28,7 @@ from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.model.spec import CRFSpec, require_all_labels, require_gaussian_prior
 from pymc_crf.validation import generator, whole_number
 
-__all__ = ["diagonal_laplace_draws", "diagonal_laplace_sd"]
+__all__ = ["diagonal_laplace_draws", "diagonal_laplace_sd", "diagonal_fisher"]
 
 
 def _squared(x):
@@ -53,12 +53,21 @@ def diagonal_laplace_sd(spec: CRFSpec, w_map: np.ndarray, shared_table: str = "m
     if shared_table not in ("map", "fisher"):
         raise ValueError(f"shared_table must be 'map' or 'fisher'; got {shared_table!r}")
     lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
-    node, edge = lik.log_potentials(w_map)
+    return 1.0 / np.sqrt(1.0 / prior.sd**2 + diagonal_fisher(lik, w_map, shared_table))
+
+
+def diagonal_fisher(lik: CRFLogLikelihood, w: np.ndarray, shared_table: str = "map"
+                    ) -> np.ndarray:
+    """The diagonal of the log-likelihood's Fisher information at ``w`` (flat weight order; the
+    per-token approximation of the module docstring) of the log-linear CRF likelihood ``lik``;
+    a shared transition table's entries are ``inf`` with ``shared_table="map"`` (kept at
+    ``w``), its edges' summed Bernoulli variances with ``"fisher"``."""
+    spec = lik.spec
+    node, edge = lik.log_potentials(w)
     if spec.edge_weights is not None and lik.Xe is None and shared_table == "fisher":
         # one table per edge, so the engine gives per-edge marginals (not their sum)
         edge = np.repeat(edge, spec.batch.n_edges, axis=0)
     m = lik.engine.marginals(spec.batch, node, edge)
-    precision = 1.0 / prior.sd**2
     fisher = []
     if lik.X is not None:
         fisher.append(features_tdot(_squared(lik.X), m.node * (1.0 - m.node)).ravel())
@@ -69,7 +78,7 @@ def diagonal_laplace_sd(spec: CRFSpec, w_map: np.ndarray, shared_table: str = "m
             fisher.append((m.edge * (1.0 - m.edge)).reshape(-1, spec.n_labels**2).sum(axis=0))
         else:
             fisher.append(features_tdot(_squared(lik.Xe), m.edge * (1.0 - m.edge)).ravel())
-    return 1.0 / np.sqrt(precision + np.concatenate(fisher))
+    return np.concatenate(fisher)
 
 
 def diagonal_laplace_draws(spec: CRFSpec, mean: np.ndarray, sd: np.ndarray, draws: int = 30,

@@ -19,7 +19,7 @@ from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.refine import hmc_refine
 
 __all__ = ["perturbed_objective", "score_perturbation", "minimise", "Centre", "DrawRunner",
-           "draw_jobs"]
+           "draw_jobs", "one_draw"]
 
 RULES = ("delta", "strict")
 
@@ -107,7 +107,7 @@ class Centre:
     laplace_sd: np.ndarray | None = None
 
 
-def _draw(lik, centre: Centre, start: np.ndarray | None, seed: np.random.SeedSequence,
+def one_draw(lik, centre: Centre, start: np.ndarray | None, seed: np.random.SeedSequence,
           mirror: bool, data_perturbation: bool, rule: str, gtol: float, maxiter: int,
           refine: int, index: int) -> tuple[np.ndarray, int, bool, float]:
     """One randomized MAP, started at ``start`` (the MAP when None), then ``refine`` HMC
@@ -169,35 +169,44 @@ class DrawRunner:
                    if self.precondition or self.refine else None)
         return Centre(mu, sd, w_map, g_map, laplace)
 
+    def share(self, value, broadcast: bool = False):
+        """``value`` as the tasks' argument: itself in this process, scattered to the workers
+        (once, to every worker with ``broadcast``) on a Dask client."""
+        if self.client is None:
+            return value
+        return self.client.scatter(value, broadcast=broadcast)
+
+    def map(self, fn, calls: list[tuple], *, label: str, progressbar: bool = True) -> list:
+        """``fn(lik, *args)`` for every ``args`` of ``calls``, in this process or as Dask tasks
+        (large arguments passed through :meth:`share`), in the order of ``calls``."""
+        out: list = [None] * len(calls)
+        with fit_progress(label, len(calls), progressbar) as bar:
+            if self.client is None:
+                for k, args in enumerate(calls):
+                    out[k] = fn(self.lik, *args)
+                    bar.advance()
+                return out
+            from distributed import as_completed
+
+            futures = {self.client.submit(fn, self._lik, *args, pure=False): k
+                        for k, args in enumerate(calls)}
+            for fut in as_completed(futures):
+                out[futures[fut]] = fut.result()
+                bar.advance()
+        return out
+
     def run(self, centre: Centre | list[Centre], jobs: list[tuple], starts: list | None = None,
             *, label: str = "randomized MAP draws", progressbar: bool = True) -> list:
         """Every job's ``(w, iterations, success, acceptance rate)``, each draw started at
         ``starts[i]`` (its centre's ``w_map`` when ``starts`` is None); ``centre``: one for
         every job, or one per job."""
-        out: list = [None] * len(jobs)
-        starts = [None] * len(jobs) if starts is None else starts
         per_job = isinstance(centre, list)
-        with fit_progress(label, len(jobs), progressbar) as bar:
-            if self.client is None:
-                for k, (seed, mirror, i) in enumerate(jobs):
-                    out[k] = _draw(self.lik, centre[k] if per_job else centre, starts[k], seed,
-                                   mirror, *self.options, i)
-                    bar.advance()
-                return out
-            from distributed import as_completed
-
-            shared = None if per_job else self.client.scatter(centre, broadcast=True)
-            futures = {}
-            for k, (seed, mirror, i) in enumerate(jobs):
-                start = (None if starts[k] is None
-                         else self.client.scatter(starts[k]))
-                here = self.client.scatter(centre[k]) if per_job else shared
-                futures[self.client.submit(_draw, self._lik, here, start, seed, mirror,
-                                           *self.options, i, pure=False)] = k
-            for fut in as_completed(futures):
-                out[futures[fut]] = fut.result()
-                bar.advance()
-        return out
+        shared = None if per_job else self.share(centre, broadcast=True)
+        calls = [(self.share(centre[k]) if per_job else shared,
+                  None if starts is None or starts[k] is None else self.share(starts[k]),
+                  seed, mirror, *self.options, i)
+                 for k, (seed, mirror, i) in enumerate(jobs)]
+        return self.map(one_draw, calls, label=label, progressbar=progressbar)
 
     def close(self) -> None:
         if self._own and self.client is not None:

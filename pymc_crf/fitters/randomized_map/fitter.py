@@ -171,7 +171,7 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         if gibbs:
             chain = sample_scales_by_gibbs(
                 problem, runner, seeds, n_chains=n_chains, n_draws=n_draws, tune=n_tune,
-                scale_init=init, rule=rule, gtol=gtol, maxiter=maxiter, progressbar=progressbar)
+                scale_init=init, progressbar=progressbar)
             return _gibbs_result(model, problem, chain, time.perf_counter() - t0,
                                  log_likelihood, refine,
                                  {"draws": n_draws, "chains": n_chains,
@@ -260,8 +260,7 @@ def _gibbs_result(model, problem, chain, wall: float, log_likelihood: bool, refi
                  if log_likelihood else None)
     sweeps = chain.trace["scales"].shape[1]
     diagnostics = xr.Dataset({
-        "map_iterations": ((), np.int64(chain.map_diagnostics.n_iterations)),
-        "map_success": ((), np.bool_(chain.map_diagnostics.success)),
+        "map_iterations": (("chain", "draw"), chain.map_iterations),
         "draw_iterations": (("chain", "draw"), chain.iterations),
         "draw_success": (("chain", "draw"), chain.success),
         **({"draw_acceptance": (("chain", "draw"), chain.rates)} if refine else {}),

@@ -7,11 +7,12 @@ groups (automatic relevance determination) where the posterior of the scales spr
 of them (docs/randomized_map.md). This sampler integrates over the scales instead, with a Markov
 chain on ``(s, w)`` of three steps per sweep:
 
-1. ``w | s``: a randomized MAP at the current scales (``draws.py``), linearised at the chain's
-   current weights (the data perturbation's labellings are drawn from the CRF there, and the
-   search starts there), followed by ``refine`` HMC transitions at the scales. A randomized MAP
-   has the posterior's distribution only for a quadratic log-likelihood, so the chain's limit
-   is the posterior only approximately; the refinement moves each draw towards it.
+1. ``w | s``: the MAP at the current scales (warm-started at the chain's last MAP), then a
+   randomized MAP there (``draws.py``) and ``refine`` HMC transitions at the scales. A
+   randomized MAP has the posterior's distribution only for a quadratic log-likelihood, so the
+   chain's limit is the posterior only approximately; the refinement moves each draw towards
+   it. The step redraws every weight, so successive sweeps are correlated through the scales
+   alone. It runs as one task per chain (on the runner's Dask workers, when it has them).
 2. ``s | w``, the centred step: given the weights, each ``u_g = log s_g`` has the density
 
        -n_g u - R_g exp(-2 u) / 2 + log p(exp(u)) + u,    R_g = sum_{i in g} (w_i - mu_i)^2,
@@ -30,8 +31,7 @@ pinned near ``sqrt(R_g / n_g)`` by its ``n_g`` weights, most of which the data l
 prior, so alone it moves ``log s_g`` by about ``1 / sqrt(2 n_g)`` a sweep: Gibbs's version of
 EM's crawl. The non-centred step rescales all the group's weights at once, and only the
 likelihood and the scale's prior hold it, so it moves the scale freely where the data say
-little about the group; where they say much the centred step mixes well. The weight step
-redraws every weight, so successive sweeps are correlated through the scales alone.
+little about the group; where they say much the centred step mixes well.
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ import pytensor
 
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
 from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, group_sums
-from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
+from pymc_crf.fitters.diagonal_laplace import diagonal_fisher
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.draws import (
     Centre,
     DrawRunner,
-    draw_jobs,
     minimise,
+    one_draw,
     perturbed_objective,
 )
 from pymc_crf.fitters.randomized_map.refine import TARGET_ACCEPT, hmc_refine
@@ -138,32 +138,40 @@ def slice_sample(log_f, x: np.ndarray, width: np.ndarray, rng: np.random.Generat
 class GibbsScales:
     """The kept sweeps of every chain: ``draws`` (chains, draws, d) and ``scales`` (chains,
     draws, G), per sweep (burn-in included) the ``trace`` of the scales and the non-centred
-    step's acceptance rate, per kept draw the weight step's L-BFGS ``iterations``, ``success``
-    and HMC ``rates`` (NaN without ``refine``), and the MAP at the initial scales (its optimiser
-    record ``map_diagnostics``), where every chain starts."""
+    step's acceptance rate, per kept draw the weight step's L-BFGS iterations
+    (``map_iterations`` of its MAP, ``iterations`` of its randomized MAP), ``success`` and HMC
+    ``rates`` (NaN without ``refine``)."""
 
     draws: np.ndarray
     scales: np.ndarray
+    map_iterations: np.ndarray
     iterations: np.ndarray
     success: np.ndarray
     rates: np.ndarray
     trace: dict
-    w_init: np.ndarray
-    map_diagnostics: object
 
 
-def _centre(runner: DrawRunner, problem: WeightProblem, u: np.ndarray, w: np.ndarray) -> Centre:
-    """The randomized MAP's :class:`Centre` at the scales ``exp(u)``, linearised at ``w``."""
-    p = problem.at_scales(np.exp(u))
-    mu, sd = p.prior.mean, p.prior.sd
-    _, g = runner.lik(w)
-    return Centre(mu, sd, w, g, diagonal_laplace_sd(p.spec, w, shared_table="fisher"))
+def _weight_step(lik, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray, seed,
+                 data_perturbation: bool, rule: str, gtol: float, maxiter: int, refine: int,
+                 index: int) -> tuple:
+    """One chain's weight step (module docstring, step 1) at the prior sds ``sd``, the MAP
+    warm-started at ``w_map``: ``(MAP, diagonal Laplace sds there, draw, MAP iterations, draw
+    iterations, success, HMC acceptance rate)``."""
+    w_map, diag = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd, w_map,
+                           rule, gtol, maxiter, "randomized_map: the MAP of a Gibbs sweep")
+    _, g = lik(w_map)
+    laplace_sd = 1.0 / np.sqrt(sd ** -2.0 + diagonal_fisher(lik, w_map, shared_table="fisher"))
+    w, its, ok, rate = one_draw(lik, Centre(mu, sd, w_map, g, laplace_sd), None, seed, False,
+                             data_perturbation, rule, gtol, maxiter, refine, index)
+    return w_map, laplace_sd, w, int(diag.n_iterations), its, ok and bool(diag.success), rate
 
 
 def _noncentred(lik, density: ScaleDensity, index: np.ndarray, mu: np.ndarray, w: np.ndarray,
-                u: np.ndarray, centre: Centre, tuner: ScaleAdaptation, tune: bool,
-                rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
-    """The non-centred step (module docstring, step 3): ``(u, w, acceptance rate)``."""
+                u: np.ndarray, sd: np.ndarray, laplace_sd: np.ndarray, tuner: ScaleAdaptation,
+                tune: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
+    """The non-centred step (module docstring, step 3) from the weights ``w`` drawn at the prior
+    sds ``sd`` (``laplace_sd``: the diagonal Laplace sds there): ``(u, w, acceptance
+    rate)``."""
     G = u.size
     scaled = index >= 0
     dev = w - mu
@@ -180,7 +188,7 @@ def _noncentred(lik, density: ScaleDensity, index: np.ndarray, mu: np.ndarray, w
         return ll + float(dens.sum()), group_sums(index, (x - mu) * g, G) + dg
 
     # the mass: each group's diagonal Fisher curvature sum_i (w_i - mu_i)^2 F_ii, plus one
-    fisher = np.maximum(centre.laplace_sd ** -2.0 - centre.sd ** -2.0, 0.0)
+    fisher = np.maximum(laplace_sd ** -2.0 - sd ** -2.0, 0.0)
     mass_sd = 1.0 / np.sqrt(group_sums(index, dev ** 2 * fisher, G) + 1.0)
     # while tuning, every transition tunes the step (the rate returned is then NaN)
     u_new, rate, _ = hmc_refine(f, mass_sd, u, SCALE_TRANSITIONS, rng,
@@ -207,33 +215,29 @@ def _centred(density: ScaleDensity, index: np.ndarray, n: np.ndarray, mu: np.nda
 
 def sample_scales_by_gibbs(problem: WeightProblem, runner: DrawRunner, seeds: list, *,
                            n_chains: int, n_draws: int, tune: int, scale_init: np.ndarray,
-                           rule: str, gtol: float, maxiter: int,
                            progressbar: bool) -> GibbsScales:
     """``n_chains`` chains of ``tune + n_draws`` sweeps of the module docstring's sampler from
-    ``scale_init`` and the MAP there, keeping the last ``n_draws``; the weight steps of the
-    chains run together on ``runner`` (on its Dask client, when it has one). ``seeds``: one
-    ``SeedSequence`` per chain."""
+    ``scale_init``, keeping the last ``n_draws``; the weight steps of the chains run together
+    on ``runner`` (on its Dask client, when it has one). ``seeds``: one ``SeedSequence`` per
+    chain."""
     index = np.asarray(problem.scale_index)
     G = problem.n_scales
     n = np.bincount(index[index >= 0], minlength=G).astype(np.float64)
     density = ScaleDensity(problem.model, problem.scales)
     lik = runner.lik
-    u0 = np.log(np.asarray(scale_init, dtype=np.float64))
-    p0 = problem.at_scales(np.exp(u0))
-    mu = p0.prior.mean
-    w0, map_diag = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, p0.prior.sd), mu,
-                            p0.prior.sd, mu.copy(), rule, gtol, maxiter,
-                            "randomized_map: the MAP at the initial scales")
+    mu = problem.prior.mean
+    shared_mu = runner.share(mu, broadcast=True)
     sweeps = tune + n_draws
     # per chain: the weight steps' seeds (one per sweep) and the scale steps' generator
     chain_seeds = [s.spawn(sweeps + 1) for s in seeds]
     rngs = [np.random.default_rng(cs[-1]) for cs in chain_seeds]
     tuners = [ScaleAdaptation(SCALE_STEP, TARGET_ACCEPT) for _ in range(n_chains)]
-    u = [u0.copy() for _ in range(n_chains)]
-    w = [w0.copy() for _ in range(n_chains)]
-    d = w0.size
+    u = [np.log(np.asarray(scale_init, dtype=np.float64)) for _ in range(n_chains)]
+    w_map = [mu.copy() for _ in range(n_chains)]
+    d = mu.size
     draws = np.empty((n_chains, n_draws, d))
     scales = np.empty((n_chains, n_draws, G))
+    map_iters = np.zeros((n_chains, n_draws), dtype=np.int64)
     iters = np.zeros((n_chains, n_draws), dtype=np.int64)
     ok = np.zeros((n_chains, n_draws), dtype=bool)
     rates = np.full((n_chains, n_draws), np.nan)
@@ -242,20 +246,21 @@ def sample_scales_by_gibbs(problem: WeightProblem, runner: DrawRunner, seeds: li
     with fit_progress("randomized MAP Gibbs sweeps (scales integrated)", sweeps,
                       progressbar) as bar:
         for t in range(sweeps):
-            centres = [_centre(runner, problem, u[c], w[c]) for c in range(n_chains)]
-            jobs = draw_jobs([chain_seeds[c][t] for c in range(n_chains)], antithetic=False)
-            out = runner.run(centres, jobs, starts=list(w), progressbar=False)
+            sds = [problem.at_scales(np.exp(u[c])).prior.sd for c in range(n_chains)]
+            calls = [(shared_mu, runner.share(sds[c]), runner.share(w_map[c]),
+                      chain_seeds[c][t], *runner.options, t) for c in range(n_chains)]
+            out = runner.map(_weight_step, calls, label="Gibbs weight steps", progressbar=False)
             for c in range(n_chains):
-                w_c = out[c][0]
+                w_map[c], laplace_sd, w_c, m_its, its, success, rate = out[c]
                 u[c] = _centred(density, index, n, mu, w_c, u[c], rngs[c])
-                u[c], w[c], accept[c, t] = _noncentred(
-                    lik, density, index, mu, w_c, u[c], centres[c], tuners[c], t < tune,
-                    rngs[c])
+                u[c], w_c, accept[c, t] = _noncentred(
+                    lik, density, index, mu, w_c, u[c], sds[c], laplace_sd, tuners[c],
+                    t < tune, rngs[c])
                 trace[c, t] = np.exp(u[c])
                 k = t - tune
                 if k >= 0:
-                    draws[c, k], scales[c, k] = w[c], np.exp(u[c])
-                    iters[c, k], ok[c, k], rates[c, k] = out[c][1], out[c][2], out[c][3]
+                    draws[c, k], scales[c, k] = w_c, np.exp(u[c])
+                    map_iters[c, k], iters[c, k], ok[c, k], rates[c, k] = m_its, its, success, rate
             bar.advance()
-    return GibbsScales(draws, scales, iters, ok, rates,
-                       {"scales": trace, "acceptance": accept}, w0, map_diag)
+    return GibbsScales(draws, scales, map_iters, iters, ok, rates,
+                       {"scales": trace, "acceptance": accept})
