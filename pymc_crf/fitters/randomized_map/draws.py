@@ -98,7 +98,8 @@ class Centre:
     mean sits between the two and was chosen by measurement: on 300 CoNLL-2000 sentences
     (257,013 weights, four draws, the same maximisers to 2e-4 rms) the draws took 234 L-BFGS
     iterations on average in prior-whitened coordinates, 367 in Laplace-whitened ones and 189
-    with the geometric mean (exponents 1/4 and 3/4 of the Laplace sd: 186 and 237)."""
+    with the geometric mean (exponents 1/4 and 3/4 of the Laplace sd: 186 and 237); on all
+    8,436 training sentences (2.3 million weights, two draws) 882 against 476."""
 
     mu: np.ndarray
     sd: np.ndarray
