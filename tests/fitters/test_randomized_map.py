@@ -150,7 +150,7 @@ def test_preconditioned_search_reaches_the_same_draws():
     for pre in (False, True):
         runner = DrawRunner(lik, data_perturbation=True, rule="strict", gtol=1e-10,
                             maxiter=2000, refine=0, precondition=pre)
-        centre = runner.centre(problem.spec, mu, sd, w_map)
+        centre = runner.centre(mu, sd, w_map)
         assert (centre.laplace_sd is not None) == pre
         out = runner.run(centre, jobs, progressbar=False)
         assert all(ok for _, _, ok, _ in out)

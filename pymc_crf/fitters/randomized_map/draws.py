@@ -13,13 +13,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_crf.fitters.bethe_laplace.laplace import _Whitened
-from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
+from pymc_crf.fitters.diagonal_laplace import diagonal_fisher
 from pymc_crf.fitters.optimise import DELTA, find_map
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.refine import hmc_refine
 
 __all__ = ["perturbed_objective", "score_perturbation", "minimise", "Centre", "DrawRunner",
-           "draw_jobs", "one_draw"]
+           "draw_jobs", "one_draw", "laplace_sd"]
 
 RULES = ("delta", "strict")
 
@@ -81,6 +81,13 @@ def minimise(f, mu: np.ndarray, scale: np.ndarray, start: np.ndarray, rule: str,
                        maxiter=maxiter, what=what,
                        consequence="this draw is not the perturbed objective's maximiser")
     return mu + scale * z, diag
+
+
+def laplace_sd(lik, sd: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """The diagonal Laplace posterior sds at ``w`` under the prior sds ``sd``: the likelihood's
+    diagonal Fisher information there (a shared transition table's summed over its edges) plus
+    the prior precision."""
+    return 1.0 / np.sqrt(sd ** -2.0 + diagonal_fisher(lik, w, shared_table="fisher"))
 
 
 @dataclass
@@ -161,13 +168,13 @@ class DrawRunner:
             self.client = Client(client) if self._own else client
             self._lik = self.client.scatter(lik, broadcast=True)
 
-    def centre(self, spec, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray) -> Centre:
-        """The :class:`Centre` of draws at the MAP ``w_map`` of ``spec`` (its scales fixed),
-        with the diagonal Laplace sds there (``shared_table="fisher"``) when ``precondition``
-        or when draws are refined."""
+    def centre(self, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray) -> Centre:
+        """The :class:`Centre` of draws at the MAP ``w_map`` of the prior ``N(mu, sd^2)``,
+        with the diagonal Laplace sds there when ``precondition`` or when draws are
+        refined."""
         _, g_map = self.lik(w_map)
-        laplace = (diagonal_laplace_sd(spec, w_map, shared_table="fisher")
-                   if self.precondition or self.refine else None)
+        laplace = (laplace_sd(self.lik, sd, w_map) if self.precondition or self.refine
+                   else None)
         return Centre(mu, sd, w_map, g_map, laplace)
 
     def share(self, value, broadcast: bool = False):

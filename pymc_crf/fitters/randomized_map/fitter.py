@@ -193,7 +193,7 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
             w_map, map_diag = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu,
                                        sd, mu.copy(), rule, gtol, maxiter,
                                        "randomized_map: the MAP")
-            centre = runner.centre(problem.spec, mu, sd, w_map)
+            centre = runner.centre(mu, sd, w_map)
             done = []
         done += runner.run(centre, jobs[len(done):], progressbar=progressbar)
     w_map, sd = centre.w_map, centre.sd

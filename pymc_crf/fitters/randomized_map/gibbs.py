@@ -43,11 +43,11 @@ import pytensor
 
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
 from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, group_sums
-from pymc_crf.fitters.diagonal_laplace import diagonal_fisher
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.draws import (
     Centre,
     DrawRunner,
+    laplace_sd,
     minimise,
     one_draw,
     perturbed_objective,
@@ -160,17 +160,17 @@ def _weight_step(lik, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray, seed,
     w_map, diag = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd, w_map,
                            rule, gtol, maxiter, "randomized_map: the MAP of a Gibbs sweep")
     _, g = lik(w_map)
-    laplace_sd = 1.0 / np.sqrt(sd ** -2.0 + diagonal_fisher(lik, w_map, shared_table="fisher"))
-    w, its, ok, rate = one_draw(lik, Centre(mu, sd, w_map, g, laplace_sd), None, seed, False,
-                             data_perturbation, rule, gtol, maxiter, refine, index)
-    return w_map, laplace_sd, w, int(diag.n_iterations), its, ok and bool(diag.success), rate
+    lap = laplace_sd(lik, sd, w_map)
+    w, its, ok, rate = one_draw(lik, Centre(mu, sd, w_map, g, lap), None, seed, False,
+                                data_perturbation, rule, gtol, maxiter, refine, index)
+    return w_map, lap, w, int(diag.n_iterations), its, ok and bool(diag.success), rate
 
 
 def _noncentred(lik, density: ScaleDensity, index: np.ndarray, mu: np.ndarray, w: np.ndarray,
-                u: np.ndarray, sd: np.ndarray, laplace_sd: np.ndarray, tuner: ScaleAdaptation,
+                u: np.ndarray, sd: np.ndarray, lap: np.ndarray, tuner: ScaleAdaptation,
                 tune: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray, float]:
     """The non-centred step (module docstring, step 3) from the weights ``w`` drawn at the prior
-    sds ``sd`` (``laplace_sd``: the diagonal Laplace sds there): ``(u, w, acceptance
+    sds ``sd`` (``lap``: the diagonal Laplace sds there): ``(u, w, acceptance
     rate)``."""
     G = u.size
     scaled = index >= 0
@@ -188,7 +188,7 @@ def _noncentred(lik, density: ScaleDensity, index: np.ndarray, mu: np.ndarray, w
         return ll + float(dens.sum()), group_sums(index, (x - mu) * g, G) + dg
 
     # the mass: each group's diagonal Fisher curvature sum_i (w_i - mu_i)^2 F_ii, plus one
-    fisher = np.maximum(laplace_sd ** -2.0 - sd ** -2.0, 0.0)
+    fisher = np.maximum(lap ** -2.0 - sd ** -2.0, 0.0)
     mass_sd = 1.0 / np.sqrt(group_sums(index, dev ** 2 * fisher, G) + 1.0)
     # while tuning, every transition tunes the step (the rate returned is then NaN)
     u_new, rate, _ = hmc_refine(f, mass_sd, u, SCALE_TRANSITIONS, rng,
@@ -251,10 +251,10 @@ def sample_scales_by_gibbs(problem: WeightProblem, runner: DrawRunner, seeds: li
                       chain_seeds[c][t], *runner.options, t) for c in range(n_chains)]
             out = runner.map(_weight_step, calls, label="Gibbs weight steps", progressbar=False)
             for c in range(n_chains):
-                w_map[c], laplace_sd, w_c, m_its, its, success, rate = out[c]
+                w_map[c], lap, w_c, m_its, its, success, rate = out[c]
                 u[c] = _centred(density, index, n, mu, w_c, u[c], rngs[c])
                 u[c], w_c, accept[c, t] = _noncentred(
-                    lik, density, index, mu, w_c, u[c], sds[c], laplace_sd, tuners[c],
+                    lik, density, index, mu, w_c, u[c], sds[c], lap, tuners[c],
                     t < tune, rngs[c])
                 trace[c, t] = np.exp(u[c])
                 k = t - tune

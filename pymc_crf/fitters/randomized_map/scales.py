@@ -118,7 +118,7 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
                                    mu, sd, mu.copy() if w_map is None else w_map, rule, gtol,
                                    maxiter,
                                    "randomized_map: the MAP at the current scales")
-        centre = runner.centre(p.spec, mu, sd, w_map)
+        centre = runner.centre(mu, sd, w_map)
         last = "" if not it else f" (last step {np.max(np.abs(trace['step'][-1])):.3f} in log s)"
         out = runner.run(centre, jobs, starts,
                          label=f"randomized MAP scales, iteration {it + 1}{last}",
