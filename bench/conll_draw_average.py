@@ -18,6 +18,7 @@ and fits the two MAPs of that bench again (CRFsuite's c2 = 1, and at the scales)
 
 Run:  .venv/bin/python bench/conll_draw_average.py DRAWS.npy [--train all] [--test 2012]
       [--scales bench/results_conll_nuts_scales_300.json] [--subsets 20] [--fit-from 1]
+      [--pairs]
 (needs ../shared/data/conll2000)
 """
 
@@ -50,6 +51,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--scales", default="bench/results_conll_nuts_scales_300.json")
     ap.add_argument("--subsets", type=int, default=20)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--pairs", action="store_true",
+                    help="the draws are antithetic pairs (rows 2i, 2i + 1): subsets take whole "
+                         "pairs, so every size is even")
     ap.add_argument("--fit-from", type=int, default=1,
                     help="fit a + b / n to the subset sizes n >= this (1/n is the large-n "
                          "behaviour; a large residual over all sizes says to start later)")
@@ -84,16 +88,24 @@ def main(argv: list[str] | None = None) -> None:
     print(f"{n} draws of {F * K + K * K} weights; {gold.size} test tokens")
     print(f"token log loss: MAP c2 = 1 {loss_1:.4f}, MAP at the scales {loss_s.mean():.4f}")
     rng = np.random.default_rng(args.seed)
-    sizes = sorted({*[2 ** i for i in range(int(np.log2(n)) + 1)], n})
+    unit = 2 if args.pairs else 1  # draws per unit a subset takes whole
+    if n % unit:
+        raise ValueError(f"--pairs needs an even number of draws; {args.draws} holds {n}")
+    units = n // unit
+    sizes = sorted({*[2 ** i for i in range(int(np.log2(units)) + 1)], units})
     print("| draws averaged | token log loss (mean over subsets) | sd over subsets |")
     print("|---|---|---|")
     means = []
     for k in sizes:
-        reps = 1 if k == n else args.subsets
-        vals = [token_loss(per_draw[rng.choice(n, k, replace=False)].mean(0)).mean()
-                for _ in range(reps)]
+        reps = 1 if k == units else args.subsets
+        vals = []
+        for _ in range(reps):
+            chosen = rng.choice(units, k, replace=False)
+            rows = (unit * chosen[:, None] + np.arange(unit)).ravel()
+            vals.append(token_loss(per_draw[rows].mean(0)).mean())
         means.append(np.mean(vals))
-        print(f"| {k} | {np.mean(vals):.4f} | {np.std(vals):.4f} |")
+        print(f"| {unit * k} | {np.mean(vals):.4f} | {np.std(vals):.4f} |")
+    sizes = [unit * k for k in sizes]
     tail = np.asarray(sizes) >= args.fit_from
     if tail.sum() < 3:
         raise ValueError(f"--fit-from {args.fit_from} leaves {int(tail.sum())} subset sizes; the "
