@@ -192,8 +192,7 @@ def main(argv: list[str] | None = None) -> None:
                       client=client, log_likelihood=False, progressbar=args.progress,
                       scale_draws=args.scale_draws, refine=args.refine, scale_init=init,
                       scale_maxiter=args.scale_maxiter, chains=args.chains,
-                      **({"scale_method": "gibbs", "tune": args.tune}
-                         if args.scale_method == "gibbs" else {}))
+                      scale_method=args.scale_method, tune=args.tune)
     wall = time.perf_counter() - t0
     gibbs = args.learn and args.scale_method == "gibbs"
     if gibbs:  # no single centre: the MAP at the posterior-mean scales

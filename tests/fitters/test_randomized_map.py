@@ -265,10 +265,11 @@ def test_bad_input():
         pmc.fit(model, method="randomized_map", refine=-1, progressbar=False)
     hier = _hierarchical()
     with pytest.raises(ValueError, match="scale_draws must be at least 2"):
-        pmc.fit(hier, method="randomized_map", scale_draws=1, progressbar=False)
-    with pytest.raises(ValueError, match="scale_draws must be even"):
-        pmc.fit(hier, method="randomized_map", draws=6, scale_draws=5, antithetic=True,
+        pmc.fit(hier, method="randomized_map", scale_method="em", scale_draws=1,
                 progressbar=False)
+    with pytest.raises(ValueError, match="scale_draws must be even"):
+        pmc.fit(hier, method="randomized_map", scale_method="em", draws=6, scale_draws=5,
+                antithetic=True, progressbar=False)
     with pytest.raises(ValueError, match="scale_init must be a number > 0"):
         pmc.fit(hier, method="randomized_map", scale_init=[1.0, 2.0], progressbar=False)
     rng = np.random.default_rng(0)
@@ -289,8 +290,8 @@ def test_learned_scales_result():
     """A model with a learned scale: the scales in ``posterior`` (the same in every draw) and
     ``fit``, their iterations in ``diagnostics``, the first ``scale_draws`` draws those of the
     last iteration, and the HMC acceptance rate with ``refine``."""
-    res = pmc.fit(_hierarchical(), method="randomized_map", draws=6, scale_draws=4, refine=2,
-                  scale_maxiter=3, random_seed=0, progressbar=False)
+    res = pmc.fit(_hierarchical(), method="randomized_map", scale_method="em", draws=6,
+                  scale_draws=4, refine=2, scale_maxiter=3, random_seed=0, progressbar=False)
     s = res["fit"]["scales"].values
     assert s.shape == (1,) and s[0] > 0
     assert np.all(res["posterior"]["s"].values == s[0])
@@ -344,8 +345,8 @@ def test_learned_scale_is_the_exact_evidence_maximiser_with_refinement():
     x = np.linspace(np.log(0.5), np.log(4.0), 801)
     exact = float(np.exp(x[np.argmax([log_evidence(np.exp(v)) for v in x])]))
     assert exact == pytest.approx(1.780, abs=0.01)
-    opts = dict(hyperprior=False, draws=50, scale_draws=50, random_seed=0, progressbar=False,
-                log_likelihood=False)
+    opts = dict(scale_method="em", hyperprior=False, draws=50, scale_draws=50, random_seed=0,
+                progressbar=False, log_likelihood=False)
     refined = pmc.fit(model, method="randomized_map", refine=20, **opts)
     s = float(refined["fit"]["scales"].values[0])
     assert bool(refined["diagnostics"]["scales_converged"])

@@ -19,13 +19,14 @@ keeps that shape, where a Gaussian at the mode puts half its mass on the side th
 
 Cost: one MAP per draw, warm-started at ``w*``, each independent of the others.
 
-Learned prior scales (``W ~ N(0, s[group]^2)``, ``s`` free) are chosen first by Monte Carlo EM on
-such draws (``scales.py``): the draws' squared weights estimate each group's expected sum of
-squares, and the scales move to where it matches the prior's (Fisher's identity), with Newton
-steps in ``log s`` (Louis's curvature) and the same seeds at every iteration. With
-``scale_method="gibbs"`` they are integrated over instead (``gibbs.py``): Markov chains on
-(scales, weights) whose weight step is a randomized MAP at the chain's scales and whose scale
-steps interweave the centred and the non-centred conditional (Yu & Meng 2011).
+Learned prior scales (``W ~ N(0, s[group]^2)``, ``s`` free) are integrated over by default
+(``scale_method="gibbs"``, ``gibbs.py``): Markov chains on (scales, weights) whose weight step is
+a randomized MAP at the chain's scales and whose scale steps interweave the centred and the
+non-centred conditional (Yu & Meng 2011). With ``scale_method="em"`` they are chosen first by
+Monte Carlo EM on such draws (``scales.py``): the draws' squared weights estimate each group's
+expected sum of squares, and the scales move to where it matches the prior's (Fisher's
+identity), with Newton steps in ``log s`` (Louis's curvature) and the same seeds at every
+iteration; every draw is then at those scales.
 """
 
 from pymc_crf.fitters.randomized_map.draws import perturbed_objective, score_perturbation

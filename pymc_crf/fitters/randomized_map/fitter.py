@@ -33,7 +33,7 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                        random_seed=None, data_perturbation: bool = True,
                        antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
                        maxiter: int = 2000, refine: int = 0, client=None,
-                       hyperprior: bool = True, scale_method: str = "em", tune: int = 50,
+                       hyperprior: bool = True, scale_method: str = "gibbs", tune: int = 50,
                        scale_init=1.0, scale_draws: int = 16, scale_tol: float = 0.02,
                        scale_maxiter: int = 30, log_likelihood: bool = True,
                        progressbar: bool = True) -> xr.DataTree:
@@ -71,13 +71,17 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         (spawned from ``random_seed``), so the draws are the same wherever they run.
     hyperprior : bool
         Learned scales, ``scale_method="em"``: the type-II MAP (the scales' prior density
-        added); False: type-II ML.
-    scale_method : {"em", "gibbs"}
-        Learned scales: ``"em"``, one value of the scales by Monte Carlo EM
-        (:mod:`~pymc_crf.fitters.randomized_map.scales`), every draw at it; ``"gibbs"``, the
-        scales integrated over under their prior: ``chains`` Markov chains on (scales,
-        weights), each sweep a randomized MAP at the chain's scales then two steps of the
-        scales (:mod:`~pymc_crf.fitters.randomized_map.gibbs`); each draw has its own scales.
+        added); False: type-II ML (a point estimate, so ``"gibbs"`` refuses it).
+    scale_method : {"gibbs", "em"}
+        Learned scales: ``"gibbs"`` (the default), the scales integrated over under their
+        prior, as the model states them: ``chains`` Markov chains on (scales, weights), each
+        sweep a randomized MAP at the chain's scales then two steps of the scales
+        (:mod:`~pymc_crf.fitters.randomized_map.gibbs`); each draw has its own scales.
+        ``"em"``, one value of the scales (their type-II MAP, or type-II ML with
+        ``hyperprior=False``) by Monte Carlo EM
+        (:mod:`~pymc_crf.fitters.randomized_map.scales`), every draw at it: cheaper with few
+        groups, but with many groups that fire on the same tokens it selects among them and
+        prunes the rest (docs/randomized_map.md).
     tune : int
         ``scale_method="gibbs"``: sweeps per chain before the ``draws`` kept (the chains start
         at ``scale_init`` and the MAP there).
@@ -96,16 +100,17 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
     Returns
     -------
     DataTree
-        ``posterior`` (the draws in the model's dims, and the learned scales, the same in every
-        draw), ``fit`` (``map_vector``: the unperturbed MAP at the scales; ``scales``),
-        ``diagnostics`` (per draw: L-BFGS iterations, success, the distance from the MAP in
-        prior sds and with ``refine`` the HMC acceptance rate; with learned scales their
-        iterations' ``scale_trace``, ``scale_gradient``, ``scale_step``), ``log_likelihood``
-        per graph. With ``scale_method="gibbs"``: each draw's own scales in ``posterior``,
-        their posterior means in ``fit.scales`` (no ``map_vector``), and in ``diagnostics`` the
-        scales of every sweep (``scale_trace``, dims chain, sweep, scale_entry, the ``tune``
-        sweeps first) and the non-centred step's acceptance rate (``scale_acceptance``, NaN
-        while tuning).
+        ``posterior`` (the draws in the model's dims), ``fit`` (``map_vector``: the
+        unperturbed MAP at the scales), ``diagnostics`` (per draw: L-BFGS iterations, success,
+        the distance from the MAP in prior sds and with ``refine`` the HMC acceptance rate),
+        ``log_likelihood`` per graph. With learned scales and ``scale_method="gibbs"``: each
+        draw's own scales in ``posterior``, their posterior means in ``fit.scales`` (no
+        ``map_vector``), and in ``diagnostics`` the scales of every sweep (``scale_trace``,
+        dims chain, sweep, scale_entry, the ``tune`` sweeps first), the non-centred step's
+        acceptance rate (``scale_acceptance``, NaN while tuning) and each sweep's MAP
+        iterations. With ``scale_method="em"``: the learned scales in ``posterior`` (the same
+        in every draw) and in ``fit.scales``, and their iterations' ``scale_trace``,
+        ``scale_gradient`` and ``scale_step`` in ``diagnostics``.
     """
     t0 = time.perf_counter()
     model = pm.modelcontext(model)
@@ -135,17 +140,20 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
     total = n_chains * n_draws
     G = problem.n_scales
     if scale_method not in ("em", "gibbs"):
-        raise ValueError(f"scale_method must be 'em' (one value of the scales, Monte Carlo EM) "
-                         f"or 'gibbs' (the scales integrated over); got {scale_method!r}")
+        raise ValueError(f"scale_method must be 'gibbs' (the scales integrated over) or 'em' "
+                         f"(one value of the scales, Monte Carlo EM); got {scale_method!r}")
     gibbs = bool(G) and scale_method == "gibbs"
     if gibbs:
         init = initial_scales(scale_init, G)
         n_tune = whole_number(tune, "tune", minimum=0)
         if antithetic:
-            raise ValueError("scale_method='gibbs' draws each sweep's weights afresh, one chain "
-                             "at a time; antithetic pairs do not apply (antithetic=False)")
+            raise ValueError("scale_method='gibbs' (the default with learned scales) draws "
+                             "each sweep's weights afresh, one chain at a time; antithetic pairs "
+                             "do not apply: antithetic=False, or scale_method='em' for draws at "
+                             "one value of the scales")
         if not hyperprior:
-            raise ValueError("scale_method='gibbs' integrates over the scales under their prior; "
+            raise ValueError("scale_method='gibbs' (the default with learned scales) integrates "
+                             "over the scales under their prior; "
                              "hyperprior=False (type-II maximum likelihood) is a point "
                              "estimate: use scale_method='em'")
     elif G:
