@@ -23,10 +23,11 @@ import argparse
 import time
 import warnings
 
+from conll_data import tagger_split
 from sklearn.model_selection import GridSearchCV, KFold
 
 from pymc_crf import CRFTagger
-from pymc_crf.datasets import data_dir, read_conll2000, token_features
+from pymc_crf.datasets import data_dir
 from pymc_crf.metrics import chunk_f1
 
 GRID = [0.01, 0.03, 0.1, 0.3, 1.0, 3.0, 10.0]
@@ -45,11 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
         return
-    words, pos, chunks = (a[:args.train] for a in read_conll2000("train"))
-    twords, tpos, tchunks = (a[:args.test] for a in read_conll2000("test"))
-    X = [token_features(w, p) for w, p in zip(words, pos, strict=True)]
-    Xt = [token_features(w, p) for w, p in zip(twords, tpos, strict=True)]
-    y = [list(c) for c in chunks]
+    X, y, Xt, tchunks = tagger_split(args.train, args.test)
     warnings.simplefilter("ignore")
     CRFTagger().fit(X[:20], y[:20])  # compile the kernels outside the timings
     print(f"{len(X)} training sentences, {len(Xt)} test sentences; grid c2 in {GRID}, "

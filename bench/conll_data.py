@@ -17,11 +17,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
-import scipy.sparse as sp
 
 import pymc_crf as pmc
 from pymc_crf.datasets import read_conll2000, token_features
-from pymc_crf.features import encode_tags, sequence_batch
+from pymc_crf.features import COUNT_BUCKETS, encode_tags, sequence_batch
 
 
 @dataclass
@@ -42,6 +41,17 @@ class Chunking:
             out.append([self.classes[k] for k in labels[i:i + len(s)]])
             i += len(s)
         return out
+
+
+def tagger_split(n_train: int, n_test: int) -> tuple[list, list, list, list]:
+    """``(X, y, X_test, y_test)`` for ``pmc.CRFTagger``: per-token feature dicts (CRFsuite's
+    chunking template, ``token_features``) and chunk tags of the first ``n_train`` training and
+    ``n_test`` test sentences."""
+    words, pos, chunks = (a[:n_train] for a in read_conll2000("train"))
+    twords, tpos, tchunks = (a[:n_test] for a in read_conll2000("test"))
+    X = [token_features(w, p) for w, p in zip(words, pos, strict=True)]
+    Xt = [token_features(w, p) for w, p in zip(twords, tpos, strict=True)]
+    return X, [list(c) for c in chunks], Xt, [list(c) for c in tchunks]
 
 
 def chunking(n_train: int | None, n_test: int,
@@ -90,25 +100,21 @@ def map_at_scales(data: pmc.CRFData, node_sd, edge_sd: float, n_labels: int):
 
 
 #: the training-count buckets of ``--groups template-frequency`` (1, 2-3, 4-15, 16 and more)
-BUCKETS = ["1", "2-3", "4-15", "16+"]
 
 
 def group_names(data: Chunking, by: str = "template-frequency") -> list[str]:
     """Each feature's group: by ``"template-frequency"``, ``"template (count bucket)"``, its
-    template and how many training tokens it fires on, bucketed by :data:`BUCKETS`; by
-    ``"template"`` or ``"frequency"`` one of the two."""
+    template and how many training tokens it fires on
+    (``FeatureVectorizer.template_count_groups``); by ``"template"`` or ``"frequency"`` one of
+    the two."""
     if by not in ("template-frequency", "template", "frequency"):
         raise ValueError(f"groups by 'template-frequency', 'template' or 'frequency', not {by!r}")
-    X = data.train.node_features
-    count = np.asarray((sp.csr_matrix(X) != 0).sum(axis=0)).ravel()
-    bucket = np.digitize(count, [2, 4, 16])
-    template = np.asarray(data.vectorizer.template_index_)
-    templates = data.vectorizer.templates_
+    vec = data.vectorizer
     if by == "template":
-        return [templates[t] for t in template]
+        return [vec.templates_[t] for t in vec.template_index_]
     if by == "frequency":
-        return [f"count {BUCKETS[b]}" for b in bucket]
-    return [f"{templates[t]} (count {BUCKETS[b]})" for t, b in zip(template, bucket, strict=True)]
+        return [f"count {COUNT_BUCKETS[b]}" for b in vec.count_buckets(data.train.node_features)]
+    return vec.template_count_groups(data.train.node_features)
 
 
 def scales_by_group(data: Chunking, saved: dict, default: float):

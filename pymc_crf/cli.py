@@ -224,6 +224,20 @@ def _option(text: str) -> tuple[str, object]:
     return key.strip(), parsed
 
 
+def _c2(text: str) -> float | str:
+    """An argparse type: ``--c2``, a number > 0, ``evidence`` or ``learned``."""
+    if text in ("evidence", "learned"):
+        return text
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"--c2 takes a number > 0, 'evidence' or 'learned'; "
+                                         f"got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"--c2 must be > 0; got {text}")
+    return value
+
+
 def _column_names(text: str) -> tuple[str, ...]:
     names = tuple(n for n in re.split(r"[,\s]+", text.strip()) if n)
     if not names:
@@ -302,9 +316,17 @@ def _run_train(args, parser: argparse.ArgumentParser) -> int:
 
     tagger = CRFTagger(c2=args.c2, prior_sd=args.prior_sd, method=args.method,
                        method_options=dict(args.option), min_freq=args.min_freq,
-                       random_state=args.seed, progressbar=not args.no_progressbar)
+                       random_state=args.seed, scale_options=dict(args.scale_option) or None,
+                       progressbar=not args.no_progressbar)
     tagger.metadata_ = {"features": spec.to_json(), "train_file": str(args.train)}
-    _say(f"fitting {args.method} (prior sd {tagger._prior_sd():.4g}) ...")
+    try:
+        sd = tagger._prior_sd()
+    except ValueError as err:
+        parser.error(str(err))
+    prior = {"evidence": "prior sd by the Laplace evidence",
+             "learned": "prior sds per template and count bucket integrated over by Gibbs "
+                        "sweeps, then the fit at their posterior means"}.get(sd)
+    _say(f"fitting {args.method} ({prior or f'prior sd {sd:.4g}'}) ...")
     t1 = time.perf_counter()
     try:
         tagger.fit(X, y, *(dev[:2] if dev is not None else (None, None)))
@@ -397,12 +419,17 @@ def _add_file_arguments(train, tag, evaluate) -> None:
                        "template of the word and POS columns)")
     train.add_argument("--columns", type=_column_names, default=("w", "pos"),
                        help="names of the feature columns the template uses (default 'w,pos')")
-    train.add_argument("--c2", type=float, default=1.0,
-                       help="CRFsuite's L2 coefficient (prior sd 1/sqrt(2 c2)); default 1")
+    train.add_argument("--c2", type=_c2, default=1.0,
+                       help="CRFsuite's L2 coefficient (prior sd 1/sqrt(2 c2)); default 1. "
+                       "'evidence': one prior sd chosen by the Laplace evidence; 'learned': one "
+                       "per feature template and count bucket, integrated over (CRFTagger's c2)")
     train.add_argument("--prior-sd", type=float, default=None, help="prior sd instead of --c2")
     train.add_argument("--method", default="map", help="a pmc.fit method (default map)")
     train.add_argument("--option", type=_option, action="append", default=[],
                        metavar="KEY=VALUE", help="a fitter option, e.g. ftol=1e-6 (repeatable)")
+    train.add_argument("--scale-option", type=_option, action="append", default=[],
+                       metavar="KEY=VALUE", help="--c2 learned: an option of its Gibbs sweeps, "
+                       "e.g. draws=30 (repeatable; CRFTagger's scale_options)")
     train.add_argument("--min-freq", type=int_at_least(1), default=1,
                        help="keep features seen in at least this many tokens")
     train.add_argument("--dev", help="held-out file: its token accuracy is reported")

@@ -45,6 +45,10 @@ __all__ = ["CRFsuiteRun", "FeatureVectorizer", "crfsuite_fit_predict", "encode_t
 
 Sentence = Sequence[Mapping[str, Any]]
 
+#: training-count buckets of :meth:`FeatureVectorizer.count_buckets` and their lower edges
+COUNT_BUCKETS = ("1", "2-3", "4-15", "16+")
+COUNT_EDGES = (2, 4, 16)
+
 
 def _token_items(token: Mapping[str, Any], where: tuple[int, int]):
     """``(column name, value)`` pairs of one token dict (zeros dropped), with clear errors."""
@@ -206,6 +210,31 @@ class FeatureVectorizer:
         self.template_index_ = np.asarray(index, dtype=np.int64)
         return self
 
+    def count_buckets(self, features) -> np.ndarray:
+        """The bucket of each column by how many rows of ``features`` (the training matrix) it is
+        non-zero in: an index into :data:`COUNT_BUCKETS` (1, 2-3, 4-15, 16 or more)."""
+        self._check_fitted()
+        X = scipy.sparse.csr_matrix(features)
+        if X.shape[1] != len(self.feature_names_):
+            raise ValueError(f"features has {X.shape[1]} columns; this vectorizer has "
+                             f"{len(self.feature_names_)}")
+        count = np.asarray((X != 0).sum(axis=0)).ravel()
+        return np.digitize(count, COUNT_EDGES)
+
+    def template_count_groups(self, features) -> list[str]:
+        """Each column's group, its template crossed with its training-count bucket
+        (:meth:`count_buckets`), named ``"template (count 2-3)"``: the grouping of
+        ``CRFTagger(c2="learned")``'s prior scales. Features of one template seen once and
+        features of it seen hundreds of times need different prior scales (a rare feature's
+        weight is pinned by its prior, a frequent one's by the data)."""
+        bucket = self.count_buckets(features)
+        return [f"{self.templates_[t]} (count {COUNT_BUCKETS[b]})"
+                for t, b in zip(self.template_index_, bucket, strict=True)]
+
+    def _check_fitted(self) -> None:
+        if not hasattr(self, "vocabulary_"):
+            raise ValueError("FeatureVectorizer is not fitted: call fit(training_sentences) first")
+
     @fill_doc(_VECTORIZER_DOCS)
     def transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:
         """The (tokens, features) CSR matrix of ``sentences`` with the fitted columns.
@@ -228,8 +257,7 @@ class FeatureVectorizer:
             If the vectorizer is not fitted.
         %(user_bias)s
         """
-        if not hasattr(self, "vocabulary_"):
-            raise ValueError("FeatureVectorizer is not fitted: call fit(training_sentences) first")
+        self._check_fitted()
         vocab = self.vocabulary_
         indptr, indices, data, lengths = [0], [], [], []
         unseen: Counter[str] = Counter()

@@ -37,6 +37,8 @@ __all__ = ["CRFTagger"]
 
 #: format tag of a tagger saved by :meth:`CRFTagger.to_netcdf`
 NETCDF_FORMAT = "pymc_crf.CRFTagger/1"
+#: ``c2="learned"``: the Gibbs sweeps' default options (those measured on CoNLL-2000, docs/tagger.md)
+LEARNED_SCALE_OPTIONS = {"chains": 2, "tune": 30, "draws": 70, "refine": 10}
 
 
 def _check_sentences(X, name: str) -> list:
@@ -85,7 +87,7 @@ class CRFTagger(BaseEstimator):
 
     Parameters
     ----------
-    c2 : float or "evidence"
+    c2 : float, "evidence" or "learned"
         CRFsuite's L2 coefficient; the prior sd is ``1 / sqrt(2 c2)`` (1.0 -> 0.7071). Ignored
         when ``prior_sd`` is given. ``"evidence"``: chosen by the data without a grid search:
         one prior sd shared by every weight is learned by maximising the Laplace evidence
@@ -93,6 +95,15 @@ class CRFTagger(BaseEstimator):
         covariance="implicit")`` learns: the exact curvature, ``log det`` by stochastic Lanczos
         quadrature, MAPs at a few values of ``log s`` and a model of the evidence between them),
         then the tagger is fitted by ``method`` at that sd; the chosen value is ``c2_``.
+        ``"learned"``: one prior sd per group of features, the groups a feature template
+        (``FeatureVectorizer.templates_``) crossed with how many training tokens the feature
+        fires on (1, 2-3, 4-15, 16 or more), and one for the transitions, each with a
+        ``HalfNormal(1)`` prior; the sds are integrated over with the weights by
+        ``pmc.fit(method="randomized_map")``'s Gibbs sweeps (``scale_options``), then the
+        tagger is fitted by ``method`` at their posterior means (``prior_scales_``). Groups
+        that fire on the same tokens keep their share of the signal (a point estimate of
+        many scales prunes some of them, docs/randomized_map.md). It costs far more than a MAP
+        (about 150 MAP-sized optimisations): docs/tagger.md gives the measured cost and gain.
     prior_sd : float, optional
         The prior standard deviation of every weight, instead of ``c2``.
     method : str
@@ -108,6 +119,10 @@ class CRFTagger(BaseEstimator):
         Posterior draws averaged by ``predict_marginals(average=True)`` (None: all).
     random_state : int, optional
         Seed of the fit (fitters that draw) and of the choice of draws to average.
+    scale_options : dict, optional
+        ``c2="learned"``: options of the Gibbs sweeps' ``pmc.fit(method="randomized_map")``
+        (default ``{"chains": 2, "tune": 30, "draws": 70, "refine": 10}``; e.g. ``client`` to
+        run the chains on Dask workers).
     progressbar : bool
         Show the fitter's progress bar (not the evidence search's, which has none).
 
@@ -124,7 +139,10 @@ class CRFTagger(BaseEstimator):
         Token accuracy on ``X_dev`` / ``y_dev`` when they were given to :meth:`fit`.
     c2_ : float
         The L2 coefficient the tagger was fitted with (the evidence's choice for
-        ``c2="evidence"``).
+        ``c2="evidence"``); not set for ``c2="learned"``.
+    prior_scales_ : dict of str to float
+        ``c2="learned"``: the prior sd of each group of features (``"template (count
+        bucket)"``) and of the transitions (``"transitions"``), their posterior means.
     metadata_ : dict
         Free-form JSON-able information saved with the tagger (the command line records its
         feature template there); empty by default.
@@ -132,7 +150,8 @@ class CRFTagger(BaseEstimator):
 
     def __init__(self, c2: float = 1.0, prior_sd: float | None = None, method: str = "map",
                  method_options: dict | None = None, min_freq: int = 1, draws: int | None = 200,
-                 random_state: int | None = None, progressbar: bool = False):
+                 random_state: int | None = None, scale_options: dict | None = None,
+                 progressbar: bool = False):
         self.c2 = c2
         self.prior_sd = prior_sd
         self.method = method
@@ -140,19 +159,64 @@ class CRFTagger(BaseEstimator):
         self.min_freq = min_freq
         self.draws = draws
         self.random_state = random_state
+        self.scale_options = scale_options
         self.progressbar = progressbar
 
     # -- parameters -------------------------------------------------------------------------
 
-    def _prior_sd(self) -> float | None:
-        """The fixed prior sd, or None for ``c2="evidence"``."""
+    def _prior_sd(self) -> float | str:
+        """The fixed prior sd, or ``"evidence"`` / ``"learned"`` (``c2``)."""
         if self.prior_sd is not None:
             return positive_number(self.prior_sd, "prior_sd")
         if isinstance(self.c2, str):
-            if self.c2 != "evidence":
-                raise ValueError(f"c2 must be a number > 0 or 'evidence'; got {self.c2!r}")
-            return None
+            if self.c2 not in ("evidence", "learned"):
+                raise ValueError(f"c2 must be a number > 0, 'evidence' or 'learned'; got "
+                                 f"{self.c2!r}")
+            return self.c2
         return (1.0 / (2.0 * positive_number(self.c2, "c2"))) ** 0.5
+
+    def _scale_options(self) -> dict:
+        """The Gibbs sweeps' options for ``c2="learned"`` (defaults, then ``scale_options``)."""
+        if self.scale_options is not None and not isinstance(self.scale_options, Mapping):
+            raise TypeError(f"scale_options must be a dict of pmc.fit(method='randomized_map') "
+                            f"options; got {type(self.scale_options).__name__}")
+        opts = {**LEARNED_SCALE_OPTIONS, **(self.scale_options or {})}
+        if opts.pop("scale_method", "gibbs") != "gibbs":
+            raise ValueError("c2='learned' integrates over the scales (scale_method='gibbs'); "
+                             "for one value of them fit the model with pmc.fit directly")
+        opts.setdefault("progressbar", flag(self.progressbar, "progressbar"))
+        if self.random_state is not None:
+            opts.setdefault("random_seed", self.random_state)
+        return opts
+
+    def _learned_sds(self, graphs, features, labels, K: int, vec: FeatureVectorizer
+                     ) -> tuple[np.ndarray, float, dict[str, float]]:
+        """``c2="learned"``: the posterior-mean prior sd of every feature (F,) and of the
+        transitions, by the Gibbs sweeps of ``pmc.fit(method="randomized_map")`` on the model
+        with one ``HalfNormal(1)`` scale per feature group (template x training-count bucket)
+        and one for the transitions; and the sds by group name."""
+        import pymc as pm
+
+        import pymc_crf as pmc
+
+        opts = self._scale_options()
+        names = vec.template_count_groups(features)
+        groups, index = np.unique(names, return_inverse=True)
+        with pm.Model() as model:
+            s = pm.HalfNormal("s", 1.0, shape=len(groups))
+            t = pm.HalfNormal("t", 1.0)
+            W = pm.Normal("W", 0.0, s[index][:, None], shape=(features.shape[1], K))
+            T = pm.Normal("T", 0.0, t, shape=(K, K))
+            pmc.CRF("y", graphs=graphs, node_features=features, node_weights=W,
+                    edge_weights=T, observed=labels)
+        fit = pmc.fit(model, method="randomized_map", scale_method="gibbs",
+                      log_likelihood=False, **opts)
+        post = fit["posterior"]
+        s_mean = post["s"].values.mean(axis=(0, 1))
+        t_mean = float(post["t"].values.mean())
+        scales = {str(g): float(v) for g, v in zip(groups, s_mean, strict=True)}
+        scales["transitions"] = t_mean
+        return s_mean[index], t_mean, scales
 
     @staticmethod
     def _evidence_sd(graphs, features, labels, K: int) -> float:
@@ -227,6 +291,8 @@ class CRFTagger(BaseEstimator):
             y_dev = _check_tags(y_dev, X_dev, "y_dev", "X_dev")
         sd = self._prior_sd()
         opts = self._fit_options()
+        if sd == "learned":
+            self._scale_options()  # bad options fail before the work
         keep = [i for i, s in enumerate(X) if len(s)]  # empty sentences carry no information
         if not keep:
             raise ValueError("X has no tokens: every sentence is empty")
@@ -237,16 +303,28 @@ class CRFTagger(BaseEstimator):
         if len(classes) < 2:
             raise ValueError(f"y has a single tag {classes}: a tagger needs at least two")
         graphs = sequence_batch(X)
-        if sd is None:
+        scales = None
+        if sd == "evidence":
             sd = self._evidence_sd(graphs, features, labels, len(classes))
+        if sd == "learned":
+            node_sd, edge_sd, scales = self._learned_sds(graphs, features, labels,
+                                                         len(classes), vec)
+            node_sd = node_sd[:, None]
+        else:
+            node_sd = edge_sd = sd
         coords = {"feature": vec.feature_names_, "tag": classes, "tag_from": classes}
         with pm.Model(coords=coords) as model:
-            W = pm.Normal("W", 0.0, sd, dims=("feature", "tag"))
-            T = pm.Normal("T", 0.0, sd, dims=("tag_from", "tag"))
+            W = pm.Normal("W", 0.0, node_sd, dims=("feature", "tag"))
+            T = pm.Normal("T", 0.0, edge_sd, dims=("tag_from", "tag"))
             pmc.CRF("y", graphs=graphs, node_features=features, node_weights=W,
                     edge_weights=T, observed=labels)
         result = pmc.fit(model, method=self.method, **opts)
-        self.c2_ = 1.0 / (2.0 * sd**2)
+        self.__dict__.pop("c2_", None)  # a previous fit's
+        self.__dict__.pop("prior_scales_", None)
+        if scales is None:
+            self.c2_ = 1.0 / (2.0 * sd**2)
+        else:
+            self.prior_scales_ = scales
         self.vectorizer_ = vec
         self.classes_ = list(classes)
         self.result_ = result
@@ -460,6 +538,8 @@ class CRFTagger(BaseEstimator):
             tree.attrs["tagger_dev_score"] = float(self.dev_score_)
         if hasattr(self, "c2_"):
             tree.attrs["tagger_c2"] = float(self.c2_)
+        if hasattr(self, "prior_scales_"):
+            tree.attrs["tagger_prior_scales"] = json.dumps(self.prior_scales_)
         tree.to_netcdf(path)
 
     @classmethod
@@ -486,6 +566,8 @@ class CRFTagger(BaseEstimator):
             tagger.dev_score_ = float(attrs.pop("tagger_dev_score"))
         if "tagger_c2" in attrs:
             tagger.c2_ = float(attrs.pop("tagger_c2"))
+        if "tagger_prior_scales" in attrs:
+            tagger.prior_scales_ = json.loads(attrs.pop("tagger_prior_scales"))
         attrs.pop("tagger_format")
         tree.attrs = attrs
         tagger.result_ = tree

@@ -54,6 +54,9 @@ def test_cli_does_not_import_pymc_before_it_prints():
     (["demo", "--methods", "map,,nuts"], "--methods: empty method name"),
     (["--n-test", "0"], "--n-test: must be >= 1, got 0"),   # bare flags go to the demo
     (["nope"], "invalid choice: 'nope'"),
+    (["train", "x.txt", "-m", "m.nc", "--c2", "cv"],
+     "--c2 takes a number > 0, 'evidence' or 'learned'; got 'cv'"),
+    (["train", "x.txt", "-m", "m.nc", "--c2", "0"], "--c2 must be > 0; got 0"),
 ])
 def test_bad_values_give_one_argparse_error(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:

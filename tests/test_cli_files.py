@@ -202,6 +202,21 @@ def test_template_and_netcdf_model(files, capsys):
     assert "chunk F1" in capsys.readouterr().out
 
 
+def test_learned_prior_scales(files, capsys):
+    """``--c2 learned``: prior sds per template and count bucket, integrated over by the Gibbs
+    sweeps whose options ``--scale-option`` sets; saved with the model."""
+    folder, train, _ = files
+    model = folder / "learned.nc"
+    assert main(["train", str(train), "-m", str(model), "--c2", "learned", "--seed", "0",
+                 "--scale-option", "chains=1", "--scale-option", "tune=1", "--scale-option",
+                 "draws=2", "--scale-option", "refine=0", "--no-progressbar"]) == 0
+    assert "prior sds per template and count bucket" in capsys.readouterr().out
+    tagger = load_model(model)
+    assert tagger.c2 == "learned" and tagger.scale_options == {"chains": 1, "tune": 1,
+                                                              "draws": 2, "refine": 0}
+    assert "transitions" in tagger.prior_scales_ and len(tagger.prior_scales_) > 2
+
+
 def test_attribute_format(tmp_path, files, capsys):
     _, train, test = files
     for src, dst in ((train, "train.attr"), (test, "test.attr")):

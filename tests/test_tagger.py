@@ -156,8 +156,52 @@ def test_c2_chosen_by_the_evidence(corpus, tmp_path):
                                fixed.result_.posterior["W"].values, rtol=0, atol=1e-12)
     tagger.to_netcdf(tmp_path / "t.nc")
     assert CRFTagger.from_netcdf(tmp_path / "t.nc").c2_ == tagger.c2_
-    with pytest.raises(ValueError, match="c2 must be a number > 0 or 'evidence'"):
+    with pytest.raises(ValueError, match="c2 must be a number > 0, 'evidence' or 'learned'"):
         CRFTagger(c2="cv").fit(X[:5], y[:5])
+
+
+def test_c2_learned_scales(corpus, tmp_path):
+    """``c2="learned"``: the prior sds per template and count bucket are the posterior means of
+    the randomized MAP's Gibbs sweeps on the hierarchical model (the same draws as pmc.fit on
+    that model with the same seed), and the tagger is the MAP at them; ``prior_scales_``
+    survives a netCDF round trip."""
+    _, X, y = corpus
+    sweeps = {"chains": 1, "tune": 2, "draws": 3, "refine": 0}
+    tagger = CRFTagger(c2="learned", scale_options=sweeps, random_state=3).fit(X[:30], y[:30])
+    vec = tagger.vectorizer_
+    feats = vec.transform(X[:30])
+    groups, index = np.unique(vec.template_count_groups(feats), return_inverse=True)
+    assert set(tagger.prior_scales_) == {*groups, "transitions"}
+    assert not hasattr(tagger, "c2_")
+    labels, classes = encode_tags(y[:30])
+    F, K = feats.shape[1], len(classes)
+    with pm.Model() as hier:
+        s = pm.HalfNormal("s", 1.0, shape=len(groups))
+        t = pm.HalfNormal("t", 1.0)
+        W = pm.Normal("W", 0.0, s[index][:, None], shape=(F, K))
+        T = pm.Normal("T", 0.0, t, shape=(K, K))
+        pmc.CRF("y", graphs=sequence_batch(X[:30]), node_features=feats, node_weights=W,
+                edge_weights=T, observed=labels)
+    ref = pmc.fit(hier, method="randomized_map", random_seed=3, progressbar=False,
+                  log_likelihood=False, **sweeps)
+    s_mean = ref["posterior"]["s"].values.mean(axis=(0, 1))
+    np.testing.assert_allclose([tagger.prior_scales_[g] for g in groups], s_mean, rtol=1e-12)
+    assert tagger.prior_scales_["transitions"] == pytest.approx(
+        float(ref["posterior"]["t"].values.mean()), rel=1e-12)
+    with pm.Model() as fixed:
+        W = pm.Normal("W", 0.0, s_mean[index][:, None], shape=(F, K))
+        T = pm.Normal("T", 0.0, tagger.prior_scales_["transitions"], shape=(K, K))
+        pmc.CRF("y", graphs=sequence_batch(X[:30]), node_features=feats, node_weights=W,
+                edge_weights=T, observed=labels)
+    at_scales = pmc.fit(fixed, method="map", progressbar=False)
+    np.testing.assert_allclose(tagger.result_.posterior["W"].values,
+                               at_scales.posterior["W"].values, rtol=0, atol=1e-10)
+    tagger.to_netcdf(tmp_path / "t.nc")
+    assert CRFTagger.from_netcdf(tmp_path / "t.nc").prior_scales_ == tagger.prior_scales_
+    with pytest.raises(TypeError, match="scale_options must be a dict"):
+        CRFTagger(c2="learned", scale_options=[1]).fit(X[:5], y[:5])
+    with pytest.raises(ValueError, match="c2='learned' integrates over the scales"):
+        CRFTagger(c2="learned", scale_options={"scale_method": "em"}).fit(X[:5], y[:5])
 
 
 def test_params_clone_and_not_fitted(corpus):
@@ -166,7 +210,7 @@ def test_params_clone_and_not_fitted(corpus):
     params = t.get_params()
     assert params == {"c2": 0.5, "prior_sd": None, "method": "map",
                       "method_options": {"ftol": 1e-6}, "min_freq": 2, "draws": 200,
-                      "random_state": None, "progressbar": False}
+                      "random_state": None, "scale_options": None, "progressbar": False}
     c = clone(t)
     assert c.get_params() == params and c is not t
     assert t.set_params(c2=3.0) is t and t.c2 == 3.0

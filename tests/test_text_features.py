@@ -69,6 +69,23 @@ def test_bad_feature_values_are_refused(value, match):
         FeatureVectorizer().fit([[{"w": "a"}, {"bad": value}]])
 
 
+def test_template_count_groups():
+    """Each column's template crossed with how many training tokens it fires on."""
+    vec = FeatureVectorizer().fit(TRAIN)
+    X = vec.transform(TRAIN)
+    # bias fires on 3 tokens, cap on 1 (False is no feature), n on 2, w=a on 2, w=b on 1
+    np.testing.assert_array_equal(vec.count_buckets(X), [1, 0, 1, 1, 0])
+    assert vec.template_count_groups(X) == ["bias (count 2-3)", "cap (count 1)",
+                                            "n (count 2-3)", "w (count 2-3)", "w (count 1)"]
+    many = FeatureVectorizer().fit(TRAIN * 8)
+    assert many.template_count_groups(many.transform(TRAIN * 8))[:2] == ["bias (count 16+)",
+                                                                        "cap (count 4-15)"]
+    with pytest.raises(ValueError, match="features has 4 columns; this vectorizer has 5"):
+        vec.count_buckets(X[:, :4])
+    with pytest.raises(ValueError, match="not fitted"):
+        FeatureVectorizer().template_count_groups(X)
+
+
 def test_vectorizer_bad_use():
     with pytest.raises(ValueError, match="not fitted"):
         FeatureVectorizer().transform(TRAIN)
