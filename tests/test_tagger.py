@@ -198,6 +198,10 @@ def test_c2_learned_scales(corpus, tmp_path):
                                at_scales.posterior["W"].values, rtol=0, atol=1e-10)
     tagger.to_netcdf(tmp_path / "t.nc")
     assert CRFTagger.from_netcdf(tmp_path / "t.nc").prior_scales_ == tagger.prior_scales_
+    # where the sweeps ran (a Dask client) is not saved with the model
+    tagger.set_params(scale_options={**sweeps, "client": object()})
+    tagger.to_netcdf(tmp_path / "t2.nc")
+    assert CRFTagger.from_netcdf(tmp_path / "t2.nc").scale_options == sweeps
     with pytest.raises(TypeError, match="scale_options must be a dict"):
         CRFTagger(c2="learned", scale_options=[1]).fit(X[:5], y[:5])
     with pytest.raises(ValueError, match="c2='learned' integrates over the scales"):
