@@ -41,6 +41,16 @@ NETCDF_FORMAT = "pymc_crf.CRFTagger/1"
 LEARNED_SCALE_OPTIONS = {"chains": 2, "tune": 30, "draws": 70, "refine": 10}
 
 
+def _without_client(params: dict) -> dict:
+    """``params`` with a Dask ``client`` left out of the fitter and scale options: it says where
+    a fit ran, not what the model is, and neither pickles nor goes to JSON."""
+    out = dict(params)
+    for key in ("method_options", "scale_options"):
+        if isinstance(out.get(key), Mapping) and "client" in out[key]:
+            out[key] = {k: v for k, v in out[key].items() if k != "client"}
+    return out
+
+
 def _check_sentences(X, name: str) -> list:
     """``X`` as a list of sentences (each a sequence of token dicts); clear errors else."""
     if isinstance(X, str | bytes | Mapping) or not isinstance(X, Sequence | np.ndarray):
@@ -511,7 +521,7 @@ class CRFTagger(BaseEstimator):
     # -- persistence ------------------------------------------------------------------------
 
     def __getstate__(self) -> dict:
-        state = dict(self.__dict__)
+        state = _without_client(dict(self.__dict__))
         state.pop("_cache", None)  # derived from result_
         return state
 
@@ -544,13 +554,8 @@ class CRFTagger(BaseEstimator):
         tree.to_netcdf(path)
 
     def _saved_params(self) -> dict:
-        """The constructor parameters as saved: a Dask ``client`` among the fitter or scale
-        options is where the fit ran, not part of the model, and is left out."""
-        params = self.get_params(deep=False)
-        for key in ("method_options", "scale_options"):
-            if isinstance(params[key], Mapping) and "client" in params[key]:
-                params[key] = {k: v for k, v in params[key].items() if k != "client"}
-        return params
+        """The constructor parameters as saved (:func:`_without_client`)."""
+        return _without_client(self.get_params(deep=False))
 
     @classmethod
     def from_netcdf(cls, path) -> CRFTagger:

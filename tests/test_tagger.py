@@ -202,6 +202,7 @@ def test_c2_learned_scales(corpus, tmp_path):
     tagger.set_params(scale_options={**sweeps, "client": object()})
     tagger.to_netcdf(tmp_path / "t2.nc")
     assert CRFTagger.from_netcdf(tmp_path / "t2.nc").scale_options == sweeps
+    assert pickle.loads(pickle.dumps(tagger)).scale_options == sweeps
     with pytest.raises(TypeError, match="scale_options must be a dict"):
         CRFTagger(c2="learned", scale_options=[1]).fit(X[:5], y[:5])
     with pytest.raises(ValueError, match="c2='learned' integrates over the scales"):
