@@ -212,7 +212,8 @@ class FeatureVectorizer:
 
     def count_buckets(self, features) -> np.ndarray:
         """The bucket of each column by how many rows of ``features`` (the training matrix) it is
-        non-zero in: an index into :data:`COUNT_BUCKETS` (1, 2-3, 4-15, 16 or more)."""
+        non-zero in: an index into :data:`COUNT_BUCKETS` (1, 2-3, 4-15, 16 or more; a column that
+        is never non-zero there falls in the first)."""
         self._check_fitted()
         X = scipy.sparse.csr_matrix(features)
         if X.shape[1] != len(self.feature_names_):
