@@ -8,7 +8,13 @@ import pytest
 import scipy.sparse as sp
 
 import pymc_crf as pmc
-from pymc_crf.datasets.text import read_conll2000, read_ptb_sample, token_features, word_shape
+from pymc_crf.datasets.text import (
+    absent_data,
+    read_conll2000,
+    read_ptb_sample,
+    token_features,
+    word_shape,
+)
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
 from pymc_crf.metrics import bio_chunks, chunk_f1, expected_calibration_error, reliability_curve
 
@@ -172,6 +178,15 @@ def test_token_features_template():
     assert f[2]["word.isdigit()"] is True and f[0]["word.istitle()"] is True
     assert "postag" not in token_features(["a"])[0]
     assert word_shape("McDonald's") == "XxXx'x" and word_shape("1990s") == "dx"
+
+
+def test_absent_data(tmp_path, monkeypatch):
+    """The data sets a script reads by ``data_dir("name")`` that the data folder lacks."""
+    monkeypatch.setenv("PYMC_CRF_DATA", str(tmp_path))
+    (tmp_path / "here").mkdir()
+    src = 'a = data_dir("here")\nb = data_dir("gone") / "x"\nc = data_dir("gone")\n'
+    assert absent_data(src) == ["gone"]
+    assert absent_data("print(1)") == []
 
 
 def test_readers(tmp_path):
