@@ -18,8 +18,8 @@ from pymc_crf.fitters.optimise import DELTA, find_map
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.refine import hmc_refine
 
-__all__ = ["perturbed_objective", "score_perturbation", "minimise", "Centre", "DrawRunner",
-           "draw_jobs", "one_draw", "laplace_sd"]
+__all__ = ["perturbed_objective", "score_perturbation", "minimise", "map_at", "Centre",
+           "centre_at", "DrawRunner", "draw_jobs", "one_draw", "laplace_sd"]
 
 RULES = ("delta", "strict")
 
@@ -83,6 +83,14 @@ def minimise(f, mu: np.ndarray, scale: np.ndarray, start: np.ndarray, rule: str,
     return mu + scale * z, diag
 
 
+def map_at(lik, mu: np.ndarray, sd: np.ndarray, start: np.ndarray, rule: str, gtol: float,
+           maxiter: int, what: str):
+    """The unperturbed MAP under the prior ``N(mu, sd^2)``, searched from ``start``:
+    ``(w, OptimiserDiagnostics)``."""
+    return minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd, start, rule,
+                    gtol, maxiter, what)
+
+
 def laplace_sd(lik, sd: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The diagonal Laplace posterior sds at ``w`` under the prior sds ``sd``: the likelihood's
     diagonal Fisher information there (a shared transition table's summed over its edges) plus
@@ -113,6 +121,14 @@ class Centre:
     w_map: np.ndarray
     g_map: np.ndarray
     laplace_sd: np.ndarray | None = None
+
+
+def centre_at(lik, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray,
+              laplace: bool = True) -> Centre:
+    """The :class:`Centre` of draws at the MAP ``w_map`` of the prior ``N(mu, sd^2)``: the
+    observed labels' gradient there and, with ``laplace``, the diagonal Laplace sds."""
+    _, g_map = lik(w_map)
+    return Centre(mu, sd, w_map, g_map, laplace_sd(lik, sd, w_map) if laplace else None)
 
 
 def one_draw(lik, centre: Centre, start: np.ndarray | None, seed: np.random.SeedSequence,
@@ -172,10 +188,7 @@ class DrawRunner:
         """The :class:`Centre` of draws at the MAP ``w_map`` of the prior ``N(mu, sd^2)``,
         with the diagonal Laplace sds there when ``precondition`` or when draws are
         refined."""
-        _, g_map = self.lik(w_map)
-        laplace = (laplace_sd(self.lik, sd, w_map) if self.precondition or self.refine
-                   else None)
-        return Centre(mu, sd, w_map, g_map, laplace)
+        return centre_at(self.lik, mu, sd, w_map, bool(self.precondition or self.refine))
 
     def share(self, value, broadcast: bool = False):
         """``value`` as the tasks' argument: itself in this process, scattered to the workers

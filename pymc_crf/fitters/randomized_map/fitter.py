@@ -16,8 +16,7 @@ from pymc_crf.fitters.randomized_map.draws import (
     RULES,
     DrawRunner,
     draw_jobs,
-    minimise,
-    perturbed_objective,
+    map_at,
 )
 from pymc_crf.fitters.randomized_map.gibbs import sample_scales_by_gibbs
 from pymc_crf.fitters.randomized_map.scales import learn_scales_by_draws
@@ -198,9 +197,8 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                             strict=True))
         else:
             mu, sd = problem.prior.mean, problem.prior.sd
-            w_map, map_diag = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu,
-                                       sd, mu.copy(), rule, gtol, maxiter,
-                                       "randomized_map: the MAP")
+            w_map, map_diag = map_at(lik, mu, sd, mu.copy(), rule, gtol, maxiter,
+                                     "randomized_map: the MAP")
             centre = runner.centre(mu, sd, w_map)
             done = []
         done += runner.run(centre, jobs[len(done):], progressbar=progressbar)

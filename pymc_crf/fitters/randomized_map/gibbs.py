@@ -44,14 +44,7 @@ import pytensor
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
 from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, group_sums
 from pymc_crf.fitters.progress import fit_progress
-from pymc_crf.fitters.randomized_map.draws import (
-    Centre,
-    DrawRunner,
-    laplace_sd,
-    minimise,
-    one_draw,
-    perturbed_objective,
-)
+from pymc_crf.fitters.randomized_map.draws import DrawRunner, centre_at, map_at, one_draw
 from pymc_crf.fitters.randomized_map.refine import TARGET_ACCEPT, hmc_refine
 from pymc_crf.step_methods.adaptation import ScaleAdaptation
 
@@ -157,13 +150,13 @@ def _weight_step(lik, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray, seed,
     """One chain's weight step (module docstring, step 1) at the prior sds ``sd``, the MAP
     warm-started at ``w_map``: ``(MAP, diagonal Laplace sds there, draw, MAP iterations, draw
     iterations, success, HMC acceptance rate)``."""
-    w_map, diag = minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd, w_map,
-                           rule, gtol, maxiter, "randomized_map: the MAP of a Gibbs sweep")
-    _, g = lik(w_map)
-    lap = laplace_sd(lik, sd, w_map)
-    w, its, ok, rate = one_draw(lik, Centre(mu, sd, w_map, g, lap), None, seed, False,
-                                data_perturbation, rule, gtol, maxiter, refine, index)
-    return w_map, lap, w, int(diag.n_iterations), its, ok and bool(diag.success), rate
+    w_map, diag = map_at(lik, mu, sd, w_map, rule, gtol, maxiter,
+                         "randomized_map: the MAP of a Gibbs sweep")
+    centre = centre_at(lik, mu, sd, w_map)
+    w, its, ok, rate = one_draw(lik, centre, None, seed, False, data_perturbation, rule, gtol,
+                                maxiter, refine, index)
+    return (w_map, centre.laplace_sd, w, int(diag.n_iterations), its,
+            ok and bool(diag.success), rate)
 
 
 def _noncentred(lik, density: ScaleDensity, index: np.ndarray, mu: np.ndarray, w: np.ndarray,

@@ -45,8 +45,7 @@ from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, ScaleHyperprior,
 from pymc_crf.fitters.randomized_map.draws import (
     Centre,
     DrawRunner,
-    minimise,
-    perturbed_objective,
+    map_at,
 )
 
 __all__ = ["DrawnScales", "learn_scales_by_draws", "MISSING_INFORMATION_CAP"]
@@ -114,10 +113,9 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
     for it in range(scale_maxiter):
         p = problem.at_scales(np.exp(u))
         mu, sd = p.prior.mean, p.prior.sd
-        w_map, map_diag = minimise(perturbed_objective(runner.lik, np.zeros_like(mu), mu, sd),
-                                   mu, sd, mu.copy() if w_map is None else w_map, rule, gtol,
-                                   maxiter,
-                                   "randomized_map: the MAP at the current scales")
+        w_map, map_diag = map_at(runner.lik, mu, sd, mu.copy() if w_map is None else w_map,
+                                 rule, gtol, maxiter,
+                                 "randomized_map: the MAP at the current scales")
         centre = runner.centre(mu, sd, w_map)
         last = "" if not it else f" (last step {np.max(np.abs(trace['step'][-1])):.3f} in log s)"
         out = runner.run(centre, jobs, starts,
