@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pymc as pm
+import scipy.sparse
 
 import pymc_crf as pmc
 from pymc_crf.datasets import read_conll2000, token_features
@@ -83,12 +84,13 @@ def chunking(n_train: int | None, n_test: int,
 
 def map_at_scales(data: pmc.CRFData, node_sd, edge_sd: float, n_labels: int):
     """The MAP of the chunking CRF whose node weights ``W[f, :]`` have the prior sd
-    ``node_sd[f]`` (a scalar: every feature) and whose transition table has ``edge_sd``, with the
-    wall time of its ``pmc.fit``."""
+    ``node_sd[f]`` (a scalar: every feature; (F, K): ``W[f, k]`` its own) and whose transition
+    table has ``edge_sd``, with the wall time of its ``pmc.fit``."""
     F = data.node_features.shape[1]
-    sd = np.broadcast_to(np.asarray(node_sd, dtype=float), (F,))
+    sd = np.asarray(node_sd, dtype=float)
+    sd = sd if sd.ndim == 2 else np.broadcast_to(sd, (F,))[:, None] * np.ones((1, n_labels))
     with pm.Model() as model:
-        W = pm.Normal("W", 0.0, sd[:, None] * np.ones((1, n_labels)), shape=(F, n_labels))
+        W = pm.Normal("W", 0.0, sd, shape=(F, n_labels))
         T = pm.Normal("T", 0.0, edge_sd, shape=(n_labels, n_labels))
         pmc.CRF("y", graphs=data.graphs, node_features=data.node_features, node_weights=W,
                 edge_weights=T, observed=data.labels)
@@ -115,6 +117,21 @@ def group_names(data: Chunking, by: str = "template-frequency") -> list[str]:
     if by == "frequency":
         return [f"count {COUNT_BUCKETS[b]}" for b in vec.count_buckets(data.train.node_features)]
     return vec.template_count_groups(data.train.node_features)
+
+
+def seen_pair_groups(data: Chunking) -> tuple[list[str], np.ndarray]:
+    """Groups of ``--groups template-frequency-seen``: each (feature, label) weight's template and
+    count bucket, split by whether the feature fires on a training token of that label (the
+    pairs CRFsuite makes state features of, its default ``feature.possible_states=0``) or not:
+    ``(names, index (F, K) into names)``."""
+    X, y = data.train.node_features, data.train.labels
+    K = len(data.classes)
+    hits = scipy.sparse.csr_matrix((np.ones(y.size), (np.arange(y.size), y)), shape=(y.size, K))
+    seen = np.asarray((abs(X).T @ hits).todense()) > 0
+    names, group = np.unique(group_names(data), return_inverse=True)
+    codes, index = np.unique(group[:, None] * 2 + ~seen, return_inverse=True)
+    labelled = [f"{names[c // 2]}, label {'unseen' if c % 2 else 'seen'}" for c in codes]
+    return labelled, index.reshape(seen.shape)
 
 
 def scales_by_group(data: Chunking, saved: dict, default: float):

@@ -10,7 +10,9 @@ every weight. Scored on the first ``--test`` test sentences:
 * MAP, c2 = 1 and its temperature-scaled version (temperature fitted on the dev split);
 * ``--refine N``: N HMC transitions from each randomized MAP (``refine=N``);
 * with ``--learn``, the hierarchical model instead: one ``s ~ HalfNormal(1)`` per template and
-  count bucket (``--groups``: per template, or per count bucket), the transitions'
+  count bucket (``--groups``: per template, or per count bucket; ``template-frequency-seen``:
+  per template, count bucket and whether the (feature, label) pair is seen in training), the
+  transitions'
   ``t ~ HalfNormal(1)``, the scales learned by the fitter's Monte
   Carlo EM (``--scale-draws`` draws; printed beside ``--scales``' when given, e.g. NUTS's),
   or with ``--scale-method gibbs`` integrated over by ``--chains`` Gibbs chains of ``--tune``
@@ -43,7 +45,7 @@ from contextlib import contextmanager
 
 import numpy as np
 import pymc as pm
-from conll_data import chunking, group_names, map_at_scales, scales_by_group
+from conll_data import chunking, group_names, map_at_scales, scales_by_group, seen_pair_groups
 from conll_learned_scales import SIGMA, _checks, _point, _row
 
 import pymc_crf as pmc
@@ -121,9 +123,12 @@ def main(argv: list[str] | None = None) -> None:
                     help="run the draws on a local Dask cluster of this many processes")
     ap.add_argument("--learn", action="store_true",
                     help="learn the scales (one per template and count bucket) by the fitter")
-    ap.add_argument("--groups", choices=["template-frequency", "template", "frequency"],
+    ap.add_argument("--groups", choices=["template-frequency", "template", "frequency",
+                                         "template-frequency-seen"],
                     default="template-frequency",
-                    help="with --learn: one scale per template and count bucket, or per either")
+                    help="with --learn: one scale per template and count bucket, or per either; "
+                         "template-frequency-seen: per template, count bucket and whether the "
+                         "(feature, label) pair is seen in training")
     ap.add_argument("--scale-draws", type=int, default=16)
     ap.add_argument("--scale-method", choices=["em", "gibbs"], default="em",
                     help="with --learn: one value of the scales (Monte Carlo EM) or the scales "
@@ -155,7 +160,11 @@ def main(argv: list[str] | None = None) -> None:
     else:
         node_sd, edge_sd, where = np.full(F, SIGMA), SIGMA, "c2 = 1"
     if args.learn:
-        names, group = np.unique(group_names(data, args.groups), return_inverse=True)
+        if args.groups == "template-frequency-seen":
+            names, group = seen_pair_groups(data)  # group: (F, K)
+        else:
+            names, group = np.unique(group_names(data, args.groups), return_inverse=True)
+            group = np.repeat(group[:, None], K, axis=1)
         where = (f"{len(names)} scales ({args.groups}) and the transitions' learned "
                  f"from {args.scale_draws} draws")
     print(f"{batch.n_graphs} training sentences, {F * K + K * K} weights; {where}; test "
@@ -174,7 +183,7 @@ def main(argv: list[str] | None = None) -> None:
         if args.learn:
             s = pm.HalfNormal("s", 1.0, shape=len(names))
             t = pm.HalfNormal("t", 1.0)
-            W = pm.Normal("W", 0.0, s[group][:, None], shape=(F, K))
+            W = pm.Normal("W", 0.0, s[group], shape=(F, K))
             T = pm.Normal("T", 0.0, t, shape=(K, K))
         else:
             W = pm.Normal("W", 0.0, node_sd[:, None] * np.ones((1, K)), shape=(F, K))
