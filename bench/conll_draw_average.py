@@ -9,7 +9,8 @@ and fits the two MAPs of that bench again (CRFsuite's c2 = 1, and at the scales)
   each the mean over ``--subsets`` random subsets of the draws, and the least-squares fit
   ``a + b / n`` through those with ``n >= --fit-from``: the log loss of an average of n
   draws is biased upwards by about b / n (Jensen), so ``a`` estimates the average over the
-  whole posterior, to compare with the MAPs';
+  whole posterior, to compare with the MAPs', with the sd and 95% interval of its difference
+  from each MAP over ``--bootstrap`` resamples of the test sentences;
 * the log loss of the draws' mean as one point;
 * the difference between the average over all draws and the MAP at the scales per test token,
   split by the MAP's label being right (and its probability) or wrong, and by how many of the
@@ -54,6 +55,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--pairs", action="store_true",
                     help="the draws are antithetic pairs (rows 2i, 2i + 1): subsets take whole "
                          "pairs, so every size is even")
+    ap.add_argument("--bootstrap", type=int, default=2000,
+                    help="resamples of the test sentences for the limit's uncertainty")
     ap.add_argument("--fit-from", type=int, default=1,
                     help="fit a + b / n to the subset sizes n >= this (1/n is the large-n "
                          "behaviour; a large residual over all sizes says to start later)")
@@ -95,15 +98,18 @@ def main(argv: list[str] | None = None) -> None:
     sizes = sorted({*[2 ** i for i in range(int(np.log2(units)) + 1)], units})
     print("| draws averaged | token log loss (mean over subsets) | sd over subsets |")
     print("|---|---|---|")
-    means = []
+    means, per_token = [], []
     for k in sizes:
         reps = 1 if k == units else args.subsets
-        vals = []
+        vals, tokens = [], np.zeros(gold.size)
         for _ in range(reps):
             chosen = rng.choice(units, k, replace=False)
             rows = (unit * chosen[:, None] + np.arange(unit)).ravel()
-            vals.append(token_loss(per_draw[rows].mean(0)).mean())
+            loss = token_loss(per_draw[rows].mean(0))
+            vals.append(loss.mean())
+            tokens += loss / reps
         means.append(np.mean(vals))
+        per_token.append(tokens)
         print(f"| {unit * k} | {np.mean(vals):.4f} | {np.std(vals):.4f} |")
     sizes = [unit * k for k in sizes]
     tail = np.asarray(sizes) >= args.fit_from
@@ -116,6 +122,21 @@ def main(argv: list[str] | None = None) -> None:
     print(f"fit a + b / n over n >= {args.fit_from}: a = {a:.4f} (the many-draw limit), "
           f"b = {b:.4f}, largest residual {np.abs(resid).max():.4f}; limit minus MAP c2 = 1: "
           f"{a - loss_1:+.4f}, minus MAP at the scales: {a - loss_s.mean():+.4f}")
+    # the fit is linear in the subset means, so a is the mean over tokens of the same fit
+    # through each token's losses; resampling the test sentences (a cluster bootstrap: a
+    # sentence's tokens are not independent) gives the test set's share of the uncertainty
+    a_token = np.linalg.pinv(design)[0] @ np.asarray(per_token)[tail]
+    lengths = np.array([len(t) for t in data.test_tags])
+    starts = np.concatenate([[0], np.cumsum(lengths)[:-1]])
+    boot = np.random.default_rng(args.seed + 1)
+    for name, ref in (("MAP c2 = 1", token_loss(m1)), ("MAP at the scales", loss_s)):
+        diff = np.add.reduceat(a_token - ref, starts)
+        picks = boot.integers(0, lengths.size, size=(args.bootstrap, lengths.size))
+        reps = diff[picks].sum(1) / lengths[picks].sum(1)
+        lo, hi = np.percentile(reps, [2.5, 97.5])
+        print(f"limit minus {name}: {diff.sum() / lengths.sum():+.4f}, sentence-bootstrap sd "
+              f"{reps.std():.4f}, 95% interval {lo:+.4f} .. {hi:+.4f} ({args.bootstrap} "
+              f"resamples of the {lengths.size} test sentences)")
     print(f"the draws' mean as one point: {token_loss(marginals(np.mean(draws, 0))).mean():.4f}")
     avg = per_draw.mean(0)
     delta = token_loss(avg) - loss_s
