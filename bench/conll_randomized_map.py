@@ -9,6 +9,8 @@ every weight. Scored on the first ``--test`` test sentences:
 
 * MAP, c2 = 1 and its temperature-scaled version (temperature fitted on the dev split);
 * ``--refine N``: N HMC transitions from each randomized MAP (``refine=N``);
+* ``--unseen-sd S``: the (feature, label) weights whose feature never fires on a training token
+  of that label get the prior sd S (0.001 pins them near 0: CRFsuite's default feature set);
 * with ``--learn``, the hierarchical model instead: one ``s ~ HalfNormal(1)`` per template and
   count bucket (``--groups``: per template, or per count bucket; ``template-frequency-seen``:
   per template, count bucket and whether the (feature, label) pair is seen in training), the
@@ -29,7 +31,7 @@ criteria for the averaged marginals against the MAP at c2 = 1 and the MAP at the
 
 Run:  .venv/bin/python bench/conll_randomized_map.py [--train 300] [--test 2012]
       [--scales bench/results_conll_nuts_scales_300.json] [--draws 100] [--antithetic]
-      [--save-draws FILE.npy] [--workers 2] [--refine 20]
+      [--save-draws FILE.npy] [--workers 2] [--refine 20] [--unseen-sd 0.001]
       [--learn [--groups frequency] [--scale-draws 16] [--save-scales F] [--init-from-scales]
       [--scale-maxiter 30] [--scale-method gibbs --chains 2 --tune 40]] [--progress]
 (needs ../shared/data/conll2000)
@@ -143,6 +145,10 @@ def main(argv: list[str] | None = None) -> None:
                     help="with --learn and --scales: start the scale search at those scales")
     ap.add_argument("--save-scales", default=None,
                     help="with --learn: JSON file for the learned scales by group name")
+    ap.add_argument("--unseen-sd", type=float, default=None,
+                    help="without --learn: this prior sd for every (feature, label) weight whose "
+                         "feature never fires on a training token of that label (0.001: "
+                         "CRFsuite's default feature set, the seen pairs only)")
     args = ap.parse_args(argv)
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
@@ -159,6 +165,14 @@ def main(argv: list[str] | None = None) -> None:
         where = f"scales learned on {saved['train']} sentences ({missing} groups not among them)"
     else:
         node_sd, edge_sd, where = np.full(F, SIGMA), SIGMA, "c2 = 1"
+    if args.unseen_sd is not None:
+        if args.learn:
+            ap.error("--unseen-sd fixes the scales; it does not go with --learn")
+        pair_names, pair_group = seen_pair_groups(data)
+        seen = np.array([n.endswith("label seen") for n in pair_names])[pair_group]
+        node_sd = np.where(seen, np.broadcast_to(node_sd, (F,))[:, None], args.unseen_sd)
+        where += (f"; the {seen.size - seen.sum()} unseen (feature, label) pairs' sd "
+                  f"{args.unseen_sd:g} ({seen.sum()} seen)")
     if args.learn:
         if args.groups == "template-frequency-seen":
             names, group = seen_pair_groups(data)  # group: (F, K)
@@ -186,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
             W = pm.Normal("W", 0.0, s[group], shape=(F, K))
             T = pm.Normal("T", 0.0, t, shape=(K, K))
         else:
-            W = pm.Normal("W", 0.0, node_sd[:, None] * np.ones((1, K)), shape=(F, K))
+            W = pm.Normal("W", 0.0, node_sd if node_sd.ndim == 2
+                          else node_sd[:, None] * np.ones((1, K)), shape=(F, K))
             T = pm.Normal("T", 0.0, edge_sd, shape=(K, K))
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
                 observed=data.train.labels)
