@@ -29,6 +29,7 @@ from scipy.sparse import issparse
 
 from pymc_crf.feature_products import features_dot, features_tdot
 from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.inference.kernels import writeable
 from pymc_crf.validation import positive_number, real_number, whole_number
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
@@ -107,11 +108,13 @@ class LoopyResult(NamedTuple):
 
 
 def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.ndarray, np.ndarray]:
-    """Validate shapes and finiteness of log-potential tables; returns contiguous float64 copies."""
+    """Validate shapes and finiteness of log-potential tables; returns them as contiguous,
+    writeable float64 arrays (the inputs themselves where they already are: see
+    :func:`~pymc_crf.inference.kernels.writeable`)."""
     if np.iscomplexobj(node_logpot) or np.iscomplexobj(edge_logpot):
         raise ValueError("log-potentials must be real numbers; got a complex array")
-    node = np.ascontiguousarray(node_logpot, dtype=np.float64)
-    edge = np.ascontiguousarray(edge_logpot, dtype=np.float64)
+    node = writeable(np.ascontiguousarray(node_logpot, dtype=np.float64))
+    edge = writeable(np.ascontiguousarray(edge_logpot, dtype=np.float64))
     if node.ndim != 2 or node.shape[0] != batch.n_total_nodes:
         raise ValueError(f"node log-potentials must have shape ({batch.n_total_nodes}, K); "
                          f"got {node.shape}")
@@ -139,7 +142,7 @@ def check_feature_tables(batch: GraphBatch, node_logpot, edge_features, edge_wei
     as in :func:`check_potentials`, edge features (E, Fe) (dense or ``scipy.sparse``; left as
     they are), finite edge weights (Fe, K, K) and graph weights (G,) (all ones when None).
     Returns the node table, the edge weights as (Fe, K^2) and the graph weights, contiguous
-    float64."""
+    and writeable float64."""
     K = np.shape(node_logpot)[-1] if np.ndim(node_logpot) == 2 else 0
     node, _ = check_potentials(batch, node_logpot, np.zeros((1, K, K)))  # the node table's checks
     rows = np.shape(edge_features)
@@ -149,7 +152,7 @@ def check_feature_tables(batch: GraphBatch, node_logpot, edge_features, edge_wei
     values = edge_features.data if issparse(edge_features) else edge_features
     if not np.isfinite(values).all():
         raise ValueError("edge features contain NaN or inf")
-    We = np.ascontiguousarray(edge_weights, dtype=np.float64)
+    We = writeable(np.ascontiguousarray(edge_weights, dtype=np.float64))
     if We.shape != (rows[1], K, K):
         raise ValueError(f"edge weights must have shape ({rows[1]}, {K}, {K}) (edge features, "
                          f"labels, labels); got {We.shape}")
@@ -158,7 +161,7 @@ def check_feature_tables(batch: GraphBatch, node_logpot, edge_features, edge_wei
     if graph_weights is None:
         gw = np.ones(batch.n_graphs)
     else:
-        gw = np.ascontiguousarray(graph_weights, dtype=np.float64)
+        gw = writeable(np.ascontiguousarray(graph_weights, dtype=np.float64))
         if gw.shape != (batch.n_graphs,):
             raise ValueError(f"graph weights must have shape ({batch.n_graphs},); got "
                              f"{gw.shape}")
@@ -176,9 +179,9 @@ def forms_feature_tables(engine: Engine) -> bool:
 def check_direction(node: np.ndarray, edge: np.ndarray, v_node, v_edge
                     ) -> tuple[np.ndarray, np.ndarray]:
     """Validate a direction ``(v_node, v_edge)`` for a covariance-vector product: shaped like the
-    (checked) potentials and finite. Returns contiguous float64 copies."""
-    vn = np.ascontiguousarray(v_node, dtype=np.float64)
-    ve = np.ascontiguousarray(v_edge, dtype=np.float64)
+    (checked) potentials and finite. Returns them contiguous, writeable float64."""
+    vn = writeable(np.ascontiguousarray(v_node, dtype=np.float64))
+    ve = writeable(np.ascontiguousarray(v_edge, dtype=np.float64))
     if vn.shape != node.shape or ve.shape != edge.shape:
         raise ValueError(f"direction must be shaped like the potentials {node.shape}, "
                          f"{edge.shape}; got {vn.shape}, {ve.shape}")

@@ -6,7 +6,20 @@ import numpy as np
 from numba import njit
 
 __all__ = ["MAX", "SUM", "TANGENT", "log_backward", "log_forward", "log_message", "logsumexp_1d",
-           "record_sweep", "unused_arrays"]
+           "record_sweep", "unused_arrays", "writeable"]
+
+
+def writeable(a: np.ndarray) -> np.ndarray:
+    """``a`` itself where it is writeable, else a copy.
+
+    numba compiles a kernel once per signature, and whether an array is read-only is part of the
+    signature: a constant, a ``np.broadcast_to`` view or an input PyTensor marks read-only would
+    compile every kernel it reaches a second time (the chain's lane kernels take about a minute).
+    The engines hand their kernels writeable arrays only, so each kernel compiles once per
+    machine whatever the caller passes. (In numba code ``np.ascontiguousarray`` already types
+    its result writeable, but hands a read-only buffer to object mode as it came.)
+    """
+    return a if a.flags.writeable else a.copy()
 
 
 @njit(cache=True)

@@ -21,6 +21,7 @@ Python entry point (an explicit choice, so PyTensor does not warn about a silent
 from __future__ import annotations
 
 import hashlib
+import pathlib
 from typing import Any
 
 import numba
@@ -448,17 +449,30 @@ def _objmode_impl(op, node):
             ret = _perform_registered(key, inputs)
         return ret
 
-    return impl, f"pymc_crf.objmode.{type(op).__name__}.v{_KERNEL_VERSION}.{key}"
+    return impl, f"pymc_crf.objmode.{type(op).__name__}.{_SOURCE_KEY}.{key}"
 
 
-_KERNEL_VERSION = 15
+def _source_key() -> str:
+    """A hash of the source the compiled Ops' numba implementations are made of: this module,
+    the engines' shared code and the chain engine's kernels, which the closures link into every
+    compiled function. PyTensor's numba cache tells entries apart by their key alone (not by the
+    code), so an edit of any of these files must change the key, or a compiled model would run
+    the kernels of the release that first filled the cache."""
+    root = pathlib.Path(__file__).resolve().parent.parent
+    files = sorted([*(root / "inference" / "chain").glob("*.py"), root / "inference" / "base.py",
+                    root / "inference" / "kernels.py", root / "allocation.py",
+                    root / "threads.py", pathlib.Path(__file__).resolve()])
+    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+
+
+_SOURCE_KEY = _source_key()
 
 
 def _cache_key(op, node) -> str:
     """Numba cache key: the kernels close over the batch's offsets, and the engine picks them
     by the number of labels, so both are part of it."""
     h = _structure_hash(op.batch)
-    return (f"pymc_crf.{type(op).__name__}.{op.engine.name}.v{_KERNEL_VERSION}."
+    return (f"pymc_crf.{type(op).__name__}.{op.engine.name}.{_SOURCE_KEY}."
             f"K{_n_labels(node)}.{h.hexdigest()}")
 
 

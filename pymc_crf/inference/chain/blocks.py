@@ -160,7 +160,7 @@ def _fb_block_range(node, edge, psi, shift, erange, node_off, edge_off, want_mar
                 log_z[g] = lz[b]
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _fb_after_blocks(node, edge, psi, shift, erange, node_off, edge_off, want_marginals, gw, log_z,
                      node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked):
     """What ``_fb_blocked`` does after the blocks: a shared table's summed edge marginals
@@ -205,7 +205,7 @@ def _fb_blocked(node, edge, node_off, edge_off, want_marginals, gw, log_z, node_
                      node_m, edge_m, Xe, We, gW, macc, order, lengths, n_blocked)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw):
     """``_forward_backward_graphs`` with the graphs in lane blocks (``_fb_blocked``); a batch of
     one graph runs by itself."""
@@ -220,7 +220,7 @@ def _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw):
     return log_z, node_m, edge_m
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """``_forward_backward_features_graphs`` with the graphs in lane blocks, which form the
     tables ``Xe @ We`` block by block (never whole); one graph, or a batch without edges

@@ -17,6 +17,7 @@ from numba import njit, objmode
 
 from pymc_crf.compile_notice import first_use_notice
 from pymc_crf.inference.chain.blocks import (
+    _fb_block_range,
     _forward_backward_features_lanes,
     _forward_backward_lanes,
 )
@@ -25,7 +26,6 @@ from pymc_crf.inference.chain.parts import (
     _forward_backward_features_threads,
     _forward_backward_threads,
     _parts_plan,
-    _splits,
 )
 from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
 from pymc_crf.inference.chain.small import (
@@ -34,6 +34,7 @@ from pymc_crf.inference.chain.small import (
     forward_backward_small,
     is_small,
 )
+from pymc_crf.inference.kernels import writeable
 
 # Batches with less forward-backward work than this (positions x K^2) run graph by graph
 # (``_forward_backward_graphs``): they never compile the lane-block kernels, whose compilation
@@ -92,14 +93,20 @@ def _tier(node_off, K: int) -> str:
 def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     """``_forward_backward_lanes``, with a large batch's lane blocks run on the worker threads (a
     small batch graph by graph, the smallest in numpy)."""
+    # writeable: compiled models reach here through object mode with their arrays as PyTensor
+    # holds them, read-only constants included
+    node, edge, gw = writeable(node), writeable(edge), writeable(gw)
     tier = _tier(node_off, node.shape[1])
     if tier == "small":
         return forward_backward_small(node, edge, node_off, edge_off, want_marginals, gw)
     if tier == "graphs":
         first_use_notice(_forward_backward_graphs, "the chain engine's kernels")
         return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
-    first_use_notice(_forward_backward_lanes, "the chain engine's lane kernels")
     plan = _parts_plan(node_off, node.shape[1], edge.shape[0] != 1)
+    # the notice names the kernel this path compiles (the threads' parts compile no
+    # _forward_backward_lanes, so its cache would never be found)
+    first_use_notice(_forward_backward_lanes if plan is None else _fb_block_range,
+                     "the chain engine's lane kernels")
     if plan is None:
         return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)
     return _forward_backward_threads(node, edge, node_off, edge_off, want_marginals, gw, plan)
@@ -108,6 +115,7 @@ def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
 def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """``_forward_backward_features_lanes``, with a large batch's lane blocks run on the worker
     threads (a small batch graph by graph)."""
+    node, Xe, We, gw = writeable(node), writeable(Xe), writeable(We), writeable(gw)
     K = node.shape[1]
     tier = _tier(node_off, K)
     if tier == "small":
@@ -124,8 +132,9 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
         first_use_notice(_forward_backward_features_graphs, "the chain engine's kernels")
         return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals,
                                                  gw)
-    first_use_notice(_forward_backward_features_lanes, "the chain engine's lane kernels")
     plan = _parts_plan(node_off, K, True) if Xe.shape[0] > 0 else None
+    first_use_notice(_forward_backward_features_lanes if plan is None else _fb_block_range,
+                     "the chain engine's lane kernels")
     if plan is None:
         return _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals,
                                                 gw)
@@ -133,25 +142,45 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
                                               gw, plan)
 
 
-# Compiled PyTensor functions call the kernels from numba: a batch that splits into parts goes
-# to the Python drivers above through object mode (a hand-off of microseconds, against the
-# milliseconds of such a batch), the others stay in compiled code.
+# Compiled PyTensor functions reach the kernels through object mode: the lane tier through the
+# Python drivers above, the per-graph tier through its kernel (below). Called directly, a kernel
+# is linked into every compiled function and optimised again as part of it: about 8 s of
+# compilation for each new model of the per-graph tier and 10 s for each of the lane tier,
+# against a hand-off of about 7 microseconds a call. The kernels called from here are compiled
+# with ``nogil=True``, so the chains of a sampler that runs them in threads (nutpie) do not
+# wait for each other while a kernel runs.
 @njit(cache=True)
 def _forward_backward_from_numba(node, edge, node_off, edge_off, want_marginals, gw):
     """``forward_backward`` from compiled code."""
-    if _splits(node_off, node.shape[1], edge.shape[0] != 1):
-        with objmode(lz="float64[::1]", nm="float64[:, ::1]", em="float64[:, :, ::1]"):
-            lz, nm, em = forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
-        return lz, nm, em
-    return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)
+    with objmode(lz="float64[::1]", nm="float64[:, ::1]", em="float64[:, :, ::1]"):
+        lz, nm, em = forward_backward(node, edge, node_off, edge_off, want_marginals, gw)
+    return lz, nm, em
 
 
 @njit(cache=True)
 def _forward_backward_features_from_numba(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """``forward_backward_features`` from compiled code."""
-    if Xe.shape[0] > 0 and _splits(node_off, node.shape[1], True):
-        with objmode(lz="float64[::1]", nm="float64[:, ::1]", gW="float64[:, ::1]"):
-            lz, nm, gW = forward_backward_features(node, Xe, We, node_off, edge_off,
-                                                   want_marginals, gw)
-        return lz, nm, gW
-    return _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals, gw)
+    with objmode(lz="float64[::1]", nm="float64[:, ::1]", gW="float64[:, ::1]"):
+        lz, nm, gW = forward_backward_features(node, Xe, We, node_off, edge_off,
+                                               want_marginals, gw)
+    return lz, nm, gW
+
+
+@njit(cache=True)
+def _forward_backward_graphs_from_numba(node, edge, node_off, edge_off, want_marginals, gw):
+    """``_forward_backward_graphs`` from compiled code, through object mode."""
+    with objmode(lz="float64[::1]", nm="float64[:, ::1]", em="float64[:, :, ::1]"):
+        lz, nm, em = _forward_backward_graphs(writeable(node), writeable(edge), node_off,
+                                              edge_off, want_marginals, writeable(gw))
+    return lz, nm, em
+
+
+@njit(cache=True)
+def _forward_backward_features_graphs_from_numba(node, Xe, We, node_off, edge_off,
+                                                 want_marginals, gw):
+    """``_forward_backward_features_graphs`` from compiled code, through object mode."""
+    with objmode(lz="float64[::1]", nm="float64[:, ::1]", gW="float64[:, ::1]"):
+        lz, nm, gW = _forward_backward_features_graphs(
+            writeable(node), writeable(Xe), writeable(We), node_off, edge_off, want_marginals,
+            writeable(gw))
+    return lz, nm, gW

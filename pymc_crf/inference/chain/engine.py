@@ -16,14 +16,14 @@ from pymc_crf.inference.base import (
 )
 from pymc_crf.inference.chain.dispatch import (
     _forward_backward_features_from_numba,
+    _forward_backward_features_graphs_from_numba,
     _forward_backward_from_numba,
+    _forward_backward_graphs_from_numba,
     forward_backward,
     forward_backward_features,
     small_batch,
 )
-from pymc_crf.inference.chain.features import _forward_backward_features_graphs
 from pymc_crf.inference.chain.log_space import _covariance_vector_product
-from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
 from pymc_crf.inference.chain.sampling import _ffbs, _log_forward_messages, _viterbi
 from pymc_crf.validation import generator, whole_number
 
@@ -62,12 +62,15 @@ def _closure_kernels(batch: GraphBatch, n_labels: int | None, per_graph, lanes, 
     if not batch.is_chain:
         return None
     fb = per_graph if small_batch(batch.n_total_nodes, n_labels) else lanes
-    no, eo, n_graphs, empty = (batch.node_offsets.copy(), batch.edge_offsets.copy(),
-                               batch.n_graphs, np.zeros(0))
+    # The offsets are read-only constants to numba, as the batch's own arrays are on the
+    # engine's Python paths; the graph weights are writeable on every path (a captured empty
+    # array would be a read-only constant), so both closures and the engine share each kernel's
+    # one compiled version.
+    no, eo, n_graphs = batch.node_offsets.copy(), batch.edge_offsets.copy(), batch.n_graphs
 
     @njit
     def log_z(*tables):
-        return fb(*inputs(*tables), no, eo, False, empty)[0]
+        return fb(*inputs(*tables), no, eo, False, np.zeros(0))[0]
 
     @njit
     def vjp(*tables_and_g):
@@ -154,7 +157,8 @@ class ChainEngine(Engine):
         ``n_labels`` that makes the batch small (``small_batch``), they run graph by graph and
         never compile the lane-block kernels.
 
-        Used by the PyTensor Ops' numba implementation so compiled models call the kernels directly.
+        Used by the PyTensor Ops' numba implementation; the closures hand the tables to the kernels
+        through object mode (``chain.dispatch``), so no compiled model links the kernels in.
         """
         n_nodes, n_edges = batch.n_total_nodes, batch.n_edges
 
@@ -164,7 +168,7 @@ class ChainEngine(Engine):
             _check_tables(c_node, c_edge, n_nodes, n_edges)
             return c_node, c_edge
 
-        return _closure_kernels(batch, n_labels, _forward_backward_graphs,
+        return _closure_kernels(batch, n_labels, _forward_backward_graphs_from_numba,
                                 _forward_backward_from_numba, inputs)
 
     def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
@@ -191,7 +195,7 @@ class ChainEngine(Engine):
                         raise ValueError("log Z: edge features or weights contain NaN or inf")
             return c_node, c_x, c_w
 
-        return _closure_kernels(batch, n_labels, _forward_backward_features_graphs,
+        return _closure_kernels(batch, n_labels, _forward_backward_features_graphs_from_numba,
                                 _forward_backward_features_from_numba, inputs)
 
     def log_z_and_feature_marginals(self, batch, node_logpot, edge_features, edge_weights,

@@ -78,7 +78,7 @@ def _feature_outputs(node, We, G, want_marginals):
     return np.empty(G), node_m, np.zeros((We.shape[0], K * K))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """Forward-backward of log-linear edge tables ``Xe @ We`` (Xe (E, Fe), We (Fe, K^2)), one
     graph at a time (``_fb_feature_one``). Returns log Z (G,), the node marginals (N, K) and the

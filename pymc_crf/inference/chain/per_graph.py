@@ -195,7 +195,7 @@ def _fb_outputs(node, edge, want_marginals):
     return node_m, empty_pages((edge.shape[0], K, K))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw):
     """Scaled forward-backward over the batch, one graph at a time (``_fb_graphs``). Returns
     log Z (G,), node (N, K) and edge marginals ((E, K, K), or (1, K, K) summed over edges for a
