@@ -55,7 +55,11 @@ def _log_forward_messages(node, edge, node_off, edge_off):
             la_g[0, j] = node[lo, j]
         log_forward(node, lo, n, edge, edge_off[g], shared, SUM, la_g, noi, no2, no3,
                     no2)
-        la[lo:lo + n] = la_g
+        # element by element: a slice assignment compiles numba's shape-mismatch error path
+        # (about 3 s on a machine's first use) for shapes that always match here
+        for t in range(n):
+            for j in range(K):
+                la[lo + t, j] = la_g[t, j]
     return la
 
 
