@@ -35,7 +35,7 @@ import pymc_crf.allocation as allocation
 from pymc_crf.allocation import zeros_pages
 
 __all__ = ["FeatureDot", "as_feature_matrix", "dense_features", "features_dot",
-           "features_dot_pt", "features_tdot", "is_sparse", "row_quadratic_forms",
+           "features_dot_pt", "features_tdot", "is_sparse", "row_quadratic_forms", "source_key",
            "weighted_gram"]
 
 
@@ -179,7 +179,13 @@ def _numba_feature_dot(op, node, **kwargs):
     return impl, f"pymc_crf.feature_dot.{_SOURCE_KEY}"
 
 
-# PyTensor's numba cache tells stale entries apart by their key alone: the key carries a hash of
-# this module and of the allocator it calls, so any edit of either recompiles.
-_SOURCE_KEY = hashlib.sha256(b"".join(
-    pathlib.Path(f).read_bytes() for f in (__file__, allocation.__file__))).hexdigest()[:16]
+def source_key(*paths) -> str:
+    """A short hash of the files ``paths``, for PyTensor numba cache keys: PyTensor tells cache
+    entries apart by their key alone (not by the code), so a key that carries the hash of the
+    source an implementation is made of is compiled again after any edit of it, instead of
+    loading the previous release's machine code."""
+    return hashlib.sha256(b"".join(pathlib.Path(f).read_bytes() for f in paths)).hexdigest()[:16]
+
+
+# this module and the allocator its implementation calls
+_SOURCE_KEY = source_key(__file__, allocation.__file__)

@@ -38,7 +38,7 @@ from pytensor.tensor import TensorLike
 from pytensor.tensor.rewriting.basic import register_specialize
 from pytensor.tensor.variable import TensorVariable
 
-from pymc_crf.feature_products import is_sparse
+from pymc_crf.feature_products import is_sparse, source_key
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import Engine, forms_feature_tables
 from pymc_crf.inference.select import get_engine, require_log_z
@@ -453,16 +453,14 @@ def _objmode_impl(op, node):
 
 
 def _source_key() -> str:
-    """A hash of the source the compiled Ops' numba implementations are made of: this module,
-    the engines' shared code and the chain engine's kernels, which the closures link into every
-    compiled function. PyTensor's numba cache tells entries apart by their key alone (not by the
-    code), so an edit of any of these files must change the key, or a compiled model would run
-    the kernels of the release that first filled the cache."""
+    """:func:`~pymc_crf.feature_products.source_key` of what the compiled Ops' numba
+    implementations run: this module, the engines' shared code, and the chain engine's closures
+    and the kernels they hand the tables to."""
     root = pathlib.Path(__file__).resolve().parent.parent
-    files = sorted([*(root / "inference" / "chain").glob("*.py"), root / "inference" / "base.py",
-                    root / "inference" / "kernels.py", root / "allocation.py",
-                    root / "threads.py", pathlib.Path(__file__).resolve()])
-    return hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:16]
+    return source_key(*sorted([*(root / "inference" / "chain").glob("*.py"),
+                               root / "inference" / "base.py", root / "inference" / "kernels.py",
+                               root / "allocation.py", root / "threads.py",
+                               pathlib.Path(__file__).resolve()]))
 
 
 _SOURCE_KEY = _source_key()
