@@ -44,6 +44,10 @@ def _chain(rng) -> None:
         We = rng.normal(size=(3, K, K))
         eng.log_z_and_feature_marginals(batch, node, Xe, We)
         eng.feature_log_partition(batch, node, Xe, We)
+    # scores whose range fails the scaled recursions' exactness test: the lanes' log-space redo
+    for shared in (True, False):
+        batch, node, edge = _chain_problem([60] * 600, 8, rng, shared)
+        eng.log_z_and_weighted_marginals(batch, 300 * node, 300 * edge, np.ones(batch.n_graphs))
     batch, node, edge = _chain_problem([5, 7], 3, rng, False)
     eng.map_assignment(batch, node, edge)
     eng.sample(batch, node, edge, 2, rng)

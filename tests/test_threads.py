@@ -159,7 +159,7 @@ def test_chain_parts_match_the_single_thread_kernel(table, scale):
     gw = rng.random(batch.n_graphs)
     eng = ChainEngine()
     got = _all_thread_counts(lambda: eng.log_z_and_weighted_marginals(batch, node, edge, gw))
-    serial = blocks._forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets,
+    serial = parts._forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets,
                                             True, gw)
     _close(got, serial)
     # the lanes run as in one thread: only the sums over graphs may differ by rounding
@@ -182,7 +182,7 @@ def test_feature_chain_parts_match_the_single_thread_kernel(scale):
     gw = rng.random(batch.n_graphs)
     eng = ChainEngine()
     got = _all_thread_counts(lambda: eng.log_z_and_feature_marginals(batch, node, Xe, We, gw))
-    serial = blocks._forward_backward_features_lanes(node, Xe, We.reshape(3, -1),
+    serial = parts._forward_backward_features_lanes(node, Xe, We.reshape(3, -1),
                                                      batch.node_offsets, batch.edge_offsets, True,
                                                      gw)
     _close(got, serial)

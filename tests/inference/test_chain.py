@@ -12,7 +12,7 @@ from scipy.stats import chisquare
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.chain import ChainEngine
-from pymc_crf.inference.chain.blocks import _forward_backward_lanes
+from pymc_crf.inference.chain.parts import _forward_backward_lanes
 from pymc_crf.inference.chain.scaling import _exp_nonpos
 
 BF = BruteForce()

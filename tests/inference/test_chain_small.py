@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.chain import ChainEngine
-from pymc_crf.inference.chain.blocks import _forward_backward_lanes
 from pymc_crf.inference.chain.dispatch import forward_backward_features, small_batch
 from pymc_crf.inference.chain.features import _forward_backward_features_graphs
+from pymc_crf.inference.chain.parts import _forward_backward_lanes
 from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
 from pymc_crf.inference.chain.small import SMALL_LENGTH, forward_backward_small, is_small
 

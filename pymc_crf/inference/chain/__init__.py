@@ -24,11 +24,13 @@ A batch with enough lane-block work is split into parts of whole blocks (``block
 about equal work, at most eight, fixed by the batch alone) that run on the worker threads of
 ``pymc_crf.threads`` (``parts``); each part sums its shared-table and edge-feature terms apart,
 and the parts' sums are added in part order, so the numbers do not depend on the number of
-threads. Blocks are the same as in one thread, so log Z and the marginals are bit for bit those
-of the one-thread kernel; only the summed terms differ from it, by rounding. Compiled PyTensor
-functions reach the threads through an object-mode hand-off (``dispatch``). The default is one
-thread (why, and when more pay: ``pymc_crf.threads``); a caller that finds another call's parts
-on the helper threads (nutpie runs its chains in threads) runs its parts in its own thread.
+threads. The lane tier's driver is Python: it runs the lane kernel once a part and the per-graph
+kernels only for the chains that need them (too long for the blocks, or failing the exactness
+test), so numba compiles each kernel on its own, and a batch that needs no per-graph kernel
+never compiles one. Compiled PyTensor functions reach the kernels through an object-mode
+hand-off (``dispatch``). The default is one thread (why, and when more pay:
+``pymc_crf.threads``); a caller that finds another call's parts on the helper threads (nutpie
+runs its chains in threads) runs its parts in its own thread.
 
 Modules, in the order they build on each other:
 
@@ -38,8 +40,8 @@ Modules, in the order they build on each other:
 * ``per_graph``: scaled forward-backward one chain at a time (the per-graph tier);
 * ``features``: edge tables from edge features, one chain at a time;
 * ``lanes``: the lane-block kernel;
-* ``blocks``: a batch in lane blocks in one thread (the lane tier), and its split into parts;
-* ``parts``: the parts on the worker threads (the lane tier, threaded);
+* ``blocks``: the lane kernel of a run of blocks, and a batch's split into blocks and parts;
+* ``parts``: a batch in lane blocks, its parts on one or more threads (the lane tier);
 * ``dispatch``: which tier runs a batch, from Python or from compiled code;
 * ``sampling``: Viterbi and forward-filtering backward-sampling;
 * ``engine``: ``ChainEngine``.

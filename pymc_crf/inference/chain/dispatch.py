@@ -16,16 +16,11 @@ import numpy as np
 from numba import njit, objmode
 
 from pymc_crf.compile_notice import first_use_notice
-from pymc_crf.inference.chain.blocks import (
-    _fb_block_range,
-    _forward_backward_features_lanes,
-    _forward_backward_lanes,
-)
+from pymc_crf.inference.chain.blocks import _fb_block_range
 from pymc_crf.inference.chain.features import _OVERFLOW, _forward_backward_features_graphs
 from pymc_crf.inference.chain.parts import (
-    _forward_backward_features_threads,
-    _forward_backward_threads,
-    _parts_plan,
+    _forward_backward_features_lanes,
+    _forward_backward_lanes,
 )
 from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
 from pymc_crf.inference.chain.small import (
@@ -91,8 +86,8 @@ def _tier(node_off, K: int) -> str:
 
 
 def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
-    """``_forward_backward_lanes``, with a large batch's lane blocks run on the worker threads (a
-    small batch graph by graph, the smallest in numpy)."""
+    """Forward-backward of a batch in its tier: a large batch in lane blocks, in parts on the
+    worker threads (``parts``), a small batch graph by graph, the smallest in numpy."""
     # writeable: compiled models reach here through object mode with their arrays as PyTensor
     # holds them, read-only constants included
     node, edge, gw = writeable(node), writeable(edge), writeable(gw)
@@ -102,19 +97,13 @@ def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     if tier == "graphs":
         first_use_notice(_forward_backward_graphs, "the chain engine's kernels")
         return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
-    plan = _parts_plan(node_off, node.shape[1], edge.shape[0] != 1)
-    # the notice names the kernel this path compiles (the threads' parts compile no
-    # _forward_backward_lanes, so its cache would never be found)
-    first_use_notice(_forward_backward_lanes if plan is None else _fb_block_range,
-                     "the chain engine's lane kernels")
-    if plan is None:
-        return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)
-    return _forward_backward_threads(node, edge, node_off, edge_off, want_marginals, gw, plan)
+    first_use_notice(_fb_block_range, "the chain engine's lane kernels")
+    return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)
 
 
 def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, gw):
-    """``_forward_backward_features_lanes``, with a large batch's lane blocks run on the worker
-    threads (a small batch graph by graph)."""
+    """``forward_backward`` of log-linear edge tables given as edge features ``Xe`` and weights
+    ``We``: the tables are formed block by block in the lane tier, chain by chain below it."""
     node, Xe, We, gw = writeable(node), writeable(Xe), writeable(We), writeable(gw)
     K = node.shape[1]
     tier = _tier(node_off, K)
@@ -132,14 +121,8 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
         first_use_notice(_forward_backward_features_graphs, "the chain engine's kernels")
         return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals,
                                                  gw)
-    plan = _parts_plan(node_off, K, True) if Xe.shape[0] > 0 else None
-    first_use_notice(_forward_backward_features_lanes if plan is None else _fb_block_range,
-                     "the chain engine's lane kernels")
-    if plan is None:
-        return _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals,
-                                                gw)
-    return _forward_backward_features_threads(node, Xe, We, node_off, edge_off, want_marginals,
-                                              gw, plan)
+    first_use_notice(_fb_block_range, "the chain engine's lane kernels")
+    return _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals, gw)
 
 
 # Compiled PyTensor functions reach the kernels through object mode: the lane tier through the

@@ -79,15 +79,24 @@ def _feature_outputs(node, We, G, want_marginals):
 
 
 @njit(cache=True, nogil=True)
+def _fb_feature_graphs(node, Xe, We, node_off, edge_off, ids, want_marginals, gw, log_z, node_m,
+                       gW):
+    """``_fb_feature_one`` for the graphs ``ids``, into ``log_z``, ``node_m`` and ``gW``."""
+    for g in ids:
+        log_z[g] = _fb_feature_one(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
+                                   edge_off[g], want_marginals,
+                                   gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
+
+
+@njit(cache=True, nogil=True)
 def _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals, gw):
     """Forward-backward of log-linear edge tables ``Xe @ We`` (Xe (E, Fe), We (Fe, K^2)), one
     graph at a time (``_fb_feature_one``). Returns log Z (G,), the node marginals (N, K) and the
     expected edge features ``sum_e Xe[e, f] mu_e`` (Fe, K^2), the marginals of graph g times
     ``gw[g]`` when ``gw`` is non-empty: the vector-Jacobian product of log Z in the node tables
     and in ``We``."""
-    log_z, node_m, gW = _feature_outputs(node, We, node_off.shape[0] - 1, want_marginals)
-    for g in range(node_off.shape[0] - 1):
-        log_z[g] = _fb_feature_one(node, Xe, We, node_off[g], node_off[g + 1] - node_off[g],
-                                   edge_off[g], want_marginals,
-                                   gw[g] if gw.shape[0] > 0 else 1.0, node_m, gW)
+    G = node_off.shape[0] - 1
+    log_z, node_m, gW = _feature_outputs(node, We, G, want_marginals)
+    _fb_feature_graphs(node, Xe, We, node_off, edge_off, np.arange(G), want_marginals, gw, log_z,
+                       node_m, gW)
     return log_z, node_m, gW

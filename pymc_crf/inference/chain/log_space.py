@@ -66,6 +66,18 @@ def _fb_log_one(node, edge, shared, lo, elo, n, log_z, node_m, edge_m, want_marg
                     edge_m[e, i, j] = v
 
 
+@njit(cache=True, nogil=True)
+def _fb_log_graphs(node, edge, shared, node_off, edge_off, ids, want_marginals, gw, log_z, node_m,
+                   edge_m):
+    """``_fb_log_one`` for the graphs ``ids`` (a shared table's edge marginals added to
+    ``edge_m[0]``), into ``log_z``, ``node_m`` and ``edge_m``."""
+    lz1 = np.empty(1)
+    for g in ids:
+        _fb_log_one(node, edge, shared, node_off[g], edge_off[g], node_off[g + 1] - node_off[g],
+                    lz1, node_m, edge_m, want_marginals, gw[g] if gw.shape[0] > 0 else 1.0)
+        log_z[g] = lz1[0]
+
+
 @njit(cache=True)
 def _covariance_vector_product(node, edge, node_off, edge_off, vn, ve):
     """Directional derivative of the marginals along (vn, ve): exact Hessian-vector product of
