@@ -1,10 +1,16 @@
 """Fixtures shared by the test modules; the functions they share (models, random tables, brute-force
 references, result round trips) are in ``tests/helpers``."""
 
+import os
+
 import numpy as np
 import pymc  # noqa: F401
+import pytensor
 import pytest
 from hypothesis import settings
+from pytensor.compile.mode import Mode
+from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+from pytensor.link.vm import VMLinker
 
 settings.register_profile("default", deadline=None, max_examples=25, derandomize=True)
 settings.load_profile("default")
@@ -13,6 +19,29 @@ settings.load_profile("default")
 # test with captured stdout (``pmc.fitters`` is imported lazily, so a CLI test can be the first),
 # its progress bars keep writing to that test's closed capture ("I/O operation on closed file" in
 # every later fit with a progress bar in the same process).
+
+
+# How the tests run compiled PyTensor graphs. By default ("py"): with the rewrites of PyTensor's
+# NUMBA mode, the mode users run, but executed by PyTensor's Python VM (each Op's ``perform``)
+# instead of numba code generation. numba compiles each new graph in about 2 s (it optimises the
+# graph's function together with every Op's code again), and the suite builds over a thousand
+# graphs: on a machine with empty caches that alone was most of the suite's time. Our Ops'
+# numba implementations are checked by the tests that ask for ``mode="NUMBA"`` or the
+# ``numba_mode`` fixture, and the whole suite runs in the NUMBA mode with
+# ``PYMC_CRF_TEST_LINKER=numba`` (CI runs it so after the default run: .ci/run).
+TEST_LINKER = os.environ.get("PYMC_CRF_TEST_LINKER", "py")
+if TEST_LINKER not in ("py", "numba"):
+    raise ValueError(f"PYMC_CRF_TEST_LINKER must be 'py' or 'numba'; got {TEST_LINKER!r}")
+if TEST_LINKER == "py":
+    pytensor.config.mode = Mode(VMLinker(use_cloop=False, c_thunks=False),
+                                RewriteDatabaseQuery(include=["fast_run", "numba"]))
+
+
+@pytest.fixture
+def numba_mode():
+    """Compile this test's PyTensor graphs in the NUMBA mode, as users' models are compiled."""
+    with pytensor.config.change_flags(mode="NUMBA"):
+        yield
 
 
 @pytest.fixture

@@ -95,6 +95,7 @@ def _marked(name: str):
     return name
 
 
+@pytest.mark.usefixtures("numba_mode")  # as users run them: compiled models fit many times
 @pytest.mark.parametrize("name", [_marked(n) for n in NAMES])
 def test_quick_run_writes_table_and_figure(name, tmp_path):
     exp = reproduce.get(name)
