@@ -21,8 +21,9 @@ settings.load_profile("default")
 # every later fit with a progress bar in the same process).
 
 
-# How the tests run compiled PyTensor graphs. By default ("py"): with the rewrites of PyTensor's
-# NUMBA mode, the mode users run, but executed by PyTensor's Python VM (each Op's ``perform``)
+# How the tests run compiled PyTensor graphs. By default ("py"): with PyTensor's fast_run
+# rewrites (those of the NUMBA mode users run, less numba's own fusions, whose inner graphs the
+# Python VM would link with compiled C), executed by PyTensor's Python VM (each Op's ``perform``)
 # instead of numba code generation. numba compiles each new graph in about 2 s (it optimises the
 # graph's function together with every Op's code again), and the suite builds over a thousand
 # graphs: on a machine with empty caches that alone was most of the suite's time. Our Ops'
@@ -34,7 +35,7 @@ if TEST_LINKER not in ("py", "numba"):
     raise ValueError(f"PYMC_CRF_TEST_LINKER must be 'py' or 'numba'; got {TEST_LINKER!r}")
 if TEST_LINKER == "py":
     pytensor.config.mode = Mode(VMLinker(use_cloop=False, c_thunks=False),
-                                RewriteDatabaseQuery(include=["fast_run", "numba"]))
+                                RewriteDatabaseQuery(include=["fast_run"], exclude=["cxx_only"]))
 
 
 @pytest.fixture
@@ -79,17 +80,32 @@ _KERNEL_FAMILIES = {
 }
 
 
+# Modules whose module-scoped fixtures fit models: their tests run on one worker, so each fixture
+# is computed once (on two workers it was computed twice, up to 11 s each with empty caches).
+_FIXTURE_MODULES = (
+    "tests/fitters/test_beta_process.py::", "tests/fitters/test_ensemble.py::",
+    "tests/fitters/test_randomized_map.py::", "tests/model/test_prediction_group.py::",
+    "tests/test_calibration.py::", "tests/test_distributed.py::", "tests/test_fuzz_api.py::",
+    "tests/test_loo.py::", "tests/test_plots.py::", "tests/test_predict.py::",
+    "tests/test_queries.py::", "tests/test_reliability.py::", "tests/test_save_results.py::",
+    "tests/test_tagger.py::",
+)
+
+
 @pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
     from xdist.scheduler import LoadScopeScheduling
 
     class KernelFamilyScheduling(LoadScopeScheduling):
-        """Every test its own unit of work (as ``--dist load``), but a kernel family's tests one."""
+        """Every test its own unit of work (as ``--dist load``), but a kernel family's tests one,
+        and a module's with costly module-scoped fixtures one."""
 
         def _split_scope(self, nodeid: str) -> str:
             for family, prefixes in _KERNEL_FAMILIES.items():
                 if nodeid.startswith(prefixes):
                     return family
+            if nodeid.startswith(_FIXTURE_MODULES):
+                return nodeid.split("::", 1)[0]
             return nodeid
 
     return KernelFamilyScheduling(config, log)

@@ -128,7 +128,7 @@ def test_logp_gradient_verify_grad(kind, K, rng):
                           n_labels=K, n_samples=9)
         return pm.logp(rv, X).sum()
 
-    verify_grad(f, [wn, we], rng=rng, mode="FAST_COMPILE")
+    verify_grad(f, [wn, we], rng=rng)
 
 
 def test_exact_draws_match_brute_force_probabilities():

@@ -258,8 +258,7 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
     fallback, over-long chains sent to the per-graph kernel), with a shared table or per-edge
     tables: it must give the per-graph kernel's numbers on a large ragged batch with every
     special case mixed in."""
-    from pymc_crf.inference.chain.per_graph import _fb_graphs
-    from pymc_crf.inference.chain.scaling import _edge_tables
+    from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
 
     rng = np.random.default_rng(K)
     lengths = list(rng.integers(1, 40, size=150)) + [700, 1, 1]  # 700 * K * 64 > block buffers
@@ -274,12 +273,8 @@ def test_lane_blocked_kernel_matches_per_graph_kernel(K, shared):
     for weights in (np.zeros(0), gw):
         lz, nm, em = _forward_backward_lanes(node, edge, batch.node_offsets, batch.edge_offsets,
                                              True, weights)
-        ref_lz = np.empty(batch.n_graphs)
-        ref_nm = np.zeros_like(node)
-        ref_em = np.zeros((1 if shared else batch.n_edges, K, K))
-        psi, shift, erange = _edge_tables(edge[:1])
-        _fb_graphs(node, edge, psi, shift, erange, batch.node_offsets, batch.edge_offsets,
-                   np.arange(batch.n_graphs), True, weights, ref_lz, ref_nm, ref_em)
+        ref_lz, ref_nm, ref_em = _forward_backward_graphs(node, edge, batch.node_offsets,
+                                                          batch.edge_offsets, True, weights)
         assert np.isfinite(ref_lz).all()
         assert _rel(lz, ref_lz) < 1e-12
         assert _rel(nm, ref_nm) < 1e-12

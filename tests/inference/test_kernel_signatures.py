@@ -49,7 +49,7 @@ def test_compiled_model_kernels_compile_one_graph_weight_signature():
     lz = log_z(node, edge)
     lz2, _, _ = vjp(_read_only(node), _read_only(edge), _read_only(np.ones(batch.n_graphs)))
     np.testing.assert_allclose(lz2, lz, rtol=1e-12)
-    assert _read_only_float_signatures(per_graph._forward_backward_graphs) == []
+    assert _read_only_float_signatures(per_graph._fb_scaled_graphs) == []
 
 
 def test_engine_entry_points_hand_kernels_writeable_tables():
@@ -60,7 +60,7 @@ def test_engine_entry_points_hand_kernels_writeable_tables():
     engine.sample(chains, node, edge, 3, rng)
     engine.log_z_and_weighted_marginals(chains, node, edge, _read_only(np.ones(2)))
     for kernel in (sampling._ffbs, sampling._log_forward_messages,
-                   per_graph._forward_backward_graphs):
+                   per_graph._fb_scaled_graphs):
         assert _read_only_float_signatures(kernel) == [], kernel.py_func.__name__
     grid = GraphBatch.grid(2, 3)
     # a broadcast view: read-only, as a shared table spread over every edge often is

@@ -22,7 +22,7 @@ from pymc_crf.inference.chain.parts import (
     _forward_backward_features_lanes,
     _forward_backward_lanes,
 )
-from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
+from pymc_crf.inference.chain.per_graph import _fb_scaled_graphs, _forward_backward_graphs
 from pymc_crf.inference.chain.small import (
     SMALL_LENGTH,
     SMALL_WORK,
@@ -95,7 +95,7 @@ def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     if tier == "small":
         return forward_backward_small(node, edge, node_off, edge_off, want_marginals, gw)
     if tier == "graphs":
-        first_use_notice(_forward_backward_graphs, "the chain engine's kernels")
+        first_use_notice(_fb_scaled_graphs, "the chain engine's kernels")
         return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
     first_use_notice(_fb_block_range, "the chain engine's lane kernels")
     return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)

@@ -13,6 +13,7 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.allocation import empty_pages, zeros_pages
+from pymc_crf.inference.chain.log_space import _fb_log_one
 from pymc_crf.inference.chain.per_graph import _fb_graphs
 from pymc_crf.inference.chain.scaling import _edge_tables
 
@@ -40,7 +41,7 @@ def _check_finite_tables(flat, rows, cols):
 def _fb_feature_one(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
     """Forward-backward of one chain whose edge tables come from edge features: its tables
     ``Xe[elo:elo+n-1] @ We`` (one BLAS product) are formed into an array of the chain's size,
-    ``_fb_graphs`` runs on them (scaled, or in log space when the exactness test fails) and the
+    ``_fb_graphs`` runs on them (scaled; in log space when the exactness test fails) and the
     chain's expected edge features (times ``w``) are added to ``gW`` (a second product). Returns
     log Z. For the chains the lane kernel leaves to the caller: longer than its block buffers
     (so these tables are formed, one chain at a time), alone in the batch, or failing the test
@@ -62,8 +63,10 @@ def _fb_feature_one(node, Xe, We, lo, n, elo, want_marginals, w, node_m, gW):
     psi, shift, erange = _edge_tables(tab[:1])
     lz = np.empty(1)
     em = zeros_pages((tab.shape[0], K, K))
-    _fb_graphs(node, tab, psi, shift, erange, node_off, edge_off, np.zeros(1, np.int64),
-               want_marginals, np.full(1, w), lz, node_m, em)
+    redo = np.zeros(1, np.bool_)
+    if _fb_graphs(node, tab, psi, shift, erange, node_off, edge_off, np.zeros(1, np.int64),
+                  want_marginals, np.full(1, w), lz, node_m, em, redo):
+        _fb_log_one(node, tab, tab.shape[0] == 1, lo, 0, n, lz, node_m, em, want_marginals, w)
     if want_marginals and m > 0 and Xe.shape[1] > 0:
         gW += np.dot(np.ascontiguousarray(Xe[elo:elo + m].T), em[:m].reshape(m, KK))
     return lz[0]

@@ -106,9 +106,10 @@ def _fb_lane_parts(node, edge, node_off, edge_off, want_marginals, gw, log_z, no
     if failed.shape[0]:  # the scaled recursion failed its test: in log space at once
         _fb_log_graphs(node, edge, shared, node_off, edge_off, failed, want_marginals, gw, log_z,
                        node_m, edge_m)
-    if long.shape[0]:
-        _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, long, want_marginals, gw,
-                   log_z, node_m, edge_m)
+    if long.shape[0] and _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, long,
+                                    want_marginals, gw, log_z, node_m, edge_m, redo):
+        _fb_log_graphs(node, edge, shared, node_off, edge_off, long[redo[long]], want_marginals,
+                       gw, log_z, node_m, edge_m)
 
 
 def _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw):

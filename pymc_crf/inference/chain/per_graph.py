@@ -10,7 +10,7 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.allocation import empty_pages, zeros_pages
-from pymc_crf.inference.chain.log_space import _fb_log_one
+from pymc_crf.inference.chain.log_space import _fb_log_graphs
 from pymc_crf.inference.chain.scaling import (
     _FAST,
     _MIN_SCALE,
@@ -134,13 +134,15 @@ def _backward_one(lo, n, elo, psi, shared, wg, phi, alpha, inv, beta, bp, macc, 
 
 @njit(cache=True)
 def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_marginals, gw, log_z,
-               node_m, edge_m):
+               node_m, edge_m, redo):
     """Scaled forward-backward of the graphs ``ids``, one at a time, written into ``log_z``,
     ``node_m`` and ``edge_m`` (a shared table's summed edge marginals are added to ``edge_m[0]``).
     A shared table's ``psi, shift, erange`` come from ``_edge_tables``; per-edge tables are
     exponentiated graph by graph into small buffers (the arguments are then not read), so no
     temporary of the size of all the tables is made. A graph that fails the exactness test is
-    redone in log space."""
+    marked in ``redo`` (its outputs are not written) for the caller to redo in log space
+    (``log_space._fb_log_graphs``): the log-space kernels are then compiled only when a batch
+    needs them. Returns the number of graphs marked."""
     K = node.shape[1]
     shared = edge.shape[0] == 1
     L = 1
@@ -154,7 +156,7 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
     beta = np.empty(K)
     bp = np.empty(K)
     macc = np.zeros((K, K))
-    lz1 = np.empty(1)
+    n_redo = 0
     Lt = 1 if shared else L
     psi_g = psi if shared else np.empty((Lt, K, K))
     shift_g = shift if shared else np.empty(Lt)
@@ -171,8 +173,8 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
         lz = _forward_one(node, edge, lo, n, elo, psi_g, shift_g, erange_g, shared, phi, alpha,
                           inv, xb, kb)
         if np.isnan(lz):
-            _fb_log_one(node, edge, shared, lo, elo, n, lz1, node_m, edge_m, want_marginals, wg)
-            log_z[g] = lz1[0]
+            redo[g] = True
+            n_redo += 1
             continue
         log_z[g] = lz
         if want_marginals:
@@ -182,6 +184,7 @@ def _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, ids, want_mar
         for i in range(K):
             for j in range(K):
                 edge_m[0, i, j] += psi[0, i, j] * macc[i, j]
+    return n_redo
 
 
 @njit(cache=True)
@@ -196,18 +199,30 @@ def _fb_outputs(node, edge, want_marginals):
 
 
 @njit(cache=True, nogil=True)
-def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw):
-    """Scaled forward-backward over the batch, one graph at a time (``_fb_graphs``). Returns
-    log Z (G,), node (N, K) and edge marginals ((E, K, K), or (1, K, K) summed over edges for a
-    shared table).
-
-    With a non-empty ``gw`` (G,), the marginals of graph g are multiplied by ``gw[g]``: this is the
-    vector-Jacobian product of log Z, which a shared edge table needs inside the sum over edges.
-    """
+def _fb_scaled_graphs(node, edge, node_off, edge_off, want_marginals, gw):
+    """``_fb_graphs`` of the whole batch into new outputs: log Z, node and edge marginals, the
+    mask of the graphs left to redo in log space, and their number."""
     G = node_off.shape[0] - 1
     log_z = np.empty(G)
     node_m, edge_m = _fb_outputs(node, edge, want_marginals)
     psi, shift, erange = _edge_tables(edge[:1])
-    _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, np.arange(G), want_marginals,
-               gw, log_z, node_m, edge_m)
+    redo = np.zeros(G, np.bool_)
+    n_redo = _fb_graphs(node, edge, psi, shift, erange, node_off, edge_off, np.arange(G),
+                        want_marginals, gw, log_z, node_m, edge_m, redo)
+    return log_z, node_m, edge_m, redo, n_redo
+
+
+def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw):
+    """Scaled forward-backward over the batch, one graph at a time (``_fb_graphs``; a graph that
+    fails the exactness test in log space). Returns log Z (G,), node (N, K) and edge marginals
+    ((E, K, K), or (1, K, K) summed over edges for a shared table).
+
+    With a non-empty ``gw`` (G,), the marginals of graph g are multiplied by ``gw[g]``: this is the
+    vector-Jacobian product of log Z, which a shared edge table needs inside the sum over edges.
+    """
+    log_z, node_m, edge_m, redo, n_redo = _fb_scaled_graphs(node, edge, node_off, edge_off,
+                                                            want_marginals, gw)
+    if n_redo:
+        _fb_log_graphs(node, edge, edge.shape[0] == 1, node_off, edge_off, np.flatnonzero(redo),
+                       want_marginals, gw, log_z, node_m, edge_m)
     return log_z, node_m, edge_m
