@@ -225,9 +225,8 @@ def test_compiled_dispatch_hands_large_batches_to_the_threads():
     np.testing.assert_array_equal(got[2].reshape(ref[2].shape), ref[2])
 
 
-# The closures over ``_forward_backward_from_numba`` link the whole lane-block family and are
-# optimised again as one module each: ~100 s of CPU for these four on an empty numba cache. The
-# default run checks the dispatchers above and the closures' own code on small batches
+# Four closures compiled for a large batch, kept out of the default run's budget. The default run
+# checks the dispatchers above and the closures' own code on small batches
 # (test_chain.test_numba_kernels).
 @pytest.mark.slow
 def test_compiled_kernels_hand_large_batches_to_the_threads():
