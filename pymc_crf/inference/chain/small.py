@@ -42,7 +42,7 @@ def _logsumexp(a: np.ndarray, axis: int) -> np.ndarray:
 
 def forward_backward_small(node, edge, node_off, edge_off, want_marginals, gw):
     """Log Z (G,), node marginals (N, K) and edge marginals ((E, K, K), or (1, K, K) summed over
-    edges for a shared table) of a chain batch, as ``blocks._forward_backward_lanes`` returns them
+    edges for a shared table) of a chain batch, as ``parts._forward_backward_lanes`` returns them
     (empty marginal arrays when ``want_marginals`` is False; marginals of graph g times
     ``gw[g]`` when ``gw`` is non-empty)."""
     G = node_off.shape[0] - 1
