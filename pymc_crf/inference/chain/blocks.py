@@ -101,7 +101,7 @@ def _fb_block_range(node, edge, psi, shift, erange, node_off, edge_off, want_mar
     through ``_fb_lane_block``. A shared table's summed edge marginals go to ``macc``, expected
     edge features to ``gW``: a part run on its own thread gets its own ``macc`` and ``gW``. A
     graph whose lane fails the exactness test is marked in ``redo`` (G,) and left to the
-    caller, which redoes it graph by graph (``parts._redo``): the per-graph kernels are not
+    caller, which redoes it graph by graph (``parts._fb_lane_parts``): the per-graph kernels are not
     linked in here, so a batch that never fails the test never compiles them, and this kernel
     compiles faster. The buffers are carved from ``buf`` (``_block_sizes``), or allocated here
     when it is empty."""

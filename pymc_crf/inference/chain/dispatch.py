@@ -16,13 +16,12 @@ import numpy as np
 from numba import njit, objmode
 
 from pymc_crf.compile_notice import first_use_notice
-from pymc_crf.inference.chain.blocks import _fb_block_range
 from pymc_crf.inference.chain.features import _OVERFLOW, _forward_backward_features_graphs
 from pymc_crf.inference.chain.parts import (
     _forward_backward_features_lanes,
     _forward_backward_lanes,
 )
-from pymc_crf.inference.chain.per_graph import _fb_scaled_graphs, _forward_backward_graphs
+from pymc_crf.inference.chain.per_graph import _forward_backward_graphs
 from pymc_crf.inference.chain.small import (
     SMALL_LENGTH,
     SMALL_WORK,
@@ -95,9 +94,7 @@ def forward_backward(node, edge, node_off, edge_off, want_marginals, gw):
     if tier == "small":
         return forward_backward_small(node, edge, node_off, edge_off, want_marginals, gw)
     if tier == "graphs":
-        first_use_notice(_fb_scaled_graphs, "the chain engine's kernels")
         return _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
-    first_use_notice(_fb_block_range, "the chain engine's lane kernels")
     return _forward_backward_lanes(node, edge, node_off, edge_off, want_marginals, gw)
 
 
@@ -121,7 +118,6 @@ def forward_backward_features(node, Xe, We, node_off, edge_off, want_marginals, 
         first_use_notice(_forward_backward_features_graphs, "the chain engine's kernels")
         return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off, want_marginals,
                                                  gw)
-    first_use_notice(_fb_block_range, "the chain engine's lane kernels")
     return _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marginals, gw)
 
 

@@ -14,6 +14,7 @@ import threading
 
 import numpy as np
 
+from pymc_crf.compile_notice import first_use_notice
 from pymc_crf.inference.chain.blocks import _block_plan, _block_sizes, _fb_block_range
 from pymc_crf.inference.chain.features import (
     _fb_feature_graphs,
@@ -70,6 +71,7 @@ def _fb_lane_parts(node, edge, node_off, edge_off, want_marginals, gw, log_z, no
     psi, shift, erange = _edge_tables(edge[:1])
     redo = np.zeros(node_off.shape[0] - 1, np.bool_)
     if n_blocked > 0:
+        first_use_notice(_fb_block_range, "the chain engine's lane kernels")
         n_parts = len(bounds) - 1
         workers = min(get_num_threads(), n_parts)
         bufs = _take_buffers(workers, _block_sizes(K, B, Lbuf, shared)[1])
@@ -132,6 +134,7 @@ def _forward_backward_features_lanes(node, Xe, We, node_off, edge_off, want_marg
     (single-node chains), runs one chain at a time."""
     G = node_off.shape[0] - 1
     if G < 2 or Xe.shape[0] == 0:
+        first_use_notice(_forward_backward_features_graphs, "the chain engine's kernels")
         return _forward_backward_features_graphs(node, Xe, We, node_off, edge_off,
                                                  want_marginals, gw)
     K = node.shape[1]

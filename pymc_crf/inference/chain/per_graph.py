@@ -10,6 +10,7 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.allocation import empty_pages, zeros_pages
+from pymc_crf.compile_notice import first_use_notice
 from pymc_crf.inference.chain.log_space import _fb_log_graphs
 from pymc_crf.inference.chain.scaling import (
     _FAST,
@@ -220,6 +221,7 @@ def _forward_backward_graphs(node, edge, node_off, edge_off, want_marginals, gw)
     With a non-empty ``gw`` (G,), the marginals of graph g are multiplied by ``gw[g]``: this is the
     vector-Jacobian product of log Z, which a shared edge table needs inside the sum over edges.
     """
+    first_use_notice(_fb_scaled_graphs, "the chain engine's kernels")
     log_z, node_m, edge_m, redo, n_redo = _fb_scaled_graphs(node, edge, node_off, edge_off,
                                                             want_marginals, gw)
     if n_redo:
