@@ -20,6 +20,19 @@ def test_cli_demo_runs_map(capsys):
     assert all(col in out for col in table.columns)
 
 
+def test_demo_reports_a_method_that_refuses_its_model_and_goes_on(capsys):
+    """The demo's model has probit potentials, which the randomized MAP refuses: the demo (and
+    ``--methods all``) prints the fitter's reason and compares the methods that fit."""
+    table, results = run_demo("loop", n_train=5, n_test=20, seed=0,
+                              methods=("randomized_map", "map"), progressbar=False)
+    assert list(results) == ["map"] and list(table.index) == ["map"]
+    out = capsys.readouterr().out
+    assert "randomized_map did not fit the demo's model: method='randomized_map' takes " \
+        "log-linear potentials" in out
+    with pytest.raises(ValueError, match="none of the methods randomized_map fits"):
+        run_demo("loop", n_train=5, n_test=20, methods=("randomized_map",), progressbar=False)
+
+
 def test_demo_announces_itself_before_any_fit(monkeypatch, capsys):
     """What the demo does is printed before the first fit starts (a first NUTS fit compiles for
     minutes): the output captured when pmc.fit is first called already holds it."""
