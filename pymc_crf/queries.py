@@ -99,13 +99,20 @@ def _draw_tables(result: xr.DataTree, data, draws: int | None, model, random_see
     """The number of posterior draws used and an iterator over their (node, edge) log-potential
     tables on ``data``: ``draws`` of them chosen without replacement with ``random_seed`` (None:
     all), as ``pmc.predict(method="average")`` chooses them."""
+    info, ws, idx = _chosen_draws(result, data, draws, model, random_seed)
+    return len(idx), _tables_at(data, info, ws, idx)
+
+
+def _chosen_draws(result: xr.DataTree, data, draws: int | None, model, random_seed
+                  ) -> tuple[dict, dict, np.ndarray]:
+    """The result's layout, its weight draws and the indices of the ``draws`` chosen (as
+    :func:`_draw_tables` chooses them), for a query that passes over the same draws twice."""
     _check_data(data)
     if draws is not None:
         draws = whole_number(draws, "draws (None for all draws)")
     info = result_layout(result, model)
     ws = weight_draws(result, info)
-    idx = draw_indices(ws, draws, random_seed)
-    return len(idx), _tables_at(data, info, ws, idx)
+    return info, ws, draw_indices(ws, draws, random_seed)
 
 
 def _tables_at(data, info: dict, ws: dict, idx: np.ndarray) -> Iterator:
@@ -296,7 +303,9 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
     _check_data(data)
     b = data.graphs
     check_chain_batch(b, "k-best labellings")
-    n, tables = _draw_tables(result, data, draws, model, random_seed)
+    # the candidates and log Z, then the candidates' scores: two passes over the same draws
+    info, ws, idx = _chosen_draws(result, data, draws, model, random_seed)
+    n, tables = len(idx), _tables_at(data, info, ws, idx)
     if n == 1:
         return kbest_labellings(b, *next(tables), k)
     cands, log_z = [], []
@@ -320,8 +329,7 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
             [u, np.repeat(pad, C - len(u), axis=0)])
         valid[:len(u), g] = True
     acc = np.full((C, b.n_graphs), -np.inf)
-    _, tables = _draw_tables(result, data, draws, model, random_seed)
-    for (node, edge), lz in zip(tables, log_z, strict=True):
+    for (node, edge), lz in zip(_tables_at(data, info, ws, idx), log_z, strict=True):
         acc = np.logaddexp(acc, labelling_score(b, node, edge, cand) - lz[None, :])
     acc = np.where(valid, acc - np.log(n), -np.inf)
     order = np.argsort(-acc, axis=0, kind="stable")[:k]  # (k', G)

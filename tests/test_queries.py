@@ -139,6 +139,18 @@ def test_kbest_map_and_posterior_equal_enumeration(fits):
             assert np.all(got.log_prob[m:, g] == -np.inf) and (got.labels[m:, lo:hi] == -1).all()
 
 
+@pytest.mark.parametrize("seed", [None, 5, "generator"])
+def test_kbest_of_a_draw_subset_scores_and_normalises_by_the_same_draws(fits, seed):
+    """With fewer draws than the result has, the candidates' log Z and their scores come from the
+    same chosen draws, whatever the seed: the k = 9 labellings of 2-node chains sum to 1."""
+    _, test, _, r_bl = fits
+    two = np.flatnonzero(test.graphs.n_nodes == 2)
+    sub = test.subset(list(two)) if len(two) else _data(3, 4, max_len=2)
+    rng = np.random.default_rng(0) if seed == "generator" else seed
+    got = pmc.queries.kbest(r_bl, sub, 9, draws=5, random_seed=rng)
+    np.testing.assert_allclose(np.exp(logsumexp(got.log_prob, axis=0)), 1.0, rtol=1e-12)
+
+
 def test_sample_labellings_frequencies(fits):
     _, test, r_map, r_bl = fits
     one = test.subset([int(np.argmin(test.graphs.n_nodes))])  # a chain of 2 nodes: 9 labellings
