@@ -204,9 +204,12 @@ def _scaled_weight_spec(model: pm.Model, tensor, mu, sigma, shape, dims) -> Weig
     try:
         marks = np.arange(1.0, size + 1.0).reshape(s_shape)
         probe = np.random.default_rng(0).uniform(0.5, 2.0, size).reshape(s_shape)
-        got = [np.broadcast_to(np.asarray(
-            clone_replace(sigma, {scale: pt.constant(v, dtype=scale.dtype)}).eval(),
+        got = [np.broadcast_to(np.asarray(_evaluate_unrewritten(
+            clone_replace(sigma, {scale: pt.constant(v, dtype=scale.dtype)})),
             dtype=np.float64), shape) for v in (marks, probe)]
+    except IndexError as err:
+        raise ValueError(f"{name!r}: its prior sd indexes the scale {scale.name!r} (shape "
+                         f"{s_shape}) out of range: {err}") from None
     except Exception as err:  # noqa: BLE001 - an expression that does not broadcast, etc.
         return other(f"sigma could not be evaluated as an indexing of {scale.name!r}: {err}")
     index = np.rint(got[0]).astype(np.int64) - 1
@@ -228,6 +231,16 @@ def _scaled_weight_spec(model: pm.Model, tensor, mu, sigma, shape, dims) -> Weig
                              f"free scale {scale.name!r}: learned prior scales are fitted by "
                              "method='laplace' or 'bethe_laplace')",
                       scale_name=scale.name, scale_index=index)
+
+
+def _evaluate_unrewritten(expr) -> np.ndarray:
+    """The value of a constant expression, computed as written by PyTensor's Python linker: no
+    rewrites, so an index out of range is numpy's IndexError here, not a logged constant-folding
+    failure followed by a value from wherever the rewritten graph ends up."""
+    from pytensor import function
+    from pytensor.compile.mode import Mode
+
+    return function([], expr, mode=Mode(linker="py", optimizer=None))()
 
 
 def _random_ancestors_of_params(rv) -> list:
@@ -470,6 +483,8 @@ def require_learnable_scales(spec, method: str) -> None:
         raise ValueError(f"method={method!r} handles models whose free variables are the CRF "
                          f"weights and their prior scales; this model also has "
                          f"{list(fixed.free_vars)}")
+    for v in scales:
+        _require_proper_scale_prior(spec.model, v, method)
     used = np.zeros(sum(v.size for v in scales), dtype=bool)
     used[index[index >= 0]] = True
     for v in scales:
@@ -479,6 +494,28 @@ def require_learnable_scales(spec, method: str) -> None:
                              f"{unused[:10].tolist()} scale no weight (the index in its "
                              "sigma never selects them); their evidence is flat, so they cannot "
                              f"be learned: size {v.name!r} to the groups the index uses")
+
+
+def _require_proper_scale_prior(model: pm.Model, scale: ScaleVariable, method: str) -> None:
+    """Raise a clear error when the prior of a learned scale has parameters outside its
+    distribution's domain (``pm.HalfNormal("s", 0)``: a point mass at 0; a negative or NaN
+    parameter): its log density is not finite at positive scales, so neither the evidence nor
+    the scales' conditionals are defined, with or without the hyperprior's density."""
+    from pymc.logprob.utils import ParameterValueError
+
+    rv = model[scale.name]
+    try:
+        logp = np.asarray(_evaluate_unrewritten(pm.logp(rv, np.ones(scale.shape, rv.dtype))))
+    except ParameterValueError as err:
+        raise ValueError(f"method={method!r}: the prior of the learned scale {scale.name!r} "
+                         f"({scale.distribution}) has invalid parameters ({err} does not "
+                         "hold): a scale prior must be a proper density on (0, inf), e.g. "
+                         "pm.HalfNormal with sigma > 0") from None
+    if not np.all(np.isfinite(logp)):
+        raise ValueError(f"method={method!r}: the prior of the learned scale {scale.name!r} "
+                         f"({scale.distribution}) has log density "
+                         f"{logp.ravel()[~np.isfinite(logp.ravel())][0]} at s = 1: a scale prior must be "
+                         "a proper density on (0, inf), e.g. pm.HalfNormal with sigma > 0")
 
 
 def other_model_terms(spec) -> str:

@@ -299,6 +299,32 @@ def test_bad_scale_priors_are_refused_with_clear_errors():
     _refused(lambda: pm.Normal("W", 0.0, pm.HalfNormal("s", 1.0, shape=2)[[0, 1]][:, None],
                                shape=(3, 2)),
              r"sigma could not be evaluated as an indexing of 's'.*broadcast.*\(3, ?2\)")
+    # an index that selects an entry the scale does not have
+    _refused(lambda: pm.Normal("W", 0.0, pm.HalfNormal("s", 1.0, shape=2)[[0, 1, 5]][:, None],
+                               shape=(3, 2)),
+             r"'W': its prior sd indexes the scale 's' \(shape \(2,\)\) out of range: index 5")
+
+
+@pytest.mark.parametrize("scale, match", [
+    (lambda: pm.HalfNormal("s", 0.0), r"\(HalfNormal\) has invalid parameters \(sigma > 0"),
+    (lambda: pm.HalfNormal("s", -1.0), r"\(HalfNormal\) has invalid parameters"),
+    (lambda: pm.InverseGamma("s", alpha=-1.0, beta=1.0), r"\(InvGamma\) has invalid parameters"),
+    (lambda: pm.Exponential("s", 0.0), r"\(Exponential\) has log density -inf at s = 1"),
+])
+@pytest.mark.parametrize("method, options", [("laplace", {}), ("laplace", {"hyperprior": False}),
+                                             ("randomized_map", {"scale_method": "em",
+                                                                 "hyperprior": False})])
+def test_a_scale_prior_with_invalid_parameters_is_refused(scale, match, method, options):
+    """A point mass at 0 (HalfNormal(0)) or parameters outside the distribution's domain: the
+    scale's prior is no density on (0, inf), so it is refused by name, with or without its
+    density in the objective (hyperprior=False)."""
+    batch, X, y = _data(F=3)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, scale(), shape=(3, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    with pytest.raises(ValueError, match=rf"method='{method}': the prior of the learned scale "
+                                         rf"'s' {match}"):
+        pmc.fit(m, method=method, progressbar=False, **options)
 
 
 def test_bad_options_name_themselves():
