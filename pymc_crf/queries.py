@@ -46,6 +46,7 @@ from pymc_crf.metrics import Reliability, SelectiveCurve, confidence_reliability
 from pymc_crf.model.predictors import (
     Prediction,
     average_over_draws,
+    check_result,
     draw_indices,
     log_potentials_for,
     posterior_mean,
@@ -130,6 +131,7 @@ def _point_tables(result: xr.DataTree, data, model) -> tuple[np.ndarray, np.ndar
 
 
 def _n_draws(result: xr.DataTree) -> int:
+    check_result(result)
     post = result["posterior"]
     return int(post.sizes.get("chain", 1) * post.sizes.get("draw", 1))
 
@@ -564,20 +566,35 @@ def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bal
 # --- continuing training -------------------------------------------------------------------------
 
 _NAME = re.compile(r"^(?P<name>.+)\[(?P<index>[\d, ]*)\]$")
-_GAUSSIAN_METHODS = "'ep', 'bethe_laplace', 'predictive_ard'"
+_GAUSSIAN_METHODS = "'laplace', 'bethe_laplace', 'ep', 'predictive_ard'"
 
 
-def _gaussian(result: xr.DataTree) -> tuple[np.ndarray, np.ndarray, list[str]]:
-    if "fit" not in result.children or "covariance_matrix" not in result["fit"]:
+def _gaussian(result: xr.DataTree) -> tuple[np.ndarray, np.ndarray | None, np.ndarray,
+                                             list[str]]:
+    """The result's Gaussian posterior: mean, covariance matrix (None when the result keeps
+    only the marginal sds, ``sd_vector``), marginal variances and the flat entries' names."""
+    check_result(result)
+    fit = result["fit"] if "fit" in result.children else None
+    if fit is None or "mean_vector" not in fit or not ("covariance_matrix" in fit
+                                                        or "sd_vector" in fit):
         method = result.attrs.get("method", "this fitter")
         raise ValueError(f"prior_from needs a Gaussian posterior (a 'fit' group with mean_vector "
-                         f"and covariance_matrix); the result of {method!r} has none. Fit with "
-                         f"method={_GAUSSIAN_METHODS} to get one")
-    fit = result["fit"]
+                         f"and covariance_matrix or sd_vector); the result of {method!r} has "
+                         f"none. Fit with method={_GAUSSIAN_METHODS} to get one")
     mean = np.asarray(fit["mean_vector"].values, np.float64)
-    cov = np.asarray(fit["covariance_matrix"].values, np.float64)
     names = [str(r) for r in fit["rows"].values]
-    return mean, cov, names
+    if "covariance_matrix" in fit:
+        cov = np.asarray(fit["covariance_matrix"].values, np.float64)
+        d = mean.size
+        if cov.shape != (d, d) or not (np.isfinite(mean).all() and np.isfinite(cov).all()):
+            raise ValueError(f"the fit group's covariance_matrix {cov.shape} does not match its "
+                             f"mean_vector ({d},) or is not finite")
+        return mean, cov, np.diag(cov).copy(), names
+    sd = np.asarray(fit["sd_vector"].values, np.float64)
+    if sd.shape != mean.shape or not (np.isfinite(mean).all() and np.isfinite(sd).all()):
+        raise ValueError(f"the fit group's sd_vector {sd.shape} does not match its mean_vector "
+                         f"{mean.shape} or is not finite")
+    return mean, None, sd**2, names
 
 
 def _layout(names: list[str], result: xr.DataTree) -> list[tuple[str, tuple, tuple | None]]:
@@ -620,8 +637,10 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
     Call inside a new ``pm.Model`` (or pass ``model=``); it creates the weight variables of the
     result's CRF with their names, shapes and dims (coords copied from the result's posterior
     where the model has none), distributed as the result's Gaussian approximation
-    ``N(mean_vector, covariance_matrix)`` (its ``fit`` group, from ``ep``, ``bethe_laplace``,
-    ``predictive_ard``). Then ``pmc.CRF(..., node_weights=w["W"], ...)`` on new data and any fit
+    ``N(mean_vector, covariance_matrix)`` (its ``fit`` group, from ``laplace``,
+    ``bethe_laplace``, ``ep``, ``predictive_ard``; a result that keeps only the marginal sds,
+    ``sd_vector``, as ``laplace`` / ``bethe_laplace`` with a diagonal or implicit covariance do,
+    gives the diagonal prior). Then ``pmc.CRF(..., node_weights=w["W"], ...)`` on new data and any fit
     is the sequential Bayesian update ``p(w | D1, D2) ∝ p(D2 | w) N(w; m1, V1)``.
 
     Parameters
@@ -633,7 +652,7 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
         ``map`` and ``nuts`` take it, compiling the model); ``"diagonal"``: each weight variable a
         ``pm.Normal`` with the posterior means and marginal standard deviations (the
         correlations are dropped; every fitter takes it); ``"auto"``: diagonal when the
-        covariance matrix is diagonal, else full.
+        covariance matrix is diagonal or the result has only marginal sds, else full.
     model : pm.Model, optional
         The model to add the variables to (default: the one in context).
     flat_name : str, optional
@@ -647,11 +666,13 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
     """
     if covariance not in ("auto", "full", "diagonal"):
         raise ValueError(f"covariance must be 'auto', 'full' or 'diagonal'; got {covariance!r}")
-    mean, cov, names = _gaussian(result)
+    mean, cov, var, names = _gaussian(result)
     d = mean.size
-    if cov.shape != (d, d) or not (np.isfinite(mean).all() and np.isfinite(cov).all()):
-        raise ValueError(f"the fit group's covariance_matrix {cov.shape} does not match its "
-                         f"mean_vector ({d},) or is not finite")
+    if cov is None and covariance == "full":
+        raise ValueError(f"the result of {result.attrs.get('method', 'this fitter')!r} keeps "
+                         "only the posterior's marginal sds (sd_vector: a diagonal or implicit "
+                         "covariance), so its prior can only be covariance='diagonal' (or "
+                         "'auto'); fit with covariance='exact' for the full matrix")
     layout = _layout(names, result)
     try:
         model = pm.modelcontext(model)
@@ -666,11 +687,10 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
                     raise ValueError(f"the new model has no coords for the dim {dim!r} of the "
                                      "result's weights; pass them in pm.Model(coords=...)")
                 model.add_coord(dim, post.coords[dim].values)
-    var = np.diag(cov).copy()
     if np.any(var <= 0):
         raise ValueError("the fit group's covariance has a variance <= 0 at "
                          f"{names[int(np.argmin(var))]!r}")
-    diagonal = covariance == "diagonal" or (
+    diagonal = cov is None or covariance == "diagonal" or (
         covariance == "auto" and np.all(cov[~np.eye(d, dtype=bool)] == 0.0))
     out, i = {}, 0
     with model:

@@ -255,7 +255,7 @@ def test_refusals(fits):
         pmc.queries.span_probabilities(r_map, test, ["O", "B-A", "I-A", "B-B"])
     with pytest.raises(ValueError, match="2 tags for a model with 3 labels"):
         pmc.queries.span_probabilities(r_map, test, ["O", "B-A"])
-    with pytest.raises(ValueError, match="gaussian|Gaussian posterior.*'ep', 'bethe_laplace'"):
+    with pytest.raises(ValueError, match="Gaussian posterior.*'laplace', 'bethe_laplace', 'ep'"):
         with pm.Model():
             pmc.prior_from(r_map)
     tree = pmc.CRFData(pmc.GraphBatch.from_edges([np.array([[0, 1], [0, 2]])], [3]), None,
@@ -390,6 +390,33 @@ def test_prior_from_bad_input():
     with pm.Model() as m:
         w = pmc.prior_from(result)  # diagonal covariance: independent Normals
     assert m.free_RVs == [w["a"]] and w["a"].owner.op.name == "normal"
+    for not_a_result in ({"posterior": None}, None, m):
+        with pytest.raises(TypeError, match="must be a fit result .*got " +
+                           type(not_a_result).__name__):
+            with pm.Model():
+                pmc.prior_from(not_a_result)
+        with pytest.raises(TypeError, match="must be a fit result"):
+            pmc.queries.kbest(not_a_result, _data(0, 2), 2)
+
+
+def test_prior_from_a_result_with_marginal_sds_only(fits):
+    """laplace / bethe_laplace with a diagonal or implicit covariance keep sd_vector only: their
+    prior is the diagonal one, with those sds; a full one is refused by name."""
+    train, _, _, _ = fits
+    r = pmc.fit(_model(train), method="laplace", covariance="diagonal", draws=4,
+                progressbar=False)
+    assert "sd_vector" in r["fit"] and "covariance_matrix" not in r["fit"]
+    with pm.Model(coords=train.coords) as m:
+        w = pmc.prior_from(r)
+    assert set(m.free_RVs) == {w["W"], w["T"]}
+    sd = r["fit"]["sd_vector"].values
+    got = np.concatenate([m.initial_point()  # the means
+                          [n].ravel() for n in ("W", "T")])
+    np.testing.assert_allclose(got, r["fit"]["mean_vector"].values)
+    np.testing.assert_allclose(w["W"].owner.inputs[-1].eval().ravel(), sd[:w["W"].size.eval()])
+    with pytest.raises(ValueError, match="only the posterior's marginal sds.*'diagonal'"):
+        with pm.Model(coords=train.coords):
+            pmc.prior_from(r, covariance="full")
 
 
 def test_prior_from_ep_on_a_loopy_probit_crf(loop_model):

@@ -150,8 +150,19 @@ def crf_attrs(spec) -> str:
     return json.dumps(crf_layout(spec))
 
 
+def check_result(result, what: str = "result") -> None:
+    """Raise a clear error unless ``result`` is a fit result: an ``xarray.DataTree`` with a
+    ``posterior`` group (``pmc.fit``, ``pm.sample``)."""
+    if not isinstance(result, xr.DataTree):
+        raise TypeError(f"{what} must be a fit result (the xarray.DataTree pmc.fit returns); got "
+                        f"{type(result).__name__}")
+    if "posterior" not in result.children:
+        raise ValueError(f"{what} has no posterior group; groups: {sorted(result.children)}")
+
+
 def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
     """The CRF layout of a result: its ``crf`` attr, or read from ``model`` (or the context)."""
+    check_result(result)
     if "crf" in result.attrs:
         return json.loads(result.attrs["crf"])
     if ("hcrf_weights" in result.attrs or "hcrf_layout" in result.attrs
