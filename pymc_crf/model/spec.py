@@ -462,10 +462,10 @@ def refuse_free_scales(spec_or_model, method: str) -> None:
         f"method={method!r} cannot fit a model whose weight prior scales are free variables "
         f"{names} (weights {which}): {why}. Choose the scales by their evidence with "
         "method='laplace' or method='bethe_laplace' (type-II maximum likelihood / empirical "
-        "Bayes, optionally integrated over the scales: pmc.fit(model, method='laplace')), or, for "
-        "small models, sample the full "
-        "model with method='nuts' and a non-centred prior (z = pm.Normal('z', 0, 1, ...); "
-        "w = pm.Deterministic('w', s[idx] * z)).")
+        "Bayes; integrate_scales='grid' integrates over up to 3 of them), integrate over many "
+        "scales with method='randomized_map' (Gibbs sweeps over weights and scales), or, for "
+        "small models, sample the full model with method='nuts' and a non-centred prior "
+        "(z = pm.Normal('z', 0, 1, ...); w = pm.Deterministic('w', s[idx] * z)).")
 
 
 def require_learnable_scales(spec, method: str) -> None:
@@ -546,6 +546,9 @@ def require_all_labels(spec, method: str) -> None:
     for fitters whose approximation needs every label observed."""
     n_missing = int((np.asarray(spec.labels) < 0).sum())
     if n_missing:
+        # map refuses learned scales (refuse_free_scales), so it is no alternative there
+        others = ("method='nuts' sums" if any(w.prior == "normal_scaled" for w in spec.weights)
+                  else "method='map' and 'nuts' sum")
         raise ValueError(f"method={method!r} needs every label observed; this model has "
-                         f"{n_missing} missing (masked / -1) labels. method='map' and 'nuts' sum "
-                         "missing labels out of the likelihood.")
+                         f"{n_missing} missing (masked / -1) labels. {others} missing labels "
+                         "out of the likelihood.")

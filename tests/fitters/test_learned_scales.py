@@ -264,7 +264,7 @@ def test_implicit_covariance_against_the_dense_exact_laplace():
 def test_map_ep_and_fixed_prior_evidence_refuse_free_scales():
     m = _two_weight_model()
     with pytest.raises(ValueError, match=r"method='map'.*s -> 0.*'laplace'.*'bethe_laplace'.*"
-                                         r"'nuts'"):
+                                         r"integrate_scales='grid'.*'randomized_map'.*'nuts'"):
         pmc.fit(m, method="map")
     with pytest.raises(ValueError, match=r"method='ep'.*fixed prior scales.*'laplace'"):
         pmc.fit(m, method="ep")
@@ -325,6 +325,18 @@ def test_a_scale_prior_with_invalid_parameters_is_refused(scale, match, method, 
     with pytest.raises(ValueError, match=rf"method='{method}': the prior of the learned scale "
                                          rf"'s' {match}"):
         pmc.fit(m, method=method, progressbar=False, **options)
+
+
+def test_missing_labels_with_learned_scales_name_nuts_alone():
+    """A learned-scale model with a missing label: the refusal names NUTS, not map (which
+    refuses learned scales)."""
+    batch, X, y = _data(F=3)
+    y = np.ma.masked_array(y, mask=np.arange(y.size) == 0)
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, pm.HalfNormal("s", 1.0), shape=(3, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    with pytest.raises(ValueError, match=r"1 missing .*labels\. method='nuts' sums missing"):
+        pmc.fit(m, method="laplace", progressbar=False)
 
 
 def test_bad_options_name_themselves():
