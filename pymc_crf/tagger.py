@@ -58,7 +58,11 @@ def _check_sentences(X, name: str) -> list:
                         f"dicts; got {type(X).__name__}")
     X = list(X)
     for s, sent in enumerate(X):
-        if isinstance(sent, str | bytes | Mapping) or not isinstance(sent, Sequence):
+        if isinstance(sent, Mapping):
+            raise TypeError(f"{name}[{s}] is a dict, one token's features: {name} must be a list "
+                            "of sentences, each a list of token dicts; for one sentence pass "
+                            f"[sentence] (or use predict_single / predict_marginals_single)")
+        if isinstance(sent, str | bytes) or not isinstance(sent, Sequence):
             raise TypeError(f"{name}[{s}] must be a list of per-token feature dicts (one "
                             f"sentence); got {type(sent).__name__}. A CRFTagger takes sentences "
                             "of token dicts, not a 2-d numeric array")
@@ -302,6 +306,8 @@ class CRFTagger(BaseEstimator):
             y_dev = _check_tags(y_dev, X_dev, "y_dev", "X_dev")
         sd = self._prior_sd()
         opts = self._fit_options()
+        if self.draws is not None:  # used by predict_marginals: bad values fail before the work
+            whole_number(self.draws, "draws (None for all draws)")
         if sd == "learned":
             self._scale_options()  # bad options fail before the work
         keep = [i for i, s in enumerate(X) if len(s)]  # empty sentences carry no information
@@ -332,8 +338,9 @@ class CRFTagger(BaseEstimator):
         result = pmc.fit(model, method=self.method, **opts)
         self.__dict__.pop("c2_", None)  # a previous fit's
         self.__dict__.pop("prior_scales_", None)
-        if scales is None:
-            self.c2_ = 1.0 / (2.0 * sd**2)
+        if scales is None:  # the c2 given, else the one of the sd (given or by evidence)
+            self.c2_ = (float(self.c2) if self.prior_sd is None and not isinstance(self.c2, str)
+                        else 1.0 / (2.0 * sd**2))
         else:
             self.prior_scales_ = scales
         self.vectorizer_ = vec

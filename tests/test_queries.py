@@ -107,7 +107,8 @@ def test_span_probabilities_equal_enumeration(fits, which):
     np.testing.assert_allclose(same.probability, sp.probability, rtol=1e-12)
     with pytest.raises(ValueError, match="types \\['B'\\]"):
         pmc.queries.span_probabilities(result, test, TAGS, spans=[(0, 0, 0, "B")])
-    with pytest.raises(ValueError, match="span 0"):
+    with pytest.raises(ValueError, match=r"span 0 \('A' in graph 0, positions 0\.\.40\) is not a "
+                                         r"range of positions inside its graph of \d nodes"):
         pmc.queries.span_probabilities(result, test, TAGS, spans=[(0, 0, 40, "A")])
     # labels from a Prediction
     pred = pmc.predict(result, test, method="map")

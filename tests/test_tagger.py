@@ -129,6 +129,7 @@ def test_prior_c2_and_prior_sd(corpus):
     a = CRFTagger(c2=2.0).fit(X[:20], y[:20])
     b = CRFTagger(prior_sd=0.5).fit(X[:20], y[:20])
     np.testing.assert_array_equal(a.result_.posterior["W"].values, b.result_.posterior["W"].values)
+    assert a.c2_ == 2.0 and b.c2_ == 2.0  # the c2 given, and the one of sd 0.5
     c = CRFTagger(c2=0.01).fit(X[:20], y[:20])  # a weaker prior: larger weights
     assert np.abs(c.result_.posterior["W"].values).max() > np.abs(a.result_.posterior["W"]).max()
 
@@ -246,6 +247,11 @@ def test_bad_input(corpus):
         CRFTagger().fit([X[0]], [["O"] * len(X[0])])
     with pytest.raises(TypeError, match="feature 'w' of token 0 in sentence 0"):
         CRFTagger().fit([[{"w": None}], [{"w": "a"}]], [["A"], ["B"]])
+    for draws in (0, -3, 2.5, "all"):  # refused before the fit, not at predict_marginals
+        with pytest.raises(ValueError, match="draws"):
+            CRFTagger(draws=draws).fit(X[:3], y[:3])
+    with pytest.raises(TypeError, match=r"X\[0\] is a dict, one token's features.*\[sentence\]"):
+        CRFTagger().fit(X[0], y[0])
 
 
 def test_pickle_joblib_netcdf_round_trip(corpus, fitted, tmp_path):

@@ -158,13 +158,18 @@ class Spans:
             i = int(np.flatnonzero(bad)[0])
             raise ValueError(f"spans: span {i} is in graph {g[i]}; the batch has "
                              f"{batch.n_graphs} graphs")
-        n = batch.n_nodes[g]
-        bad = (s < 0) | (e < s) | (e >= n) | (k < 0) | (k >= len(scheme.types))
+        bad = (k < 0) | (k >= len(scheme.types))
         if bad.any():
             i = int(np.flatnonzero(bad)[0])
-            raise ValueError(f"spans: span {i} (graph {g[i]}, positions {s[i]}..{e[i]}, type "
-                             f"{k[i]}) is not inside its graph of {n[i]} nodes or its type is not "
-                             f"one of the {len(scheme.types)} types {scheme.types}")
+            raise ValueError(f"spans: span {i} has type index {k[i]}; the scheme has the "
+                             f"{len(scheme.types)} types {scheme.types}")
+        n = batch.n_nodes[g]
+        bad = (s < 0) | (e < s) | (e >= n)
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise ValueError(f"spans: span {i} ({scheme.types[k[i]]!r} in graph {g[i]}, positions "
+                             f"{s[i]}..{e[i]}) is not a range of positions inside its graph of "
+                             f"{n[i]} nodes")
 
 
 @njit(cache=True)
