@@ -17,6 +17,7 @@ import argparse
 import ast
 import importlib
 import inspect
+import os
 import re
 import subprocess
 import sys
@@ -276,16 +277,38 @@ def load_model(path: str | Path):
         raise FileNotFoundError(f"model file {path} not found (write one with pymc-crf train)")
     with open(path, "rb") as fh:
         magic = fh.read(8)
-    if magic.startswith(b"\x89HDF") or magic.startswith(b"CDF"):
-        tagger = CRFTagger.from_netcdf(path)
-    else:
-        import joblib
+    not_a_model = (f"{path} is not a model written by pymc-crf train (a CRFTagger that "
+                   "records its feature format)")
+    try:
+        if magic.startswith(b"\x89HDF") or magic.startswith(b"CDF"):
+            tagger = CRFTagger.from_netcdf(path)
+        else:
+            import joblib
 
-        tagger = joblib.load(path)
+            tagger = joblib.load(path)
+    except (OSError, ValueError) as err:
+        raise ValueError(f"{not_a_model}: {err}") from None
+    except Exception as err:  # noqa: BLE001 - unpickling a file that is no pickle
+        raise ValueError(f"{not_a_model}: it could not be read ({type(err).__name__}: "
+                         f"{err})") from None
     if not isinstance(tagger, CRFTagger) or "features" not in getattr(tagger, "metadata_", {}):
-        raise ValueError(f"{path} is not a model written by pymc-crf train (a CRFTagger that "
-                         "records its feature format)")
+        raise ValueError(not_a_model)
     return tagger
+
+
+def _writable(path: str | Path, what: str) -> None:
+    """Raise a clear OSError unless a file can be written at ``path`` (checked before the
+    work whose result goes there)."""
+    if str(path) == "-":
+        return
+    path = Path(path)
+    folder = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        raise OSError(f"{what} {path} is a folder, not a file name")
+    if not folder.is_dir():
+        raise OSError(f"{what} {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+        raise OSError(f"{what} {path}: not writable")
 
 
 def _feature_spec(args):
@@ -314,6 +337,7 @@ def _run_train(args, parser: argparse.ArgumentParser) -> int:
 
     _say(f"reading {args.train} ...")
     try:
+        _writable(args.model, "model file")
         spec = _feature_spec(args)
         X, y, _ = spec.read(args.train, training=True)
         dev = spec.read(args.dev, training=False) if args.dev else None
@@ -346,7 +370,10 @@ def _run_train(args, parser: argparse.ArgumentParser) -> int:
          f"fitted in {time.perf_counter() - t1:.1f} s")
     if dev is not None:
         _say(f"  dev token accuracy {100 * tagger.dev_score_:.2f} % ({args.dev})")
-    save_model(tagger, args.model)
+    try:
+        save_model(tagger, args.model)
+    except OSError as err:
+        parser.error(f"model file {args.model}: {err}")
     _say(f"model written to {args.model}")
     return 0
 
@@ -386,12 +413,27 @@ def _run_tag(args, parser: argparse.ArgumentParser) -> int:
     from pymc_crf.columns import open_text, write_tags
 
     _say(f"pymc-crf tag: {args.input} with {args.model} ...", err=True)
+    try:
+        _writable(args.output, "--output")
+    except OSError as err:
+        parser.error(str(err))
     _, X, _, pred, marg, tokens = _tag_file(args, parser)
-    with open_text(args.output, "w") as fh:
-        write_tags(fh, pred, marginals=marg, tokens=tokens, digits=args.digits)
+    try:
+        with open_text(args.output, "w") as fh:
+            write_tags(fh, pred, marginals=marg, tokens=tokens, digits=args.digits)
+    except BrokenPipeError:  # `pymc-crf tag ... | head`: the reader has all it wants
+        _quiet_broken_stdout()
+        return 0
     where = "" if str(args.output) == "-" else f"; written to {args.output}"
     _say(f"  {len(X)} sentences, {sum(map(len, X))} tokens tagged{where}", err=True)
     return 0
+
+
+def _quiet_broken_stdout() -> None:
+    """After a BrokenPipeError on standard output: point it at devnull, so Python's flush at
+    exit does not raise again (the recipe of the signal module's documentation)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
 
 
 def _run_evaluate(args, parser: argparse.ArgumentParser) -> int:

@@ -40,7 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 __all__ = ["ColumnFile", "FeatureSpec", "Template", "open_text", "read_attribute_file",
-           "read_column_file", "write_tags"]
+           "read_column_file", "sentence_blocks", "write_tags"]
 
 DEFAULT_COLUMN_NAMES = ("w", "pos")
 
@@ -67,18 +67,22 @@ def open_text(path: str | Path, mode: str = "r") -> Iterator[io.TextIOBase]:
         yield fh
 
 
-def _blocks(path: str | Path) -> Iterator[list[tuple[int, str]]]:
+def sentence_blocks(path: str | Path) -> Iterator[list[tuple[int, str]]]:
     """Sentences of a text file: lists of ``(line number, line)`` between blank lines."""
     current: list[tuple[int, str]] = []
     with open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                if current:
-                    yield current
-                    current = []
-                continue
-            current.append((lineno, line))
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    if current:
+                        yield current
+                        current = []
+                    continue
+                current.append((lineno, line))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: not UTF-8 text ({err.reason}); a binary "
+                             "file?") from None
     if current:
         yield current
 
@@ -129,7 +133,7 @@ def read_column_file(path: str | Path, n_columns: int | Sequence[int] | None = N
                set(n_columns) if n_columns is not None else None)
     rows, lines = [], []
     first = None
-    for block in _blocks(path):
+    for block in sentence_blocks(path):
         srows, slines = [], []
         for lineno, line in block:
             if line.startswith("-DOCSTART-"):
@@ -195,10 +199,14 @@ def read_attribute_file(path: str | Path) -> tuple[list[list[dict[str, float]]],
         Naming the file and line number of a malformed attribute.
     """
     X, y, lines = [], [], []
-    for block in _blocks(path):
+    for block in sentence_blocks(path):
         xs, ys, ls = [], [], []
         for lineno, line in block:
             fields = line.split("\t")
+            if len(fields) == 1 and len(line.split()) > 1:
+                raise ValueError(f"{path}:{lineno}: no tab in {line!r}: a crfsuite attribute "
+                                 "line is label<TAB>attribute<TAB>...; a whitespace column "
+                                 "file is read with --format columns")
             token: dict[str, float] = {}
             for f in fields[1:]:
                 if not f:
@@ -379,10 +387,19 @@ class FeatureSpec:
             cf = read_column_file(path, n_columns=None if n is None else (n, n + 1))
         n_feat = self.n_features if self.n_features is not None else cf.n_columns
         has_tags = training or cf.n_columns == n_feat + 1
+        # tagged on every line or on none: a line without its tag would lend its last feature
+        # column as the gold tag
+        for srows, slines in zip(cf.rows, cf.lines, strict=True):
+            for cols, lineno in zip(srows, slines, strict=True):
+                if len(cols) != cf.n_columns:
+                    raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in "
+                                     f"{' '.join(cols)!r}; expected {cf.n_columns} as on line "
+                                     f"{cf.lines[0][0]} (a file has the tag column on every "
+                                     "token line or on none)")
         if template is not None and template.max_column >= n_feat:
             raise ValueError(f"the template reads column {template.max_column} "
-                             f"({self.columns[template.max_column]!r}); {path} has {n_feat} "
-                             "feature column(s) before the tag")
+                             f"({_column_name(self.columns, template.max_column)!r}); {path} has "
+                             f"{n_feat} feature column(s) before the tag")
         X = []
         for srows in cf.rows:
             feats = [r[:n_feat] for r in srows]
@@ -397,8 +414,8 @@ class FeatureSpec:
         return X, y, cf.lines
 
     def tokens(self, path: str | Path) -> list[list[str]]:
-        """The first column of a column file (the tokens), or the lines' labels field of an
-        attribute file, to echo beside predicted tags."""
+        """The first column of a column file (the tokens), to echo beside predicted tags; an
+        attribute file has no token column, so its tokens are empty strings."""
         if self.format == "attributes":
             return [[""] * len(s) for s in read_attribute_file(path)[0]]
         return read_column_file(path).column(0)

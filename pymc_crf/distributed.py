@@ -25,7 +25,6 @@ history. See ``docs/distributed.md``.
 
 from __future__ import annotations
 
-import gzip
 import itertools
 import json
 import time
@@ -628,20 +627,14 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
 
 # ---------------------------------------------------------------------------------- CoNLL files
 def _sentences(path: str | Path):
-    """Token rows (lists of columns) of each sentence of a CoNLL file (gzip or plain), streamed."""
-    path = Path(path)
-    opener = gzip.open if path.suffix == ".gz" else open
-    current: list[list[str]] = []
-    with opener(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            if not line.strip():
-                if current:
-                    yield current
-                    current = []
-                continue
-            current.append(line.split())
-    if current:
-        yield current
+    """Token rows (lists of columns) of each sentence of a CoNLL file (gzip, told by its first
+    bytes, or plain), streamed, as ``pymc-crf train`` reads it (``-DOCSTART-`` lines skipped)."""
+    from pymc_crf.columns import sentence_blocks
+
+    for block in sentence_blocks(path):
+        rows = [line.split() for _, line in block if not line.startswith("-DOCSTART-")]
+        if rows:
+            yield rows
 
 
 def count_sentences(path: str | Path) -> int:

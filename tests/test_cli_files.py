@@ -110,6 +110,11 @@ def test_attribute_file(tmp_path):
     assert X[0][0] == {"w=The": 1.0, "pos=DT": 1.0, "len": 3.0}
     assert X[0][1] == {"w=a:b": 1.0, "x": 0.75, "back\\slash": 1.0}
     assert X[1] == [{"w=.": 1.0}]
+    path.write_text("B-NP\nI-NP\tw=a\n")  # a label without attributes: a valid line
+    assert read_attribute_file(path)[0] == [[{}, {"w=a": 1.0}]]
+    path.write_text("B-NP w=The\n")  # no tab: a column file
+    with pytest.raises(ValueError, match=r"a.txt:1: no tab in 'B-NP w=The'"):
+        read_attribute_file(path)
     path.write_text("B-NP\tw=The\nI-NP\tlen:three\n")
     with pytest.raises(ValueError, match=r"a.txt:2: attribute 'len:three' has the weight "
                                          r"'three', not a number"):
@@ -268,6 +273,60 @@ def test_cli_errors(files, capsys):
     with pytest.raises(SystemExit):
         main(["train", str(train), "-m", str(model), "--method", "nope", "--no-progressbar"])
     assert "not a registered fitter" in capsys.readouterr().err
+    # a tagged file with one line missing its tag: its POS would be taken as the gold tag
+    mixed = folder / "mixed.txt"
+    mixed.write_text("The DT B-NP\ncat NN\nsees VBZ B-VP\n")
+    with pytest.raises(SystemExit):
+        main(["evaluate", str(model), str(mixed)])
+    assert ("mixed.txt:2: 2 column(s) in 'cat NN'; expected 3 as on line 1 (a file has the tag "
+            "column on every token line or on none)") in capsys.readouterr().err
+    # a column file read as crfsuite attributes
+    with pytest.raises(SystemExit):
+        main(["train", str(train), "--format", "attributes", "-m", str(model)])
+    assert "train.txt:1: no tab in 'The DT B-NP'" in capsys.readouterr().err
+    # a template column beyond the column names
+    template.write_text("w[0]\nc5[0]\n")
+    with pytest.raises(SystemExit):
+        main(["train", str(train), "-m", str(model), "--template", str(template)])
+    assert "the template reads column 5 ('c5'); " in capsys.readouterr().err
+    # where the output cannot be written: said before the fit / the tagging
+    for argv in (["train", str(train), "-m", str(folder / "no" / "m.joblib")],
+                 ["tag", str(model), str(test), "-o", str(folder / "no" / "t.txt")]):
+        with pytest.raises(SystemExit):
+            main(argv)
+        err = capsys.readouterr().err
+        assert "the folder" in err and "does not exist" in err and "Traceback" not in err
+    # a file that is not a model
+    for content in (b"", b"garbage", TRAIN.encode()):
+        (folder / "x.joblib").write_bytes(content)
+        with pytest.raises(SystemExit):
+            main(["tag", str(folder / "x.joblib"), str(test)])
+        assert "x.joblib is not a model written by pymc-crf train" in capsys.readouterr().err
+    # not text
+    binary = folder / "binary.txt"
+    binary.write_bytes(b"The DT B-NP\n\xff\xfe\x00\n")
+    with pytest.raises(SystemExit):
+        main(["tag", str(model), str(binary)])
+    assert "binary.txt: not UTF-8 text (invalid start byte)" in capsys.readouterr().err
+
+
+def test_tag_into_a_closed_pipe_ends_quietly(files, tmp_path):
+    """`pymc-crf tag ... | head -1`: no BrokenPipeError traceback."""
+    import subprocess
+    import sys
+
+    folder, train, test = files
+    model = folder / "m.joblib"
+    assert main(["train", str(train), "-m", str(model), "--no-progressbar"]) == 0
+    big = folder / "big.txt"
+    big.write_text("\n".join(["The DT\ncat NN\n"] * 20000))
+    code = "import sys; from pymc_crf.cli import main; sys.exit(main(sys.argv[1:]))"
+    tag = subprocess.Popen([sys.executable, "-c", code, "tag", str(model), str(big)],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    tag.stdout.readline()
+    tag.stdout.close()
+    err = tag.stderr.read().decode()
+    assert tag.wait() == 0 and "Traceback" not in err and "BrokenPipe" not in err
 
 
 @pytest.mark.heavy_smoke

@@ -197,6 +197,23 @@ def test_bad_options():
             pmc.fit(m, method="bethe_laplace", bp="bp")
 
 
+def test_a_dense_covariance_larger_than_the_memory_is_refused_before_the_work(monkeypatch):
+    """Three dense (d, d) matrices that would not fit in memory: refused up front, naming the
+    covariances that scale (the machine's memory made one 4 KiB page here)."""
+    import os
+
+    real = os.sysconf
+    monkeypatch.setattr(os, "sysconf", lambda name: 1 if name == "SC_PHYS_PAGES"
+                        else 4096 if name == "SC_PAGE_SIZE" else real(name))
+    m = _crf("loglinear", True)
+    d = sum(v.size.eval() for v in m.free_RVs)
+    for method, cov in (("bethe_laplace", "bp"), ("bethe_laplace", "exact"),
+                        ("laplace", "exact")):
+        with pytest.raises(ValueError, match=rf"method='{method}' with covariance='{cov}' keeps "
+                                             rf"dense \({d}, {d}\).*0 GiB of memory.*'diagonal'"):
+            pmc.fit(m, method=method, covariance=cov, progressbar=False)
+
+
 @pytest.mark.slow
 def test_bl_mp_against_nuts_on_a_small_grid():
     """BL-MP against NUTS on the exact posterior (3 x 3 grid, N = 200): means within 0.2

@@ -10,6 +10,7 @@ draws from the Gaussian in the model's dims, a ``fit`` group (``mean_vector``,
 
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -128,6 +129,8 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
     """The result of ``method`` (``"bethe_laplace"`` or ``"laplace"``) on the weight problem
     its fitter read: learned scales or a large covariance go to :func:`_fit_learned_scales`,
     fixed priors to one Laplace fit here."""
+    if covariance not in LARGE_COVARIANCES:
+        _require_dense_fits(problem.size, method, covariance)
     if problem.n_scales or covariance in LARGE_COVARIANCES:
         return _fit_learned_scales(
             problem, method, t0, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
@@ -163,6 +166,22 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
                         param_names=spec.param_names(), diagnostics=diagnostics,
                         log_marginal_likelihood=log_ev, log_likelihood=False,
                         pointwise_log_likelihood=pointwise, spec=spec)
+
+
+def _require_dense_fits(d: int, method: str, covariance: str) -> None:
+    """Refuse a dense covariance whose few (d, d) float64 matrices (Hessian, its Cholesky
+    factor, the covariance) would not fit in this machine's memory, before any work."""
+    need = 3 * 8 * float(d) ** 2
+    try:
+        have = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # no sysconf (Windows): no check
+        return
+    if need > have:
+        raise ValueError(f"method={method!r} with covariance={covariance!r} keeps dense "
+                         f"({d}, {d}) matrices of the {d} weights: about {need / 2**30:.0f} GiB, "
+                         f"more than this machine's {have / 2**30:.0f} GiB of memory. Use "
+                         "method='laplace' with covariance='diagonal' or 'implicit' (exact "
+                         "engines, log-linear potentials), or method='map'")
 
 
 #: the largest number of weights for which method="laplace" forms the dense exact covariance
