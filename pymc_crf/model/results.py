@@ -85,7 +85,14 @@ def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
     if pointwise is None:
         pointwise = random_field_pointwise_log_likelihood(model, idata["posterior"], spec)
     if pointwise is None:
-        pm.compute_log_likelihood(idata, model=model, progressbar=False)
+        # PyMC's model-to-graph conversion refuses models with initvals, which only say where
+        # a fit starts: the log-likelihood of draws does not depend on them
+        saved = dict(model.rvs_to_initial_values)
+        try:
+            model.rvs_to_initial_values.update(dict.fromkeys(saved))
+            pm.compute_log_likelihood(idata, model=model, progressbar=False)
+        finally:
+            model.rvs_to_initial_values.update(saved)
         return
     coords, dims = coords_and_dims_for_inferencedata(model)
     idata["log_likelihood"] = dict_to_dataset(

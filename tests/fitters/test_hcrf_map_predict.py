@@ -54,6 +54,30 @@ def test_map_from_a_symmetric_start_warns():
         pmc.fit(model, method="map", maxiter=5, start=start, progressbar=False)
 
 
+def test_a_random_initval_starts_the_map_and_keeps_the_log_likelihood():
+    """docs/hcrf.md's other way out of the symmetric start: a random initval. The per-graph
+    log-likelihood (PyMC's, which refuses models with initvals) is computed all the same, and
+    the model keeps its initval."""
+    import warnings
+
+    tr, _ = pmc.datasets.hmm_classes(n_train_per_class=2, n_test_per_class=2, T=8, seed=0)
+    F, S, C = tr.node_features.shape[1], 2, tr.n_classes
+    start = np.random.default_rng(0).normal(0, 0.3, (F, S))
+    with pm.Model() as model:
+        tx = pm.Normal("theta_x", 0, 3, shape=(F, S), initval=start)
+        ty = pm.Normal("theta_y", 0, 3, shape=(S, C))
+        te_ = pm.Normal("theta_e", 0, 3, shape=(S, S, C))
+        pmc.HCRF("y", graphs=tr.graphs, node_features=tr.node_features, theta_x=tx, theta_y=ty,
+                 theta_e=te_, observed=tr.labels)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)  # no symmetric-start warning
+        warnings.simplefilter("ignore", pmc.ConvergenceWarning)
+        res = pmc.fit(model, method="map", maxiter=20, progressbar=False)
+    assert res["log_likelihood"]["y"].shape == (1, 1, tr.graphs.n_graphs)
+    assert np.isfinite(res["log_likelihood"]["y"].values).all()
+    np.testing.assert_array_equal(model.rvs_to_initial_values[tx], start)
+
+
 def test_predict_reads_expression_and_constant_weights_or_refuses():
     """An HCRF weight that is an unnamed expression has no draws to read: predict refuses it
     (rather than reading the variable it was built from); a pm.Deterministic and a constant are
