@@ -47,7 +47,8 @@ def is_gaussian_approximation(result: xr.DataTree) -> bool:
     if "fit" not in result.children:
         return False
     fit = result["fit"]
-    return "mean_vector" in fit.data_vars and "covariance_matrix" in fit.data_vars
+    return "mean_vector" in fit.data_vars and ("covariance_matrix" in fit.data_vars
+                                               or "sd_vector" in fit.data_vars)
 
 
 def gaussian_log_density(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
@@ -103,7 +104,6 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
     require_gaussian_prior(spec, "pmc.loo")
     fit = result["fit"]
     mean = np.asarray(fit["mean_vector"].values, dtype=np.float64)
-    cov = np.asarray(fit["covariance_matrix"].values, dtype=np.float64)
     if mean.size != spec.flat_size:
         raise ValueError(f"the result's fit group has {mean.size} parameters, the model's "
                          f"weights {spec.flat_size}: pass the model the result was fitted to")
@@ -120,8 +120,14 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
     coords = {d: ll.coords[d].values for d in dims if d in ll.coords}
     log_p = xr.DataArray((log_prior + log_lik).reshape(n_chains, n_draws), dims=dims,
                          coords=coords)
-    log_q = xr.DataArray(gaussian_log_density(w, mean, cov).reshape(n_chains, n_draws),
-                         dims=dims, coords=coords)
+    if "covariance_matrix" in fit.data_vars:
+        cov = np.asarray(fit["covariance_matrix"].values, dtype=np.float64)
+        log_q_flat = gaussian_log_density(w, mean, cov)
+    else:  # a diagonal Gaussian (Laplace's diagonal or implicit covariance): its marginal sds
+        sd = np.asarray(fit["sd_vector"].values, dtype=np.float64)
+        z = (w - mean) / sd
+        log_q_flat = -0.5 * np.sum(z * z, axis=1) - float(np.sum(np.log(np.sqrt(2 * np.pi) * sd)))
+    log_q = xr.DataArray(log_q_flat.reshape(n_chains, n_draws), dims=dims, coords=coords)
     return log_p, log_q
 
 
@@ -171,6 +177,12 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
                          "estimate): fit with method='nuts', 'ep' or 'bethe_laplace' (whose "
                          "Gaussian draws pmc.loo corrects), or compare point estimates on "
                          "held-out data with pmc.compare(results, test=...)")
+    if result.attrs.get("method") == "bp_hcrf_vi":
+        raise ValueError("pmc.loo: the draws of method='bp_hcrf_vi' come from its variational "
+                         "posterior, which PSIS-LOO would take for the posterior (no exact "
+                         "density to correct them by): its elpd_loo would not estimate the "
+                         "model's. Compare hidden CRFs on held-out data (pmc.compare(results, "
+                         "test=...)) or fit with method='nuts' for LOO")
     result = _without_unlabelled_graphs(result, var_name)
     if not is_gaussian_approximation(result):
         return az.loo(result, pointwise=pointwise, var_name=var_name)

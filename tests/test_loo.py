@@ -81,6 +81,30 @@ def test_mrf_gaussian_results_are_corrected():
     assert result.approx_posterior and result.n_data_points == 40
 
 
+def test_a_diagonal_gaussian_result_is_corrected_by_its_marginal_sds():
+    """laplace with covariance='diagonal' keeps only sd_vector: its draws are from that diagonal
+    Gaussian, whose density corrects them."""
+    rng = np.random.default_rng(0)
+    batch = pmc.GraphBatch.chains([4] * 12)
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = (X[:, 0] + 0.5 * rng.normal(size=batch.n_total_nodes) > 0).astype(int)
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    fit = pmc.fit(model, method="laplace", covariance="diagonal", draws=200, random_seed=0,
+                  progressbar=False)
+    assert "covariance_matrix" not in fit["fit"] and is_gaussian_approximation(fit)
+    _, log_q = loo_log_densities(fit, model)
+    mean, sd = fit["fit"]["mean_vector"].values, fit["fit"]["sd_vector"].values
+    w = fit["posterior"]["W"].values.reshape(200, -1)
+    np.testing.assert_allclose(log_q.values.ravel()[:5],
+                               multivariate_normal(mean, np.diag(sd**2)).logpdf(w[:5]),
+                               rtol=1e-10)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert pmc.loo(fit, model).approx_posterior
+
+
 def test_mcmc_results_get_plain_loo(bl_fit):
     # a result without a Gaussian fit group is read as draws from the posterior
     plain = xr.DataTree.from_dict({k: bl_fit[k].to_dataset() for k in bl_fit.children
@@ -102,6 +126,10 @@ def test_refusals(map_fit, bl_fit):
     no_ll = xr.DataTree.from_dict({"posterior": bl_fit["posterior"].to_dataset()})
     with pytest.raises(ValueError, match="log_likelihood group"):
         pmc.loo(no_ll)
+    vi = bl_fit.copy()
+    vi.attrs = {**bl_fit.attrs, "method": "bp_hcrf_vi"}  # variational draws, no density
+    with pytest.raises(ValueError, match="bp_hcrf_vi' come from its variational posterior"):
+        pmc.loo(vi)
 
 
 def test_compare_has_loo_columns(bl_fit, map_fit, loop_model):
