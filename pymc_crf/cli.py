@@ -332,6 +332,12 @@ def _say(text: str, quiet: bool = False, err: bool = False) -> None:
 
 def _run_train(args, parser: argparse.ArgumentParser) -> int:
     t0 = time.perf_counter()
+    if args.prior_sd is not None and args.c2 is not None:
+        parser.error("give --c2 or --prior-sd, not both (each sets the prior sd)")
+    if args.scale_option and args.c2 != "learned":
+        parser.error("--scale-option sets the Gibbs sweeps of --c2 learned; this run has "
+                     f"--c2 {args.c2 if args.c2 is not None else 1.0}")
+    args.c2 = 1.0 if args.c2 is None else args.c2
     _say(f"pymc-crf train: {args.train}; importing PyMC and pymc_crf ...")
     from pymc_crf.tagger import CRFTagger
 
@@ -471,7 +477,7 @@ def _add_file_arguments(train, tag, evaluate) -> None:
                        "template of the word and POS columns)")
     train.add_argument("--columns", type=_column_names, default=("w", "pos"),
                        help="names of the feature columns the template uses (default 'w,pos')")
-    train.add_argument("--c2", type=_c2, default=1.0,
+    train.add_argument("--c2", type=_c2, default=None,
                        help="CRFsuite's L2 coefficient (prior sd 1/sqrt(2 c2)); default 1. "
                        "'evidence': one prior sd chosen by the Laplace evidence; 'learned': one "
                        "per feature template and count bucket, integrated over (CRFTagger's c2)")

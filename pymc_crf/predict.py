@@ -144,6 +144,10 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
     if "crf" in result.attrs and not hasattr(data, "edge_features"):
         raise ValueError(f"this CRF result labels the nodes of graphs given as pmc.CRFData; got "
                          f"{type(data).__name__} (one class per sequence, for pmc.HCRF results)")
+    if method in ("hcrf_average", "bp_hcrf") and hasattr(data, "edge_features"):
+        raise ValueError("this hidden-CRF (pmc.HCRF) result predicts one class per sequence, "
+                         "for data given as pmc.datasets.SequenceData; got CRFData (node "
+                         "labels, for pmc.CRF results)")
     predictor = get_predictor(method)
     common = {"draws": draws, "model": model, "inference": inference, "random_seed": random_seed}
     # any other option must be one of the predictor's own (a misspelt one would be lost); the

@@ -273,6 +273,13 @@ def test_cli_errors(files, capsys):
     with pytest.raises(SystemExit):
         main(["train", str(train), "-m", str(model), "--method", "nope", "--no-progressbar"])
     assert "not a registered fitter" in capsys.readouterr().err
+    # options that would be silently overridden or ignored
+    for argv, message in ((["--c2", "2", "--prior-sd", "0.5"], "give --c2 or --prior-sd, not both"),
+                          (["--scale-option", "draws=3"], "--scale-option sets the Gibbs sweeps "
+                                                          "of --c2 learned; this run has --c2 1.0")):
+        with pytest.raises(SystemExit):
+            main(["train", str(train), "-m", str(model), *argv])
+        assert message in capsys.readouterr().err
     # a tagged file with one line missing its tag: its POS would be taken as the gold tag
     mixed = folder / "mixed.txt"
     mixed.write_text("The DT B-NP\ncat NN\nsees VBZ B-VP\n")

@@ -187,8 +187,8 @@ def test_predict_names_mismatched_data():
 
 
 def test_hidden_crf_predictions_need_one_class_per_graph():
-    """A hidden-CRF result predicts one class per graph: labels per node (CRFData) are refused
-    instead of broadcast against the classes."""
+    """A hidden-CRF result predicts one class per graph: data with labels per node (CRFData)
+    are refused by their type, not broadcast against the classes."""
     import pymc as pm
 
     from pymc_crf.datasets import CRFData
@@ -204,7 +204,8 @@ def test_hidden_crf_predictions_need_one_class_per_graph():
     res = pmc.fit(m, method="map", jitter=0.1, random_seed=0, progressbar=False)
     nodes = CRFData(pmc.GraphBatch.chains([4]), np.array([0, 1, 1, 1]),
                     node_features=rng.normal(size=(4, 2)))
-    with pytest.raises(ValueError, match="the data has 4 labels; this prediction has 1"):
+    with pytest.raises(ValueError, match="one class per sequence, for data given as "
+                                         "pmc.datasets.SequenceData; got CRFData"):
         pmc.predict(res, nodes)
     # class probabilities are per graph: the node-marginal plots refuse them by name
     seqs = pmc.datasets.SequenceData(b, X, np.array([0, 1]), 2)

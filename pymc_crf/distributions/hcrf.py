@@ -398,6 +398,9 @@ class HCRF(Distribution):
               size=None, rng=None):
         if rng is None:
             rng = pt.random.shared_rng(seed=None)
+        # an unknown engine name or one that cannot run these graphs: said when the model is
+        # built, as pmc.CRF does, not inside the first fit
+        get_engine(inference, replicate_batch(batch, n_classes), warn=False)
         op = HCRFRV(batch, n_classes, n_states, inference)
         _, rv = op(X, theta_x, theta_y, theta_e, size=size, rng=rng, return_next_rng=True)
         return rv

@@ -103,6 +103,8 @@ def test_bad_input_errors():
     with pm.Model(), pytest.raises(TypeError, match="HCRF: node_features must be a dense array; "
                                                     "got a scipy.sparse matrix"):
         HCRF("y", observed=np.array([0, 1]), **(kw | {"node_features": sparse.csr_array(X)}))
+    with pm.Model(), pytest.raises(ValueError, match="unknown inference 'nosuch'"):
+        HCRF("y", observed=np.array([0, 1]), inference="nosuch", **kw)  # at build, as CRF's
     with pytest.raises(ValueError, match="sequence 1 has length 0"):
         from_sequences([np.zeros((3, 2)), np.zeros((0, 2))])
     with pytest.raises(GraphStructureError, match=">= 1"):

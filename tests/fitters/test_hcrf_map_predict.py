@@ -30,6 +30,11 @@ def test_map_with_jitter_then_predict_routes_to_hcrf():
     np.testing.assert_allclose(pred.marginals.sum(1), 1.0)
     assert pred.error_rate == np.mean(pred.labels != te.labels)
     assert pred.error_rate < 0.5  # 3 well-separated HMM classes; chance is 2/3
+    import pytest
+
+    crf_data = pmc.CRFData(te.graphs, None, node_features=te.node_features, n_labels=C)
+    with pytest.raises(ValueError, match="hidden-CRF .* one class per sequence.*got CRFData"):
+        pmc.predict(res, crf_data)
 
 
 def test_map_from_a_symmetric_start_warns():
