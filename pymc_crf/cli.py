@@ -394,6 +394,9 @@ def _tag_file(args, parser):
     from pymc_crf.columns import FeatureSpec
 
     spec = FeatureSpec.from_json(tagger.metadata_["features"])
+    if getattr(args, "with_tokens", False) and spec.format == "attributes":
+        parser.error("--with-tokens writes a column file's first column; this model reads "
+                     "crfsuite attribute files, which have no token column")
     path, tmp = args.input, None
     if str(path) == "-":  # read twice (features, tokens): keep standard input in a file
         import tempfile
@@ -572,7 +575,11 @@ def main(argv: list[str] | None = None) -> int:
     if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help")):
         argv = ["demo", *argv]  # the demo is the default subcommand
     parser = build_parser(argv)
-    args = parser.parse_args(argv)
+    args, extra = parser.parse_known_args(argv)
+    if extra:  # named by the subcommand's parser, with its usage (not the top level's)
+        sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+        sub.choices.get(getattr(args, "command", None), parser).error(
+            f"unrecognized arguments: {' '.join(extra)}")
     if not hasattr(args, "run"):  # a plugin without its arguments added
         parser.error(f"{args.command}: could not load pymc_crf.{args.command}")
     return int(args.run(args))

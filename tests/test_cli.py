@@ -70,6 +70,9 @@ def test_cli_does_not_import_pymc_before_it_prints():
     (["train", "x.txt", "-m", "m.nc", "--c2", "cv"],
      "--c2 takes a number > 0, 'evidence' or 'learned'; got 'cv'"),
     (["train", "x.txt", "-m", "m.nc", "--c2", "0"], "--c2 must be > 0; got 0"),
+    # an unknown option, named with the subcommand's usage
+    (["evaluate", "m.joblib", "x.txt", "--bogus"],
+     "pymc-crf evaluate: error: unrecognized arguments: --bogus"),
 ])
 def test_bad_values_give_one_argparse_error(capsys, argv, message):
     with pytest.raises(SystemExit) as exc:

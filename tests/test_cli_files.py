@@ -237,6 +237,9 @@ def test_attribute_format(tmp_path, files, capsys):
     assert "len" in load_model(model).vectorizer_.vocabulary_
     assert main(["evaluate", str(model), str(tmp_path / "test.attr")]) == 0
     assert "token accuracy" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # attribute lines have no token to echo
+        main(["tag", str(model), str(tmp_path / "test.attr"), "--with-tokens"])
+    assert "attribute files, which have no token column" in capsys.readouterr().err
 
 
 def test_cli_errors(files, capsys):
