@@ -189,8 +189,13 @@ def test_bad_options():
     m = _mrf(TREE)
     with pytest.raises(ValueError, match="map must be one of"):
         pmc.fit(m, method="bethe_laplace", map="pmm")
-    with pytest.raises(ValueError, match="covariance must be one of"):
+    with pytest.raises(ValueError, match=r"covariance must be one of \('bp', 'exact', "
+                                         r"'diagonal', 'implicit'\)"):
         pmc.fit(m, method="bethe_laplace", covariance="lr")
+    for cov in ("diagonal", "implicit"):  # built at the exact MAP: map='bp' was ignored
+        with pytest.raises(ValueError, match=rf"covariance='{cov}' is built at the exact MAP.*"
+                                             r"map='bp' is for Bethe's"):
+            pmc.fit(_crf("loglinear", True), method="bethe_laplace", map="bp", covariance=cov)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         with pytest.raises(ValueError, match="BeliefPropagation"):

@@ -129,6 +129,13 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
     """The result of ``method`` (``"bethe_laplace"`` or ``"laplace"``) on the weight problem
     its fitter read: learned scales or a large covariance go to :func:`_fit_learned_scales`,
     fixed priors to one Laplace fit here."""
+    if covariance not in (*COVARIANCE_MODES, *LARGE_COVARIANCES):
+        raise ValueError(f"covariance must be one of {(*COVARIANCE_MODES, *LARGE_COVARIANCES)}; "
+                         f"got {covariance!r}")
+    if covariance in LARGE_COVARIANCES and map != "exact":
+        raise ValueError(f"covariance={covariance!r} is built at the exact MAP (exact engines, "
+                         f"log-linear potentials); map={map!r} is for Bethe's dense covariance "
+                         "(covariance='bp' or 'exact')")
     if covariance not in LARGE_COVARIANCES:
         _require_dense_fits(problem.size, method, covariance)
     if problem.n_scales or covariance in LARGE_COVARIANCES:

@@ -183,7 +183,9 @@ def group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
 def _whitened_map(problem: WeightProblem, start, maxiter, gtol):
     """The MAP by exact gradients in the prior-whitened coordinates: ``(w, lik, optimiser
     record)``."""
-    lik = problem.make_likelihood(exact_engine(problem, "use method='bethe_laplace'"))
+    lik = problem.make_likelihood(exact_engine(
+        problem, "covariance='diagonal' and 'implicit' need it; Bethe's (BP) covariance is "
+                 "method='bethe_laplace' with map='bp' and covariance='bp'"))
     mu, sd0 = problem.prior.mean, problem.prior.sd
     z, info = maximise(_Whitened(lik, mu, sd0), _Whitened(problem.prior, mu, sd0),
                        (start - mu) / sd0, maxiter=maxiter, gtol=gtol,
