@@ -545,6 +545,15 @@ def test_fitter_bad_input():
         fit(model, method="ep", backoff="False")
     with pytest.raises(ValueError, match="method='ep': log_likelihood must be True or False"):
         fit(model, method="ep", log_likelihood="False")
+    # contradictory step options (each was run with one of them silently winning)
+    for options, match in (({"step_size": 0.5, "max_step": 0.1}, r"step_size=0.5 is outside "
+                            r"\[0.05, 0.1\], the range the adaptive schedule"),
+                           ({"step_size": 0.5, "min_step": 0.9}, r"outside \[0.9, 1.0\]"),
+                           ({"min_step": 0.8, "max_step": 0.2}, "min_step must be <= max_step"),
+                           ({"backoff": False, "schedule": "adaptive"},
+                            "backoff=False asks for the fixed schedule")):
+        with pytest.raises(ValueError, match=match):
+            fit(model, method="ep", **options)
 
 
 def test_fitter_refuses_hcrf():

@@ -148,6 +148,17 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
     max_step = _check_unit_interval("max_step", max_step)
     if schedule is None:
         schedule = "adaptive" if flag(backoff, "backoff") else "fixed"
+    elif not flag(backoff, "backoff") and schedule != "fixed":
+        raise ValueError(f"backoff=False asks for the fixed schedule, schedule={schedule!r} for "
+                         "another: give one of them")
+    if min_step > max_step:
+        raise ValueError(f"min_step ({min_step}) is the floor and max_step ({max_step}) the "
+                         "ceiling of the step: min_step must be <= max_step")
+    low, high = min_step, (max_step if schedule == "adaptive" else 1.0)
+    if schedule in ("adaptive", "backoff") and not low <= step_size <= high:
+        raise ValueError(f"step_size={step_size} is outside [{low}, {high}], the range the "
+                         f"{schedule} schedule keeps the steps in (min_step"
+                         f"{', max_step' if schedule == 'adaptive' else ''})")
     if damping is not None:
         damping = _check_unit_interval("damping", damping)
     m_k = variant_transform(variant, transform)
