@@ -215,6 +215,10 @@ def _checked_inputs(batch: GraphBatch, node_features, node_weights, edge_feature
             K = _static_last_dim(w)
     if K is None:
         raise ValueError("cannot tell the number of labels from the weights' shapes: pass n_labels")
+    if int(K) < 2:  # as CRFData refuses: with one label the likelihood is 1 whatever the weights
+        raise ValueError(f"a CRF needs at least 2 labels; the weights (or n_labels) give {int(K)}, "
+                         "so every graph has one labelling and the likelihood is 1 whatever the "
+                         "weights")
     X = Xe = None
     if Wn is not None:
         X = batch.check_features(node_features, "node")

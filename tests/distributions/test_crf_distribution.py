@@ -126,6 +126,10 @@ def test_bad_features_and_weights(rng):
                                              "robust probit; potential='loglinear'"):
             pmc.CRF("d", graphs=b, node_features=X, node_weights=W, epsilon=0.2,
                     observed=np.zeros(8, int))
+        # one label: the likelihood is 1 whatever the weights (every fitter returned the prior)
+        W1 = pm.Normal("W1", 0, 1, shape=(2, 1))
+        with pytest.raises(ValueError, match="a CRF needs at least 2 labels; .* give 1"):
+            pmc.CRF("e", graphs=b, node_features=X, node_weights=W1, observed=np.zeros(8, int))
 
 
 def test_junction_tree_refuses_graph_above_limit():
