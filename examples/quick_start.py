@@ -129,7 +129,8 @@ az.compare({"nuts": loo_nuts, "ep": loo_ep})
 # ratio of posterior sds, Cramer-von Mises score (Welling & Parise 2006, eq. 23) and test error.
 
 # %%
-table = pmc.compare({"nuts": gold, "ep": ep, "map": point}, reference="nuts", test=test)
+table = pmc.compare({"nuts": gold, "ep": ep, "map": point}, reference="nuts", test=test,
+                    model=model)
 print(table)
 axes = plots.plot_compare(table, reference="nuts")
 save(axes[0].figure, "compare")

@@ -118,7 +118,7 @@ def inference_trust(result: xr.DataTree) -> dict:
 def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             test: CRFData | None = None, var_names: list[str] | None = None,
             predict_method: str = "average", draws: int | None = 200,
-            model: pm.Model | None = None) -> pd.DataFrame:
+            model: pm.Model | Mapping[str, pm.Model] | None = None) -> pd.DataFrame:
     """One row per method: run time, posterior accuracy against ``reference``, test error.
 
     Columns: ``wall_time`` (s), ``mean_abs_err`` and ``sd_ratio`` (posterior means' mean absolute
@@ -157,9 +157,11 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
         ``method`` of :func:`pymc_crf.predict` for the test error.
     draws : int or None
         ``draws`` of :func:`pymc_crf.predict` (None: all).
-    model : pm.Model, optional
-        Passed to :func:`pymc_crf.predict`; needed only for results that do not record their CRF
-        layout (``pm.sample`` output).
+    model : pm.Model or dict of str to pm.Model, optional
+        The fitted model (or the context's), for :func:`pymc_crf.predict` of results that do not
+        record their CRF layout (``pm.sample`` output) and for the LOO of Gaussian
+        approximations; a dict gives each result's own model by key (results of different
+        models, e.g. feature sets compared).
 
     Returns
     -------
@@ -168,6 +170,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
         the columns above that apply.
     """
     check_results(results, "compare")
+    models = _models_by_result(model, results)
     var_names = name_list(var_names, "compare: var_names")
     if var_names == []:
         raise ValueError("compare: var_names is empty; give the posterior variables to compare "
@@ -217,16 +220,37 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
             row["log_marginal_likelihood"] = float(res.attrs["log_marginal_likelihood"])
         if test is not None:
             row["test_error"] = predict(res, test, method=predict_method, draws=draws,
-                                        model=model).error_rate
+                                        model=models[name]).error_rate
         rows.append(row)
     table = pd.DataFrame(rows).set_index("method")
-    loo_table = _loo_columns(results, model)
+    loo_table = _loo_columns(results, models)
     if loo_table is not None:
         table = table.join(loo_table)
     return table
 
 
-def _loo_columns(results: Mapping[str, xr.DataTree], model: pm.Model | None
+def _models_by_result(model, results: Mapping[str, xr.DataTree]) -> dict:
+    """Each result's model: ``model[name]`` from a dict (every key a result's), else ``model``
+    (or None) for all."""
+    import pymc as pm
+
+    if not isinstance(model, Mapping):
+        if model is not None and not isinstance(model, pm.Model):
+            raise TypeError(f"compare: model must be a pm.Model or a dict of them by result; got "
+                            f"{type(model).__name__}")
+        return dict.fromkeys(results, model)
+    unknown = [k for k in model if k not in results]
+    if unknown:
+        raise ValueError(f"compare: model has entries {unknown} that are not results "
+                         f"{list(results)}")
+    bad = [k for k, m in model.items() if not isinstance(m, pm.Model)]
+    if bad:
+        raise TypeError(f"compare: model[{bad[0]!r}] is {type(model[bad[0]]).__name__}, not a "
+                        "pm.Model")
+    return {name: model.get(name) for name in results}
+
+
+def _loo_columns(results: Mapping[str, xr.DataTree], models: Mapping[str, pm.Model | None]
                  ) -> pd.DataFrame | None:
     """``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``loo_warning`` by result, from
     ``arviz.compare`` of :func:`pymc_crf.loo` (None when no result has LOO)."""
@@ -237,7 +261,7 @@ def _loo_columns(results: Mapping[str, xr.DataTree], model: pm.Model | None
                 or post.sizes.get("chain", 1) * post.sizes.get("draw", 1) < 2):
             continue
         try:
-            elpds[name] = loo(res, model)
+            elpds[name] = loo(res, models[name])
         except ValueError as err:
             warn_at_caller(f"compare: no LOO for {name!r}: {err}", UserWarning)
     if not elpds:

@@ -147,6 +147,15 @@ def test_compare_has_loo_columns(bl_fit, map_fit, loop_model):
     with pytest.warns(UserWarning, match="no LOO for 'bl'"):
         bare = pmc.compare({"bl": bl_fit, "map": map_fit})
     assert "elpd_loo" not in bare.columns
+    # each result's own model by key (results of different models)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        by_key = pmc.compare({"bl": bl_fit, "map": map_fit}, model={"bl": loop_model})
+    assert by_key.loc["bl", "elpd_loo"] == table.loc["bl", "elpd_loo"]
+    with pytest.raises(ValueError, match=r"model has entries \['nope'\] that are not results"):
+        pmc.compare({"bl": bl_fit}, model={"nope": loop_model})
+    with pytest.raises(TypeError, match=r"model\['bl'\] is str, not a pm.Model"):
+        pmc.compare({"bl": bl_fit}, model={"bl": "m"})
 
 
 @pytest.mark.slow
