@@ -54,6 +54,10 @@ def predict_bagging(result: xr.DataTree, data: CRFData, *, draws: int | None = 2
     info = result_layout(result, model)
     weights = weight_draws(result, info)
     engine = get_engine(inference, data.graphs)
+    if weighted and not getattr(engine, "has_log_z", True):
+        raise ValueError(f"bagging weighs each draw's labelling by its probability, which needs "
+                         f"log Z; the {engine.name} engine gives none: pass weighted=False (the "
+                         "plain majority vote) or another inference")
     b = data.graphs
     votes = np.zeros((b.n_total_nodes, info["n_labels"]))
     rows = np.arange(b.n_total_nodes)

@@ -81,6 +81,10 @@ def test_ensemble_options_are_checked(fitted):
         pmc.predict(result, test, method="supergraph", draws=3, inference="bp")
     with pytest.raises(ValueError, match="bagging: weighted must be True or False"):
         pmc.predict(result, test, method="bagging", draws=3, weighted="False")
+    # the weights need log Z, which Gibbs sampling does not give (a NotImplementedError from
+    # inside the engine before)
+    with pytest.raises(ValueError, match="the gibbs engine gives none: pass weighted=False"):
+        pmc.predict(result, test, method="bagging", draws=3, inference="gibbs")
 
 
 def test_ensemble_methods_against_average_and_map(fitted):
