@@ -209,6 +209,16 @@ def test_fit_predictive_ard_contract():
     np.testing.assert_array_equal(ard["path_mean"].values[chosen], res["fit"]["mean_vector"])
     pred = pmc.predict(res, test, method="model_average")
     assert 0 <= pred.error_rate <= 1
+    # the contract's diagnostics group: the path's per-step traces, which plot_convergence shows
+    diag = res["diagnostics"]
+    np.testing.assert_array_equal(diag["loo_error"].values, ard["loo_error"].values)
+    assert diag["loo_error"].dims == ("iteration",) and int(diag["chosen_step"]) == chosen
+    import matplotlib
+
+    matplotlib.use("Agg")
+    axes = pmc.plots.plot_convergence(res)
+    assert {ln.get_label() for a in axes for ln in a.get_lines()} >= {"loo_error", "n_features"}
+    matplotlib.pyplot.close("all")
 
 
 def test_fit_predictive_ard_bad_input():

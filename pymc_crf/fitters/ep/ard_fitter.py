@@ -91,7 +91,9 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
         (its ``mean_vector`` and ``covariance_matrix``), ``ard`` (per step of the path:
         ``loo_error``, ``loo_probability``, ``loo_not_pd``, ``site_evidence``, ``n_features``,
         ``ep_iterations``, ``ep_converged``, ``action``, ``prior_variance`` per feature group
-        (0 = removed); ``chosen_step``, ``features_kept``), ``log_likelihood``, attrs.
+        (0 = removed); ``chosen_step``, ``features_kept``), ``diagnostics`` (the numeric
+        per-step traces of ``ard`` over ``iteration``, ``chosen_step``, ``path_converged``:
+        what ``plots.plot_convergence`` shows), ``log_likelihood``, attrs.
 
     Examples
     --------
@@ -179,4 +181,10 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
     return build_result(model, spec.unflatten(flat), "predictive_ard", settings,
                         time.perf_counter() - t0, mean_vector=best.mean,
                         covariance_matrix=best.cov, param_names=spec.param_names(),
-                        log_likelihood=log_likelihood, extra_groups={"ard": ard})
+                        log_likelihood=log_likelihood, extra_groups={"ard": ard},
+                        # the path's steps are the iterations of this fitter (fit_contract.md)
+                        diagnostics={k: ard[k].values for k in
+                                     ("loo_error", "site_evidence", "n_features",
+                                      "ep_iterations", "ep_converged")}
+                        | {"chosen_step": np.int64(chosen),
+                           "path_converged": np.bool_(path.converged)})
