@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 from scipy.optimize import minimize_scalar
 
+from pymc_crf.metrics import checked_marginals
 from pymc_crf.validation import positive_number
 
 __all__ = ["fit_temperature", "tempered", "token_log_loss"]
@@ -23,11 +24,8 @@ __all__ = ["fit_temperature", "tempered", "token_log_loss"]
 
 def token_log_loss(marginals: np.ndarray, labels: np.ndarray) -> float:
     """Mean negative log probability of the true labels (labels < 0, missing, are left out)."""
-    marginals = np.asarray(marginals, dtype=np.float64)
-    labels = np.asarray(labels).ravel()
-    if marginals.ndim != 2 or marginals.shape[0] != labels.size:
-        raise ValueError(f"marginals must be (n_tokens, K) with one row per label; got "
-                         f"{marginals.shape} for {labels.size} labels")
+    marginals, labels = checked_marginals(marginals, np.asarray(labels).ravel(),
+                                          "token_log_loss", missing_ok=True)
     keep = labels >= 0
     p = marginals[np.flatnonzero(keep), labels[keep]]
     return float(-np.mean(np.log(np.clip(p, 1e-300, None))))
@@ -88,9 +86,10 @@ def fit_temperature(result: xr.DataTree, data, *, method: str = "bpe",
     lo, hi = (positive_number(b, "bounds") for b in bounds)
     if not lo < hi:
         raise ValueError(f"bounds must be (low, high) with low < high; got {bounds}")
-    labels = np.asarray(data.labels).ravel()
+    labels = getattr(data, "labels", None)
+    labels = np.asarray([] if labels is None else labels).ravel()
     if labels.size == 0 or np.all(labels < 0):
-        raise ValueError("fit_temperature needs held-out data with labels")
+        raise ValueError("fit_temperature needs held-out data with labels (this data has none)")
 
     def loss(log_t: float) -> float:
         pred = predict(tempered(result, float(np.exp(log_t))), data, method, **predict_options)

@@ -110,9 +110,11 @@ class FeatureVectorizer:
         ``bias=False`` it is an ordinary feature.
     templates : mapping or callable, optional
         How columns are grouped into templates (``templates_``, ``template_index_``). By default a
-        column's template is its feature name: the part before ``=`` (``"word.lower()"`` for the
-        column ``"word.lower()=the"``; a numeric or boolean column is its own template;
-        ``"bias"`` is ``"bias"``). A mapping renames feature names to template names (names it
+        column's template is the part of its name before the first ``=``: the feature name of an
+        indicator column (``"word.lower()"`` for ``"word.lower()=the"``), and the whole name of
+        a numeric or boolean column, which is its own template unless its name holds ``=``
+        (``"x=y": 1.5`` is the column ``"x=y"``, the same one as ``{"x": "y"}``, in template
+        ``"x"``); ``"bias"`` is ``"bias"``. A mapping renames feature names to template names (names it
         does not hold keep their own); a callable takes the column name and returns its template.
 
     Attributes
@@ -202,10 +204,15 @@ class FeatureVectorizer:
         names = sorted(n for n, c in counts.items() if c >= self.min_freq)
         if self.bias:
             names = ["bias", *names]
-        self.feature_names_ = names
-        self.vocabulary_ = {n: i for i, n in enumerate(names)}
+        return self._with_columns(names)
+
+    def _with_columns(self, names: list[str]) -> FeatureVectorizer:
+        """Fix the columns to ``names`` (in order) and their templates: what :meth:`fit` learns,
+        and what a vectorizer restored from its column names (``CRFTagger.from_netcdf``) gets."""
+        self.feature_names_ = list(names)
+        self.vocabulary_ = {n: i for i, n in enumerate(self.feature_names_)}
         order: dict[str, int] = {}
-        index = [order.setdefault(self._template(n), len(order)) for n in names]
+        index = [order.setdefault(self._template(n), len(order)) for n in self.feature_names_]
         self.templates_ = list(order)
         self.template_index_ = np.asarray(index, dtype=np.int64)
         return self

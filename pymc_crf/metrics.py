@@ -79,6 +79,11 @@ class ChunkScore:
 def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) -> ChunkScore:
     """Chunk precision / recall / F1 over sentences of gold and predicted BIO tags."""
     gold, predicted = list(gold), list(predicted)
+    for name, seqs in (("gold", gold), ("predicted", predicted)):
+        if seqs and isinstance(seqs[0], str):  # one sentence: its tags would be read as words
+            raise ValueError(f"chunk_f1: {name} must be a list of sentences, each a list of "
+                             f"tags; got a list of str ({seqs[0]!r} ...): for one sentence "
+                             "pass [tags]")
     if len(gold) != len(predicted):
         raise ValueError(f"chunk_f1: {len(gold)} gold sentences but {len(predicted)} predicted")
     n_gold = n_pred = n_correct = 0
@@ -110,26 +115,49 @@ class Reliability:
                      / self.count.sum())
 
 
+def checked_marginals(marginals, labels, what: str, missing_ok: bool = False
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """``(marginals, labels)`` as (N, K) float and (N,) int arrays, or a ValueError naming the
+    problem: the rows must be probability vectors (entries in [0, 1] summing to 1: scores or
+    log-probabilities would give an ECE above 1 or a wrong log loss), the labels integers in
+    0..K-1 (-1, missing, as well with ``missing_ok``)."""
+    marginals = np.asarray(marginals, dtype=np.float64)
+    labels = np.asarray(labels)
+    if marginals.ndim != 2 or labels.shape != (marginals.shape[0],):
+        raise ValueError(f"{what}: marginals must be (N, K) and labels (N,); got "
+                         f"{marginals.shape} and {labels.shape}")
+    if marginals.shape[0] == 0:
+        raise ValueError(f"{what}: no predictions (N = 0)")
+    if not np.isfinite(marginals).all():
+        raise ValueError(f"{what}: marginals contain NaN or inf")
+    off = (np.abs(marginals.sum(axis=1) - 1.0) > 1e-6) | (marginals < -1e-12).any(axis=1) \
+        | (marginals > 1.0 + 1e-12).any(axis=1)  # rounding of normalised rows passes
+    if off.any():
+        row = int(np.flatnonzero(off)[0])
+        raise ValueError(f"{what}: each row of marginals must be probabilities summing to 1; "
+                         f"row {row} is {np.array2string(marginals[row], precision=4)} (sum "
+                         f"{marginals[row].sum():.6g})")
+    K = marginals.shape[1]
+    low = -1 if missing_ok else 0
+    if not (np.issubdtype(labels.dtype, np.integer) and labels.min() >= low
+            and labels.max() < K):
+        raise ValueError(f"{what}: labels must be integers in 0..{K - 1}"
+                         f"{' (-1: missing)' if missing_ok else ''}; got "
+                         + (f"dtype {labels.dtype}" if not np.issubdtype(labels.dtype, np.integer)
+                            else f"values from {labels.min()} to {labels.max()}")
+                         + ("" if missing_ok else " (drop missing labels, -1, first)"))
+    if missing_ok and (labels < 0).all():
+        raise ValueError(f"{what}: every label is missing (-1)")
+    return marginals, labels
+
+
 def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> Reliability:
     """Reliability curve of (N, K) predicted marginals against true labels (N,) in 0..K-1:
     predictions are the argmax, their confidence the largest marginal, binned into ``n_bins``
     equal bins ``(a, b]`` of [0, 1] (module docstring). Drop unlabelled positions (the package's
     missing label -1) before calling."""
     n_bins = whole_number(n_bins, "n_bins")
-    marginals = np.asarray(marginals, dtype=np.float64)
-    labels = np.asarray(labels)
-    if marginals.ndim != 2 or labels.shape != (marginals.shape[0],):
-        raise ValueError(f"marginals must be (N, K) and labels (N,); got {marginals.shape} and "
-                         f"{labels.shape}")
-    if marginals.shape[0] == 0:
-        raise ValueError("reliability_curve: no predictions (N = 0)")
-    if not np.isfinite(marginals).all():
-        raise ValueError("reliability_curve: marginals contain NaN or inf")
-    K = marginals.shape[1]
-    if not (np.issubdtype(labels.dtype, np.integer) and labels.min() >= 0 and labels.max() < K):
-        raise ValueError(f"reliability_curve: labels must be integers in 0..{K - 1}; got values "
-                         f"from {labels.min()} to {labels.max()} (drop missing labels, -1, "
-                         "first)")
+    marginals, labels = checked_marginals(marginals, labels, "reliability_curve")
     conf = marginals.max(axis=1)
     correct = (marginals.argmax(axis=1) == labels).astype(np.float64)
     return _binned(conf, correct, n_bins)

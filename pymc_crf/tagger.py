@@ -579,9 +579,7 @@ class CRFTagger(BaseEstimator):
         tagger = cls(**params)
         vec_info = json.loads(attrs.pop("tagger_vectorizer"))
         vec = FeatureVectorizer(min_freq=vec_info["min_freq"], bias=vec_info["bias"])
-        vec.feature_names_ = list(vec_info["feature_names"])
-        vec.vocabulary_ = {n: i for i, n in enumerate(vec.feature_names_)}
-        tagger.vectorizer_ = vec
+        tagger.vectorizer_ = vec._with_columns(vec_info["feature_names"])  # and the templates
         tagger.classes_ = list(json.loads(attrs.pop("tagger_classes")))
         tagger.metadata_ = json.loads(attrs.pop("tagger_metadata"))
         if "tagger_dev_score" in attrs:

@@ -57,5 +57,18 @@ def test_bad_input(chain_fit):
         tempered(None, 1.0)
     with pytest.raises(ValueError, match="marginals must be"):
         token_log_loss(np.ones((3, 2)), np.zeros(4, int))
+    half = np.full((3, 2), 0.5)
+    with pytest.raises(ValueError, match=r"labels must be integers in 0..1 \(-1: missing\); got "
+                                         r"values from 0 to 5"):
+        token_log_loss(half, np.array([0, 1, 5]))
+    with pytest.raises(ValueError, match="labels must be integers .* got dtype float64"):
+        token_log_loss(half, np.array([0.0, 1.0, 1.0]))
+    with pytest.raises(ValueError, match=r"every label is missing \(-1\)"):
+        token_log_loss(half, np.array([-1, -1, -1]))
+    assert token_log_loss(half, np.array([0, -1, 1])) == pytest.approx(np.log(2))
+    unlabelled = pmc.CRFData(data.graphs, None, node_features=data.node_features,
+                             n_labels=data.n_labels)
+    with pytest.raises(ValueError, match="needs held-out data with labels"):
+        fit_temperature(fit, unlabelled)
     with pytest.raises(ValueError, match="bounds"):
         fit_temperature(fit, data, bounds=(2.0, 1.0))

@@ -268,6 +268,9 @@ def test_pickle_joblib_netcdf_round_trip(corpus, fitted, tmp_path):
     for c in copies:
         assert c.get_params() == fitted.get_params()
         assert c.classes_ == fitted.classes_
+        assert c.vectorizer_.templates_ == fitted.vectorizer_.templates_
+        np.testing.assert_array_equal(c.vectorizer_.template_index_,
+                                      fitted.vectorizer_.template_index_)
         assert c.metadata_["note"] == "kept"
         assert c.predict(X[40:]) == pred
         np.testing.assert_array_equal(c.marginals_array(X[40:]), marg)

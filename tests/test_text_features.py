@@ -267,6 +267,14 @@ def test_reliability_and_ece_hand_made():
         reliability_curve(marg, np.array([0, -1, 0, 1]))
     with pytest.raises(ValueError, match="2 gold sentences but 1 predicted"):
         chunk_f1([["O"], ["O"]], [["O"]])
+    # rows that are not probabilities (scores, log-probabilities): an ECE above 1 before
+    for bad in (np.array([[5.0, 1.0], [3.0, 2.0]]), -marg, marg * 5, np.log(marg)):
+        with pytest.raises(ValueError, match="each row of marginals must be probabilities "
+                                             "summing to 1"):
+            expected_calibration_error(bad[:2], labels[:2])
+    # one sentence instead of a list of sentences: its tags were read as words
+    with pytest.raises(ValueError, match=r"gold must be a list of sentences.*pass \[tags\]"):
+        chunk_f1(["B-NP", "I-NP"], ["B-NP", "I-NP"])
 
 
 def test_crfsuite_reference_on_the_same_columns():
