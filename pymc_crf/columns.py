@@ -116,7 +116,8 @@ def read_column_file(path: str | Path, n_columns: int | Sequence[int] | None = N
         The file (``-``: standard input).
     n_columns : int or sequence of int, optional
         The accepted number of columns per line; default: that of the first token line. Every
-        token line must then have it.
+        token line must then have it. Of several accepted numbers (a file with or without its
+        tag column) the first token line picks one for the whole file.
     min_columns : int
         The least number of columns a line may have (2 for tagged files: a token and its tag).
 
@@ -132,7 +133,7 @@ def read_column_file(path: str | Path, n_columns: int | Sequence[int] | None = N
     allowed = ({n_columns} if isinstance(n_columns, int) else
                set(n_columns) if n_columns is not None else None)
     rows, lines = [], []
-    first = None
+    first, accepted = None, allowed
     for block in sentence_blocks(path):
         srows, slines = [], []
         for lineno, line in block:
@@ -145,11 +146,18 @@ def read_column_file(path: str | Path, n_columns: int | Sequence[int] | None = N
                 raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in {line!r}; each "
                                  f"token line needs at least {min_columns} whitespace-separated "
                                  "columns (the token ... and its tag last)")
-            if len(cols) not in allowed:
-                what = (f"as on line {first}" if first is not None
-                        else "the model's")
+            if len(cols) not in allowed and accepted is not None and len(cols) in accepted:
+                # a line without its tag would lend its last feature column as the tag
                 raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in {line!r}; expected "
-                                 f"{' or '.join(map(str, sorted(allowed)))} ({what})")
+                                 f"{next(iter(allowed))} as on line {first} (a file has the tag "
+                                 "column on every token line or on none)")
+            if len(cols) not in allowed:
+                given = accepted if accepted is not None else allowed
+                what = "the model's" if accepted is not None else f"as on line {first}"
+                raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in {line!r}; expected "
+                                 f"{' or '.join(map(str, sorted(given)))} ({what})")
+            if len(allowed) > 1:  # the first token line picks one of the accepted counts
+                allowed, first = {len(cols)}, lineno
             srows.append(cols)
             slines.append(lineno)
         if srows:
@@ -387,15 +395,6 @@ class FeatureSpec:
             cf = read_column_file(path, n_columns=None if n is None else (n, n + 1))
         n_feat = self.n_features if self.n_features is not None else cf.n_columns
         has_tags = training or cf.n_columns == n_feat + 1
-        # tagged on every line or on none: a line without its tag would lend its last feature
-        # column as the gold tag
-        for srows, slines in zip(cf.rows, cf.lines, strict=True):
-            for cols, lineno in zip(srows, slines, strict=True):
-                if len(cols) != cf.n_columns:
-                    raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in "
-                                     f"{' '.join(cols)!r}; expected {cf.n_columns} as on line "
-                                     f"{cf.lines[0][0]} (a file has the tag column on every "
-                                     "token line or on none)")
         if template is not None and template.max_column >= n_feat:
             raise ValueError(f"the template reads column {template.max_column} "
                              f"({_column_name(self.columns, template.max_column)!r}); {path} has "

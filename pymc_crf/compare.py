@@ -13,6 +13,7 @@ import xarray as xr
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.loo import loo
+from pymc_crf.model.predictors import check_result
 from pymc_crf.predict import predict
 from pymc_crf.validation import flag, name_list
 
@@ -86,12 +87,7 @@ def check_results(results, caller: str) -> None:
         raise ValueError(f"{caller} needs at least one result: pass a dict of name -> fitted "
                          "DataTree (e.g. {'nuts': idata, 'ep': ep}); got an empty dict")
     for key, res in results.items():
-        if not isinstance(res, xr.DataTree):
-            raise TypeError(f"results[{key!r}] must be a fitted DataTree (from pmc.fit or "
-                            f"pm.sample); got {type(res).__name__}")
-        if "posterior" not in res.children:
-            raise ValueError(f"results[{key!r}] has no 'posterior' group (it has "
-                             f"{list(res.children)})")
+        check_result(res, f"results[{key!r}]")
 
 
 def inference_trust(result: xr.DataTree) -> dict:

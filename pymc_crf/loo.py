@@ -32,6 +32,7 @@ import xarray as xr
 
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.model.objective import GaussianLogPrior
+from pymc_crf.model.predictors import check_result
 from pymc_crf.model.random_field import extract_random_field
 from pymc_crf.model.spec import require_gaussian_prior
 
@@ -52,7 +53,8 @@ def is_gaussian_approximation(result: xr.DataTree) -> bool:
 
 
 def gaussian_log_density(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
-    """Log density of ``N(mean, cov)`` at the rows of ``w`` (S, d).
+    """Log density of ``N(mean, cov)`` at the rows of ``w`` (S, d); a 1-d ``cov`` is the
+    variances of a diagonal Gaussian.
 
     Through the eigendecomposition of ``cov``, as the fitters draw from it
     (:func:`pymc_crf.model.results.draws_from_gaussian`); a singular ``cov`` (eigenvalues at
@@ -60,6 +62,9 @@ def gaussian_log_density(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np
     where every draw lies.
     """
     w = np.atleast_2d(np.asarray(w, dtype=np.float64))
+    if np.ndim(cov) == 1:  # the variances of a diagonal Gaussian
+        z = (w - mean) / np.sqrt(cov)
+        return -0.5 * np.sum(z * z, axis=1) - 0.5 * float(np.sum(np.log(2.0 * np.pi * cov)))
     vals, vecs = np.linalg.eigh(0.5 * (cov + cov.T))
     keep = vals > 1e-12 * max(float(vals.max()), 0.0)
     vals, vecs = vals[keep], vecs[:, keep]
@@ -120,14 +125,12 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
     coords = {d: ll.coords[d].values for d in dims if d in ll.coords}
     log_p = xr.DataArray((log_prior + log_lik).reshape(n_chains, n_draws), dims=dims,
                          coords=coords)
-    if "covariance_matrix" in fit.data_vars:
-        cov = np.asarray(fit["covariance_matrix"].values, dtype=np.float64)
-        log_q_flat = gaussian_log_density(w, mean, cov)
-    else:  # a diagonal Gaussian (Laplace's diagonal or implicit covariance): its marginal sds
-        sd = np.asarray(fit["sd_vector"].values, dtype=np.float64)
-        z = (w - mean) / sd
-        log_q_flat = -0.5 * np.sum(z * z, axis=1) - float(np.sum(np.log(np.sqrt(2 * np.pi) * sd)))
-    log_q = xr.DataArray(log_q_flat.reshape(n_chains, n_draws), dims=dims, coords=coords)
+    # a diagonal Gaussian (Laplace's diagonal or implicit covariance) keeps its marginal sds
+    cov = (np.asarray(fit["covariance_matrix"].values, dtype=np.float64)
+           if "covariance_matrix" in fit.data_vars
+           else np.asarray(fit["sd_vector"].values, dtype=np.float64) ** 2)
+    log_q = xr.DataArray(gaussian_log_density(w, mean, cov).reshape(n_chains, n_draws),
+                         dims=dims, coords=coords)
     return log_p, log_q
 
 
@@ -163,9 +166,7 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
         For one-draw results (``map``): LOO needs posterior draws; for results without a
         ``log_likelihood`` group; for a Gaussian approximation without its model.
     """
-    if not isinstance(result, xr.DataTree):
-        raise TypeError("pmc.loo: result must be a fitted DataTree (from pmc.fit or pm.sample); "
-                        f"got {type(result).__name__}")
+    check_result(result, "pmc.loo: result")
     if "log_likelihood" not in result.children:
         raise ValueError("pmc.loo needs the result's log_likelihood group (fit with "
                          "log_likelihood=True, or pm.compute_log_likelihood for pm.sample)")

@@ -17,6 +17,7 @@ from pymc_crf.model.options import check_options
 from pymc_crf.model.prediction_group import add_predictions, sample_predictive_labels
 from pymc_crf.model.predictors import (
     Prediction,
+    check_result,
     crf_attrs,
     get_predictor,
     log_potentials_for,
@@ -112,9 +113,7 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         ``marginals`` (N, K), ``labels`` (N,) (max-marginal labels, or MAP for ``"map"``),
         ``error_rate`` when ``data`` has labels.
     """
-    if not isinstance(result, xr.DataTree):
-        raise TypeError("result must be a fitted DataTree (from pmc.fit or pm.sample); got "
-                        f"{type(result).__name__}")
+    check_result(result, posterior=False)
     if _is_mrf_result(result, model):
         # an MRF has no inputs: there are no new graphs' features to label, and the CRF
         # predictors would fail inside, naming internal classes

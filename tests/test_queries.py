@@ -392,11 +392,11 @@ def test_prior_from_bad_input():
         w = pmc.prior_from(result)  # diagonal covariance: independent Normals
     assert m.free_RVs == [w["a"]] and w["a"].owner.op.name == "normal"
     for not_a_result in ({"posterior": None}, None, m):
-        with pytest.raises(TypeError, match="must be a fit result .*got " +
+        with pytest.raises(TypeError, match="must be a fitted DataTree .*got " +
                            type(not_a_result).__name__):
             with pm.Model():
                 pmc.prior_from(not_a_result)
-        with pytest.raises(TypeError, match="must be a fit result"):
+        with pytest.raises(TypeError, match="must be a fitted DataTree"):
             pmc.queries.kbest(not_a_result, _data(0, 2), 2)
 
 

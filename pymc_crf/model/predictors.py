@@ -150,14 +150,14 @@ def crf_attrs(spec) -> str:
     return json.dumps(crf_layout(spec))
 
 
-def check_result(result, what: str = "result") -> None:
-    """Raise a clear error unless ``result`` is a fit result: an ``xarray.DataTree`` with a
-    ``posterior`` group (``pmc.fit``, ``pm.sample``)."""
+def check_result(result, what: str = "result", posterior: bool = True) -> None:
+    """Raise a clear error unless ``result`` is a fit result: an ``xarray.DataTree`` (with a
+    ``posterior`` group, unless ``posterior=False``: a registered predictor may read others)."""
     if not isinstance(result, xr.DataTree):
-        raise TypeError(f"{what} must be a fit result (the xarray.DataTree pmc.fit returns); got "
+        raise TypeError(f"{what} must be a fitted DataTree (from pmc.fit or pm.sample); got "
                         f"{type(result).__name__}")
-    if "posterior" not in result.children:
-        raise ValueError(f"{what} has no posterior group; groups: {sorted(result.children)}")
+    if posterior and "posterior" not in result.children:
+        raise ValueError(f"{what} has no 'posterior' group (it has {list(result.children)})")
 
 
 def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:

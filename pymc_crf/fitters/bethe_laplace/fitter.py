@@ -129,6 +129,8 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
     """The result of ``method`` (``"bethe_laplace"`` or ``"laplace"``) on the weight problem
     its fitter read: learned scales or a large covariance go to :func:`_fit_learned_scales`,
     fixed priors to one Laplace fit here."""
+    if map not in MAP_MODES:
+        raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
     if covariance not in (*COVARIANCE_MODES, *LARGE_COVARIANCES):
         raise ValueError(f"covariance must be one of {(*COVARIANCE_MODES, *LARGE_COVARIANCES)}; "
                          f"got {covariance!r}")
@@ -245,11 +247,6 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
                         scale_init, scale_tol, scale_maxiter, refine) -> xr.DataTree:
     """The result of a fit with learned scales (or the diagonal covariance): draws of the weights
     (and scales) from the Gaussian at the learned scales or from the grid mixture."""
-    if map not in MAP_MODES:
-        raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
-    if covariance not in (*COVARIANCE_MODES, *LARGE_COVARIANCES):
-        raise ValueError(f"covariance must be one of {(*COVARIANCE_MODES, *LARGE_COVARIANCES)}; "
-                         f"got {covariance!r}")
     if covariance == "diagonal" and (problem.kind != "crf" or problem.potential != "loglinear"):
         raise ValueError("covariance='diagonal' takes log-linear CRFs (diagonal_laplace_sd); use "
                          "covariance='exact' or 'bp'")
