@@ -248,7 +248,6 @@ class MRFInfo:
 
     batch: GraphBatch
     param: MRFParameterization
-    n_samples: int
     node_weights: Any
     edge_weights: Any
     inference: Any
@@ -269,12 +268,14 @@ _EDGE_SIGNATURES = {("table", True): "(k,k)", ("table", False): "(e,k,k)",
 
 
 class MRFRV(RandomVariable):
-    """``n_samples`` i.i.d. labellings of one graph, drawn with the engine's sampler (exact for
+    """``N`` i.i.d. labellings of one graph, drawn with the engine's sampler (exact for
     chain and junction-tree engines; the loopy engines draw with the junction tree where it runs,
     else from independent Gibbs chains).
 
     The parameters are the MRF's own weight tensors (node weights, edge weights, or both, as
-    ``param`` says); the parameterisation, graph, engine and ``n_samples`` are Op settings.
+    ``param`` says) and last the number of rows ``N``, a scalar input rather than an Op setting,
+    so that draws follow observed rows held in ``pm.Data`` (or a ``row`` dim) when
+    ``pm.set_data`` changes them; the parameterisation, graph and engine are Op settings.
     Fitters read the model back from the node (:meth:`info`), so a model rebuilt by ``pm.do``,
     ``pm.observe`` or ``clone_model`` still names its own weights.
     """
@@ -282,29 +283,28 @@ class MRFRV(RandomVariable):
     name = "mrf"
     dtype = "int64"
     _print_name = ("MRF", "\\operatorname{MRF}")
-    __props__ = ("name", "signature", "dtype", "inplace", "batch", "engine", "n_samples",
-                 "param", "inference", "max_treewidth")
+    __props__ = ("name", "signature", "dtype", "inplace", "batch", "engine", "param",
+                 "inference", "max_treewidth")
 
-    def __init__(self, batch: GraphBatch, engine: Engine, n_samples: int,
-                 param: MRFParameterization, inference: Any = "auto", max_treewidth: int = 10,
-                 **kwargs):
+    def __init__(self, batch: GraphBatch, engine: Engine, param: MRFParameterization,
+                 inference: Any = "auto", max_treewidth: int = 10, **kwargs):
         self.batch = batch
         self.engine = engine
-        self.n_samples = int(n_samples)
         self.param = param
         self.inference = inference if isinstance(inference, str) else engine.name
         self.max_treewidth = int(max_treewidth)
         sig = [table[(kind, shared)] for table, kind, shared in (
             (_NODE_SIGNATURES, param.node_kind, param.node_shared),
             (_EDGE_SIGNATURES, param.edge_kind, param.edge_shared)) if kind is not None]
-        kwargs.setdefault("signature", f"{','.join(sig)}->(s,m)")
+        kwargs.setdefault("signature", f"{','.join([*sig, '()'])}->(s,m)")
         super().__init__(**kwargs)
 
     def _supp_shape_from_params(self, dist_params, param_shapes=None):
-        return (self.n_samples, int(self.batch.n_nodes[0]))
+        return (dist_params[-1], int(self.batch.n_nodes[0]))
 
     def weights(self, dist_params) -> tuple[Any, Any]:
-        """``(node_weights, edge_weights)`` from the node's parameters (None for an absent one)."""
+        """``(node_weights, edge_weights)`` from the node's parameters (None for an absent one;
+        the last parameter, the number of rows, is not a weight)."""
         it = iter(dist_params)
         node = next(it) if self.param.node_kind is not None else None
         edge = next(it) if self.param.edge_kind is not None else None
@@ -313,8 +313,7 @@ class MRFRV(RandomVariable):
     def info(self, dist_params) -> MRFInfo:
         """Everything about the MRF in one record, with the weights as the node's inputs."""
         node, edge = self.weights(dist_params)
-        return MRFInfo(batch=self.batch, param=self.param, n_samples=self.n_samples,
-                       node_weights=node, edge_weights=edge, inference=self.inference,
+        return MRFInfo(batch=self.batch, param=self.param, node_weights=node, edge_weights=edge, inference=self.inference,
                        max_treewidth=self.max_treewidth, engine_name=self.engine.name,
                        exact=bool(self.engine.exact))
 
@@ -332,9 +331,10 @@ class MRFRV(RandomVariable):
                 np.asarray(self.param.edge_table(edge), dtype=np.float64))
 
     def draw(self, rng, dist_params) -> np.ndarray:
-        """``(n_samples, n)`` labellings from the engine's sampler for numeric weights."""
+        """``(N, n)`` labellings from the engine's sampler for numeric weights (``N`` the last
+        parameter)."""
         node, edge = self.log_potentials_numpy(dist_params)
-        return self.engine.sample(self.batch, node, edge, self.n_samples, rng)
+        return self.engine.sample(self.batch, node, edge, int(dist_params[-1]), rng)
 
     def rng_fn(self, rng, *args):
         *params, size = args
@@ -423,12 +423,15 @@ class MRF(Distribution):
                 observed = check_mrf_labels(graphs, observed, param.n_labels,
                                             param.parameterization)
                 rows = observed.shape[0]
+                if kwargs.get("n_samples") is None:
+                    kwargs["n_samples"] = rows
             else:
+                # data that can change (pm.Data): the rows stay symbolic (PyMC passes the
+                # observed shape on), so that draws follow pm.set_data; checked here against the
+                # data's current rows
                 rows = _full_shape(observed)
                 rows = None if rows is None else rows[0]
-            if kwargs.get("n_samples") is None and rows is not None:
-                kwargs["n_samples"] = rows
-            elif rows is not None and kwargs["n_samples"] != rows:
+            if rows is not None and kwargs.get("n_samples") not in (None, rows):
                 raise ValueError(f"n_samples={kwargs['n_samples']} but observed has {rows} rows")
         return super().__new__(cls, name, *args, observed=observed, graphs=graphs, **kwargs)
 
@@ -448,33 +451,44 @@ class MRF(Distribution):
             raise ValueError(f"an MRF models labellings of ONE graph; got a batch of "
                              f"{graphs.n_graphs} graphs (use one MRF per graph)")
         shape = kwargs.pop("shape", None)
-        if n_samples is None and shape is not None:
-            n_samples = _shape_rows(shape)
+        n = int(graphs.n_nodes[0])
+        if kwargs.pop("size", None) is not None:
+            raise ValueError("an MRF takes no size: its shape is (n_samples, n_nodes)")
+        rows = None
+        if shape is not None:
+            if len(tuple(shape)) != 2:
+                raise ValueError(f"an MRF has shape (n_samples, n_nodes) = (N, {n}); got a "
+                                 f"shape of {len(tuple(shape))} dimension(s)")
+            rows = _shape_rows(shape)
+            if rows is None:  # rows that can change (pm.Data, a dim): the draws follow them
+                rows = pt.as_tensor_variable(tuple(shape)[0]).astype("int64")
+        if n_samples is None:
+            n_samples = rows
         if n_samples is None:
             raise ValueError("MRF.dist needs n_samples (the number of labellings, rows)")
-        n_samples = whole_number(n_samples, "n_samples")
-        n = int(graphs.n_nodes[0])
-        expected = (int(n_samples), n)
-        if kwargs.pop("size", None) is not None or (
-                shape is not None and _shape_rows(shape, full=True) not in (expected, None)):
-            raise ValueError(f"this MRF has shape {expected} (samples, nodes); it takes no other "
-                             "size or shape")
+        if not hasattr(n_samples, "type"):
+            n_samples = whole_number(n_samples, "n_samples")
+            expected = (int(n_samples), n)
+            if shape is not None and _shape_rows(shape, full=True) not in (expected, None):
+                raise ValueError(f"this MRF has shape {expected} (samples, nodes); it takes no "
+                                 f"other shape; got {_shape_rows(shape, full=True)}")
+            if hasattr(rows, "type"):
+                n_samples = rows  # the data's rows, checked against n_samples by MRF()
         Wn, We = _as_tensor(node_weights), _as_tensor(edge_weights)
         param = mrf_parameterization(graphs, parameterization, Wn, We, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
         engine.check_size(graphs, param.n_labels)  # e.g. brute force on too large a graph
         params = [w if w.dtype.startswith("float") else w.astype("float64")
                   for w in (Wn, We) if w is not None]
-        return super().dist(params, batch=graphs, engine=engine, n_samples=int(n_samples),
-                            param=param, inference=inference, max_treewidth=max_treewidth,
+        n_rows = pt.as_tensor_variable(n_samples).astype("int64")
+        return super().dist([*params, n_rows], batch=graphs, engine=engine, param=param, inference=inference, max_treewidth=max_treewidth,
                             **kwargs)
 
     @classmethod
-    def rv_op(cls, *params, batch, engine, n_samples, param, inference, max_treewidth,
-              size=None, rng=None):
+    def rv_op(cls, *params, batch, engine, param, inference, max_treewidth, size=None, rng=None):
         if rng is None:
             rng = pt.random.shared_rng(seed=None)
-        op = MRFRV(batch, engine, n_samples, param, inference, max_treewidth)
+        op = MRFRV(batch, engine, param, inference, max_treewidth)
         _, rv = op(*params, size=size, rng=rng, return_next_rng=True)
         return rv
 
@@ -549,12 +563,12 @@ def mrf_logp(op: MRFRV, values, rng, size, *params, **kwargs):
 
 @_support_point.register(MRFRV)
 def mrf_support_point(op: MRFRV, rv, *params):
-    return pt.zeros((op.n_samples, int(op.batch.n_nodes[0])), dtype="int64")
+    return pt.zeros((params[-1], int(op.batch.n_nodes[0])), dtype="int64")
 
 
 @numba_core_rv_funcify.register(MRFRV)
 def _numba_mrf_rv(op: MRFRV, node):
     """Draws in numba through the engine's sampler in object mode (:mod:`.numba_draws`), named by
-    graph structure, engine settings, n_samples and parameterisation."""
-    key = content_key(op.batch, op.engine, "MRFRV", op.n_samples, repr(op.param))
+    graph structure, engine settings and parameterisation (the number of rows is an input)."""
+    key = content_key(op.batch, op.engine, "MRFRV", repr(op.param))
     return objmode_random_fn(op, key, ndim=2)

@@ -18,7 +18,7 @@ _REGISTRY: dict[int, object] = {}
 
 #: part of every cache key: bump it when the compiled draw function changes, so functions cached
 #: by an older version (which name other Python helpers) are not loaded
-_VERSION = 2
+_VERSION = 3
 
 
 def _draw_registered(key, seed, params):

@@ -202,6 +202,29 @@ def test_labels_from_pm_data_are_checked_where_the_logp_runs():
         m.compile_logp()(m.initial_point())
 
 
+@pytest.mark.parametrize("use_dims", [False, True])
+def test_draws_follow_rows_changed_by_set_data(use_dims):
+    """The rows of observed pm.Data (or a row dim) are an input of the draws, not a setting fixed
+    at build: after pm.set_data to 6 rows the posterior predictive has 6 rows, as the logp does."""
+    X = np.array([[0, 1, 1, 0], [1, 1, 0, 0]])
+    coords = {"row": range(2), "node": range(4)} if use_dims else None
+    dims = {"dims": ("row", "node")} if use_dims else {}
+    with pm.Model(coords=coords) as m:
+        data = pm.Data("data", X, **dims)
+        w = pm.Normal("w", 0, 1)
+        pmc.MRF("x", graphs=LOOP, edge_weights=w, parameterization="ising", observed=data,
+                **dims)
+    posterior = az.from_dict({"posterior": {"w": np.zeros((1, 3))}})
+    with m:
+        pm.set_data({"data": np.tile(X, (3, 1))}, coords={"row": range(6)} if use_dims else None)
+        pp = pm.sample_posterior_predictive(posterior, random_seed=0, progressbar=False)
+    assert m.compile_logp(sum=False)(m.initial_point())[-1].shape == (6,)
+    assert pp["posterior_predictive"]["x"].shape == (1, 3, 6, 4)
+    with pm.Model(), pytest.raises(ValueError, match="n_samples=3 but observed has 2 rows"):
+        pmc.MRF("x", graphs=LOOP, edge_weights=0.5, parameterization="ising", n_samples=3,
+                observed=pm.Data("d", X))
+
+
 @pytest.mark.parametrize("kind,wn,we,msg", [
     ("table", np.zeros((3, 2)), None, r"node_weights .* must have shape \(2,\) .* or \(4, 2\)"),
     ("table", np.zeros(2), np.zeros((3, 3)), r"edge_weights .* \(2, 2\) .* \(4, 2, 2\)"),
