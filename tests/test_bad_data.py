@@ -550,3 +550,33 @@ def test_brute_force_refuses_graphs_too_large_when_the_model_is_built():
     with pm.Model(), pytest.raises(ValueError, match=r"brute_force: graph 0 has 2\^25"):
         pmc.CRF("y", graphs=big, edge_weights=np.zeros((2, 2)), inference=BruteForce(),
                 observed=np.zeros(25, int))
+
+
+def test_a_wrong_shaped_value_given_to_pm_logp_is_named():
+    """A numpy value has a static shape, so PyTensor shapes its indexing while the logp graph is
+    built: the layout is checked before that, by name, for each distribution."""
+    from pymc_crf.distributions.hcrf import from_sequences
+
+    crf = pmc.CRF.dist(graphs=BATCH, edge_weights=np.eye(2))
+    for value, got in ((np.array([0, 1, 1, 1, 0]), r"\(5,\)"), (np.zeros((2, 2), int), r"\(2, 2\)"),
+                       (np.array([[0, 1, 1, -1], [1, 0, -1, -1]]), r"\(2, 4\)")):
+        with pytest.raises(ValueError, match=r"CRF labels must be the \(2, 3\) .*got shape " + got):
+            pm.logp(crf, value)
+    with pytest.raises(ValueError, match="got a label past a graph's end"):
+        pm.logp(crf, np.array([[0, 1, 1], [1, 0, 1]]))
+    # missing labels in a constant value: through pad_labels, as missing_labels.md says
+    assert np.isfinite(pm.logp(crf, pmc.pad_labels(BATCH, [[0, np.nan, 1], [1, 0]],
+                                                   missing=True)).eval()).all()
+    mrf = pmc.MRF.dist(graphs=pmc.GraphBatch.chains([3]), node_weights=np.zeros(3),
+                       edge_weights=np.array(0.4), parameterization="ising", n_samples=2)
+    with pytest.raises(ValueError, match=r"= \(N, 3\) matrix.*got shape \(2, 4\)"):
+        pm.logp(mrf, np.zeros((2, 4), int))
+    b, X = from_sequences([np.ones((2, 1)), np.zeros((3, 1))])
+    kw = dict(graphs=b, node_features=X, theta_x=np.ones((1, 2)), theta_y=np.eye(2),
+              theta_e=np.zeros((2, 2, 2)))
+    with pytest.raises(ValueError, match=r"one class per graph, shape \(2,\); got shape \(3,\)"):
+        pm.logp(pmc.HCRF.dist(**kw), np.array([0, 1, 1]))
+    # a size would batch the HCRF's draws but not its likelihood: refused as pmc.CRF does
+    for extra in ({"size": 3}, {"shape": (5,)}):
+        with pytest.raises(ValueError, match=r"HCRF over this batch has shape \(2,\)"):
+            pmc.HCRF.dist(**kw, **extra)

@@ -255,7 +255,7 @@ def crf_log_potentials(batch: GraphBatch, node_features=None, node_weights=None,
     return node, edge, K
 
 
-def _shape_tuple(shape):
+def static_shape_tuple(shape):
     try:
         return tuple(int(pt.get_underlying_scalar_constant_value(s)) if hasattr(s, "type")
                      else int(s) for s in shape)
@@ -467,7 +467,7 @@ class CRF(Distribution):
         expected = (graphs.n_graphs, int(graphs.n_nodes.max()))
         shape = kwargs.pop("shape", None)
         if kwargs.pop("size", None) is not None or (
-                shape is not None and _shape_tuple(shape) not in (expected, None)):
+                shape is not None and static_shape_tuple(shape) not in (expected, None)):
             raise ValueError(f"a CRF over this batch has shape {expected} (graphs, max nodes); "
                              "it takes no other size or shape")
         X, Wn, Xe, We, K = _checked_inputs(graphs, node_features, node_weights, edge_features,
@@ -513,6 +513,24 @@ def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:
     return pad_labels(graphs, observed, K, missing=True)
 
 
+def _label_layout(batch: GraphBatch) -> str:
+    return (f"CRF labels must be the ({batch.n_graphs}, {int(batch.n_nodes.max())}) (graphs, max "
+            "nodes) matrix of this batch, -1 past each graph's end (pmc.pad_labels makes it from "
+            "flat labels)")
+
+
+def _constant_flat_labels(batch: GraphBatch, padded: np.ndarray) -> np.ndarray:
+    """Flat labels from a constant (G, L) matrix (``observed=`` after ``pad_labels``, or a
+    value given to ``pm.logp``), its layout checked by name."""
+    G, L = batch.n_graphs, int(batch.n_nodes.max())
+    if padded.shape != (G, L):
+        raise ValueError(f"{_label_layout(batch)}; got shape {padded.shape}")
+    pad = np.arange(L)[None, :] >= batch.n_nodes[:, None]
+    if (padded[pad] != -1).any():
+        raise ValueError(f"{_label_layout(batch)}; got a label past a graph's end")
+    return unpad_labels(batch, padded)
+
+
 @_logprob.register(CRFRV)
 def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     """Per-graph log-likelihood: score of the labelling minus log Z (one value per graph).
@@ -527,7 +545,7 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     if not isinstance(value, pt.TensorConstant):
         value = integer_labels(value, "CRF", missing=True)
         return _logp_summed_out(op, value, *op.log_potentials(params))
-    flat = unpad_labels(op.batch, np.asarray(value.data))
+    flat = _constant_flat_labels(op.batch, np.asarray(value.data))
     if (flat >= 0).all() or (flat < -1).any() or (flat >= op.n_labels).any():
         if _feature_path(op, params):
             return _logp_observed_features(op, value, params)
@@ -535,6 +553,21 @@ def crf_logp(op: CRFRV, values, rng, size, *params, **kwargs):
     node_logpot, edge_logpot = op.log_potentials(params)
     return _logp_missing(op, ObservedLabels(op.batch, flat, op.n_labels), value, node_logpot,
                          edge_logpot)
+
+
+def shape_check(message: str, value, expected: tuple):
+    """``value`` with its shape checked against ``expected`` (an entry None: any size).
+
+    Where the static shape already disagrees (a numpy value given to ``pm.logp``, whose indexing
+    PyTensor shapes while the graph is built, before a run-time check could speak) the
+    ValueError is raised at once; sizes unknown until run time (``pm.Data``) are checked where
+    the logp runs."""
+    static = value.type.shape
+    if any(s is not None and e is not None and s != e for s, e in zip(static, expected, strict=True)):
+        raise ValueError(f"{message}; got shape {tuple(static)}")
+    conditions = [pt.eq(value.shape[i], e) for i, e in enumerate(expected)
+                  if e is not None and static[i] is None]
+    return data_check(message)(value, *conditions) if conditions else value
 
 
 def data_check(message: str) -> CheckAndRaise:
@@ -597,11 +630,10 @@ def _flat_labels(batch: GraphBatch, value):
     each graph's end (as ``pad_labels`` and constant labels are checked at construction)."""
     G, L = batch.n_graphs, int(batch.n_nodes.max())
     N = batch.n_total_nodes
-    layout = (f"CRF labels must be the ({G}, {L}) (graphs, max nodes) matrix of this batch, -1 "
-              "past each graph's end (pmc.pad_labels makes it from flat labels)")
+    layout = _label_layout(batch)
     if value.ndim != 2:
         raise ValueError(f"{layout}; got {value.ndim} dimensions")
-    value = data_check(layout)(value, pt.and_(pt.eq(value.shape[0], G), pt.eq(value.shape[1], L)))
+    value = shape_check(layout, value, (G, L))
     flat = value.reshape((G * L,))
     flat_pos = batch.node_graph * L + (np.arange(N) - batch.node_offsets[batch.node_graph])
     pad_pos = np.setdiff1d(np.arange(G * L), flat_pos)

@@ -52,7 +52,13 @@ from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 from scipy.special import log_softmax
 
-from pymc_crf.distributions.crf import data_check, fixed_features, integer_labels
+from pymc_crf.distributions.crf import (
+    data_check,
+    fixed_features,
+    integer_labels,
+    shape_check,
+    static_shape_tuple,
+)
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
@@ -200,8 +206,8 @@ def hcrf_logp(value, theta_x, theta_y, theta_e, *, batch: GraphBatch, node_featu
     if value.ndim != 1:
         raise ValueError(f"HCRF labels (observed) must be one class per graph, shape ({G},); got "
                          f"a {value.ndim}-d tensor")
-    value = data_check(f"HCRF labels (observed) must be one class per graph, shape ({G},)")(
-        value, pt.eq(value.shape[0], G))
+    value = shape_check(f"HCRF labels (observed) must be one class per graph, shape ({G},)",
+                        value, (G,))
     y = pt.cast(value, "int64")
     # Labels may come from pm.Data: a class outside 0..C-1 is raised by name wherever the logp
     # runs (as pmc.CRF does); the clip keeps the indexing in range until the check fires.
@@ -390,6 +396,13 @@ class HCRF(Distribution):
         """Unregistered HCRF variable (for ``pm.logp`` / ``pm.draw`` outside a model)."""
         X, batch, C, S = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
                                       n_states, n_classes)
+        # one class per graph; a size would batch the draws but not the likelihood
+        expected = (batch.n_graphs,)
+        shape = kwargs.pop("shape", None)
+        if kwargs.pop("size", None) is not None or (
+                shape is not None and static_shape_tuple(shape) not in (expected, None)):
+            raise ValueError(f"an HCRF over this batch has shape {expected} (one class per "
+                             "graph); it takes no other size or shape")
         return super().dist([X, theta_x, theta_y, theta_e], batch=batch, n_classes=C,
                             n_states=S, inference=inference, **kwargs)
 

@@ -27,7 +27,7 @@ from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_crf.distributions.crf import data_check, integer_labels
+from pymc_crf.distributions.crf import data_check, integer_labels, shape_check
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
@@ -313,9 +313,9 @@ class MRFRV(RandomVariable):
     def info(self, dist_params) -> MRFInfo:
         """Everything about the MRF in one record, with the weights as the node's inputs."""
         node, edge = self.weights(dist_params)
-        return MRFInfo(batch=self.batch, param=self.param, node_weights=node, edge_weights=edge, inference=self.inference,
-                       max_treewidth=self.max_treewidth, engine_name=self.engine.name,
-                       exact=bool(self.engine.exact))
+        return MRFInfo(batch=self.batch, param=self.param, node_weights=node, edge_weights=edge,
+                       inference=self.inference, max_treewidth=self.max_treewidth,
+                       engine_name=self.engine.name, exact=bool(self.engine.exact))
 
     def log_potentials(self, dist_params):
         """PyTensor float64 node (n, K) and edge (E or 1, K, K) log-potential tables."""
@@ -481,8 +481,8 @@ class MRF(Distribution):
         params = [w if w.dtype.startswith("float") else w.astype("float64")
                   for w in (Wn, We) if w is not None]
         n_rows = pt.as_tensor_variable(n_samples).astype("int64")
-        return super().dist([*params, n_rows], batch=graphs, engine=engine, param=param, inference=inference, max_treewidth=max_treewidth,
-                            **kwargs)
+        return super().dist([*params, n_rows], batch=graphs, engine=engine, param=param,
+                            inference=inference, max_treewidth=max_treewidth, **kwargs)
 
     @classmethod
     def rv_op(cls, *params, batch, engine, param, inference, max_treewidth, size=None, rng=None):
@@ -518,9 +518,8 @@ def _checked_shapes(op: MRFRV, value, params):
     if value.ndim != 2:
         raise ValueError(f"MRF labels must be an (n_samples, n_nodes) = (N, {n}) matrix, one "
                          f"labelling per row; got a {value.ndim}-d tensor")
-    value = data_check(f"MRF labels (observed) must be an (n_samples, n_nodes) = (N, {n}) matrix: "
-                   f"one labelling of the graph's {n} nodes per row")(
-        value, pt.eq(value.shape[1], n))
+    value = shape_check(f"MRF labels (observed) must be an (n_samples, n_nodes) = (N, {n}) "
+                        f"matrix: one labelling of the graph's {n} nodes per row", value, (None, n))
     node, edge = op.weights(params)
     checked = []
     for key, w, want in (("node_weights", node, op.param.node_shape),
