@@ -34,7 +34,7 @@ from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.model.objective import GaussianLogPrior
 from pymc_crf.model.predictors import check_result
 from pymc_crf.model.random_field import extract_random_field
-from pymc_crf.model.spec import require_gaussian_prior
+from pymc_crf.model.spec import free_scales, require_gaussian_prior, with_scales
 
 if TYPE_CHECKING:
     from arviz_stats.utils import ELPDData
@@ -106,6 +106,9 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
                          "needs the model, for the exact log posterior of each draw: pass "
                          "model= or call it inside the model's context") from err
     spec = extract_random_field(model)  # a pmc.CRF or pmc.MRF likelihood
+    scales, _ = free_scales(spec)
+    if scales:  # learned by the evidence: the posterior the Gaussian approximates is at them
+        spec = with_scales(spec, _point_scales(result, scales))
     require_gaussian_prior(spec, "pmc.loo")
     fit = result["fit"]
     mean = np.asarray(fit["mean_vector"].values, dtype=np.float64)
@@ -132,6 +135,28 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
     log_q = xr.DataArray(gaussian_log_density(w, mean, cov).reshape(n_chains, n_draws),
                          dims=dims, coords=coords)
     return log_p, log_q
+
+
+def _point_scales(result: xr.DataTree, scales) -> np.ndarray:
+    """The flat vector of the learned prior scales every draw of ``result`` carries (a
+    type-II maximum-likelihood / MAP point estimate); a clear error where the draws carry
+    different scales (``integrate_scales="grid"``, a mixture of Gaussians)."""
+    post = result["posterior"]
+    parts = []
+    for v in scales:
+        if v.name not in post.data_vars:
+            raise ValueError(f"the result's posterior has no {v.name!r}, the model's prior "
+                             "scale: pass the model the result was fitted to")
+        da = post[v.name].transpose("chain", "draw", ...)
+        parts.append(da.values.reshape(da.shape[0] * da.shape[1], -1))
+    flat = np.concatenate(parts, axis=1)
+    if not np.all(flat == flat[0]):
+        raise ValueError("pmc.loo: this result's draws carry different prior scales (scales "
+                         "integrated over, integrate_scales='grid': a mixture of Gaussians, "
+                         "whose density the correction does not compute); compare it on "
+                         "held-out data (pmc.compare(results, test=...)), or fit with the "
+                         "scales' point estimate (integrate_scales=None) for LOO")
+    return flat[0]
 
 
 def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool = True,
@@ -184,6 +209,12 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
                          "density to correct them by): its elpd_loo would not estimate the "
                          "model's. Compare hidden CRFs on held-out data (pmc.compare(results, "
                          "test=...)) or fit with method='nuts' for LOO")
+    if result.attrs.get("method") == "randomized_map":
+        warn_at_caller("pmc.loo: the draws of method='randomized_map' are MAPs of perturbed "
+                       "objectives, exact posterior draws only for a quadratic log-likelihood, "
+                       "and have no density to correct them by: their PSIS-LOO estimates the "
+                       "leave-one-out fit of their own distribution (refine= brings it closer "
+                       "to the posterior's; method='nuts' gives the model's)", UserWarning)
     result = _without_unlabelled_graphs(result, var_name)
     if not is_gaussian_approximation(result):
         return az.loo(result, pointwise=pointwise, var_name=var_name)

@@ -105,6 +105,37 @@ def test_a_diagonal_gaussian_result_is_corrected_by_its_marginal_sds():
         assert pmc.loo(fit, model).approx_posterior
 
 
+def test_a_learned_scale_laplace_result_is_corrected_at_its_scales():
+    """laplace with a learned prior scale approximates p(w | y, s_hat): log_p is that posterior's
+    (the Normal prior at the learned scale, exactly); scales integrated over on a grid (a
+    mixture) are refused by name."""
+    from scipy.stats import norm
+
+    rng = np.random.default_rng(1)
+    batch = pmc.GraphBatch.chains([4] * 12)
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = (X[:, 0] + 0.5 * rng.normal(size=batch.n_total_nodes) > 0).astype(int)
+    with pm.Model() as model:
+        s = pm.HalfNormal("s", 1.0)
+        W = pm.Normal("W", 0.0, s, shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    fit = pmc.fit(model, method="laplace", draws=200, random_seed=0, progressbar=False)
+    s_hat = float(fit["posterior"]["s"].values.ravel()[0])
+    log_p, _ = loo_log_densities(fit, model)
+    spec = pmc.fitters.extract_crf(model)
+    w = fit["posterior"]["W"].values.reshape(200, -1)
+    for i in (0, 99):
+        want = CRFLogLikelihood(spec)(w[i])[0] + norm(0.0, s_hat).logpdf(w[i]).sum()
+        assert log_p.values.ravel()[i] == pytest.approx(want, abs=1e-9)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        assert pmc.loo(fit, model).approx_posterior
+        grid = pmc.fit(model, method="laplace", integrate_scales="grid", draws=50,
+                       random_seed=0, progressbar=False)
+    with pytest.raises(ValueError, match="draws carry different prior scales"):
+        pmc.loo(grid, model)
+
+
 def test_mcmc_results_get_plain_loo(bl_fit):
     # a result without a Gaussian fit group is read as draws from the posterior
     plain = xr.DataTree.from_dict({k: bl_fit[k].to_dataset() for k in bl_fit.children
@@ -130,6 +161,11 @@ def test_refusals(map_fit, bl_fit):
     vi.attrs = {**bl_fit.attrs, "method": "bp_hcrf_vi"}  # variational draws, no density
     with pytest.raises(ValueError, match="bp_hcrf_vi' come from its variational posterior"):
         pmc.loo(vi)
+    plain = xr.DataTree.from_dict({k: bl_fit[k].to_dataset() for k in bl_fit.children
+                                   if k != "fit"})
+    plain.attrs = {**bl_fit.attrs, "method": "randomized_map"}  # draws without a density
+    with pytest.warns(UserWarning, match="randomized_map' are MAPs of perturbed objectives"):
+        pmc.loo(plain)
 
 
 def test_compare_has_loo_columns(bl_fit, map_fit, loop_model):
