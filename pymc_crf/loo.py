@@ -32,7 +32,7 @@ import xarray as xr
 
 from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.model.objective import GaussianLogPrior
-from pymc_crf.model.predictors import check_result
+from pymc_crf.model.predictors import check_result, result_gaussian
 from pymc_crf.model.random_field import extract_random_field
 from pymc_crf.model.spec import free_scales, require_gaussian_prior, with_scales
 
@@ -45,11 +45,7 @@ __all__ = ["gaussian_log_density", "is_gaussian_approximation", "loo", "loo_log_
 def is_gaussian_approximation(result: xr.DataTree) -> bool:
     """Whether ``result``'s draws come from the Gaussian of its ``fit`` group (EP,
     Bethe-Laplace and any fitter following ``docs/fit_contract.md``'s Gaussian layout)."""
-    if "fit" not in result.children:
-        return False
-    fit = result["fit"]
-    return "mean_vector" in fit.data_vars and ("covariance_matrix" in fit.data_vars
-                                               or "sd_vector" in fit.data_vars)
+    return result_gaussian(result) is not None
 
 
 def gaussian_log_density(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np.ndarray:
@@ -110,12 +106,15 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
     if scales:  # learned by the evidence: the posterior the Gaussian approximates is at them
         spec = with_scales(spec, _point_scales(result, scales))
     require_gaussian_prior(spec, "pmc.loo")
-    fit = result["fit"]
-    mean = np.asarray(fit["mean_vector"].values, dtype=np.float64)
+    gauss = result_gaussian(result)
+    if gauss is None:
+        raise ValueError("pmc.loo's correction needs a Gaussian result (a 'fit' group with "
+                         "mean_vector and covariance_matrix or sd_vector)")
+    mean = gauss.mean
     if mean.size != spec.flat_size:
         raise ValueError(f"the result's fit group has {mean.size} parameters, the model's "
                          f"weights {spec.flat_size}: pass the model the result was fitted to")
-    if "rows" in fit.coords and list(fit.coords["rows"].values) != spec.param_names():
+    if gauss.names and gauss.names != spec.param_names():
         raise ValueError("the result's fit group names other parameters than the model's "
                          "weights: pass the model the result was fitted to")
     w = _weight_matrix(result, spec)
@@ -129,9 +128,7 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
     log_p = xr.DataArray((log_prior + log_lik).reshape(n_chains, n_draws), dims=dims,
                          coords=coords)
     # a diagonal Gaussian (Laplace's diagonal or implicit covariance) keeps its marginal sds
-    cov = (np.asarray(fit["covariance_matrix"].values, dtype=np.float64)
-           if "covariance_matrix" in fit.data_vars
-           else np.asarray(fit["sd_vector"].values, dtype=np.float64) ** 2)
+    cov = gauss.cov if gauss.cov is not None else gauss.var
     log_q = xr.DataArray(gaussian_log_density(w, mean, cov).reshape(n_chains, n_draws),
                          dims=dims, coords=coords)
     return log_p, log_q

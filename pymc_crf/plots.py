@@ -20,6 +20,7 @@ from pymc_crf.compare import check_results, cvm_score, posterior_matrix
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.metrics import Reliability
+from pymc_crf.model.predictors import result_gaussian
 from pymc_crf.predict import Prediction
 from pymc_crf.validation import flag, name_list, whole_number
 
@@ -79,17 +80,13 @@ def _param_names(result: xr.DataTree, var_names: Sequence[str] | None) -> list[s
 
 
 def _gaussian_marginals(result: xr.DataTree, names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Means and sds of a Gaussian fit's marginals for ``names`` (None if the result has no fit)."""
-    if "fit" not in result.children:
+    """Means and sds of a Gaussian fit's marginals for ``names`` (None if the result has no
+    Gaussian, e.g. MCMC or randomized MAP draws)."""
+    gauss = result_gaussian(result)
+    if gauss is None or not set(names) <= set(gauss.names):
         return None
-    fit = result["fit"]
-    rows = [str(r) for r in fit["rows"].values]
-    if not set(names) <= set(rows):
-        return None
-    pos = [rows.index(n) for n in names]
-    mean = np.asarray(fit["mean_vector"].values)[pos]
-    cov = np.asarray(fit["covariance_matrix"].values)
-    return mean, np.sqrt(np.clip(np.diag(cov)[pos], 0.0, None))
+    pos = [gauss.names.index(n) for n in names]
+    return gauss.mean[pos], np.sqrt(np.clip(gauss.var[pos], 0.0, None))
 
 
 def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequence[str] | None = None,

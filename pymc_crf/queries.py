@@ -45,12 +45,14 @@ from pymc_crf.inference.spans import (
 from pymc_crf.metrics import Reliability, SelectiveCurve, confidence_reliability, selective_curve
 from pymc_crf.model.predictors import (
     Prediction,
+    ResultGaussian,
     average_over_draws,
     check_result,
     draw_indices,
     log_potentials_for,
     posterior_mean,
     predict_average,
+    result_gaussian,
     result_layout,
     tables_at,
     weight_draws,
@@ -569,32 +571,16 @@ _NAME = re.compile(r"^(?P<name>.+)\[(?P<index>[\d, ]*)\]$")
 _GAUSSIAN_METHODS = "'laplace', 'bethe_laplace', 'ep', 'predictive_ard'"
 
 
-def _gaussian(result: xr.DataTree) -> tuple[np.ndarray, np.ndarray | None, np.ndarray,
-                                             list[str]]:
-    """The result's Gaussian posterior: mean, covariance matrix (None when the result keeps
-    only the marginal sds, ``sd_vector``), marginal variances and the flat entries' names."""
-    check_result(result)
-    fit = result["fit"] if "fit" in result.children else None
-    if fit is None or "mean_vector" not in fit or not ("covariance_matrix" in fit
-                                                        or "sd_vector" in fit):
+def _gaussian(result: xr.DataTree) -> ResultGaussian:
+    """The result's Gaussian posterior (:func:`~pymc_crf.model.predictors.result_gaussian`),
+    refused by name where it has none."""
+    gauss = result_gaussian(result)
+    if gauss is None:
         method = result.attrs.get("method", "this fitter")
         raise ValueError(f"prior_from needs a Gaussian posterior (a 'fit' group with mean_vector "
                          f"and covariance_matrix or sd_vector); the result of {method!r} has "
                          f"none. Fit with method={_GAUSSIAN_METHODS} to get one")
-    mean = np.asarray(fit["mean_vector"].values, np.float64)
-    names = [str(r) for r in fit["rows"].values]
-    if "covariance_matrix" in fit:
-        cov = np.asarray(fit["covariance_matrix"].values, np.float64)
-        d = mean.size
-        if cov.shape != (d, d) or not (np.isfinite(mean).all() and np.isfinite(cov).all()):
-            raise ValueError(f"the fit group's covariance_matrix {cov.shape} does not match its "
-                             f"mean_vector ({d},) or is not finite")
-        return mean, cov, np.diag(cov).copy(), names
-    sd = np.asarray(fit["sd_vector"].values, np.float64)
-    if sd.shape != mean.shape or not (np.isfinite(mean).all() and np.isfinite(sd).all()):
-        raise ValueError(f"the fit group's sd_vector {sd.shape} does not match its mean_vector "
-                         f"{mean.shape} or is not finite")
-    return mean, None, sd**2, names
+    return gauss
 
 
 def _layout(names: list[str], result: xr.DataTree) -> list[tuple[str, tuple, tuple | None]]:
@@ -666,7 +652,8 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
     """
     if covariance not in ("auto", "full", "diagonal"):
         raise ValueError(f"covariance must be 'auto', 'full' or 'diagonal'; got {covariance!r}")
-    mean, cov, var, names = _gaussian(result)
+    g = _gaussian(result)
+    mean, cov, var, names = g.mean, g.cov, g.var, g.names
     d = mean.size
     if cov is None and covariance == "full":
         raise ValueError(f"the result of {result.attrs.get('method', 'this fitter')!r} keeps "

@@ -10,6 +10,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 import pytest  # noqa: E402
+import xarray as xr  # noqa: E402
 from matplotlib.collections import PathCollection  # noqa: E402
 from matplotlib.container import ErrorbarContainer  # noqa: E402
 from matplotlib.patches import Rectangle  # noqa: E402
@@ -86,6 +87,22 @@ def test_posterior_marginals_histogram_of_draws_without_gaussian(fits):
     ys = poly.get_xy()[1:-1:2, 1]
     expected, _ = np.histogram(x, bins=10, density=True)
     np.testing.assert_allclose(ys, expected, rtol=1e-12)
+
+
+def test_posterior_marginals_of_a_diagonal_gaussian_and_of_a_fit_group_without_one(fits):
+    """A fit group with sd_vector (a diagonal Laplace) draws its Gaussian from the marginal sds;
+    one with neither covariance nor sds (randomized MAP's map_vector) is a histogram."""
+    diag = fits["ep"].copy()
+    sd = np.sqrt(np.diag(diag["fit"]["covariance_matrix"].values))
+    diag["fit"] = diag["fit"].to_dataset().drop_vars("covariance_matrix").assign(
+        sd_vector=(("rows",), sd))
+    no_gauss = fits["ref"].copy()
+    no_gauss["fit"] = xr.Dataset({"map_vector": (("rows",), sd)})
+    axes = plots.plot_posterior_marginals({"ref": no_gauss, "diag": diag}, reference="ref",
+                                          sort=None, max_panels=1, bins=10)
+    x, y = axes[0].lines[0].get_data()
+    mean = diag["fit"]["mean_vector"].values
+    np.testing.assert_allclose(y, _gauss(x, mean[0], sd[0]), rtol=1e-10)
 
 
 def test_posterior_marginals_bad_input(fits):

@@ -32,7 +32,8 @@ from pymc_crf.validation import generator
 __all__ = ["Prediction", "available_predictors", "average_over_draws", "averaged_marginals",
            "crf_attrs", "crf_layout", "draw_indices", "get_predictor", "log_potentials_for",
            "posterior_mean", "predict_average", "predict_bpe", "predict_hcrf_average",
-           "predict_map", "prediction", "register_predictor", "result_layout", "tables_at",
+           "predict_map", "prediction", "register_predictor", "result_gaussian",
+           "result_layout", "tables_at",
            "weight_draws", "weight_sets_at"]
 
 _PREDICTORS: dict[str, Callable[..., Prediction]] = {}
@@ -158,6 +159,43 @@ def check_result(result, what: str = "result", posterior: bool = True) -> None:
                         f"{type(result).__name__}")
     if posterior and "posterior" not in result.children:
         raise ValueError(f"{what} has no 'posterior' group (it has {list(result.children)})")
+
+
+@dataclass(frozen=True)
+class ResultGaussian:
+    """The Gaussian posterior of a result's ``fit`` group (``docs/fit_contract.md``): its mean,
+    its covariance (None when the result keeps only the marginal sds, ``sd_vector``), the
+    marginal variances and the names of the flat entries."""
+
+    mean: np.ndarray
+    cov: np.ndarray | None
+    var: np.ndarray
+    names: list[str]
+
+
+def result_gaussian(result: xr.DataTree) -> ResultGaussian | None:
+    """The Gaussian of ``result``'s ``fit`` group (``mean_vector`` with ``covariance_matrix``
+    or ``sd_vector``), None when it has none (MCMC, MAP, randomized MAP); a clear error where
+    its parts do not match or are not finite."""
+    check_result(result)
+    fit = result["fit"] if "fit" in result.children else None
+    if fit is None or "mean_vector" not in fit or not ("covariance_matrix" in fit
+                                                        or "sd_vector" in fit):
+        return None
+    mean = np.asarray(fit["mean_vector"].values, np.float64)
+    names = [str(r) for r in fit["rows"].values] if "rows" in fit.coords else []
+    if "covariance_matrix" in fit:
+        cov = np.asarray(fit["covariance_matrix"].values, np.float64)
+        d = mean.size
+        if cov.shape != (d, d) or not (np.isfinite(mean).all() and np.isfinite(cov).all()):
+            raise ValueError(f"the fit group's covariance_matrix {cov.shape} does not match its "
+                             f"mean_vector ({d},) or is not finite")
+        return ResultGaussian(mean, cov, np.diag(cov).copy(), names)
+    sd = np.asarray(fit["sd_vector"].values, np.float64)
+    if sd.shape != mean.shape or not (np.isfinite(mean).all() and np.isfinite(sd).all()):
+        raise ValueError(f"the fit group's sd_vector {sd.shape} does not match its mean_vector "
+                         f"{mean.shape} or is not finite")
+    return ResultGaussian(mean, None, sd**2, names)
 
 
 def result_layout(result: xr.DataTree, model: pm.Model | None = None) -> dict:
