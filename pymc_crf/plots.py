@@ -335,7 +335,10 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
             raise ValueError(f"no per-iteration trace named {missing}; available: {traces}")
         traces = var_names
     if not traces:
-        raise ValueError("the diagnostics have no per-iteration traces to plot")
+        per_draw = [str(v) for v in ds.data_vars if {"chain", "draw"} <= set(ds[v].dims)]
+        raise ValueError("the diagnostics have no per-iteration traces to plot" + (
+            f"; this result's are per draw ({per_draw}), one optimisation per draw rather "
+            "than one iterative fit" if per_draw else ""))
     changes = [v for v in traces if "change" in str(v)]
     panels: list[list[str]] = ([changes] if changes else []) + [[v] for v in traces if v not in changes]
     axes = _axes_grid(len(panels), ax, ncols=len(panels), panel_size=(3.6, 2.6))

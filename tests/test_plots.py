@@ -158,6 +158,9 @@ def test_convergence_traces_match_diagnostics(fits):
                                   fits["map"]["optimizer_result"]["objective_trace"].values)
     with pytest.raises(ValueError, match="no 'diagnostics'"):
         plots.plot_convergence(fits["ref"].copy().drop_nodes("diagnostics"))
+    per_draw = xr.Dataset({"draw_iterations": (("chain", "draw"), np.ones((1, 3)))})
+    with pytest.raises(ValueError, match=r"per draw \(\['draw_iterations'\]\)"):
+        plots.plot_convergence(per_draw)
 
 
 def test_marginals_chain_image_and_markers(fits):

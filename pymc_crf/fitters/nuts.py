@@ -9,6 +9,7 @@ import time
 import pymc as pm
 
 from pymc_crf.fitters.registry import register
+from pymc_crf.model.options import RENAMED
 from pymc_crf.model.random_field import find_random_field
 from pymc_crf.model.results import build_result
 from pymc_crf.validation import flag, real_number, whole_number
@@ -62,7 +63,6 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
 
 # names other tools use for pm.sample's options; pm.sample would pass them on to its step
 # methods, which ignore them
-_OLD_NAMES = {"seed": "random_seed", "n_draws": "draws", "n_chains": "chains"}
 
 
 def _refuse_typos(sample_kwargs: dict) -> None:
@@ -70,8 +70,8 @@ def _refuse_typos(sample_kwargs: dict) -> None:
     for key in sample_kwargs:
         if key in known:
             continue
-        if key in _OLD_NAMES:
-            raise ValueError(f"method='nuts' takes pm.sample's {_OLD_NAMES[key]!r}, not {key!r}")
+        if key in RENAMED:
+            raise ValueError(f"method='nuts' takes pm.sample's {RENAMED[key]!r}, not {key!r}")
         close = difflib.get_close_matches(key, known, n=1, cutoff=0.8)
         if close:
             raise ValueError(f"method='nuts' has no option {key!r}; did you mean {close[0]!r}? "

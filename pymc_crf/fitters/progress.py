@@ -13,7 +13,9 @@ from contextlib import contextmanager
 
 from pymc.progress_bar import create_simple_progress
 
-__all__ = ["FitProgress", "fit_progress", "track"]
+from pymc_crf.validation import flag
+
+__all__ = ["PYMC_LAYOUTS", "FitProgress", "fit_progress", "progress_flag", "track"]
 
 
 class FitProgress:
@@ -35,6 +37,24 @@ class FitProgress:
         self._backend.advance(self._task, n)
 
 
+#: the progress-bar layouts pm.sample takes besides True / False (each means "show" here)
+PYMC_LAYOUTS = ("combined", "split", "combined+stats", "stats+combined", "split+stats",
+                "stats+split")
+
+
+def progress_flag(progressbar, name: str = "progressbar") -> bool:
+    """``progressbar`` as a bool: True / False (as :func:`~pymc_crf.validation.flag` reads
+    them) or one of ``pm.sample``'s layouts (shown); anything else, such as ``"no"``, a
+    ValueError naming ``name``."""
+    if isinstance(progressbar, str) and progressbar in PYMC_LAYOUTS:
+        return True
+    try:
+        return flag(progressbar, name)
+    except ValueError:
+        raise ValueError(f"{name} must be True, False or one of pm.sample's layouts "
+                         f"{PYMC_LAYOUTS}; got {progressbar!r}") from None
+
+
 @contextmanager
 def fit_progress(description: str, total: int, progressbar: bool = True) -> Iterator[FitProgress]:
     """A progress bar for ``total`` iterations of a fit, shown while the ``with`` block runs.
@@ -53,7 +73,7 @@ def fit_progress(description: str, total: int, progressbar: bool = True) -> Iter
     FitProgress
         Call ``advance()`` once per iteration.
     """
-    backend = create_simple_progress(progressbar=bool(progressbar))
+    backend = create_simple_progress(progressbar=progress_flag(progressbar))
     with backend:
         task = backend.add_task(description, completed=0, total=int(total))
         bar = FitProgress(backend, task, total)

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pymc as pm
 from xarray import DataTree
 
+from pymc_crf.fitters.progress import progress_flag
 from pymc_crf.model.options import check_options
 from pymc_crf.validation import fitting, flag, generator
 
@@ -102,6 +103,8 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
     check_options(fitter, options, f"method={method!r}")  # a **kwargs fitter checks its own
     if "log_likelihood" in options:  # before the fit: "False" would be read as true after it
         flag(options["log_likelihood"], f"method={method!r}: log_likelihood")
+    if "progressbar" in options:  # "no" would show the bars
+        progress_flag(options["progressbar"], f"method={method!r}: progressbar")
     # the seed before the fit: some fitters draw from it only late or on some paths; the elements
     # of a per-chain list one by one (generator takes [1, True] as one sequence)
     seed = options.get("random_seed")

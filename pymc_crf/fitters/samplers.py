@@ -32,6 +32,7 @@ import pymc_crf.step_methods as step_methods
 from pymc_crf.fitters.laplace_proposal import LaplaceInit, laplace_init
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import warn_at_caller
+from pymc_crf.model.options import check_step_options
 from pymc_crf.model.results import build_result
 from pymc_crf.step_methods.field import RandomFieldTerm
 from pymc_crf.validation import generator, whole_number
@@ -40,6 +41,8 @@ __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 
 
 _AUTO = ("auto", "laplace")
+_FITTER_OPTIONS = ("draws", "tune", "chains", "cores", "random_seed", "progressbar", "initvals",
+                   "S", "start")
 
 
 def _laplace(field: RandomFieldTerm, S, start) -> LaplaceInit | None:
@@ -78,6 +81,8 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     # untransformed, distinct weights) is checked before the Bethe-Laplace proposal, whose
     # failure would otherwise only be a warning; the model is read here once, for the proposal,
     # the step and the result
+    check_step_options(step_cls, step_kwargs, f"method={method!r}", _FITTER_OPTIONS,
+                       managed=("S", "spec", "model", "rng", "initial_point", "tune", "blocked"))
     field = RandomFieldTerm(model, method)
     init = _laplace(field, S, start)
     proposal = "user"

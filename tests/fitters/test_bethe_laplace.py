@@ -2,6 +2,7 @@
 linear response against exact covariances, BL-BP = BL-MP on trees, pseudo-moment matching, the
 result contract and clear errors for models it cannot handle."""
 
+import json
 import warnings
 
 import numpy as np
@@ -109,6 +110,7 @@ def test_bl_bp_equals_bl_mp_on_a_tree():
                                atol=1e-6)
     np.testing.assert_allclose(bp.attrs["log_marginal_likelihood"],
                                mp.attrs["log_marginal_likelihood"], atol=1e-6)
+    assert json.loads(mp.attrs["settings"])["bp"] is None  # JSON null, not the string "None"
 
 
 def test_pseudo_moment_matching_reproduces_the_empirical_marginals_on_a_loopy_graph():
@@ -163,8 +165,10 @@ def test_hcrf_is_refused():
         te = pm.Normal("te", 0, 1, shape=(2, 2, 2))
         pmc.HCRF("c", graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
                  observed=np.array([0, 1]))
-    with pytest.raises(ValueError, match="hidden-variable"):
+    with pytest.raises(ValueError, match="hidden-variable .*contrastive Bethe free energy"):
         pmc.fit(m, method="bethe_laplace")
+    with pytest.raises(ValueError, match="hidden-variable .*fully observed log-linear"):
+        pmc.fit(m, method="randomized_map")
 
 
 def test_mrf_rows_of_the_wrong_length_are_refused():

@@ -261,8 +261,12 @@ def test_bad_input():
         pmc.fit(model, method="randomized_map", draws=5, antithetic=True, progressbar=False)
     with pytest.raises(ValueError, match="rule must be one of"):
         pmc.fit(model, method="randomized_map", rule="loose", progressbar=False)
-    with pytest.raises(ValueError, match="refine must be a whole number >= 0"):
-        pmc.fit(model, method="randomized_map", refine=-1, progressbar=False)
+    for bad in (-1, 2.7, True, "1"):
+        with pytest.raises(ValueError, match=r"refine \(HMC transitions per draw\) must be an "
+                                             r"integer >= 0"):
+            pmc.fit(model, method="randomized_map", refine=bad, progressbar=False)
+    with pytest.raises(ValueError, match="progressbar must be True, False or one of"):
+        pmc.fit(model, method="randomized_map", progressbar="no")
     hier = _hierarchical()
     with pytest.raises(ValueError, match="scale_draws must be at least 2"):
         pmc.fit(hier, method="randomized_map", scale_method="em", scale_draws=1,

@@ -78,6 +78,12 @@ def test_sampler_options_and_unsupported_models_are_refused_by_name(method):
                                  ("tune", -1, "tune must be an integer >= 0")):
         with pytest.raises(ValueError, match=f"{method}: {match}"):
             pmc.fit(m, method=method, **{option: value})
+    # options neither the fitter nor its step takes: refused before the Bethe-Laplace proposal
+    with pytest.raises(TypeError, match=f"method='{method}' takes 'random_seed', not 'seed'"):
+        pmc.fit(m, method=method, seed=1)
+    with pytest.raises(TypeError, match=f"method='{method}' has no option 'drawz'; its options: "
+                                        "draws, tune, chains"):
+        pmc.fit(m, method=method, drawz=5)
     step_option = {"bethe_mh": "scaling", "exchange": "scaling", "langevin_cd": "step_size"}
     with pytest.raises(ValueError, match=f"{step_option[method]} must be a number > 0 and finite"):
         pmc.fit(m, method=method, draws=5, tune=5, chains=1, **{step_option[method]: np.inf})

@@ -168,7 +168,8 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
                    "bp_max_change": np.float64(np.nan if rep is None else rep["max_change"].max()),
                    "log_likelihood_at_map": np.float64(fit.log_likelihood),
                    "log_prior_at_map": np.float64(fit.log_prior)}
-    settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
+    settings = {"map": map, "covariance": covariance, "bp": None if bp is None else repr(bp),
+                "maxiter": int(maxiter),
                 "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed}
     return build_result(problem.model, draws, method, settings, time.perf_counter() - t0,
                         mean_vector=fit.mean, covariance_matrix=fit.covariance,
@@ -304,7 +305,8 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
               else pt.log_evidence)
     pointwise = ({spec.observed_name: pointwise_log_likelihood(problem, flat)}
                  if log_likelihood else None)
-    settings = {"map": map, "covariance": covariance, "bp": repr(bp), "maxiter": int(maxiter),
+    settings = {"map": map, "covariance": covariance, "bp": None if bp is None else repr(bp),
+                "maxiter": int(maxiter),
                 "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed,
                 "hyperprior": hyperprior, "integrate_scales": integrate_scales,
                 "scale_tol": scale_tol, "scale_maxiter": scale_maxiter, "refine": refine}

@@ -36,11 +36,17 @@ __all__ = ["WeightProblem", "weight_problem", "exact_engine", "bp_engine"]
 def _refuse_hcrf(model: pm.Model, method: str) -> None:
     if not observes(model, HCRFRV):
         return
+    if method in ("bethe_laplace", "laplace"):
+        why = ("the hidden-variable Bethe-Laplace approximation (Welling & Parise 2006, eqs. "
+               "17-22) needs the MAP of the contrastive Bethe free energy to keep its covariance "
+               "positive definite, which is not implemented")
+    else:
+        why = ("its data perturbation is that of a fully observed log-linear likelihood, whose "
+               "Hessian is the covariance of its sufficient statistics; an HCRF's hidden states "
+               "break that (and make the objective non-concave)")
     raise ValueError(
-        f"method={method!r} does not handle hidden-variable models (pmc.HCRF): the hidden-variable "
-        "Bethe-Laplace approximation (Welling & Parise 2006, eqs. 17-22) needs the MAP of the "
-        "contrastive Bethe free energy to keep its covariance positive definite, which is not "
-        "implemented. Use method='nuts', 'map' or 'bp_hcrf_vi' for HCRFs.")
+        f"method={method!r} does not handle hidden-variable models (pmc.HCRF): {why}. Use "
+        "method='nuts', 'map' or 'bp_hcrf_vi' for HCRFs.")
 
 
 @dataclass

@@ -132,10 +132,7 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
     gtol = positive_number(gtol, "gtol")
     maxiter = whole_number(maxiter, "maxiter")
-    refine = int(refine)
-    if refine < 0:
-        raise ValueError(f"refine must be a whole number >= 0 (HMC transitions per draw); got "
-                         f"{refine}")
+    refine = whole_number(refine, "refine (HMC transitions per draw)", minimum=0)
     total = n_chains * n_draws
     G = problem.n_scales
     if scale_method not in ("em", "gibbs"):
