@@ -288,9 +288,32 @@ class LoopyEngine(Engine):
         """Argmax of the node beliefs of :meth:`decoding_run`, with the exact unnormalised log
         score of that labelling. For BP's max-product beliefs it is the MAP on trees without ties
         (a heuristic on loopy graphs); for sum-product or mean-field beliefs (TreeEP, mean field)
-        it is the per-node most probable label, which need not be the MAP even on a chain."""
+        it is the per-node most probable label, which need not be the MAP even on a chain.
+
+        Under hard constraints (-inf potentials) the beliefs' argmax can be a labelling of
+        probability zero: on such graphs the labelling is replaced by the best of iterated
+        conditional modes from the beliefs, the node potentials and random starts
+        (:func:`labelling_bound`), and an :class:`ApproximateInferenceWarning` names the graphs
+        where no start reaches a labelling of positive probability."""
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
-        return decode(batch, node, edge, self.decoding_run(batch, node, edge).log_node)
+        log_node = self.decoding_run(batch, node, edge).log_node
+        res = decode(batch, node, edge, log_node)
+        zero = res.score == -np.inf
+        if not zero.any():
+            return res
+        other = labelling_bound(batch, node, edge, log_node, unsettled=zero)
+        better = zero & (other.score > res.score)
+        labels = np.where(better[batch.node_graph], other.labels, res.labels)
+        score = np.where(better, other.score, res.score)
+        still = np.flatnonzero(score == -np.inf)
+        if self.warn and still.size:
+            warn_at_caller(
+                f"{self.method}: MAP decoding of graphs {still.tolist()} found only labellings "
+                "of probability zero (score -inf: hard constraints the beliefs' argmax and "
+                "local search do not meet); the model may have no allowed labelling there, or "
+                "the approximate beliefs miss it: use an exact engine (junction tree) if the "
+                "graphs allow it", ApproximateInferenceWarning)
+        return MapResult(labels, score)
 
     def sample(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int,
                rng: np.random.Generator | int | None = None) -> np.ndarray:

@@ -312,3 +312,37 @@ def test_no_silent_bound_violation_on_200_random_small_loopy_graphs():
     assert c["unwarned_violations"] == 0
     assert c["violated_without_restarts"] == c["warned_without_restarts"] == 19
     assert c["fixed_by_restarts"] == 16 and c["violated"] == c["warned"] == 3
+
+
+def test_map_decoding_under_hard_constraints_reaches_an_allowed_labelling():
+    """On a 2 x 3 grid with -inf potentials the max-product beliefs' argmax has probability zero
+    (score -inf) though allowed labellings exist: the decoding moves to the best of ICM's starts
+    (here the junction tree's MAP) without a warning; where no allowed labelling exists at all,
+    it says so."""
+    ninf = -np.inf
+    b = GraphBatch.from_edges([[[0, 3], [0, 1], [1, 4], [1, 2], [2, 5], [3, 4], [4, 5]]], [6])
+    node = np.array([[0., ninf, 1067.99], [0., ninf, -247.92], [0., 173.81, -853.96],
+                     [0., 2054.32, -109.77], [0., 1132.95, 1654.05], [0., 1184.15, 133.07]])
+    edge = np.array([
+        [[0., -567.56, ninf], [224.33, -217.45, ninf], [ninf, ninf, -4.12]],
+        [[0., ninf, 988.95], [291.61, -860.22, -350.45], [ninf, -685.93, -1588.74]],
+        [[0., ninf, ninf], [ninf, ninf, -1307.18], [ninf, ninf, -2733.50]],
+        [[0., ninf, 1692.27], [-43.13, ninf, -1695.37], [ninf, 79.57, ninf]],
+        [[0., ninf, ninf], [510.95, 1072.92, ninf], [ninf, 1181.04, -973.08]],
+        [[0., ninf, ninf], [1684.91, ninf, 256.88], [ninf, 853.97, -175.69]],
+        [[0., ninf, 71.05], [245.70, ninf, 148.85], [341.12, 47.67, 1086.53]]])
+    assert labelling_score(b, node, edge, np.argmax(
+        BeliefPropagation().decoding_run(b, node, edge).log_node, axis=1))[0] == ninf
+    exact = JunctionTree().map_assignment(b, node, edge)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", ApproximateInferenceWarning)
+        res = BeliefPropagation().map_assignment(b, node, edge)
+    np.testing.assert_array_equal(res.labels, exact.labels)
+    assert res.score[0] == pytest.approx(exact.score[0])
+    # no allowed labelling: a triangle whose edges forbid every pair
+    tri = GraphBatch.from_edges([[[0, 1], [1, 2], [0, 2]]], [3])
+    with pytest.warns(ApproximateInferenceWarning, match=r"graphs \[0\] found only labellings "
+                                                        "of probability zero"):
+        res = BeliefPropagation().map_assignment(tri, np.zeros((3, 2)),
+                                                 np.full((3, 2, 2), ninf))
+    assert res.score[0] == ninf
