@@ -4,8 +4,9 @@ A ``pmc.CRF`` whose observed labels are partly missing (masked, NaN or ``-1``) s
 labels out of its likelihood, so every fitter that handles it (``pm.sample`` / NUTS, MAP) fits the
 weights alone, as PyMC does when a discrete variable is marginalised. The missing labels are then
 drawn after the fact, for each posterior draw ``w_s``, from their exact conditional
-``p(y_miss | y_obs, x, w_s)`` (the engine on tables clamped to the observed labels,
-:mod:`pymc_crf.inference.clamp`): a posterior predictive draw of the labels, and the conditional
+``p(y_miss | y_obs, x, w_s)`` (an exact engine on tables clamped to the observed labels,
+:mod:`pymc_crf.inference.clamp`, even for a model on loopy BP; the model's approximate engine,
+with a warning, only beyond the junction tree's reach): a posterior predictive draw of the labels, and the conditional
 marginals averaged over the draws (Rao-Blackwellised, so they carry no sampling noise of the labels).
 
 PyMC's automatic imputation instead splits a variable into observed and missing parts and samples
@@ -24,6 +25,8 @@ import numpy as np
 import pymc as pm
 import xarray as xr
 
+from pymc_crf.inference.base import ApproximateInferenceWarning, warn_at_caller
+from pymc_crf.inference.select import get_engine
 from pymc_crf.model.objective import CRFLogLikelihood
 from pymc_crf.model.predictors import crf_attrs, log_potentials_for, weight_draws
 from pymc_crf.model.spec import extract_crf
@@ -94,6 +97,17 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
     missing = ~obs.observed[part.nodes]
     nodes = part.nodes[missing]
     engine = lik.engine
+    if not engine.exact:
+        # a model fitted with an approximate engine (inference="bp", or graphs too wide for the
+        # junction tree): the conditional is exact wherever an exact engine runs on the graphs
+        auto = get_engine("auto", part.batch, warn=False)
+        if auto.exact:
+            engine = auto
+        else:
+            warn_at_caller(f"pmc.impute: the graphs with missing labels are beyond the exact "
+                           f"engines' reach, so the conditional marginals are {engine.name}'s "
+                           f"approximation ({engine.approximation}), not the exact conditional",
+                           ApproximateInferenceWarning)
     marg = np.zeros((nodes.size, spec.n_labels))
     label_draws = np.empty((keep.size, nodes.size), np.int64)
     fields = SimpleNamespace(graphs=b, node_features=spec.node_features,
