@@ -6,8 +6,9 @@ weights alone, as PyMC does when a discrete variable is marginalised. The missin
 drawn after the fact, for each posterior draw ``w_s``, from their exact conditional
 ``p(y_miss | y_obs, x, w_s)`` (an exact engine on tables clamped to the observed labels,
 :mod:`pymc_crf.inference.clamp`, even for a model on loopy BP; the model's approximate engine,
-with a warning, only beyond the junction tree's reach): a posterior predictive draw of the labels, and the conditional
-marginals averaged over the draws (Rao-Blackwellised, so they carry no sampling noise of the labels).
+with a warning, only beyond the junction tree's reach): a posterior predictive draw of the
+labels, and the conditional marginals averaged over the draws (Rao-Blackwellised, so they carry
+no sampling noise of the labels).
 
 PyMC's automatic imputation instead splits a variable into observed and missing parts and samples
 the missing part inside MCMC; for a label vector whose entries interact through the graph that

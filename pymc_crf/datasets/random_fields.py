@@ -122,6 +122,10 @@ def _interval_mixture(rng: np.random.Generator, d: float, eps: float, size: int)
     return low + eps * rng.random(size)
 
 
+#: the largest random structure whose labellings parise_welling_random_structure enumerates
+_MAX_ENUMERATED_NODES = 20
+
+
 def parise_welling_random_structure(n_nodes: int = 5, d: float = 0.5 / 4,
                                     epsilon: float = 0.1 / 4, n_samples: int = 10000,
                                     edge_prob: float = 0.5, parameterization: str = "boltzmann",
@@ -156,6 +160,10 @@ def parise_welling_random_structure(n_nodes: int = 5, d: float = 0.5 / 4,
         raise ValueError(f"parameterization must be 'boltzmann' or 'ising'; got "
                          f"{parameterization!r}")
     n_nodes = whole_number(n_nodes, "n_nodes", minimum=2)
+    if n_nodes > _MAX_ENUMERATED_NODES:
+        raise ValueError(f"n_nodes={n_nodes}: the samples are exact by enumerating all 2^n_nodes "
+                         f"labellings, which this generator does up to n_nodes="
+                         f"{_MAX_ENUMERATED_NODES}")
     n_samples = whole_number(n_samples, "n_samples")
     edge_prob = positive_number(edge_prob, "edge_prob")
     if edge_prob > 1.0:
@@ -172,7 +180,8 @@ def parise_welling_random_structure(n_nodes: int = 5, d: float = 0.5 / 4,
     b = rng.uniform(-1.0, 1.0, size=n_nodes)
     node, edge = _tables(graph, parameterization, b, w)
     # exact sampling by exhaustive enumeration, as the paper
-    samples = BruteForce().sample(graph, node, edge, n_samples, rng)
+    samples = BruteForce(max_configurations=2**_MAX_ENUMERATED_NODES).sample(graph, node, edge,
+                                                                             n_samples, rng)
     return MRFData(graph, samples, b, w, parameterization,
                    description="Parise & Welling 2006 sec. 4.1: random structure on "
                                f"{n_nodes} nodes, d={d:g}, eps={epsilon:g}",

@@ -10,6 +10,7 @@ Everything is validated once, here, so that the numba engines below can trust th
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from functools import cached_property
 from typing import Any, TypeVar
@@ -246,6 +247,13 @@ class GraphBatch:
         return (f"GraphBatch({self.n_graphs} graphs, {self.n_total_nodes} nodes, "
                 f"{self.n_edges} edges: {kinds})")
 
+    def _graph_id(self, g) -> int:
+        """One graph index, checked as :meth:`graph_ids` checks them (a bool or a fraction is no
+        index)."""
+        if isinstance(g, bool | np.bool_) or not isinstance(g, numbers.Integral | np.integer):
+            raise GraphStructureError(f"a graph index must be an integer; got {g!r}")
+        return int(self.graph_ids([g])[0])
+
     def graph_ids(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """``graphs`` as int64 ids, each in 0..G-1 (negative ids would slice the offsets wrongly)."""
         ids = np.asarray(graphs)
@@ -264,6 +272,8 @@ class GraphBatch:
         return self.edges[lo:hi] - self.node_offsets[g]
 
     def to_networkx(self, g: int) -> nx.Graph:
+        """Graph ``g`` as a networkx graph on local node ids 0..n-1."""
+        g = self._graph_id(g)
         G = nx.Graph()
         G.add_nodes_from(range(int(self.n_nodes[g])))
         G.add_edges_from(map(tuple, self.local_edges(g).tolist()))
@@ -369,8 +379,7 @@ class GraphBatch:
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of "
                              f"{HEURISTICS}")
-        if not 0 <= g < self.n_graphs:
-            raise ValueError(f"graph index {g} out of range 0..{self.n_graphs - 1}")
+        g = self._graph_id(g)
         return self.cached(
             ("junction_tree", heuristic, self.structure_key(g)),
             lambda: junction_tree_from_edges(int(self.n_nodes[g]), self.local_edges(g), heuristic))
@@ -395,6 +404,8 @@ class GraphBatch:
         if heuristic not in HEURISTICS:
             raise ValueError(f"unknown triangulation heuristic {heuristic!r}; use one of "
                              f"{HEURISTICS}")
+        if limit is not None:
+            limit = whole_number(limit, "treewidth limit", minimum=0)
         out = np.empty(self.n_graphs, dtype=np.int64)
         # widths of shapes whose elimination stopped above some limit (a lower bound on the width)
         over: dict[tuple, int] = self.cached(("treewidth_over_limit", heuristic), dict)

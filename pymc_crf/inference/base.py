@@ -111,6 +111,9 @@ def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.nd
     """Validate shapes and finiteness of log-potential tables; returns them as contiguous,
     writeable float64 arrays (the inputs themselves where they already are: see
     :func:`~pymc_crf.inference.kernels.writeable`)."""
+    if not isinstance(batch, GraphBatch):
+        raise TypeError(f"the engines take a GraphBatch; got {type(batch).__name__} "
+                        "(pmc.GraphBatch.from_networkx converts networkx graphs)")
     if np.iscomplexobj(node_logpot) or np.iscomplexobj(edge_logpot):
         raise ValueError("log-potentials must be real numbers; got a complex array")
     node = writeable(np.ascontiguousarray(node_logpot, dtype=np.float64))

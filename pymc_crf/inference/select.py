@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import warnings
 
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import ApproximateInferenceWarning, Engine
 from pymc_crf.inference.bp import BeliefPropagation
 from pymc_crf.inference.brute_force import BruteForce
@@ -72,6 +72,7 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
         without a log Z estimate (Gibbs) with a ValueError, before any model is evaluated.
     """
     warn, need_log_z = flag(warn, "warn"), flag(need_log_z, "need_log_z")
+    batch = as_graph_batch(batch)
     # 1.9 would compare as a limit below 2 and send a treewidth-2 graph to loopy BP
     max_treewidth = whole_number(max_treewidth, "max_treewidth", minimum=0)
     if isinstance(inference, Engine):

@@ -36,11 +36,11 @@ from pytensor.graph.traversal import ancestors
 from pytensor.link.numba.dispatch.basic import get_numba_type, register_funcify_and_cache_key
 from pytensor.tensor import TensorLike
 from pytensor.tensor.rewriting.basic import register_specialize
-from pytensor.tensor.variable import TensorVariable
+from pytensor.tensor.variable import TensorConstant, TensorVariable
 
 from pymc_crf.feature_products import is_sparse, source_key
-from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, forms_feature_tables
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
+from pymc_crf.inference.base import Engine, check_potentials, forms_feature_tables
 from pymc_crf.inference.select import get_engine, require_log_z
 from pymc_crf.potentials import Potential, constant_row, get_potential
 
@@ -399,8 +399,17 @@ def log_partition(node_logpot: TensorLike, edge_logpot: TensorLike, batch: Graph
     -------
     TensorVariable, shape (G,)
     """
+    batch = as_graph_batch(batch)  # networkx graphs too, as pmc.CRF takes them
     engine = get_engine(inference, batch, max_treewidth=max_treewidth, need_log_z=True)
-    return LogPartition(batch, engine)(node_logpot, edge_logpot)
+    node, edge = pt.as_tensor_variable(node_logpot), pt.as_tensor_variable(edge_logpot)
+    if node.type.ndim == 2 and node.type.shape[1] is not None:
+        engine.check_size(batch, int(node.type.shape[1]))  # e.g. brute force: refused here
+    out = LogPartition(batch, engine)(node, edge)  # its static shapes checked by make_node
+    if isinstance(node, TensorConstant) and isinstance(edge, TensorConstant):
+        # constant tables are folded while the graph compiles, where a refusal would come as
+        # PyTensor's rewrite-failure tracebacks before the error: checked here instead
+        check_potentials(batch, node.data, edge.data)
+    return out
 
 
 # ---------------------------------------------------------------------------- numba backend

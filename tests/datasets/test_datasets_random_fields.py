@@ -81,6 +81,9 @@ def test_grid_parameters_samples_and_model():
     ("welling_parise_grid", {"n_samples": 3.9}, "n_samples must be an integer >= 1; got 3.9"),
     ("welling_parise_grid", {"rows": 2.5}, "rows must be an integer >= 1; got 2.5"),
     ("parise_welling_random_structure", {"n_nodes": 1}, "n_nodes must be an integer >= 2; got 1"),
+    ("parise_welling_random_structure", {"n_nodes": 21},
+     r"n_nodes=21: the samples are exact by enumerating all 2\^n_nodes labellings, .* up to "
+     "n_nodes=20"),
 ])
 def test_bad_generator_arguments(make, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -76,6 +76,20 @@ def test_invalid_constructors():
         GraphBatch.from_networkx([nx.DiGraph([(0, 1)])])
 
 
+def test_graph_indices_and_limits_are_checked():
+    b = GraphBatch.chains([2, 3])
+    for g in (-1, 5):
+        with pytest.raises(GraphStructureError, match=f"graph id {g} is outside 0..1"):
+            b.to_networkx(g)
+    for g in (1.5, True):
+        with pytest.raises(GraphStructureError, match="a graph index must be an integer"):
+            b.junction_tree(g)
+    for limit in (2.5, -3):
+        with pytest.raises(ValueError, match="treewidth limit must be an integer >= 0"):
+            b.treewidth(limit=limit)
+    assert b.junction_tree(np.int64(1)).treewidth == 1
+
+
 def test_from_networkx_multigraphs_and_directed_graphs():
     # a multigraph used to fail with "too many values to unpack (expected 2)": iterating its
     # edge view gives (u, v, key) triples
@@ -141,7 +155,7 @@ def test_junction_tree_and_treewidth_are_cached_per_shape():
     assert b.treewidth_is_exact(1)
     big = GraphBatch.grid(12, 12)
     assert big.treewidth(limit=3)[0] > 3 and not big.treewidth_is_exact(0)
-    with pytest.raises(ValueError, match="out of range"):
+    with pytest.raises(ValueError, match="outside 0..2"):
         b.junction_tree(3)
     with pytest.raises(ValueError, match="heuristic"):
         b.treewidth("greedy")

@@ -1,5 +1,6 @@
 import warnings
 
+import networkx as nx
 import numpy as np
 import pytensor
 import pytensor.tensor as pt
@@ -136,6 +137,19 @@ def test_static_shape_mismatches_are_refused_when_the_graph_is_built():
     n, e = pt.dmatrix("n"), pt.tensor3("e", dtype="float64")
     lz = log_partition(n, e, b)
     assert lz.eval({n: np.zeros((5, K)), e: np.zeros((1, K, K))}).shape == (2,)
+    # constant tables are checked here (else constant folding logs rewrite tracebacks first),
+    # an engine's size limit as soon as K is known, and a networkx graph is read as pmc.CRF does
+    with pytest.raises(ValueError, match="log-potentials contain NaN"):
+        log_partition(np.full((5, K), np.nan), np.zeros((3, K, K)), b)
+    with pytest.raises(ValueError, match="brute_force: graph 0 has 2\\^30 labellings"):
+        log_partition(pt.dmatrix("n", shape=(30, 2)), np.zeros((29, 2, 2)),
+                      GraphBatch.chains([30]), inference="brute_force")
+    lz = log_partition(np.zeros((3, 2)), np.zeros((2, 2, 2)), nx.path_graph(3))
+    np.testing.assert_allclose(lz.eval(), [3 * np.log(2)])
+    from pymc_crf.inference import JunctionTree
+
+    with pytest.raises(TypeError, match="the engines take a GraphBatch; got Graph"):
+        JunctionTree().log_partition(nx.path_graph(3), np.zeros((3, 2)), np.zeros((2, 2, 2)))
 
 
 @pytest.mark.parametrize("bad", ["inf", "nan", "edge_rows", "node_rows", "edge_k"])
