@@ -250,6 +250,25 @@ def labelling_score(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
     return s.reshape(S, G) if labels.ndim == 2 else s
 
 
+def impossible_graphs(graphs) -> ValueError:
+    """The error for graphs on which every labelling has a -inf log-potential (Z = 0)."""
+    return ValueError(f"graphs {list(map(int, graphs))} allow no labelling: every labelling has "
+                      "a -inf log-potential (contradictory hard constraints), so log Z is -inf "
+                      "and there is nothing to sample")
+
+
+def checked_draws(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
+                  draws: np.ndarray) -> np.ndarray:
+    """``draws`` (n, N) of an exact sampler, after refusing the graphs whose first draw has
+    probability zero: an exact sampler draws such a labelling only where the model allows none
+    (it returned one anyway, silently)."""
+    if draws.shape[0]:
+        bad = np.flatnonzero(labelling_score(batch, node, edge, draws[0]) == -np.inf)
+        if bad.size:
+            raise impossible_graphs(bad)
+    return draws
+
+
 def decode(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
            log_beliefs: np.ndarray) -> MapResult:
     """The labelling maximising each node's belief, with its exact unnormalised log score."""

@@ -12,7 +12,13 @@ import numpy as np
 from scipy.special import logsumexp
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import Engine, MapResult, Marginals, check_potentials
+from pymc_crf.inference.base import (
+    Engine,
+    MapResult,
+    Marginals,
+    check_potentials,
+    impossible_graphs,
+)
 from pymc_crf.validation import generator, positive_number, whole_number
 
 __all__ = ["BruteForce"]
@@ -101,6 +107,10 @@ class BruteForce(Engine):
         out = np.empty((n_samples, batch.n_total_nodes), np.int64)
         for g in range(batch.n_graphs):
             configs, s, _, _ = self._enumerate(batch, node, edge, g)
+            if np.all(s == -np.inf):
+                if n_samples:
+                    raise impossible_graphs([g])
+                continue
             p = np.exp(s - logsumexp(s))
             pick = rng.choice(len(p), size=n_samples, p=p / p.sum())
             out[:, batch.node_offsets[g]:batch.node_offsets[g + 1]] = configs[pick]

@@ -36,6 +36,7 @@ from pymc_crf.inference.base import (
     Marginals,
     check_direction,
     check_potentials,
+    checked_draws,
 )
 from pymc_crf.validation import generator, whole_number
 
@@ -608,7 +609,7 @@ class JunctionTree(Engine):
             _sample_kernel(n0s, e0s, node, edge2, out, rng, K, c.tab_off, c.parent, c.blk,
                            c.msg_off, c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx,
                            c.fac_kind, c.fac_id, c.sep_len, c.cvar_off, c.cvars)
-        return out
+        return checked_draws(batch, node, edge, out)
 
     def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)

@@ -83,3 +83,20 @@ def test_named_engines_that_cannot_run_say_why():
         get_engine("loopy", loop)
     eng = TreeEP()
     assert get_engine(eng, loop) is eng
+
+
+@pytest.mark.parametrize("name", ["chain", "junction_tree", "bp", "brute_force", "tree_ep",
+                                  "mean_field"])
+def test_sampling_a_graph_that_allows_no_labelling_is_refused(name):
+    """Node constraints x0 = 0, x1 = 1 against edges that force equal neighbours: Z = 0. An
+    exact sampler could only return labellings of probability zero, so it says so instead."""
+    b = GraphBatch.chains([3])
+    node = np.array([[0, -np.inf], [-np.inf, 0], [0, 0]])
+    edge = np.array([[[0, -np.inf], [-np.inf, 0]]] * 2)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        engine = get_engine(name, b)
+    assert engine.log_partition(b, node, edge)[0] == -np.inf
+    with pytest.raises(ValueError, match=r"graphs \[0\] allow no labelling"):
+        engine.sample(b, node, edge, 3, 0)
+    assert engine.sample(b, node, edge, 0, 0).shape == (0, 3)

@@ -13,6 +13,7 @@ from pymc_crf.inference.base import (
     Marginals,
     check_feature_tables,
     check_potentials,
+    checked_draws,
 )
 from pymc_crf.inference.chain.dispatch import (
     _forward_backward_features_from_numba,
@@ -139,7 +140,8 @@ class ChainEngine(Engine):
         la = _log_forward_messages(node, edge, batch.node_offsets, batch.edge_offsets)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
         u = generator(rng, "rng").random((n_samples, batch.n_total_nodes))
-        return _ffbs(la, edge, batch.node_offsets, batch.edge_offsets, u)
+        return checked_draws(batch, node, edge,
+                             _ffbs(la, edge, batch.node_offsets, batch.edge_offsets, u))
 
     def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
         node, edge = self._check(batch, node_logpot, edge_logpot)
