@@ -663,11 +663,8 @@ def _count_range(path: str, start: int, stop: int, bias: bool) -> tuple[Counter,
     """Feature document counts (tokens per feature name, as ``FeatureVectorizer.fit`` counts
     them) and the tag set of one sentence range (runs on a worker)."""
     words, pos, tags = read_conll_range(path, start, stop)
-    vec = FeatureVectorizer(min_freq=1, bias=bias)
-    counts: Counter[str] = Counter()
-    for s, (w, p) in enumerate(zip(words, pos, strict=True)):
-        for t, token in enumerate(token_features(w, p)):
-            counts.update({name for name, _ in vec._items(token, (s, t))})
+    counts = FeatureVectorizer(min_freq=1, bias=bias).feature_counts(
+        token_features(w, p) for w, p in zip(words, pos, strict=True))
     return counts, {t for s in tags for t in s}
 
 
@@ -684,11 +681,7 @@ def conll_vocabulary(client: Client, path: str | Path, ranges: Sequence[tuple[in
     for c, t in client.gather(futures):
         counts.update(c)
         tags |= t
-    vec = FeatureVectorizer(min_freq=min_freq, bias=bias)
-    names = sorted(n for n, c in counts.items() if c >= vec.min_freq)
-    vec.feature_names_ = ["bias", *names] if vec.bias else names
-    vec.vocabulary_ = {n: i for i, n in enumerate(vec.feature_names_)}
-    return vec, sorted(tags)
+    return FeatureVectorizer(min_freq=min_freq, bias=bias).fit_counts(counts), sorted(tags)
 
 
 def conll_shard(path: str | Path, start: int, stop: int, vectorizer: FeatureVectorizer,

@@ -35,6 +35,8 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse
+from sklearn.base import BaseEstimator, TransformerMixin
+from sklearn.exceptions import NotFittedError
 
 from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.batch import GraphBatch
@@ -51,10 +53,16 @@ COUNT_EDGES = (2, 4, 16)
 
 
 def _token_items(token: Mapping[str, Any], where: tuple[int, int]):
-    """``(column name, value)`` pairs of one token dict (zeros dropped), with clear errors."""
+    """``(column name, value)`` pairs of one token dict (zeros dropped), with clear errors. A
+    token given as a list of feature strings (python-crfsuite's form) has each string as a
+    column of value 1."""
+    if isinstance(token, list | tuple) and all(isinstance(f, str) for f in token):
+        for name in token:
+            yield name, 1.0
+        return
     if not isinstance(token, Mapping):
         raise TypeError(f"token {where[1]} of sentence {where[0]} must be a dict of feature name "
-                        f"-> value; got {type(token).__name__}")
+                        f"-> value (or a list of feature strings); got {type(token).__name__}")
     for name, value in token.items():
         if isinstance(value, str):
             yield f"{name}={value}", 1.0
@@ -87,7 +95,10 @@ def _check_user_bias(value: float, where: tuple[int, int]) -> None:
 _VECTORIZER_DOCS = {
     "sentences": """
         sentences : iterable of sentences
-            Each a sequence of token dicts. Read once, so a generator is fine.""",
+            Each a sequence of tokens: dicts of feature name -> value (a str value ``v`` of
+            feature ``f`` is the indicator column ``"f=v"``; bool and numbers are the column
+            ``f`` with that value), or lists of feature strings, each a column of value 1, as
+            python-crfsuite takes them. Read once, so a generator is fine.""",
     "user_bias": """
         ValueError
             If ``bias=True`` and a token has its own ``"bias"`` feature with a value other than 1:
@@ -97,7 +108,7 @@ _VECTORIZER_DOCS = {
 }
 
 
-class FeatureVectorizer:
+class FeatureVectorizer(TransformerMixin, BaseEstimator):
     """Map sentences of per-token feature dicts to a sparse (tokens, features) CSR matrix.
 
     Parameters
@@ -152,12 +163,20 @@ class FeatureVectorizer:
 
     def __init__(self, min_freq: int = 1, bias: bool = True,
                  templates: Mapping[str, str] | Callable[[str], str] | None = None):
-        self.min_freq = whole_number(min_freq, "min_freq")
-        self.bias = flag(bias, "bias")
-        if templates is not None and not (isinstance(templates, Mapping) or callable(templates)):
-            raise TypeError("templates must be a mapping of feature name -> template name or a "
-                            f"callable of the column name; got {type(templates).__name__}")
+        # stored as given and checked by fit, as scikit-learn estimators do (clone, set_params)
+        self.min_freq = min_freq
+        self.bias = bias
         self.templates = templates
+
+    def _checked_params(self) -> tuple[int, bool]:
+        """``min_freq`` and ``bias`` checked (clear errors for bad values), and ``templates``."""
+        min_freq = whole_number(self.min_freq, "min_freq")
+        bias = flag(self.bias, "bias")
+        t = self.templates
+        if t is not None and not (isinstance(t, Mapping) or callable(t)):
+            raise TypeError("templates must be a mapping of feature name -> template name or a "
+                            f"callable of the column name; got {type(t).__name__}")
+        return min_freq, bias
 
     def _template(self, column: str) -> str:
         """The template (group) name of a column (class docstring, ``templates``)."""
@@ -175,18 +194,20 @@ class FeatureVectorizer:
         (which must be 1) is that same column 0 and is left out here; with it off, ``"bias"`` is
         an ordinary feature."""
         for name, value in _token_items(token, where):
-            if self.bias and name == "bias":
+            if self.bias_ and name == "bias":
                 _check_user_bias(value, where)
                 continue
             yield name, value
 
     @fill_doc(_VECTORIZER_DOCS)
-    def fit(self, sentences: Iterable[Sentence]) -> FeatureVectorizer:
+    def fit(self, sentences: Iterable[Sentence], y=None) -> FeatureVectorizer:
         """Build the vocabulary from training sentences.
 
         Parameters
         ----------
         %(sentences)s
+        y : ignored
+            Accepted so that the vectorizer is a scikit-learn transformer (a ``Pipeline`` step).
 
         Returns
         -------
@@ -197,18 +218,31 @@ class FeatureVectorizer:
         ------
         %(user_bias)s
         """
+        return self.fit_counts(self.feature_counts(sentences))
+
+    def feature_counts(self, sentences: Iterable[Sentence]) -> Counter[str]:
+        """The number of tokens of ``sentences`` in which each feature name occurs: what
+        :meth:`fit` keeps by ``min_freq``; counts of parts of a corpus add up to the whole's
+        (the Dask workers count their shards, :func:`pymc_crf.distributed.conll_vocabulary`)."""
+        self.bias_ = self._checked_params()[1]
         counts: Counter[str] = Counter()
         for s, sentence in enumerate(sentences):
             for t, token in enumerate(sentence):
                 counts.update({name for name, _ in self._items(token, (s, t))})
-        names = sorted(n for n, c in counts.items() if c >= self.min_freq)
-        if self.bias:
-            names = ["bias", *names]
-        return self._with_columns(names)
+        return counts
+
+    def fit_counts(self, counts: Mapping[str, int]) -> FeatureVectorizer:
+        """Fix the vocabulary from feature counts (:meth:`feature_counts`, possibly summed over
+        parts of the corpus): the names occurring in at least ``min_freq`` tokens, sorted, after
+        the bias column."""
+        min_freq, bias = self._checked_params()
+        names = sorted(n for n, c in counts.items() if c >= min_freq)
+        return self._with_columns(["bias", *names] if bias else names)
 
     def _with_columns(self, names: list[str]) -> FeatureVectorizer:
         """Fix the columns to ``names`` (in order) and their templates: what :meth:`fit` learns,
         and what a vectorizer restored from its column names (``CRFTagger.from_netcdf``) gets."""
+        self.bias_ = self._checked_params()[1]
         self.feature_names_ = list(names)
         self.vocabulary_ = {n: i for i, n in enumerate(self.feature_names_)}
         order: dict[str, int] = {}
@@ -241,7 +275,14 @@ class FeatureVectorizer:
 
     def _check_fitted(self) -> None:
         if not hasattr(self, "vocabulary_"):
-            raise ValueError("FeatureVectorizer is not fitted: call fit(training_sentences) first")
+            raise NotFittedError("FeatureVectorizer is not fitted: call fit(training_sentences) "
+                                 "first")
+
+    def get_feature_names_out(self, input_features=None) -> np.ndarray:
+        """The column names (``feature_names_``) as an array, as scikit-learn transformers
+        give them."""
+        self._check_fitted()
+        return np.asarray(self.feature_names_, dtype=object)
 
     @fill_doc(_VECTORIZER_DOCS)
     def transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:
@@ -273,7 +314,7 @@ class FeatureVectorizer:
             n = 0
             for t, token in enumerate(sentence):
                 row: dict[int, float] = {}
-                if self.bias:
+                if self.bias_:
                     row[0] = 1.0
                 for name, value in self._items(token, (s, t)):
                     j = vocab.get(name)
@@ -306,13 +347,14 @@ class FeatureVectorizer:
                                                      strict=True)}
                 for i in range(X.shape[0])]
 
-    def fit_transform(self, sentences: Iterable[Sentence]) -> scipy.sparse.csr_matrix:
+    def fit_transform(self, sentences: Iterable[Sentence], y=None) -> scipy.sparse.csr_matrix:
         """:meth:`fit` then :meth:`transform` on the same sentences.
 
         Parameters
         ----------
         sentences : iterable of sentences
             Each a sequence of token dicts; a generator is fine (it is read into a list once).
+        y : ignored
 
         Returns
         -------

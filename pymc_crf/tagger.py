@@ -90,6 +90,17 @@ def _check_tags(y, X: list, name: str, x_name: str) -> list[list[str]]:
     return y
 
 
+
+def _json(value) -> str:
+    """``value`` as JSON, numpy scalars and arrays as their Python values (a grid search over
+    ``np.arange(1, 4)`` sets numpy integers as parameters)."""
+    def plain(obj):
+        if isinstance(obj, np.generic | np.ndarray):
+            return obj.tolist()
+        raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
+
+    return json.dumps(value, default=plain)
+
 class CRFTagger(BaseEstimator):
     """Linear-chain CRF tagger over per-token feature dicts, fitted by any ``pmc.fit`` method.
 
@@ -313,9 +324,11 @@ class CRFTagger(BaseEstimator):
         keep = [i for i, s in enumerate(X) if len(s)]  # empty sentences carry no information
         if not keep:
             raise ValueError("X has no tokens: every sentence is empty")
-        X, y = [X[i] for i in keep], [y[i] for i in keep]
         vec = FeatureVectorizer(min_freq=whole_number(self.min_freq, "min_freq"))
+        # every sentence, so that errors name the user's sentence numbers (an empty one has no
+        # rows)
         features = vec.fit_transform(X)
+        X, y = [X[i] for i in keep], [y[i] for i in keep]
         labels, classes = encode_tags(y)
         if len(classes) < 2:
             raise ValueError(f"y has a single tag {classes}: a tagger needs at least two")
@@ -366,7 +379,7 @@ class CRFTagger(BaseEstimator):
         from pymc_crf.datasets.base import CRFData
 
         keep = [i for i, s in enumerate(X) if len(s)]
-        feats = self.vectorizer_.transform([X[i] for i in keep])
+        feats = self.vectorizer_.transform(X)  # errors name X's own sentence numbers
         if not keep:
             return None, keep
         return CRFData(sequence_batch([len(X[i]) for i in keep]), None, feats,
@@ -408,7 +421,15 @@ class CRFTagger(BaseEstimator):
         if data is None:
             raise ValueError("X has no tokens")
         w = self._weights()
-        weights = w["mean"] if weights is None else weights
+        if weights is None:
+            weights = w["mean"]
+        else:
+            # a missing key would be read as zero weights: uniform or transition-free tables
+            keys = {"node_weights", "edge_weights"}
+            if not isinstance(weights, Mapping) or set(weights) != keys:
+                got = sorted(weights) if isinstance(weights, Mapping) else type(weights).__name__
+                raise ValueError(f"weights must be a dict with exactly the keys {sorted(keys)} "
+                                 f"(node (F, K) and edge (K, K) weights); got {got}")
         node, edge = log_potentials_for(data, w["info"], weights.get("node_weights"),
                                         weights.get("edge_weights"))
         return data, node, edge
@@ -546,18 +567,18 @@ class CRFTagger(BaseEstimator):
         self._check_fitted()
         tree = self.result_.copy()
         tree.attrs["tagger_format"] = NETCDF_FORMAT
-        tree.attrs["tagger_params"] = json.dumps(self._saved_params())
-        tree.attrs["tagger_classes"] = json.dumps(self.classes_)
-        tree.attrs["tagger_vectorizer"] = json.dumps(
+        tree.attrs["tagger_params"] = _json(self._saved_params())
+        tree.attrs["tagger_classes"] = _json(self.classes_)
+        tree.attrs["tagger_vectorizer"] = _json(
             {"min_freq": self.vectorizer_.min_freq, "bias": self.vectorizer_.bias,
              "feature_names": self.vectorizer_.feature_names_})
-        tree.attrs["tagger_metadata"] = json.dumps(self.metadata_)
+        tree.attrs["tagger_metadata"] = _json(self.metadata_)
         if hasattr(self, "dev_score_"):
             tree.attrs["tagger_dev_score"] = float(self.dev_score_)
         if hasattr(self, "c2_"):
             tree.attrs["tagger_c2"] = float(self.c2_)
         if hasattr(self, "prior_scales_"):
-            tree.attrs["tagger_prior_scales"] = json.dumps(self.prior_scales_)
+            tree.attrs["tagger_prior_scales"] = _json(self.prior_scales_)
         tree.to_netcdf(path)
 
     def _saved_params(self) -> dict:

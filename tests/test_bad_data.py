@@ -209,7 +209,7 @@ def test_flag_options():
         with pytest.raises(ValueError, match="f must be True or False; got"):
             flag(bad, "f")
     with pytest.raises(ValueError, match="bias must be True or False; got 'False'"):
-        pmc.FeatureVectorizer(bias="False")
+        pmc.FeatureVectorizer(bias="False").fit([[{"w": "a"}]])
 
 
 def test_positive_number_options():

@@ -252,6 +252,19 @@ def test_bad_input(corpus):
             CRFTagger(draws=draws).fit(X[:3], y[:3])
     with pytest.raises(TypeError, match=r"X\[0\] is a dict, one token's features.*\[sentence\]"):
         CRFTagger().fit(X[0], y[0])
+    # an error names the user's own sentence number, empty sentences before it counted
+    with pytest.raises(ValueError, match="token 0 in sentence 1 is nan"):
+        CRFTagger().fit([[], [{"w": float("nan")}, {"w": "a"}]], [[], ["A", "B"]])
+
+
+def test_predict_errors_and_log_potential_weights_are_named(fitted):
+    with pytest.raises(TypeError, match="token 1 of sentence 2 must be a dict"):
+        fitted.predict([[], [], [{"w": "a"}, 3]])
+    # weights under other names (the result's variable names) or missing would be zeros
+    W = fitted.result_["posterior"]["W"].values[0, 0]
+    for bad in ({"W": W}, {"node_weights": W}, [W]):
+        with pytest.raises(ValueError, match="weights must be a dict with exactly the keys"):
+            fitted.log_potentials([[{"w": "a"}]], weights=bad)
 
 
 def test_pickle_joblib_netcdf_round_trip(corpus, fitted, tmp_path):
@@ -277,6 +290,11 @@ def test_pickle_joblib_netcdf_round_trip(corpus, fitted, tmp_path):
     with pytest.raises(ValueError, match="not a CRFTagger"):
         fitted.result_.to_netcdf(tmp_path / "plain.nc")
         CRFTagger.from_netcdf(tmp_path / "plain.nc")
+    # numpy parameters, as a grid search over np.arange sets them, are saved as numbers
+    numpy_params = clone(fitted).set_params(min_freq=np.int64(1), random_state=np.int64(0))
+    numpy_params.fit(X[:10], fitted.predict(X[:10]))
+    numpy_params.to_netcdf(tmp_path / "np.nc")
+    assert CRFTagger.from_netcdf(tmp_path / "np.nc").get_params()["min_freq"] == 1
 
 
 def test_sklearn_model_selection(corpus):

@@ -34,7 +34,7 @@ def test_vectorizer_templates():
     by_value = FeatureVectorizer(templates=lambda c: c.split("=")[-1]).fit(TRAIN)
     assert by_value.templates_ == ["bias", "cap", "n", "a", "b"]
     with pytest.raises(TypeError, match="templates must be a mapping"):
-        FeatureVectorizer(templates=3)
+        FeatureVectorizer(templates=3).fit(TRAIN)
     with pytest.raises(TypeError, match=r"templates\('bias'\) must return a str"):
         FeatureVectorizer(templates=lambda c: 1).fit(TRAIN)
     # a column outside the vocabulary at transform time changes nothing
@@ -96,9 +96,33 @@ def test_vectorizer_bad_use():
     with pytest.raises(ValueError, match="not fitted"):
         FeatureVectorizer().transform(TRAIN)
     with pytest.raises(ValueError, match="min_freq"):
-        FeatureVectorizer(min_freq=0)
+        FeatureVectorizer(min_freq=0).fit(TRAIN)
     with pytest.raises(TypeError, match="must be a dict"):
         FeatureVectorizer().fit([["w=a"]])
+
+
+def test_vectorizer_is_a_scikit_learn_transformer():
+    """Parameters stored as given (checked by fit), clone / get_params, fit(X, y) as a Pipeline
+    step calls it, NotFittedError, get_feature_names_out; tokens as lists of feature strings
+    (python-crfsuite's form) give the columns of the equivalent dicts."""
+    from sklearn.base import clone
+    from sklearn.exceptions import NotFittedError
+    from sklearn.pipeline import Pipeline
+
+    vec = FeatureVectorizer(min_freq=2, bias=False)
+    assert clone(vec).get_params() == {"min_freq": 2, "bias": False, "templates": None}
+    assert FeatureVectorizer(min_freq=0).get_params()["min_freq"] == 0  # refused by fit only
+    with pytest.raises(NotFittedError):
+        FeatureVectorizer().transform(TRAIN)
+    pipe = Pipeline([("vec", FeatureVectorizer())])
+    X = pipe.fit_transform(TRAIN, [["A", "B"], ["B"]])
+    np.testing.assert_array_equal(X.toarray(), FeatureVectorizer().fit_transform(TRAIN).toarray())
+    np.testing.assert_array_equal(pipe[0].get_feature_names_out(), pipe[0].feature_names_)
+    dicts = [[{"w": "a", "cap": True}, {"w": "b"}]]
+    strings = [[["w=a", "cap"], ("w=b",)]]
+    a, b = FeatureVectorizer().fit(dicts), FeatureVectorizer().fit(strings)
+    assert a.feature_names_ == b.feature_names_ and a.templates_ == b.templates_
+    np.testing.assert_array_equal(a.transform(dicts).toarray(), b.transform(strings).toarray())
 
 
 def test_vectorizer_reads_one_shot_iterators():
