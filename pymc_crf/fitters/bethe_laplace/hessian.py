@@ -777,11 +777,16 @@ def exact_fisher_matrix(lik, w: np.ndarray, engine: Engine | None = None,
     one shared edge table (a transition table or constant edge features) its blocks from the
     covariances with the transition counts; per-edge tables take their columns from blocks of
     unit directions through the chain recursions of :class:`CurvatureOperator`. Other
-    likelihoods and exact engines (MRFs, junction trees): all columns from blocks of unit
+    likelihoods and exact engines (MRFs, junction trees), and chains too long for their
+    pairwise covariances to fit half of ``memory``: all columns from blocks of unit
     directions."""
     op = CurvatureOperator(lik, w, engine, memory)
     maps = op.maps
-    if op.chain and maps._crf and maps.dn:  # a CRF: n_samples is 1
+    # the pairwise covariances of one chain take 8 K^2 n^2 bytes, which no batching of whole
+    # chains divides: a chain beyond half the budget takes the unit directions (O(n K^2 d))
+    n_max = int(op.batch.n_nodes.max()) if op.chain else 0
+    pairwise_fits = 8 * op.K * op.K * n_max * n_max <= op.memory // 2
+    if op.chain and maps._crf and maps.dn and pairwise_fits:  # a CRF: n_samples is 1
         dn, d = maps.dn, op.d
         shared = maps.edge_kind in ("shared", "row")
         F = np.empty((d, d))
