@@ -70,7 +70,10 @@ def _token_items(token: Mapping[str, Any], where: tuple[int, int]):
             if value:
                 yield str(name), 1.0
         elif isinstance(value, numbers.Real):
-            v = float(value)
+            try:
+                v = float(value)
+            except OverflowError:
+                v = math.inf  # an int beyond float range
             if not math.isfinite(v):
                 raise ValueError(f"feature {name!r} of token {where[1]} in sentence {where[0]} is "
                                  f"{v}; numeric feature values must be finite")
@@ -79,7 +82,7 @@ def _token_items(token: Mapping[str, Any], where: tuple[int, int]):
         else:
             raise TypeError(f"feature {name!r} of token {where[1]} in sentence {where[0]} has a "
                             f"{type(value).__name__} value {value!r}; values must be str "
-                            "(an indicator name=value), bool or a number")
+                            "(an indicator name=value), bool, int or float")
 
 
 def _check_user_bias(value: float, where: tuple[int, int]) -> None:

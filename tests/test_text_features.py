@@ -69,7 +69,9 @@ def test_min_freq_and_unseen_test_features_are_ignored_and_counted():
 
 @pytest.mark.parametrize("value, match", [(None, "NoneType value None"),
                                           (["a"], "list value"),
-                                          (float("nan"), "must be finite")])
+                                          (float("nan"), "must be finite"),
+                                          (10**400, "'bad' of token 1 in sentence 0 is inf"),
+                                          (1j, "bool, int or float")])
 def test_bad_feature_values_are_refused(value, match):
     with pytest.raises((TypeError, ValueError), match=match):
         FeatureVectorizer().fit([[{"w": "a"}, {"bad": value}]])
@@ -296,6 +298,10 @@ def test_reliability_and_ece_hand_made():
         with pytest.raises(ValueError, match="each row of marginals must be probabilities "
                                              "summing to 1"):
             expected_calibration_error(bad[:2], labels[:2])
+    # rounding of marginals of log-potentials in the thousands (entries up to ~1e-8 above 1)
+    rounded = np.array([[1.0 + 5e-8, 0.0], [0.3, 0.7]])
+    assert expected_calibration_error(rounded, np.array([0, 1])) == pytest.approx(
+        expected_calibration_error(np.array([[1.0, 0.0], [0.3, 0.7]]), np.array([0, 1])))
     # one sentence instead of a list of sentences: its tags were read as words
     with pytest.raises(ValueError, match=r"gold must be a list of sentences.*pass \[tags\]"):
         chunk_f1(["B-NP", "I-NP"], ["B-NP", "I-NP"])

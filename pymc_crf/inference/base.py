@@ -132,9 +132,11 @@ def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.nd
     for table in (node, edge):
         top = table.max() if table.size else 0.0
         if np.isnan(top):
-            raise ValueError("log-potentials contain NaN")
+            raise ValueError("log-potentials contain NaN (from a model: NaN weights, or feature "
+                             "values so large that features x weights overflow; rescale them)")
         if top == np.inf:
-            raise ValueError("log-potentials contain +inf")
+            raise ValueError("log-potentials contain +inf (from a model: features x weights "
+                             "overflowed; rescale very large feature values)")
     return node, edge
 
 
