@@ -109,8 +109,9 @@ print(f"MAP: {int(fit_map['optimizer_result']['n_iterations'])} L-BFGS iteration
 # ## Beta-process HCRF by variational EM
 #
 # The same model with a truncated beta-process prior over which hidden states each class uses,
-# fitted by mean-field variational EM with restarts (Luo, Sun & Zhao); its predictor averages the
-# class probabilities over draws of the variational posterior.
+# fitted by mean-field variational EM with restarts (Luo, Sun & Zhao); its predictor
+# (`method="bp_hcrf"`, `rule="local_z"`) scores each class with the sequence's own hidden-state
+# usage fitted at test time, the global factors at their variational posterior (docs/hcrf.md).
 
 # %%
 fit_vi = pmc.fit(model, method="bp_hcrf_vi", random_seed=0, **VI)

@@ -93,8 +93,10 @@ _shared_doc = fill_doc(_PARAMETERS)
 
 def _check_data(data) -> None:
     if not (hasattr(data, "graphs") and hasattr(data, "edge_features")):
+        hint = (": the queries are about labellings of CRFs; a hidden CRF (pmc.HCRF) predicts "
+                "one class per sequence, with pmc.predict" if hasattr(data, "n_classes") else "")
         raise TypeError("data must be a pmc.CRFData (graphs, features and optional labels); got "
-                        f"{type(data).__name__}")
+                        f"{type(data).__name__}{hint}")
 
 
 def _draw_tables(result: xr.DataTree, data, draws: int | None, model, random_seed

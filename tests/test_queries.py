@@ -250,6 +250,9 @@ def test_refusals(fits):
     _, test, r_map, _ = fits
     with pytest.raises(TypeError, match="CRFData"):
         pmc.queries.kbest(r_map, test.graphs, 2)
+    seqs, _ = pmc.datasets.hmm_classes(n_train_per_class=1, n_test_per_class=1, T=3, seed=0)
+    with pytest.raises(TypeError, match="SequenceData: the queries are about labellings of CRFs"):
+        pmc.queries.kbest(r_map, seqs, 2)
     with pytest.raises(ValueError, match="not a BIO tag"):
         pmc.queries.span_probabilities(r_map, test, ["O", "X-A", "I-A"])
     with pytest.raises(ValueError, match="4 tags for a model with 3 labels"):

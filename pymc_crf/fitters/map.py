@@ -241,7 +241,8 @@ def _warn_symmetric_hcrf_start(model: pm.Model, point: dict) -> None:
             return  # an expression or a constant: its start is not one value by construction
         starts.append(np.ravel(point[value.name]))
     flat = np.concatenate(starts)
-    if flat.size and np.all(flat == flat[0]):
+    # one hidden state has no symmetry between states to stay in
+    if rv.owner.op.n_states > 1 and flat.size and np.all(flat == flat[0]):
         warn_at_caller("pmc.HCRF: every weight starts at the same value, where all hidden states "
                        "get the same gradient and MAP stays in the symmetric subspace (it then "
                        "predicts at chance); pass jitter=0.1 with a random_seed, or a random "

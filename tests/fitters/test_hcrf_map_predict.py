@@ -57,6 +57,8 @@ def test_map_from_a_symmetric_start_warns():
         start = {"theta_x": rng.normal(size=(F, S)), "theta_y": rng.normal(size=(S, C)),
                  "theta_e": rng.normal(size=(S, S, C))}
         pmc.fit(model, method="map", maxiter=5, start=start, progressbar=False)
+        # one hidden state: no symmetry between states, no warning
+        pmc.fit(_hcrf_model(tr, 1), method="map", maxiter=5, progressbar=False)
 
 
 def test_a_random_initval_starts_the_map_and_keeps_the_log_likelihood():
