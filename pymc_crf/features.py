@@ -143,6 +143,8 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         Occurrences of features outside the vocabulary in the last :meth:`transform` (ignored).
     unseen_features_ : set of str
         Their distinct names.
+    bias_ : bool
+        Whether column 0 is the built-in bias, fixed by :meth:`fit`.
     templates_ : list of str
         Template names in order of their first column, fixed by :meth:`fit`.
     template_index_ : ndarray of int
@@ -192,12 +194,12 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         name = column.split("=", 1)[0]
         return name if self.templates is None else str(self.templates.get(name, name))
 
-    def _items(self, token: Mapping[str, Any], where: tuple[int, int]):
+    def _items(self, token: Mapping[str, Any], where: tuple[int, int], bias: bool):
         """The token's ``(name, value)`` features. With the built-in bias on, a user ``"bias"``
         (which must be 1) is that same column 0 and is left out here; with it off, ``"bias"`` is
         an ordinary feature."""
         for name, value in _token_items(token, where):
-            if self.bias_ and name == "bias":
+            if bias and name == "bias":
                 _check_user_bias(value, where)
                 continue
             yield name, value
@@ -227,11 +229,11 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         """The number of tokens of ``sentences`` in which each feature name occurs: what
         :meth:`fit` keeps by ``min_freq``; counts of parts of a corpus add up to the whole's
         (the Dask workers count their shards, :func:`pymc_crf.distributed.conll_vocabulary`)."""
-        self.bias_ = self._checked_params()[1]
+        bias = self._checked_params()[1]
         counts: Counter[str] = Counter()
         for s, sentence in enumerate(sentences):
             for t, token in enumerate(sentence):
-                counts.update({name for name, _ in self._items(token, (s, t))})
+                counts.update({name for name, _ in self._items(token, (s, t), bias)})
         return counts
 
     def fit_counts(self, counts: Mapping[str, int]) -> FeatureVectorizer:
@@ -311,15 +313,17 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         """
         self._check_fitted()
         vocab = self.vocabulary_
+        # the bias fixed by fit; a vectorizer unpickled without bias_ uses its parameter
+        bias = self.bias_ if hasattr(self, "bias_") else flag(self.bias, "bias")
         indptr, indices, data, lengths = [0], [], [], []
         unseen: Counter[str] = Counter()
         for s, sentence in enumerate(sentences):
             n = 0
             for t, token in enumerate(sentence):
                 row: dict[int, float] = {}
-                if self.bias_:
+                if bias:
                     row[0] = 1.0
-                for name, value in self._items(token, (s, t)):
+                for name, value in self._items(token, (s, t), bias):
                     j = vocab.get(name)
                     if j is None:
                         unseen[name] += 1

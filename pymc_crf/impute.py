@@ -100,14 +100,17 @@ def impute(result: xr.DataTree, model: pm.Model | None = None, *, draws: int | N
     engine = lik.engine
     if not engine.exact:
         # a model fitted with an approximate engine (inference="bp", or graphs too wide for the
-        # junction tree): the conditional is exact wherever an exact engine runs on the graphs
-        auto = get_engine("auto", part.batch, warn=False)
+        # junction tree): the conditional is exact wherever an exact engine runs on the graphs,
+        # within the model's own treewidth limit (its clique tables grow as K^(width + 1))
+        auto = get_engine("auto", part.batch, max_treewidth=spec.info.max_treewidth, warn=False)
         if auto.exact:
             engine = auto
         else:
             warn_at_caller(f"pmc.impute: the graphs with missing labels are beyond the exact "
-                           f"engines' reach, so the conditional marginals are {engine.name}'s "
-                           f"approximation ({engine.approximation}), not the exact conditional",
+                           f"engines' reach (the model's max_treewidth="
+                           f"{spec.info.max_treewidth}), so the conditional marginals are "
+                           f"{engine.name}'s approximation ({engine.approximation}), not the "
+                           "exact conditional",
                            ApproximateInferenceWarning)
     marg = np.zeros((nodes.size, spec.n_labels))
     label_draws = np.empty((keep.size, nodes.size), np.int64)

@@ -186,7 +186,9 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
     ------
     ValueError
         For one-draw results (``map``): LOO needs posterior draws; for results without a
-        ``log_likelihood`` group; for a Gaussian approximation without its model.
+        ``log_likelihood`` group; for a Gaussian approximation without its model; for
+        ``bp_hcrf_vi`` results (variational draws without a density); for learned scales
+        integrated over on a grid (``integrate_scales="grid"``: a mixture of Gaussians).
     """
     check_result(result, "pmc.loo: result")
     if "log_likelihood" not in result.children:

@@ -115,6 +115,12 @@ class Reliability:
                      / self.count.sum())
 
 
+#: how far probabilities may stray from [0, 1] (entries) or from 1 (row sums) by rounding, before
+#: they are clipped: marginals of log-potentials in the thousands come out of exp(a + b - log Z)
+#: up to ~1e-8 above 1
+ROUNDING = 1e-6
+
+
 def checked_marginals(marginals, labels, what: str, missing_ok: bool = False
                       ) -> tuple[np.ndarray, np.ndarray]:
     """``(marginals, labels)`` as (N, K) float and (N,) int arrays, or a ValueError naming the
@@ -130,10 +136,8 @@ def checked_marginals(marginals, labels, what: str, missing_ok: bool = False
         raise ValueError(f"{what}: no predictions (N = 0)")
     if not np.isfinite(marginals).all():
         raise ValueError(f"{what}: marginals contain NaN or inf")
-    # rounding passes, on entries as on row sums: marginals of log-potentials in the thousands
-    # come out of exp(a + b - log Z) up to ~1e-8 above 1
-    off = (np.abs(marginals.sum(axis=1) - 1.0) > 1e-6) | (marginals < -1e-6).any(axis=1) \
-        | (marginals > 1.0 + 1e-6).any(axis=1)
+    off = (np.abs(marginals.sum(axis=1) - 1.0) > ROUNDING) \
+        | (marginals < -ROUNDING).any(axis=1) | (marginals > 1.0 + ROUNDING).any(axis=1)
     if off.any():
         row = int(np.flatnonzero(off)[0])
         raise ValueError(f"{what}: each row of marginals must be probabilities summing to 1; "
@@ -191,11 +195,12 @@ def _confidence_outcome(confidence, correct, what: str) -> tuple[np.ndarray, np.
                          f"{conf.shape} and {ok.shape}")
     if conf.size == 0:
         raise ValueError(f"{what}: no predictions (confidence is empty)")
-    if not (np.isfinite(conf).all() and conf.min() >= 0.0 and conf.max() <= 1.0):
+    if not (np.isfinite(conf).all() and conf.min() >= -ROUNDING
+            and conf.max() <= 1.0 + ROUNDING):
         raise ValueError(f"{what}: confidence must be probabilities in [0, 1]")
     if not (ok.dtype == bool or np.isin(ok, (0, 1)).all()):
         raise ValueError(f"{what}: correct must be booleans (or 0 / 1)")
-    return conf, ok.astype(np.float64)
+    return np.clip(conf, 0.0, 1.0), ok.astype(np.float64)
 
 
 def confidence_reliability(confidence: np.ndarray, correct: np.ndarray,

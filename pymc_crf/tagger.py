@@ -90,7 +90,6 @@ def _check_tags(y, X: list, name: str, x_name: str) -> list[list[str]]:
     return y
 
 
-
 def _json(value) -> str:
     """``value`` as JSON, numpy scalars and arrays as their Python values (a grid search over
     ``np.arange(1, 4)`` sets numpy integers as parameters)."""
@@ -100,6 +99,7 @@ def _json(value) -> str:
         raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
     return json.dumps(value, default=plain)
+
 
 class CRFTagger(BaseEstimator):
     """Linear-chain CRF tagger over per-token feature dicts, fitted by any ``pmc.fit`` method.

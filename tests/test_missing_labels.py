@@ -245,6 +245,15 @@ def test_impute_of_a_model_on_loopy_bp_is_the_exact_conditional(rng):
         warnings.simplefilter("error", pmc.ApproximateInferenceWarning)
         imp = pmc.impute(xr.DataTree.from_dict({"posterior": post}), m)
     np.testing.assert_allclose(imp["marginals"].values, exact[y < 0], atol=1e-12)
+    # within the model's own treewidth limit: beyond it, the model's approximation, said so
+    with pm.Model() as narrow, warnings.catch_warnings():
+        warnings.simplefilter("ignore", pmc.ApproximateInferenceWarning)
+        W = pm.Normal("W", 0, 1, shape=(F, K))
+        T = pm.Normal("T", 0, 1, shape=(K, K))
+        pmc.CRF("y", graphs=b, node_features=X, node_weights=W, edge_weights=T, observed=y,
+                max_treewidth=1)
+    with pytest.warns(pmc.ApproximateInferenceWarning, match="max_treewidth=1.*not the exact"):
+        pmc.impute(xr.DataTree.from_dict({"posterior": post}), narrow)
 
 
 def test_impute_over_nuts_draws_matches_brute_force_average(rng):

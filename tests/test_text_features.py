@@ -302,6 +302,12 @@ def test_reliability_and_ece_hand_made():
     rounded = np.array([[1.0 + 5e-8, 0.0], [0.3, 0.7]])
     assert expected_calibration_error(rounded, np.array([0, 1])) == pytest.approx(
         expected_calibration_error(np.array([[1.0, 0.0], [0.3, 0.7]]), np.array([0, 1])))
+    from pymc_crf.metrics import confidence_reliability, selective_curve
+
+    for fn in (selective_curve, confidence_reliability):  # the same tolerance for confidences
+        fn(rounded.max(axis=1), np.array([True, False]))
+        with pytest.raises(ValueError, match="confidence must be probabilities"):
+            fn(np.array([1.01, 0.5]), np.array([True, False]))
     # one sentence instead of a list of sentences: its tags were read as words
     with pytest.raises(ValueError, match=r"gold must be a list of sentences.*pass \[tags\]"):
         chunk_f1(["B-NP", "I-NP"], ["B-NP", "I-NP"])

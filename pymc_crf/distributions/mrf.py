@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pytensor
 import pytensor.tensor as pt
 from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
@@ -27,7 +28,7 @@ from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_crf.distributions.crf import data_check, integer_labels, shape_check
+from pymc_crf.distributions.crf import data_check, integer_labels, shape_check, static_shape_tuple
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
@@ -384,7 +385,10 @@ class MRF(Distribution):
     n_labels : int, optional
         K, when the weights' shapes do not give it (``"potts"`` without node weights).
     n_samples : int, optional
-        Number of rows; read from ``observed`` when given (needed for ``MRF.dist``).
+        Number of rows; read from ``observed``, or from ``shape`` / a ``row`` dim, when not
+        given (``MRF.dist`` needs one of them). Rows held in ``pm.Data`` or given by a dim are
+        an input of the draws, which follow ``pm.set_data``; a given ``n_samples`` must match
+        their current value.
 
     Notes
     -----
@@ -456,12 +460,14 @@ class MRF(Distribution):
             raise ValueError("an MRF takes no size: its shape is (n_samples, n_nodes)")
         rows = None
         if shape is not None:
-            if len(tuple(shape)) != 2:
+            shape = tuple(shape)
+            if len(shape) != 2:
                 raise ValueError(f"an MRF has shape (n_samples, n_nodes) = (N, {n}); got a "
-                                 f"shape of {len(tuple(shape))} dimension(s)")
-            rows = _shape_rows(shape)
-            if rows is None:  # rows that can change (pm.Data, a dim): the draws follow them
-                rows = pt.as_tensor_variable(tuple(shape)[0]).astype("int64")
+                                 f"shape of {len(shape)} dimension(s)")
+            static = static_shape_tuple(shape[:1])
+            # rows that can change (pm.Data, a dim) stay symbolic: the draws follow them
+            rows = (static[0] if static is not None
+                    else pt.as_tensor_variable(shape[0]).astype("int64"))
         if n_samples is None:
             n_samples = rows
         if n_samples is None:
@@ -469,11 +475,16 @@ class MRF(Distribution):
         if not hasattr(n_samples, "type"):
             n_samples = whole_number(n_samples, "n_samples")
             expected = (int(n_samples), n)
-            if shape is not None and _shape_rows(shape, full=True) not in (expected, None):
+            full = None if shape is None else static_shape_tuple(shape)
+            if full is not None and full != expected:
                 raise ValueError(f"this MRF has shape {expected} (samples, nodes); it takes no "
-                                 f"other shape; got {_shape_rows(shape, full=True)}")
+                                 f"other shape; got {full}")
             if hasattr(rows, "type"):
-                n_samples = rows  # the data's rows, checked against n_samples by MRF()
+                current = _current_value(rows)
+                if current is not None and current != n_samples:
+                    raise ValueError(f"n_samples={n_samples} but the MRF's shape (its dims or "
+                                     f"observed data) has {current} rows")
+                n_samples = rows
         Wn, We = _as_tensor(node_weights), _as_tensor(edge_weights)
         param = mrf_parameterization(graphs, parameterization, Wn, We, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)
@@ -497,14 +508,13 @@ def _as_tensor(w):
     return None if w is None else pt.as_tensor_variable(w)
 
 
-def _shape_rows(shape, full: bool = False):
-    """Rows (or the whole static tuple) of a ``shape`` argument; None when symbolic."""
+def _current_value(x) -> int | None:
+    """The current value of a symbolic size (a dim length, rows of pm.Data); None where it
+    needs inputs."""
     try:
-        tup = tuple(int(pt.get_underlying_scalar_constant_value(s)) if hasattr(s, "type")
-                    else int(s) for s in shape)
-    except Exception:  # noqa: BLE001 - symbolic shape (from coords that may change)
+        return int(pytensor.function([], x, mode="FAST_COMPILE")())
+    except Exception:  # noqa: BLE001 - depends on inputs: checked where the logp runs
         return None
-    return tup if full else (tup[0] if tup else None)
 
 
 def _checked_shapes(op: MRFRV, value, params):

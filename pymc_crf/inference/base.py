@@ -252,11 +252,20 @@ def labelling_score(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
     return s.reshape(S, G) if labels.ndim == 2 else s
 
 
-def impossible_graphs(graphs) -> ValueError:
+def impossible_graphs(graphs, what: str = "sample") -> ValueError:
     """The error for graphs on which every labelling has a -inf log-potential (Z = 0)."""
     return ValueError(f"graphs {list(map(int, graphs))} allow no labelling: every labelling has "
                       "a -inf log-potential (contradictory hard constraints), so log Z is -inf "
-                      "and there is nothing to sample")
+                      f"and there is nothing to {what}")
+
+
+def checked_map(result: MapResult) -> MapResult:
+    """An exact engine's MAP, after refusing the graphs whose best labelling has probability
+    zero: there the model allows no labelling (the labelling returned would be any)."""
+    bad = np.flatnonzero(result.score == -np.inf)
+    if bad.size:
+        raise impossible_graphs(bad, "decode")
+    return result
 
 
 def checked_draws(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,

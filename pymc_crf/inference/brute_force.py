@@ -17,6 +17,7 @@ from pymc_crf.inference.base import (
     MapResult,
     Marginals,
     check_potentials,
+    checked_map,
     impossible_graphs,
 )
 from pymc_crf.validation import generator, positive_number, whole_number
@@ -98,7 +99,7 @@ class BruteForce(Engine):
             best = int(np.argmax(s))
             labels[batch.node_offsets[g]:batch.node_offsets[g + 1]] = configs[best]
             score[g] = s[best]
-        return MapResult(labels, score)
+        return checked_map(MapResult(labels, score))
 
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)

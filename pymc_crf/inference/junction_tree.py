@@ -37,6 +37,7 @@ from pymc_crf.inference.base import (
     check_direction,
     check_potentials,
     checked_draws,
+    checked_map,
 )
 from pymc_crf.validation import generator, whole_number
 
@@ -595,7 +596,7 @@ class JunctionTree(Engine):
                 n0s, node, edge2, e0s, labels, K, c.tab_off, c.parent, c.blk, c.msg_off,
                 c.pmap_off, c.pmap, c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id,
                 c.roots, c.sep_len, c.cvar_off, c.cvars)
-        return MapResult(labels, score)
+        return checked_map(MapResult(labels, score))
 
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = check_potentials(batch, node_logpot, edge_logpot)

@@ -308,11 +308,11 @@ class LoopyEngine(Engine):
         still = np.flatnonzero(score == -np.inf)
         if self.warn and still.size:
             warn_at_caller(
-                f"{self.method}: MAP decoding of graphs {still.tolist()} found only labellings "
-                "of probability zero (score -inf: hard constraints the beliefs' argmax and "
-                "local search do not meet); the model may have no allowed labelling there, or "
-                "the approximate beliefs miss it: use an exact engine (junction tree) if the "
-                "graphs allow it", ApproximateInferenceWarning)
+                f"{type(self).__name__}: MAP decoding of graphs {still.tolist()} found only "
+                "labellings of probability zero (score -inf: hard constraints the beliefs' "
+                "argmax and local search do not meet); the model may have no allowed labelling "
+                "there, or the approximate beliefs miss it: use an exact engine (junction tree) "
+                "if the graphs allow it", ApproximateInferenceWarning)
         return MapResult(labels, score)
 
     def sample(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int,

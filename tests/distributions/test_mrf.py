@@ -223,6 +223,10 @@ def test_draws_follow_rows_changed_by_set_data(use_dims):
     with pm.Model(), pytest.raises(ValueError, match="n_samples=3 but observed has 2 rows"):
         pmc.MRF("x", graphs=LOOP, edge_weights=0.5, parameterization="ising", n_samples=3,
                 observed=pm.Data("d", X))
+    with (pm.Model(coords={"row": range(3), "node": range(4)}),
+          pytest.raises(ValueError, match="n_samples=5 but the MRF's shape .* has 3 rows")):
+        pmc.MRF("x", graphs=LOOP, edge_weights=0.5, parameterization="ising", n_samples=5,
+                dims=("row", "node"))
 
 
 @pytest.mark.parametrize("kind,wn,we,msg", [

@@ -81,10 +81,11 @@ def test_block_curvature_equals_the_column_products(batch, potential, shared):
     ref = 0.5 * (ref + ref.T)
     scale = np.abs(ref).max()
     np.testing.assert_allclose(exact_fisher_matrix(lik, w, eng), ref, rtol=0, atol=1e-12 * scale)
-    # 8000 bytes: the chains' pairwise covariances in batches of a few chains; 3000: the
-    # longest chain's (8 K^2 n^2 = 3528 bytes) exceed half of it, so every column comes from
-    # unit directions, as for a chain too long for its pairwise covariances
-    for memory in (8000, 3000):
+    # 16000 bytes: the chains' pairwise covariances in batches of a few chains (the longest
+    # chain's take 4200-7224 bytes with their work rows, within half of it); 3000: they exceed
+    # half of it, so every column comes from unit directions, as for a chain too long for its
+    # pairwise covariances
+    for memory in (16000, 3000):
         small = exact_fisher_matrix(lik, w, eng, memory=memory)
         np.testing.assert_allclose(small, ref, rtol=0, atol=1e-12 * scale)
 

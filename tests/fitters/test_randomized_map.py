@@ -267,6 +267,7 @@ def test_bad_input():
             pmc.fit(model, method="randomized_map", refine=bad, progressbar=False)
     with pytest.raises(ValueError, match="progressbar must be True, False or one of"):
         pmc.fit(model, method="randomized_map", progressbar="no")
+    assert pmc.fit(model, method="map", progressbar="combined").attrs["method"] == "map"
     hier = _hierarchical()
     with pytest.raises(ValueError, match="scale_draws must be at least 2"):
         pmc.fit(hier, method="randomized_map", scale_method="em", scale_draws=1,

@@ -341,7 +341,8 @@ def test_map_decoding_under_hard_constraints_reaches_an_allowed_labelling():
     assert res.score[0] == pytest.approx(exact.score[0])
     # no allowed labelling: a triangle whose edges forbid every pair
     tri = GraphBatch.from_edges([[[0, 1], [1, 2], [0, 2]]], [3])
-    with pytest.warns(ApproximateInferenceWarning, match=r"graphs \[0\] found only labellings "
+    with pytest.warns(ApproximateInferenceWarning, match=r"BeliefPropagation: MAP decoding of "
+                                                        r"graphs \[0\] found only labellings "
                                                         "of probability zero"):
         res = BeliefPropagation().map_assignment(tri, np.zeros((3, 2)),
                                                  np.full((3, 2, 2), ninf))

@@ -87,7 +87,7 @@ def test_named_engines_that_cannot_run_say_why():
 
 @pytest.mark.parametrize("name", ["chain", "junction_tree", "bp", "brute_force", "tree_ep",
                                   "mean_field"])
-def test_sampling_a_graph_that_allows_no_labelling_is_refused(name):
+def test_a_graph_that_allows_no_labelling_is_neither_sampled_nor_decoded(name):
     """Node constraints x0 = 0, x1 = 1 against edges that force equal neighbours: Z = 0. An
     exact sampler could only return labellings of probability zero, so it says so instead."""
     b = GraphBatch.chains([3])
@@ -100,3 +100,6 @@ def test_sampling_a_graph_that_allows_no_labelling_is_refused(name):
     with pytest.raises(ValueError, match=r"graphs \[0\] allow no labelling"):
         engine.sample(b, node, edge, 3, 0)
     assert engine.sample(b, node, edge, 0, 0).shape == (0, 3)
+    if engine.exact:  # nor a MAP to decode (the loopy engines warn instead: test_bp_trust)
+        with pytest.raises(ValueError, match=r"allow no labelling.*nothing to decode"):
+            engine.map_assignment(b, node, edge)

@@ -701,6 +701,13 @@ def curvature_diagonal(op: CurvatureOperator, block: int = 256) -> np.ndarray:
     return out
 
 
+def _pairwise_chain_bytes(n: np.ndarray | int, K: int, F: int, transitions: bool):
+    """Bytes :func:`_chain_pairwise_blocks` holds for a chain of ``n`` nodes: its label
+    covariances of all position pairs, feature and work rows, and with ``transitions`` its
+    transition covariances."""
+    return 8 * n * (K * K * n + 2 * K * F + (2 * K**3 if transitions else 0))
+
+
 def _chain_pairwise_blocks(op: CurvatureOperator, H: np.ndarray, transitions: bool):
     """The node-weight block of ``J^T C J`` of a chain CRF, written into ``H`` (an (F, K, F, K)
     view of the (dn, dn) block), from the label covariances of all position pairs
@@ -726,8 +733,7 @@ def _chain_pairwise_blocks(op: CurvatureOperator, H: np.ndarray, transitions: bo
         # chains by length; bytes per chain: its covariances, feature rows and work rows (and
         # its transition covariances, kept and then concatenated for one product)
         order = np.argsort(sub.n_nodes, kind="stable")
-        n_of = sub.n_nodes[order]
-        cost = 8 * n_of * (K * K * n_of + 2 * K * F + (2 * K**3 if transitions else 0))
+        cost = _pairwise_chain_bytes(sub.n_nodes[order], K, F, transitions)
         batch_of = np.floor_divide(np.cumsum(cost), max(op.memory // 2, 1))
         for b in np.unique(batch_of):
             groups, scales, qs = [], [], []
@@ -782,13 +788,14 @@ def exact_fisher_matrix(lik, w: np.ndarray, engine: Engine | None = None,
     directions."""
     op = CurvatureOperator(lik, w, engine, memory)
     maps = op.maps
-    # the pairwise covariances of one chain take 8 K^2 n^2 bytes, which no batching of whole
-    # chains divides: a chain beyond half the budget takes the unit directions (O(n K^2 d))
+    shared = maps.edge_kind in ("shared", "row")
+    # the pairwise covariances of one chain grow as n^2, which no batching of whole chains
+    # divides: a chain beyond half the budget takes the unit directions (O(n K^2 d))
     n_max = int(op.batch.n_nodes.max()) if op.chain else 0
-    pairwise_fits = 8 * op.K * op.K * n_max * n_max <= op.memory // 2
+    pairwise_fits = (maps.dn > 0 and _pairwise_chain_bytes(n_max, op.K, maps.dn // op.K, shared)
+                     <= op.memory // 2)
     if op.chain and maps._crf and maps.dn and pairwise_fits:  # a CRF: n_samples is 1
         dn, d = maps.dn, op.d
-        shared = maps.edge_kind in ("shared", "row")
         F = np.empty((d, d))
         node = np.reshape(F[:dn, :dn], (dn // op.K, op.K, dn // op.K, op.K), copy=False)
         NQ, D = _chain_pairwise_blocks(op, node, shared)

@@ -14,6 +14,7 @@ from pymc_crf.inference.base import (
     check_feature_tables,
     check_potentials,
     checked_draws,
+    checked_map,
 )
 from pymc_crf.inference.chain.dispatch import (
     _forward_backward_features_from_numba,
@@ -133,7 +134,8 @@ class ChainEngine(Engine):
 
     def map_assignment(self, batch, node_logpot, edge_logpot):
         node, edge = self._check(batch, node_logpot, edge_logpot)
-        return MapResult(*_viterbi(node, edge, batch.node_offsets, batch.edge_offsets))
+        return checked_map(MapResult(*_viterbi(node, edge, batch.node_offsets,
+                                                batch.edge_offsets)))
 
     def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
         node, edge = self._check(batch, node_logpot, edge_logpot)
