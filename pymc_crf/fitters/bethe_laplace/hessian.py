@@ -788,13 +788,12 @@ def exact_fisher_matrix(lik, w: np.ndarray, engine: Engine | None = None,
     directions."""
     op = CurvatureOperator(lik, w, engine, memory)
     maps = op.maps
-    shared = maps.edge_kind in ("shared", "row")
+    crf_chains = op.chain and maps._crf and maps.dn  # a CRF: n_samples is 1
+    shared = crf_chains and maps.edge_kind in ("shared", "row")
     # the pairwise covariances of one chain grow as n^2, which no batching of whole chains
     # divides: a chain beyond half the budget takes the unit directions (O(n K^2 d))
-    n_max = int(op.batch.n_nodes.max()) if op.chain else 0
-    pairwise_fits = (maps.dn > 0 and _pairwise_chain_bytes(n_max, op.K, maps.dn // op.K, shared)
-                     <= op.memory // 2)
-    if op.chain and maps._crf and maps.dn and pairwise_fits:  # a CRF: n_samples is 1
+    if crf_chains and _pairwise_chain_bytes(int(op.batch.n_nodes.max()), op.K,
+                                            maps.dn // op.K, shared) <= op.memory // 2:
         dn, d = maps.dn, op.d
         F = np.empty((d, d))
         node = np.reshape(F[:dn, :dn], (dn // op.K, op.K, dn // op.K, op.K), copy=False)
