@@ -90,17 +90,6 @@ def _check_tags(y, X: list, name: str, x_name: str) -> list[list[str]]:
     return y
 
 
-def _json(value) -> str:
-    """``value`` as JSON, numpy scalars and arrays as their Python values (a grid search over
-    ``np.arange(1, 4)`` sets numpy integers as parameters)."""
-    def plain(obj):
-        if isinstance(obj, np.generic | np.ndarray):
-            return obj.tolist()
-        raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
-
-    return json.dumps(value, default=plain)
-
-
 class CRFTagger(BaseEstimator):
     """Linear-chain CRF tagger over per-token feature dicts, fitted by any ``pmc.fit`` method.
 
@@ -564,6 +553,8 @@ class CRFTagger(BaseEstimator):
         constructor parameters, the vectorizer's settings, the tags and ``metadata_`` as JSON in
         its root attrs; the feature names are the ``feature`` coordinate of ``W``.
         """
+        from pymc_crf.model.results import json_text as _json
+
         self._check_fitted()
         tree = self.result_.copy()
         tree.attrs["tagger_format"] = NETCDF_FORMAT

@@ -255,6 +255,17 @@ def crf_log_potentials(batch: GraphBatch, node_features=None, node_weights=None,
     return node, edge, K
 
 
+def refuse_other_shapes(kwargs: dict, expected: tuple, what: str, layout: str) -> None:
+    """Pop ``size`` and ``shape`` from a distribution's ``kwargs``, refusing any that is not
+    ``expected``: the shape is the data's layout, and a size would batch the draws but not the
+    likelihood. Symbolic shapes (coords that may change) pass."""
+    shape = kwargs.pop("shape", None)
+    if kwargs.pop("size", None) is not None or (
+            shape is not None and static_shape_tuple(shape) not in (expected, None)):
+        raise ValueError(f"{what} has shape {expected} ({layout}); it takes no other size or "
+                         "shape")
+
+
 def static_shape_tuple(shape):
     try:
         return tuple(int(pt.get_underlying_scalar_constant_value(s)) if hasattr(s, "type")
@@ -464,12 +475,8 @@ class CRF(Distribution):
              epsilon: float = 0.0, inference: str | Engine = "auto", max_treewidth: int = 10,
              n_labels: int | None = None, **kwargs):
         graphs = as_graph_batch(graphs)
-        expected = (graphs.n_graphs, int(graphs.n_nodes.max()))
-        shape = kwargs.pop("shape", None)
-        if kwargs.pop("size", None) is not None or (
-                shape is not None and static_shape_tuple(shape) not in (expected, None)):
-            raise ValueError(f"a CRF over this batch has shape {expected} (graphs, max nodes); "
-                             "it takes no other size or shape")
+        refuse_other_shapes(kwargs, (graphs.n_graphs, int(graphs.n_nodes.max())),
+                            "a CRF over this batch", "graphs, max nodes")
         X, Wn, Xe, We, K = _checked_inputs(graphs, node_features, node_weights, edge_features,
                                            edge_weights, potential, epsilon, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)

@@ -56,8 +56,8 @@ from pymc_crf.distributions.crf import (
     data_check,
     fixed_features,
     integer_labels,
+    refuse_other_shapes,
     shape_check,
-    static_shape_tuple,
 )
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
@@ -396,13 +396,8 @@ class HCRF(Distribution):
         """Unregistered HCRF variable (for ``pm.logp`` / ``pm.draw`` outside a model)."""
         X, batch, C, S = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
                                       n_states, n_classes)
-        # one class per graph; a size would batch the draws but not the likelihood
-        expected = (batch.n_graphs,)
-        shape = kwargs.pop("shape", None)
-        if kwargs.pop("size", None) is not None or (
-                shape is not None and static_shape_tuple(shape) not in (expected, None)):
-            raise ValueError(f"an HCRF over this batch has shape {expected} (one class per "
-                             "graph); it takes no other size or shape")
+        refuse_other_shapes(kwargs, (batch.n_graphs,), "an HCRF over this batch",
+                            "one class per graph")
         return super().dist([X, theta_x, theta_y, theta_e], batch=batch, n_classes=C,
                             n_states=S, inference=inference, **kwargs)
 

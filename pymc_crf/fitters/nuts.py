@@ -61,11 +61,9 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
                         log_likelihood=log_likelihood)
 
 
-# names other tools use for pm.sample's options; pm.sample would pass them on to its step
-# methods, which ignore them
-
-
 def _refuse_typos(sample_kwargs: dict) -> None:
+    """Names other tools use for pm.sample's options (``RENAMED``) and near-typos of them, which
+    pm.sample would pass on to its step methods, which ignore them."""
     known = [p for p in inspect.signature(pm.sample).parameters if p != "kwargs"]
     for key in sample_kwargs:
         if key in known:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import arviz as az
@@ -25,7 +25,7 @@ from pymc_crf.model.random_field import (
 )
 from pymc_crf.model.spec import CRFSpec, extract_crf
 
-__all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group",
+__all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group", "json_text",
            "record_crf_layout"]
 
 
@@ -100,17 +100,18 @@ def attach_log_likelihood(idata: xr.DataTree, model: pm.Model,
         dims=dims, skip_event_dims=True)
 
 
-def _jsonable(settings: Mapping[str, Any]) -> str:
-    def conv(v):
-        if isinstance(v, np.generic):
-            return v.item()
-        if isinstance(v, np.ndarray):
-            return v.tolist()
-        if isinstance(v, int | float | str | bool | type(None) | list | tuple | dict):
-            return v
-        return repr(v)
+def json_text(value: Any, other: Callable[[Any], Any] | None = None) -> str:
+    """``value`` as JSON text, numpy scalars and arrays at any depth as their Python values
+    (a grid search over ``np.arange`` sets numpy integers as options); any other object through
+    ``other`` (``repr`` for a result's settings), a TypeError without it."""
+    def plain(obj):
+        if isinstance(obj, np.generic | np.ndarray):
+            return obj.tolist()
+        if other is not None:
+            return other(obj)
+        raise TypeError(f"{type(obj).__name__} is not JSON serialisable")
 
-    return json.dumps({k: conv(v) for k, v in settings.items()})
+    return json.dumps(value, default=plain)
 
 
 def gaussian_fit_group(mean_vector: np.ndarray, covariance_matrix: np.ndarray,
@@ -214,7 +215,7 @@ def build_result(model: pm.Model, draws: Mapping[str, np.ndarray] | xr.DataTree,
         idata[diagnostics_group] = _dataset(diagnostics, "iteration")
     for name, ds in (extra_groups or {}).items():
         idata[name] = ds
-    idata.attrs.update({"method": method, "settings": _jsonable(settings),
+    idata.attrs.update({"method": method, "settings": json_text(dict(settings), repr),
                         "wall_time": float(wall_time), **(attrs or {})})
     record_crf_layout(idata, model, spec)
     if log_marginal_likelihood is not None:

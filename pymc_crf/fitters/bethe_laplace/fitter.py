@@ -169,8 +169,8 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
                    "log_likelihood_at_map": np.float64(fit.log_likelihood),
                    "log_prior_at_map": np.float64(fit.log_prior)}
     settings = {"map": map, "covariance": covariance, "bp": None if bp is None else repr(bp),
-                "maxiter": int(maxiter),
-                "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed}
+                "maxiter": int(maxiter), "gtol": gtol, "draws": n_draws, "chains": n_chains,
+                "random_seed": seed}
     return build_result(problem.model, draws, method, settings, time.perf_counter() - t0,
                         mean_vector=fit.mean, covariance_matrix=fit.covariance,
                         param_names=spec.param_names(), diagnostics=diagnostics,
@@ -306,8 +306,8 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
     pointwise = ({spec.observed_name: pointwise_log_likelihood(problem, flat)}
                  if log_likelihood else None)
     settings = {"map": map, "covariance": covariance, "bp": None if bp is None else repr(bp),
-                "maxiter": int(maxiter),
-                "gtol": gtol, "draws": n_draws, "chains": n_chains, "random_seed": seed,
+                "maxiter": int(maxiter), "gtol": gtol, "draws": n_draws, "chains": n_chains,
+                "random_seed": seed,
                 "hyperprior": hyperprior, "integrate_scales": integrate_scales,
                 "scale_tol": scale_tol, "scale_maxiter": scale_maxiter, "refine": refine}
     names = [n for v in problem.scales for n in v.entry_names()]
