@@ -229,6 +229,14 @@ def test_grouped_scales_feature_templates_and_the_diagonal_covariance():
     s_full, s_diag = full["fit"]["scales"].values, diag["fit"]["scales"].values
     assert abs(np.log(s_full[1] / s_diag[1])) < 1.0 and s_full[1] > 0.3
     assert max(s_full[[0, 2]].max(), s_diag[[0, 2]].max()) < 1e-3
+    # MacKay's steps take looser MAPs with the diagonal covariance; the result is the strict MAP
+    # at the learned scales and its evidence
+    p = weight_problem(m, "laplace", learn_scales=True)
+    strict = laplace_point(p, s_diag, None, hyperprior=None,
+                           **dict(LAPLACE, covariance="diagonal"))
+    np.testing.assert_allclose(diag["fit"]["mean_vector"].values, strict.mean, atol=1e-6)
+    assert float(diag["fit"]["log_evidence_at_scales"]) == pytest.approx(strict.log_evidence,
+                                                                         abs=1e-6)
 
 
 def test_implicit_covariance_against_the_dense_exact_laplace():
@@ -450,3 +458,43 @@ def test_one_implicit_scale_search_lands_at_the_dense_exact_maximiser(hyperprior
     np.testing.assert_allclose(found.point.mean, at_found.mean, atol=1e-6)
     quick = learn_scales(problem, covariance="implicit", hyperprior=hyperprior, finish=False)
     assert quick.point.scales[0] == found.point.scales[0] and quick.point.gaussian is None
+
+
+def test_extrapolated_step_moves_only_drifting_scales_towards_their_limit():
+    from pymc_crf.fitters.bethe_laplace.scales import _extrapolated_step
+
+    down = np.full(5, -10.0)
+    last = np.array([-0.10, -0.10, -0.01, 0.05, -0.20])
+    step = np.array([-0.10, -0.05, -0.01, 0.05, -0.05])
+    gamma = np.array([5.0, 0.5, 5.0, 0.1, 5.0])
+    move = _extrapolated_step(step, last, gamma, down, 1e-6, 2.0)
+    # scale 0 drifts (equal steps): the cap; scale 1 is pruned (gamma < 1) with ratio 1/2: the
+    # geometric limit, twice the step; scale 2 drifts but its steps are below DRIFT: MacKay's;
+    # scale 3 goes up and scale 4 converges (ratio 1/4, gamma >= 1): MacKay's
+    np.testing.assert_allclose(move, [-2.0, -0.1, -0.01, 0.05, -0.05])
+    # the lower bound and the cap hold; nothing to extrapolate gives None
+    np.testing.assert_allclose(_extrapolated_step(step, last, gamma, np.full(5, -0.5), 1e-6,
+                                                  0.25)[:2], [-0.25, -0.1])
+    assert _extrapolated_step(step, None, gamma, down, 1e-6, 2.0) is None
+    assert _extrapolated_step(np.abs(step), np.abs(last), gamma, down, 1e-6, 2.0) is None
+
+
+def test_pruned_groups_reach_the_bound_in_fewer_iterations_with_no_less_evidence(monkeypatch):
+    """The extrapolation of drifting scales against MacKay's plain steps, on the template model
+    whose "bias" and "w" groups the data do not support."""
+    from pymc_crf.fitters.bethe_laplace import scales as S
+
+    m = _template_model()
+
+    def fit():
+        d = pmc.fit(m, method="laplace", covariance="exact", refine=False, draws=5,
+                    progressbar=False)["diagnostics"]
+        return d.sizes["outer_iteration"], float(d["scale_objective"].values[-1]), d
+
+    n_fast, f_fast, d = fit()
+    assert (d["scale_step"].values == 3).any()  # an extrapolated step was kept
+    assert np.all(np.diff(d["scale_objective"].values) > -1e-6)
+    monkeypatch.setattr(S, "_extrapolated_step", lambda *args: None)
+    n_plain, f_plain, _ = fit()
+    # measured: 5 against 13 iterations, F -50.258468 against -50.258471
+    assert n_fast < n_plain and f_fast >= f_plain - 1e-6

@@ -18,7 +18,9 @@ Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-
   ``gamma_g = sum_{i in g} (1 - Sigma_ii / s_g^2)`` and ``R_g = sum_{i in g} (w*_i - mu_i)^2``,
   ``d F / d log s_g = R_g / s_g^2 - gamma_g + h_g`` when ``H_lik`` is held fixed (``h_g`` the
   hyperprior's ``d log p(s) / d log s_g``), whose root is ``s_g^2 = R_g / (gamma_g - h_g)``.
-  It needs only ``diag(Sigma)``, so it runs with the diagonal covariance on large models, and
+  Groups being pruned, whose steps barely shrink, are extrapolated to the limit of their steps
+  (``_extrapolated_step``). It needs only ``diag(Sigma)``, so it runs with the diagonal
+  covariance on large models, and
   with the implicit exact covariance (``covariance="implicit"``, :class:`~pymc_crf.fitters.
   covariance.ImplicitGaussian`): ``diag(Sigma)`` by Hutchinson's estimator with
   ``IMPLICIT_PROBES`` probes (unbiased, and nearly exact for the weights the data say little
@@ -79,6 +81,10 @@ SCALE_BOUNDS = (1e-5, 1e3)
 IMPLICIT_PROBES = 16
 #: the implicit covariance's fixed-point iterations stop below this move in log s
 IMPLICIT_SCALE_TOL = 0.02
+#: the MAP tolerance (largest whitened gradient entry) of MacKay's steps with the diagonal
+#: covariance: on 300 CoNLL-2000 sentences (34 scales, 297,660 weights) it moves the evidence by
+#: about 5e-4 against the strict MAP's, at half its L-BFGS iterations
+OUTER_GTOL = 1e-3
 #: the one-scale search (``_search_one_scale``): Lanczos probes (the same at every node),
 #: most Lanczos steps, MAP tolerance (largest whitened gradient entry) at its nodes, the move in
 #: log s below which it stops, and most nodes
@@ -245,6 +251,43 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray 
                       float(lh), fit, info, float(ll), float(lp), gauss)
 
 
+#: the longest extrapolated move of a scale in log s (a factor of e^2 ~ 7.4), and the least
+#: (the cap is halved after an extrapolation that loses evidence, doubled after one that gains)
+EXTRAPOLATION_CAP = 2.0
+CAP_FLOOR = 0.125
+#: a scale moving down by at least this in log s, each step within a factor 1.25 of the previous
+#: one, is drifting
+DRIFT = 0.02
+
+
+def _extrapolated_step(step: np.ndarray, last: np.ndarray | None, gamma: np.ndarray,
+                       down: np.ndarray, tol: float, cap: float) -> np.ndarray | None:
+    """MacKay's step with the scales being pruned extrapolated towards the limit of their steps
+    (Aitken 1926's delta-squared process), or None where no scale qualifies.
+
+    A group the data do not support drifts towards the lower bound in nearly equal steps of
+    ``log s``: MacKay's update shrinks ``s_g^2`` by a factor near 1 each time, so the drift
+    takes hundreds of iterations. A scale qualifies where its ``step`` and the previous one
+    (``last``, taken in full) both go down, and either its group has fewer than one
+    well-determined parameter (``gamma_g < 1``) or it drifts (steps of at least ``DRIFT``,
+    ratio ``r = step / last`` in [0.8, 1.25]). Its steps are taken as a geometric series of ratio
+    ``r``, whose limit is ``step / (1 - r)`` away: the move is that, at least the step and at
+    most ``cap`` (all of it where ``r >= 1``), and not below the lower bound (``down``, its
+    offset). The other scales take MacKay's step. The caller keeps the move only where it does
+    not lower the evidence."""
+    if last is None:
+        return None
+    falling = (step <= -tol) & (last <= -tol)
+    ratio = np.where(falling, step / np.where(falling, last, 1.0), 0.0)
+    pruned = falling & ((gamma < 1.0) | ((ratio >= 0.8) & (ratio <= 1.25) & (step <= -DRIFT)))
+    if not np.any(pruned):
+        return None
+    limit = np.where(ratio < 1.0, step / np.maximum(1.0 - ratio, 1e-12), -np.inf)
+    move = np.clip(np.maximum(limit, -cap), None, step)
+    move = np.where(pruned, np.maximum(move, down), step)
+    return None if np.allclose(move, step) else move
+
+
 def _mackay_gradient(problem: WeightProblem, pt: ScalePoint,
                      hyperprior: ScaleHyperprior | None) -> tuple[np.ndarray, np.ndarray,
                                                                   np.ndarray]:
@@ -372,9 +415,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         raise ValueError("refine=True needs the exact dense curvature (covariance='exact', or a "
                          "forest), or covariance='implicit' with one scale")
 
-    def at(theta, start, evidence=True):
+    def at(theta, start, evidence=True, tol=gtol):
         return laplace_point(problem, np.exp(theta), start, map=map, covariance=covariance,
-                             bp=bp, maxiter=maxiter, gtol=gtol, hyperprior=prior_fn,
+                             bp=bp, maxiter=maxiter, gtol=tol, hyperprior=prior_fn,
                              evidence=evidence)
 
     theta = np.clip(np.log(init), lo, hi)
@@ -387,11 +430,16 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if integrate_scales == "grid":
             _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
         return out
-    pt = at(theta, None, evidence=not implicit)  # the implicit log det: left to the end
+    # with the diagonal covariance (large models) MacKay's steps take MAPs to OUTER_GTOL and
+    # only the final point is refined to gtol
+    outer = max(gtol, OUTER_GTOL) if covariance == "diagonal" else gtol
+    pt = at(theta, None, evidence=not implicit, tol=outer)  # implicit log det: left to the end
     trace_F, trace_ev, trace_s, trace_step = [pt.objective], [pt.log_evidence], [pt.scales], [0]
     converged = False
     stochastic = covariance == "implicit"
     tol = max(scale_tol, IMPLICIT_SCALE_TOL) if stochastic else scale_tol
+    last_step = None  # MacKay's previous step, where it was taken in full
+    cap = EXTRAPOLATION_CAP
     for _ in range(scale_maxiter):  # MacKay, backtracking in log s
         R, gamma, h = _mackay_gradient(problem, pt, prior_fn)
         denom = gamma - h
@@ -402,6 +450,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if np.max(np.abs(step)) < tol:
             converged = True
             break
+        mackay = step
         if stochastic:  # noisy evidence: the fixed point's step as it is (module docstring);
             # the Lanczos log det (the costliest part) is left to the final point
             theta, pt = theta + step, at(theta + step, pt.mean, evidence=False)
@@ -411,12 +460,24 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             trace_step.append(1)
             continue
         improved = False
-        for _half in range(4):
-            new = at(theta + step, pt.mean)
-            if new.objective >= pt.objective - 1e-9 * max(1.0, abs(pt.objective)):
-                improved = True
-                break
-            step = 0.5 * step
+        floor = pt.objective - 1e-9 * max(1.0, abs(pt.objective))
+        jump = _extrapolated_step(mackay, last_step, gamma, lo - theta, tol, cap)
+        if jump is not None:
+            new = at(theta + jump, pt.mean, tol=outer)
+            improved = new.objective >= floor
+            step = jump
+            # a trust region for the extrapolation: doubled after a kept move, halved after a
+            # lost one
+            cap = min(2.0 * cap, EXTRAPOLATION_CAP) if improved else max(0.5 * cap, CAP_FLOOR)
+        if not improved:
+            step = mackay
+            for _half in range(4):
+                new = at(theta + step, pt.mean, tol=outer)
+                if new.objective >= floor:
+                    improved = True
+                    break
+                step = 0.5 * step
+        last_step = mackay if step is mackay else None
         if not improved:
             # MacKay's point (curvature held fixed) is not the evidence's maximiser; near it
             # its steps lose evidence: stop here, the exact ascent (where it runs) goes on
@@ -427,12 +488,15 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         trace_F.append(pt.objective)
         trace_ev.append(pt.log_evidence)
         trace_s.append(pt.scales)
-        trace_step.append(1)
+        trace_step.append(3 if step is jump else 1)
         if abs(gain) < 1e-8 * max(1.0, abs(pt.objective)):
             # the evidence no longer moves (a group pruned towards 0, where it is flat, or a
             # bound): stop; the exact ascent below, where it runs, finishes the job
             converged = True
             break
+    if outer > gtol:
+        pt = at(theta, pt.mean)
+        trace_ev[-1], trace_F[-1] = pt.log_evidence, pt.objective
     if implicit:
         pt = _with_evidence(pt)
         trace_ev[-1], trace_F[-1] = pt.log_evidence, pt.objective
