@@ -136,3 +136,24 @@ def test_vi_bar_counts_iterations(recorded):
                 progressbar=True)
     iterations = sum(name == "theta" for name, _ in st.trace)
     assert recorded == [{"description": "VI iterations", "total": 2, "advanced": iterations}]
+
+
+def test_learned_scales_bar_counts_mackay_steps(recorded):
+    """A learned-scale Laplace fit shows MacKay's steps (the MAPs inside them have no bars)."""
+    import pymc as pm
+
+    rng = np.random.default_rng(0)
+    batch = pmc.GraphBatch.chains([3] * 8)
+    X = rng.normal(size=(batch.n_total_nodes, 2))
+    y = (X[:, 0] > 0).astype(int)
+    with pm.Model() as m:
+        s = pm.HalfNormal("s", 1.0, shape=2)
+        W = pm.Normal("W", 0.0, s[[0, 1]][:, None], shape=(2, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    res = pmc.fit(m, method="laplace", covariance="diagonal", draws=5, log_likelihood=False)
+    bars = [b for b in recorded if b["description"] == "Learned scales: MacKay's steps"]
+    steps = res["diagnostics"].sizes["outer_iteration"]  # the start and each step taken
+    assert len(bars) == 1 and bars[0]["total"] == 200 and bars[0]["advanced"] == steps - 1
+    pmc.fit(m, method="laplace", covariance="diagonal", draws=5, log_likelihood=False,
+            progressbar=False)
+    assert len([b for b in recorded if b["description"].startswith("Learned")]) == 1

@@ -26,6 +26,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 )
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
+from pymc_crf.fitters.progress import progress_flag
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.bp import BeliefPropagation
 from pymc_crf.model.results import build_result, gaussian_fit_group
@@ -84,7 +85,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     log_likelihood : bool
         Add the per-graph log-likelihood of the draws.
     progressbar : bool
-        Show a progress bar of the MAP search (PyMC's; ``False`` silences it).
+        Show a progress bar of the MAP search, or with learned scales of MacKay's steps (PyMC's;
+        ``False`` silences it).
     hyperprior : bool
         Learned scales: add their prior's log density to the evidence (type-II MAP); ``False``:
         type-II maximum likelihood.
@@ -144,7 +146,7 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
         return _fit_learned_scales(
             problem, method, t0, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
             gtol=gtol, n_draws=n_draws, n_chains=n_chains, seed=seed,
-            log_likelihood=log_likelihood, hyperprior=hyperprior,
+            log_likelihood=log_likelihood, progressbar=progressbar, hyperprior=hyperprior,
             integrate_scales=integrate_scales, scale_init=scale_init, scale_tol=scale_tol,
             scale_maxiter=scale_maxiter, refine=refine)
     if integrate_scales is not None:
@@ -244,8 +246,9 @@ def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 200
 
 
 def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
-                        n_draws, n_chains, seed, log_likelihood, hyperprior, integrate_scales,
-                        scale_init, scale_tol, scale_maxiter, refine) -> xr.DataTree:
+                        n_draws, n_chains, seed, log_likelihood, progressbar, hyperprior,
+                        integrate_scales, scale_init, scale_tol, scale_maxiter,
+                        refine) -> xr.DataTree:
     """The result of a fit with learned scales (or the diagonal covariance): draws of the weights
     (and scales) from the Gaussian at the learned scales or from the grid mixture."""
     if covariance == "diagonal" and (problem.kind != "crf" or problem.potential != "loglinear"):
@@ -255,13 +258,14 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
         raise ValueError("covariance='implicit' takes log-linear potentials (its curvature is "
                          "the covariance of the sufficient statistics); use covariance='exact'")
     hyperprior = flag(hyperprior, "hyperprior")
+    progressbar = progress_flag(progressbar)
     rng = generator(seed, "random_seed")
     spec = problem.spec
     if problem.n_scales:
         learned = learn_scales(problem, map=map, covariance=covariance, bp=bp, maxiter=maxiter,
                                gtol=gtol, hyperprior=hyperprior, scale_init=scale_init,
                                scale_tol=scale_tol, scale_maxiter=scale_maxiter, refine=refine,
-                               integrate_scales=integrate_scales)
+                               integrate_scales=integrate_scales, progressbar=progressbar)
     else:
         if integrate_scales is not None:
             raise ValueError("integrate_scales needs learned prior scales; this model's weight "

@@ -69,6 +69,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine
 from pymc_crf.fitters.covariance import ImplicitGaussian, lanczos_quadrature
 from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
+from pymc_crf.fitters.progress import track
 from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["ScaleHyperprior", "ScalePoint", "LearnedScales", "learn_scales", "INTEGRATE_MODES",
@@ -349,7 +350,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
                  scale_maxiter: int = 200, refine: bool | None = None,
                  integrate_scales: str | None = None, grid_step: float = 0.75,
                  grid_radius: float = 3.0, grid_threshold: float = 6.0,
-                 finish: bool = True) -> LearnedScales:
+                 finish: bool = True, progressbar: bool = False) -> LearnedScales:
     """Type-II ML / MAP scales of ``problem`` (module docstring) and the Laplace fit there.
 
     Parameters
@@ -384,6 +385,8 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         refine the MAP at the chosen scale to ``gtol`` and build its implicit Gaussian (for
         draws); False returns the search's own node (MAP to ``SEARCH_GTOL``, no Gaussian), for
         a caller that wants only the scale (``CRFTagger(c2="evidence")``).
+    progressbar : bool
+        Show a progress bar of MacKay's steps (up to ``scale_maxiter``).
     """
     if problem.n_scales == 0:
         raise ValueError("the model has no learned prior scales (no Normal weight prior with a "
@@ -440,7 +443,8 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     tol = max(scale_tol, IMPLICIT_SCALE_TOL) if stochastic else scale_tol
     last_step = None  # MacKay's previous step, where it was taken in full
     cap = EXTRAPOLATION_CAP
-    for _ in range(scale_maxiter):  # MacKay, backtracking in log s
+    for _ in track(range(scale_maxiter), "Learned scales: MacKay's steps",
+                   progressbar=progressbar):  # MacKay, backtracking in log s
         R, gamma, h = _mackay_gradient(problem, pt, prior_fn)
         denom = gamma - h
         target = np.where(denom > 0, 0.5 * np.log(np.maximum(R, 1e-300) / np.where(
