@@ -1,5 +1,5 @@
-"""Learned prior scales by the Laplace evidence: MacKay's steps with and without the extrapolation
-of pruned groups, on CoNLL-2000 chunking.
+"""Learned prior scales by the Laplace evidence: the fitter's steps against MacKay's plain steps
+with strict MAPs, on CoNLL-2000 chunking.
 
 The learned-scale model of ``examples/conll2000_posterior.py`` (one ``s ~ HalfNormal(1)`` per
 feature template of ``pmc.datasets.token_features``, ``W ~ Normal(0, s[template])``, the
