@@ -463,18 +463,20 @@ def test_one_implicit_scale_search_lands_at_the_dense_exact_maximiser(hyperprior
 def test_extrapolated_step_moves_only_drifting_scales_towards_their_limit():
     from pymc_crf.fitters.bethe_laplace.scales import _extrapolated_step
 
-    down = np.full(5, -10.0)
-    last = np.array([-0.10, -0.10, -0.01, 0.05, -0.20])
-    step = np.array([-0.10, -0.05, -0.01, 0.05, -0.05])
-    gamma = np.array([5.0, 0.5, 5.0, 0.1, 5.0])
+    down = np.full(6, -10.0)
+    last = np.array([-0.10, -0.10, -0.01, 0.05, -0.20, -0.10])
+    step = np.array([-0.10, -0.05, -0.01, 0.05, -0.05, -0.075])
+    gamma = np.array([5.0, 0.5, 5.0, 0.1, 5.0, 0.5])
     move = _extrapolated_step(step, last, gamma, down, 1e-6, 2.0)
-    # scale 0 drifts (equal steps): the cap; scale 1 is pruned (gamma < 1) with ratio 1/2: the
-    # geometric limit, twice the step; scale 2 drifts but its steps are below DRIFT: MacKay's;
-    # scale 3 goes up and scale 4 converges (ratio 1/4, gamma >= 1): MacKay's
-    np.testing.assert_allclose(move, [-2.0, -0.1, -0.01, 0.05, -0.05])
-    # the lower bound and the cap hold; nothing to extrapolate gives None
-    np.testing.assert_allclose(_extrapolated_step(step, last, gamma, np.full(5, -0.5), 1e-6,
-                                                  0.25)[:2], [-0.25, -0.1])
+    # scale 0 drifts (equal steps): the cap; scales 1 and 5 are pruned (gamma < 1) with ratios
+    # 1/2 and 3/4: Aitken's limits step / (1 - r), twice and four times the step; scale 2 drifts
+    # by less than DRIFT, scale 3 goes up, scale 4 converges (ratio 1/4, gamma >= 1): MacKay's
+    np.testing.assert_allclose(move, [-2.0, -0.1, -0.01, 0.05, -0.05, -0.3])
+    # the cap and the lower bound hold (scale 0 stops at its bound 0.15 below); nothing to
+    # extrapolate gives None
+    bound = np.where(np.arange(6) == 0, -0.15, -10.0)
+    np.testing.assert_allclose(_extrapolated_step(step, last, gamma, bound, 1e-6, 0.25),
+                               [-0.15, -0.1, -0.01, 0.05, -0.05, -0.25])
     assert _extrapolated_step(step, None, gamma, down, 1e-6, 2.0) is None
     assert _extrapolated_step(np.abs(step), np.abs(last), gamma, down, 1e-6, 2.0) is None
 
@@ -498,3 +500,61 @@ def test_pruned_groups_reach_the_bound_in_fewer_iterations_with_no_less_evidence
     n_plain, f_plain, _ = fit()
     # measured: 5 against 13 iterations, F -50.258468 against -50.258471
     assert n_fast < n_plain and f_fast >= f_plain - 1e-6
+
+
+def test_an_extrapolation_that_loses_evidence_is_not_kept(monkeypatch):
+    """Extrapolations that send every scale to the lower bound (losing evidence) are refused,
+    tried less and less often (each loss pauses them for longer), and the fit ends where
+    MacKay's plain steps end."""
+    from pymc_crf.fitters.bethe_laplace import scales as S
+
+    m = _template_model()
+    tried = []
+
+    def to_the_bound(step, last, gamma, down, tol, cap):
+        if last is None:
+            return None
+        tried.append(cap)
+        return down
+
+    def fit():
+        d = pmc.fit(m, method="laplace", covariance="exact", refine=False, draws=5,
+                    progressbar=False)["diagnostics"]
+        return d
+
+    monkeypatch.setattr(S, "_extrapolated_step", to_the_bound)
+    bad = fit()
+    monkeypatch.setattr(S, "_extrapolated_step", lambda *args: None)
+    plain = fit()
+    # tried, with the cap halved after each loss, and not at every step
+    n = bad.sizes["outer_iteration"]
+    assert 2 <= len(tried) < n - 1 and tried[:2] == [2.0, 1.0]
+    assert not (bad["scale_step"].values == 3).any()
+    assert np.all(np.diff(bad["scale_objective"].values) > -1e-6)
+    assert float(bad["scale_objective"].values[-1]) >= float(
+        plain["scale_objective"].values[-1]) - 1e-6
+
+
+def test_diagonal_steps_stop_on_strict_maps():
+    """With the diagonal covariance MacKay's steps take looser MAPs until they stop; the point is
+    then refined (a step-4 entry) and the steps go on with strict MAPs, so the fit reaches at
+    least the evidence of strict MAPs throughout."""
+    from pymc_crf.fitters.bethe_laplace import scales as S
+
+    m = _template_model()
+    d = pmc.fit(m, method="laplace", covariance="diagonal", draws=5,
+                progressbar=False)["diagnostics"]
+    kinds = d["scale_step"].values
+    assert (kinds == 4).sum() == 1
+    after = d["scale_objective"].values[np.argmax(kinds == 4):]
+    assert np.all(np.diff(after) > -1e-9)  # strict from the refinement on
+    outer = S.OUTER_GTOL
+    try:
+        S.OUTER_GTOL = 0.0
+        strict = pmc.fit(m, method="laplace", covariance="diagonal", draws=5,
+                         progressbar=False)["diagnostics"]
+    finally:
+        S.OUTER_GTOL = outer
+    assert not (strict["scale_step"].values == 4).any()
+    assert float(d["scale_objective"].values[-1]) >= float(
+        strict["scale_objective"].values[-1]) - 1e-6

@@ -152,8 +152,11 @@ def test_learned_scales_bar_counts_mackay_steps(recorded):
         pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
     res = pmc.fit(m, method="laplace", covariance="diagonal", draws=5, log_likelihood=False)
     bars = [b for b in recorded if b["description"] == "Learned scales: MacKay's steps"]
-    steps = res["diagnostics"].sizes["outer_iteration"]  # the start and each step taken
-    assert len(bars) == 1 and bars[0]["total"] == 200 and bars[0]["advanced"] == steps - 1
+    # one trace entry for the start and one per iteration the bar counts, and at most one for the
+    # iteration that stops the steps (not counted: the bar then closes at 100 %)
+    steps = res["diagnostics"].sizes["outer_iteration"]
+    assert len(bars) == 1 and bars[0]["total"] == 200
+    assert steps - 2 <= bars[0]["advanced"] <= steps - 1 and bars[0]["advanced"] > 0
     pmc.fit(m, method="laplace", covariance="diagonal", draws=5, log_likelihood=False,
             progressbar=False)
     assert len([b for b in recorded if b["description"].startswith("Learned")]) == 1

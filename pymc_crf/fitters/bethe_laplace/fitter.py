@@ -85,8 +85,10 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     log_likelihood : bool
         Add the per-graph log-likelihood of the draws.
     progressbar : bool
-        Show a progress bar of the MAP search, or with learned scales of MacKay's steps (PyMC's;
-        ``False`` silences it).
+        Show a progress bar (PyMC's; ``False`` silences it): of the MAP search for fixed priors
+        with the dense covariance, and of MacKay's steps with learned scales (the search of one
+        scale with ``covariance="implicit"`` and the MAPs of the large covariances have
+        none).
     hyperprior : bool
         Learned scales: add their prior's log density to the evidence (type-II MAP); ``False``:
         type-II maximum likelihood.
