@@ -482,10 +482,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if stochastic:  # noisy evidence: the fixed point's step as it is (module docstring);
             # the Lanczos log det (the costliest part) is left to the final point
             theta, pt = theta + step, at(theta + step, pt.mean, evidence=False)
-            trace_F.append(pt.objective)
-            trace_ev.append(pt.log_evidence)
-            trace_s.append(pt.scales)
-            trace_step.append(1)
+            record(pt, 1)
             continue
         improved = False
         floor = pt.objective - 1e-9 * max(1.0, abs(pt.objective))
@@ -545,11 +542,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             if key not in cache:
                 cache[key] = at(np.asarray(th), last[0].mean)
                 last[0] = cache[key]
-                q = cache[key]
-                trace_F.append(q.objective)
-                trace_ev.append(q.log_evidence)
-                trace_s.append(q.scales)
-                trace_step.append(2)
+                record(cache[key], 2)
             q = cache[key]
             return -q.objective, -exact_gradient(problem, q, prior_fn)
 
