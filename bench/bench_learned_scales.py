@@ -1,13 +1,15 @@
-"""Learned prior scales by the Laplace evidence: the fitter's steps against MacKay's plain steps
-with strict MAPs, on CoNLL-2000 chunking.
+"""Learned prior scales by the Laplace evidence: the fitter's steps and MAP search coordinates
+against MacKay's plain steps with strict prior-whitened MAPs, on CoNLL-2000 chunking.
 
 The learned-scale model of ``examples/conll2000_posterior.py`` (one ``s ~ HalfNormal(1)`` per
 feature template of ``pmc.datasets.token_features``, ``W ~ Normal(0, s[template])``, the
 transitions with their own ``t ~ HalfNormal(1)``) on the first ``--train`` training sentences,
 fitted by ``pmc.fit(method="laplace")`` with its defaults (the diagonal Laplace covariance at
 these sizes). Three variants, one after the other in the same run: the default (MacKay's steps
-with the pruned groups extrapolated, MAPs to ``scales.OUTER_GTOL`` until the last); the same with
-every MAP to the fit's ``gtol``; and the reference, MacKay's plain steps with strict MAPs
+with the pruned groups extrapolated, MAPs to ``scales.OUTER_GTOL`` until the last, each MAP at new
+scales searched in the coordinates of the Laplace sds the last point predicts there,
+``diagonal_laplace.search_scale``); the same with every MAP searched in prior-whitened
+coordinates; and the reference, MacKay's plain steps with strict prior-whitened MAPs
 (``scales._extrapolated_step`` replaced by one that never extrapolates).
 
 Printed per size: outer iterations, Laplace evaluations (MAP + curvature at fixed scales), wall
@@ -86,26 +88,31 @@ def main(argv: list[str] | None = None) -> None:
     print("| sentences | steps | outer iterations | Laplace evaluations | wall (s) | F | "
           "scales at the bound |")
     print("|---|---|---|---|---|---|---|")
-    extrapolated, outer = S._extrapolated_step, S.OUTER_GTOL
-    variants = {"default": (extrapolated, outer),
-                "extrapolated, strict MAPs": (extrapolated, 0.0),
-                "MacKay's plain steps, strict MAPs": (lambda *a: None, 0.0)}
+    extrapolated, outer, search = S._extrapolated_step, S.OUTER_GTOL, S.search_scale
+
+    def prior_whitened(sd, laplace_sd=None):
+        return sd
+
+    variants = {"default": (extrapolated, outer, search),
+                "default, MAPs prior-whitened": (extrapolated, outer, prior_whitened),
+                "MacKay's plain steps, strict prior-whitened MAPs": (lambda *a: None, 0.0,
+                                                                     prior_whitened)}
     for n in args.train:
         model = _model(n)
         rows = {}
-        for name, (step, tol) in variants.items():
-            S._extrapolated_step, S.OUTER_GTOL = step, tol
+        for name, (step, tol, coords) in variants.items():
+            S._extrapolated_step, S.OUTER_GTOL, S.search_scale = step, tol, coords
             try:
                 rows[name] = r = _fit(model)
             finally:
-                S._extrapolated_step, S.OUTER_GTOL = extrapolated, outer
+                S._extrapolated_step, S.OUTER_GTOL, S.search_scale = extrapolated, outer, search
             print(f"| {n} | {name} | {r['iterations']} | {r['evaluations']} | {r['wall']:.1f} | "
                   f"{r['F']:.3f} | {r['at bound']} of {r['n']} |", flush=True)
-        ref = rows["MacKay's plain steps, strict MAPs"]
-        for name in list(variants)[:2]:
-            print(f"| {n} | {name}: {ref['wall'] / rows[name]['wall']:.2f}x faster than MacKay's "
-                  f"plain steps with strict MAPs, F {rows[name]['F'] - ref['F']:+.4f} | | | | | |",
-                  flush=True)
+        names = list(variants)
+        for a, b in ((0, 1), (0, 2), (1, 2)):
+            x, y = rows[names[a]], rows[names[b]]
+            print(f"| {n} | {names[a]}: {y['wall'] / x['wall']:.2f}x faster than {names[b]}, "
+                  f"F {x['F'] - y['F']:+.4f} | | | | | |", flush=True)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--test", type=int, default=500)
     ap.add_argument("--dev", type=int, default=500)
     ap.add_argument("--draws", type=int, default=30)
-    ap.add_argument("--scale-maxiter", type=int, default=30)
+    ap.add_argument("--scale-maxiter", type=int, default=200,
+                    help="most of MacKay's steps (the fitter's default; about 50 at 300 "
+                         "sentences)")
     ap.add_argument("--groups", choices=["template", "frequency", "template-frequency"],
                     default="template")
     ap.add_argument("--covariance", choices=["diagonal", "implicit"], default="diagonal")

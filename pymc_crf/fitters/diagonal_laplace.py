@@ -28,7 +28,8 @@ from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
 from pymc_crf.model.spec import CRFSpec, require_all_labels, require_gaussian_prior
 from pymc_crf.validation import generator, whole_number
 
-__all__ = ["diagonal_laplace_draws", "diagonal_laplace_sd", "diagonal_fisher"]
+__all__ = ["diagonal_laplace_draws", "diagonal_laplace_sd", "diagonal_fisher",
+           "implied_fisher", "rescaled_laplace_sd", "search_scale"]
 
 
 def _squared(x):
@@ -79,6 +80,46 @@ def diagonal_fisher(lik: CRFLogLikelihood, w: np.ndarray, shared_table: str = "m
         else:
             fisher.append(features_tdot(_squared(lik.Xe), m.edge * (1.0 - m.edge)).ravel())
     return np.concatenate(fisher)
+
+
+def implied_fisher(laplace_sd: np.ndarray, prior_sd: np.ndarray) -> np.ndarray:
+    """The likelihood's diagonal curvature that diagonal Laplace sds imply under the prior sds
+    ``prior_sd``: ``1 / laplace_sd^2 - 1 / prior_sd^2``, and 0 where it cannot be recovered (a
+    Laplace sd of 0 or not finite; rounding that makes it negative, for a prior sd far below
+    the likelihood's scale)."""
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        fisher = np.asarray(laplace_sd, dtype=np.float64) ** -2.0 - np.asarray(
+            prior_sd, dtype=np.float64) ** -2.0
+    return np.where(np.isfinite(fisher) & (fisher > 0.0), fisher, 0.0)
+
+
+def rescaled_laplace_sd(laplace_sd: np.ndarray, prior_sd: np.ndarray,
+                        new_prior_sd: np.ndarray) -> np.ndarray:
+    """The diagonal Laplace sds under the prior sds ``new_prior_sd``, predicted from
+    ``laplace_sd`` (those under ``prior_sd``) with the likelihood's diagonal curvature held
+    (:func:`implied_fisher`): ``1 / sqrt(fisher + 1 / new_prior_sd^2)``."""
+    return 1.0 / np.sqrt(implied_fisher(laplace_sd, prior_sd)
+                         + np.asarray(new_prior_sd, dtype=np.float64) ** -2.0)
+
+
+def search_scale(prior_sd: np.ndarray, laplace_sd: np.ndarray | None = None) -> np.ndarray:
+    """The coordinates ``(w - mu) / scale`` in which the package's L-BFGS searches for a MAP or
+    a randomized MAP near a known diagonal Laplace approximation: the geometric mean of the
+    prior and the diagonal Laplace sds (the prior sds alone when ``laplace_sd`` is None).
+
+    Whitened by the prior sds, the curvature's diagonal is ``1 + sd^2 fisher``, large for
+    frequent features; whitened by the Laplace sds it is 1, but features that fire on the same
+    tokens then share one strongly curved direction. The geometric mean sits between the two and
+    was chosen by measurement (``docs/benchmarks.md``): on 300 CoNLL-2000 sentences the
+    randomized MAP's draws took 234 L-BFGS iterations in prior-whitened coordinates, 367 in
+    Laplace-whitened ones and 189 in these (exponents 1/4 and 3/4: 186 and 237), on all 8,436
+    training sentences 882 against 476. The learned-scale Laplace fit's MAPs at new scales, in
+    the coordinates of the Laplace sds :func:`rescaled_laplace_sd` predicts there, made that
+    fit 1.76x faster at 300 sentences; the Gibbs sweeps' MAPs took 84 iterations on average
+    against 96."""
+    if laplace_sd is None:
+        return prior_sd
+    return np.sqrt(prior_sd * laplace_sd)
 
 
 def diagonal_laplace_draws(spec: CRFSpec, mean: np.ndarray, sd: np.ndarray, draws: int = 30,

@@ -558,3 +558,37 @@ def test_diagonal_steps_stop_on_strict_maps():
     assert not (strict["scale_step"].values == 4).any()
     assert float(d["scale_objective"].values[-1]) >= float(
         strict["scale_objective"].values[-1]) - 1e-6
+
+
+def test_diagonal_maps_at_new_scales_are_searched_in_predicted_laplace_coordinates(monkeypatch):
+    """With the diagonal covariance each MAP at new scales is searched in the coordinates of the
+    Laplace sds the last point predicts there (``search_scale``): the same scales, MAP and
+    evidence as prior-whitened searches, in fewer L-BFGS iterations."""
+    from pymc_crf.fitters.bethe_laplace import scales as S
+
+    m = _template_model()
+    iterations = []
+    whitened_map = S._whitened_map
+
+    def counted(problem, start, maxiter, gtol, scale=None):
+        out = whitened_map(problem, start, maxiter, gtol, scale)
+        iterations.append(out[2]["n_iterations"])
+        return out
+
+    monkeypatch.setattr(S, "_whitened_map", counted)
+
+    def fit():
+        iterations.clear()
+        r = pmc.fit(m, method="laplace", covariance="diagonal", draws=5, progressbar=False)
+        return r, sum(iterations)
+
+    fast, n_fast = fit()
+    monkeypatch.setattr(S, "search_scale", lambda sd, laplace_sd=None: sd)
+    plain, n_plain = fit()
+    np.testing.assert_allclose(fast["fit"]["scales"].values, plain["fit"]["scales"].values,
+                               rtol=1e-5)
+    np.testing.assert_allclose(fast["fit"]["mean_vector"].values,
+                               plain["fit"]["mean_vector"].values, atol=1e-5)
+    assert float(fast["diagnostics"]["scale_objective"].values[-1]) == pytest.approx(
+        float(plain["diagnostics"]["scale_objective"].values[-1]), abs=1e-5)
+    assert n_fast < n_plain  # measured: 61 against 70

@@ -179,3 +179,46 @@ def test_gibbs_averaged_marginals_against_nuts_with_redundant_groups():
     assert abs(np.log(got[rows, y]).mean() - np.log(ref[rows, y]).mean()) < 0.015
     # no group pruned: every scale's posterior mean well away from 0
     assert np.all(gibbs["posterior"]["s"].values.mean(axis=(0, 1)) > 0.2)
+
+
+def test_sweep_maps_are_searched_where_the_last_sweeps_laplace_sds_predict(monkeypatch):
+    """Each sweep's MAP, at new scales, is searched in the coordinates of the diagonal Laplace
+    sds predicted from the chain's last sweep (prior-whitened at the first sweep); the EM
+    path's MAPs likewise from its last centre."""
+    from pymc_crf.fitters.diagonal_laplace import rescaled_laplace_sd, search_scale
+    from pymc_crf.fitters.randomized_map import gibbs
+    from pymc_crf.fitters.randomized_map import scales as em
+
+    seen = []
+    step = gibbs._weight_step
+
+    def recorded(lik, mu, sd, w_map, scale, *rest):
+        out = step(lik, mu, sd, w_map, scale, *rest)
+        seen.append((sd, scale, out[1]))
+        return out
+
+    monkeypatch.setattr(gibbs, "_weight_step", recorded)
+    pmc.fit(_hierarchical(), method="randomized_map", draws=3, tune=2, chains=2, refine=0,
+            random_seed=0, progressbar=False)
+    assert len(seen) == 10
+    for c in range(2):
+        chain = seen[c::2]
+        np.testing.assert_array_equal(chain[0][1], chain[0][0])
+        for (sd0, _, lap0), (sd1, scale, _) in zip(chain, chain[1:], strict=False):
+            assert not np.array_equal(sd1, sd0)  # the scales moved
+            np.testing.assert_allclose(scale, search_scale(sd1, rescaled_laplace_sd(lap0, sd0, sd1)),
+                                       rtol=1e-14)
+            assert np.all(scale < sd1)
+
+    calls = []
+    map_at = em.map_at
+
+    def recorded_map(lik, mu, sd, start, *rest, scale=None):
+        calls.append((sd, scale))
+        return map_at(lik, mu, sd, start, *rest, scale=scale)
+
+    monkeypatch.setattr(em, "map_at", recorded_map)
+    pmc.fit(_hierarchical(), method="randomized_map", scale_method="em", draws=4,
+            scale_maxiter=3, random_seed=0, progressbar=False)
+    assert len(calls) >= 2 and calls[0][1] is None
+    assert all(scale is not None and np.all(scale < sd) for sd, scale in calls[1:])

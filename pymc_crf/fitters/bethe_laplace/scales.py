@@ -68,7 +68,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 )
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine
 from pymc_crf.fitters.covariance import ImplicitGaussian, lanczos_quadrature
-from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd
+from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, rescaled_laplace_sd, search_scale
 from pymc_crf.fitters.progress import track
 from pymc_crf.validation import positive_number, whole_number
 
@@ -188,13 +188,14 @@ def group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(index[keep], weights=values[keep], minlength=n)
 
 
-def _whitened_map(problem: WeightProblem, start, maxiter, gtol):
-    """The MAP by exact gradients in the prior-whitened coordinates: ``(w, lik, optimiser
-    record)``."""
+def _whitened_map(problem: WeightProblem, start, maxiter, gtol, scale=None):
+    """The MAP by exact gradients in the coordinates ``(w - mu) / scale`` (default the prior
+    sds: prior-whitened): ``(w, lik, optimiser record)``."""
     lik = problem.make_likelihood(exact_engine(
         problem, "covariance='diagonal' and 'implicit' need it; Bethe's (BP) covariance is "
                  "method='bethe_laplace' with map='bp' and covariance='bp'"))
-    mu, sd0 = problem.prior.mean, problem.prior.sd
+    mu = problem.prior.mean
+    sd0 = problem.prior.sd if scale is None else scale
     z, info = maximise(_Whitened(lik, mu, sd0), _Whitened(problem.prior, mu, sd0),
                        (start - mu) / sd0, maxiter=maxiter, gtol=gtol,
                        description="Laplace: MAP by exact gradients")
@@ -215,9 +216,10 @@ def _implicit_point(problem: WeightProblem, start, maxiter, gtol, evidence: bool
     return w, sig, ll, lp, log_ev, info, gauss
 
 
-def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
-    """MAP by exact gradients and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
-    w, lik, info = _whitened_map(problem, start, maxiter, gtol)
+def _diagonal_point(problem: WeightProblem, start, maxiter, gtol, scale=None):
+    """MAP by exact gradients (searched in the coordinates ``(w - mu) / scale``, default
+    prior-whitened) and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
+    w, lik, info = _whitened_map(problem, start, maxiter, gtol, scale)
     sd = diagonal_laplace_sd(problem.spec, w, shared_table="fisher")
     ll = float(lik(w)[0])
     lp = float(problem.prior(w)[0])
@@ -225,16 +227,24 @@ def _diagonal_point(problem: WeightProblem, start, maxiter, gtol):
     return w, sd ** 2, ll, lp, log_ev, info
 
 
-def laplace_point(problem: WeightProblem, scales: np.ndarray, start: np.ndarray | None, *,
-                  map: str, covariance: str, bp, maxiter: int, gtol: float,
-                  hyperprior: ScaleHyperprior | None, evidence: bool = True) -> ScalePoint:
+def laplace_point(problem: WeightProblem, scales: np.ndarray,
+                  start: ScalePoint | np.ndarray | None, *, map: str, covariance: str, bp,
+                  maxiter: int, gtol: float, hyperprior: ScaleHyperprior | None,
+                  evidence: bool = True) -> ScalePoint:
     """The Laplace approximation of ``problem`` with its learned scales fixed at ``scales``
-    (``evidence=False``: the implicit covariance skips its log evidence, left NaN)."""
+    (``evidence=False``: the implicit covariance skips its log evidence, left NaN), its MAP
+    searched from ``start``: the prior mean (None), a weight vector, or the :class:`ScalePoint`
+    at other scales, whose MAP it starts from; with the diagonal covariance that point's
+    Laplace sds, rescaled to ``scales`` (``rescaled_laplace_sd``), also set the search's
+    coordinates (``search_scale``)."""
     p = problem.at_scales(scales)
-    x0 = p.prior.mean.copy() if start is None else start
+    near = start if isinstance(start, ScalePoint) else None
+    x0 = p.prior.mean.copy() if start is None else (start if near is None else near.mean)
     gauss = None
     if covariance == "diagonal":
-        w, sig, ll, lp, log_ev, info = _diagonal_point(p, x0, maxiter, gtol)
+        scale = None if near is None else search_scale(p.prior.sd, rescaled_laplace_sd(
+            np.sqrt(near.sigma_diag), problem.at_scales(near.scales).prior.sd, p.prior.sd))
+        w, sig, ll, lp, log_ev, info = _diagonal_point(p, x0, maxiter, gtol, scale)
         fit = None
     elif covariance == "implicit":
         w, sig, ll, lp, log_ev, info, gauss = _implicit_point(p, x0, maxiter, gtol, evidence)
@@ -431,7 +441,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         theta, pt, trace = _search_one_scale(problem, at, theta, lo, hi, prior_fn, maxiter,
                                              finish and integrate_scales is None)
         if integrate_scales == "grid":  # the mode with the grid points' own estimator
-            pt = at(theta, pt.mean)
+            pt = at(theta, pt)
         out = LearnedScales(pt, trace, True)
         if integrate_scales == "grid":
             _grid(problem, out, at, theta, grid_step, grid_radius, grid_threshold)
@@ -461,7 +471,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if outer <= gtol:
             return False
         outer, last_step = gtol, None
-        pt = at(theta, pt.mean)
+        pt = at(theta, pt)
         record(pt, 4)
         return True
 
@@ -481,7 +491,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         mackay = step
         if stochastic:  # noisy evidence: the fixed point's step as it is (module docstring);
             # the Lanczos log det (the costliest part) is left to the final point
-            theta, pt = theta + step, at(theta + step, pt.mean, evidence=False)
+            theta, pt = theta + step, at(theta + step, pt, evidence=False)
             record(pt, 1)
             continue
         improved = False
@@ -492,7 +502,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         else:
             jump = _extrapolated_step(mackay, last_step, gamma, lo - theta, tol, cap)
         if jump is not None:
-            new = at(theta + jump, pt.mean, tol=outer)
+            new = at(theta + jump, pt, tol=outer)
             improved = new.objective >= floor
             step = jump
             # a trust region for the extrapolation: doubled after a kept move, halved after a
@@ -504,7 +514,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if not improved:
             step = mackay
             for _half in range(4):
-                new = at(theta + step, pt.mean, tol=outer)
+                new = at(theta + step, pt, tol=outer)
                 if new.objective >= floor:
                     improved = True
                     break
@@ -528,7 +538,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
             converged = True
             break
     if outer > gtol:  # scale_maxiter reached on the looser MAPs
-        pt = at(theta, pt.mean)
+        pt = at(theta, pt)
         record(pt, 4)
     if implicit:
         pt = _with_evidence(pt)
@@ -540,7 +550,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         def neg(th):
             key = np.asarray(th).tobytes()
             if key not in cache:
-                cache[key] = at(np.asarray(th), last[0].mean)
+                cache[key] = at(np.asarray(th), last[0])
                 last[0] = cache[key]
                 record(cache[key], 2)
             q = cache[key]
@@ -552,7 +562,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         res = minimize(neg, theta, jac=True, method="L-BFGS-B", bounds=box,
                        options={"maxiter": scale_maxiter, "gtol": 1e-7, "ftol": 1e-13})
         best = cache[np.asarray(res.x).tobytes()] if np.asarray(res.x).tobytes() in cache \
-            else at(res.x, pt.mean)
+            else at(res.x, pt)
         if best.objective >= pt.objective:
             theta, pt = np.log(best.scales), best
         converged = bool(res.success) or converged
@@ -580,7 +590,7 @@ def _theta_hessian(at, theta: np.ndarray, pt: ScalePoint, delta: float = 0.1) ->
     G = theta.size
 
     def f(th):
-        return at(th, pt.mean).objective
+        return at(th, pt).objective
 
     f0 = pt.objective
     H = np.zeros((G, G))
@@ -615,7 +625,7 @@ def _grid(problem, out: LearnedScales, at, theta, step, radius, threshold) -> No
             th = theta + root @ z
             if np.any(th < np.log(SCALE_BOUNDS[0])) or np.any(th > np.log(SCALE_BOUNDS[1])):
                 continue
-            pt = at(th, out.point.mean)
+            pt = at(th, out.point)
         lv = pt.objective
         if lv < mode - threshold:
             continue

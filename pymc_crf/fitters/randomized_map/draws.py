@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_crf.fitters.bethe_laplace.laplace import _Whitened
-from pymc_crf.fitters.diagonal_laplace import diagonal_fisher
+from pymc_crf.fitters.diagonal_laplace import diagonal_fisher, search_scale
 from pymc_crf.fitters.optimise import DELTA, find_map
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.refine import hmc_refine
@@ -84,11 +84,13 @@ def minimise(f, mu: np.ndarray, scale: np.ndarray, start: np.ndarray, rule: str,
 
 
 def map_at(lik, mu: np.ndarray, sd: np.ndarray, start: np.ndarray, rule: str, gtol: float,
-           maxiter: int, what: str):
-    """The unperturbed MAP under the prior ``N(mu, sd^2)``, searched from ``start``:
+           maxiter: int, what: str, scale: np.ndarray | None = None):
+    """The unperturbed MAP under the prior ``N(mu, sd^2)``, searched from ``start`` in the
+    coordinates ``(w - mu) / scale`` (default the prior sds; ``search_scale`` of the Laplace sds
+    predicted from the last scales' MAP, where the scales change between MAPs):
     ``(w, OptimiserDiagnostics)``."""
-    return minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd, start, rule,
-                    gtol, maxiter, what)
+    return minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu,
+                    sd if scale is None else scale, start, rule, gtol, maxiter, what)
 
 
 def laplace_sd(lik, sd: np.ndarray, w: np.ndarray) -> np.ndarray:
@@ -105,16 +107,10 @@ class Centre:
     (``laplace_sd``; None: not computed).
 
     ``laplace_sd`` is the HMC refinement's mass matrix and sets the coordinates of each draw's
-    L-BFGS search, ``(w - mu) / sqrt(S * laplace_sd)``. A perturbed objective's curvature is the
-    posterior's, ``H + S^-2``. Whitened by the prior sds ``S`` alone, its diagonal is
-    ``1 + S^2 diag(H)``, large for frequent features; whitened by the diagonal Laplace sds it is
-    1 everywhere (Jacobi preconditioning), but features that fire on the same tokens then share
-    one strongly curved direction and L-BFGS needs more iterations, not fewer. The geometric
-    mean sits between the two and was chosen by measurement: on 300 CoNLL-2000 sentences
-    (257,013 weights, four draws, the same maximisers to 2e-4 rms) the draws took 234 L-BFGS
-    iterations on average in prior-whitened coordinates, 367 in Laplace-whitened ones and 189
-    with the geometric mean (exponents 1/4 and 3/4 of the Laplace sd: 186 and 237); on all
-    8,436 training sentences (2.3 million weights, two draws) 882 against 476."""
+    L-BFGS search, ``(w - mu) / sqrt(S * laplace_sd)`` (``search_scale``: a perturbed
+    objective's curvature is the posterior's, ``H + S^-2``, and these coordinates precondition
+    it; on 300 CoNLL-2000 sentences, 257,013 weights, four draws took 189 L-BFGS iterations on
+    average against 234 in prior-whitened coordinates, the same maximisers to 2e-4 rms)."""
 
     mu: np.ndarray
     sd: np.ndarray
@@ -146,7 +142,7 @@ def one_draw(lik, centre: Centre, start: np.ndarray | None, seed: np.random.Seed
         else np.zeros_like(mu)
     if mirror:
         eps, delta = 2.0 * mu - eps, -delta
-    scale = sd if centre.laplace_sd is None else np.sqrt(sd * centre.laplace_sd)
+    scale = search_scale(sd, centre.laplace_sd)
     w, diag = minimise(perturbed_objective(lik, delta, eps, sd), mu, scale,
                        w_map if start is None else start, rule, gtol, maxiter,
                        f"randomized_map: draw {index}")

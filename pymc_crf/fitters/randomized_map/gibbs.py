@@ -43,6 +43,7 @@ import pytensor
 
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
 from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, group_sums
+from pymc_crf.fitters.diagonal_laplace import implied_fisher, rescaled_laplace_sd, search_scale
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.draws import DrawRunner, centre_at, map_at, one_draw
 from pymc_crf.fitters.randomized_map.refine import TARGET_ACCEPT, hmc_refine
@@ -144,14 +145,15 @@ class GibbsScales:
     trace: dict
 
 
-def _weight_step(lik, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray, seed,
-                 data_perturbation: bool, rule: str, gtol: float, maxiter: int, refine: int,
-                 index: int) -> tuple:
+def _weight_step(lik, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray, scale: np.ndarray,
+                 seed, data_perturbation: bool, rule: str, gtol: float, maxiter: int,
+                 refine: int, index: int) -> tuple:
     """One chain's weight step (module docstring, step 1) at the prior sds ``sd``, the MAP
-    warm-started at ``w_map``: ``(MAP, diagonal Laplace sds there, draw, MAP iterations, draw
-    iterations, success, HMC acceptance rate)``."""
+    warm-started at ``w_map`` and searched in the coordinates ``(w - mu) / scale``: ``(MAP,
+    diagonal Laplace sds there, draw, MAP iterations, draw iterations, success, HMC acceptance
+    rate)``."""
     w_map, diag = map_at(lik, mu, sd, w_map, rule, gtol, maxiter,
-                         "randomized_map: the MAP of a Gibbs sweep")
+                         "randomized_map: the MAP of a Gibbs sweep", scale=scale)
     centre = centre_at(lik, mu, sd, w_map)
     w, its, ok, rate = one_draw(lik, centre, None, seed, False, data_perturbation, rule, gtol,
                                 maxiter, refine, index)
@@ -181,7 +183,7 @@ def _noncentred(lik, density: ScaleDensity, index: np.ndarray, mu: np.ndarray, w
         return ll + float(dens.sum()), group_sums(index, (x - mu) * g, G) + dg
 
     # the mass: each group's diagonal Fisher curvature sum_i (w_i - mu_i)^2 F_ii, plus one
-    fisher = np.maximum(lap ** -2.0 - sd ** -2.0, 0.0)
+    fisher = implied_fisher(lap, sd)
     mass_sd = 1.0 / np.sqrt(group_sums(index, dev ** 2 * fisher, G) + 1.0)
     # while tuning, every transition tunes the step (the rate returned is then NaN)
     u_new, rate, _ = hmc_refine(f, mass_sd, u, SCALE_TRANSITIONS, rng,
@@ -227,6 +229,10 @@ def sample_scales_by_gibbs(problem: WeightProblem, runner: DrawRunner, seeds: li
     tuners = [ScaleAdaptation(SCALE_STEP, TARGET_ACCEPT) for _ in range(n_chains)]
     u = [np.log(np.asarray(scale_init, dtype=np.float64)) for _ in range(n_chains)]
     w_map = [mu.copy() for _ in range(n_chains)]
+    # the last sweep's prior and diagonal Laplace sds per chain: the next MAP, at new scales, is
+    # searched in the coordinates of the Laplace sds they predict there (search_scale)
+    last_sd: list = [None] * n_chains
+    last_lap: list = [None] * n_chains
     d = mu.size
     draws = np.empty((n_chains, n_draws, d))
     scales = np.empty((n_chains, n_draws, G))
@@ -240,11 +246,16 @@ def sample_scales_by_gibbs(problem: WeightProblem, runner: DrawRunner, seeds: li
                       progressbar) as bar:
         for t in range(sweeps):
             sds = [problem.at_scales(np.exp(u[c])).prior.sd for c in range(n_chains)]
+            search = [sds[c] if last_lap[c] is None else search_scale(
+                sds[c], rescaled_laplace_sd(last_lap[c], last_sd[c], sds[c]))
+                for c in range(n_chains)]
             calls = [(shared_mu, runner.share(sds[c]), runner.share(w_map[c]),
-                      chain_seeds[c][t], *runner.options, t) for c in range(n_chains)]
+                      runner.share(search[c]), chain_seeds[c][t], *runner.options, t)
+                     for c in range(n_chains)]
             out = runner.map(_weight_step, calls, label="Gibbs weight steps", progressbar=False)
             for c in range(n_chains):
                 w_map[c], lap, w_c, m_its, its, success, rate = out[c]
+                last_sd[c], last_lap[c] = sds[c], lap
                 u[c] = _centred(density, index, n, mu, w_c, u[c], rngs[c])
                 u[c], w_c, accept[c, t] = _noncentred(
                     lik, density, index, mu, w_c, u[c], sds[c], lap, tuners[c],

@@ -42,6 +42,7 @@ import numpy as np
 
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
 from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, ScaleHyperprior, group_sums
+from pymc_crf.fitters.diagonal_laplace import rescaled_laplace_sd, search_scale
 from pymc_crf.fitters.randomized_map.draws import (
     Centre,
     DrawRunner,
@@ -108,14 +109,18 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
     grad_before = u_before = None
     capped = np.zeros(G, dtype=bool)
     w_map, starts = None, None
+    centre: Centre | None = None
     trace = {k: [] for k in ("scales", "gradient", "step", "map_iterations", "draw_iterations")}
     converged = False
     for it in range(scale_maxiter):
         p = problem.at_scales(np.exp(u))
         mu, sd = p.prior.mean, p.prior.sd
+        # searched in the coordinates of the Laplace sds the last centre predicts here
+        search = None if centre is None or centre.laplace_sd is None else search_scale(
+            sd, rescaled_laplace_sd(centre.laplace_sd, centre.sd, sd))
         w_map, map_diag = map_at(runner.lik, mu, sd, mu.copy() if w_map is None else w_map,
                                  rule, gtol, maxiter,
-                                 "randomized_map: the MAP at the current scales")
+                                 "randomized_map: the MAP at the current scales", scale=search)
         centre = runner.centre(mu, sd, w_map)
         last = "" if not it else f" (last step {np.max(np.abs(trace['step'][-1])):.3f} in log s)"
         out = runner.run(centre, jobs, starts,
