@@ -90,7 +90,7 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|")
     extrapolated, outer, search = S._extrapolated_step, S.OUTER_GTOL, S.search_scale
 
-    def prior_whitened(sd, laplace_sd=None):
+    def prior_whitened(sd, *laplace):
         return sd
 
     variants = {"default": (extrapolated, outer, search),

@@ -29,7 +29,8 @@ from pymc_crf.model.spec import CRFSpec, require_all_labels, require_gaussian_pr
 from pymc_crf.validation import generator, whole_number
 
 __all__ = ["diagonal_laplace_draws", "diagonal_laplace_sd", "diagonal_fisher",
-           "implied_fisher", "rescaled_laplace_sd", "search_scale"]
+           "posterior_sd", "implied_fisher", "rescaled_laplace_sd", "search_scale",
+           "search_gtol"]
 
 
 def _squared(x):
@@ -54,7 +55,7 @@ def diagonal_laplace_sd(spec: CRFSpec, w_map: np.ndarray, shared_table: str = "m
     if shared_table not in ("map", "fisher"):
         raise ValueError(f"shared_table must be 'map' or 'fisher'; got {shared_table!r}")
     lik, prior = CRFLogLikelihood(spec), GaussianLogPrior(spec)
-    return 1.0 / np.sqrt(1.0 / prior.sd**2 + diagonal_fisher(lik, w_map, shared_table))
+    return posterior_sd(diagonal_fisher(lik, w_map, shared_table), prior.sd)
 
 
 def diagonal_fisher(lik: CRFLogLikelihood, w: np.ndarray, shared_table: str = "map"
@@ -82,11 +83,17 @@ def diagonal_fisher(lik: CRFLogLikelihood, w: np.ndarray, shared_table: str = "m
     return np.concatenate(fisher)
 
 
+def posterior_sd(fisher: np.ndarray, prior_sd: np.ndarray) -> np.ndarray:
+    """The diagonal Laplace posterior sds from the likelihood's diagonal curvature ``fisher``
+    and the prior sds: ``1 / sqrt(fisher + 1 / prior_sd^2)``."""
+    return 1.0 / np.sqrt(fisher + np.asarray(prior_sd, dtype=np.float64) ** -2.0)
+
+
 def implied_fisher(laplace_sd: np.ndarray, prior_sd: np.ndarray) -> np.ndarray:
     """The likelihood's diagonal curvature that diagonal Laplace sds imply under the prior sds
-    ``prior_sd``: ``1 / laplace_sd^2 - 1 / prior_sd^2``, and 0 where it cannot be recovered (a
-    Laplace sd of 0 or not finite; rounding that makes it negative, for a prior sd far below
-    the likelihood's scale)."""
+    ``prior_sd`` (:func:`posterior_sd` inverted): ``1 / laplace_sd^2 - 1 / prior_sd^2``, and 0
+    where it cannot be recovered (a Laplace sd of 0 or not finite; rounding that makes it
+    negative, for a prior sd far below the likelihood's scale)."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         fisher = np.asarray(laplace_sd, dtype=np.float64) ** -2.0 - np.asarray(
             prior_sd, dtype=np.float64) ** -2.0
@@ -97,15 +104,18 @@ def rescaled_laplace_sd(laplace_sd: np.ndarray, prior_sd: np.ndarray,
                         new_prior_sd: np.ndarray) -> np.ndarray:
     """The diagonal Laplace sds under the prior sds ``new_prior_sd``, predicted from
     ``laplace_sd`` (those under ``prior_sd``) with the likelihood's diagonal curvature held
-    (:func:`implied_fisher`): ``1 / sqrt(fisher + 1 / new_prior_sd^2)``."""
-    return 1.0 / np.sqrt(implied_fisher(laplace_sd, prior_sd)
-                         + np.asarray(new_prior_sd, dtype=np.float64) ** -2.0)
+    (:func:`implied_fisher`)."""
+    return posterior_sd(implied_fisher(laplace_sd, prior_sd), new_prior_sd)
 
 
-def search_scale(prior_sd: np.ndarray, laplace_sd: np.ndarray | None = None) -> np.ndarray:
+def search_scale(prior_sd: np.ndarray, laplace_sd: np.ndarray | None = None,
+                 laplace_prior_sd: np.ndarray | None = None) -> np.ndarray:
     """The coordinates ``(w - mu) / scale`` in which the package's L-BFGS searches for a MAP or
-    a randomized MAP near a known diagonal Laplace approximation: the geometric mean of the
-    prior and the diagonal Laplace sds (the prior sds alone when ``laplace_sd`` is None).
+    a randomized MAP under the prior sds ``prior_sd`` near a known diagonal Laplace
+    approximation: the geometric mean of the prior and the diagonal Laplace sds (the prior sds
+    alone when ``laplace_sd`` is None). ``laplace_prior_sd``: the prior sds ``laplace_sd`` were
+    computed under, when they are not ``prior_sd`` (the MAP at new scales, near the last
+    scales' one); they are then rescaled to ``prior_sd`` first (:func:`rescaled_laplace_sd`).
 
     Whitened by the prior sds, the curvature's diagonal is ``1 + sd^2 fisher``, large for
     frequent features; whitened by the Laplace sds it is 1, but features that fire on the same
@@ -113,13 +123,23 @@ def search_scale(prior_sd: np.ndarray, laplace_sd: np.ndarray | None = None) -> 
     was chosen by measurement (``docs/benchmarks.md``): on 300 CoNLL-2000 sentences the
     randomized MAP's draws took 234 L-BFGS iterations in prior-whitened coordinates, 367 in
     Laplace-whitened ones and 189 in these (exponents 1/4 and 3/4: 186 and 237), on all 8,436
-    training sentences 882 against 476. The learned-scale Laplace fit's MAPs at new scales, in
-    the coordinates of the Laplace sds :func:`rescaled_laplace_sd` predicts there, made that
-    fit 1.76x faster at 300 sentences; the Gibbs sweeps' MAPs took 84 iterations on average
-    against 96."""
+    training sentences 882 against 476. The learned-scale Laplace fit's MAPs at new scales in
+    these coordinates made that fit 1.47x faster at 300 sentences; the Gibbs sweeps' MAPs
+    took 84 iterations on average against 96."""
     if laplace_sd is None:
         return prior_sd
+    if laplace_prior_sd is not None:
+        laplace_sd = rescaled_laplace_sd(laplace_sd, laplace_prior_sd, prior_sd)
     return np.sqrt(prior_sd * laplace_sd)
+
+
+def search_gtol(gtol: float, prior_sd: np.ndarray, scale: np.ndarray) -> float:
+    """The tolerance on the largest gradient entry in the coordinates ``(w - mu) / scale`` that
+    keeps the largest entry in prior-whitened coordinates ``(w - mu) / prior_sd`` at most
+    ``gtol``, the meaning ``gtol`` has for every MAP of the package: ``gtol`` times the least
+    ``scale / prior_sd`` (1 for prior-whitened coordinates)."""
+    ratio = np.asarray(scale, dtype=np.float64) / np.asarray(prior_sd, dtype=np.float64)
+    return float(gtol * min(1.0, float(np.min(ratio)))) if ratio.size else float(gtol)
 
 
 def diagonal_laplace_draws(spec: CRFSpec, mean: np.ndarray, sd: np.ndarray, draws: int = 30,

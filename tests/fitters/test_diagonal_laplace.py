@@ -11,6 +11,7 @@ from pymc_crf.fitters.diagonal_laplace import (
     diagonal_laplace_sd,
     implied_fisher,
     rescaled_laplace_sd,
+    search_gtol,
     search_scale,
 )
 
@@ -54,3 +55,23 @@ def test_search_scale_is_the_geometric_mean_or_the_prior_sds():
     sd, lap = np.array([1.0, 4.0]), np.array([0.25, 1.0])
     np.testing.assert_allclose(search_scale(sd, lap), [0.5, 2.0])
     assert search_scale(sd) is sd
+    # Laplace sds (1/4, 1) under the prior sds (1, 4) imply the curvatures 15 and 15/16; under
+    # the prior sds (2, 1) they give 1/sqrt(15 + 1/4) and 1/sqrt(15/16 + 1)
+    new = np.array([2.0, 1.0])
+    lap_new = 1.0 / np.sqrt(np.array([15.0 + 0.25, 15.0 / 16.0 + 1.0]))
+    np.testing.assert_allclose(search_scale(new, lap, sd), np.sqrt(new * lap_new), rtol=1e-14)
+
+
+def test_search_gtol_bounds_the_prior_whitened_gradient():
+    """A gradient in the coordinates ``(w - mu) / scale`` whose largest entry is the returned
+    tolerance has prior-whitened entries at most ``gtol``."""
+    rng = np.random.default_rng(3)
+    sd = rng.uniform(0.1, 2.0, size=50)
+    scale = sd * rng.uniform(0.05, 1.0, size=50)
+    tol = search_gtol(1e-6, sd, scale)
+    g_w = rng.normal(size=50)
+    g_search = scale * g_w
+    g_w *= tol / np.max(np.abs(g_search))  # the largest search-coordinate entry at tol
+    assert np.max(np.abs(sd * g_w)) <= 1e-6 * (1 + 1e-12)
+    assert tol == pytest.approx(1e-6 * np.min(scale / sd))
+    assert search_gtol(1e-6, sd, sd) == 1e-6

@@ -561,29 +561,52 @@ def test_diagonal_steps_stop_on_strict_maps():
 
 
 def test_diagonal_maps_at_new_scales_are_searched_in_predicted_laplace_coordinates(monkeypatch):
-    """With the diagonal covariance each MAP at new scales is searched in the coordinates of the
-    Laplace sds the last point predicts there (``search_scale``): the same scales, MAP and
-    evidence as prior-whitened searches, in fewer L-BFGS iterations."""
+    """With the diagonal covariance each MAP at new scales is searched in the coordinates
+    ``sqrt(s' l')``, ``l'`` the Laplace sds the point it starts from predicts at the new scales
+    ``s'`` (its likelihood curvature ``1 / l^2 - 1 / s^2`` held), with ``gtol`` still bounding
+    the prior-whitened gradient: the same scales, MAP and evidence as prior-whitened searches,
+    in fewer L-BFGS iterations."""
     from pymc_crf.fitters.bethe_laplace import scales as S
+    from pymc_crf.fitters.bethe_laplace.problem import exact_engine
 
     m = _template_model()
-    iterations = []
-    whitened_map = S._whitened_map
+    problem = weight_problem(m, "laplace", learn_scales=True)
+    calls = []
+    exact_map, point = S._exact_map, S.laplace_point
 
-    def counted(problem, start, maxiter, gtol, scale=None):
-        out = whitened_map(problem, start, maxiter, gtol, scale)
-        iterations.append(out[2]["n_iterations"])
+    def recorded_map(p, start, maxiter, gtol, scale=None):
+        out = exact_map(p, start, maxiter, gtol, scale)
+        calls[-1].update(scale=scale, iterations=out[2]["n_iterations"])
         return out
 
-    monkeypatch.setattr(S, "_whitened_map", counted)
+    def recorded_point(p, scales, start, **kw):
+        calls.append({"scales": scales, "start": start})
+        return point(p, scales, start, **kw)
+
+    monkeypatch.setattr(S, "_exact_map", recorded_map)
+    monkeypatch.setattr(S, "laplace_point", recorded_point)
 
     def fit():
-        iterations.clear()
+        calls.clear()
         r = pmc.fit(m, method="laplace", covariance="diagonal", draws=5, progressbar=False)
-        return r, sum(iterations)
+        return r, sum(c["iterations"] for c in calls)
 
     fast, n_fast = fit()
-    monkeypatch.setattr(S, "search_scale", lambda sd, laplace_sd=None: sd)
+    assert calls[0]["start"] is None and calls[0]["scale"] is None
+    assert len(calls) > 5
+    for c in calls[1:]:
+        near = c["start"]
+        s_old = problem.at_scales(near.scales).prior.sd
+        s_new = problem.at_scales(c["scales"]).prior.sd
+        curvature = 1.0 / near.sigma_diag - 1.0 / s_old ** 2
+        lap = 1.0 / np.sqrt(np.maximum(curvature, 0.0) + 1.0 / s_new ** 2)
+        np.testing.assert_allclose(c["scale"], np.sqrt(s_new * lap), rtol=1e-6)
+    # the returned MAP meets gtol (1e-8) in prior-whitened coordinates
+    w = fast["fit"]["mean_vector"].values
+    q = problem.at_scales(fast["fit"]["scales"].values)
+    g = q.make_likelihood(exact_engine(q))(w)[1] + q.prior(w)[1]
+    assert np.max(np.abs(q.prior.sd * g)) <= 1e-8
+    monkeypatch.setattr(S, "search_scale", lambda sd, *args: sd)
     plain, n_plain = fit()
     np.testing.assert_allclose(fast["fit"]["scales"].values, plain["fit"]["scales"].values,
                                rtol=1e-5)
@@ -591,4 +614,4 @@ def test_diagonal_maps_at_new_scales_are_searched_in_predicted_laplace_coordinat
                                plain["fit"]["mean_vector"].values, atol=1e-5)
     assert float(fast["diagnostics"]["scale_objective"].values[-1]) == pytest.approx(
         float(plain["diagnostics"]["scale_objective"].values[-1]), abs=1e-5)
-    assert n_fast < n_plain  # measured: 61 against 70
+    assert n_fast < n_plain

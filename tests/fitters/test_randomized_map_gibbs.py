@@ -182,43 +182,60 @@ def test_gibbs_averaged_marginals_against_nuts_with_redundant_groups():
 
 
 def test_sweep_maps_are_searched_where_the_last_sweeps_laplace_sds_predict(monkeypatch):
-    """Each sweep's MAP, at new scales, is searched in the coordinates of the diagonal Laplace
-    sds predicted from the chain's last sweep (prior-whitened at the first sweep); the EM
-    path's MAPs likewise from its last centre."""
-    from pymc_crf.fitters.diagonal_laplace import rescaled_laplace_sd, search_scale
-    from pymc_crf.fitters.randomized_map import gibbs
-    from pymc_crf.fitters.randomized_map import scales as em
+    """Each sweep's MAP, at new scales, is searched in the coordinates ``sqrt(s' l')``, ``l'``
+    the diagonal Laplace sds the chain's last sweep predicts at the new scales ``s'``
+    (prior-whitened at the first sweep); the EM path's MAPs likewise from its last centre."""
+    from pymc_crf.fitters.randomized_map import draws, gibbs
 
-    seen = []
+    searches = []
+    minimise = draws.minimise
+
+    def recorded(f, mu, sd, start, rule, gtol, maxiter, what, scale=None):
+        if "MAP" in what:
+            searches.append((sd, sd if scale is None else scale))
+        return minimise(f, mu, sd, start, rule, gtol, maxiter, what, scale)
+
+    laps = []
     step = gibbs._weight_step
 
-    def recorded(lik, mu, sd, w_map, scale, *rest):
-        out = step(lik, mu, sd, w_map, scale, *rest)
-        seen.append((sd, scale, out[1]))
+    def recorded_step(*args):
+        out = step(*args)
+        laps.append(out[1])
         return out
 
-    monkeypatch.setattr(gibbs, "_weight_step", recorded)
+    monkeypatch.setattr(draws, "minimise", recorded)
+    monkeypatch.setattr(gibbs, "_weight_step", recorded_step)
+
+    def expected(sd_new, lap, sd_old):
+        curvature = np.maximum(1.0 / lap ** 2 - 1.0 / sd_old ** 2, 0.0)
+        return np.sqrt(sd_new / np.sqrt(curvature + 1.0 / sd_new ** 2))
+
     pmc.fit(_hierarchical(), method="randomized_map", draws=3, tune=2, chains=2, refine=0,
             random_seed=0, progressbar=False)
-    assert len(seen) == 10
+    assert len(searches) == len(laps) == 10
     for c in range(2):
-        chain = seen[c::2]
+        chain, lap = searches[c::2], laps[c::2]
         np.testing.assert_array_equal(chain[0][1], chain[0][0])
-        for (sd0, _, lap0), (sd1, scale, _) in zip(chain, chain[1:], strict=False):
+        for t in range(1, 5):
+            (sd0, _), (sd1, scale) = chain[t - 1], chain[t]
             assert not np.array_equal(sd1, sd0)  # the scales moved
-            np.testing.assert_allclose(scale, search_scale(sd1, rescaled_laplace_sd(lap0, sd0, sd1)),
-                                       rtol=1e-14)
-            assert np.all(scale < sd1)
+            np.testing.assert_allclose(scale, expected(sd1, lap[t - 1], sd0), rtol=1e-12)
 
-    calls = []
-    map_at = em.map_at
+    searches.clear()
+    centres = []
+    centre_at = draws.DrawRunner.centre
 
-    def recorded_map(lik, mu, sd, start, *rest, scale=None):
-        calls.append((sd, scale))
-        return map_at(lik, mu, sd, start, *rest, scale=scale)
+    def recorded_centre(self, mu, sd, w_map):
+        c = centre_at(self, mu, sd, w_map)
+        centres.append(c)
+        return c
 
-    monkeypatch.setattr(em, "map_at", recorded_map)
+    monkeypatch.setattr(draws.DrawRunner, "centre", recorded_centre)
     pmc.fit(_hierarchical(), method="randomized_map", scale_method="em", draws=4,
             scale_maxiter=3, random_seed=0, progressbar=False)
-    assert len(calls) >= 2 and calls[0][1] is None
-    assert all(scale is not None and np.all(scale < sd) for sd, scale in calls[1:])
+    assert len(searches) >= 2
+    np.testing.assert_array_equal(searches[0][1], searches[0][0])
+    for t in range(1, len(searches)):
+        sd1, scale = searches[t]
+        last = centres[t - 1]
+        np.testing.assert_allclose(scale, expected(sd1, last.laplace_sd, last.sd), rtol=1e-12)

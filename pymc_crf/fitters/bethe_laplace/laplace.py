@@ -101,8 +101,10 @@ def maximise(lik, prior, x0: np.ndarray, *, maxiter: int = 2000, gtol: float = S
 
 class _Whitened:
     """``f(mu + sd * z)`` and its gradient in ``z``, for a function ``f(w) -> (value, grad)``:
-    the MAP search in prior-whitened coordinates, whose curvature ``sd H sd + I`` stays well
-    conditioned when some prior sds are tiny (groups of weights pruned by learned scales)."""
+    a MAP search in scaled coordinates. With the prior sds (prior-whitened) the curvature
+    ``sd H sd + I`` stays well conditioned when some prior sds are tiny (groups of weights
+    pruned by learned scales); ``diagonal_laplace.search_scale`` gives coordinates that also
+    temper the curvature of frequent features."""
 
     def __init__(self, f, mu: np.ndarray, sd: np.ndarray):
         self.f, self.mu, self.sd = f, mu, sd

@@ -8,7 +8,9 @@ with the hyperprior's log density added, type-II MAP: the scales maximise
     log p_Laplace(D | s) = log p(D | w*) + log N(w*; mu, S^2) + d/2 log 2 pi - 1/2 log det A,
 
 with ``w*(s)`` the MAP at fixed scales (searched in the prior-whitened coordinates
-``(w - mu) / s``, which stay well conditioned when a group's scale is pruned to ~1e-5) and
+``(w - mu) / s``, which stay well conditioned when a group's scale is pruned to ~1e-5; with the
+diagonal covariance, a MAP at new scales in ``diagonal_laplace.search_scale``'s coordinates from
+the last point's Laplace sds) and
 ``A = H_lik + S^{-2}`` the negative log-posterior
 Hessian there (``laplace.laplace_log_evidence``; Welling & Parise 2006 eq. (7), Parise &
 Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-started):
@@ -68,7 +70,7 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
 )
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine
 from pymc_crf.fitters.covariance import ImplicitGaussian, lanczos_quadrature
-from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, rescaled_laplace_sd, search_scale
+from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, search_gtol, search_scale
 from pymc_crf.fitters.progress import track
 from pymc_crf.validation import positive_number, whole_number
 
@@ -82,10 +84,10 @@ SCALE_BOUNDS = (1e-5, 1e3)
 IMPLICIT_PROBES = 16
 #: the implicit covariance's fixed-point iterations stop below this move in log s
 IMPLICIT_SCALE_TOL = 0.02
-#: the MAP tolerance (largest whitened gradient entry) of MacKay's steps with the diagonal
-#: covariance until they stop (then they go on with strict MAPs until they stop again): on 300
-#: CoNLL-2000 sentences (34 scales, 297,660 weights) it moves the evidence by about 5e-4 against
-#: the strict MAP's, at half its L-BFGS iterations
+#: the MAP tolerance (largest prior-whitened gradient entry) of MacKay's steps with the
+#: diagonal covariance until they stop (then they go on with strict MAPs until they stop
+#: again): on 300 CoNLL-2000 sentences (34 scales, 297,660 weights) it moved the evidence by
+#: about 5e-4 against the strict MAP's, at half its L-BFGS iterations (prior-whitened MAPs)
 OUTER_GTOL = 1e-3
 #: the one-scale search (``_search_one_scale``): Lanczos probes (the same at every node),
 #: most Lanczos steps, MAP tolerance (largest whitened gradient entry) at its nodes, the move in
@@ -188,25 +190,26 @@ def group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
     return np.bincount(index[keep], weights=values[keep], minlength=n)
 
 
-def _whitened_map(problem: WeightProblem, start, maxiter, gtol, scale=None):
-    """The MAP by exact gradients in the coordinates ``(w - mu) / scale`` (default the prior
-    sds: prior-whitened): ``(w, lik, optimiser record)``."""
+def _exact_map(problem: WeightProblem, start, maxiter, gtol, scale=None):
+    """The MAP by exact gradients, searched in the coordinates ``(w - mu) / scale`` (default the
+    prior sds: prior-whitened), ``gtol`` bounding the largest prior-whitened gradient entry
+    (``search_gtol``): ``(w, lik, optimiser record)``."""
     lik = problem.make_likelihood(exact_engine(
         problem, "covariance='diagonal' and 'implicit' need it; Bethe's (BP) covariance is "
                  "method='bethe_laplace' with map='bp' and covariance='bp'"))
-    mu = problem.prior.mean
-    sd0 = problem.prior.sd if scale is None else scale
-    z, info = maximise(_Whitened(lik, mu, sd0), _Whitened(problem.prior, mu, sd0),
-                       (start - mu) / sd0, maxiter=maxiter, gtol=gtol,
+    mu, sd = problem.prior.mean, problem.prior.sd
+    scale = sd if scale is None else scale
+    z, info = maximise(_Whitened(lik, mu, scale), _Whitened(problem.prior, mu, scale),
+                       (start - mu) / scale, maxiter=maxiter, gtol=search_gtol(gtol, sd, scale),
                        description="Laplace: MAP by exact gradients")
-    return mu + sd0 * z, lik, info
+    return mu + scale * z, lik, info
 
 
 def _implicit_point(problem: WeightProblem, start, maxiter, gtol, evidence: bool = True):
     """MAP by exact gradients, the implicit exact Gaussian there and (with ``evidence``, else
     NaN) the log evidence with the Lanczos ``log det A``; ``diag(Sigma)`` is left to
     :meth:`ScalePoint.variances`."""
-    w, lik, info = _whitened_map(problem, start, maxiter, gtol)
+    w, lik, info = _exact_map(problem, start, maxiter, gtol)
     gauss = ImplicitGaussian(CurvatureOperator(lik, w), problem.prior.sd)
     sig = None  # ScalePoint.variances() estimates it when asked
     ll = float(lik(w)[0])
@@ -219,7 +222,7 @@ def _implicit_point(problem: WeightProblem, start, maxiter, gtol, evidence: bool
 def _diagonal_point(problem: WeightProblem, start, maxiter, gtol, scale=None):
     """MAP by exact gradients (searched in the coordinates ``(w - mu) / scale``, default
     prior-whitened) and the diagonal Laplace sds (``diagonal_laplace_sd``)."""
-    w, lik, info = _whitened_map(problem, start, maxiter, gtol, scale)
+    w, lik, info = _exact_map(problem, start, maxiter, gtol, scale)
     sd = diagonal_laplace_sd(problem.spec, w, shared_table="fisher")
     ll = float(lik(w)[0])
     lp = float(problem.prior(w)[0])
@@ -235,15 +238,14 @@ def laplace_point(problem: WeightProblem, scales: np.ndarray,
     (``evidence=False``: the implicit covariance skips its log evidence, left NaN), its MAP
     searched from ``start``: the prior mean (None), a weight vector, or the :class:`ScalePoint`
     at other scales, whose MAP it starts from; with the diagonal covariance that point's
-    Laplace sds, rescaled to ``scales`` (``rescaled_laplace_sd``), also set the search's
-    coordinates (``search_scale``)."""
+    Laplace sds, rescaled to ``scales``, also set the search's coordinates (``search_scale``)."""
     p = problem.at_scales(scales)
     near = start if isinstance(start, ScalePoint) else None
     x0 = p.prior.mean.copy() if start is None else (start if near is None else near.mean)
     gauss = None
     if covariance == "diagonal":
-        scale = None if near is None else search_scale(p.prior.sd, rescaled_laplace_sd(
-            np.sqrt(near.sigma_diag), problem.at_scales(near.scales).prior.sd, p.prior.sd))
+        scale = None if near is None else search_scale(
+            p.prior.sd, np.sqrt(near.sigma_diag), problem.at_scales(near.scales).prior.sd)
         w, sig, ll, lp, log_ev, info = _diagonal_point(p, x0, maxiter, gtol, scale)
         fit = None
     elif covariance == "implicit":
@@ -726,7 +728,7 @@ def _search_one_scale(problem: WeightProblem, at, theta0: np.ndarray, lo: float,
 
     def node(theta: float, start: np.ndarray) -> _Node:
         p = problem.at_scales(np.array([np.exp(theta)]))
-        w, lik, info = _whitened_map(p, start, maxiter, SEARCH_GTOL)
+        w, lik, info = _exact_map(p, start, maxiter, SEARCH_GTOL)
         op, sd = CurvatureOperator(lik, w), p.prior.sd[:, None]
 
         def f(t):

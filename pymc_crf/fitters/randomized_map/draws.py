@@ -13,7 +13,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_crf.fitters.bethe_laplace.laplace import _Whitened
-from pymc_crf.fitters.diagonal_laplace import diagonal_fisher, search_scale
+from pymc_crf.fitters.diagonal_laplace import (
+    diagonal_fisher,
+    posterior_sd,
+    search_gtol,
+    search_scale,
+)
 from pymc_crf.fitters.optimise import DELTA, find_map
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.refine import hmc_refine
@@ -66,19 +71,22 @@ def perturbed_objective(lik, delta: np.ndarray, anchor: np.ndarray, sd: np.ndarr
     return f
 
 
-def minimise(f, mu: np.ndarray, scale: np.ndarray, start: np.ndarray, rule: str, gtol: float,
-              maxiter: int, what: str):
-    """Maximise ``f`` (``w -> (value, grad)``) from ``start`` in the coordinates
-    ``(w - mu) / scale`` (``scale``: the prior sds, or the diagonal Laplace posterior sds at the
-    MAP, :class:`Centre`): ``(w, OptimiserDiagnostics)``."""
+def minimise(f, mu: np.ndarray, sd: np.ndarray, start: np.ndarray, rule: str, gtol: float,
+             maxiter: int, what: str, scale: np.ndarray | None = None):
+    """Maximise ``f`` (``w -> (value, grad)``, its prior sds ``sd``) from ``start`` in the
+    coordinates ``(w - mu) / scale`` (default the prior sds; :func:`search_scale` near a known
+    diagonal Laplace approximation), ``gtol`` bounding the largest prior-whitened gradient
+    entry whatever the coordinates (``search_gtol``): ``(w, OptimiserDiagnostics)``."""
+    scale = sd if scale is None else scale
     whitened = _Whitened(f, mu, scale)
 
     def objective(z):
         v, g = whitened(z)
         return -v, -g
 
-    z, diag = find_map(objective, (start - mu) / scale, rule=rule, gtol=gtol, delta=DELTA,
-                       maxiter=maxiter, what=what,
+    z, diag = find_map(objective, (start - mu) / scale, rule=rule,
+                       gtol=search_gtol(gtol, sd, scale), delta=DELTA, maxiter=maxiter,
+                       what=what,
                        consequence="this draw is not the perturbed objective's maximiser")
     return mu + scale * z, diag
 
@@ -86,18 +94,17 @@ def minimise(f, mu: np.ndarray, scale: np.ndarray, start: np.ndarray, rule: str,
 def map_at(lik, mu: np.ndarray, sd: np.ndarray, start: np.ndarray, rule: str, gtol: float,
            maxiter: int, what: str, scale: np.ndarray | None = None):
     """The unperturbed MAP under the prior ``N(mu, sd^2)``, searched from ``start`` in the
-    coordinates ``(w - mu) / scale`` (default the prior sds; ``search_scale`` of the Laplace sds
-    predicted from the last scales' MAP, where the scales change between MAPs):
-    ``(w, OptimiserDiagnostics)``."""
-    return minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu,
-                    sd if scale is None else scale, start, rule, gtol, maxiter, what)
+    coordinates ``(w - mu) / scale`` (:func:`minimise`; where the scales change between MAPs,
+    ``search_scale`` of the last MAP's Laplace sds): ``(w, OptimiserDiagnostics)``."""
+    return minimise(perturbed_objective(lik, np.zeros_like(mu), mu, sd), mu, sd, start, rule,
+                    gtol, maxiter, what, scale)
 
 
 def laplace_sd(lik, sd: np.ndarray, w: np.ndarray) -> np.ndarray:
     """The diagonal Laplace posterior sds at ``w`` under the prior sds ``sd``: the likelihood's
     diagonal Fisher information there (a shared transition table's summed over its edges) plus
     the prior precision."""
-    return 1.0 / np.sqrt(sd ** -2.0 + diagonal_fisher(lik, w, shared_table="fisher"))
+    return posterior_sd(diagonal_fisher(lik, w, shared_table="fisher"), sd)
 
 
 @dataclass
@@ -142,10 +149,9 @@ def one_draw(lik, centre: Centre, start: np.ndarray | None, seed: np.random.Seed
         else np.zeros_like(mu)
     if mirror:
         eps, delta = 2.0 * mu - eps, -delta
-    scale = search_scale(sd, centre.laplace_sd)
-    w, diag = minimise(perturbed_objective(lik, delta, eps, sd), mu, scale,
+    w, diag = minimise(perturbed_objective(lik, delta, eps, sd), mu, sd,
                        w_map if start is None else start, rule, gtol, maxiter,
-                       f"randomized_map: draw {index}")
+                       f"randomized_map: draw {index}", search_scale(sd, centre.laplace_sd))
     rate = float("nan")
     if refine:
         hmc_rng = np.random.default_rng([*seed.generate_state(2), int(mirror)])

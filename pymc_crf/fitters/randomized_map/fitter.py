@@ -59,7 +59,9 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         order in the averages over draws (``draws`` and ``scale_draws`` must then be even).
     rule, gtol, maxiter
         The stopping rule of every MAP (:func:`~pymc_crf.fitters.optimise.find_map`):
-        ``"delta"`` (CRFsuite's, the default of ``method="map"``) or ``"strict"`` with ``gtol``.
+        ``"delta"`` (CRFsuite's, the default of ``method="map"``) or ``"strict"`` with ``gtol``,
+        the largest gradient entry in prior-whitened coordinates ``(w - mu) / s`` (whatever
+        coordinates the search runs in: ``diagonal_laplace.search_gtol``).
     refine : int
         HMC transitions on the exact posterior (at the scales) from each randomized MAP
         (:mod:`~pymc_crf.fitters.randomized_map.refine`): their Metropolis correction moves the

@@ -43,7 +43,7 @@ import pytensor
 
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
 from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, group_sums
-from pymc_crf.fitters.diagonal_laplace import implied_fisher, rescaled_laplace_sd, search_scale
+from pymc_crf.fitters.diagonal_laplace import implied_fisher, search_scale
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.randomized_map.draws import DrawRunner, centre_at, map_at, one_draw
 from pymc_crf.fitters.randomized_map.refine import TARGET_ACCEPT, hmc_refine
@@ -246,9 +246,7 @@ def sample_scales_by_gibbs(problem: WeightProblem, runner: DrawRunner, seeds: li
                       progressbar) as bar:
         for t in range(sweeps):
             sds = [problem.at_scales(np.exp(u[c])).prior.sd for c in range(n_chains)]
-            search = [sds[c] if last_lap[c] is None else search_scale(
-                sds[c], rescaled_laplace_sd(last_lap[c], last_sd[c], sds[c]))
-                for c in range(n_chains)]
+            search = [search_scale(sds[c], last_lap[c], last_sd[c]) for c in range(n_chains)]
             calls = [(shared_mu, runner.share(sds[c]), runner.share(w_map[c]),
                       runner.share(search[c]), chain_seeds[c][t], *runner.options, t)
                      for c in range(n_chains)]

@@ -42,7 +42,7 @@ import numpy as np
 
 from pymc_crf.fitters.bethe_laplace.problem import WeightProblem
 from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, ScaleHyperprior, group_sums
-from pymc_crf.fitters.diagonal_laplace import rescaled_laplace_sd, search_scale
+from pymc_crf.fitters.diagonal_laplace import search_scale
 from pymc_crf.fitters.randomized_map.draws import (
     Centre,
     DrawRunner,
@@ -116,8 +116,7 @@ def learn_scales_by_draws(problem: WeightProblem, runner: DrawRunner, jobs: list
         p = problem.at_scales(np.exp(u))
         mu, sd = p.prior.mean, p.prior.sd
         # searched in the coordinates of the Laplace sds the last centre predicts here
-        search = None if centre is None or centre.laplace_sd is None else search_scale(
-            sd, rescaled_laplace_sd(centre.laplace_sd, centre.sd, sd))
+        search = None if centre is None else search_scale(sd, centre.laplace_sd, centre.sd)
         w_map, map_diag = map_at(runner.lik, mu, sd, mu.copy() if w_map is None else w_map,
                                  rule, gtol, maxiter,
                                  "randomized_map: the MAP at the current scales", scale=search)
