@@ -33,7 +33,7 @@ import pymc as pm
 import xarray as xr
 
 from pymc_crf.docstrings import fill_doc
-from pymc_crf.inference.base import labelling_score
+from pymc_crf.inference.base import labelling_score, predictive_marginals
 from pymc_crf.inference.kbest import KBest, kbest_labellings
 from pymc_crf.inference.select import get_engine
 from pymc_crf.inference.spans import (
@@ -457,7 +457,7 @@ def _averaged_marginals(result, data, draws, model, inference, random_seed):
     engine = get_engine(inference, data.graphs)
     marg = ent = 0.0
     for node, edge in tables:
-        m = engine.marginals(data.graphs, node, edge).node
+        m = predictive_marginals(engine, data.graphs, node, edge)
         marg = marg + m
         ent = ent + _entropy(m)
     return marg / n, ent / n, n
@@ -507,7 +507,7 @@ def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
         return np.bincount(b.node_graph, weights=v, minlength=b.n_graphs)
 
     node, edge = _point_tables(result, data, model)
-    point = get_engine(inference, b).marginals(b, node, edge).node
+    point = predictive_marginals(get_engine(inference, b), b, node, edge)
     pred, exp_ = per_graph(_entropy(marg)), per_graph(ent)
     return Uncertainty(np.maximum(pred - exp_, 0.0), pred, exp_, per_graph(_entropy(point)), n)
 

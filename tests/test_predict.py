@@ -239,3 +239,29 @@ def test_misspelt_options_are_refused(fitted):
         pmc.predict(res, test, drawz=5)
     with pytest.raises(TypeError, match="'inferenc'.*its options"):
         pmc.predict(res, test, method="model_average", inferenc="bp")
+
+
+@pytest.mark.parametrize("inference", ["junction_tree", "brute_force"])
+def test_marginals_of_a_graph_that_allows_no_labelling_are_refused(inference):
+    """Hard constraints (a constant -inf transition table: neighbours differ) that a triangle
+    cannot meet: its log Z is -inf and its marginals 0 / 0, so every predictor refuses the graph
+    by number, as decoding does, instead of returning zeros or NaN."""
+    import pymc as pm
+
+    T = np.array([[-np.inf, 0.0], [0.0, -np.inf]])
+    with pm.Model() as m:
+        W = pm.Normal("W", 0.0, 1.0, shape=(1, 2))
+        pmc.CRF("y", graphs=pmc.GraphBatch.chains([3, 2]), node_features=np.ones((5, 1)),
+                node_weights=W, edge_weights=T, observed=np.array([0, 1, 0, 1, 0]))
+    fit = pmc.fit(m, method="map", progressbar=False)
+    two = pmc.GraphBatch.from_edges([[(0, 1)], [(0, 1), (1, 2), (0, 2)]], [2, 3])
+    data = pmc.CRFData(two, np.array([0, 1, 0, 1, 0]), np.ones((5, 1)), n_labels=2)
+    for method in ("bpe", "map", "average"):
+        with pytest.raises(ValueError, match=r"graphs \[1\] allow no labelling"):
+            pmc.predict(fit, data, method, inference=inference)
+    with pytest.raises(ValueError, match=r"graphs \[1\] allow no labelling"):
+        pmc.queries.uncertainty(fit, data, inference=inference)
+    # the graph that allows labellings alone: marginals as before
+    ok = pmc.CRFData(pmc.GraphBatch.chains([2]), np.array([0, 1]), np.ones((2, 1)), n_labels=2)
+    np.testing.assert_allclose(pmc.predict(fit, ok, "bpe", inference=inference).marginals,
+                               0.5, atol=1e-12)

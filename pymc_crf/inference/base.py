@@ -268,6 +268,20 @@ def checked_map(result: MapResult) -> MapResult:
     return result
 
 
+def predictive_marginals(engine: Engine, batch: GraphBatch, node: np.ndarray,
+                         edge: np.ndarray) -> np.ndarray:
+    """The node marginals (N, K) that a prediction reports, after refusing, for an exact engine,
+    the graphs whose log Z is -inf: there the model allows no labelling and the marginals are
+    0 / 0, which each engine would return as its own zeros or NaN. (Approximate engines are not
+    checked: their log Z is an estimate.)"""
+    m = engine.marginals(batch, node, edge)
+    if engine.exact:
+        bad = np.flatnonzero(np.asarray(m.log_z) == -np.inf)
+        if bad.size:
+            raise impossible_graphs(bad, "predict")
+    return m.node
+
+
 def checked_draws(batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
                   draws: np.ndarray) -> np.ndarray:
     """``draws`` (n, N) of an exact sampler, after refusing the graphs whose first draw has

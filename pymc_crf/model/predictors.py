@@ -24,7 +24,7 @@ import xarray as xr
 from pytensor.graph.traversal import ancestors
 
 from pymc_crf.feature_products import dense_features
-from pymc_crf.inference.base import Engine
+from pymc_crf.inference.base import Engine, predictive_marginals
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential_tables
 from pymc_crf.validation import generator
@@ -304,7 +304,7 @@ def predict_bpe(result: xr.DataTree, data, *, model: pm.Model | None = None,
                 inference: str = "auto") -> Prediction:
     """Exact node marginals at the posterior mean and their max-marginal labels."""
     engine, node, edge = _plug_in(result, data, model, inference)
-    marg = engine.marginals(data.graphs, node, edge).node
+    marg = predictive_marginals(engine, data.graphs, node, edge)
     return prediction(marg, marg.argmax(axis=1), "bpe", data.labels)
 
 
@@ -313,7 +313,7 @@ def predict_map(result: xr.DataTree, data, *, model: pm.Model | None = None,
                 inference: str = "auto") -> Prediction:
     """The MAP labelling at the posterior mean (marginals there too)."""
     engine, node, edge = _plug_in(result, data, model, inference)
-    marg = engine.marginals(data.graphs, node, edge).node
+    marg = predictive_marginals(engine, data.graphs, node, edge)
     labels = engine.map_assignment(data.graphs, node, edge).labels
     return prediction(marg, labels, "map", data.labels)
 
@@ -358,7 +358,7 @@ def averaged_marginals(data, info: dict, weight_sets: Iterable[Mapping[str, np.n
     (:func:`tables_at`; e.g. :func:`weight_sets_at` of a result's draws, or draws of a Gaussian
     approximation made one at a time): Monte Carlo model averaging."""
     engine = get_engine(inference, data.graphs)
-    return average_over_draws(engine.marginals(data.graphs, node, edge).node
+    return average_over_draws(predictive_marginals(engine, data.graphs, node, edge)
                               for node, edge in tables_at(data, info, weight_sets))
 
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 
 from pymc_crf.feature_products import features_dot, row_quadratic_forms
+from pymc_crf.inference.base import predictive_marginals
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import get_potential
 
@@ -80,4 +81,4 @@ def averaged_node_marginals(mean, cov, K: int, batch, node_features=None, edge_f
     the CRF at ``mean``."""
     node, edge = averaged_log_potentials(mean, cov, K, batch.n_total_nodes, node_features,
                                          edge_features, potential, epsilon)
-    return get_engine(inference, batch).marginals(batch, node, edge).node
+    return predictive_marginals(get_engine(inference, batch), batch, node, edge)
