@@ -106,6 +106,9 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
         predictive (one CRF draw at each of as many posterior weight draws, seeded by
         ``random_seed``) as the ``predictions`` group's ``{name}`` (chain, draw, graph, position);
         a positive ``sample_labels`` implies ``predictions``.
+    **options
+        Options of the predictor ``method`` names (e.g. ``weighted`` of ``"bagging"``); an
+        option it does not take is refused.
 
     Returns
     -------

@@ -633,6 +633,9 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
 
     Parameters
     ----------
+    result : DataTree
+        A fit with a Gaussian approximation in its ``fit`` group (``mean_vector`` and
+        ``covariance_matrix`` or ``sd_vector``).
     covariance : {"auto", "full", "diagonal"}
         ``"full"``: one ``pm.MvNormal`` named ``flat_name`` over the flat weight vector (node
         weights first) and a ``pm.Deterministic`` of each weight variable reshaped from it

@@ -163,7 +163,7 @@ class CRFTagger(BaseEstimator):
         feature template there); empty by default.
     """
 
-    def __init__(self, c2: float = 1.0, prior_sd: float | None = None, method: str = "map",
+    def __init__(self, c2: float | str = 1.0, prior_sd: float | None = None, method: str = "map",
                  method_options: dict | None = None, min_freq: int = 1, draws: int | None = 200,
                  random_state: int | None = None, scale_options: dict | None = None,
                  progressbar: bool = False):

@@ -10,7 +10,7 @@ Prediction needs draws, marginal variances and products with ``A^{-1}``; the evi
   hessian.exact_fisher_matrix`) and factorised by Cholesky. Exact; ``d^2`` memory, ``d^3 / 3``
   flops.
 * ``"diagonal"`` (:class:`DiagonalGaussian`): ``A ~ diag(H) + P``, each weight independent.
-  On chains ``diag(H)`` is exact (:func:`chain_curvature_diagonal`); the older per-position
+  ``diag(H)`` is exact (:func:`~.bethe_laplace.hessian.curvature_diagonal`); the per-position
   diagonal of :mod:`pymc_crf.fitters.diagonal_laplace` drops the covariances between positions.
 * ``"lowrank"`` (:class:`LowRankGaussian`): the prior-preconditioned curvature
   ``M = S H S`` (``S = diag(sigma)``) by its top k eigenpairs ``M ~ U diag(lam) U^T``, found by
@@ -558,8 +558,8 @@ def laplace_covariance(lik, prior, w: np.ndarray, method: str = "lowrank", *, ra
         ``"lowrank"``: eigenpairs kept, extra directions in the block, products before the
         Rayleigh-Ritz step (:func:`randomized_eigh`).
     diagonal : array (d,), optional
-        ``diag(H)`` when the caller has it; by default :func:`chain_curvature_diagonal` on
-        chains, else the diagonal of the dense ``H`` (small d only).
+        ``diag(H)`` when the caller has it; by default :func:`curvature_diagonal` (in
+        ``O(n K^3)`` on chains, else from d Hessian-vector products: small d only).
     engine : Engine, optional
         Exact engine (default: the likelihood's).
     rng

@@ -52,6 +52,8 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
 
     Parameters
     ----------
+    model : pm.Model
+        The model (``pmc.fit`` passes the context's).
     rule : {"delta", "strict"}, optional
         Stopping rule of :func:`~pymc_crf.fitters.optimise.find_map`. ``"delta"`` (the default):
         CRFsuite's, stop when the objective improved by less than ``delta`` (relative) over the

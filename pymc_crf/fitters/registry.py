@@ -83,8 +83,8 @@ def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTr
         The model; taken from the ``with`` context when omitted.
     method : str
         A registered fitter: ``"map"``, ``"nuts"``, ``"ep"``, ``"predictive_ard"``,
-        ``"bethe_laplace"``, ``"bp_hcrf_vi"``, ``"bethe_mh"``, ``"langevin_cd"``, ``"exchange"``
-        (see :func:`available`).
+        ``"bethe_laplace"``, ``"laplace"``, ``"randomized_map"``, ``"bp_hcrf_vi"``,
+        ``"bethe_mh"``, ``"langevin_cd"``, ``"exchange"`` (see :func:`available`).
     **options
         Passed to the fitter (see each fitter's docstring).
 

@@ -47,6 +47,8 @@ class BetheMH(RandomFieldStep):
         Loopy BP settings (warm-started from the current state's messages at every step).
     tune, model, rng, initial_point, compile_kwargs
         As for PyMC's step methods (``tune``: adapt the proposal in the tuning phase).
+    blocked : bool
+        Must be True: all the weights move as one block (``blocked=False`` is refused).
     spec : CRFSpec or MRFSpec, optional
         The model's random field as already read (:func:`pymc_crf.model.extract_random_field`;
         ``pmc.fit`` hands on the one it read), else read from the model.

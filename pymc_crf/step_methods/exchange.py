@@ -49,7 +49,7 @@ class Exchange(RandomFieldStep):
         Gibbs sweeps from the observed labels for the approximate variant.
     max_treewidth : int
         Largest treewidth for exact auxiliary draws by the junction tree (``"auto"``).
-    tune, model, rng, initial_point, compile_kwargs, spec
+    tune, model, rng, initial_point, compile_kwargs, blocked, spec
         As for :class:`~pymc_crf.step_methods.BetheMH`.
 
     Notes

@@ -66,7 +66,7 @@ class LangevinCD(RandomFieldStep):
         covariance (d, d), e.g. the Bethe-Laplace posterior's (as
         :class:`~pymc_crf.step_methods.BetheMH`; a full preconditioner, re-estimated from the
         tuning draws in windows and shrunk towards ``S``); default unit standard deviations.
-    tune, model, rng, initial_point, compile_kwargs, spec
+    tune, model, rng, initial_point, compile_kwargs, blocked, spec
         As for :class:`~pymc_crf.step_methods.BetheMH`.
 
     Notes
