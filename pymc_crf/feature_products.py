@@ -4,7 +4,7 @@ Features are an (R, F) matrix (one row per node or edge), dense ``ndarray`` or s
 ``GraphBatch.check_features`` returns them); weights are an (F, ...) array. The products here keep
 sparse features sparse: ``X @ W`` and ``X.T @ G`` are sparse-dense products with cost O(nnz * width)
 and never form the dense (R, F) matrix, so text CRFs with 10^5-10^6 indicator features fit in
-memory. Dense features take the same BLAS products as before.
+memory. Dense features take dense BLAS products.
 
 Dense features in PyTensor graphs take the ``FeatureDot`` Op: ``pt.dot`` in compiled code
 allocates its (R, C) output with numba's allocator and faults its pages in one 4 KiB page at a

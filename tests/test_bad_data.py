@@ -140,8 +140,8 @@ def test_networkx_graph_for_mrf_and_hcrf():
 
 
 def test_symbolic_features_are_refused_with_a_clear_error():
-    # features in pm.Data used to fail with numpy's "setting an array element with a sequence";
-    # they are fixed data (batch checks, engines and feature products are built from their
+    # features in pm.Data are refused by name, not with numpy's "setting an array element with a
+    # sequence": they are fixed data (batch checks, engines and feature products are built from their
     # values), so a variable whose value pm.set_data could change is refused by name
     X = np.random.default_rng(0).normal(size=(5, 2))
     Xe = np.ones((BATCH.n_edges, 1))
@@ -178,7 +178,7 @@ def test_mrf_names_feature_arguments_it_does_not_take():
 
 
 def test_whole_number_options_are_checked():
-    # 2.7 sweeps used to run as 2, True as 1; each count option names itself
+    # 2.7 sweeps must not run as 2, nor True as 1: each count option refuses them by name
     from pymc_crf.inference import BeliefPropagation, TreeEP
     from pymc_crf.validation import whole_number
 

@@ -261,7 +261,7 @@ def test_marginals_of_a_graph_that_allows_no_labelling_are_refused(inference):
             pmc.predict(fit, data, method, inference=inference)
     with pytest.raises(ValueError, match=r"graphs \[1\] allow no labelling"):
         pmc.queries.uncertainty(fit, data, inference=inference)
-    # the graph that allows labellings alone: marginals as before
+    # the graph that allows labellings, alone: its marginals
     ok = pmc.CRFData(pmc.GraphBatch.chains([2]), np.array([0, 1]), np.ones((2, 1)), n_labels=2)
     np.testing.assert_allclose(pmc.predict(fit, ok, "bpe", inference=inference).marginals,
                                0.5, atol=1e-12)

@@ -110,7 +110,7 @@ def test_mrf_rows_may_change(set_data_cases):
 
 @pytest.mark.parametrize("case", ["hcrf_one_label", "hcrf_one_label_more"])
 def test_hcrf_labels_of_another_length_are_refused_by_name(set_data_cases, case):
-    """One label used to broadcast against all three graphs: a wrong likelihood, silently."""
+    """One label would broadcast against all three graphs: a wrong likelihood, silently."""
     kind, message = set_data_cases[case]
     assert kind == "ValueError", (kind, message)
     assert "HCRF labels (observed) must be one class per graph, shape (3,)" in message
@@ -136,7 +136,8 @@ def _crf_model(labels=LABELS, weights=None):
 
 @pytest.mark.parametrize("method", ["map", "nuts", "ep"])
 def test_fit_refuses_a_model_without_free_variables(method):
-    """Used to end in an IndexError inside PyMC's backend (map) or a SamplingError (nuts)."""
+    """Refused by name, not with an IndexError inside PyMC's backend (map) or a SamplingError
+    (nuts)."""
     with pytest.raises(ValueError) as exc:
         pmc.fit(_crf_model(weights=np.zeros((2, 2))), method=method, progressbar=False)
     _one_line(exc, f"pmc.fit(method={method!r})", "has no free variables", "nothing to fit")
@@ -207,7 +208,7 @@ def test_refusal_outside_a_fit_does_not_claim_a_method():
 
 @pytest.mark.parametrize("value", [np.inf, -np.inf])
 def test_infinite_labels_are_named_as_such(value):
-    """NaN marks a missing label; the refusal of inf used to speak of NaN."""
+    """NaN marks a missing label, so the refusal of inf names inf, not "NaN or inf"."""
     flat = np.array([0, 1, value, 1, 0])
     with pytest.raises(ValueError) as exc:
         pmc.pad_labels(BATCH, flat, 2, missing=True)

@@ -128,8 +128,8 @@ def test_vectorizer_is_a_scikit_learn_transformer():
 
 
 def test_vectorizer_reads_one_shot_iterators():
-    # fit_transform used to hand the same generator to fit and transform: fit used it up and
-    # transform silently returned a (0, F) matrix
+    # fit_transform reads a generator once: handing it to fit and then to transform would leave
+    # transform an exhausted generator and a (0, F) matrix
     expected = FeatureVectorizer().fit_transform(TRAIN)
     vec = FeatureVectorizer()
     X = vec.fit_transform(s for s in TRAIN)
@@ -142,7 +142,8 @@ def test_vectorizer_reads_one_shot_iterators():
 
 
 def test_user_bias_feature_does_not_overwrite_the_built_in_bias():
-    # a token's own "bias" used to overwrite column 0 silently (value 5 there)
+    # a token's own "bias" is the built-in bias column: a value other than 1 is refused, not
+    # written over column 0
     with pytest.raises(ValueError, match=r"own feature 'bias' = 5.0.*built-in bias.*bias=False"):
         FeatureVectorizer().fit([[{"w": "a", "bias": 5.0}]])
     vec = FeatureVectorizer().fit(TRAIN)

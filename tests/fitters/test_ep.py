@@ -691,7 +691,7 @@ def test_step_backoff_converges_where_fixed_paper_step_oscillates():
 
 def test_default_sweep_cap_lets_the_backed_off_schedule_converge():
     """At step 0.5 with back-off this loop training set (seed 14 of the predictive-gap study)
-    needs 266 sweeps: more than the old cap of 200, within the default of 2000."""
+    needs 266 sweeps: more than 200, within the default cap of 2000."""
     batch, Xe, labels = _loop_terms(14)
     short = run(batch, Xe, labels, 2, step_size=0.5, max_iter=200)
     assert not short.converged

@@ -106,7 +106,7 @@ def test_auto_optimizer_switches_at_ten_thousand_weights(n_features):
 
 
 def test_a_start_value_that_is_not_finite_is_refused_by_name(loop_model):
-    """It used to surface as 'log-potentials contain NaN' from the engine."""
+    """The start is named, not reported as 'log-potentials contain NaN' from the engine."""
     bad = np.zeros((6, 2, 2))
     bad[1, 0, 1] = np.nan
     for engine_objective in (True, False):

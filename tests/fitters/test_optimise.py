@@ -62,7 +62,7 @@ def test_an_unbounded_objective_is_not_a_success(optimizer, rule):
 @pytest.mark.parametrize("rule", ["strict", "delta"])
 def test_a_collapsing_scale_is_not_a_success(rule):
     """scipy stops the funnel with 'RELATIVE REDUCTION OF F <= FACTR*EPSMCH' (its line search
-    stalls in rounding at s ~ 1e-8) and used to call that success, gradient entry 9."""
+    stalls in rounding at s ~ 1e-8) with a gradient entry of 9 there: not a success."""
     x0 = np.r_[0.0, np.linspace(-1.0, 1.0, 9)]
     with pytest.warns(pmc.ConvergenceWarning, match="the final gradient is not small"):
         x, diag = find_map(_funnel, x0, rule=rule, optimizer="scipy")

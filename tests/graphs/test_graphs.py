@@ -91,8 +91,8 @@ def test_graph_indices_and_limits_are_checked():
 
 
 def test_from_networkx_multigraphs_and_directed_graphs():
-    # a multigraph used to fail with "too many values to unpack (expected 2)": iterating its
-    # edge view gives (u, v, key) triples
+    # a multigraph's edge view gives (u, v, key) triples; parallel edges are refused by name,
+    # not with "too many values to unpack (expected 2)"
     with pytest.raises(GraphStructureError,
                        match=r"graph 1 is a multigraph with parallel edges between nodes 'a' and "
                              r"'b'.*nx.Graph\(G\)"):
@@ -129,7 +129,7 @@ def test_label_and_feature_checks():
         b.check_features(np.array([[0.0], [np.inf], [1], [1], [1]]), "node")
     with pytest.raises(ValueError, match="one row per node"):
         b.check_features(np.zeros((4, 2)), "node")
-    # numpy's "setting an array element with a sequence" used to come out as is
+    # ragged rows are named, not numpy's "setting an array element with a sequence"
     with pytest.raises(ValueError, match="edge features must be a numeric array .* got a list"):
         b.check_features([[0.0], [1.0, 2.0], [0.0]], "edge")
 

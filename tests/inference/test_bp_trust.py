@@ -152,7 +152,7 @@ def test_a_stable_symmetric_point_costs_no_restart():
 
 
 def test_where_stability_is_checked():
-    # "never": no radius, and a stable symmetric point is kept as before; "always": every loopy
+    # "never": no radius, and a stable symmetric point is kept (no restarts); "always": every loopy
     # graph, also at non-uniform fixed points (not on trees, where BP is exact)
     rng = np.random.default_rng(4)
     b = GraphBatch.from_networkx([nx.cycle_graph(3), nx.grid_2d_graph(3, 3), nx.path_graph(3)])

@@ -361,7 +361,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         multiplied by ``grow`` (up to ``max_step``) when it does not, with the positive
         definiteness back-off of :func:`ep_sweep` kept, and from sweep ``FACTOR_SKIP_FROM``
         on a factor whose numerator cavity is improper skipped whole (docs/ep.md, "Adaptive
-        per-site damping"). None: ``"backoff"`` if ``backoff`` else ``"fixed"`` (the old behaviour).
+        per-site damping"). None: ``"backoff"`` if ``backoff`` else ``"fixed"``.
     max_step, grow : float
         Ceiling of the adaptive lambda and its growth factor per sweep.
     progressbar : bool

@@ -123,7 +123,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         grown by 1.2 per sweep up to ``max_step`` otherwise, and halved when its update would not
         be positive definite; each factor's label messages use xi = lambda; from sweep 10 on a
         factor whose numerator cavity is improper is skipped whole (docs/ep.md).
-        ``"backoff"``: the earlier global back-off (every lambda and xi halved when the sweep's
+        ``"backoff"``: a global back-off (every lambda and xi halved when the sweep's
         change grows). ``"fixed"``: the thesis's fixed step.
     backoff, min_step, max_step
         ``backoff=False`` without ``schedule`` means ``"fixed"``; ``min_step`` is the floor of a
