@@ -21,7 +21,7 @@ Stopping rules.
   evaluations of the same objective that differ in rounding ended 2e-7 apart). For the methods
   that need the mode itself: Laplace / Bethe-Laplace (the curvature is taken there) and the
   evidence estimates.
-* ``"delta"``: CRFsuite's L-BFGS rule (its ``delta`` and ``period`` parameters, libLBFGS's
+* ``"delta"``: CRFsuite's L-BFGS rule (Okazaki 2007; its ``delta`` and ``period`` parameters, libLBFGS's
   ``delta`` / ``past`` test): stop when the objective's relative improvement over the last
   ``period`` iterations, ``(f_{k-period} - f_k) / max(|f_k|, 1)``, is below ``delta`` (here
   1e-6 over 10 iterations; CRFsuite's default delta is 1e-5, whose MAP labelled 5 of 5700 test

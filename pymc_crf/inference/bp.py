@@ -116,7 +116,7 @@ def _send(edge, P, tab, flip, cav, maxprod, damping, msg, d, a, out):
                 out[xt] = m + np.log(acc)
         normalise_log(out, True)
     if damping > 0.0:
-        # Damping in the log domain (geometric mixture of the old and new messages, as libDAI).
+        # Damping in the log domain (geometric mixture of the old and new messages, as libDAI, Mooij 2010).
         # The mixture is not renormalised: the fixed points are the same (there old = new is
         # normalised), every update normalises again, and it saves K exp and a log per message.
         for k in range(K):

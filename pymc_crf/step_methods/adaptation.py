@@ -1,8 +1,8 @@
 """Tuning of a step's proposal during PyMC's tuning phase: a scalar scale by a Robbins-Monro
 recursion on its logarithm towards a target acceptance rate (Andrieu & Thoms 2008, sec. 5) and a
-proposal covariance estimated from the
-chain's own tuning draws in doubling windows (Haario, Saksman & Tamminen 2001; windows as Stan's),
-so that a random-walk or Langevin proposal matches the posterior's scales and correlations.
+proposal covariance estimated from the chain's own tuning draws in doubling windows (Haario,
+Saksman & Tamminen 2001; windows as Stan's, Carpenter et al. 2017), so that a random-walk or
+Langevin proposal matches the posterior's scales and correlations.
 
 The starting proposal is either standard deviations (a diagonal covariance) or a full covariance,
 e.g. the Bethe-Laplace posterior covariance (Welling & Parise 2006, eq. (7);

@@ -24,7 +24,7 @@ Welling 2006 eq. (8)). Two steps, alternated with the MAP at fixed scales (warm-
   (``_extrapolated_step``). It needs only ``diag(Sigma)``, so it runs with the diagonal
   covariance on large models, and
   with the implicit exact covariance (``covariance="implicit"``, :class:`~pymc_crf.fitters.
-  covariance.ImplicitGaussian`): ``diag(Sigma)`` by Hutchinson's estimator with
+  covariance.ImplicitGaussian`): ``diag(Sigma)`` by Hutchinson's estimator (Hutchinson 1990) with
   ``IMPLICIT_PROBES`` probes (unbiased, and nearly exact for the weights the data say little
   about, which most of a text CRF's are) and ``log det A`` by stochastic Lanczos quadrature.
   Those estimates are noisy, so there the fixed-point steps are taken without the evidence
