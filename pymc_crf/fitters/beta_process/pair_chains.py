@@ -26,6 +26,7 @@ import numpy as np
 from numba import njit
 
 from pymc_crf.inference.chain.scaling import _exp_nonpos
+from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
 
 __all__ = ["pair_chain_terms"]
 
@@ -113,39 +114,21 @@ def _scaled_chain(EU, ey, M, T, S, want, E, alpha, cs, m_out, xi_out):
 
 
 @njit(cache=True)
-def _lse(x, S):
-    mx = x[0]
-    for k in range(1, S):
-        if x[k] > mx:
-            mx = x[k]
-    s = 0.0
-    for k in range(S):
-        s += np.exp(x[k] - mx)
-    return mx + np.log(s)
-
-
-@njit(cache=True)
 def _log_chain(node, trans, T, S, want, m_out, xi_out):
     """The log-space recursion of one chain (the fallback of :func:`_scaled_chain`): log Z with
-    the table unshifted, and with ``want`` the node and summed edge marginals."""
+    the table unshifted, and with ``want`` the node and summed edge marginals. The messages are
+    the shared log-space recursion of :mod:`pymc_crf.inference.kernels`."""
+    edge = trans.reshape((1, S, S))
+    back, vn, ve = unused_arrays()
     la = np.empty((T, S))
-    buf = np.empty(S)
     for k in range(S):
         la[0, k] = node[0, k]
-    for t in range(1, T):
-        for k in range(S):
-            for j in range(S):
-                buf[j] = la[t - 1, j] + trans[j, k]
-            la[t, k] = node[t, k] + _lse(buf, S)
-    lz = _lse(la[T - 1], S)
+    log_forward(node, 0, T, edge, 0, True, SUM, la, back, vn, ve, vn)
+    lz = logsumexp_1d(la[T - 1])
     if not want:
         return lz
     lb = np.zeros((T, S))
-    for t in range(T - 2, -1, -1):
-        for j in range(S):
-            for k in range(S):
-                buf[k] = trans[j, k] + node[t + 1, k] + lb[t + 1, k]
-            lb[t, j] = _lse(buf, S)
+    log_backward(node, 0, T, edge, 0, True, SUM, lb, vn, ve, vn)
     for t in range(T):
         for k in range(S):
             m_out[t, k] = np.exp(la[t, k] + lb[t, k] - lz)
