@@ -43,6 +43,7 @@ from scipy.optimize import root
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
+from pymc_crf.fitters.covariance import inverse_pd
 from pymc_crf.fitters.map import negative_log_posterior, weight_start
 from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
 from pymc_crf.inference.chain.dispatch import batch_tier, pinned_tier
@@ -606,12 +607,7 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
         w = spec.flatten({v.name: mode["posterior"][v.name].values[0, 0] for v in spec.weights})
         with ShardedLogLikelihood(c, spec, n_shards) as lik:
             A = lik.negative_hessian(w) + np.diag(1.0 / GaussianLogPrior(spec).sd ** 2)
-            try:
-                cov = np.linalg.inv(np.linalg.cholesky(A))
-            except np.linalg.LinAlgError as err:
-                raise ValueError("pmc.distributed.fit_laplace: the negative Hessian of the log "
-                                 "posterior at the mode is not positive definite") from err
-            cov = cov.T @ cov
+            cov = inverse_pd(A, "; in pmc.distributed.fit_laplace")
             sample = draws_from_gaussian(w, cov, draws, chains, rng)
             pointwise = lik.pointwise(sample.reshape(-1, w.size))
             n_used = lik.n_shards
