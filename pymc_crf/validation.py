@@ -10,8 +10,8 @@ from contextvars import ContextVar
 
 import numpy as np
 
-__all__ = ["fitting", "fitting_method", "flag", "generator", "int_at_least", "name_list",
-           "positive_number", "real_number", "refusal", "whole_number"]
+__all__ = ["class_indices", "fitting", "fitting_method", "flag", "generator", "int_at_least",
+           "name_list", "positive_number", "real_number", "refusal", "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
@@ -26,6 +26,29 @@ def whole_number(value, name: str, minimum: int = 1) -> int:
     if not ok:
         raise ValueError(f"{name} must be an integer >= {minimum}; got {value!r}")
     return int(value)
+
+
+def class_indices(values, what: str, locate=None, hint: str = "") -> np.ndarray:
+    """``values`` as an int64 array of class indices: integer and boolean arrays pass, as do
+    floats that are whole numbers (``1.0``); NaN, inf, fractions and other dtypes are refused
+    with a ValueError naming ``what``, the first offending entry and its value. ``locate`` turns
+    that entry's index (a tuple) into words (default ``"entry i, j"``); ``hint`` ends the
+    message. The label range is the caller's check: its message names what a label indexes."""
+    arr = np.asarray(values)
+    if arr.dtype.kind == "f":
+        bad = ~np.isfinite(arr)
+        bad[~bad] = arr[~bad] != np.round(arr[~bad])
+        if bad.any():
+            idx = tuple(int(k[0]) for k in np.nonzero(bad))
+            where = locate(idx) if locate is not None else "entry " + ", ".join(map(str, idx))
+            v = float(arr[idx])
+            if not np.isfinite(v):
+                raise ValueError(f"{what} contain {'NaN' if np.isnan(v) else v} at {where}{hint}")
+            raise ValueError(f"{what} must be whole numbers; {where} is {v!r} (class indices)"
+                             f"{hint}")
+    elif arr.dtype.kind not in "iub":
+        raise ValueError(f"{what} must be integers (class indices); got dtype {arr.dtype}{hint}")
+    return arr.astype(np.int64)
 
 
 def real_number(value, name: str) -> float:

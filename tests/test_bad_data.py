@@ -199,6 +199,21 @@ def test_whole_number_options_are_checked():
         pmc.datasets.bcrf_synthetic("chain", n_train=2, n_test=-1)
 
 
+def test_class_indices_name_the_first_bad_entry():
+    from pymc_crf.validation import class_indices
+
+    np.testing.assert_array_equal(class_indices(np.array([0.0, 2.0]), "y"), [0, 2])
+    assert class_indices(np.array([True, False]), "y").dtype == np.int64
+    for bad, message in ((np.array([0.0, 1.5]), "y must be whole numbers; entry 1 is 1.5"),
+                         (np.array([[0.0, 1.0], [np.nan, 0.0]]), "y contain NaN at entry 1, 0"),
+                         (np.array([np.inf]), "y contain inf at entry 0"),
+                         (np.array(["a"]), "y must be integers .*got dtype <U1")):
+        with pytest.raises(ValueError, match=message):
+            class_indices(bad, "y")
+    with pytest.raises(ValueError, match="y contain -inf at row 1: use -1"):
+        class_indices(np.array([1.0, -np.inf]), "y", lambda i: f"row {i[0]}", ": use -1")
+
+
 def test_flag_options():
     from pymc_crf.validation import flag
 

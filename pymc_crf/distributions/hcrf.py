@@ -64,7 +64,7 @@ from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
-from pymc_crf.validation import refusal, whole_number
+from pymc_crf.validation import class_indices, refusal, whole_number
 
 __all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "single_hcrf", "from_sequences",
            "replicate_batch", "pair_logpots", "class_log_probs", "check_class_labels", "hcrf_logp"]
@@ -113,15 +113,7 @@ def check_class_labels(labels: Any, n_graphs: int, n_classes: int) -> np.ndarray
     if arr.shape != (n_graphs,):
         raise ValueError(f"HCRF labels must have one class per graph, shape ({n_graphs},); "
                          f"got shape {arr.shape}")
-    if arr.dtype.kind == "f":
-        whole = np.isfinite(arr) & (arr == np.round(arr))
-        if not whole.all():
-            i = int(np.flatnonzero(~whole)[0])
-            raise ValueError(f"HCRF labels must be whole numbers; entry {i} is {arr[i].item()!r} "
-                             "(class indices)")
-    elif arr.dtype.kind not in "iub":
-        raise ValueError(f"HCRF labels must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
+    arr = class_indices(arr, "HCRF labels")
     bad = np.flatnonzero((arr < 0) | (arr >= n_classes))
     if bad.size:
         raise ValueError(f"HCRF label {int(arr[bad[0]])} of graph {int(bad[0])} is outside the "

@@ -34,7 +34,7 @@ from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import class_indices, whole_number
 
 __all__ = ["MRF", "MRFRV", "MRFInfo", "MRFParameterization", "PARAMETERIZATIONS",
            "check_mrf_labels"]
@@ -222,18 +222,9 @@ def check_mrf_labels(batch: GraphBatch, labels: Any, n_labels: int | None,
                          f"{arr.shape[1]}")
     if arr.shape[0] == 0:
         raise ValueError("MRF labels have no rows: give at least one labelling")
-    if arr.dtype.kind == "f":
-        if not np.isfinite(arr).all():
-            r, i = (int(k[0]) for k in np.nonzero(~np.isfinite(arr)))
-            value = "NaN" if np.isnan(arr[r, i]) else str(arr[r, i])
-            raise ValueError(f"MRF labels contain {value} at row {r}, node {i}: the MRF needs "
-                             "whole labellings of class indices 0..K-1 (missing labels are "
-                             "supported by pmc.CRF)")
-        if not np.array_equal(arr, np.round(arr)):
-            raise ValueError("MRF labels must be whole numbers (label indices 0..K-1)")
-    elif arr.dtype.kind not in "iub":
-        raise ValueError(f"MRF labels must be integers, got dtype {arr.dtype}")
-    arr = arr.astype(np.int64)
+    arr = class_indices(arr, "MRF labels", lambda i: f"row {i[0]}, node {i[1]}",
+                        ": the MRF needs whole labellings (missing labels are supported by "
+                        "pmc.CRF)")
     if n_labels is not None and (arr.min() < 0 or arr.max() >= n_labels):
         r, i = (int(k[0]) for k in np.nonzero((arr < 0) | (arr >= n_labels)))
         hint = (" (spins are given as label indices: s = 2 * label - 1)"

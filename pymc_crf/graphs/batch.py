@@ -25,7 +25,7 @@ from pymc_crf.graphs.junction_tree import (
     elimination_order,
     junction_tree_from_edges,
 )
-from pymc_crf.validation import whole_number
+from pymc_crf.validation import class_indices, whole_number
 
 __all__ = ["GraphBatch", "GraphStructureError", "as_graph_batch"]
 
@@ -479,20 +479,17 @@ class GraphBatch:
         if arr.shape != (self.n_total_nodes,):
             raise ValueError(f"labels must have one entry per node, shape ({self.n_total_nodes},); "
                              f"got shape {arr.shape}")
-        if arr.dtype.kind == "f":
-            if not np.isfinite(arr).all():
-                raise ValueError("labels contain NaN or inf")
-            if not np.array_equal(arr, np.round(arr)):
-                raise ValueError("labels must be whole numbers (class indices)")
-        elif arr.dtype.kind not in "iub":
-            raise ValueError(f"labels must be integers, got dtype {arr.dtype}")
-        arr = arr.astype(np.int64)
+        arr = class_indices(arr, "labels", self._locate_node)
         if n_labels is not None and arr.size and (arr.min() < 0 or arr.max() >= n_labels):
             i = int(np.flatnonzero((arr < 0) | (arr >= n_labels))[0])
-            g = int(self.node_graph[i])
-            raise ValueError(f"label {int(arr[i])} at node {i - int(self.node_offsets[g])} of "
-                             f"graph {g} is outside 0..{n_labels - 1}")
+            raise ValueError(f"label {int(arr[i])} at {self._locate_node((i,))} is outside "
+                             f"0..{n_labels - 1}")
         return arr
+
+    def _locate_node(self, idx: tuple[int]) -> str:
+        """Words for flat node ``idx[0]``: its local index and graph."""
+        g = int(self.node_graph[idx[0]])
+        return f"node {idx[0] - int(self.node_offsets[g])} of graph {g}"
 
     def check_features(self, x: Any, where: str) -> Any:
         """Validate node (``where="node"``) or edge features: 2-d, one row per node/edge, finite.
