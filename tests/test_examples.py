@@ -22,8 +22,9 @@ def test_there_are_examples():
 
 
 # Smoke runs of a minute or more run in CI after the default suite (`pytest -m heavy_smoke`), which
-# keeps the default run within its time budget. The three real-data scripts took 36-47 s each
-# with empty caches (2026-11-28, 2 cores under load): the default run keeps quick_start only.
+# keeps the default run within its time budget. The three real-data scripts take 36-47 s each
+# with empty caches on 2 cores under load (docs/benchmarks.md, "Cold start"): the default run
+# keeps quick_start only.
 HEAVY = {"loopy_graphs", "model_comparison", "semi_supervised", "hcrf_japanese_vowels",
          "conll2000_posterior", "conll2000_chunking", "ptb_pos", "weizmann_horses"}
 

@@ -18,13 +18,10 @@ machine with the seeds used below; the asserted tolerances in brackets):
 * numerator terms only (probit-regression EP), chains: 0.019 / [0.97, 1.01]   [< 0.1; [0.95, 1.05]]
 * log-linear potentials, chains, 3 features: 0.030 / [0.93, 1.00]   [< 0.15; [0.85, 1.1]]
 * NUTS truth (slow test ``test_ep_vs_nuts``; ``pm.sample`` on the ``CRF`` model of
-  ``bcrf_synthetic(kind, n_train=10, seed=0)``, 2 chains x 2000 draws, seed 0; EP step size 0.5),
-  max / mean over the 24 weights of the mean error in sds, sd ratio range, sweeps:
-  loops:  PEP 0.713 / 0.201 / [0.62, 1.05], 1147 sweeps; TEP 0.862 / 0.285 / [0.80, 1.11], 45 sweeps
-  chains: PEP 0.202 / 0.070 / [0.88, 1.03],   72 sweeps; TEP 0.246 / 0.098 / [0.90, 1.14], 37 sweeps
-  (PEP on the loops backs its step off and needs more than 500 sweeps, so the test keeps
-  ``run_ep``'s default of 2000)
-  Rerun 2026-11-28 (nutpie) with both schedules, tol 1e-5, as max / mean / sd ratio, sweeps:
+  ``bcrf_synthetic(kind, n_train=10, seed=0)``, 2 chains x 2000 draws, seed 0; EP step size 0.5,
+  tol 1e-5, both schedules), max / mean over the 24 weights of the mean error in sds, sd ratio
+  range, sweeps (PEP on the loops backs its step off and needs more than 500 sweeps, so the test
+  keeps ``run_ep``'s default of 2000):
   loops PEP back-off 0.636 / 0.179 / [0.60, 1.02], 1149; adaptive 0.576 / 0.177 / [0.60, 1.02], 96;
   loops TEP back-off 0.785 / 0.273, 45; adaptive 0.795 / 0.276, 19 (both [0.78, 1.10]);
   chains PEP 0.252 / 0.065 / [0.90, 1.03] with either (72 and 27 sweeps), TEP 0.296 / 0.091 /
