@@ -7,6 +7,9 @@ suffix when written), ``-`` for standard input / output:
   column the tag (in training and evaluation files), a blank line between sentences. Every token
   line of a file has the same number of columns; a line that does not is refused with the file
   name and line number. Lines starting with ``-DOCSTART-`` are skipped, as the CoNLL readers do.
+  The files are read by :mod:`pymc_crf.text_files` (:func:`open_text`, :func:`sentence_blocks`,
+  :func:`sentence_rows`), as are the CoNLL data sets (``pmc.datasets.read_conll2000``,
+  :func:`read_conll_range`).
 * **Attribute files** (crfsuite's ``crfsuite learn`` format): one token a line,
   ``label<TAB>attr1<TAB>attr2:weight...``, a blank line between sentences; an attribute without
   ``:weight`` has weight 1; ``\\:`` and ``\\\\`` escape a colon and a backslash in a name.
@@ -30,61 +33,38 @@ second (the POS tag), when the file has one besides the tag: CRFsuite's chunking
 
 from __future__ import annotations
 
-import gzip
 import io
+import itertools
 import re
-import sys
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["ColumnFile", "FeatureSpec", "Template", "open_text", "read_attribute_file",
-           "read_column_file", "sentence_blocks", "write_tags"]
+from pymc_crf.text_files import open_text, sentence_blocks, sentence_rows
+
+__all__ = ["ColumnFile", "FeatureSpec", "Template", "count_sentences", "open_text",
+           "read_attribute_file", "read_column_file", "read_conll_range", "sentence_blocks",
+           "sentence_rows", "write_tags"]
 
 DEFAULT_COLUMN_NAMES = ("w", "pos")
 
 
-@contextmanager
-def open_text(path: str | Path, mode: str = "r") -> Iterator[io.TextIOBase]:
-    """A text file for reading (``"r"``: gzip recognised by its magic bytes) or writing
-    (``"w"``: gzip when the name ends in ``.gz``); ``-`` is standard input / output."""
-    if str(path) == "-":
-        yield sys.stdin if mode == "r" else sys.stdout
-        return
-    path = Path(path)
-    if mode == "r":
-        with open(path, "rb") as fh:
-            magic = fh.read(2)
-        fh = (gzip.open(path, "rt", encoding="utf-8") if magic == b"\x1f\x8b"
-              else open(path, encoding="utf-8"))
-    elif mode == "w":
-        fh = (gzip.open(path, "wt", encoding="utf-8") if path.suffix == ".gz"
-              else open(path, "w", encoding="utf-8"))
-    else:
-        raise ValueError(f"mode must be 'r' or 'w'; got {mode!r}")
-    with fh:
-        yield fh
+def count_sentences(path: str | Path) -> int:
+    """Number of sentences of a CoNLL file (one streaming pass of :func:`sentence_rows`)."""
+    return sum(1 for _ in sentence_rows(path))
 
 
-def sentence_blocks(path: str | Path) -> Iterator[list[tuple[int, str]]]:
-    """Sentences of a text file: lists of ``(line number, line)`` between blank lines."""
-    current: list[tuple[int, str]] = []
-    with open_text(path) as fh:
-        try:
-            for lineno, line in enumerate(fh, start=1):
-                line = line.rstrip("\r\n")
-                if not line.strip():
-                    if current:
-                        yield current
-                        current = []
-                    continue
-                current.append((lineno, line))
-        except UnicodeDecodeError as err:
-            raise ValueError(f"{path}: not UTF-8 text ({err.reason}); a binary "
-                             "file?") from None
-    if current:
-        yield current
+def read_conll_range(path: str | Path, start: int, stop: int
+                     ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
+    """Words, POS tags and chunk tags of sentences ``start..stop-1`` of a CoNLL-2000-style file
+    (``word POS chunk`` per line: the first, second and last whitespace column;
+    ``-DOCSTART-`` lines skipped), reading only up to ``stop`` and keeping only the range."""
+    words, pos, tags = [], [], []
+    for rows in itertools.islice(sentence_rows(path), start, stop):
+        words.append([r[0] for r in rows])
+        pos.append([r[1] for r in rows])
+        tags.append([r[-1] for r in rows])
+    return words, pos, tags
 
 
 @dataclass

@@ -40,6 +40,7 @@ import numpy as np
 import xarray as xr
 from scipy.optimize import root
 
+from pymc_crf.columns import count_sentences, read_conll_range
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
@@ -622,37 +623,11 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
 
 
 # ---------------------------------------------------------------------------------- CoNLL files
-def _sentences(path: str | Path):
-    """Token rows (lists of columns) of each sentence of a CoNLL file (gzip, told by its first
-    bytes, or plain), streamed, as ``pymc-crf train`` reads it (``-DOCSTART-`` lines skipped)."""
-    from pymc_crf.columns import sentence_blocks
-
-    for block in sentence_blocks(path):
-        rows = [line.split() for _, line in block if not line.startswith("-DOCSTART-")]
-        if rows:
-            yield rows
-
-
-def count_sentences(path: str | Path) -> int:
-    """Number of sentences of a CoNLL file (one streaming pass)."""
-    return sum(1 for _ in _sentences(path))
-
-
+# read by pymc_crf.columns (count_sentences, read_conll_range; imported above): the jobs below
+# run them on the workers
 def sentence_ranges(n_sentences: int, n_shards: int) -> list[tuple[int, int]]:
     """``n_shards`` contiguous sentence ranges (:func:`shard_ranges`)."""
     return shard_ranges(n_sentences, n_shards)
-
-
-def read_conll_range(path: str | Path, start: int, stop: int
-                     ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
-    """Words, POS tags and chunk tags of sentences ``start..stop-1`` of a CoNLL-2000-style file
-    (``word POS chunk`` per line), reading only up to ``stop`` and keeping only the range."""
-    words, pos, tags = [], [], []
-    for rows in itertools.islice(_sentences(path), start, stop):
-        words.append([r[0] for r in rows])
-        pos.append([r[1] for r in rows])
-        tags.append([r[-1] for r in rows])
-    return words, pos, tags
 
 
 def _count_range(path: str, start: int, stop: int, bias: bool) -> tuple[Counter, set[str]]:

@@ -16,11 +16,12 @@ examples, widened to a +-2 window: per-token dicts ready for :class:`pymc_crf.Fe
 
 from __future__ import annotations
 
-import gzip
 import os
 import re
 from collections.abc import Sequence
 from pathlib import Path
+
+from pymc_crf.text_files import sentence_rows
 
 __all__ = ["data_dir", "mark_sentence_ends", "read_conll2000", "read_ptb_sample", "token_features",
            "word_shape"]
@@ -42,28 +43,17 @@ def absent_data(source: str) -> list[str]:
     return [n for n in dict.fromkeys(names) if not data_dir(n).exists()]
 
 
-def _read_columns(path: Path, sep: str | None) -> list[list[list[str]]]:
-    """Sentences (blank-line separated) of whitespace/tab-split token lines of a gzip file."""
-    sentences, current = [], []
-    with gzip.open(path, "rt", encoding="utf-8") as fh:
-        for line in fh:
-            line = line.rstrip("\n")
-            if not line.strip():
-                if current:
-                    sentences.append(current)
-                    current = []
-                continue
-            current.append(line.split(sep))
-    if current:
-        sentences.append(current)
-    return sentences
-
-
 def _require(path: Path) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"{path} not found: the shared data folder is ../shared/data "
                                 "beside the repository (or set PYMC_CRF_DATA)")
     return path
+
+
+def _read_gzip_columns(path: Path, sep: str) -> list[list[list[str]]]:
+    """Sentences of token rows of a shipped gzip data file, split at every ``sep`` and
+    ``-DOCSTART-`` lines kept (:func:`pymc_crf.text_files.sentence_rows`)."""
+    return list(sentence_rows(path, sep, skip_docstart=False, gzip_only=True))
 
 
 def read_conll2000(split: str = "train", root: Path | None = None
@@ -73,7 +63,7 @@ def read_conll2000(split: str = "train", root: Path | None = None
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test'; got {split!r}")
     folder = Path(root) if root is not None else data_dir("conll2000")
-    rows = _read_columns(_require(folder / f"{split}.txt.gz"), " ")
+    rows = _read_gzip_columns(_require(folder / f"{split}.txt.gz"), " ")
     return ([[r[0] for r in s] for s in rows], [[r[1] for r in s] for s in rows],
             [[r[2] for r in s] for s in rows])
 
@@ -82,7 +72,7 @@ def read_ptb_sample(root: Path | None = None) -> tuple[list[list[str]], list[lis
     """Words and POS tags (one list per sentence) of the Penn Treebank WSJ sample, in file order
     (documents ``wsj_0001`` .. ``wsj_0199``; sentences 0-1920 are section 00)."""
     folder = Path(root) if root is not None else data_dir("ptb_sample_pos")
-    rows = _read_columns(_require(folder / "wsj_sample.tsv.gz"), "\t")
+    rows = _read_gzip_columns(_require(folder / "wsj_sample.tsv.gz"), "\t")
     return [[r[0] for r in s] for s in rows], [[r[1] for r in s] for s in rows]
 
 

@@ -1,0 +1,95 @@
+"""Text files, plain or gzip, and the sentences of column files: the one reader of them.
+
+A file is read as gzip when its first bytes are gzip's magic number (or always, with
+``gzip_only``), else as plain UTF-8 text, ``-`` being standard input; it is written as gzip when
+its name ends in ``.gz``. A sentence is the run of lines between blank lines (lines of only
+whitespace), whatever the line endings (``\\n``, ``\\r\\n`` or ``\\r``); a last sentence needs no
+blank line or newline after it.
+
+:mod:`pymc_crf.columns` (the files of ``pymc-crf train / tag / evaluate``), the data set readers
+``pmc.datasets.read_conll2000`` / ``read_ptb_sample`` and ``pmc.distributed``'s CoNLL sentence
+ranges read through :func:`sentence_blocks` and :func:`sentence_rows`. A shared helper that
+imports nothing of the package, so every layer may use it and ``pymc-crf`` starts without PyMC.
+"""
+
+from __future__ import annotations
+
+import gzip
+import io
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+__all__ = ["open_text", "sentence_blocks", "sentence_rows"]
+
+
+@contextmanager
+def open_text(path: str | Path, mode: str = "r", *, gzip_only: bool = False
+              ) -> Iterator[io.TextIOBase]:
+    """A text file for reading (``"r"``: gzip recognised by its magic bytes, or always gzip with
+    ``gzip_only``, so that a file that is not raises ``gzip.BadGzipFile``) or writing (``"w"``:
+    gzip when the name ends in ``.gz``); ``-`` is standard input / output."""
+    if str(path) == "-":
+        yield sys.stdin if mode == "r" else sys.stdout
+        return
+    path = Path(path)
+    if mode == "r":
+        with open(path, "rb") as fh:
+            magic = fh.read(2)
+        fh = (gzip.open(path, "rt", encoding="utf-8") if gzip_only or magic == b"\x1f\x8b"
+              else open(path, encoding="utf-8"))
+    elif mode == "w":
+        fh = (gzip.open(path, "wt", encoding="utf-8") if path.suffix == ".gz"
+              else open(path, "w", encoding="utf-8"))
+    else:
+        raise ValueError(f"mode must be 'r' or 'w'; got {mode!r}")
+    with fh:
+        yield fh
+
+
+def sentence_blocks(path: str | Path, *, gzip_only: bool = False
+                    ) -> Iterator[list[tuple[int, str]]]:
+    """Sentences of a text file: lists of ``(line number, line)`` between blank lines (lines of
+    only whitespace); ``gzip_only``: as :func:`open_text`."""
+    current: list[tuple[int, str]] = []
+    with open_text(path, gzip_only=gzip_only) as fh:
+        try:
+            for lineno, line in enumerate(fh, start=1):
+                line = line.rstrip("\r\n")
+                if not line.strip():
+                    if current:
+                        yield current
+                        current = []
+                    continue
+                current.append((lineno, line))
+        except UnicodeDecodeError as err:
+            raise ValueError(f"{path}: not UTF-8 text ({err.reason}); a binary "
+                             "file?") from None
+    if current:
+        yield current
+
+
+def sentence_rows(path: str | Path, sep: str | None = None, *, skip_docstart: bool = True,
+                  gzip_only: bool = False) -> Iterator[list[list[str]]]:
+    """Token rows (lists of columns) of each sentence of a column file, streamed.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file (gzip, told by its first bytes, or plain; ``-``: standard input).
+    sep : str, optional
+        The column separator, as ``str.split``: None (any run of whitespace, as ``pymc-crf
+        train`` reads) or one string (``" "``, ``"\\t"``: every occurrence splits, so a token
+        may hold other whitespace and two separators in a row make an empty column).
+    skip_docstart : bool
+        Leave out the lines starting with ``-DOCSTART-`` (a sentence of only such lines is then
+        no sentence); False keeps them as token rows.
+    gzip_only : bool
+        Read the file as gzip whatever its first bytes (:func:`open_text`).
+    """
+    for block in sentence_blocks(path, gzip_only=gzip_only):
+        rows = [line.split(sep) for _, line in block
+                if not (skip_docstart and line.startswith("-DOCSTART-"))]
+        if rows:
+            yield rows
