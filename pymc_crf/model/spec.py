@@ -15,12 +15,10 @@ import pytensor.tensor as pt
 from pymc.distributions.distribution import SymbolicRandomVariable
 from pytensor.graph.replace import clone_replace
 from pytensor.graph.traversal import ancestors
-from pytensor.scalar import Cast
-from pytensor.tensor.elemwise import Elemwise
 from pytensor.tensor.random.basic import NormalRV
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_crf.distributions.crf import CRFRV, CRFInfo, refuse_inf_labels, unpad_labels
+from pymc_crf.distributions.crf import CRFRV, CRFInfo, is_cast, refuse_inf_labels, unpad_labels
 from pymc_crf.distributions.hcrf import HCRFRV, find_hcrf
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.validation import refusal
@@ -294,7 +292,7 @@ def observed_labels(model: pm.Model, rv, info: CRFInfo | None = None) -> np.ndar
     if info is None:
         info = rv.owner.op.info(rv.owner.op.dist_params(rv.owner))
     obs = model.rvs_to_values[rv]
-    while obs.owner is not None and _is_cast(obs.owner.op):  # PyMC casts float data to int64
+    while obs.owner is not None and is_cast(obs.owner.op):  # PyMC casts float data to int64
         obs = obs.owner.inputs[0]
     if hasattr(obs, "get_value"):  # pm.Data: a masked array where pm.set_data was given NaN
         padded = np.ma.filled(np.ma.asarray(obs.get_value()).astype(np.float64), np.nan)
@@ -312,10 +310,6 @@ def observed_labels(model: pm.Model, rv, info: CRFInfo | None = None) -> np.ndar
     except ValueError as err:
         raise ValueError(f"observed labels of {rv.name!r}: {err}") from None
     return np.where(missing, -1, labels)
-
-
-def _is_cast(op) -> bool:
-    return isinstance(op, Elemwise) and isinstance(op.scalar_op, Cast)
 
 
 def check_observed_labels(model: pm.Model) -> None:
