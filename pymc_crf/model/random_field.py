@@ -88,17 +88,8 @@ class MRFSpec:
     # The flat layout is CRFSpec's (weights in order, each raveled).
     flat_size = CRFSpec.flat_size
     flatten = CRFSpec.flatten
+    unflatten = CRFSpec.unflatten
     engine = CRFSpec.engine
-
-    def unflatten(self, w_flat: np.ndarray) -> dict[str, np.ndarray]:
-        """Split a flat weight vector (..., d) into named arrays of the weights' shapes (0-d
-        weights, a shared Ising coupling, included)."""
-        w_flat = np.asarray(w_flat)
-        out, i = {}, 0
-        for w in self.weights:
-            out[w.name] = w_flat[..., i:i + w.size].reshape(w_flat.shape[:-1] + w.shape)
-            i += w.size
-        return out
 
     def param_names(self) -> list[str]:
         """``"b[0]"``-style names of the flat weight entries (``"w"`` for a 0-d weight)."""

@@ -101,11 +101,12 @@ class CRFSpec:
         return self.edge_weights is not None and self.edge_features is None
 
     def unflatten(self, w_flat: np.ndarray) -> dict[str, np.ndarray]:
-        """Split a flat weight vector (..., d) into named arrays of the weights' shapes."""
+        """Split a flat weight vector (..., d) into named arrays of the weights' shapes (0-d
+        weights, such as an MRF's shared Ising coupling, included)."""
         w_flat = np.asarray(w_flat)
         out, i = {}, 0
         for w in self.weights:
-            out[w.name] = w_flat[..., i:i + w.size].reshape(*w_flat.shape[:-1], *w.shape)
+            out[w.name] = w_flat[..., i:i + w.size].reshape(w_flat.shape[:-1] + w.shape)
             i += w.size
         return out
 
