@@ -40,8 +40,9 @@ if TYPE_CHECKING:
 
 __all__ = ["CRFTagger"]
 
-#: sentences as the tagger takes them: each a sequence of per-token feature dicts
-Sentences = Sequence[Sequence[Mapping[str, Any]]]
+#: sentences as the tagger takes them: each a sequence of tokens, a token a feature dict or a
+#: list of feature strings (python-crfsuite's form)
+Sentences = Sequence[Sequence[Mapping[str, Any] | Sequence[str]]]
 #: tags as the tagger takes them: one sequence of str tags per sentence
 TagSequences = Sequence[Sequence[str]]
 
