@@ -11,6 +11,7 @@ of a Bayesian fit are the alternative this baseline is compared with (examples/c
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import xarray as xr
@@ -19,11 +20,35 @@ from scipy.optimize import minimize_scalar
 from pymc_crf.metrics import checked_marginals
 from pymc_crf.validation import positive_number
 
+if TYPE_CHECKING:
+    from pymc_crf.datasets import CRFData
+
 __all__ = ["fit_temperature", "tempered", "token_log_loss"]
 
 
 def token_log_loss(marginals: np.ndarray, labels: np.ndarray) -> float:
-    """Mean negative log probability of the true labels (labels < 0, missing, are left out)."""
+    """Mean negative log probability of the true labels (labels < 0, missing, are left out).
+
+    Parameters
+    ----------
+    marginals : ndarray (N, K)
+        Predicted marginals, each row probabilities summing to 1.
+    labels : ndarray (N,) int
+        True labels in 0..K-1, or -1 (missing); flattened (``ravel``) first.
+
+    Returns
+    -------
+    float
+        The mean of ``-log p`` over the labelled positions, ``p`` the marginal of the true label
+        (clipped below at 1e-300).
+
+    Raises
+    ------
+    ValueError
+        When the shapes are not (N, K) and (N,), N is 0, the marginals hold NaN or inf or a row
+        that is not probabilities summing to 1, a label is not an integer in -1..K-1, or every
+        label is missing.
+    """
     marginals, labels = checked_marginals(marginals, np.asarray(labels).ravel(),
                                           "token_log_loss", missing_ok=True)
     keep = labels >= 0
@@ -69,16 +94,37 @@ def tempered(result: xr.DataTree, temperature: float) -> xr.DataTree:
     return out
 
 
-def fit_temperature(result: xr.DataTree, data, *, method: str = "bpe",
-                    bounds: tuple[float, float] = (0.05, 20.0), **predict_options) -> float:
-    """The temperature that minimises the token log loss of ``pmc.predict(tempered(result, T),
-    data, method)`` on held-out ``data`` (a ``pmc.CRFData`` with labels), by a bounded search in
-    ``log T``.
+def fit_temperature(result: xr.DataTree, data: CRFData, *, method: str = "bpe",
+                    bounds: tuple[float, float] = (0.05, 20.0), **predict_options: Any) -> float:
+    """The temperature minimising the held-out token log loss of the tempered result.
+
+    The loss is that of ``pmc.predict(tempered(result, T), data, method)`` on held-out ``data``,
+    found by a bounded search in ``log T``.
+
+    Parameters
+    ----------
+    result : xarray.DataTree
+        A fitted log-linear CRF result (``pmc.fit`` of a model with a ``pmc.CRF`` likelihood).
+    data : CRFData
+        Held-out data with labels (a ``pmc.CRFData``).
+    method : str, default "bpe"
+        The ``pmc.predict`` method whose marginals are scored.
+    bounds : tuple of float, default (0.05, 20.0)
+        ``(low, high)``, both positive with ``low < high``: the range of ``T`` searched.
+    **predict_options
+        Passed to ``pmc.predict``.
 
     Returns
     -------
     float
         The temperature; ``tempered(result, T)`` applies it.
+
+    Raises
+    ------
+    ValueError
+        When ``result`` is not a fitted CRF result or its potential is not log-linear, when
+        ``bounds`` is not two positive numbers with ``low < high``, or when ``data`` has no
+        labels (or only missing ones).
     """
     from pymc_crf.predict import predict
 

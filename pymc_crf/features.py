@@ -205,7 +205,7 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
             yield name, value
 
     @fill_doc(_VECTORIZER_DOCS)
-    def fit(self, sentences: Iterable[Sentence], y=None) -> FeatureVectorizer:
+    def fit(self, sentences: Iterable[Sentence], y: Any = None) -> FeatureVectorizer:
         """Build the vocabulary from training sentences.
 
         Parameters
@@ -225,10 +225,26 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         """
         return self.fit_counts(self.feature_counts(sentences))
 
+    @fill_doc(_VECTORIZER_DOCS)
     def feature_counts(self, sentences: Iterable[Sentence]) -> Counter[str]:
-        """The number of tokens of ``sentences`` in which each feature name occurs: what
-        :meth:`fit` keeps by ``min_freq``; counts of parts of a corpus add up to the whole's
-        (the Dask workers count their shards, :func:`pymc_crf.distributed.conll_vocabulary`)."""
+        """The number of tokens of ``sentences`` in which each feature name occurs.
+
+        What :meth:`fit` keeps by ``min_freq``; counts of parts of a corpus add up to the whole's
+        (the Dask workers count their shards, :func:`pymc_crf.distributed.conll_vocabulary`).
+
+        Parameters
+        ----------
+        %(sentences)s
+
+        Returns
+        -------
+        collections.Counter of str
+            Feature name -> number of tokens it occurs in (the built-in bias left out).
+
+        Raises
+        ------
+        %(user_bias)s
+        """
         bias = self._checked_params()[1]
         counts: Counter[str] = Counter()
         for s, sentence in enumerate(sentences):
@@ -237,9 +253,22 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         return counts
 
     def fit_counts(self, counts: Mapping[str, int]) -> FeatureVectorizer:
-        """Fix the vocabulary from feature counts (:meth:`feature_counts`, possibly summed over
-        parts of the corpus): the names occurring in at least ``min_freq`` tokens, sorted, after
-        the bias column."""
+        """Fix the vocabulary from feature counts.
+
+        The columns are the names occurring in at least ``min_freq`` tokens, sorted, after the
+        bias column.
+
+        Parameters
+        ----------
+        counts : mapping of str to int
+            Feature name -> number of tokens (:meth:`feature_counts`, possibly summed over parts
+            of the corpus).
+
+        Returns
+        -------
+        FeatureVectorizer
+            ``self``, fitted.
+        """
         min_freq, bias = self._checked_params()
         names = sorted(n for n, c in counts.items() if c >= min_freq)
         return self._with_columns(["bias", *names] if bias else names)
@@ -256,10 +285,27 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         self.template_index_ = np.asarray(index, dtype=np.int64)
         return self
 
-    def count_buckets(self, features) -> np.ndarray:
-        """The bucket of each column by how many rows of ``features`` (the training matrix) it is
-        non-zero in: an index into :data:`COUNT_BUCKETS` (1, 2-3, 4-15, 16 or more; a column that
-        is never non-zero there falls in the first)."""
+    def count_buckets(self, features: scipy.sparse.spmatrix | np.ndarray) -> np.ndarray:
+        """The bucket of each column by how many rows of ``features`` it is non-zero in.
+
+        Parameters
+        ----------
+        features : scipy.sparse matrix or ndarray (tokens, features)
+            The training matrix, in this vectorizer's columns.
+
+        Returns
+        -------
+        ndarray (features,) int
+            An index into :data:`COUNT_BUCKETS` (1, 2-3, 4-15, 16 or more; a column that is
+            never non-zero there falls in the first) per column.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the vectorizer is not fitted.
+        ValueError
+            When ``features`` has another number of columns than the vectorizer.
+        """
         self._check_fitted()
         X = scipy.sparse.csr_matrix(features)
         if X.shape[1] != len(self.feature_names_):
@@ -268,12 +314,30 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         count = np.asarray((X != 0).sum(axis=0)).ravel()
         return np.digitize(count, COUNT_EDGES)
 
-    def template_count_groups(self, features) -> list[str]:
-        """Each column's group, its template crossed with its training-count bucket
-        (:meth:`count_buckets`), named ``"template (count 2-3)"``: the grouping of
-        ``CRFTagger(c2="learned")``'s prior scales. Features of one template seen once and
-        features of it seen hundreds of times need different prior scales (a rare feature's
-        weight is pinned by its prior, a frequent one's by the data)."""
+    def template_count_groups(self, features: scipy.sparse.spmatrix | np.ndarray) -> list[str]:
+        """Each column's group, its template crossed with its training-count bucket.
+
+        The grouping of ``CRFTagger(c2="learned")``'s prior scales. Features of one template
+        seen once and features of it seen hundreds of times need different prior scales (a rare
+        feature's weight is pinned by its prior, a frequent one's by the data).
+
+        Parameters
+        ----------
+        features : scipy.sparse matrix or ndarray (tokens, features)
+            The training matrix, in this vectorizer's columns (:meth:`count_buckets`).
+
+        Returns
+        -------
+        list of str
+            One group name per column, ``"template (count 2-3)"``.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the vectorizer is not fitted.
+        ValueError
+            When ``features`` has another number of columns than the vectorizer.
+        """
         bucket = self.count_buckets(features)
         return [f"{self.templates_[t]} (count {COUNT_BUCKETS[b]})"
                 for t, b in zip(self.template_index_, bucket, strict=True)]
@@ -283,9 +347,24 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
             raise NotFittedError("FeatureVectorizer is not fitted: call fit(training_sentences) "
                                  "first")
 
-    def get_feature_names_out(self, input_features=None) -> np.ndarray:
-        """The column names (``feature_names_``) as an array, as scikit-learn transformers
-        give them."""
+    def get_feature_names_out(self, input_features: Any = None) -> np.ndarray:
+        """The column names (``feature_names_``) as an array, as scikit-learn transformers give them.
+
+        Parameters
+        ----------
+        input_features : ignored
+            Accepted as scikit-learn's transformers take it.
+
+        Returns
+        -------
+        ndarray of object
+            The column names in column order.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the vectorizer is not fitted.
+        """
         self._check_fitted()
         return np.asarray(self.feature_names_, dtype=object)
 
@@ -344,8 +423,20 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         return X
 
     def inverse_transform(self, X: scipy.sparse.spmatrix | np.ndarray) -> list[dict[str, float]]:
-        """One ``{feature name: value}`` dict per row of a matrix in this vectorizer's columns
-        (the kept features only), e.g. to give another CRF toolkit exactly the same features."""
+        """One ``{feature name: value}`` dict per row of a matrix in this vectorizer's columns.
+
+        The kept features only, e.g. to give another CRF toolkit exactly the same features.
+
+        Parameters
+        ----------
+        X : scipy.sparse matrix or ndarray (tokens, features)
+            A matrix in this vectorizer's columns (duplicate sparse entries are summed).
+
+        Returns
+        -------
+        list of dict of str to float
+            One dict per row, of its stored entries.
+        """
         X = scipy.sparse.csr_matrix(X, copy=True)  # duplicate entries are summed in place below
         X.sum_duplicates()
         names = self.feature_names_
@@ -354,7 +445,8 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
                                                      strict=True)}
                 for i in range(X.shape[0])]
 
-    def fit_transform(self, sentences: Iterable[Sentence], y=None) -> scipy.sparse.csr_matrix:
+    def fit_transform(self, sentences: Iterable[Sentence], y: Any = None
+                      ) -> scipy.sparse.csr_matrix:
         """:meth:`fit` then :meth:`transform` on the same sentences.
 
         Parameters
@@ -377,7 +469,25 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
 
 def sequence_batch(lengths: Iterable[int] | Sequence[Sentence]) -> GraphBatch:
     """The chain ``GraphBatch`` of sentences (or of their lengths), one chain per sentence.
-    Every sentence needs at least one token (drop empty ones first)."""
+
+    Every sentence needs at least one token (drop empty ones first).
+
+    Parameters
+    ----------
+    lengths : iterable of int, or sequence of sentences
+        The number of tokens of each sentence, or the sentences themselves (their ``len`` is
+        taken).
+
+    Returns
+    -------
+    GraphBatch
+        One chain per sentence, of its length.
+
+    Raises
+    ------
+    ValueError
+        When a sentence has no tokens.
+    """
     lengths = [x if isinstance(x, numbers.Integral) else len(x) for x in lengths]
     empty = [i for i, n in enumerate(lengths) if n == 0]
     if empty:
@@ -391,11 +501,29 @@ def encode_tags(tag_sequences: Iterable[Sequence[str]],
                 classes: Sequence[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """Flat integer labels (all sentences stacked) and the class names.
 
-    ``classes`` fixes the label order (for test data, pass the classes the model was built with);
-    by default it is the sorted set of tags seen. A tag outside ``classes`` is an error naming it.
     A test split may hold tags that training never shows (CoNLL-2000's ``I-LST``): build
     ``classes`` from the tags of both splits, as ``examples/conll2000_chunking.py`` does, so that
     the model has a (never observed) label for them and they count as errors.
+
+    Parameters
+    ----------
+    tag_sequences : iterable of sequence of str
+        The tags of each sentence.
+    classes : sequence of str, optional
+        Fixes the label order (for test data, pass the classes the model was built with); by
+        default it is the sorted set of tags seen. Its names must be distinct.
+
+    Returns
+    -------
+    labels : ndarray (N,) int64
+        The index in ``classes`` of every tag, sentence after sentence.
+    classes : list of str
+        The class names, in label order.
+
+    Raises
+    ------
+    ValueError
+        When a tag is outside ``classes`` (the error names it), or ``classes`` repeats a name.
     """
     classes = None if classes is None else list(classes)
     if classes is not None and len(set(classes)) != len(classes):
@@ -415,8 +543,19 @@ def encode_tags(tag_sequences: Iterable[Sequence[str]],
 
 @dataclass(frozen=True)
 class CRFsuiteRun:
-    """Predicted tags (one list per test sentence) of a python-crfsuite model, its training wall
-    and CPU time (s) and L-BFGS iterations."""
+    """Predicted tags of a python-crfsuite model, its training time and L-BFGS iterations.
+
+    Attributes
+    ----------
+    tags : list of list of str
+        Predicted tags, one list per test sentence.
+    wall_time : float
+        Training wall time (s).
+    cpu_time : float
+        Training CPU time (s).
+    n_iterations : int
+        L-BFGS iterations.
+    """
 
     tags: list[list[str]]
     wall_time: float
@@ -432,19 +571,46 @@ def _by_sentence(rows: list, lengths: Sequence[int]) -> list[list]:
     return out
 
 
-def crfsuite_fit_predict(vectorizer: FeatureVectorizer, X, lengths: Sequence[int],
-                         tags: Sequence[Sequence[str]], X_test, test_lengths: Sequence[int], *,
-                         c2: float = 1.0, all_pairs: bool = True,
+def crfsuite_fit_predict(vectorizer: FeatureVectorizer, X: scipy.sparse.spmatrix | np.ndarray,
+                         lengths: Sequence[int], tags: Sequence[Sequence[str]],
+                         X_test: scipy.sparse.spmatrix | np.ndarray, test_lengths: Sequence[int],
+                         *, c2: float = 1.0, all_pairs: bool = True,
                          delta: float = 1e-5) -> CRFsuiteRun:
-    """Train python-crfsuite (L-BFGS, L2 coefficient ``c2``) on exactly the columns of ``X`` and
-    tag ``X_test``: the reference a ``pmc.CRF`` MAP fit is compared with.
+    """Train python-crfsuite on exactly the columns of ``X`` and tag ``X_test``.
 
-    CRFsuite minimises ``-log L + c2 ||w||^2``, the MAP objective of a ``pmc.CRF`` with
-    ``Normal(0, sigma)`` weights, ``sigma^2 = 1 / (2 c2)``, when ``all_pairs`` gives it a weight for
-    every attribute x label and label x label pair (``feature.possible_states`` /
-    ``possible_transitions``); ``all_pairs=False`` is CRFsuite's default, sparser feature set.
-    ``delta``: its stopping rule (relative improvement over 10 iterations). Needs python-crfsuite
-    (the bench extra).
+    Training is L-BFGS with L2 coefficient ``c2``: the reference a ``pmc.CRF`` MAP fit is
+    compared with. CRFsuite minimises ``-log L + c2 ||w||^2``, the MAP objective of a ``pmc.CRF``
+    with ``Normal(0, sigma)`` weights, ``sigma^2 = 1 / (2 c2)``, when ``all_pairs`` gives it a
+    weight for every attribute x label and label x label pair (``feature.possible_states`` /
+    ``possible_transitions``). Needs python-crfsuite (the bench extra).
+
+    Parameters
+    ----------
+    vectorizer : FeatureVectorizer
+        The fitted vectorizer whose columns ``X`` and ``X_test`` are in (its
+        :meth:`~FeatureVectorizer.inverse_transform` gives CRFsuite the features).
+    X : scipy.sparse matrix or ndarray (tokens, features)
+        Training features, sentence after sentence.
+    lengths : sequence of int
+        Number of tokens of each training sentence.
+    tags : sequence of sequence of str
+        Training tags, one sequence per sentence.
+    X_test : scipy.sparse matrix or ndarray (tokens, features)
+        Test features, sentence after sentence.
+    test_lengths : sequence of int
+        Number of tokens of each test sentence.
+    c2 : float, default 1.0
+        The L2 coefficient.
+    all_pairs : bool, default True
+        Give CRFsuite a weight for every attribute x label and label x label pair;
+        ``all_pairs=False`` is CRFsuite's default, sparser feature set.
+    delta : float, default 1e-5
+        CRFsuite's stopping rule (relative improvement over 10 iterations).
+
+    Returns
+    -------
+    CRFsuiteRun
+        The predicted test tags, training wall and CPU time and L-BFGS iterations.
     """
     import pycrfsuite
 

@@ -40,7 +40,24 @@ def _split(tag: str) -> tuple[str, str]:
 
 
 def bio_chunks(tags: Sequence[str]) -> set[tuple[str, int, int]]:
-    """Chunks ``(type, first, last)`` (inclusive token positions) of one BIO tag sequence."""
+    """Chunks ``(type, first, last)`` (inclusive token positions) of one BIO tag sequence.
+
+    Parameters
+    ----------
+    tags : sequence of str
+        The tags of one sentence, each ``O``, ``B-TYPE`` or ``I-TYPE`` (conlleval's chunk rules,
+        module docstring).
+
+    Returns
+    -------
+    set of tuple (str, int, int)
+        The chunks ``(type, first, last)``, with inclusive token positions.
+
+    Raises
+    ------
+    ValueError
+        When a tag is not BIO (``O``, ``B-TYPE`` or ``I-TYPE``).
+    """
     chunks = set()
     start, kind = None, ""
     for i, tag in enumerate([*tags, "O"]):  # a final O closes the last chunk
@@ -56,7 +73,17 @@ def bio_chunks(tags: Sequence[str]) -> set[tuple[str, int, int]]:
 
 @dataclass(frozen=True)
 class ChunkScore:
-    """Chunk counts and scores (precision, recall and F1 in percent, as conlleval prints them)."""
+    """Chunk counts and scores (precision, recall and F1 in percent, as conlleval prints them).
+
+    Attributes
+    ----------
+    n_gold : int
+        Number of gold chunks.
+    n_pred : int
+        Number of predicted chunks.
+    n_correct : int
+        Number of predicted chunks that equal a gold chunk (type, first and last token).
+    """
 
     n_gold: int
     n_pred: int
@@ -77,7 +104,27 @@ class ChunkScore:
 
 
 def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) -> ChunkScore:
-    """Chunk precision / recall / F1 over sentences of gold and predicted BIO tags."""
+    """Chunk precision / recall / F1 over sentences of gold and predicted BIO tags.
+
+    Parameters
+    ----------
+    gold : iterable of sequence of str
+        The gold BIO tags, one sequence per sentence (for one sentence pass ``[tags]``).
+    predicted : iterable of sequence of str
+        The predicted BIO tags, one sequence per sentence, in the order of ``gold``.
+
+    Returns
+    -------
+    ChunkScore
+        The chunk counts summed over the sentences, and their precision, recall and F1.
+
+    Raises
+    ------
+    ValueError
+        When ``gold`` or ``predicted`` is a list of str (one sentence's tags rather than a list
+        of sentences), when they hold different numbers of sentences or a sentence has different
+        numbers of gold and predicted tags, or when a tag is not BIO.
+    """
     gold, predicted = list(gold), list(predicted)
     for name, seqs in (("gold", gold), ("predicted", predicted)):
         if seqs and isinstance(seqs[0], str):  # one sentence: its tags would be read as words
@@ -99,7 +146,19 @@ def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) 
 
 @dataclass(frozen=True)
 class Reliability:
-    """Per-bin mean confidence, accuracy and count of a reliability curve (empty bins: NaN, 0)."""
+    """Per-bin mean confidence, accuracy and count of a reliability curve (empty bins: NaN, 0).
+
+    Attributes
+    ----------
+    edges : ndarray (M + 1,)
+        The bin edges ``m / M`` of [0, 1].
+    confidence : ndarray (M,)
+        Mean confidence of each bin (NaN for an empty bin).
+    accuracy : ndarray (M,)
+        Accuracy of each bin (NaN for an empty bin).
+    count : ndarray (M,) int
+        Number of predictions in each bin.
+    """
 
     edges: np.ndarray
     confidence: np.ndarray
@@ -158,10 +217,35 @@ def checked_marginals(marginals, labels, what: str, missing_ok: bool = False
 
 
 def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> Reliability:
-    """Reliability curve of (N, K) predicted marginals against true labels (N,) in 0..K-1:
-    predictions are the argmax, their confidence the largest marginal, binned into ``n_bins``
+    """Reliability curve of (N, K) predicted marginals against true labels (N,) in 0..K-1.
+
+    Predictions are the argmax, their confidence the largest marginal, binned into ``n_bins``
     equal bins ``(a, b]`` of [0, 1] (module docstring). Drop unlabelled positions (the package's
-    missing label -1) before calling."""
+    missing label -1) before calling.
+
+    Parameters
+    ----------
+    marginals : ndarray (N, K)
+        Predicted marginals: each row probabilities summing to 1 (entries are clipped to [0, 1]
+        after a rounding tolerance of ``ROUNDING``).
+    labels : ndarray (N,) int
+        True labels in 0..K-1.
+    n_bins : int, default 10
+        Number of equal-width confidence bins (an integer >= 1).
+
+    Returns
+    -------
+    Reliability
+        Per-bin mean confidence, accuracy and count; its ``ece`` is the expected calibration
+        error.
+
+    Raises
+    ------
+    ValueError
+        When ``n_bins`` is not an integer >= 1, the shapes are not (N, K) and (N,), N is 0, the
+        marginals hold NaN or inf or a row that is not probabilities summing to 1, or a label is
+        not an integer in 0..K-1 (a missing label, -1, included).
+    """
     n_bins = whole_number(n_bins, "n_bins")
     marginals, labels = checked_marginals(marginals, labels, "reliability_curve")
     conf = marginals.max(axis=1)
@@ -183,7 +267,27 @@ def _binned(conf: np.ndarray, correct: np.ndarray, n_bins: int) -> Reliability:
 
 
 def expected_calibration_error(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> float:
-    """ECE of (N, K) marginals against labels (N,) over ``n_bins`` equal confidence bins."""
+    """ECE of (N, K) marginals against labels (N,) over ``n_bins`` equal confidence bins.
+
+    Parameters
+    ----------
+    marginals : ndarray (N, K)
+        Predicted marginals, each row probabilities summing to 1.
+    labels : ndarray (N,) int
+        True labels in 0..K-1 (drop missing labels, -1, first).
+    n_bins : int, default 10
+        Number of equal-width confidence bins.
+
+    Returns
+    -------
+    float
+        ``reliability_curve(marginals, labels, n_bins).ece``.
+
+    Raises
+    ------
+    ValueError
+        As :func:`reliability_curve`.
+    """
     return reliability_curve(marginals, labels, n_bins).ece
 
 
@@ -205,9 +309,33 @@ def _confidence_outcome(confidence, correct, what: str) -> tuple[np.ndarray, np.
 
 def confidence_reliability(confidence: np.ndarray, correct: np.ndarray,
                            n_bins: int = 10) -> Reliability:
-    """Reliability curve of confidences (n,) in [0, 1] against outcomes ``correct`` (n,) bool:
-    the bins and ECE of :func:`reliability_curve`, for predictions that are yes/no events with a
-    probability (a predicted span and its span probability)."""
+    """Reliability curve of confidences (n,) in [0, 1] against outcomes ``correct`` (n,) bool.
+
+    The bins and ECE of :func:`reliability_curve`, for predictions that are yes/no events with a
+    probability (a predicted span and its span probability).
+
+    Parameters
+    ----------
+    confidence : ndarray (n,)
+        Probability of each event, in [0, 1].
+    correct : ndarray (n,) bool
+        Whether each event happened (booleans, or 0 / 1).
+    n_bins : int, default 10
+        Number of equal-width confidence bins (an integer >= 1).
+
+    Returns
+    -------
+    Reliability
+        Per-bin mean confidence, accuracy and count; its ``ece`` is the expected calibration
+        error.
+
+    Raises
+    ------
+    ValueError
+        When ``n_bins`` is not an integer >= 1, ``confidence`` and ``correct`` are not 1-d arrays
+        of one length, they are empty, a confidence is not a probability in [0, 1], or
+        ``correct`` is not booleans (or 0 / 1).
+    """
     n_bins = whole_number(n_bins, "n_bins")
     conf, ok = _confidence_outcome(confidence, correct, "confidence_reliability")
     return _binned(conf, ok, n_bins)
@@ -223,6 +351,17 @@ class SelectiveCurve:
     under the accuracy-coverage step curve, ``sum_m (coverage[m] - coverage[m - 1]) accuracy[m]``:
     with distinct confidences, the mean over ``c = 1..n`` of the accuracy of the ``c`` most
     confident predictions (1 - the AURC of Geifman et al. 2019 with the 0/1 loss).
+
+    Attributes
+    ----------
+    coverage : ndarray (P,)
+        Fraction of predictions kept at each point (increasing; the last is 1).
+    accuracy : ndarray (P,)
+        Accuracy of the predictions kept at each point.
+    threshold : ndarray (P,)
+        The confidence at or above which predictions are kept at each point.
+    area : float
+        Area under the accuracy-coverage step curve.
     """
 
     coverage: np.ndarray
@@ -231,7 +370,23 @@ class SelectiveCurve:
     area: float
 
     def accuracy_at(self, coverage: float) -> float:
-        """Accuracy at the smallest curve point whose coverage is at least ``coverage``."""
+        """Accuracy at the smallest curve point whose coverage is at least ``coverage``.
+
+        Parameters
+        ----------
+        coverage : float
+            The fraction of predictions kept, in (0, 1].
+
+        Returns
+        -------
+        float
+            The accuracy of that curve point.
+
+        Raises
+        ------
+        ValueError
+            When ``coverage`` is not in (0, 1].
+        """
         if not 0.0 < coverage <= 1.0:
             raise ValueError(f"coverage must be in (0, 1]; got {coverage}")
         return float(self.accuracy[np.searchsorted(self.coverage, coverage - 1e-12)])

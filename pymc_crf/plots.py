@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import numbers
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 import matplotlib.pyplot as plt
 import numpy as np
@@ -23,6 +24,10 @@ from pymc_crf.metrics import Reliability
 from pymc_crf.model.predictors import result_gaussian
 from pymc_crf.predict import Prediction
 from pymc_crf.validation import flag, name_list, whole_number
+
+if TYPE_CHECKING:
+    import pymc as pm
+    from arviz_plots import PlotCollection
 
 __all__ = ["plot_calibration_pava", "plot_compare", "plot_convergence", "plot_marginals_chain",
            "plot_marginals_grid", "plot_reliability", "plot_posterior_marginals"]
@@ -561,10 +566,13 @@ def plot_reliability(curves: Mapping[str, Reliability], *, ax: Axes | None = Non
 
 
 def plot_calibration_pava(result: xr.DataTree, data: CRFData, *, draws: int = 200,
-                          model=None, random_seed: int | None = 0, backend: str = "matplotlib"):
-    """PAV-adjusted calibration plot of a CRF's posterior predictive labels: one panel per label
-    against the others (arviz-plots' ``plot_ppc_pava`` with ``data_type="categorical"``), one
-    panel for two labels (``"binary"``); Dimitriadis, Gneiting & Jordan 2021.
+                          model: pm.Model | None = None, random_seed: int | None = 0,
+                          backend: str = "matplotlib") -> PlotCollection:
+    """PAV-adjusted calibration plot of a CRF's posterior predictive labels.
+
+    One panel per label against the others (arviz-plots' ``plot_ppc_pava`` with
+    ``data_type="categorical"``), one panel for two labels (``"binary"``); Dimitriadis, Gneiting
+    & Jordan 2021.
 
     The posterior predictive is ``draws`` labellings of ``data`` (``pmc.queries.
     sample_labellings``: each from the CRF at a posterior draw, or at the MAP for a one-point
@@ -588,6 +596,12 @@ def plot_calibration_pava(result: xr.DataTree, data: CRFData, *, draws: int = 20
     Returns
     -------
     arviz_plots.PlotCollection
+
+    Raises
+    ------
+    ValueError
+        When ``data`` is not a labelled ``CRFData``, has missing labels, or ``draws`` is not an
+        integer >= 2.
     """
     import arviz_plots as azp
 

@@ -7,7 +7,7 @@ The predictors live with the fitters (:mod:`pymc_crf.model.predictors`): ``"aver
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pymc as pm
 import xarray as xr
@@ -70,7 +70,7 @@ def predict(result: xr.DataTree, data: CRFData | SequenceData, method: str = "av
             draws: int | None = 200, model: pm.Model | None = None,
             inference: str = "auto", random_seed: int | None = 0,
             predictions: bool = False, sample_labels: int = 0,
-            **options) -> Prediction:
+            **options: Any) -> Prediction:
     """Marginals and labels for the graphs of ``data``.
 
     Parameters

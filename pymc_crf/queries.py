@@ -27,6 +27,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -59,6 +60,9 @@ from pymc_crf.model.predictors import (
     weight_sets_at,
 )
 from pymc_crf.validation import flag, generator, whole_number
+
+if TYPE_CHECKING:
+    from pymc_crf.datasets.base import CRFData
 
 __all__ = ["SpanProbabilities", "Uncertainty", "kbest", "prior_from", "sample_labellings",
            "select_for_labelling", "selective_prediction", "span_probabilities", "uncertainty"]
@@ -146,10 +150,20 @@ def _n_draws(result: xr.DataTree) -> int:
 class SpanProbabilities:
     """Predicted spans and the posterior probability that each is exactly right.
 
-    ``graph``, ``start``, ``end`` (inclusive positions within the graph), ``type`` (the chunk
-    type's name) and ``probability``, each (S,); ``correct`` (S,) whether the span is one of the
-    gold chunks (when the data have labels, else None); ``match`` the event scored
-    (:func:`span_probabilities`).
+    Attributes
+    ----------
+    graph : ndarray (S,)
+        The graph of each span.
+    start, end : ndarray (S,)
+        Inclusive positions within the graph.
+    type : ndarray (S,)
+        The chunk type's name.
+    probability : ndarray (S,)
+        The posterior probability that the span is exactly right.
+    correct : ndarray (S,) or None
+        Whether the span is one of the gold chunks (when the data have labels, else None).
+    match : str
+        The event scored (:func:`span_probabilities`).
     """
 
     graph: np.ndarray
@@ -172,8 +186,23 @@ class SpanProbabilities:
         return self.correct
 
     def reliability(self, n_bins: int = 10) -> Reliability:
-        """Reliability curve of the span probabilities against the spans' correctness (its
-        ``.ece`` is the span-level expected calibration error)."""
+        """Reliability curve of the span probabilities against the spans' correctness.
+
+        Parameters
+        ----------
+        n_bins : int, default 10
+            Number of equal-width probability bins.
+
+        Returns
+        -------
+        Reliability
+            Its ``.ece`` is the span-level expected calibration error.
+
+        Raises
+        ------
+        ValueError
+            When the data had no labels (``correct`` is None) or there are no predicted spans.
+        """
         return confidence_reliability(self.probability, self._outcomes("reliability"), n_bins)
 
     def selective(self) -> SelectiveCurve:
@@ -204,7 +233,7 @@ def _spans_of(rows, schema: ChunkScheme) -> Spans:
 
 
 @_shared_doc
-def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme: str = "BIO",
+def span_probabilities(result: xr.DataTree, data: CRFData, tags: Sequence[str], *, scheme: str = "BIO",
                        labels: np.ndarray | Prediction | None = None,
                        spans: Sequence[tuple[int, int, int, str]] | None = None,
                        match: str = "chunk", draws: int | None = 200,
@@ -275,7 +304,7 @@ def span_probabilities(result: xr.DataTree, data, tags: Sequence[str], *, scheme
 # --- k best and sampled labellings ---------------------------------------------------------------
 
 @_shared_doc
-def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
+def kbest(result: xr.DataTree, data: CRFData, k: int = 5, *, draws: int | None = 200,
           model: pm.Model | None = None, random_seed: int | None = 0) -> KBest:
     """The ``k`` most probable labellings of each chain and their log-probabilities.
 
@@ -355,7 +384,7 @@ def kbest(result: xr.DataTree, data, k: int = 5, *, draws: int | None = 200,
 
 
 @_shared_doc
-def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | None = None,
+def sample_labellings(result: xr.DataTree, data: CRFData, n: int, *, model: pm.Model | None = None,
                       inference: str = "auto", random_seed: int | None = 0) -> np.ndarray:
     """``n`` labellings (n, N) of ``data``'s graphs drawn from the posterior predictive: each
     row from the CRF at a posterior draw chosen uniformly (with replacement), drawn by the
@@ -399,7 +428,7 @@ def sample_labellings(result: xr.DataTree, data, n: int, *, model: pm.Model | No
 # --- selective prediction ----------------------------------------------------------------------
 
 @_shared_doc
-def selective_prediction(result: xr.DataTree, data, *, level: str = "token",
+def selective_prediction(result: xr.DataTree, data: CRFData, *, level: str = "token",
                          tags: Sequence[str] | None = None, scheme: str = "BIO",
                          draws: int | None = 200, model: pm.Model | None = None,
                          inference: str = "auto", random_seed: int | None = 0
@@ -467,12 +496,21 @@ def _averaged_marginals(result, data, draws, model, inference, random_seed):
 class Uncertainty:
     """Per-sequence (G,) uncertainty scores of unlabelled sequences (nats).
 
-    ``predictive_entropy``: sum over positions of the entropy of the draw-averaged marginals;
-    ``expected_entropy``: sum over positions of the mean over draws of each draw's marginal
-    entropy; ``bald``: their difference, the mutual information between each position's label and
-    the weights summed over positions (Houlsby et al. 2011, eq. 2; 0 for a one-draw result);
-    ``point_entropy``: sum of the marginal entropies at the posterior mean (for a MAP result, the
-    MAP entropy: total token entropy, Settles & Craven 2008); ``n_draws`` the draws used.
+    Attributes
+    ----------
+    bald : ndarray (G,)
+        ``predictive_entropy - expected_entropy``: the mutual information between each
+        position's label and the weights summed over positions (Houlsby et al. 2011, eq. 2; 0 for
+        a one-draw result).
+    predictive_entropy : ndarray (G,)
+        Sum over positions of the entropy of the draw-averaged marginals.
+    expected_entropy : ndarray (G,)
+        Sum over positions of the mean over draws of each draw's marginal entropy.
+    point_entropy : ndarray (G,)
+        Sum of the marginal entropies at the posterior mean (for a MAP result, the MAP entropy:
+        total token entropy, Settles & Craven 2008).
+    n_draws : int
+        The draws used.
     """
 
     bald: np.ndarray
@@ -483,7 +521,7 @@ class Uncertainty:
 
 
 @_shared_doc
-def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
+def uncertainty(result: xr.DataTree, data: CRFData, *, draws: int | None = 200,
                 model: pm.Model | None = None, inference: str = "auto",
                 random_seed: int | None = 0) -> Uncertainty:
     """BALD and entropy scores of each graph of ``data`` (see :class:`Uncertainty`), from the
@@ -513,7 +551,7 @@ def uncertainty(result: xr.DataTree, data, *, draws: int | None = 200,
 
 
 @_shared_doc
-def select_for_labelling(result: xr.DataTree, pool, n: int, strategy: str = "bald", *,
+def select_for_labelling(result: xr.DataTree, pool: CRFData, n: int, strategy: str = "bald", *,
                          per_token: bool = False, draws: int | None = 200,
                          model: pm.Model | None = None, inference: str = "auto",
                          random_seed: int | None = 0) -> np.ndarray:

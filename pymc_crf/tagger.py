@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import inspect
 import json
+import os
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 from sklearn.base import BaseEstimator
@@ -33,7 +35,16 @@ from sklearn.exceptions import NotFittedError
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
 from pymc_crf.validation import flag, positive_number, whole_number
 
+if TYPE_CHECKING:
+    from pymc_crf.datasets.base import CRFData
+
 __all__ = ["CRFTagger"]
+
+#: sentences as the tagger takes them: each a sequence of tokens, a token a feature dict or a
+#: list of feature strings (python-crfsuite's form)
+Sentences = Sequence[Sequence[Mapping[str, Any] | Sequence[str]]]
+#: tags as the tagger takes them: one sequence of str tags per sentence
+TagSequences = Sequence[Sequence[str]]
 
 #: format tag of a tagger saved by :meth:`CRFTagger.to_netcdf`
 NETCDF_FORMAT = "pymc_crf.CRFTagger/1"
@@ -275,7 +286,8 @@ class CRFTagger(BaseEstimator):
 
     # -- fitting ----------------------------------------------------------------------------
 
-    def fit(self, X, y, X_dev=None, y_dev=None) -> CRFTagger:
+    def fit(self, X: Sentences, y: TagSequences, X_dev: Sentences | None = None,
+            y_dev: TagSequences | None = None) -> CRFTagger:
         """Fit the tagger.
 
         Parameters
@@ -385,7 +397,8 @@ class CRFTagger(BaseEstimator):
                            "mean": posterior_mean(self.result_, draws, info)}
         return self._cache
 
-    def log_potentials(self, X, weights: Mapping[str, np.ndarray] | None = None):
+    def log_potentials(self, X: Sentences, weights: Mapping[str, np.ndarray] | None = None
+                       ) -> tuple[CRFData, np.ndarray, np.ndarray]:
         """The chain's node (N, K) and shared edge (1, K, K) log-potentials of sentences ``X``.
 
         Parameters
@@ -432,7 +445,7 @@ class CRFTagger(BaseEstimator):
             i += n
         return out
 
-    def predict(self, X) -> list[list[str]]:
+    def predict(self, X: Sentences) -> list[list[str]]:
         """The most probable tag sequence of each sentence (Viterbi at the posterior mean: the
         MAP weights for ``method="map"``).
 
@@ -456,10 +469,21 @@ class CRFTagger(BaseEstimator):
         keep = [i for i, s in enumerate(X) if len(s)]
         return self._split([self.classes_[k] for k in labels], X, keep)
 
-    def marginals_array(self, X, average: bool = True, *, client=None,
+    def marginals_array(self, X: Sentences, average: bool = True, *, client: Any = None,
                         n_partitions: int | None = None) -> np.ndarray:
-        """Per-token tag marginals of all non-empty sentences of ``X`` stacked, (N, K) in the
-        order of ``classes_``: see :meth:`predict_marginals`."""
+        """Per-token tag marginals of all non-empty sentences of ``X`` stacked.
+
+        Parameters
+        ----------
+        X, average, client, n_partitions
+            As :meth:`predict_marginals`.
+
+        Returns
+        -------
+        ndarray (N, K)
+            One row per token of the non-empty sentences, its columns in the order of
+            ``classes_``.
+        """
         import pymc_crf as pmc
 
         self._check_fitted()
@@ -483,7 +507,7 @@ class CRFTagger(BaseEstimator):
                  if b > a]
         return predict(self.result_, parts, method, client=client, **options).marginals
 
-    def predict_marginals(self, X, average: bool = True, *, client=None,
+    def predict_marginals(self, X: Sentences, average: bool = True, *, client: Any = None,
                           n_partitions: int | None = None) -> list[list[dict[str, float]]]:
         """Per-token tag probabilities, as sklearn-crfsuite's ``predict_marginals``.
 
@@ -513,18 +537,60 @@ class CRFTagger(BaseEstimator):
         rows = [dict(zip(self.classes_, map(float, r), strict=True)) for r in marg]
         return self._split(rows, X, keep)
 
-    def predict_single(self, xseq) -> list[str]:
-        """:meth:`predict` of one sentence (a list of token feature dicts)."""
+    def predict_single(self, xseq: Sequence[Mapping[str, Any]]) -> list[str]:
+        """:meth:`predict` of one sentence.
+
+        Parameters
+        ----------
+        xseq : list of dict
+            One sentence: a list of token feature dicts.
+
+        Returns
+        -------
+        list of str
+            Its most probable tags.
+        """
         return self.predict([xseq])[0]
 
-    def predict_marginals_single(self, xseq, average: bool = True) -> list[dict[str, float]]:
-        """:meth:`predict_marginals` of one sentence (a list of token feature dicts)."""
+    def predict_marginals_single(self, xseq: Sequence[Mapping[str, Any]], average: bool = True
+                                 ) -> list[dict[str, float]]:
+        """:meth:`predict_marginals` of one sentence.
+
+        Parameters
+        ----------
+        xseq : list of dict
+            One sentence: a list of token feature dicts.
+        average : bool
+            As :meth:`predict_marginals`.
+
+        Returns
+        -------
+        list of dict
+            For each token, ``{tag: probability}`` over ``classes_``.
+        """
         return self.predict_marginals([xseq], average)[0]
 
-    def score(self, X, y) -> float:
+    def score(self, X: Sentences, y: TagSequences) -> float:
         """Token accuracy of :meth:`predict` (as sklearn-crfsuite's ``CRF.score``).
 
         Tags of ``y`` the tagger never saw count as errors.
+
+        Parameters
+        ----------
+        X : list of sentences
+            Each a list of per-token feature dicts.
+        y : list of tag sequences
+            One list of str tags per sentence, as long as the sentence.
+
+        Returns
+        -------
+        float
+            The fraction of tokens whose predicted tag is the tag of ``y``.
+
+        Raises
+        ------
+        ValueError
+            When ``X`` and ``y`` differ in sentences or tokens, or ``y`` has no tags.
         """
         X = _check_sentences(X, "X")
         y = _check_tags(y, X, "y", "X")
@@ -546,12 +612,17 @@ class CRFTagger(BaseEstimator):
         self.__dict__.update(state)
         self._cache = {}
 
-    def to_netcdf(self, path) -> None:
+    def to_netcdf(self, path: str | os.PathLike[str]) -> None:
         """Save the fitted tagger as one netCDF file (needs h5netcdf or netCDF4).
 
         The file is the fit's ``DataTree`` (``result_``, readable by ArviZ / xarray) with the
         constructor parameters, the vectorizer's settings, the tags and ``metadata_`` as JSON in
         its root attrs; the feature names are the ``feature`` coordinate of ``W``.
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file to write.
         """
         from pymc_crf.model.results import json_text as _json
 
@@ -577,8 +648,24 @@ class CRFTagger(BaseEstimator):
         return _without_client(self.get_params(deep=False))
 
     @classmethod
-    def from_netcdf(cls, path) -> CRFTagger:
-        """A tagger saved by :meth:`to_netcdf` (read whole into memory)."""
+    def from_netcdf(cls, path: str | os.PathLike[str]) -> CRFTagger:
+        """A tagger saved by :meth:`to_netcdf` (read whole into memory).
+
+        Parameters
+        ----------
+        path : str or path-like
+            The file :meth:`to_netcdf` wrote.
+
+        Returns
+        -------
+        CRFTagger
+            The fitted tagger.
+
+        Raises
+        ------
+        ValueError
+            When the file is not a tagger saved by :meth:`to_netcdf`.
+        """
         import xarray as xr
 
         with xr.open_datatree(path) as tree:

@@ -36,6 +36,8 @@ class CRFData:
         The weights the labels were generated from (synthetic data).
     potential, epsilon
         The potential the data were generated with.
+    description : str
+        A short text saying what the data set is (the generators name their source).
     """
 
     graphs: GraphBatch
@@ -78,7 +80,17 @@ class CRFData:
         return pad_labels(self.graphs, self.labels, self.n_labels)
 
     def subset(self, graphs: Sequence[int] | np.ndarray) -> CRFData:
-        """The listed graphs as a new data set."""
+        """The listed graphs as a new data set.
+
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids, each in 0..G-1.
+
+        Returns
+        -------
+        CRFData
+        """
         graphs = self.graphs.graph_ids(graphs)
         nidx = self.graphs.node_index(graphs)
         eidx = self.graphs.edge_index(graphs)

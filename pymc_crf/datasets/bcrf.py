@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from pymc_crf.datasets.base import CRFData
@@ -9,6 +11,9 @@ from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.select import get_engine
 from pymc_crf.potentials import log_potential
 from pymc_crf.validation import positive_number, whole_number
+
+if TYPE_CHECKING:
+    import pymc as pm
 
 __all__ = ["bcrf_model", "bcrf_synthetic"]
 
@@ -100,10 +105,19 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
     return train, test
 
 
-def bcrf_model(data: CRFData, prior_sd: float = 5**0.5):
-    """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1, on data from :func:`bcrf_synthetic`:
-    the data's potential (probit edge potentials) on its edge features, weights ``w ~ N(0,
-    prior_sd^2 I)`` (24 weights; the paper's prior variance 5 by default).
+def bcrf_model(data: CRFData, prior_sd: float = 5**0.5) -> pm.Model:
+    """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1, on data from :func:`bcrf_synthetic`.
+
+    The data's potential (probit edge potentials) on its edge features, weights ``w ~ N(0,
+    prior_sd^2 I)`` (24 weights).
+
+    Parameters
+    ----------
+    data : CRFData
+        Data from :func:`bcrf_synthetic`.
+    prior_sd : float, default sqrt(5)
+        Prior standard deviation of the weights (the paper's prior variance 5 by default); must
+        be positive.
 
     Returns
     -------

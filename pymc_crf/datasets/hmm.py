@@ -105,7 +105,17 @@ class SequenceData:
         return self.graphs.n_graphs
 
     def subset(self, graphs: Sequence[int] | np.ndarray) -> SequenceData:
-        """The listed sequences, in that order."""
+        """The listed sequences, in that order.
+
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids, each in 0..G-1.
+
+        Returns
+        -------
+        SequenceData
+        """
         graphs = self.graphs.graph_ids(graphs)
         idx = self.graphs.node_index(graphs)
         coords = dict(self.coords)

@@ -43,6 +43,8 @@ class MRFData:
         ``row``, ``node``, ``edge`` for ``pm.Model(coords=...)``.
     dims : dict
         ``{"node_weights": ("node",), "edge_weights": ("edge",), "samples": ("row", "node")}``.
+    description : str
+        A short text saying what the data set is (the generators name their source).
     settings : dict
         The generator's arguments (seed included).
     """

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytensor.sparse as ps
@@ -44,6 +44,10 @@ from pymc_crf.ops.log_partition import (
 )
 from pymc_crf.potentials import check_potential, log_potential_tables, log_potential_tables_pt
 from pymc_crf.validation import flag, whole_number
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from pytensor.tensor import TensorLike, TensorVariable
 
 __all__ = ["CRF", "CRFRV", "CRFInfo", "pad_labels", "unpad_labels", "crf_log_potentials",
            "data_check", "integer_labels"]
@@ -470,10 +474,30 @@ class CRF(Distribution):
         return super().__new__(cls, name, *args, observed=observed, graphs=graphs, **kwargs)
 
     @classmethod
-    def dist(cls, graphs: GraphBatch | None = None, node_features=None, node_weights=None,
-             edge_features=None, edge_weights=None, potential: str = "loglinear",
+    def dist(cls, graphs: GraphBatch | None = None,
+             node_features: ArrayLike | scipy.sparse.spmatrix | None = None,
+             node_weights: TensorLike | None = None,
+             edge_features: ArrayLike | scipy.sparse.spmatrix | None = None,
+             edge_weights: TensorLike | None = None, potential: str = "loglinear",
              epsilon: float = 0.0, inference: str | Engine = "auto", max_treewidth: int = 10,
-             n_labels: int | None = None, **kwargs):
+             n_labels: int | None = None, **kwargs: Any) -> TensorVariable:
+        """Unregistered CRF variable (for ``pm.logp`` / ``pm.draw`` outside a model).
+
+        Parameters
+        ----------
+        graphs, node_features, node_weights, edge_features, edge_weights, potential, epsilon
+            As :class:`CRF`.
+        inference, max_treewidth, n_labels
+            As :class:`CRF`.
+        **kwargs
+            Passed to ``pymc.Distribution.dist``; a ``size``, or a ``shape`` other than
+            (graphs, max nodes), is refused.
+
+        Returns
+        -------
+        TensorVariable
+            The (G, L) int64 label matrix of the batch, -1 past each graph's end.
+        """
         graphs = as_graph_batch(graphs)
         refuse_other_shapes(kwargs, (graphs.n_graphs, int(graphs.n_nodes.max())),
                             "a CRF over this batch", "graphs, max nodes")

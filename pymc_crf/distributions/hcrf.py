@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pymc as pm
@@ -65,6 +65,10 @@ from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import content_key, log_partition
 from pymc_crf.potentials import hcrf_pair_tables
 from pymc_crf.validation import class_indices, refusal, whole_number
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+    from pytensor.tensor import TensorLike, TensorVariable
 
 __all__ = ["HCRF", "HCRFInfo", "HCRFRV", "find_hcrf", "single_hcrf", "from_sequences",
            "replicate_batch", "pair_logpots", "class_log_probs", "check_class_labels", "hcrf_logp"]
@@ -382,10 +386,25 @@ class HCRF(Distribution):
         return super().__new__(cls, name, *args, observed=observed, **kwargs)
 
     @classmethod
-    def dist(cls, graphs: GraphBatch, node_features, theta_x, theta_y, theta_e,
-             n_states: int | None = None, n_classes: int | None = None, inference: Any = "auto",
-             **kwargs):
-        """Unregistered HCRF variable (for ``pm.logp`` / ``pm.draw`` outside a model)."""
+    def dist(cls, graphs: GraphBatch, node_features: ArrayLike, theta_x: TensorLike,
+             theta_y: TensorLike, theta_e: TensorLike, n_states: int | None = None,
+             n_classes: int | None = None, inference: Any = "auto",
+             **kwargs: Any) -> TensorVariable:
+        """Unregistered HCRF variable (for ``pm.logp`` / ``pm.draw`` outside a model).
+
+        Parameters
+        ----------
+        graphs, node_features, theta_x, theta_y, theta_e, n_states, n_classes, inference
+            As :class:`HCRF`.
+        **kwargs
+            Passed to ``pymc.Distribution.dist``; a ``size``, or a ``shape`` other than
+            (graphs,), is refused.
+
+        Returns
+        -------
+        TensorVariable
+            The (G,) int64 class labels, one per graph.
+        """
         X, batch, C, S = cls._prepare(graphs, node_features, theta_x, theta_y, theta_e,
                                       n_states, n_classes)
         refuse_other_shapes(kwargs, (batch.n_graphs,), "an HCRF over this batch",

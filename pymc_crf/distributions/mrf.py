@@ -17,7 +17,7 @@ is; its gradient (``counts - N * marginals`` in table space) flows through the O
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytensor
@@ -35,6 +35,9 @@ from pymc_crf.inference.base import Engine
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import LogPartition, content_key
 from pymc_crf.validation import class_indices, whole_number
+
+if TYPE_CHECKING:
+    from pytensor.tensor import TensorLike, TensorVariable
 
 __all__ = ["MRF", "MRFRV", "MRFInfo", "MRFParameterization", "PARAMETERIZATIONS",
            "check_mrf_labels"]
@@ -431,10 +434,35 @@ class MRF(Distribution):
         return super().__new__(cls, name, *args, observed=observed, graphs=graphs, **kwargs)
 
     @classmethod
-    def dist(cls, graphs: GraphBatch | None = None, node_weights=None, edge_weights=None,
-             parameterization: str = "table", inference: str | Engine = "auto",
-             max_treewidth: int = 10, n_labels: int | None = None,
-             n_samples: int | None = None, **kwargs):
+    def dist(cls, graphs: GraphBatch | None = None, node_weights: TensorLike | None = None,
+             edge_weights: TensorLike | None = None, parameterization: str = "table",
+             inference: str | Engine = "auto", max_treewidth: int = 10,
+             n_labels: int | None = None, n_samples: int | TensorLike | None = None,
+             **kwargs: Any) -> TensorVariable:
+        """Unregistered MRF variable (for ``pm.logp`` / ``pm.draw`` outside a model).
+
+        Parameters
+        ----------
+        graphs, node_weights, edge_weights, parameterization, inference, max_treewidth
+            As :class:`MRF`.
+        n_labels, n_samples
+            As :class:`MRF` (here ``n_samples`` or a ``shape`` must give the rows).
+        **kwargs
+            Passed to ``pymc.Distribution.dist``. A ``size`` is refused, and so are
+            ``node_features`` / ``edge_features`` (an MRF has none) and a ``shape`` other than
+            (n_samples, n_nodes).
+
+        Returns
+        -------
+        TensorVariable
+            The (n_samples, n_nodes) int64 labellings of the graph.
+
+        Raises
+        ------
+        ValueError
+            When ``graphs`` holds more than one graph, or ``n_samples`` is neither given nor read
+            from ``shape``.
+        """
         for key in ("node_features", "edge_features"):
             # PyMC would pass them on to rv_op ("unexpected keyword argument"), which does not
             # say that an MRF has no features by design

@@ -13,6 +13,7 @@ the Gaussian, so no tuning draws are spent travelling from the prior's centre.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -20,6 +21,10 @@ import pymc as pm
 from pymc_crf.fitters.bethe_laplace.laplace import laplace_fit
 from pymc_crf.fitters.bethe_laplace.problem import weight_problem
 from pymc_crf.model.results import draws_from_gaussian
+
+if TYPE_CHECKING:
+    from pymc_crf.model.random_field import MRFSpec
+    from pymc_crf.model.spec import CRFSpec
 
 __all__ = ["LaplaceInit", "laplace_init"]
 
@@ -41,7 +46,8 @@ class LaplaceInit:
         return [self.spec.unflatten(f) for f in flat]
 
 
-def laplace_init(model: pm.Model | None = None, map: str = "bp", spec=None) -> LaplaceInit:
+def laplace_init(model: pm.Model | None = None, map: str = "bp",
+                 spec: CRFSpec | MRFSpec | None = None) -> LaplaceInit:
     """Bethe-Laplace mean and covariance of the random-field weights of ``model``.
 
     Parameters

@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import time
+from typing import TYPE_CHECKING
 
 import pymc as pm
 
@@ -14,12 +15,15 @@ from pymc_crf.model.random_field import find_random_field
 from pymc_crf.model.results import build_result
 from pymc_crf.validation import flag, real_number, whole_number
 
+if TYPE_CHECKING:
+    from pymc.util import RandomState
+
 __all__ = ["fit_nuts"]
 
 
 @register("nuts")
 def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-             random_seed=None, progressbar: bool = True, log_likelihood: bool = True,
+             random_seed: RandomState = None, progressbar: bool = True, log_likelihood: bool = True,
              **sample_kwargs):
     """NUTS via ``pm.sample`` (nutpie when installed, as PyMC's default), plus the per-graph
     log-likelihood, and attrs ``method``/``wall_time`` like every other fitter.

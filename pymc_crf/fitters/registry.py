@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
+from typing import Any
 
 import pymc as pm
 from xarray import DataTree
@@ -24,8 +25,23 @@ _FITTERS: dict[str, Callable[..., DataTree]] = {}
 def register(name: str) -> Callable[[Callable[..., DataTree]], Callable[..., DataTree]]:
     """Decorator registering ``fn(model, **options) -> DataTree`` as ``pmc.fit(method=name)``.
 
-    A name taken by another function raises; a function of the same module and qualified name
-    replaces its earlier definition (a notebook cell run again).
+    A function of the same module and qualified name replaces its earlier definition (a notebook
+    cell run again).
+
+    Parameters
+    ----------
+    name : str
+        The ``method`` name the fitter is registered under.
+
+    Returns
+    -------
+    callable
+        The decorator; it registers the function it decorates and returns it unchanged.
+
+    Raises
+    ------
+    ValueError
+        When the decorator is applied and ``name`` is taken by another function.
     """
 
     def decorator(fn: Callable[..., DataTree]) -> Callable[..., DataTree]:
@@ -74,7 +90,7 @@ def load_builtin() -> None:
 _load_builtin = load_builtin
 
 
-def fit(model: pm.Model | None = None, method: str = "map", **options) -> DataTree:
+def fit(model: pm.Model | None = None, method: str = "map", **options: Any) -> DataTree:
     """Fit the CRF model by ``method`` and return an ArviZ ``DataTree``.
 
     Parameters

@@ -23,6 +23,7 @@ say what was used. The remaining keyword arguments go to the step method."""
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -36,6 +37,9 @@ from pymc_crf.model.options import check_step_options
 from pymc_crf.model.results import build_result
 from pymc_crf.step_methods.field import RandomFieldTerm
 from pymc_crf.validation import generator, whole_number
+
+if TYPE_CHECKING:
+    from pymc.util import RandomGenerator
 
 __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 
@@ -114,8 +118,8 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
 
 @register("bethe_mh")
 def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
-                 S="auto", start="auto", **step_kwargs) -> DataTree:
+                 cores: int = 1, random_seed: RandomGenerator = None, progressbar: bool = True,
+                 initvals=None, S="auto", start="auto", **step_kwargs) -> DataTree:
     """MC-BP: Metropolis-Hastings with Bethe log Z (:class:`~pymc_crf.step_methods.BetheMH`;
     ``S`` and ``start`` as the module says; ``step_kwargs`` go to the step: ``scaling``,
     ``damping``, ``tol``, ...)."""
@@ -125,8 +129,8 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains
 
 @register("langevin_cd")
 def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                    cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
-                    S="auto", start="auto", **step_kwargs) -> DataTree:
+                    cores: int = 1, random_seed: RandomGenerator = None, progressbar: bool = True,
+                    initvals=None, S="auto", start="auto", **step_kwargs) -> DataTree:
     """LV-CD: brief Langevin with contrastive-divergence gradients
     (:class:`~pymc_crf.step_methods.LangevinCD`; ``step_kwargs``: ``cd_steps``, ``step_size``)."""
     return _sample_with("LangevinCD", "langevin_cd", model, draws, tune, chains, cores, random_seed,
@@ -135,8 +139,8 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, cha
 
 @register("exchange")
 def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed=None, progressbar: bool = True, initvals=None,
-                 S="auto", start="auto", **step_kwargs) -> DataTree:
+                 cores: int = 1, random_seed: RandomGenerator = None, progressbar: bool = True,
+                 initvals=None, S="auto", start="auto", **step_kwargs) -> DataTree:
     """The exchange algorithm (:class:`~pymc_crf.step_methods.Exchange`; ``step_kwargs``:
     ``sampler``, ``aux_sweeps``, ``scaling``); ``attrs["exact_auxiliary"]`` says whether the
     auxiliary draws were exact."""

@@ -83,6 +83,15 @@ class GraphBatch:
     Use the constructors :meth:`chains`, :meth:`from_edges`, :meth:`grid` and
     :meth:`from_networkx` rather than ``__init__``.
 
+    Parameters
+    ----------
+    n_nodes : sequence of int or ndarray (G,)
+        Number of nodes of each graph (each at least 1).
+    edges : ndarray (E, 2)
+        Edges in global node ids, grouped by graph in graph order.
+    edge_counts : sequence of int or ndarray (G,)
+        Number of edges of each graph; they sum to ``len(edges)``.
+
     Attributes
     ----------
     n_nodes : ndarray of int64, shape (G,)
@@ -117,7 +126,23 @@ class GraphBatch:
     # ------------------------------------------------------------------ constructors
     @classmethod
     def chains(cls, lengths: Iterable[int]) -> GraphBatch:
-        """Linear chains ``0 - 1 - ... - (n-1)`` of the given lengths (edges ``(i, i+1)`` in order)."""
+        """Linear chains ``0 - 1 - ... - (n-1)`` of the given lengths (edges ``(i, i+1)`` in order).
+
+        Parameters
+        ----------
+        lengths : iterable of int
+            The number of nodes of each chain (a non-empty 1-d sequence of integers >= 1).
+
+        Returns
+        -------
+        GraphBatch
+            One chain per length.
+
+        Raises
+        ------
+        GraphStructureError
+            When ``lengths`` is empty or not 1-d, or holds a non-integer or a length below 1.
+        """
         lengths = np.asarray(list(lengths) if not isinstance(lengths, np.ndarray) else lengths)
         if lengths.ndim != 1 or lengths.size == 0:
             raise GraphStructureError("chains() needs a non-empty 1-d sequence of lengths")
@@ -136,7 +161,26 @@ class GraphBatch:
 
     @classmethod
     def from_edges(cls, edge_lists: Sequence[Any], n_nodes: Sequence[int]) -> GraphBatch:
-        """Graphs from per-graph edge arrays in *local* node ids ``0..n_nodes[g]-1``."""
+        """Graphs from per-graph edge arrays in *local* node ids ``0..n_nodes[g]-1``.
+
+        Parameters
+        ----------
+        edge_lists : sequence of array_like (E_g, 2)
+            The edges of each graph, in its local node ids.
+        n_nodes : sequence of int
+            The number of nodes of each graph (each >= 1).
+
+        Returns
+        -------
+        GraphBatch
+            The graphs, in the order given.
+
+        Raises
+        ------
+        GraphStructureError
+            When the node counts are not a non-empty 1-d sequence of integers >= 1, there are not
+            as many edge lists as node counts, or an edge names a node outside its graph.
+        """
         n_nodes = _node_counts(n_nodes)  # before the edges: their range check needs the counts
         if len(edge_lists) != len(n_nodes):
             raise GraphStructureError(
@@ -155,7 +199,19 @@ class GraphBatch:
 
     @classmethod
     def grid(cls, rows: int, cols: int, n_graphs: int = 1) -> GraphBatch:
-        """``n_graphs`` copies of a ``rows x cols`` 4-connected grid, nodes in row-major order."""
+        """``n_graphs`` copies of a ``rows x cols`` 4-connected grid, nodes in row-major order.
+
+        Parameters
+        ----------
+        rows, cols : int
+            The grid's size (integers >= 1).
+        n_graphs : int, default 1
+            Number of copies.
+
+        Returns
+        -------
+        GraphBatch
+        """
         rows, cols = whole_number(rows, "grid(): rows"), whole_number(cols, "grid(): cols")
         n_graphs = whole_number(n_graphs, "grid(): n_graphs")
         idx = np.arange(rows * cols).reshape(rows, cols)
@@ -255,7 +311,23 @@ class GraphBatch:
         return int(self.graph_ids([g])[0])
 
     def graph_ids(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
-        """``graphs`` as int64 ids, each in 0..G-1 (negative ids would slice the offsets wrongly)."""
+        """``graphs`` as int64 ids, each in 0..G-1 (negative ids would slice the offsets wrongly).
+
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids.
+
+        Returns
+        -------
+        ndarray (n,) int64
+            The ids, flattened.
+
+        Raises
+        ------
+        GraphStructureError
+            When an id is not an integer or is outside 0..G-1.
+        """
         ids = np.asarray(graphs)
         if ids.size and not np.issubdtype(ids.dtype, np.integer):
             raise GraphStructureError(f"graph ids must be integers; got dtype {ids.dtype}")
@@ -266,13 +338,33 @@ class GraphBatch:
         return ids
 
     def local_edges(self, g: int) -> np.ndarray:
-        """Edges of graph ``g`` in local node ids."""
+        """Edges of graph ``g`` in local node ids.
+
+        Parameters
+        ----------
+        g : int
+            The graph id.
+
+        Returns
+        -------
+        ndarray (E_g, 2)
+        """
         g = int(self.graph_ids([g])[0])
         lo, hi = self.edge_offsets[g], self.edge_offsets[g + 1]
         return self.edges[lo:hi] - self.node_offsets[g]
 
     def to_networkx(self, g: int) -> nx.Graph:
-        """Graph ``g`` as a networkx graph on local node ids 0..n-1."""
+        """Graph ``g`` as a networkx graph on local node ids 0..n-1.
+
+        Parameters
+        ----------
+        g : int
+            The graph id.
+
+        Returns
+        -------
+        networkx.Graph
+        """
         g = self._graph_id(g)
         G = nx.Graph()
         G.add_nodes_from(range(int(self.n_nodes[g])))
@@ -280,7 +372,17 @@ class GraphBatch:
         return G
 
     def subset(self, graphs: Sequence[int] | np.ndarray) -> GraphBatch:
-        """A new batch made of the listed graphs, in that order."""
+        """A new batch made of the listed graphs, in that order.
+
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids, each in 0..G-1.
+
+        Returns
+        -------
+        GraphBatch
+        """
         graphs = self.graph_ids(graphs)
         sub = GraphBatch.from_edges([self.local_edges(g) for g in graphs], self.n_nodes[graphs])
         # junction trees are keyed by a graph's local structure, so they hold in any batch: the
@@ -291,12 +393,35 @@ class GraphBatch:
         return sub
 
     def node_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
-        """Global node ids of the listed graphs (to slice node arrays consistently with `subset`)."""
+        """Global node ids of the listed graphs (to slice node arrays consistently with `subset`).
+
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids, each in 0..G-1.
+
+        Returns
+        -------
+        ndarray int64
+            The nodes of each listed graph, graph after graph.
+        """
         graphs = self.graph_ids(graphs)
         return np.concatenate([np.arange(self.node_offsets[g], self.node_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
 
     def edge_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Global edge ids of the listed graphs (to slice edge arrays consistently with `subset`).
+
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids, each in 0..G-1.
+
+        Returns
+        -------
+        ndarray int64
+            The edges of each listed graph, graph after graph.
+        """
         graphs = self.graph_ids(graphs)
         return np.concatenate([np.arange(self.edge_offsets[g], self.edge_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
@@ -464,7 +589,26 @@ class GraphBatch:
 
     # ------------------------------------------------------------------ data checks
     def check_labels(self, labels: Any, n_labels: int | None = None) -> np.ndarray:
-        """Flatten and validate labels (one per node); returns an int64 array of shape (N,)."""
+        """Flatten and validate labels (one per node).
+
+        Parameters
+        ----------
+        labels : array_like (N,) or list of per-graph sequences
+            One label per node, flat (all graphs stacked) or one sequence per graph.
+        n_labels : int, optional
+            When given, every label must be in 0..n_labels-1.
+
+        Returns
+        -------
+        ndarray (N,) int64
+
+        Raises
+        ------
+        ValueError
+            When the labels do not give one per node, are not class indices (integers,
+            booleans or whole-valued floats: NaN, inf and fractions are refused), or one is
+            outside 0..n_labels-1.
+        """
         if isinstance(labels, list | tuple) and len(labels) and np.ndim(labels[0]) == 1:
             lens = np.array([len(x) for x in labels])
             if len(labels) != self.n_graphs or not np.array_equal(lens, self.n_nodes):
@@ -494,9 +638,25 @@ class GraphBatch:
     def check_features(self, x: Any, where: str) -> Any:
         """Validate node (``where="node"``) or edge features: 2-d, one row per node/edge, finite.
 
-        Dense input comes back as a float64 array; a ``scipy.sparse`` matrix or array comes back
-        as a float64 CSR matrix with sorted indices (never densified), so feature products stay
-        sparse.
+        Parameters
+        ----------
+        x : array_like or scipy.sparse matrix
+            The features, one row per node (``where="node"``) or edge.
+        where : str
+            ``"node"`` for node features; anything else checks edge features.
+
+        Returns
+        -------
+        ndarray or scipy.sparse.csr_matrix
+            Dense input comes back as a float64 array; a ``scipy.sparse`` matrix or array comes
+            back as a float64 CSR matrix with sorted indices (never densified), so feature
+            products stay sparse.
+
+        Raises
+        ------
+        ValueError
+            When the features are not real numbers, not 2-d with one row per node / edge, or
+            not finite.
         """
         rows = self.n_total_nodes if where == "node" else self.n_edges
         # numpy reads complex numbers as floats by dropping the imaginary part (a warning only)

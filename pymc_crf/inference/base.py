@@ -22,7 +22,7 @@ from __future__ import annotations
 import os
 import warnings
 from abc import ABC, abstractmethod
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from scipy.sparse import issparse
@@ -31,6 +31,9 @@ from pymc_crf.feature_products import features_dot, features_tdot
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.kernels import writeable
 from pymc_crf.validation import positive_number, real_number, whole_number
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
            "MapResult", "Marginals", "check_direction", "check_iteration_settings",
@@ -107,10 +110,33 @@ class LoopyResult(NamedTuple):
         return Marginals(self.log_z, np.exp(self.log_node), edge, self.report)
 
 
-def check_potentials(batch: GraphBatch, node_logpot, edge_logpot) -> tuple[np.ndarray, np.ndarray]:
-    """Validate shapes and finiteness of log-potential tables; returns them as contiguous,
-    writeable float64 arrays (the inputs themselves where they already are: see
-    :func:`~pymc_crf.inference.kernels.writeable`)."""
+def check_potentials(batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Validate shapes and finiteness of log-potential tables.
+
+    Parameters
+    ----------
+    batch : GraphBatch
+        The graphs.
+    node_logpot : array_like (N, K)
+        Node log-potentials, one row per node of the batch (real numbers).
+    edge_logpot : array_like (E, K, K) or (1, K, K)
+        Edge log-potentials, or one table shared by every edge (real numbers).
+
+    Returns
+    -------
+    node, edge : ndarray
+        The tables as contiguous, writeable float64 arrays (the inputs themselves where they
+        already are: see :func:`~pymc_crf.inference.kernels.writeable`).
+
+    Raises
+    ------
+    TypeError
+        When ``batch`` is not a ``GraphBatch``.
+    ValueError
+        When a table is complex, has the wrong shape or K < 1, or holds NaN or +inf (-inf
+        entries, forbidden labels, are legitimate).
+    """
     if not isinstance(batch, GraphBatch):
         raise TypeError(f"the engines take a GraphBatch; got {type(batch).__name__} "
                         "(pmc.GraphBatch.from_networkx converts networkx graphs)")

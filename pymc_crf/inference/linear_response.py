@@ -7,12 +7,17 @@ free energy, Parise & Welling 2006 eq. (9); Welling & Parise 2006 eqs. (8)-(10))
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult
 from pymc_crf.inference.bethe import bethe_covariance_matrix, bethe_covariance_vector_product
 from pymc_crf.inference.bp import BeliefPropagation
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["linear_response_matrix", "linear_response_vector_product"]
 
@@ -23,7 +28,8 @@ def _default_bp() -> BeliefPropagation:
     return BeliefPropagation(tol=1e-12)
 
 
-def linear_response_vector_product(batch: GraphBatch, node_logpot, edge_logpot, v_node, v_edge,
+def linear_response_vector_product(batch: GraphBatch, node_logpot: ArrayLike,
+                                   edge_logpot: ArrayLike, v_node: ArrayLike, v_edge: ArrayLike,
                                    bp: BeliefPropagation | None = None,
                                    state: LoopyResult | None = None, rtol: float = 1e-12,
                                    maxiter: int = 2000) -> tuple[np.ndarray, np.ndarray]:
@@ -53,14 +59,30 @@ def linear_response_vector_product(batch: GraphBatch, node_logpot, edge_logpot, 
                                            rtol=rtol, maxiter=maxiter)
 
 
-def linear_response_matrix(batch: GraphBatch, node_logpot, edge_logpot, graph: int = 0,
-                           bp: BeliefPropagation | None = None, symmetrise: bool = True
-                           ) -> np.ndarray:
+def linear_response_matrix(batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+                           graph: int = 0, bp: BeliefPropagation | None = None,
+                           symmetrise: bool = True) -> np.ndarray:
     """Dense linear-response covariance of one graph's sufficient statistics.
 
-    Order as :meth:`Engine.feature_covariance`: node indicators (node-major) then edge indicators
-    (edge-major, or the ``K*K`` summed statistics for a shared table). Meant for small graphs
-    (see :func:`pymc_crf.inference.bethe.bethe_covariance_matrix`).
+    Meant for small graphs (see :func:`pymc_crf.inference.bethe.bethe_covariance_matrix`).
+
+    Parameters
+    ----------
+    batch, node_logpot, edge_logpot
+        The model, as for any engine (``edge_logpot`` may be a shared ``(1, K, K)`` table).
+    graph : int, default 0
+        The graph of the batch (in ``0 .. n_graphs - 1``) whose statistics are covered.
+    bp : BeliefPropagation, optional
+        The BP engine whose fixed point is used (default ``BeliefPropagation(tol=1e-12)``).
+    symmetrise : bool, default True
+        Return ``(C + C^T) / 2`` of the solved covariance ``C``.
+
+    Returns
+    -------
+    ndarray (D, D)
+        The covariance, in the order of :meth:`Engine.feature_covariance`: node indicators
+        (node-major) then edge indicators (edge-major, or the ``K*K`` summed statistics for a
+        shared table).
     """
     return bethe_covariance_matrix(batch, node_logpot, edge_logpot,
                                    bp if bp is not None else _default_bp(), graph=graph,

@@ -45,6 +45,20 @@ class Prediction:
 
     For CRF results ``marginals`` are node marginals (N, K) and ``labels`` one per node; for hidden
     CRFs (``per_graph`` True) they are class probabilities (G, C) and one class per graph.
+
+    Attributes
+    ----------
+    marginals : ndarray (N, K) or (G, C)
+        Node marginals, or class probabilities per graph.
+    labels : ndarray (N,) or (G,)
+        The predicted labels (classes).
+    method : str
+        The prediction method.
+    error_rate : float or None
+        The fraction of predicted labels that differ from the data's labels, when the data had
+        labels.
+    per_graph : bool
+        Whether the prediction is per graph (hidden CRFs).
     """
 
     marginals: np.ndarray

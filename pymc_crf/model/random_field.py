@@ -109,7 +109,25 @@ def _observed(model: pm.Model, rv) -> np.ndarray:
 
 
 def extract_mrf(model: pm.Model | None = None) -> MRFSpec:
-    """The single MRF likelihood of ``model`` and its weights (raises if there is none or several)."""
+    """The single MRF likelihood of ``model`` and its weights (raises if there is none or several).
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        The model; default the model of the current context (``pm.modelcontext``).
+
+    Returns
+    -------
+    MRFSpec
+        The observed ``pmc.MRF`` variable's graph, labels, parameterization, weights and the
+        model's other free variables.
+
+    Raises
+    ------
+    ValueError
+        When the model has no observed ``pmc.MRF`` or several, or its observed labels are not
+        valid.
+    """
     model = pm.modelcontext(model)
     rv = single_observed(model, MRFRV, "pmc.MRF")
     op: MRFRV = rv.owner.op
@@ -252,7 +270,24 @@ class MRFLogLikelihood(_WeightSpaceLikelihood):
 
 
 def extract_random_field(model: pm.Model | None = None) -> CRFSpec | MRFSpec:
-    """The model's single ``pmc.CRF`` (a ``CRFSpec``) or ``pmc.MRF`` (an ``MRFSpec``) likelihood."""
+    """The model's single ``pmc.CRF`` (a ``CRFSpec``) or ``pmc.MRF`` (an ``MRFSpec``) likelihood.
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        The model; default the model of the current context (``pm.modelcontext``).
+
+    Returns
+    -------
+    CRFSpec or MRFSpec
+        :func:`extract_crf` or :func:`extract_mrf` of the model.
+
+    Raises
+    ------
+    ValueError
+        When the model has both a CRF and an MRF, observes neither, or the reader refuses it
+        (:func:`extract_crf`, :func:`extract_mrf`).
+    """
     model = pm.modelcontext(model)
     kinds = [type(rv.owner.op).__name__ for rv in model.observed_RVs]
     if observes(model, MRFRV):
@@ -283,9 +318,22 @@ def find_random_field(model: pm.Model) -> CRFSpec | MRFSpec | None:
         return None
 
 
-def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None = None):
-    """The weight-space log-likelihood object of ``spec``: ``MRFLogLikelihood`` or
-    ``CRFLogLikelihood`` (same methods)."""
+def random_field_log_likelihood(spec: CRFSpec | MRFSpec, engine: Engine | None = None
+                                ) -> MRFLogLikelihood | CRFLogLikelihood:
+    """The weight-space log-likelihood object of ``spec``.
+
+    Parameters
+    ----------
+    spec : CRFSpec or MRFSpec
+        The model's random field (:func:`extract_random_field`).
+    engine : Engine, optional
+        The inference engine; default ``spec.engine``.
+
+    Returns
+    -------
+    MRFLogLikelihood or CRFLogLikelihood
+        ``MRFLogLikelihood`` for an ``MRFSpec``, else ``CRFLogLikelihood`` (same methods).
+    """
     if isinstance(spec, MRFSpec):
         return MRFLogLikelihood(spec, engine)
     return CRFLogLikelihood(spec, engine)

@@ -8,6 +8,7 @@ weight tensors) and from the model's ``rvs_to_values``, so a model rebuilt by ``
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -22,6 +23,9 @@ from pymc_crf.distributions.crf import CRFRV, CRFInfo, is_cast, refuse_inf_label
 from pymc_crf.distributions.hcrf import HCRFRV, find_hcrf
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.validation import refusal
+
+if TYPE_CHECKING:
+    from pymc_crf.model.random_field import MRFSpec
 
 __all__ = ["CRFSpec", "ScaleVariable", "WeightSpec", "check_observed_labels", "extract_crf",
            "free_scales", "observed_labels", "observes", "other_model_terms", "refuse_free_scales",
@@ -325,7 +329,25 @@ def check_observed_labels(model: pm.Model) -> None:
 
 
 def extract_crf(model: pm.Model | None = None) -> CRFSpec:
-    """The single CRF likelihood of ``model`` and its weights (raises if there is none or several)."""
+    """The single CRF likelihood of ``model`` and its weights (raises if there is none or several).
+
+    Parameters
+    ----------
+    model : pm.Model, optional
+        The model; default the model of the current context (``pm.modelcontext``).
+
+    Returns
+    -------
+    CRFSpec
+        The observed ``pmc.CRF`` variable's graphs, labels, features, weights and the model's
+        other free variables.
+
+    Raises
+    ------
+    ValueError
+        When the model has no observed ``pmc.CRF`` or several, or its observed labels are not
+        valid.
+    """
     model = pm.modelcontext(model)
     rv = single_observed(model, CRFRV, "pmc.CRF")
     op: CRFRV = rv.owner.op
@@ -338,8 +360,22 @@ def extract_crf(model: pm.Model | None = None) -> CRFSpec:
                    info.epsilon, info.node_features, info.edge_features, nw, ew, free, info)
 
 
-def require_gaussian_prior(spec: CRFSpec, method: str) -> None:
-    """Raise a clear error unless every weight has a fixed Normal prior and nothing else is free."""
+def require_gaussian_prior(spec: CRFSpec | MRFSpec, method: str) -> None:
+    """Raise a clear error unless every weight has a fixed Normal prior and nothing else is free.
+
+    Parameters
+    ----------
+    spec : CRFSpec or MRFSpec
+        The model's random field (:func:`extract_crf`, :func:`extract_random_field`).
+    method : str
+        The fitter's name, for the error message.
+
+    Raises
+    ------
+    ValueError
+        When a weight's prior is not a fixed Normal, or the model has free variables other than
+        the weights.
+    """
     extra = (f"; this model also has free variables {list(spec.free_vars)}"
              if spec.free_vars else "")
     for w in spec.weights:

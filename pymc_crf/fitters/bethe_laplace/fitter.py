@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -32,14 +33,17 @@ from pymc_crf.inference.bp import BeliefPropagation
 from pymc_crf.model.results import build_result, gaussian_fit_group
 from pymc_crf.validation import flag, generator, whole_number
 
+if TYPE_CHECKING:
+    from pymc.util import RandomGenerator
+
 __all__ = ["fit_bethe_laplace", "fit_laplace"]
 
 
 @register("bethe_laplace")
 def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = "bp",
                       bp: BeliefPropagation | None = None, maxiter: int = 2000,
-                      gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
-                      log_likelihood: bool = True,
+                      gtol: float = 1e-8, draws: int = 1000, chains: int = 1,
+                      random_seed: RandomGenerator = None, log_likelihood: bool = True,
                       progressbar: bool = True, hyperprior: bool = True,
                       integrate_scales: str | None = None, scale_init=1.0,
                       scale_tol: float = 1e-6, scale_maxiter: int = 200,
@@ -206,7 +210,7 @@ LARGE_COVARIANCES = ("diagonal", "implicit")
 
 @register("laplace")
 def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 2000,
-                gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed=None,
+                gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed: RandomGenerator = None,
                 log_likelihood: bool = True, progressbar: bool = True, hyperprior: bool = True,
                 integrate_scales: str | None = None, scale_init=1.0, scale_tol: float = 1e-6,
                 scale_maxiter: int = 200, refine: bool | None = None) -> xr.DataTree:

@@ -9,6 +9,7 @@ the step of the path with the best leave-one-graph-out estimate is returned (``c
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -23,6 +24,9 @@ from pymc_crf.fitters.registry import register
 from pymc_crf.model.results import build_result, draws_from_gaussian
 from pymc_crf.model.spec import refuse_free_scales
 from pymc_crf.validation import flag, generator, positive_number, whole_number
+
+if TYPE_CHECKING:
+    from pymc.util import RandomGenerator
 
 __all__ = ["fit_predictive_ard"]
 
@@ -49,7 +53,8 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
                        step_size: float = 0.5, damping: float | None = None,
                        ep_tol: float = 1e-4, max_iter: int = 2000, backoff: bool = True,
                        min_step: float = 0.05, draws: int = 1000, chains: int = 1,
-                       random_seed=None, log_likelihood: bool = True, keep_path: bool = False,
+                       random_seed: RandomGenerator = None, log_likelihood: bool = True,
+                       keep_path: bool = False,
                        warm_start: bool = False, progressbar: bool = True) -> xr.DataTree:
     """Predictive ARD by EP: prune and shrink a Bayesian CRF's input features, keeping the model
     with the best estimated leave-one-graph-out performance.

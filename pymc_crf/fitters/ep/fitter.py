@@ -9,6 +9,7 @@ q(w) = N(m, V) in the model's dims.
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -30,6 +31,9 @@ from pymc_crf.model.spec import (
     require_sole_likelihood,
 )
 from pymc_crf.validation import flag, generator, real_number, whole_number
+
+if TYPE_CHECKING:
+    from pymc.util import RandomGenerator
 
 __all__ = ["fit_ep", "ep_inputs"]
 
@@ -93,7 +97,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
            step_size: float = 0.5, damping: float | None = None, tol: float = 1e-4,
            max_iter: int = 2000, backoff: bool = True, min_step: float = 0.05,
            schedule: str | None = None, max_step: float = 1.0,
-           draws: int = 1000, chains: int = 1, random_seed=None,
+           draws: int = 1000, chains: int = 1, random_seed: RandomGenerator = None,
            log_likelihood: bool = True, progressbar: bool = True):
     """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -24,12 +25,15 @@ from pymc_crf.fitters.registry import register
 from pymc_crf.model.results import build_result
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
+if TYPE_CHECKING:
+    from pymc.util import RandomGenerator
+
 __all__ = ["fit_randomized_map"]
 
 
 @register("randomized_map")
 def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chains: int = 1,
-                       random_seed=None, data_perturbation: bool = True,
+                       random_seed: RandomGenerator = None, data_perturbation: bool = True,
                        antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
                        maxiter: int = 2000, refine: int = 0, client=None,
                        hyperprior: bool = True, scale_method: str = "gibbs", tune: int = 50,
