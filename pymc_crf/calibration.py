@@ -69,7 +69,8 @@ def _layout(result: xr.DataTree) -> dict:
 
 
 def tempered(result: xr.DataTree, temperature: float) -> xr.DataTree:
-    """A copy of ``result`` whose CRF weights (every draw) are divided by ``temperature``.
+    """A copy of ``result`` whose CRF weights (every draw, and a Gaussian fit's mean, sds and
+    covariance in its ``fit`` group) are divided by ``temperature``.
 
     Parameters
     ----------
@@ -89,6 +90,17 @@ def tempered(result: xr.DataTree, temperature: float) -> xr.DataTree:
         elif info.get(f"{key}_value") is not None:
             info[f"{key}_value"] = (np.asarray(info[f"{key}_value"]) / T).tolist()
     out["posterior"] = xr.DataTree(post)
+    if "fit" in out.children:
+        # a Gaussian approximation's mean (and a randomized MAP's unperturbed MAP) is what
+        # "bpe" and "map" predict at (predictors.posterior_mean): its rows are the free CRF
+        # weights, so they are divided too, sds by T and the covariance by T^2; left alone,
+        # those predictions ignored the temperature and fit_temperature returned a bound
+        fit = out["fit"].to_dataset()
+        for name, power in (("mean_vector", 1), ("map_vector", 1), ("sd_vector", 1),
+                            ("covariance_matrix", 2)):
+            if name in fit:
+                fit[name] = fit[name] / T**power
+        out["fit"] = xr.DataTree(fit)
     out.attrs["crf"] = json.dumps(info)
     out.attrs["temperature"] = T
     return out

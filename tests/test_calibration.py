@@ -72,3 +72,32 @@ def test_bad_input(chain_fit):
         fit_temperature(fit, unlabelled)
     with pytest.raises(ValueError, match="bounds"):
         fit_temperature(fit, data, bounds=(2.0, 1.0))
+
+
+@pytest.mark.parametrize("method", ["bpe", "map"])
+def test_tempered_gaussian_fit_predicts_at_the_divided_mean(chain_fit, method):
+    """"bpe" and "map" predict at a Gaussian fit's mean_vector (its fit group), which tempering
+    left undivided: the temperature changed nothing and fit_temperature ran to a bound."""
+    fit, data = chain_fit
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, 3.0, shape=(data.node_features.shape[1], data.n_labels))
+        T = pm.Normal("T", 0.0, 3.0, shape=(data.n_labels, data.n_labels))
+        pmc.CRF("y", graphs=data.graphs, node_features=data.node_features, node_weights=W,
+                edge_weights=T, observed=data.labels)
+    gauss = pmc.fit(model, method="bethe_laplace", draws=20, random_seed=0, progressbar=False)
+    mean = gauss["fit"]["mean_vector"].values
+    F, K = data.node_features.shape[1], data.n_labels
+    W, T = mean[:F * K].reshape(F, K), mean[F * K:].reshape(K, K)
+    hot = tempered(gauss, 2.5)
+    np.testing.assert_allclose(hot["fit"]["mean_vector"].values, mean / 2.5)
+    np.testing.assert_allclose(hot["fit"]["covariance_matrix"].values,
+                               gauss["fit"]["covariance_matrix"].values / 2.5**2)
+    node, edge = data.node_features @ W / 2.5, T[None] / 2.5
+    if method == "bpe":
+        np.testing.assert_allclose(pmc.predict(hot, data, "bpe").marginals,
+                                   BruteForce().marginals(data.graphs, node, edge).node, atol=1e-10)
+    else:
+        np.testing.assert_array_equal(pmc.predict(hot, data, "map").labels,
+                                      BruteForce().map_assignment(data.graphs, node, edge).labels)
+        # the held-out loss now depends on T: the search stops inside the bounds
+        assert 0.05 * 1.01 < fit_temperature(gauss, data) < 20.0 * 0.99
