@@ -211,6 +211,12 @@ def _checked_inputs(batch: GraphBatch, node_features, node_weights, edge_feature
         raise ValueError("a CRF needs node_weights, edge_weights, or both")
     if (node_features is None) != (node_weights is None):
         raise ValueError("node_features and node_weights go together: give both or neither")
+    if edge_features is not None and edge_weights is None:
+        # edge_weights alone is one shared (K, K) table, so the pair is not symmetric; but edge
+        # features without weights to score them would be dropped, fitting a CRF without edges
+        raise ValueError("edge_features need edge_weights (n_edge_features, K, K) to score them; "
+                         "without edge_weights the features would be ignored and the CRF would "
+                         "have no edge potentials")
     Wn = None if node_weights is None else pt.as_tensor_variable(node_weights)
     We = None if edge_weights is None else pt.as_tensor_variable(edge_weights)
     K = n_labels

@@ -121,6 +121,12 @@ def test_bad_features_and_weights(rng):
             pmc.CRF("b", graphs=b, node_features=X, node_weights=W3, observed=np.zeros(8, int))
         with pytest.raises(ValueError, match="go together"):
             pmc.CRF("c", graphs=b, node_weights=W, observed=np.zeros(8, int))
+        # edge features without edge weights were dropped: a CRF without edge potentials
+        with pytest.raises(ValueError, match="edge_features need edge_weights"):
+            pmc.CRF("c2", graphs=b, node_features=X, node_weights=W,
+                    edge_features=np.ones((b.n_edges, 1)), observed=np.zeros(8, int))
+        with pytest.raises(ValueError, match="edge_features need edge_weights"):
+            crf_log_potentials(b, X, np.zeros((2, 3)), np.ones((b.n_edges, 1)), None)
         # label noise is the robust probit's: a log-linear CRF ignored epsilon silently
         with pytest.raises(ValueError, match="epsilon \\(label noise\\) is a setting of the "
                                              "robust probit; potential='loglinear'"):
