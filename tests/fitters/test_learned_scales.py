@@ -358,6 +358,22 @@ def test_bad_options_name_themselves():
             pmc.fit(m, method="laplace", progressbar=False, **kw)
 
 
+def test_grid_integration_refuses_an_improper_scale_prior():
+    """pm.HalfFlat's log density 0 is no normalised density: the grid's log marginal
+    likelihood held an arbitrary constant (and pmc.compare showed it); the point estimate,
+    which does not integrate over the prior, still takes it."""
+    batch, X, y = _data()
+    with pm.Model() as m:
+        s = pm.HalfFlat("s")
+        W = pm.Normal("W", 0.0, s, shape=(1, 2))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, observed=y)
+    with pytest.raises(ValueError, match=r"needs a proper one; \['s'\] have an improper "
+                                         r"pm.HalfFlat"):
+        pmc.fit(m, method="laplace", integrate_scales="grid", progressbar=False)
+    res = pmc.fit(m, method="laplace", draws=5, progressbar=False)
+    assert np.isfinite(res.attrs["log_marginal_likelihood"])
+
+
 @pytest.mark.slow
 def test_learned_scales_against_nuts_on_the_hierarchical_model():
     """Posterior means of the weights and posterior-averaged test marginals: the grid-integrated

@@ -416,6 +416,17 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
         if not hyperprior:
             raise ValueError("integrate_scales needs the scales' prior (hyperprior=True): the "
                              "integral over the scales is over their posterior")
+        improper = [v.name for v in problem.scales
+                    if type(problem.model[v.name].owner.op).__name__ in ("HalfFlatRV", "FlatRV")]
+        if improper:
+            # log p = 0 is no normalised density: the integral over the scales, and so the
+            # log marginal likelihood the fit stores, would hold an arbitrary constant
+            raise ValueError(f"integrate_scales='grid' integrates the evidence over the scales' "
+                             f"prior, so it needs a proper one; {improper} have an improper "
+                             "pm.HalfFlat / pm.Flat prior, whose log marginal likelihood is "
+                             "defined only up to an arbitrary constant. Give the scales a "
+                             "proper prior (pm.HalfNormal, pm.Exponential, pm.InverseGamma, "
+                             "...), or learn them by their evidence (integrate_scales=None)")
         if G > 3:
             raise ValueError(f"integrate_scales='grid' takes at most 3 scale entries (a grid of "
                              f"~9^G Laplace fits); this model has {G}. Use the point estimate "
