@@ -52,6 +52,15 @@ def cvm_score(s1: np.ndarray, s2: np.ndarray, normalize: bool = False) -> float:
         s1, s2 = s1[:, None], s2[:, None]
     if s1.ndim != 2 or s2.ndim != 2 or s1.shape[1] != s2.shape[1]:
         raise ValueError(f"sample sets must be (n, d) with the same d; got {s1.shape}, {s2.shape}")
+    if s1.shape[0] == 0 or s2.shape[0] == 0:
+        raise ValueError(f"sample sets must hold at least one sample each; got {s1.shape}, "
+                         f"{s2.shape}")
+    for which, s in (("s1", s1), ("s2", s2)):
+        # np.sort puts NaN last and searchsorted counts it: a NaN draw gave a finite score
+        if not np.isfinite(s).all():
+            row, col = np.argwhere(~np.isfinite(s))[0]
+            raise ValueError(f"{which} contains {s[row, col]} (sample {row}, dimension {col}): "
+                             "the score compares finite draws")
     total = 0.0
     for j in range(s1.shape[1]):
         a, b = np.sort(s1[:, j]), np.sort(s2[:, j])

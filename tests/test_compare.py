@@ -46,6 +46,16 @@ def test_cvm_score():
         pmc.cvm_score(np.zeros((3, 2)), np.zeros((3, 3)))
 
 
+
+def test_cvm_score_refuses_empty_and_non_finite_samples():
+    a = np.array([0.0, 1.0, 2.0])
+    with pytest.raises(ValueError, match="at least one sample each"):
+        pmc.cvm_score(a, a[:0])
+    with pytest.raises(ValueError, match=r"s1 contains nan \(sample 1, dimension 0\)"):
+        pmc.cvm_score(np.array([0.0, np.nan, 2.0]), a)
+    with pytest.raises(ValueError, match=r"s2 contains inf \(sample 0, dimension 1\)"):
+        pmc.cvm_score(np.zeros((3, 2)), np.array([[0.0, np.inf], [1.0, 1.0]]))
+
 def test_compare_columns_against_the_draws():
     rng = np.random.default_rng(1)
     ref = rng.normal([0.0, 1.0], [1.0, 2.0], size=(2, 300, 2))
