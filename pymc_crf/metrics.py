@@ -31,6 +31,9 @@ __all__ = ["ChunkScore", "Reliability", "SelectiveCurve", "bio_chunks", "chunk_f
 
 def _split(tag: str) -> tuple[str, str]:
     """``("B", "NP")`` from ``"B-NP"``; ``("O", "")`` for ``"O"``."""
+    if not isinstance(tag, str):  # label indices (ints) failed with "has no attribute 'partition'"
+        raise TypeError(f"tag {tag!r} is a {type(tag).__name__}; chunk tags are str (O, B-TYPE "
+                        "or I-TYPE): map label indices to their tags first")
     if tag == "O":
         return "O", ""
     prefix, _, kind = tag.partition("-")
