@@ -432,6 +432,25 @@ class CRFTagger(BaseEstimator):
                 got = sorted(weights) if isinstance(weights, Mapping) else type(weights).__name__
                 raise ValueError(f"weights must be a dict with exactly the keys {sorted(keys)} "
                                  f"(node (F, K) and edge (K, K) weights); got {got}")
+            # only the features' columns were checked (and named the data, not the weights):
+            # a wrong K gave node and edge tables of different K, a 3-d edge table a (1, 1, K, K)
+            # one, NaN weights NaN tables, all handed on to the engines
+            F, K = w["mean"]["node_weights"].shape[0], len(self.classes_)
+            want = {"node_weights": (F, K), "edge_weights": (K, K)}
+            checked = {}
+            for key, shape in want.items():
+                try:
+                    value = np.asarray(weights[key], dtype=np.float64)
+                except (TypeError, ValueError) as err:
+                    raise ValueError(f"weights[{key!r}] must be a numeric array {shape}; "
+                                     f"got {type(weights[key]).__name__} ({err})") from None
+                if value.shape != shape:
+                    raise ValueError(f"weights[{key!r}] must have shape {shape} ({F} features, "
+                                     f"{K} tags); got {value.shape}")
+                if not np.isfinite(value).all():
+                    raise ValueError(f"weights[{key!r}] contains NaN or inf")
+                checked[key] = value
+            weights = checked
         node, edge = log_potentials_for(data, w["info"], weights.get("node_weights"),
                                         weights.get("edge_weights"))
         return data, node, edge

@@ -265,6 +265,22 @@ def test_predict_errors_and_log_potential_weights_are_named(fitted):
     for bad in ({"W": W}, {"node_weights": W}, [W]):
         with pytest.raises(ValueError, match="weights must be a dict with exactly the keys"):
             fitted.log_potentials([[{"w": "a"}]], weights=bad)
+    # shapes and values: the features' columns alone were checked (naming the data), so a
+    # wrong K or a 3-d edge table gave inconsistent tables and NaN weights NaN tables
+    T = fitted.result_["posterior"]["T"].values[0, 0]
+    F, K = W.shape
+    for node, edge, match in ((W[:, :2], T, rf"node_weights'\] must have shape \({F}, {K}\)"),
+                              (W.ravel(), T, "node_weights'] must have shape"),
+                              (W, T[:2, :2], rf"edge_weights'\] must have shape \({K}, {K}\)"),
+                              (W, T[None], "edge_weights'] must have shape"),
+                              (np.full_like(W, np.nan), T, "node_weights'] contains NaN"),
+                              (W, "T", "edge_weights'] must be a numeric array")):
+        with pytest.raises(ValueError, match=match):
+            fitted.log_potentials([[{"w": "a"}]],
+                                  weights={"node_weights": node, "edge_weights": edge})
+    _, node, edge = fitted.log_potentials([[{"w": "a"}]],
+                                          weights={"node_weights": W.tolist(), "edge_weights": T})
+    assert node.shape == (1, K) and edge.shape == (1, K, K)
 
 
 def test_pickle_joblib_netcdf_round_trip(corpus, fitted, tmp_path):
