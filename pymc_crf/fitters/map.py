@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping
 
 import numpy as np
 import pymc as pm
@@ -215,6 +216,10 @@ def _find_map(objective, x0: np.ndarray, settings: dict,
 def _check_start(start: dict | None) -> None:
     """A start value that is not finite is an error naming ``start`` and the variable (it
     would otherwise surface as NaN log-potentials deep in the engine)."""
+    if start is not None and not isinstance(start, Mapping):
+        # a list or array failed with "'list' object has no attribute 'items'"
+        raise TypeError(f"start must be a dict of variable name -> initial value (e.g. "
+                        f"{{'W': np.zeros((F, K))}}); got {type(start).__name__}")
     for name, value in (start or {}).items():
         arr = np.asarray(value, dtype=np.float64)
         bad = ~np.isfinite(arr)
