@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pymc_crf.distributions.crf import pad_labels
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.potentials import check_potential
 from pymc_crf.validation import whole_number
 
@@ -53,6 +53,9 @@ class CRFData:
     def __post_init__(self):
         # n_labels sizes the coords and the fitters' tables; potential and epsilon are read by
         # the CLI's model builder
+        # a networkx graph (or list of them), as pmc.CRF takes; anything else named (None gave
+        # "'NoneType' object has no attribute 'check_labels'")
+        self.graphs = as_graph_batch(self.graphs)
         self.n_labels = whole_number(self.n_labels, "CRFData: n_labels", minimum=2)
         check_potential(self.potential, self.epsilon)
         if self.labels is not None:

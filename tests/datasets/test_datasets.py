@@ -74,3 +74,16 @@ def test_dataset_coords_work_with_az_summary():
     res = pmc.fit(m, method="bethe_laplace", draws=20, random_seed=0, progressbar=False)
     table = az.summary(res)
     assert len(table) == 2 * 2 + 2 * 2
+
+
+def test_crf_data_takes_networkx_graphs_and_names_other_graphs():
+    """Graphs as pmc.CRF takes them; None or an array failed with "'NoneType' object has no
+    attribute 'check_labels'" (or 'check_features')."""
+    import networkx as nx
+
+    X = np.ones((3, 1))
+    data = pmc.CRFData(nx.path_graph(3), np.array([0, 1, 0]), X, n_labels=2)
+    assert isinstance(data.graphs, pmc.GraphBatch) and data.graphs.is_chain
+    for bad in (None, np.zeros((2, 2))):
+        with pytest.raises(TypeError, match="graphs must be a GraphBatch, a networkx graph"):
+            pmc.CRFData(bad, None, X, n_labels=2)
