@@ -150,6 +150,11 @@ def unpad_labels(batch: GraphBatch, padded: np.ndarray) -> np.ndarray:
         The (..., N) labels in the batch's node order (the padding dropped).
     """
     padded = np.asarray(padded)
+    G, L = batch.n_graphs, int(batch.n_nodes.max())
+    if padded.ndim < 2 or padded.shape[-2:] != (G, L):
+        # a larger matrix (another batch's) was read silently, a smaller one failed in numpy
+        raise ValueError(f"padded labels must end in the batch's (graphs, max nodes) = ({G}, {L}) "
+                         f"dimensions; got shape {padded.shape}")
     pos = np.arange(batch.n_total_nodes) - batch.node_offsets[batch.node_graph]
     return padded[..., batch.node_graph, pos]
 

@@ -95,6 +95,21 @@ def test_prior_and_posterior_predictive_and_loo(rng):
     assert res["log_likelihood"]["y"].dims == ("chain", "draw", "graph")
 
 
+def test_unpad_labels_checks_the_batch_layout():
+    """Another batch's larger padded matrix was read silently (its first rows and columns), a
+    smaller one failed with numpy's IndexError."""
+    b = pmc.GraphBatch.chains([3, 2])
+    padded = np.array([[0, 1, 2], [1, 0, -1]])
+    np.testing.assert_array_equal(pmc.unpad_labels(b, padded), [0, 1, 2, 1, 0])
+    np.testing.assert_array_equal(pmc.unpad_labels(b, np.stack([padded, padded + 1]))[1],
+                                  [1, 2, 3, 2, 1])
+    for bad in (np.zeros((3, 3), int), np.zeros((4, 5), int), np.zeros((2, 2), int),
+                np.zeros(5, int)):
+        with pytest.raises(ValueError, match=r"must end in the batch's \(graphs, max nodes\) = "
+                                             r"\(2, 3\)"):
+            pmc.unpad_labels(b, bad)
+
+
 @pytest.mark.parametrize("labels,msg", [
     (np.array([0, 1, 5, 0, 0, 0, 0, 0]), "outside 0..2"),
     (np.zeros(7, int), "one entry per node"),
