@@ -354,10 +354,33 @@ def extract_crf(model: pm.Model | None = None) -> CRFSpec:
     info: CRFInfo = op.info(op.dist_params(rv.owner))
     labels = observed_labels(model, rv, info)
     nw, ew = weight_specs(model, info.node_weights, info.edge_weights)
+    _check_weight_shapes(info, nw, ew)
     weights = {info.node_weights, info.edge_weights}
     free = tuple(v.name for v in model.free_RVs if v not in weights)
     return CRFSpec(model, rv.name, info.batch, labels, info.n_labels, info.potential,
                    info.epsilon, info.node_features, info.edge_features, nw, ew, free, info)
+
+
+def _check_weight_shapes(info: CRFInfo, nw: WeightSpec | None, ew: WeightSpec | None) -> None:
+    """Weights sized by ``dims`` have no static shape, so the CRF checks them only where its
+    compiled logp runs; a weight-space fitter reads the model without compiling it, and a
+    coordinate that does not match the data (another vocabulary's features, another tag set)
+    failed there with numpy's "shapes not aligned" or "cannot reshape array" or an engine's
+    "out must be a C-contiguous float64 array"."""
+    K = info.n_labels
+    want = {"node_weights": None if info.node_features is None
+            else (int(info.node_features.shape[1]), K),
+            "edge_weights": (K, K) if info.edge_features is None
+            else (int(info.edge_features.shape[1]), K, K)}
+    for key, w in (("node_weights", nw), ("edge_weights", ew)):
+        if w is None or want[key] is None or tuple(w.shape) == want[key]:
+            continue
+        what = ("(node features, labels)" if key == "node_weights" else
+                "(labels, labels)" if info.edge_features is None
+                else "(edge features, labels, labels)")
+        raise ValueError(f"the CRF's {key} {w.name!r} have shape {tuple(w.shape)}; the data and "
+                         f"n_labels={K} need {want[key]} {what}: check the coords of its dims "
+                         "against the features' columns and the labels")
 
 
 def require_gaussian_prior(spec: CRFSpec | MRFSpec, method: str) -> None:

@@ -110,3 +110,28 @@ def test_weight_space_fitters_name_a_fixed_weight_table():
     for method in ("ep", "bethe_laplace"):
         with pytest.raises(ValueError, match="edge_weights is a constant or an expression"):
             pmc.fit(m, method=method, progressbar=False)
+
+
+@pytest.mark.parametrize("sizes,match", [
+    ((3, 3, 3), r"node_weights 'W' have shape \(3, 3\); the data and n_labels=3 need \(2, 3\)"),
+    ((2, 4, 4), r"node_weights 'W' have shape \(2, 4\); .* need \(2, 3\)"),
+    ((2, 3, 4), r"edge_weights 'T' have shape \(4, 4\); .* need \(3, 3\) \(labels, labels\)"),
+])
+def test_weights_sized_by_coords_that_do_not_match_the_data_are_named(sizes, match):
+    """Weights with dims have no static shape, so only the compiled logp checked them: the
+    weight-space fitters failed with numpy's "shapes (9,2) and (3,3) not aligned", "cannot
+    reshape array of size 18 into shape (15,)" or "out must be a C-contiguous float64 array"."""
+    nf, K, K2 = sizes
+    batch = pmc.GraphBatch.chains([3, 2, 4])
+    X = np.random.default_rng(0).normal(size=(9, 2))
+    coords = {"f": range(nf), "k": range(K), "i": range(K2), "j": range(K2)}
+    with pm.Model(coords=coords) as m:
+        W = pm.Normal("W", 0, 1, dims=("f", "k"))
+        T = pm.Normal("T", 0, 1, dims=("i", "j"))
+        pmc.CRF("y", graphs=batch, node_features=X, node_weights=W, edge_weights=T,
+                observed=np.array([0, 1, 2, 1, 0, 2, 2, 1, 0]), n_labels=3)
+    with pytest.raises(ValueError, match=match):
+        extract_crf(m)
+    for method in ("bethe_laplace", "ep"):
+        with pytest.raises(ValueError, match=match):
+            pmc.fit(m, method=method, progressbar=False)
