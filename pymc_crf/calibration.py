@@ -70,7 +70,10 @@ def _layout(result: xr.DataTree) -> dict:
 
 def tempered(result: xr.DataTree, temperature: float) -> xr.DataTree:
     """A copy of ``result`` whose CRF weights (every draw, and a Gaussian fit's mean, sds and
-    covariance in its ``fit`` group) are divided by ``temperature``.
+    covariance in its ``fit`` group) are divided by ``temperature``. The result's
+    ``log_likelihood`` group and ``log_marginal_likelihood`` attr, which belong to the
+    untempered weights, are dropped, so ``pmc.loo`` refuses the copy and ``pmc.compare`` shows
+    no LOO or evidence for it; compare temperatures by held-out log loss (``fit_temperature``).
 
     Parameters
     ----------
@@ -101,6 +104,13 @@ def tempered(result: xr.DataTree, temperature: float) -> xr.DataTree:
             if name in fit:
                 fit[name] = fit[name] / T**power
         out["fit"] = xr.DataTree(fit)
+    # the per-graph log-likelihood of the draws and the evidence are those of the untempered
+    # weights: kept, pmc.loo and pmc.compare scored the tempered draws with them (a higher
+    # elpd_loo at T = 5 than at T = 1, the same evidence); a tempered posterior is not the
+    # model's, so it has neither
+    if "log_likelihood" in out.children:
+        del out["log_likelihood"]
+    out.attrs.pop("log_marginal_likelihood", None)
     out.attrs["crf"] = json.dumps(info)
     out.attrs["temperature"] = T
     return out

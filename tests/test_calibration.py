@@ -101,3 +101,25 @@ def test_tempered_gaussian_fit_predicts_at_the_divided_mean(chain_fit, method):
                                       BruteForce().map_assignment(data.graphs, node, edge).labels)
         # the held-out loss now depends on T: the search stops inside the bounds
         assert 0.05 * 1.01 < fit_temperature(gauss, data) < 20.0 * 0.99
+
+
+def test_tempered_result_drops_the_untempered_log_likelihood_and_evidence(chain_fit):
+    """The log_likelihood group and the evidence were kept from the untempered weights, so
+    pmc.loo scored tempered draws with them (a higher elpd at T = 5) and pmc.compare showed the
+    original's evidence."""
+    fit, data = chain_fit
+    with pm.Model() as model:
+        W = pm.Normal("W", 0.0, 3.0, shape=(data.node_features.shape[1], data.n_labels))
+        T = pm.Normal("T", 0.0, 3.0, shape=(data.n_labels, data.n_labels))
+        pmc.CRF("y", graphs=data.graphs, node_features=data.node_features, node_weights=W,
+                edge_weights=T, observed=data.labels)
+    gauss = pmc.fit(model, method="bethe_laplace", draws=50, random_seed=0, progressbar=False)
+    hot = tempered(gauss, 5.0)
+    assert "log_likelihood" not in hot.children
+    assert "log_marginal_likelihood" not in hot.attrs
+    assert "log_likelihood" in gauss.children and "log_marginal_likelihood" in gauss.attrs
+    with pytest.raises(ValueError, match="needs the result's log_likelihood group"):
+        pmc.loo(hot, model)
+    table = pmc.compare({"fit": gauss, "hot": hot}, model=model)
+    assert np.isfinite(table.loc["fit", "elpd_loo"]) and np.isnan(table.loc["hot", "elpd_loo"])
+    assert np.isnan(table.loc["hot", "log_marginal_likelihood"])
