@@ -449,11 +449,22 @@ def _run_evaluate(args, parser: argparse.ArgumentParser) -> int:
     from pymc_crf.metrics import chunk_f1
 
     _say(f"pymc-crf evaluate: {args.input} with {args.model} ...")
-    _, X, gold, pred, _, _ = _tag_file(args, parser)
+    tagger, X, gold, pred, _, _ = _tag_file(args, parser)
     if gold is None:
         parser.error(f"{args.input} has no tag column to evaluate against (it has the model's "
                      "feature columns only)")
     flat_gold = [t for s in gold for t in s]
+    unseen = sorted(set(flat_gold) - set(tagger.classes_))
+    if unseen:
+        # counted as errors, rightly, but a 0 % accuracy from a file whose "tags" are features
+        # (an attribute file without its label field) or another tag set looked like a result
+        n = sum(t in unseen for t in flat_gold)
+        hint = (" (tags with '=': is the first tab-separated field, the label, missing?)"
+                if any("=" in t for t in unseen) else "")
+        _say(f"warning: {n} of {len(flat_gold)} gold tags are not among the model's "
+             f"{len(tagger.classes_)} tags and are counted as errors: "
+             f"{', '.join(map(repr, unseen[:5]))}{' ...' if len(unseen) > 5 else ''}{hint}",
+             err=True)
     flat_pred = [t for s in pred for t in s]
     acc = 100.0 * float(np.mean([a == b for a, b in zip(flat_gold, flat_pred, strict=True)]))
     print(f"{len(X)} sentences, {len(flat_gold)} tokens")

@@ -240,6 +240,13 @@ def test_attribute_format(tmp_path, files, capsys):
     with pytest.raises(SystemExit):  # attribute lines have no token to echo
         main(["tag", str(model), str(tmp_path / "test.attr"), "--with-tokens"])
     assert "attribute files, which have no token column" in capsys.readouterr().err
+    # a test file without its label field: the first attribute read as the gold tag, and a
+    # token accuracy of 0 % printed as a result
+    (tmp_path / "bare.attr").write_text("w=the\tpos=DT\nw=dog\tpos=NN\n")
+    assert main(["evaluate", str(model), str(tmp_path / "bare.attr")]) == 0
+    err = capsys.readouterr().err
+    assert ("warning: 2 of 2 gold tags are not among the model's" in err
+            and "'w=dog', 'w=the'" in err and "the label, missing?" in err)
 
 
 def test_cli_errors(files, capsys):
