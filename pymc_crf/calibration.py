@@ -99,10 +99,16 @@ def tempered(result: xr.DataTree, temperature: float) -> xr.DataTree:
         # weights, so they are divided too, sds by T and the covariance by T^2; left alone,
         # those predictions ignored the temperature and fit_temperature returned a bound
         fit = out["fit"].to_dataset()
+        n_weights = sum(int(np.prod(post[info[k]].shape[2:])) for k in
+                        ("node_weights", "edge_weights") if info.get(k) is not None)
         for name, power in (("mean_vector", 1), ("map_vector", 1), ("sd_vector", 1),
                             ("covariance_matrix", 2)):
-            if name in fit:
+            if name not in fit:
+                continue
+            if fit[name].shape[0] == n_weights:
                 fit[name] = fit[name] / T**power
+            else:  # the fit covers other parameters too (learned scales): not the weights'
+                fit = fit.drop_vars(name)
         out["fit"] = xr.DataTree(fit)
     # the per-graph log-likelihood of the draws and the evidence are those of the untempered
     # weights: kept, pmc.loo and pmc.compare scored the tempered draws with them (a higher

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pymc as pm
 import pytest
+import xarray as xr
 
 import pymc_crf as pmc
 from pymc_crf.calibration import fit_temperature, tempered, token_log_loss
@@ -90,6 +91,12 @@ def test_tempered_gaussian_fit_predicts_at_the_divided_mean(chain_fit, method):
     W, T = mean[:F * K].reshape(F, K), mean[F * K:].reshape(K, K)
     hot = tempered(gauss, 2.5)
     np.testing.assert_allclose(hot["fit"]["mean_vector"].values, mean / 2.5)
+    # a fit vector that covers more than the CRF weights is not divided but dropped
+    wider = gauss.copy(deep=True)
+    fit = wider["fit"].to_dataset().drop_vars("covariance_matrix")
+    fit["mean_vector"] = ("extended", np.append(mean, 1.0))
+    wider["fit"] = xr.DataTree(fit)
+    assert "mean_vector" not in tempered(wider, 2.5)["fit"]
     np.testing.assert_allclose(hot["fit"]["covariance_matrix"].values,
                                gauss["fit"]["covariance_matrix"].values / 2.5**2)
     node, edge = data.node_features @ W / 2.5, T[None] / 2.5
