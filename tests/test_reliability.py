@@ -235,6 +235,15 @@ def test_infinite_labels_are_named_as_such(value):
     _one_line(exc, f"MRF labels contain {value} at row 0, node 1")
 
 
+def test_mrf_missing_label_marker_points_to_the_crf():
+    with pm.Model(), pytest.raises(ValueError) as exc:
+        w = pm.Normal("w", 0.0, 1.0)
+        pmc.MRF("x", graphs=pmc.GraphBatch.chains([3]), edge_weights=w,
+                parameterization="ising", observed=np.array([[0, -1, 1]]))
+    _one_line(exc, "label -1 at row 0, node 1 is outside 0..1",
+              "missing labels are supported by pmc.CRF")
+
+
 def _draws_result(model, n_draws):
     """A result of ``n_draws`` prior draws of ``w``, built as every fitter builds its result
     (the per-graph log-likelihood from the engine)."""

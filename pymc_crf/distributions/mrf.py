@@ -232,6 +232,8 @@ def check_mrf_labels(batch: GraphBatch, labels: Any, n_labels: int | None,
         r, i = (int(k[0]) for k in np.nonzero((arr < 0) | (arr >= n_labels)))
         hint = (" (spins are given as label indices: s = 2 * label - 1)"
                 if parameterization == "ising" else "")
+        if arr[r, i] == -1:
+            hint += ": the MRF needs whole labellings (missing labels are supported by pmc.CRF)"
         raise ValueError(f"label {int(arr[r, i])} at row {r}, node {i} is outside "
                          f"0..{n_labels - 1}{hint}")
     return arr
