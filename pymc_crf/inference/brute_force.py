@@ -81,7 +81,10 @@ class BruteForce(Engine):
         for g in range(batch.n_graphs):
             configs, score, local, eidx = self._enumerate(batch, node, edge, g)
             log_z[g] = logsumexp(score)
-            p = np.exp(score - log_z[g])
+            # a graph that allows no labelling (log Z = -inf) has no marginals: NaN, said so by
+            # the callers (predictive_marginals), without numpy's warning on -inf - -inf
+            p = (np.exp(score - log_z[g]) if log_z[g] > -np.inf
+                 else np.full(score.shape, np.nan))
             lo = int(batch.node_offsets[g])
             for i in range(configs.shape[1]):
                 nm[lo + i] = np.bincount(configs[:, i], weights=p, minlength=K)
