@@ -75,30 +75,39 @@ def test_bad_input(chain_fit):
         fit_temperature(fit, data, bounds=(2.0, 1.0))
 
 
-@pytest.mark.parametrize("method", ["bpe", "map"])
-def test_tempered_gaussian_fit_predicts_at_the_divided_mean(chain_fit, method):
-    """"bpe" and "map" predict at a Gaussian fit's mean_vector (its fit group), which tempering
-    left undivided: the temperature changed nothing and fit_temperature ran to a bound."""
-    fit, data = chain_fit
+@pytest.fixture(scope="module")
+def laplace_fit(chain_fit):
+    """The chain data's Laplace posterior (a Gaussian ``fit`` group, draws, log-likelihood and
+    evidence) and its model."""
+    _, data = chain_fit
     with pm.Model() as model:
         W = pm.Normal("W", 0.0, 3.0, shape=(data.node_features.shape[1], data.n_labels))
         T = pm.Normal("T", 0.0, 3.0, shape=(data.n_labels, data.n_labels))
         pmc.CRF("y", graphs=data.graphs, node_features=data.node_features, node_weights=W,
                 edge_weights=T, observed=data.labels)
-    gauss = pmc.fit(model, method="bethe_laplace", draws=20, random_seed=0, progressbar=False)
+    gauss = pmc.fit(model, method="bethe_laplace", draws=50, random_seed=0, progressbar=False)
+    return gauss, model, data
+
+
+@pytest.mark.parametrize("method", ["bpe", "map"])
+def test_tempered_gaussian_fit_predicts_at_the_divided_mean(laplace_fit, method):
+    """"bpe" and "map" predict at a Gaussian fit's mean_vector (its fit group): tempering
+    divides it (and the sds, the covariance by T^2), so those predictions and the temperature
+    search depend on T."""
+    gauss, _, data = laplace_fit
     mean = gauss["fit"]["mean_vector"].values
     F, K = data.node_features.shape[1], data.n_labels
     W, T = mean[:F * K].reshape(F, K), mean[F * K:].reshape(K, K)
     hot = tempered(gauss, 2.5)
     np.testing.assert_allclose(hot["fit"]["mean_vector"].values, mean / 2.5)
+    np.testing.assert_allclose(hot["fit"]["covariance_matrix"].values,
+                               gauss["fit"]["covariance_matrix"].values / 2.5**2)
     # a fit vector that covers more than the CRF weights is not divided but dropped
     wider = gauss.copy(deep=True)
     fit = wider["fit"].to_dataset().drop_vars("covariance_matrix")
     fit["mean_vector"] = ("extended", np.append(mean, 1.0))
     wider["fit"] = xr.DataTree(fit)
     assert "mean_vector" not in tempered(wider, 2.5)["fit"]
-    np.testing.assert_allclose(hot["fit"]["covariance_matrix"].values,
-                               gauss["fit"]["covariance_matrix"].values / 2.5**2)
     node, edge = data.node_features @ W / 2.5, T[None] / 2.5
     if method == "bpe":
         np.testing.assert_allclose(pmc.predict(hot, data, "bpe").marginals,
@@ -106,21 +115,14 @@ def test_tempered_gaussian_fit_predicts_at_the_divided_mean(chain_fit, method):
     else:
         np.testing.assert_array_equal(pmc.predict(hot, data, "map").labels,
                                       BruteForce().map_assignment(data.graphs, node, edge).labels)
-        # the held-out loss now depends on T: the search stops inside the bounds
+        # the held-out loss depends on T: the search stops inside the bounds
         assert 0.05 * 1.01 < fit_temperature(gauss, data) < 20.0 * 0.99
 
 
-def test_tempered_result_drops_the_untempered_log_likelihood_and_evidence(chain_fit):
-    """The log_likelihood group and the evidence were kept from the untempered weights, so
-    pmc.loo scored tempered draws with them (a higher elpd at T = 5) and pmc.compare showed the
-    original's evidence."""
-    fit, data = chain_fit
-    with pm.Model() as model:
-        W = pm.Normal("W", 0.0, 3.0, shape=(data.node_features.shape[1], data.n_labels))
-        T = pm.Normal("T", 0.0, 3.0, shape=(data.n_labels, data.n_labels))
-        pmc.CRF("y", graphs=data.graphs, node_features=data.node_features, node_weights=W,
-                edge_weights=T, observed=data.labels)
-    gauss = pmc.fit(model, method="bethe_laplace", draws=50, random_seed=0, progressbar=False)
+def test_tempered_result_drops_the_untempered_log_likelihood_and_evidence(laplace_fit):
+    """The log_likelihood group and the evidence belong to the untempered weights: the tempered
+    copy has neither, so pmc.loo refuses it and pmc.compare shows no LOO or evidence for it."""
+    gauss, model, _ = laplace_fit
     hot = tempered(gauss, 5.0)
     assert "log_likelihood" not in hot.children
     assert "log_marginal_likelihood" not in hot.attrs
