@@ -265,8 +265,8 @@ def test_predict_errors_and_log_potential_weights_are_named(fitted):
     for bad in ({"W": W}, {"node_weights": W}, [W]):
         with pytest.raises(ValueError, match="weights must be a dict with exactly the keys"):
             fitted.log_potentials([[{"w": "a"}]], weights=bad)
-    # shapes and values: the features' columns alone were checked (naming the data), so a
-    # wrong K or a 3-d edge table gave inconsistent tables and NaN weights NaN tables
+    # shapes and values of given weights: a wrong K, a 3-d edge table and NaN weights are
+    # refused by name, not turned into inconsistent or NaN tables
     T = fitted.result_["posterior"]["T"].values[0, 0]
     F, K = W.shape
     for node, edge, match in ((W[:, :2], T, rf"node_weights'\] must have shape \({F}, {K}\)"),

@@ -312,7 +312,7 @@ def test_reliability_and_ece_hand_made():
     # one sentence instead of a list of sentences: its tags were read as words
     with pytest.raises(ValueError, match=r"gold must be a list of sentences.*pass \[tags\]"):
         chunk_f1(["B-NP", "I-NP"], ["B-NP", "I-NP"])
-    # label indices instead of tags: "'int' object has no attribute 'partition'" before
+    # label indices instead of tags are refused by name
     with pytest.raises(TypeError, match=r"tag 0 is a int; chunk tags are str"):
         chunk_f1([[0, 1]], [[0, 1]])
 

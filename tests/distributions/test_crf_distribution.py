@@ -96,8 +96,8 @@ def test_prior_and_posterior_predictive_and_loo(rng):
 
 
 def test_unpad_labels_checks_the_batch_layout():
-    """Another batch's larger padded matrix was read silently (its first rows and columns), a
-    smaller one failed with numpy's IndexError."""
+    """Padded labels must end in the batch's (graphs, max nodes): another batch's matrix,
+    larger or smaller, is refused by name rather than read in part."""
     b = pmc.GraphBatch.chains([3, 2])
     padded = np.array([[0, 1, 2], [1, 0, -1]])
     np.testing.assert_array_equal(pmc.unpad_labels(b, padded), [0, 1, 2, 1, 0])
@@ -136,7 +136,7 @@ def test_bad_features_and_weights(rng):
             pmc.CRF("b", graphs=b, node_features=X, node_weights=W3, observed=np.zeros(8, int))
         with pytest.raises(ValueError, match="go together"):
             pmc.CRF("c", graphs=b, node_weights=W, observed=np.zeros(8, int))
-        # edge features without edge weights were dropped: a CRF without edge potentials
+        # edge features without edge weights to score them are refused (they would be ignored)
         with pytest.raises(ValueError, match="edge_features need edge_weights"):
             pmc.CRF("c2", graphs=b, node_features=X, node_weights=W,
                     edge_features=np.ones((b.n_edges, 1)), observed=np.zeros(8, int))

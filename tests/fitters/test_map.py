@@ -113,7 +113,7 @@ def test_a_start_value_that_is_not_finite_is_refused_by_name(loop_model):
         with pytest.raises(ValueError, match=r"start\['w'\] is not finite at index \(1, 0, 1\)"):
             pmc.fit(loop_model, method="map", start={"w": bad}, engine_objective=engine_objective,
                     progressbar=False)
-        # not a dict: "'list' object has no attribute 'items'" before
+        # a start that is not a dict is refused by name
         with pytest.raises(TypeError, match="start must be a dict of variable name"):
             pmc.fit(loop_model, method="map", start=[bad], engine_objective=engine_objective,
                     progressbar=False)
