@@ -50,7 +50,19 @@ DEFAULT_COLUMN_NAMES = ("w", "pos")
 
 
 def count_sentences(path: str | Path) -> int:
-    """Number of sentences of a CoNLL file (one streaming pass of :func:`sentence_rows`)."""
+    """Number of sentences of a CoNLL file (one streaming pass of :func:`sentence_rows`).
+
+    Parameters
+    ----------
+    path : str or Path
+        The file (plain or gzip; ``-``: standard input); ``-DOCSTART-`` lines are not
+        sentences.
+
+    Returns
+    -------
+    int
+        How many sentences the file has.
+    """
     return sum(1 for _ in sentence_rows(path))
 
 
@@ -58,7 +70,25 @@ def read_conll_range(path: str | Path, start: int, stop: int
                      ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
     """Words, POS tags and chunk tags of sentences ``start..stop-1`` of a CoNLL-2000-style file
     (``word POS chunk`` per line: the first, second and last whitespace column;
-    ``-DOCSTART-`` lines skipped), reading only up to ``stop`` and keeping only the range."""
+    ``-DOCSTART-`` lines skipped), reading only up to ``stop`` and keeping only the range.
+
+    Parameters
+    ----------
+    path : str or Path
+        The file (plain or gzip; ``-``: standard input).
+    start, stop : int
+        The sentence range ``[start, stop)`` (as ``itertools.islice``: a range past the file's
+        end is cut short).
+
+    Returns
+    -------
+    words : list of list of str
+        The first column of each sentence.
+    pos : list of list of str
+        The second column.
+    tags : list of list of str
+        The last column.
+    """
     words, pos, tags = [], [], []
     for rows in itertools.islice(sentence_rows(path), start, stop):
         words.append([r[0] for r in rows])

@@ -30,7 +30,7 @@ import json
 import time
 import uuid
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -65,6 +65,7 @@ from pymc_crf.validation import positive_number, whole_number
 if TYPE_CHECKING:
     import pymc as pm
     from distributed import Client, Future
+    from pymc.util import RandomGenerator
 
 __all__ = ["ShardData", "ShardedLogLikelihood", "conll_shard", "conll_shards", "conll_vocabulary",
            "connected", "count_sentences", "fit_laplace", "fit_map", "polish", "predict",
@@ -77,9 +78,23 @@ _NOT_FOR_PREDICTION = ("log_likelihood", "observed_data", "constant_data", "pred
 
 
 @contextmanager
-def connected(client: Client | str):
+def connected(client: Client | str) -> Iterator[Client]:
     """``client`` itself, or a ``distributed.Client`` of the scheduler at the address ``client``
-    (closed on exit)."""
+    (closed on exit).
+
+    A context manager (``with connected(client) as c: ...``).
+
+    Parameters
+    ----------
+    client : distributed.Client or str
+        A client (yielded as it is, and left open on exit), or the address of a running
+        scheduler (``"tcp://host:8786"``).
+
+    Yields
+    ------
+    distributed.Client
+        ``client`` itself, or a new client of the scheduler at that address, closed on exit.
+    """
     if not isinstance(client, str):
         yield client
         return
@@ -93,7 +108,21 @@ def connected(client: Client | str):
 def prediction_payload(result: xr.DataTree) -> xr.DataTree:
     """The part of ``result`` a predictor reads: the ``posterior`` and ``fit`` groups (and any
     group a fitter added for its predictor) and the attrs, without the training-sized groups
-    (``log_likelihood``, ``observed_data``, ...)."""
+    (``log_likelihood``, ``observed_data``, ...).
+
+    Parameters
+    ----------
+    result : xarray.DataTree
+        A fitter's result.
+
+    Returns
+    -------
+    xarray.DataTree
+        A new tree of ``result``'s groups except ``log_likelihood``, ``observed_data``,
+        ``constant_data``, ``predictions``, ``predictions_constant_data``, ``sample_stats``,
+        ``warmup_posterior``, ``warmup_sample_stats``, ``optimizer_result`` and
+        ``diagnostics``, with ``result``'s attrs.
+    """
     keep = {name: result[name].to_dataset() for name in result.children
             if name not in _NOT_FOR_PREDICTION}
     out = xr.DataTree.from_dict(keep)
@@ -139,7 +168,7 @@ def _corpus_tier(sizes, n_labels: int | None) -> str | None:
 
 
 def predict(result: xr.DataTree, partitions: Any, method: str = "average", *,
-            client: Client | str, **options) -> Prediction:
+            client: Client | str, **options: Any) -> Prediction:
     """``pmc.predict`` over a partitioned corpus on a Dask cluster.
 
     Parameters
@@ -166,6 +195,12 @@ def predict(result: xr.DataTree, partitions: Any, method: str = "average", *,
         whole corpus when every partition has labels: equal to ``pmc.predict`` on the
         concatenated corpus (same draws, same seed; each graph's marginals do not depend on the
         other graphs of its batch).
+
+    Raises
+    ------
+    ValueError
+        When ``predictions`` or ``sample_labels`` is given true, or ``partitions`` is an empty
+        sequence.
     """
     for name in ("predictions", "sample_labels"):
         if options.get(name):
@@ -225,7 +260,19 @@ def _predict(result: xr.DataTree, partitions: Any, method: str, client: Client, 
 # ---------------------------------------------------------------------------------- shards
 @dataclass(frozen=True)
 class ShardData:
-    """One shard of a CRF likelihood: its graphs, flat labels (-1: missing) and features."""
+    """One shard of a CRF likelihood: its graphs, flat labels (-1: missing) and features.
+
+    Attributes
+    ----------
+    graphs : GraphBatch
+        The shard's graphs.
+    labels : ndarray (N,) int
+        One label per node of ``graphs`` (flat, graph after graph; -1: missing).
+    node_features : ndarray or scipy.sparse CSR (N, F), or None
+        The nodes' features, if the CRF has node features.
+    edge_features : ndarray or scipy.sparse CSR (E, Fe), or None
+        The edges' features, if the CRF has edge features.
+    """
 
     graphs: Any
     labels: np.ndarray
@@ -234,7 +281,24 @@ class ShardData:
 
     @classmethod
     def from_crf_data(cls, data: CRFData) -> ShardData:
-        """The graphs, labels and features of a labelled ``CRFData``."""
+        """The graphs, labels and features of a labelled ``CRFData``.
+
+        Parameters
+        ----------
+        data : CRFData
+            A data set with labels.
+
+        Returns
+        -------
+        ShardData
+            ``data.graphs``, ``data.labels`` (as an ndarray), ``data.node_features`` and
+            ``data.edge_features``.
+
+        Raises
+        ------
+        ValueError
+            When ``data.labels`` is None.
+        """
         if data.labels is None:
             raise ValueError("a training shard needs labels; this CRFData has none")
         return cls(data.graphs, np.asarray(data.labels), data.node_features, data.edge_features)
@@ -242,7 +306,27 @@ class ShardData:
 
 def shard_ranges(n_graphs: int, n_shards: int) -> list[tuple[int, int]]:
     """``n_shards`` contiguous ``[start, stop)`` graph ranges of near-equal length covering
-    ``0..n_graphs`` (none empty)."""
+    ``0..n_graphs`` (none empty).
+
+    Parameters
+    ----------
+    n_graphs : int
+        How many graphs (at least 1).
+    n_shards : int
+        How many ranges (at least 1, at most ``n_graphs``).
+
+    Returns
+    -------
+    list of tuple of (int, int)
+        The ``(start, stop)`` pairs, in order; each range's ``stop`` is the next one's
+        ``start``.
+
+    Raises
+    ------
+    ValueError
+        When ``n_shards`` is more than ``n_graphs``, or either is not a whole number of at
+        least 1.
+    """
     n_graphs = whole_number(n_graphs, "n_graphs", minimum=1)
     n_shards = whole_number(n_shards, "n_shards", minimum=1)
     if n_shards > n_graphs:
@@ -406,12 +490,37 @@ class ShardedLogLikelihood:
 
     def pointwise(self, w: np.ndarray) -> np.ndarray:
         """Per-graph log-likelihood (G,) in shard order at the weights ``w`` (d,), or (S, G) at
-        each row of ``w`` (S, d)."""
+        each row of ``w`` (S, d).
+
+        Parameters
+        ----------
+        w : ndarray (d,) or (S, d)
+            Flat weights, or one flat weight vector per row.
+
+        Returns
+        -------
+        ndarray (G,) or (S, G)
+            Each graph's log-likelihood, the shards' graphs in order.
+        """
         return np.concatenate(self.client.gather(self._on_shards(_pointwise, w)), axis=-1)
 
     def negative_hessian(self, w: np.ndarray) -> np.ndarray:
         """The log-likelihood's negative Hessian (d, d) at ``w``, each shard's computed on its
-        worker and the sum formed on the client (dense: for d up to a few thousand)."""
+        worker and the sum formed on the client (dense: for d up to a few thousand).
+
+        Each shard's is ``J^T C J`` minus the probit potentials' curvature term, as the exact
+        Laplace fit computes it (:mod:`pymc_crf.fitters.bethe_laplace.curvature`).
+
+        Parameters
+        ----------
+        w : ndarray (d,)
+            Flat weights.
+
+        Returns
+        -------
+        ndarray (d, d)
+            The summed negative Hessian, symmetrised (``(A + A.T) / 2``).
+        """
         parts = self.client.gather(self._on_shards(_negative_hessian, w))
         A = parts[0].copy()
         for P in parts[1:]:
@@ -446,7 +555,8 @@ def _optimise(objective, x0: np.ndarray, maxiter: int, gtol: float, ftol: float,
     return x, diag
 
 
-def polish(gradient, x0: np.ndarray, gtol: float, maxiter: int = 50) -> tuple[np.ndarray, int]:
+def polish(gradient: Callable[[np.ndarray], np.ndarray], x0: np.ndarray, gtol: float,
+           maxiter: int = 50) -> tuple[np.ndarray, int]:
     """Newton-Krylov on the gradient from ``x0`` until its largest entry is at most ``gtol``.
 
     L-BFGS stops where the objective stops decreasing in floating point: near the mode
@@ -456,7 +566,29 @@ def polish(gradient, x0: np.ndarray, gtol: float, maxiter: int = 50) -> tuple[np
     ``newton_krylov``: Jacobian-vector products by finite differences of the gradient, a line
     search on the residual norm) uses the gradient alone, which keeps its accuracy there.
 
-    Returns the point and the number of Newton iterations.
+    Parameters
+    ----------
+    gradient : callable
+        The gradient: flat weights (d,) to an ndarray (d,).
+    x0 : ndarray (d,)
+        The start (e.g. L-BFGS's point).
+    gtol : float
+        The stopping rule: largest absolute gradient entry at most this (positive).
+    maxiter : int, default 50
+        Most Newton iterations (scipy's ``root(method="krylov")`` ``maxiter``).
+
+    Returns
+    -------
+    x : ndarray (d,)
+        The point (``x0`` as float64 when its gradient already meets ``gtol``).
+    n_iterations : int
+        The number of Newton iterations (0 when ``x0`` already meets ``gtol``).
+
+    Raises
+    ------
+    ValueError
+        When Newton-Krylov does not reach ``gtol`` in ``maxiter`` iterations, or ``gtol`` is
+        not a positive number.
     """
     gtol = positive_number(gtol, "polish_gtol")
     if np.max(np.abs(gradient(x0))) <= gtol:
@@ -568,8 +700,8 @@ def fit_map(model: pm.Model, client: Client | str, n_shards: int | None = None, 
 
 
 def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = None, *,
-                draws: int = 1000, chains: int = 1, random_seed=None,
-                polish_gtol: float | None = 1e-9, **map_options) -> xr.DataTree:
+                draws: int = 1000, chains: int = 1, random_seed: RandomGenerator = None,
+                polish_gtol: float | None = 1e-9, **map_options: Any) -> xr.DataTree:
     """The exact Laplace approximation ``N(w*, A^-1)`` with the MAP and the curvature computed
     data-parallel: :func:`fit_map`, then each shard's negative log-likelihood Hessian on its
     worker, summed with the prior precision on the client (``A = sum_s A_s + Lambda^-1``;
@@ -626,7 +758,25 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
 # read by pymc_crf.columns (count_sentences, read_conll_range; imported above): the jobs below
 # run them on the workers
 def sentence_ranges(n_sentences: int, n_shards: int) -> list[tuple[int, int]]:
-    """``n_shards`` contiguous sentence ranges (:func:`shard_ranges`)."""
+    """``n_shards`` contiguous sentence ranges (:func:`shard_ranges`).
+
+    Parameters
+    ----------
+    n_sentences : int
+        How many sentences (e.g. :func:`count_sentences` of the file; at least 1).
+    n_shards : int
+        How many ranges (at least 1, at most ``n_sentences``).
+
+    Returns
+    -------
+    list of tuple of (int, int)
+        The ``(start, stop)`` sentence ranges, in order.
+
+    Raises
+    ------
+    ValueError
+        As :func:`shard_ranges`.
+    """
     return shard_ranges(n_sentences, n_shards)
 
 
@@ -645,7 +795,30 @@ def conll_vocabulary(client: Client, path: str | Path, ranges: Sequence[tuple[in
     """A ``FeatureVectorizer`` of :func:`~pymc_crf.datasets.token_features` fitted on the whole
     file, with the feature counts made by the workers (one task per range) and added on the
     client, and the sorted tag set: the vocabulary ``FeatureVectorizer(min_freq, bias).fit`` of
-    all the file's sentences gives, without the client reading the file."""
+    all the file's sentences gives, without the client reading the file.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster's client.
+    path : str or Path
+        The CoNLL file (``word POS chunk`` per line, :func:`read_conll_range`), readable by
+        every worker at this path.
+    ranges : sequence of tuple of (int, int)
+        Sentence ranges ``[start, stop)`` covering the file (:func:`sentence_ranges`); one task
+        each.
+    min_freq : int, default 1
+        As ``FeatureVectorizer``: features seen in fewer tokens are dropped.
+    bias : bool, default True
+        As ``FeatureVectorizer``: add a bias feature.
+
+    Returns
+    -------
+    vectorizer : FeatureVectorizer
+        Fitted on the features of all the ranges' sentences.
+    tags : list of str
+        The sorted tag set of the ranges' sentences.
+    """
     futures = [client.submit(_count_range, str(path), a, b, bias, pure=False) for a, b in ranges]
     counts: Counter[str] = Counter()
     tags: set[str] = set()
@@ -659,7 +832,26 @@ def conll_shard(path: str | Path, start: int, stop: int, vectorizer: FeatureVect
                 classes: Sequence[str]) -> CRFData:
     """Sentences ``start..stop-1`` of a CoNLL file as a chain ``CRFData`` with the CRFsuite token
     template's sparse features (runs on a worker; the rows equal those of the whole file's
-    matrix for these sentences)."""
+    matrix for these sentences).
+
+    Parameters
+    ----------
+    path : str or Path
+        The CoNLL file (:func:`read_conll_range`).
+    start, stop : int
+        The sentence range ``[start, stop)``.
+    vectorizer : FeatureVectorizer
+        A fitted vectorizer (:func:`conll_vocabulary`) of the
+        :func:`~pymc_crf.datasets.token_features` dicts.
+    classes : sequence of str
+        The tag set; a tag's label is its index here.
+
+    Returns
+    -------
+    CRFData
+        The sentences as chains, with labels, node features ``vectorizer.transform(...)`` and
+        ``n_labels=len(classes)``.
+    """
     words, pos, tags = read_conll_range(path, start, stop)
     X = vectorizer.transform([token_features(w, p) for w, p in zip(words, pos, strict=True)])
     y, _ = encode_tags(tags, classes)
@@ -670,7 +862,27 @@ def conll_shards(client: Client, path: str | Path, ranges: Sequence[tuple[int, i
                  vectorizer: FeatureVectorizer, classes: Sequence[str]) -> list[Future]:
     """Futures of :func:`conll_shard` for each sentence range, built on the workers in turn
     (the vectorizer is broadcast once); feed them to :func:`fit_map` (``shards=``) or
-    :func:`predict`."""
+    :func:`predict`.
+
+    Parameters
+    ----------
+    client : distributed.Client
+        The cluster's client.
+    path : str or Path
+        The CoNLL file, readable by every worker at this path.
+    ranges : sequence of tuple of (int, int)
+        Sentence ranges ``[start, stop)`` (:func:`sentence_ranges`), one shard each; range
+        ``i`` is built on the ``i``-th worker (by sorted address), cycling.
+    vectorizer : FeatureVectorizer
+        A fitted vectorizer (:func:`conll_vocabulary`).
+    classes : sequence of str
+        The tag set (labels are indices into it).
+
+    Returns
+    -------
+    list of distributed.Future
+        Futures of the shards' ``CRFData`` (:func:`conll_shard`), in range order.
+    """
     workers = sorted(client.scheduler_info()["workers"])
     vec = client.scatter(vectorizer, broadcast=True, hash=False)
     return [client.submit(conll_shard, str(path), a, b, vec, list(classes),

@@ -28,8 +28,22 @@ __all__ = ["data_dir", "mark_sentence_ends", "read_conll2000", "read_ptb_sample"
 
 
 def data_dir(name: str = "") -> Path:
-    """The shared data folder (``$PYMC_CRF_DATA``, else ``../shared/data`` beside the repository
-    root), or one data set inside it; the path may not exist (callers check)."""
+    """The shared data folder, or one data set inside it.
+
+    The folder is ``$PYMC_CRF_DATA``, else ``../shared/data`` beside the repository root; the
+    path may not exist (callers check).
+
+    Parameters
+    ----------
+    name : str, default ""
+        A data set's folder name (``"conll2000"``, ``"ptb_sample_pos"``); empty: the shared
+        data folder itself.
+
+    Returns
+    -------
+    Path
+        The folder (``root / name``, or ``root`` when ``name`` is empty); not checked to exist.
+    """
     env = os.environ.get("PYMC_CRF_DATA")
     root = Path(env) if env else Path(__file__).resolve().parents[2].parent / "shared" / "data"
     return root / name if name else root
@@ -58,8 +72,33 @@ def _read_gzip_columns(path: Path, sep: str) -> list[list[list[str]]]:
 
 def read_conll2000(split: str = "train", root: Path | None = None
                    ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
-    """Words, POS tags and chunk tags (one list per sentence) of a CoNLL-2000 split
-    (``"train"`` or ``"test"``)."""
+    """Words, POS tags and chunk tags (one list per sentence) of a CoNLL-2000 split.
+
+    Parameters
+    ----------
+    split : {"train", "test"}, default "train"
+        Which split: the file ``{split}.txt.gz`` of the folder.
+    root : Path or None, default None
+        The folder holding ``train.txt.gz`` / ``test.txt.gz``; None: ``data_dir("conll2000")``.
+
+    Returns
+    -------
+    words : list of list of str
+        The words of each sentence.
+    pos : list of list of str
+        Their POS tags.
+    chunks : list of list of str
+        Their BIO chunk tags.
+
+    Raises
+    ------
+    ValueError
+        When ``split`` is neither ``"train"`` nor ``"test"``, or the file is not UTF-8 text.
+    FileNotFoundError
+        When the split's file does not exist.
+    gzip.BadGzipFile
+        When the file is not gzip.
+    """
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test'; got {split!r}")
     folder = Path(root) if root is not None else data_dir("conll2000")
@@ -69,8 +108,31 @@ def read_conll2000(split: str = "train", root: Path | None = None
 
 
 def read_ptb_sample(root: Path | None = None) -> tuple[list[list[str]], list[list[str]]]:
-    """Words and POS tags (one list per sentence) of the Penn Treebank WSJ sample, in file order
-    (documents ``wsj_0001`` .. ``wsj_0199``; sentences 0-1920 are section 00)."""
+    """Words and POS tags (one list per sentence) of the Penn Treebank WSJ sample, in file order.
+
+    The file holds documents ``wsj_0001`` .. ``wsj_0199``; sentences 0-1920 are section 00.
+
+    Parameters
+    ----------
+    root : Path or None, default None
+        The folder holding ``wsj_sample.tsv.gz``; None: ``data_dir("ptb_sample_pos")``.
+
+    Returns
+    -------
+    words : list of list of str
+        The words of each sentence.
+    pos : list of list of str
+        Their POS tags.
+
+    Raises
+    ------
+    FileNotFoundError
+        When ``wsj_sample.tsv.gz`` does not exist.
+    ValueError
+        When the file is not UTF-8 text.
+    gzip.BadGzipFile
+        When the file is not gzip.
+    """
     folder = Path(root) if root is not None else data_dir("ptb_sample_pos")
     rows = _read_gzip_columns(_require(folder / "wsj_sample.tsv.gz"), "\t")
     return [[r[0] for r in s] for s in rows], [[r[1] for r in s] for s in rows]
@@ -103,6 +165,22 @@ def token_features(words: Sequence[str], pos: Sequence[str] | None = None,
     ``istitle`` / ``isdigit``, the POS tag and its first two characters (when ``pos`` is given);
     for the neighbours at offsets +-1 .. +-``window``: lower case, ``istitle``, ``isupper``, POS
     and POS prefix; ``BOS`` / ``EOS`` on the first / last token.
+
+    Parameters
+    ----------
+    words : sequence of str
+        The sentence's words.
+    pos : sequence of str or None, default None
+        Their POS tags (one per word); None: no POS features.
+    window : int, default 2
+        How far the neighbour features reach on either side (neighbours past the sentence's
+        ends are left out).
+
+    Returns
+    -------
+    list of dict
+        One feature dict per token (feature name to str or bool value), ready for
+        :class:`pymc_crf.FeatureVectorizer`.
     """
     n = len(words)
     out = []

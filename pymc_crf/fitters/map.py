@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pymc as pm
@@ -34,6 +35,9 @@ from pymc_crf.model.spec import (
 )
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
+if TYPE_CHECKING:
+    from xarray import DataTree
+
 __all__ = ["fit_map"]
 
 
@@ -43,7 +47,7 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
             period: int | None = None, start: dict | None = None, jacobian: bool = False,
             log_likelihood: bool = True, jitter: float = 0.0, random_seed: int | None = None,
             engine_objective: bool | None = None, optimizer: str = "auto",
-            progressbar: bool = True):
+            progressbar: bool = True) -> DataTree:
     """MAP estimate of every free variable of ``model`` by L-BFGS (scipy's L-BFGS-B, or the
     package's own L-BFGS for large models: see ``optimizer``).
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import difflib
 import inspect
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pymc as pm
 
@@ -17,14 +17,15 @@ from pymc_crf.validation import flag, real_number, whole_number
 
 if TYPE_CHECKING:
     from pymc.util import RandomState
+    from xarray import DataTree
 
 __all__ = ["fit_nuts"]
 
 
 @register("nuts")
-def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-             random_seed: RandomState = None, progressbar: bool = True, log_likelihood: bool = True,
-             **sample_kwargs):
+def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
+             chains: int | None = 2, random_seed: RandomState = None, progressbar: bool = True,
+             log_likelihood: bool = True, **sample_kwargs: Any) -> DataTree:
     """NUTS via ``pm.sample`` (nutpie when installed, as PyMC's default), plus the per-graph
     log-likelihood, and attrs ``method``/``wall_time`` like every other fitter.
 
@@ -34,7 +35,44 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: in
     (one chain at a time on a 2-core machine: pass ``cores=2`` there); the other
     keyword arguments go to ``pm.sample`` too. A keyword that is none of ``pm.sample``'s own but
     close to one (``drawz=``) is taken for a typo and refused: ``pm.sample`` would hand it to the
-    step method or nutpie, whose errors do not name the intended option."""
+    step method or nutpie, whose errors do not name the intended option.
+
+    Parameters
+    ----------
+    model : pm.Model
+        Any PyMC model; the observed labels of its random fields are checked before sampling.
+    draws : int, default 1000
+        Draws per chain (``pm.sample``'s).
+    tune : int or None, default 1000
+        Tuning steps per chain; None: ``pm.sample``'s default.
+    chains : int or None, default 2
+        Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
+    random_seed : int, sequence of int, Generator or None, default None
+        As ``pm.sample``.
+    progressbar : bool, default True
+        ``pm.sample``'s (its own bar, or nutpie's; ``False`` silences it).
+    log_likelihood : bool, default True
+        Add the per-graph ``log_likelihood`` group (the option every fitter takes; not
+        ``pm.sample``'s).
+    **sample_kwargs
+        Further ``pm.sample`` keyword arguments (``cores``, ``target_accept``, ``nuts``,
+        ``nuts_sampler``, ...); ``cores`` defaults to half the CPU count there.
+
+    Returns
+    -------
+    xarray.DataTree
+        ``pm.sample``'s groups (``posterior``, ``sample_stats``, ``observed_data``, ...) with
+        the per-graph ``log_likelihood``; attrs ``method`` (``"nuts"``), ``settings``
+        (``draws``, ``tune``, ``chains``) and ``wall_time``.
+
+    Raises
+    ------
+    ValueError
+        When a keyword is a known other name of a ``pm.sample`` option or close to one of them
+        (a typo), when ``draws``, ``tune``, ``chains`` or ``cores`` is not a whole number (at
+        least 1; ``tune`` at least 0), or when ``target_accept`` (or ``nuts["target_accept"]``)
+        is outside (0, 1).
+    """
     t0 = time.perf_counter()
     _refuse_typos(sample_kwargs)
     log_likelihood = flag(log_likelihood, "method='nuts': log_likelihood")

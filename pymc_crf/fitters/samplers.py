@@ -23,7 +23,8 @@ say what was used. The remaining keyword arguments go to the step method."""
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pymc as pm
@@ -117,32 +118,225 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
 
 
 @register("bethe_mh")
-def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed: RandomGenerator = None, progressbar: bool = True,
-                 initvals=None, S="auto", start="auto", **step_kwargs) -> DataTree:
-    """MC-BP: Metropolis-Hastings with Bethe log Z (:class:`~pymc_crf.step_methods.BetheMH`;
+def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
+                 chains: int | None = 2, cores: int | None = 1,
+                 random_seed: RandomGenerator = None, progressbar: bool = True,
+                 initvals: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+                 S: str | np.ndarray | None = "auto", start: str | None = "auto",
+                 **step_kwargs: Any) -> DataTree:
+    """MC-BP: Metropolis-Hastings with Bethe log Z (:class:`~pymc_crf.step_methods.BetheMH`).
+
     ``S`` and ``start`` as the module says; ``step_kwargs`` go to the step: ``scaling``,
-    ``damping``, ``tol``, ...)."""
+    ``damping``, ``tol``, ...
+
+    Parameters
+    ----------
+    model : pm.Model
+        A model with a ``pmc.CRF`` or ``pmc.MRF`` likelihood, every label observed
+        (``pm.Data`` included) and free, untransformed, distinct weight variables; the step
+        method samples the weights, any other free variables get PyMC's default steps (e.g.
+        NUTS) in a compound step.
+    draws : int, default 1000
+        Draws per chain (``pm.sample``'s).
+    tune : int or None, default 1000
+        Tuning steps per chain (``pm.sample``'s); None: ``pm.sample``'s default.
+    chains : int or None, default 2
+        Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
+    cores : int or None, default 1
+        Chains run in parallel (``pm.sample``'s).
+    random_seed : int, sequence of int, Generator or None, default None
+        As ``pm.sample``; the Laplace starts are drawn from it (from its first seed when it
+        is a per-chain sequence).
+    progressbar : bool, default True
+        As ``pm.sample``.
+    initvals : dict or sequence of dict, optional
+        As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
+    S : {"auto", "laplace"}, ndarray or None, default "auto"
+        The starting proposal of the step (its ``S``). ``"auto"`` is the Bethe-Laplace
+        posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
+        Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal
+        weight priors, nothing else free or observed), and unit standard deviations
+        otherwise (with a warning); ``"laplace"`` insists on it; an array or None is passed
+        on.
+    start : {"auto", "laplace"} or None, default "auto"
+        ``"laplace"`` starts each chain at its own draw from that Bethe-Laplace Gaussian
+        (near the MAP, apart from the other chains), ``"auto"`` does so whenever the
+        Laplace fit is available, None starts at the model's initial point; ``initvals``
+        overrides it.
+    **step_kwargs
+        Options of :class:`~pymc_crf.step_methods.BetheMH`: ``scaling``, ``target_accept``,
+        ``adapt_window``, ``damping``, ``tol``, ``max_iter``, ``schedule``,
+        ``compile_kwargs``.
+
+    Returns
+    -------
+    xarray.DataTree
+        The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
+        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
+        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
+        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
+        ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
+        ``"initial_point"``) say what was used. The Laplace fit's time is part of
+        ``wall_time``.
+
+    Raises
+    ------
+    TypeError
+        When a keyword is neither an option of the fitter nor of its step method.
+    ValueError
+        When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
+        of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
+        is not one the step method samples.
+    """
     return _sample_with("BetheMH", "bethe_mh", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
 
 
 @register("langevin_cd")
-def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                    cores: int = 1, random_seed: RandomGenerator = None, progressbar: bool = True,
-                    initvals=None, S="auto", start="auto", **step_kwargs) -> DataTree:
-    """LV-CD: brief Langevin with contrastive-divergence gradients
-    (:class:`~pymc_crf.step_methods.LangevinCD`; ``step_kwargs``: ``cd_steps``, ``step_size``)."""
+def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
+                    chains: int | None = 2, cores: int | None = 1,
+                    random_seed: RandomGenerator = None, progressbar: bool = True,
+                    initvals: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+                    S: str | np.ndarray | None = "auto", start: str | None = "auto",
+                    **step_kwargs: Any) -> DataTree:
+    """LV-CD: brief Langevin with contrastive-divergence gradients.
+
+    The step is :class:`~pymc_crf.step_methods.LangevinCD`; ``step_kwargs``: ``cd_steps``,
+    ``step_size``.
+
+    Parameters
+    ----------
+    model : pm.Model
+        A model with a ``pmc.CRF`` or ``pmc.MRF`` likelihood, every label observed
+        (``pm.Data`` included) and free, untransformed, distinct weight variables; the step
+        method samples the weights, any other free variables get PyMC's default steps (e.g.
+        NUTS) in a compound step.
+    draws : int, default 1000
+        Draws per chain (``pm.sample``'s).
+    tune : int or None, default 1000
+        Tuning steps per chain (``pm.sample``'s); None: ``pm.sample``'s default.
+    chains : int or None, default 2
+        Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
+    cores : int or None, default 1
+        Chains run in parallel (``pm.sample``'s).
+    random_seed : int, sequence of int, Generator or None, default None
+        As ``pm.sample``; the Laplace starts are drawn from it (from its first seed when it
+        is a per-chain sequence).
+    progressbar : bool, default True
+        As ``pm.sample``.
+    initvals : dict or sequence of dict, optional
+        As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
+    S : {"auto", "laplace"}, ndarray or None, default "auto"
+        The starting proposal of the step (its ``S``). ``"auto"`` is the Bethe-Laplace
+        posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
+        Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal
+        weight priors, nothing else free or observed), and unit standard deviations
+        otherwise (with a warning); ``"laplace"`` insists on it; an array or None is passed
+        on.
+    start : {"auto", "laplace"} or None, default "auto"
+        ``"laplace"`` starts each chain at its own draw from that Bethe-Laplace Gaussian
+        (near the MAP, apart from the other chains), ``"auto"`` does so whenever the
+        Laplace fit is available, None starts at the model's initial point; ``initvals``
+        overrides it.
+    **step_kwargs
+        Options of :class:`~pymc_crf.step_methods.LangevinCD`: ``cd_steps``, ``step_size``,
+        ``target_accept``, ``adapt_window``, ``max_energy_error``, ``compile_kwargs``.
+
+    Returns
+    -------
+    xarray.DataTree
+        The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
+        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
+        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
+        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
+        ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
+        ``"initial_point"``) say what was used. The Laplace fit's time is part of
+        ``wall_time``.
+
+    Raises
+    ------
+    TypeError
+        When a keyword is neither an option of the fitter nor of its step method.
+    ValueError
+        When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
+        of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
+        is not one the step method samples.
+    """
     return _sample_with("LangevinCD", "langevin_cd", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
 
 
 @register("exchange")
-def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int = 1000, chains: int = 2,
-                 cores: int = 1, random_seed: RandomGenerator = None, progressbar: bool = True,
-                 initvals=None, S="auto", start="auto", **step_kwargs) -> DataTree:
-    """The exchange algorithm (:class:`~pymc_crf.step_methods.Exchange`; ``step_kwargs``:
-    ``sampler``, ``aux_sweeps``, ``scaling``); ``attrs["exact_auxiliary"]`` says whether the
-    auxiliary draws were exact."""
+def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
+                 chains: int | None = 2, cores: int | None = 1,
+                 random_seed: RandomGenerator = None, progressbar: bool = True,
+                 initvals: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
+                 S: str | np.ndarray | None = "auto", start: str | None = "auto",
+                 **step_kwargs: Any) -> DataTree:
+    """The exchange algorithm (:class:`~pymc_crf.step_methods.Exchange`).
+
+    ``step_kwargs``: ``sampler``, ``aux_sweeps``, ``scaling``; ``attrs["exact_auxiliary"]``
+    says whether the auxiliary draws were exact.
+
+    Parameters
+    ----------
+    model : pm.Model
+        A model with a ``pmc.CRF`` or ``pmc.MRF`` likelihood, every label observed
+        (``pm.Data`` included) and free, untransformed, distinct weight variables; the step
+        method samples the weights, any other free variables get PyMC's default steps (e.g.
+        NUTS) in a compound step.
+    draws : int, default 1000
+        Draws per chain (``pm.sample``'s).
+    tune : int or None, default 1000
+        Tuning steps per chain (``pm.sample``'s); None: ``pm.sample``'s default.
+    chains : int or None, default 2
+        Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
+    cores : int or None, default 1
+        Chains run in parallel (``pm.sample``'s).
+    random_seed : int, sequence of int, Generator or None, default None
+        As ``pm.sample``; the Laplace starts are drawn from it (from its first seed when it
+        is a per-chain sequence).
+    progressbar : bool, default True
+        As ``pm.sample``.
+    initvals : dict or sequence of dict, optional
+        As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
+    S : {"auto", "laplace"}, ndarray or None, default "auto"
+        The starting proposal of the step (its ``S``). ``"auto"`` is the Bethe-Laplace
+        posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
+        Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal
+        weight priors, nothing else free or observed), and unit standard deviations
+        otherwise (with a warning); ``"laplace"`` insists on it; an array or None is passed
+        on.
+    start : {"auto", "laplace"} or None, default "auto"
+        ``"laplace"`` starts each chain at its own draw from that Bethe-Laplace Gaussian
+        (near the MAP, apart from the other chains), ``"auto"`` does so whenever the
+        Laplace fit is available, None starts at the model's initial point; ``initvals``
+        overrides it.
+    **step_kwargs
+        Options of :class:`~pymc_crf.step_methods.Exchange`: ``sampler``, ``aux_sweeps``,
+        ``scaling``, ``target_accept``, ``adapt_window``, ``max_treewidth``,
+        ``compile_kwargs``.
+
+    Returns
+    -------
+    xarray.DataTree
+        The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
+        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
+        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
+        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
+        ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
+        ``"initial_point"``) say what was used. The Laplace fit's time is part of
+        ``wall_time``.
+        ``attrs["exact_auxiliary"]`` (0 or 1) says whether the auxiliary draws were exact.
+
+    Raises
+    ------
+    TypeError
+        When a keyword is neither an option of the fitter nor of its step method.
+    ValueError
+        When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
+        of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
+        is not one the step method samples.
+    """
     return _sample_with("Exchange", "exchange", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import warnings
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
@@ -34,6 +35,7 @@ from pymc_crf.validation import positive_number, real_number, whole_number
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike
+    from scipy.sparse import sparray, spmatrix
 
 __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "LoopyResult",
            "MapResult", "Marginals", "check_direction", "check_iteration_settings",
@@ -103,7 +105,19 @@ class LoopyResult(NamedTuple):
 
     def marginals(self, shared_edge_table: bool) -> Marginals:
         """The run as :class:`Marginals`: beliefs as probabilities, edge beliefs summed over edges
-        when the model has one shared edge table (its gradient)."""
+        when the model has one shared edge table (its gradient).
+
+        Parameters
+        ----------
+        shared_edge_table : bool
+            Whether the model has one edge table shared by every edge.
+
+        Returns
+        -------
+        Marginals
+            ``log_z``, ``exp(log_node)`` (N, K), ``exp(log_edge)`` (E, K, K) or its sum over
+            edges (1, K, K), and ``report``.
+        """
         edge = np.exp(self.log_edge)
         if shared_edge_table:
             edge = edge.sum(axis=0, keepdims=True)
@@ -349,17 +363,52 @@ class Engine(ABC):
     approximation: str = "exact"
 
     def supports(self, batch: GraphBatch) -> bool:
-        """Whether this engine can run on every graph of ``batch``."""
+        """Whether this engine can run on every graph of ``batch``.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+
+        Returns
+        -------
+        bool
+            True when it can (this base version: always).
+        """
         return True
 
     def check_size(self, batch: GraphBatch, n_labels: int) -> None:
         """Raise a ValueError when the engine cannot run on ``batch`` with ``n_labels`` labels
-        (a model's build calls it where the labels are known; by default every size runs)."""
+        (a model's build calls it where the labels are known; by default every size runs).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        n_labels : int
+            Labels per node (K).
+
+        Raises
+        ------
+        ValueError
+            When the engine cannot run at this size (this base version: never).
+        """
         return None
 
     def check_supported(self, batch: GraphBatch) -> None:
         """Raise a ValueError saying why the engine cannot run on ``batch`` (engines override this
-        to name the offending graph)."""
+        to name the offending graph).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+
+        Raises
+        ------
+        ValueError
+            When :meth:`supports` is False for ``batch``.
+        """
         if not self.supports(batch):
             kinds = ", ".join(f"{int((batch.kinds == k).sum())} {k}"
                               for k in ("chain", "tree", "loopy") if (batch.kinds == k).any())
@@ -367,35 +416,130 @@ class Engine(ABC):
                              "use inference='auto'")
 
     @abstractmethod
-    def log_partition(self, batch: GraphBatch, node_logpot, edge_logpot) -> np.ndarray:
-        """log Z per graph, shape (G,)."""
+    def log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                      edge_logpot: ArrayLike) -> np.ndarray:
+        """log Z per graph, shape (G,).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+
+        Returns
+        -------
+        ndarray (G,)
+            log Z of each graph: exact, or the engine's approximation (:attr:`approximation`)
+            when :attr:`exact` is False.
+        """
 
     @abstractmethod
-    def marginals(self, batch: GraphBatch, node_logpot, edge_logpot) -> Marginals:
-        """log Z and node / edge marginals (the gradient of log Z w.r.t. the tables)."""
+    def marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                  edge_logpot: ArrayLike) -> Marginals:
+        """log Z and node / edge marginals (the gradient of log Z w.r.t. the tables).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+
+        Returns
+        -------
+        Marginals
+            ``log_z`` (G,), ``node`` (N, K), ``edge`` (E, K, K) (or (1, K, K) summed over edges
+            when the edge table is shared) and, for approximate engines, the per-graph
+            convergence ``report`` (else None).
+        """
 
     @abstractmethod
-    def map_assignment(self, batch: GraphBatch, node_logpot, edge_logpot) -> MapResult:
-        """Most probable labelling of every graph."""
+    def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike,
+                       edge_logpot: ArrayLike) -> MapResult:
+        """Most probable labelling of every graph.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+
+        Returns
+        -------
+        MapResult
+            ``labels`` (N,) and their unnormalised log score per graph, ``score`` (G,).
+        """
 
     @abstractmethod
-    def sample(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int,
-               rng: np.random.Generator | int | None = None) -> np.ndarray:
-        """``n_samples`` labellings of every graph, shape (n_samples, N), int64."""
+    def sample(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+               n_samples: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
+        """``n_samples`` labellings of every graph, shape (n_samples, N), int64.
 
-    def weighted_marginals(self, batch: GraphBatch, node_logpot, edge_logpot,
-                           graph_weights) -> tuple[np.ndarray, np.ndarray]:
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        n_samples : int
+            Labellings to draw.
+        rng : Generator, int or None, optional
+            The random generator, or a seed of one.
+
+        Returns
+        -------
+        ndarray (n_samples, N) int64
+            One labelling of the whole batch per row.
+        """
+
+    def weighted_marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                           edge_logpot: ArrayLike, graph_weights: ArrayLike
+                           ) -> tuple[np.ndarray, np.ndarray]:
         """Marginals of graph g times ``graph_weights[g]``: the vector-Jacobian product of log Z
         (``log_z_and_weighted_marginals`` without log Z).
 
         Engines with a one-pass kernel override ``log_z_and_weighted_marginals``, not this
         method: compiled models call that one.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        graph_weights : array_like (G,)
+            The output gradient, one weight per graph.
+
+        Returns
+        -------
+        node : ndarray (N, K)
+            Node marginals of graph g times ``graph_weights[g]``.
+        edge : ndarray (E, K, K), or (1, K, K) for a shared table
+            Edge marginals likewise (summed over edges for a shared table).
         """
         return self.log_z_and_weighted_marginals(batch, node_logpot, edge_logpot,
                                                  graph_weights)[1:]
 
-    def log_z_and_weighted_marginals(self, batch: GraphBatch, node_logpot, edge_logpot,
-                                     graph_weights) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def log_z_and_weighted_marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                     edge_logpot: ArrayLike, graph_weights: ArrayLike
+                                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """log Z and the marginals of graph g times ``graph_weights[g]``, from one pass.
 
         A compiled model that needs both log Z and its gradient runs this once (the
@@ -429,8 +573,9 @@ class Engine(ABC):
         return (np.asarray(m.log_z, dtype=np.float64), gn,
                 ge.sum(axis=0, keepdims=True) if shared else ge)
 
-    def log_z_and_feature_marginals(self, batch: GraphBatch, node_logpot, edge_features,
-                                    edge_weights, graph_weights=None
+    def log_z_and_feature_marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                    edge_features: np.ndarray | spmatrix | sparray,
+                                    edge_weights: ArrayLike, graph_weights: ArrayLike | None = None
                                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """log Z and its gradient for log-linear edge tables made from edge features.
 
@@ -465,7 +610,8 @@ class Engine(ABC):
         log_z, gn, ge = self.log_z_and_weighted_marginals(batch, node, edge, gw)
         return log_z, gn, features_tdot(Xe, ge.reshape(batch.n_edges, K * K)).reshape(-1, K, K)
 
-    def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
+    def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None
+                      ) -> tuple[Callable, Callable] | None:
         """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models,
         taking arrays of any layout (the Ops pass PyTensor's as they are); ``vjp`` returns
         ``(log_z, weighted node marginals, weighted edge marginals)``.
@@ -473,42 +619,136 @@ class Engine(ABC):
         problem's size.
 
         None means the PyTensor Ops call this engine from numba's object mode.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        n_labels : int or None, optional
+            Labels per node (K), where the compiled graph knows it.
+
+        Returns
+        -------
+        tuple of (callable, callable) or None
+            ``(log_z, vjp)``, or None (this base version).
         """
         return None
 
-    def feature_log_partition(self, batch: GraphBatch, node_logpot, edge_features,
-                              edge_weights) -> np.ndarray:
+    def feature_log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                              edge_features: np.ndarray | spmatrix | sparray,
+                              edge_weights: ArrayLike) -> np.ndarray:
         """log Z (G,) of log-linear edge tables made from edge features: the first output of
         :meth:`log_z_and_feature_marginals`, without the gradient pass. This generic version
-        forms the (E, K, K) tables."""
+        forms the (E, K, K) tables.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_features : ndarray or scipy.sparse matrix (E, Fe)
+            Finite (as ``GraphBatch.check_features`` returns them).
+        edge_weights : array_like (Fe, K, K)
+            The edge table of edge e is ``sum_f edge_features[e, f] * edge_weights[f]``.
+
+        Returns
+        -------
+        ndarray (G,)
+            log Z of each graph.
+        """
         node, Xe, We, _ = check_feature_tables(batch, node_logpot, edge_features, edge_weights)
         K = node.shape[1]
         return self.log_partition(batch, node, features_dot(Xe, We).reshape(batch.n_edges, K, K))
 
-    def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
+    def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None
+                              ) -> tuple[Callable, Callable] | None:
         """Optional njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
         :meth:`log_z_and_feature_marginals` for compiled models (``x`` dense (E, Fe), ``w``
         (Fe, K^2)); ``vjp`` returns ``(log_z, weighted node marginals, expected edge features
         (Fe, K^2))``; layouts and ``n_labels`` as in :meth:`numba_kernels`. None means the PyTensor Ops call
-        this engine from numba's object mode."""
+        this engine from numba's object mode.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        n_labels : int or None, optional
+            Labels per node (K), where the compiled graph knows it.
+
+        Returns
+        -------
+        tuple of (callable, callable) or None
+            ``(log_z, vjp)``, or None (this base version).
+        """
         return None
 
-    def covariance_vector_product(self, batch: GraphBatch, node_logpot, edge_logpot,
-                                  v_node, v_edge) -> tuple[np.ndarray, np.ndarray]:
+    def covariance_vector_product(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                  edge_logpot: ArrayLike, v_node: ArrayLike, v_edge: ArrayLike
+                                  ) -> tuple[np.ndarray, np.ndarray]:
         """Covariance of the sufficient statistics (Hessian of log Z) applied to ``(v_node, v_edge)``.
 
         Returns arrays shaped like the marginals. Engines that can, override this.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        v_node : array_like (N, K)
+            The direction's node part.
+        v_edge : array_like (E, K, K), or (1, K, K) for a shared table
+            The direction's edge part (with a shared table, broadcast over edges).
+
+        Returns
+        -------
+        node : ndarray (N, K)
+            The product's node part.
+        edge : ndarray (E, K, K), or (1, K, K) for a shared table
+            Its edge part (summed over edges for a shared table).
+
+        Raises
+        ------
+        NotImplementedError
+            When the engine has no covariance-vector product (this base version).
         """
         raise NotImplementedError(f"engine {self.name!r} has no covariance-vector product")
 
-    def feature_covariance(self, batch: GraphBatch, node_logpot, edge_logpot,
-                           graph: int = 0) -> np.ndarray:
+    def feature_covariance(self, batch: GraphBatch, node_logpot: ArrayLike,
+                           edge_logpot: ArrayLike, graph: int = 0) -> np.ndarray:
         """Dense covariance of the sufficient statistics of one graph.
 
         The order is the graph's node indicators (node-major, ``n_g * K``) followed by its edge
         indicators (edge-major, ``e_g * K * K``); with a shared edge table, the ``K * K`` summed
         edge statistics. Built column by column from :meth:`covariance_vector_product`, so meant
         for small problems.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        graph : int, default 0
+            The graph's index in ``batch``.
+
+        Returns
+        -------
+        ndarray (D, D)
+            The symmetrised covariance, ``D = n_g * K + e_g * K * K`` (``n_g * K + K * K``
+            with a shared edge table).
+
+        Raises
+        ------
+        NotImplementedError
+            When the engine has no :meth:`covariance_vector_product`.
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         sub = batch.subset([graph])

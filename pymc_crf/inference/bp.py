@@ -16,6 +16,8 @@ beliefs (the BP fixed points are the stationary points of F; envelope theorem).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import get_num_threads, njit, prange
 
@@ -39,6 +41,9 @@ from pymc_crf.inference.bethe import (
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine, bound_slack, labelling_bound
 from pymc_crf.validation import flag, whole_number
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["BPState", "BPStructure", "BeliefPropagation", "ConvergenceWarning", "bp_structure",
            "labelling_score"]
@@ -442,8 +447,8 @@ class BeliefPropagation(LoopyEngine):
             batch.n_graphs)
         return lbn, lbe, log_z
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot, max_product: bool = False,
-            messages: np.ndarray | None = None) -> LoopyResult:
+    def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+            max_product: bool = False, messages: np.ndarray | None = None) -> LoopyResult:
         """Run BP to convergence (or ``max_iter``) and return messages, beliefs and report.
 
         ``messages`` (2E, K) warm-starts the run (e.g. from a previous nearby parameter); the
@@ -461,6 +466,24 @@ class BeliefPropagation(LoopyEngine):
         spectral radius at the fixed point kept, where it was estimated; NaN elsewhere, also
         where a restart replaced the fixed point it was estimated at) and ``restarts``
         (restarts run).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials, or one table shared by every edge.
+        max_product : bool, default False
+            Max-product BP (the beliefs :meth:`decoding_run` decodes) instead of sum-product.
+        messages : ndarray (2E, K), optional
+            Starting messages (normalised log messages, e.g. a previous run's ``messages``).
+
+        Returns
+        -------
+        LoopyResult
+            ``messages``, the normalised log beliefs, ``log_z`` and the report.
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
@@ -573,15 +596,27 @@ class BeliefPropagation(LoopyEngine):
         return runs, moved
 
     # -------------------------------------------------------------- Engine interface
-    def decoding_run(self, batch, node, edge):
-        """Max-product BP: its max-beliefs decode to the MAP labelling on trees without ties."""
+    def decoding_run(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray) -> LoopyResult:
+        """Max-product BP: its max-beliefs decode to the MAP labelling on trees without ties.
+
+        See :meth:`LoopyEngine.decoding_run` for the parameters.
+        """
         return self.run(batch, node, edge, max_product=True)
 
-    def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
-        """Linear-response covariance (derivative of the beliefs) applied to a direction."""
+    def covariance_vector_product(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                  edge_logpot: ArrayLike, v_node: ArrayLike,
+                                  v_edge: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
+        """Linear-response covariance (derivative of the beliefs) applied to a direction.
+
+        See :meth:`Engine.covariance_vector_product` for the parameters.
+        """
         return bethe_covariance_vector_product(batch, node_logpot, edge_logpot, v_node, v_edge,
                                                self)
 
-    def feature_covariance(self, batch, node_logpot, edge_logpot, graph=0):
-        """Dense linear-response covariance of one graph's sufficient statistics."""
+    def feature_covariance(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+                           graph: int = 0) -> np.ndarray:
+        """Dense linear-response covariance of one graph's sufficient statistics.
+
+        See :meth:`Engine.feature_covariance` for the parameters.
+        """
         return bethe_covariance_matrix(batch, node_logpot, edge_logpot, self, graph=graph)

@@ -7,6 +7,7 @@ Enumerates all ``K ** n`` labellings of each graph with plain numpy. Refuses gra
 from __future__ import annotations
 
 import math
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import logsumexp
@@ -22,11 +23,21 @@ from pymc_crf.inference.base import (
 )
 from pymc_crf.validation import generator, positive_number, whole_number
 
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
+
 __all__ = ["BruteForce"]
 
 
 class BruteForce(Engine):
-    """Exact inference by enumerating every labelling (tests and tiny graphs only)."""
+    """Exact inference by enumerating every labelling (tests and tiny graphs only).
+
+    Parameters
+    ----------
+    max_configurations : float, default 1e6
+        Most labellings of one graph (``inf``: no limit); :meth:`check_size` and every run
+        refuse a graph with more, with a ValueError.
+    """
 
     name = "brute_force"
     exact = True
@@ -40,7 +51,10 @@ class BruteForce(Engine):
 
     def check_size(self, batch: GraphBatch, n_labels: int) -> None:
         """Refuse a batch whose largest graph has more than ``max_configurations`` labellings
-        with ``n_labels`` labels (compared in log space: 2^1100 overflows a float)."""
+        with ``n_labels`` labels (compared in log space: 2^1100 overflows a float).
+
+        See :meth:`Engine.check_size` for the parameters.
+        """
         g = int(np.argmax(batch.n_nodes))
         self._check_count(g, int(batch.n_nodes[g]), int(n_labels))
 
@@ -67,12 +81,14 @@ class BruteForce(Engine):
             score = score + edge[eidx, configs[:, local[:, 0]], configs[:, local[:, 1]]].sum(axis=1)
         return configs, score, local, eidx
 
-    def log_partition(self, batch, node_logpot, edge_logpot):
+    def log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                      edge_logpot: ArrayLike) -> np.ndarray:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         return np.array([logsumexp(self._enumerate(batch, node, edge, g)[1])
                          for g in range(batch.n_graphs)])
 
-    def marginals(self, batch, node_logpot, edge_logpot):
+    def marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                  edge_logpot: ArrayLike) -> Marginals:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
         log_z = np.empty(batch.n_graphs)
@@ -93,7 +109,8 @@ class BruteForce(Engine):
                 em[eidx[k]] += np.bincount(pair, weights=p, minlength=K * K).reshape(K, K)
         return Marginals(log_z, nm, em)
 
-    def map_assignment(self, batch, node_logpot, edge_logpot):
+    def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike,
+                       edge_logpot: ArrayLike) -> MapResult:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         labels = np.empty(batch.n_total_nodes, np.int64)
         score = np.empty(batch.n_graphs)
@@ -104,7 +121,8 @@ class BruteForce(Engine):
             score[g] = s[best]
         return checked_map(MapResult(labels, score))
 
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
+    def sample(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+               n_samples: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
         rng = generator(rng, "rng")
@@ -135,13 +153,21 @@ class BruteForce(Engine):
                    configs[:, local[k, 0]], configs[:, local[k, 1]]] += 1.0
         return np.concatenate([s_node.reshape(C, -1), s_edge.reshape(C, -1)], axis=1), p
 
-    def feature_covariance(self, batch, node_logpot, edge_logpot, graph=0):
+    def feature_covariance(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+                           graph: int = 0) -> np.ndarray:
+        """Dense covariance of the sufficient statistics of one graph, from the enumeration of its
+        labellings (the statistics' order as :meth:`Engine.feature_covariance`).
+
+        See :meth:`Engine.feature_covariance` for the parameters.
+        """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         s, p = self._statistics(batch, node, edge, graph)
         mean = p @ s
         return (s * p[:, None]).T @ s - np.outer(mean, mean)
 
-    def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
+    def covariance_vector_product(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                  edge_logpot: ArrayLike, v_node: ArrayLike,
+                                  v_edge: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         v_node = np.asarray(v_node, dtype=np.float64)
         v_edge = np.asarray(v_edge, dtype=np.float64)

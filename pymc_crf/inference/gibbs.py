@@ -13,7 +13,7 @@ gives no estimate of log Z (``log_z`` is NaN).
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -31,6 +31,9 @@ from pymc_crf.inference.base import (
 )
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.validation import generator, whole_number
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["Gibbs", "GibbsChain", "colour_order", "independent_draws"]
 
@@ -120,14 +123,16 @@ class Gibbs(Engine):
     exact = False
     has_log_z = False
 
-    def __init__(self, burn_in: int = 200, thin: int = 1, n_samples: int = 2000, seed=None):
+    def __init__(self, burn_in: int = 200, thin: int = 1, n_samples: int = 2000,
+                 seed: np.random.Generator | int | None = None):
         self.burn_in = whole_number(burn_in, "burn_in", minimum=0)
         self.thin = whole_number(thin, "thin")
         self.n_samples = whole_number(n_samples, "n_samples")
         generator(seed, "seed")  # refuse a bad seed here, not at the first run
         self.seed = seed
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int, rng=None,
+    def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike, n_samples: int,
+            rng: np.random.Generator | int | None = None,
             init: np.ndarray | None = None) -> GibbsChain:
         """Run the chain; returns the kept samples and the Rao-Blackwellised node marginals.
 
@@ -136,6 +141,32 @@ class Gibbs(Engine):
 
         ``init`` (N,) starts the chain from a given labelling (e.g. the data, for contrastive
         divergence); by default the start is drawn uniformly.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials, or one table shared by every edge.
+        n_samples : int
+            Sweeps kept (after ``burn_in`` sweeps, every ``thin``-th).
+        rng : Generator, int or None, optional
+            The random source; None: the engine's ``seed``.
+        init : ndarray (N,), optional
+            The starting labelling.
+
+        Returns
+        -------
+        GibbsChain
+            ``samples`` (n_samples, N) int64 and the Rao-Blackwellised node marginals (N, K).
+
+        Raises
+        ------
+        ValueError
+            When a node has log-potential -inf for every label, or the tables or ``init`` do not
+            fit the batch.
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n_samples = whole_number(n_samples, "n_samples")
@@ -169,18 +200,41 @@ class Gibbs(Engine):
         return GibbsChain(samples, rb / n_samples)
 
     # -------------------------------------------------------------- Engine interface
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
-        """``n_samples`` labellings (after burn-in, every ``thin``-th sweep), shape (n, N)."""
+    def sample(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+               n_samples: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
+        """``n_samples`` labellings (after burn-in, every ``thin``-th sweep), shape (n, N).
+
+        See :meth:`Engine.sample` for the parameters.
+        """
         if whole_number(n_samples, "n_samples", minimum=0) == 0:
             node, _ = check_potentials(batch, node_logpot, edge_logpot)
             generator(rng, "rng")  # refused as when drawing
             return np.empty((0, node.shape[0]), np.int64)
         return self.run(batch, node_logpot, edge_logpot, n_samples, rng).samples
 
-    def marginals(self, batch, node_logpot, edge_logpot, rng=None):
+    def marginals(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+                  rng: np.random.Generator | int | None = None) -> Marginals:
         """Monte Carlo marginals: Rao-Blackwellised node marginals, edge pair frequencies.
 
         ``log_z`` is NaN (Gibbs sampling gives no log Z estimate) and ``report`` is None.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials, or one table shared by every edge.
+        rng : Generator, int or None, optional
+            The random source; None: the engine's ``seed``.
+
+        Returns
+        -------
+        Marginals
+            From the engine's ``n_samples`` kept sweeps: ``log_z`` NaN (G,), ``node`` (N, K),
+            ``edge`` (E, K, K) (or (1, K, K) summed over edges for a shared table), ``report``
+            None.
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         samples, rb = self.run(batch, node, edge, self.n_samples, rng)
@@ -193,12 +247,41 @@ class Gibbs(Engine):
             em = em.sum(axis=0, keepdims=True)
         return Marginals(np.full(batch.n_graphs, np.nan), rb, em, None)
 
-    def log_partition(self, batch, node_logpot, edge_logpot):
+    def log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                      edge_logpot: ArrayLike) -> np.ndarray:
+        """Not available: Gibbs sampling gives no log Z estimate (``has_log_z`` is False).
+
+        See :meth:`Engine.log_partition` for the parameters.
+
+        Raises
+        ------
+        NotImplementedError
+            Always.
+        """
         raise NotImplementedError("the gibbs engine gives no log Z estimate; use 'bp', 'tree_ep', "
                                   "'mean_field' or an exact engine")
 
-    def map_assignment(self, batch, node_logpot, edge_logpot, rng=None):
-        """Heuristic: the highest-scoring labelling visited by the chain, per graph."""
+    def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+                       rng: np.random.Generator | int | None = None) -> MapResult:
+        """Heuristic: the highest-scoring labelling visited by the chain, per graph.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials, or one table shared by every edge.
+        rng : Generator, int or None, optional
+            The random source; None: the engine's ``seed``.
+
+        Returns
+        -------
+        MapResult
+            Of each graph the best of the engine's ``n_samples`` kept sweeps: ``labels`` (N,)
+            and ``score`` (G,).
+        """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         samples = self.run(batch, node, edge, self.n_samples, rng).samples
         scores = labelling_score(batch, node, edge, np.asarray(samples))  # (n, G)

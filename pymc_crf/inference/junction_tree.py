@@ -23,7 +23,7 @@ samples; forward-mode tangents of the same passes give exact Hessian-vector prod
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from numba import njit
@@ -40,6 +40,9 @@ from pymc_crf.inference.base import (
     checked_map,
 )
 from pymc_crf.validation import generator, whole_number
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["JunctionTree"]
 
@@ -517,7 +520,23 @@ class JunctionTree(Engine):
     def fits(self, batch: GraphBatch, n_labels: int, total_entries: float | None = None) -> bool:
         """Whether the engine runs on ``batch`` with ``n_labels`` labels: every treewidth within
         the limit and every graph's clique tables within ``max_table_entries`` (and, with
-        ``total_entries``, the tables of all distinct graph shapes together within it)."""
+        ``total_entries``, the tables of all distinct graph shapes together within it).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        n_labels : int
+            Labels per node (K).
+        total_entries : float, optional
+            A bound on the clique-table entries of all distinct graph shapes together.
+
+        Returns
+        -------
+        bool
+            True when :meth:`fitting_graphs` takes every graph (and every treewidth is within
+            the limit).
+        """
         # the treewidths alone settle it when one is over the limit (no junction trees to build)
         return self.supports(batch) and bool(self.fitting_graphs(batch, n_labels,
                                                                  total_entries).all())
@@ -527,7 +546,22 @@ class JunctionTree(Engine):
         """Boolean mask (G,) of the graphs the engine takes: treewidth within the limit and
         clique tables within ``max_table_entries``; with ``total_entries``, only as many graph
         shapes as fit in it together, smallest tables first (so the mask is all True exactly when
-        :meth:`fits`)."""
+        :meth:`fits`).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        n_labels : int
+            Labels per node (K).
+        total_entries : float, optional
+            A bound on the clique-table entries of the taken graph shapes together.
+
+        Returns
+        -------
+        ndarray (G,) bool
+            True for the graphs the engine takes (all graphs of a shape alike).
+        """
         tw = batch.treewidth(self.heuristic, limit=self.max_treewidth)
         mask = np.zeros(batch.n_graphs, bool)
         shapes = []
@@ -545,7 +579,10 @@ class JunctionTree(Engine):
         return mask
 
     def check_supported(self, batch: GraphBatch) -> None:
-        """Raise a ValueError naming the first graph whose treewidth exceeds the limit."""
+        """Raise a ValueError naming the first graph whose treewidth exceeds the limit.
+
+        See :meth:`Engine.check_supported` for the parameters.
+        """
         tw = batch.treewidth(self.heuristic, limit=self.max_treewidth)
         over = np.flatnonzero(tw > self.max_treewidth)
         if over.size:
@@ -559,7 +596,8 @@ class JunctionTree(Engine):
                 "max_treewidth or use an approximate engine ('bp', 'tree_ep')")
 
     # ---------------------------------------------------------------- interface
-    def log_partition(self, batch, node_logpot, edge_logpot):
+    def log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                      edge_logpot: ArrayLike) -> np.ndarray:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
         edge2 = edge.reshape(edge.shape[0], K * K)
@@ -570,7 +608,8 @@ class JunctionTree(Engine):
                 c.cl_fac_off, c.fac_off, c.fac_idx, c.fac_kind, c.fac_id, c.roots)
         return log_z
 
-    def marginals(self, batch, node_logpot, edge_logpot):
+    def marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                  edge_logpot: ArrayLike) -> Marginals:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
         edge2 = edge.reshape(edge.shape[0], K * K)
@@ -585,7 +624,8 @@ class JunctionTree(Engine):
                 c.fac_id, c.roots, c.max_msg)
         return Marginals(log_z, nm, em)
 
-    def map_assignment(self, batch, node_logpot, edge_logpot):
+    def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike,
+                       edge_logpot: ArrayLike) -> MapResult:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
         edge2 = edge.reshape(edge.shape[0], K * K)
@@ -598,7 +638,8 @@ class JunctionTree(Engine):
                 c.roots, c.sep_len, c.cvar_off, c.cvars)
         return checked_map(MapResult(labels, score))
 
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
+    def sample(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+               n_samples: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
         rng = generator(rng, "rng")
@@ -612,7 +653,9 @@ class JunctionTree(Engine):
                            c.fac_kind, c.fac_id, c.sep_len, c.cvar_off, c.cvars)
         return checked_draws(batch, node, edge, out)
 
-    def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
+    def covariance_vector_product(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                  edge_logpot: ArrayLike, v_node: ArrayLike,
+                                  v_edge: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         K = node.shape[1]
         v_node, v_edge = check_direction(node, edge, v_node, v_edge)

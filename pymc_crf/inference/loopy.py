@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from abc import abstractmethod
 from functools import partial
+from typing import TYPE_CHECKING
 
 import numpy as np
 from numba import njit
@@ -52,6 +53,9 @@ from pymc_crf.inference.conditionals import slot_entry
 from pymc_crf.inference.gibbs import independent_draws
 from pymc_crf.inference.junction_tree import JunctionTree
 from pymc_crf.validation import flag, generator, positive_number, whole_number
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["LoopyEngine", "bound_slack", "icm", "labelling_bound"]
 
@@ -225,8 +229,23 @@ class LoopyEngine(Engine):
                                 "thin": 10}
 
     @abstractmethod
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot) -> LoopyResult:
-        """Iterate to convergence (or ``max_iter``); beliefs, log Z estimate and report."""
+    def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike) -> LoopyResult:
+        """Iterate to convergence (or ``max_iter``); beliefs, log Z estimate and report.
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials, or one table shared by every edge.
+
+        Returns
+        -------
+        LoopyResult
+            The normalised log beliefs, the log Z estimate per graph and the per-graph report.
+        """
 
     def stopping(self) -> str:
         """The stopping settings, as named in the non-convergence warning."""
@@ -235,7 +254,25 @@ class LoopyEngine(Engine):
     def report(self, iterations: np.ndarray, max_change: np.ndarray, converged: np.ndarray,
                method: str | None = None) -> dict:
         """The per-graph convergence report of a run; warns (if ``warn``) when some graphs did
-        not converge. ``method`` overrides the class's name for the algorithm."""
+        not converge. ``method`` overrides the class's name for the algorithm.
+
+        Parameters
+        ----------
+        iterations : ndarray (G,)
+            Sweeps run per graph.
+        max_change : ndarray (G,)
+            Largest change of each graph's last sweep.
+        converged : ndarray (G,) bool
+            Whether each graph converged.
+        method : str, optional
+            The algorithm's name in the warning (default: the class's ``method``).
+
+        Returns
+        -------
+        dict
+            The report (:func:`~pymc_crf.inference.base.convergence_report`): ``iterations``,
+            ``max_change``, ``converged``.
+        """
         rep = convergence_report(iterations, max_change, converged)
         if self.warn and not converged.all():
             warn_unconverged(rep, method or self.method, self.stopping(), self.hint,
@@ -248,14 +285,53 @@ class LoopyEngine(Engine):
         labelling (:func:`labelling_bound`, a lower bound on log Z) and ``bound_ok`` (G,) whether
         ``log_z`` is not below it; one :class:`ApproximateInferenceWarning` (if ``warn``) naming
         the graphs where it is. ``note`` is added to the warning (what the engine already
-        tried)."""
+        tried).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node : ndarray (N, K)
+            The checked node log-potentials.
+        edge : ndarray (E, K, K) or (1, K, K)
+            The checked edge log-potentials.
+        result : LoopyResult
+            The run to check (its beliefs and its report's ``converged`` are read).
+        method : str, optional
+            The algorithm's name in the warning (default: the class's ``method``).
+        note : str, default ""
+            Added to the warning.
+
+        Returns
+        -------
+        LoopyResult
+            ``result`` with ``bound`` and ``bound_ok`` added to its report.
+        """
         bound = labelling_bound(batch, node, edge, result.log_node,
                                 unsettled=~result.report["converged"]).score
         return self.with_bound(result, bound, method, note)
 
     def with_bound(self, result: LoopyResult, bound: np.ndarray, method: str | None = None,
                    note: str = "") -> LoopyResult:
-        """``result`` with ``bound`` / ``bound_ok`` in its report (see :meth:`check_bound`)."""
+        """``result`` with ``bound`` / ``bound_ok`` in its report (see :meth:`check_bound`).
+
+        Parameters
+        ----------
+        result : LoopyResult
+            The run.
+        bound : ndarray (G,)
+            A lower bound on each graph's log Z.
+        method : str, optional
+            The algorithm's name in the warning (default: the class's ``method``).
+        note : str, default ""
+            Added to the warning.
+
+        Returns
+        -------
+        LoopyResult
+            ``result`` with ``bound`` and ``bound_ok`` (``log_z`` not below ``bound``, within a
+            rounding slack) added to its report.
+        """
         log_z = result.log_z
         with np.errstate(invalid="ignore"):
             ok = ~(log_z < bound - bound_slack(bound))
@@ -272,19 +348,43 @@ class LoopyEngine(Engine):
         return result._replace(report=report)
 
     # -------------------------------------------------------------- Engine interface
-    def log_partition(self, batch: GraphBatch, node_logpot, edge_logpot) -> np.ndarray:
-        """The engine's estimate of log Z per graph (see ``approximation``)."""
+    def log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                      edge_logpot: ArrayLike) -> np.ndarray:
+        """The engine's estimate of log Z per graph (see ``approximation``).
+
+        See :meth:`Engine.log_partition` for the parameters.
+        """
         return self.run(batch, node_logpot, edge_logpot).log_z
 
-    def marginals(self, batch: GraphBatch, node_logpot, edge_logpot) -> Marginals:
-        """Estimated log Z, node and pair beliefs, and the per-graph convergence report."""
+    def marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                  edge_logpot: ArrayLike) -> Marginals:
+        """Estimated log Z, node and pair beliefs, and the per-graph convergence report.
+
+        See :meth:`Engine.marginals` for the parameters.
+        """
         return self.run(batch, node_logpot, edge_logpot).marginals(np.shape(edge_logpot)[0] == 1)
 
     def decoding_run(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray) -> LoopyResult:
-        """The run whose node beliefs ``map_assignment`` decodes (by default the plain run)."""
+        """The run whose node beliefs ``map_assignment`` decodes (by default the plain run).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node : ndarray (N, K)
+            The checked node log-potentials.
+        edge : ndarray (E, K, K) or (1, K, K)
+            The checked edge log-potentials.
+
+        Returns
+        -------
+        LoopyResult
+            The run.
+        """
         return self.run(batch, node, edge)
 
-    def map_assignment(self, batch: GraphBatch, node_logpot, edge_logpot) -> MapResult:
+    def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike,
+                       edge_logpot: ArrayLike) -> MapResult:
         """Argmax of the node beliefs of :meth:`decoding_run`, with the exact unnormalised log
         score of that labelling. For BP's max-product beliefs it is the MAP on trees without ties
         (a heuristic on loopy graphs); for sum-product or mean-field beliefs (TreeEP, mean field)
@@ -294,7 +394,10 @@ class LoopyEngine(Engine):
         probability zero: on such graphs the labelling is replaced by the best of iterated
         conditional modes from the beliefs, the node potentials and random starts
         (:func:`labelling_bound`), and an :class:`ApproximateInferenceWarning` names the graphs
-        where no start reaches a labelling of positive probability."""
+        where no start reaches a labelling of positive probability.
+
+        See :meth:`Engine.map_assignment` for the parameters.
+        """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         log_node = self.decoding_run(batch, node, edge).log_node
         res = decode(batch, node, edge, log_node)
@@ -315,8 +418,8 @@ class LoopyEngine(Engine):
                 "if the graphs allow it", ApproximateInferenceWarning)
         return MapResult(labels, score)
 
-    def sample(self, batch: GraphBatch, node_logpot, edge_logpot, n_samples: int,
-               rng: np.random.Generator | int | None = None) -> np.ndarray:
+    def sample(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+               n_samples: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
         """``n_samples`` labellings (n_samples, N) from the model itself, never from the beliefs.
 
         Exact draws of the junction tree for the graphs where it is cheap (treewidth within its
@@ -325,7 +428,10 @@ class LoopyEngine(Engine):
         of independent Gibbs chains for the others
         (:func:`~pymc_crf.inference.gibbs.independent_draws` with the other ``sample_settings``:
         16 chains, 200 sweeps of burn-in, a draw every 10 sweeps by default), approximate as far
-        as the chains have not mixed. Change the settings by assigning to the attribute."""
+        as the chains have not mixed. Change the settings by assigning to the attribute.
+
+        See :meth:`Engine.sample` for the parameters.
+        """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         n = whole_number(n_samples, "n_samples", minimum=0)
         gibbs = dict(self.sample_settings)

@@ -10,6 +10,8 @@ decreases. Used as a baseline in the comparison table of ``docs/loopy_inference.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 
@@ -19,6 +21,9 @@ from pymc_crf.inference.base import ConvergenceWarning, LoopyResult, check_poten
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine, bound_slack, labelling_bound
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["MeanField"]
 
@@ -126,12 +131,15 @@ class MeanField(LoopyEngine):
             raise ValueError(f"init must be 'uniform' or 'node'; got {init!r}")
         self.init = init
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot) -> LoopyResult:
+    def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike) -> LoopyResult:
         """Coordinate ascent to a fixed point: log marginals ``log_node``, the products
         ``q_u q_v`` as ``log_edge``, the lower bound as ``log_z``, and the report with the bound
         check (``bound``, ``bound_ok``: a fixed point below the score of the labelling decoded
         from it is left for the ascent from that labelling's point mass, counted in
-        ``restarts``)."""
+        ``restarts``).
+
+        See :meth:`LoopyEngine.run` for the parameters.
+        """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         N, K = node.shape
         G = batch.n_graphs

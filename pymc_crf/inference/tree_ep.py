@@ -30,6 +30,8 @@ loop, and the engine reduces to exact tree inference when there is no off-tree e
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 from scipy.sparse import coo_matrix
@@ -40,6 +42,9 @@ from pymc_crf.inference.base import LoopyResult, check_potentials
 from pymc_crf.inference.bethe import beliefs, bethe_log_z, cavity
 from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
 from pymc_crf.inference.loopy import LoopyEngine
+
+if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
 
 __all__ = ["TreeEP", "spanning_tree"]
 
@@ -479,12 +484,34 @@ class TreeEP(LoopyEngine):
                  warn: bool = True):
         super().__init__(tol, max_iter, damping, warn)
 
-    def run(self, batch: GraphBatch, node_logpot, edge_logpot,
+    def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
             tree_mask: np.ndarray | None = None) -> LoopyResult:
         """Run TreeEP: beliefs (q on tree edges, the tilted distribution on off-tree edges), the
         EP log Z estimate, the report, and in ``tree_mask`` (E,) the spanning tree used (pass
         one to override the mutual-information choice). The report carries the bound check
-        (``bound``, ``bound_ok``: :meth:`~pymc_crf.inference.loopy.LoopyEngine.check_bound`)."""
+        (``bound``, ``bound_ok``: :meth:`~pymc_crf.inference.loopy.LoopyEngine.check_bound`).
+
+        Parameters
+        ----------
+        batch : GraphBatch
+            The graphs.
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials, or one table shared by every edge.
+        tree_mask : ndarray (E,) bool, optional
+            The spanning tree's edges; default: chosen by mutual information.
+
+        Returns
+        -------
+        LoopyResult
+            The beliefs, ``log_z``, the report and ``tree_mask``.
+
+        Raises
+        ------
+        ValueError
+            When ``tree_mask`` does not have shape (E,), or the tables do not fit the batch.
+        """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         N, K = node.shape
         E, G = batch.n_edges, batch.n_graphs

@@ -3,6 +3,8 @@ density, proposal tuning and per-chain state, on top of PyMC's ``ArrayStepShared
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 import numpy as np
 import pymc as pm
 from pymc.blocking import RaveledVars
@@ -14,6 +16,15 @@ from pymc_crf.model.random_field import extract_random_field
 from pymc_crf.step_methods.field import RandomFieldTerm
 from pymc_crf.step_methods.rest_logp import rest_logp
 from pymc_crf.validation import flag
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    from pymc.util import RandomGenerator
+    from pytensor.graph.basic import Variable
+
+    from pymc_crf.model.random_field import MRFSpec
+    from pymc_crf.model.spec import CRFSpec
 
 __all__ = ["RandomFieldStep"]
 
@@ -48,6 +59,35 @@ class RandomFieldStep(ArrayStepShared):
     Subclasses implement ``_propose(q, tune) -> (q_new, stats)``; the base class resolves the
     variables (in the flat weight order of the likelihood object), builds the rest-of-model log
     density, and resets the per-chain state (tuning, warm starts) in :meth:`setup_chain`.
+
+    Parameters
+    ----------
+    vars : sequence of Variable, optional
+        The random-field weight variables (random or value variables; default: all of them);
+        they must be all the weights, which are sampled as one block in the likelihood's flat
+        weight order.
+    model : pm.Model, optional
+        The model (default: the one of the ``with`` context).
+    rng : int, sequence of int, Generator or None, optional
+        As for PyMC's step methods.
+    initial_point : dict of str to ndarray, optional
+        The point the rest-of-model log density is compiled at (default
+        ``model.initial_point()``).
+    compile_kwargs : dict, optional
+        Passed to the compilation of the rest-of-model log density.
+    blocked : bool, default True
+        Must be True: all the weights move as one block (``blocked=False`` is refused).
+    tune : bool, default True
+        Adapt the proposal in the tuning phase.
+    spec : CRFSpec or MRFSpec, optional
+        The model's random field as already read (:func:`pymc_crf.model.extract_random_field`),
+        else read from the model.
+
+    Raises
+    ------
+    ValueError
+        When ``blocked`` is False, ``vars`` are not exactly the random-field weights, or the
+        model's random field is not one the step samples.
     """
 
     default_blocked = True
@@ -61,8 +101,10 @@ class RandomFieldStep(ArrayStepShared):
                              "blocked=False is not supported")
         return super().__new__(cls, *args, **kwargs)
 
-    def __init__(self, vars=None, *, model=None, rng=None, initial_point=None,
-                 compile_kwargs=None, blocked: bool = True, tune: bool = True, spec=None):
+    def __init__(self, vars: Sequence[Variable] | None = None, *, model: pm.Model | None = None,
+                 rng: RandomGenerator = None, initial_point: dict[str, np.ndarray] | None = None,
+                 compile_kwargs: dict | None = None, blocked: bool = True, tune: bool = True,
+                 spec: CRFSpec | MRFSpec | None = None):
         model = pm.modelcontext(model)
         field = RandomFieldTerm(model, self.method_name, spec)
         if vars is None:
@@ -84,7 +126,19 @@ class RandomFieldStep(ArrayStepShared):
         super().__init__(vars, shared, blocked=blocked, rng=rng)
 
     # ------------------------------------------------------------------ PyMC interface
-    def setup_chain(self, rng, tune: int, draws: int) -> None:
+    def setup_chain(self, rng: RandomGenerator, tune: int, draws: int) -> None:
+        """Start a chain (PyMC calls it): PyMC's per-chain set-up, then tuning on when the chain
+        has tuning steps (and ``tune`` was asked for) and the per-chain state reset.
+
+        Parameters
+        ----------
+        rng : int, sequence of int, Generator or None
+            The chain's random generator (or its seed), as PyMC passes it.
+        tune : int
+            Tuning steps of the chain.
+        draws : int
+            Draws of the chain.
+        """
         super().setup_chain(rng, tune, draws)
         self.n_tune = int(tune)
         # PyMC sets ``tune`` at the start of a chain only on the outermost step: inside a
@@ -110,7 +164,21 @@ class RandomFieldStep(ArrayStepShared):
             self.tune = self._tune_requested and self.n_tune > 0
         self.reset_chain()
 
-    def step(self, point: dict) -> tuple[dict, list[dict]]:
+    def step(self, point: dict[str, np.ndarray]) -> tuple[dict[str, np.ndarray], list[dict[str, Any]]]:
+        """One move of the weights from ``point`` (PyMC's step interface).
+
+        Parameters
+        ----------
+        point : dict of str to ndarray
+            The current values of the model's value variables.
+
+        Returns
+        -------
+        point : dict of str to ndarray
+            ``point`` with the weights replaced by the new ones.
+        stats : list of dict
+            The step's statistics (one dict).
+        """
         # PyMC's ArrayStepShared.step ravels the whole point, in the model's declaration order,
         # when there are no shared variables (the weights are the only free variables); astep
         # reads the weights in the likelihood's flat order (self.var_names), so cut the point
@@ -121,6 +189,20 @@ class RandomFieldStep(ArrayStepShared):
         return {**point, **new}, stats
 
     def astep(self, q0: RaveledVars) -> tuple[RaveledVars, list[dict]]:
+        """One move from the raveled weights ``q0`` (PyMC's array-step interface).
+
+        Parameters
+        ----------
+        q0 : RaveledVars
+            The current weights, raveled in the likelihood's flat weight order.
+
+        Returns
+        -------
+        q : RaveledVars
+            The new weights (with ``q0``'s point map).
+        stats : list of dict
+            The step's statistics (one dict, with ``tune``).
+        """
         q, stats = self._propose(np.asarray(q0.data, dtype=np.float64), bool(self.tune))
         stats["tune"] = bool(self.tune)
         return RaveledVars(q, q0.point_map_info), [stats]
@@ -139,7 +221,21 @@ class RandomFieldStep(ArrayStepShared):
         return finite and bool(np.log(self.rng.uniform()) < log_ratio), accept_rate
 
     @staticmethod
-    def competence(var, has_grad):
+    def competence(var: Variable, has_grad: bool) -> Competence:
+        """How well the step samples ``var``: ``COMPATIBLE`` for a weight of the model's
+        random-field likelihood, else ``INCOMPATIBLE``.
+
+        Parameters
+        ----------
+        var : Variable
+            A random or value variable of the model in the ``with`` context.
+        has_grad : bool
+            Whether the model has gradients for it (not used).
+
+        Returns
+        -------
+        Competence
+        """
         # Chosen by pm.sample only when asked for, or for random-field weights that nothing
         # else can sample (NUTS is IDEAL for continuous variables with gradients).
         if _is_field_weight(var):

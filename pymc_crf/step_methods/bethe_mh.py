@@ -11,12 +11,23 @@ invariant; on loopy graphs it targets the Bethe-approximate posterior.
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from pymc_crf.step_methods.adaptation import random_walk_adaptation
 from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
 from pymc_crf.step_methods.warm_bp import WarmStartBP
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pymc as pm
+    from pymc.util import RandomGenerator
+    from pytensor.graph.basic import Variable
+
+    from pymc_crf.model.random_field import MRFSpec
+    from pymc_crf.model.spec import CRFSpec
 
 __all__ = ["BetheMH"]
 
@@ -72,11 +83,14 @@ class BetheMH(RandomFieldStep):
         "bp_bound_violations": (np.int64, []),
     }
 
-    def __init__(self, vars=None, *, scaling: float | None = None, S=None,
-                 target_accept: float = 0.234, adapt_window: int = 50, damping: float = 0.5,
-                 tol: float = 1e-8, max_iter: int = 1000, schedule: str = "parallel", tune: bool = True,
-                 model=None, rng=None, initial_point=None, compile_kwargs=None,
-                 blocked: bool = True, spec=None):
+    def __init__(self, vars: Sequence[Variable] | None = None, *, scaling: float | None = None,
+                 S: np.ndarray | None = None, target_accept: float = 0.234,
+                 adapt_window: int = 50, damping: float = 0.5, tol: float = 1e-8,
+                 max_iter: int = 1000, schedule: str = "parallel", tune: bool = True,
+                 model: pm.Model | None = None, rng: RandomGenerator = None,
+                 initial_point: dict[str, np.ndarray] | None = None,
+                 compile_kwargs: dict | None = None, blocked: bool = True,
+                 spec: CRFSpec | MRFSpec | None = None):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune,
                          spec=spec)

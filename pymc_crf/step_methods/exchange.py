@@ -18,6 +18,7 @@ started at the observed labels: an explicitly approximate variant (a warning, an
 from __future__ import annotations
 
 import warnings
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -27,6 +28,16 @@ from pymc_crf.inference.select import ENGINE_NAMES, ApproximateInferenceWarning,
 from pymc_crf.step_methods.adaptation import random_walk_adaptation
 from pymc_crf.step_methods.base import METROPOLIS_STATS, RandomFieldStep
 from pymc_crf.validation import whole_number
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pymc as pm
+    from pymc.util import RandomGenerator
+    from pytensor.graph.basic import Variable
+
+    from pymc_crf.model.random_field import MRFSpec
+    from pymc_crf.model.spec import CRFSpec
 
 __all__ = ["Exchange"]
 
@@ -64,11 +75,13 @@ class Exchange(RandomFieldStep):
         "exact_auxiliary": (bool, []),
     }
 
-    def __init__(self, vars=None, *, scaling: float | None = None, S=None,
-                 target_accept: float = 0.234, adapt_window: int = 50,
-                 sampler: str | Engine = "auto", aux_sweeps: int = 100, max_treewidth: int = 10,
-                 tune: bool = True, model=None, rng=None, initial_point=None,
-                 compile_kwargs=None, blocked: bool = True, spec=None):
+    def __init__(self, vars: Sequence[Variable] | None = None, *, scaling: float | None = None,
+                 S: np.ndarray | None = None, target_accept: float = 0.234,
+                 adapt_window: int = 50, sampler: str | Engine = "auto", aux_sweeps: int = 100,
+                 max_treewidth: int = 10, tune: bool = True, model: pm.Model | None = None,
+                 rng: RandomGenerator = None, initial_point: dict[str, np.ndarray] | None = None,
+                 compile_kwargs: dict | None = None, blocked: bool = True,
+                 spec: CRFSpec | MRFSpec | None = None):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune,
                          spec=spec)

@@ -31,6 +31,8 @@ NUTS step on the scale.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from scipy.linalg import solve_triangular
 
@@ -38,6 +40,16 @@ from pymc_crf.inference.gibbs import Gibbs
 from pymc_crf.step_methods.adaptation import ProposalAdaptation
 from pymc_crf.step_methods.base import RandomFieldStep
 from pymc_crf.validation import positive_number, whole_number
+
+if TYPE_CHECKING:
+    from collections.abc import Sequence
+
+    import pymc as pm
+    from pymc.util import RandomGenerator
+    from pytensor.graph.basic import Variable
+
+    from pymc_crf.model.random_field import MRFSpec
+    from pymc_crf.model.spec import CRFSpec
 
 __all__ = ["LangevinCD"]
 
@@ -89,10 +101,14 @@ class LangevinCD(RandomFieldStep):
         "grad_norm": (np.float64, []),
     }
 
-    def __init__(self, vars=None, *, step_size: float | None = None, cd_steps: int = 1,
+    def __init__(self, vars: Sequence[Variable] | None = None, *,
+                 step_size: float | None = None, cd_steps: int = 1,
                  target_accept: float = 0.574, adapt_window: int = 50,
-                 max_energy_error: float = 10.0, S=None, tune: bool = True, model=None,
-                 rng=None, initial_point=None, compile_kwargs=None, blocked: bool = True, spec=None):
+                 max_energy_error: float = 10.0, S: np.ndarray | None = None, tune: bool = True,
+                 model: pm.Model | None = None, rng: RandomGenerator = None,
+                 initial_point: dict[str, np.ndarray] | None = None,
+                 compile_kwargs: dict | None = None, blocked: bool = True,
+                 spec: CRFSpec | MRFSpec | None = None):
         super().__init__(vars, model=model, rng=rng, initial_point=initial_point,
                          compile_kwargs=compile_kwargs, blocked=blocked, tune=tune,
                          spec=spec)
@@ -122,7 +138,19 @@ class LangevinCD(RandomFieldStep):
         self._cache = None  # (q, CD log-likelihood gradient) of the current state
 
     def cd_gradient(self, q: np.ndarray) -> np.ndarray:
-        """CD-k estimate of the log-likelihood gradient at ``q`` (one Gibbs run from the data)."""
+        """CD-k estimate of the log-likelihood gradient at ``q`` (one Gibbs run from the data).
+
+        Parameters
+        ----------
+        q : ndarray (d,)
+            Flat weights.
+
+        Returns
+        -------
+        ndarray (d,)
+            The data's sufficient statistics minus those of ``cd_steps`` Gibbs sweeps from the
+            data, pulled back to the weights.
+        """
         f = self.field
         x = f.gibbs_from_data(self.gibbs, self.likelihood.log_potentials(q), self.rng)
         s_node, s_edge = f.statistics(x)

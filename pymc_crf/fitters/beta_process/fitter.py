@@ -108,7 +108,7 @@ def fit_bp_hcrf_vi(model: pm.Model, *, truncation: int | None = None, rounds: in
                    alpha: float = 1.0, gamma: float = 2.0, alpha_pi: float = 1.0,
                    theta_prior_sd: float = 10.0, taylor_terms: int = 30, theta_maxiter: int = 10,
                    draws: int = 200, random_seed: int | None = 0, log_likelihood: bool = True,
-                   progressbar: bool = True):
+                   progressbar: bool = True) -> xr.DataTree:
     """BP-HCRF (Luo, Sun & Zhao) by variational EM with random restarts; the best final bound is kept.
 
     Parameters

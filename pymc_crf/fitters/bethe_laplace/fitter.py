@@ -34,6 +34,7 @@ from pymc_crf.model.results import build_result, gaussian_fit_group
 from pymc_crf.validation import flag, generator, whole_number
 
 if TYPE_CHECKING:
+    from numpy.typing import ArrayLike
     from pymc.util import RandomGenerator
 
 __all__ = ["fit_bethe_laplace", "fit_laplace"]
@@ -45,7 +46,7 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
                       gtol: float = 1e-8, draws: int = 1000, chains: int = 1,
                       random_seed: RandomGenerator = None, log_likelihood: bool = True,
                       progressbar: bool = True, hyperprior: bool = True,
-                      integrate_scales: str | None = None, scale_init=1.0,
+                      integrate_scales: str | None = None, scale_init: float | ArrayLike = 1.0,
                       scale_tol: float = 1e-6, scale_maxiter: int = 200,
                       refine: bool | None = None) -> xr.DataTree:
     """Bethe-Laplace posterior of the weights of a CRF or MRF with a Gaussian prior.
@@ -212,8 +213,8 @@ LARGE_COVARIANCES = ("diagonal", "implicit")
 def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 2000,
                 gtol: float = 1e-8, draws: int = 1000, chains: int = 1, random_seed: RandomGenerator = None,
                 log_likelihood: bool = True, progressbar: bool = True, hyperprior: bool = True,
-                integrate_scales: str | None = None, scale_init=1.0, scale_tol: float = 1e-6,
-                scale_maxiter: int = 200, refine: bool | None = None) -> xr.DataTree:
+                integrate_scales: str | None = None, scale_init: float | ArrayLike = 1.0,
+                scale_tol: float = 1e-6, scale_maxiter: int = 200, refine: bool | None = None) -> xr.DataTree:
     """The Laplace approximation of a CRF or MRF weight posterior with exact inference (the name
     pymc-extras users know): ``method="bethe_laplace"`` with ``map="exact"`` and exact
     curvature, including learned prior scales (see :func:`fit_bethe_laplace`).

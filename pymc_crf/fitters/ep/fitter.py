@@ -34,6 +34,7 @@ from pymc_crf.validation import flag, generator, real_number, whole_number
 
 if TYPE_CHECKING:
     from pymc.util import RandomGenerator
+    from xarray import DataTree
 
 __all__ = ["fit_ep", "ep_inputs"]
 
@@ -98,7 +99,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
            max_iter: int = 2000, backoff: bool = True, min_step: float = 0.05,
            schedule: str | None = None, max_step: float = 1.0,
            draws: int = 1000, chains: int = 1, random_seed: RandomGenerator = None,
-           log_likelihood: bool = True, progressbar: bool = True):
+           log_likelihood: bool = True, progressbar: bool = True) -> DataTree:
     """Gaussian posterior over CRF weights by flattened power EP or transformed EP.
 
     Parameters

@@ -26,6 +26,8 @@ from pymc_crf.model.results import build_result
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 if TYPE_CHECKING:
+    from distributed import Client
+    from numpy.typing import ArrayLike
     from pymc.util import RandomGenerator
 
 __all__ = ["fit_randomized_map"]
@@ -35,10 +37,11 @@ __all__ = ["fit_randomized_map"]
 def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chains: int = 1,
                        random_seed: RandomGenerator = None, data_perturbation: bool = True,
                        antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
-                       maxiter: int = 2000, refine: int = 0, client=None,
-                       hyperprior: bool = True, scale_method: str = "gibbs", tune: int = 50,
-                       scale_init=1.0, scale_draws: int = 16, scale_tol: float = 0.02,
-                       scale_maxiter: int = 30, log_likelihood: bool = True,
+                       maxiter: int = 2000, refine: int = 0,
+                       client: Client | str | None = None, hyperprior: bool = True,
+                       scale_method: str = "gibbs", tune: int = 50,
+                       scale_init: float | ArrayLike = 1.0, scale_draws: int = 16,
+                       scale_tol: float = 0.02, scale_maxiter: int = 30, log_likelihood: bool = True,
                        progressbar: bool = True) -> xr.DataTree:
     """Posterior draws of a CRF's weights by randomized MAP (package docstring), with learned
     prior scales chosen by Monte Carlo EM on the same kind of draws, or integrated over by a

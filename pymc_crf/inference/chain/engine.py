@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import numpy as np
 from numba import njit
 
@@ -28,6 +30,12 @@ from pymc_crf.inference.chain.dispatch import (
 from pymc_crf.inference.chain.log_space import _covariance_vector_product
 from pymc_crf.inference.chain.sampling import _ffbs, _log_forward_messages, _viterbi
 from pymc_crf.validation import generator, whole_number
+
+if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from numpy.typing import ArrayLike
+    from scipy.sparse import sparray, spmatrix
 
 __all__ = ["ChainEngine"]
 
@@ -111,7 +119,10 @@ class ChainEngine(Engine):
         return batch.is_chain
 
     def check_supported(self, batch: GraphBatch) -> None:
-        """Raise a ValueError naming the first graph that is not a canonical chain."""
+        """Raise a ValueError naming the first graph that is not a canonical chain.
+
+        See :meth:`Engine.check_supported` for the parameters.
+        """
         if not batch.is_chain:
             bad = int(np.flatnonzero(batch.kinds != "chain")[0])
             raise ValueError(f"chain engine: graph {bad} ({batch.kinds[bad]}) is not a canonical "
@@ -122,22 +133,26 @@ class ChainEngine(Engine):
         self.check_supported(batch)
         return check_potentials(batch, node_logpot, edge_logpot)
 
-    def log_partition(self, batch, node_logpot, edge_logpot):
+    def log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                      edge_logpot: ArrayLike) -> np.ndarray:
         node, edge = self._check(batch, node_logpot, edge_logpot)
         return forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, False,
                                  _NO_WEIGHTS)[0]
 
-    def marginals(self, batch, node_logpot, edge_logpot):
+    def marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                  edge_logpot: ArrayLike) -> Marginals:
         node, edge = self._check(batch, node_logpot, edge_logpot)
         return Marginals(*forward_backward(node, edge, batch.node_offsets, batch.edge_offsets,
                                             True, _NO_WEIGHTS))
 
-    def map_assignment(self, batch, node_logpot, edge_logpot):
+    def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike,
+                       edge_logpot: ArrayLike) -> MapResult:
         node, edge = self._check(batch, node_logpot, edge_logpot)
         return checked_map(MapResult(*_viterbi(node, edge, batch.node_offsets,
                                                 batch.edge_offsets)))
 
-    def sample(self, batch, node_logpot, edge_logpot, n_samples, rng=None):
+    def sample(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
+               n_samples: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
         node, edge = self._check(batch, node_logpot, edge_logpot)
         la = _log_forward_messages(node, edge, batch.node_offsets, batch.edge_offsets)
         n_samples = whole_number(n_samples, "n_samples", minimum=0)
@@ -145,7 +160,9 @@ class ChainEngine(Engine):
         return checked_draws(batch, node, edge,
                              _ffbs(la, edge, batch.node_offsets, batch.edge_offsets, u))
 
-    def covariance_vector_product(self, batch, node_logpot, edge_logpot, v_node, v_edge):
+    def covariance_vector_product(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                  edge_logpot: ArrayLike, v_node: ArrayLike,
+                                  v_edge: ArrayLike) -> tuple[np.ndarray, np.ndarray]:
         node, edge = self._check(batch, node_logpot, edge_logpot)
         vn = np.ascontiguousarray(v_node, dtype=np.float64)
         ve = np.ascontiguousarray(v_edge, dtype=np.float64)
@@ -155,7 +172,8 @@ class ChainEngine(Engine):
         return _covariance_vector_product(node, edge, batch.node_offsets, batch.edge_offsets, vn,
                                           ve)
 
-    def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
+    def numba_kernels(self, batch: GraphBatch,
+                      n_labels: int | None = None) -> tuple[Callable, Callable] | None:
         """Njit closures ``(log_z(node, edge), vjp(node, edge, g))`` over this batch's offsets;
         ``vjp`` returns log Z and the marginals weighted by ``g`` from one pass. With a known
         ``n_labels`` that makes the batch small (``small_batch``), they run graph by graph and
@@ -163,6 +181,8 @@ class ChainEngine(Engine):
 
         Used by the PyTensor Ops' numba implementation; the closures hand the tables to the kernels
         through object mode (``chain.dispatch``), so no compiled model links the kernels in.
+
+        See :meth:`Engine.numba_kernels` for the parameters.
         """
         n_nodes, n_edges = batch.n_total_nodes, batch.n_edges
 
@@ -175,11 +195,15 @@ class ChainEngine(Engine):
         return _closure_kernels(batch, n_labels, _forward_backward_graphs_from_numba,
                                 _forward_backward_from_numba, inputs)
 
-    def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None):
+    def feature_numba_kernels(self, batch: GraphBatch,
+                              n_labels: int | None = None) -> tuple[Callable, Callable] | None:
         """Njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
         :meth:`log_z_and_feature_marginals` over this batch's offsets (``w`` (Fe, K^2)), for the
         edge-feature Ops' numba implementation (graph by graph for a small batch, as
-        :meth:`numba_kernels`)."""
+        :meth:`numba_kernels`).
+
+        See :meth:`Engine.feature_numba_kernels` for the parameters.
+        """
         n_nodes, n_edges = batch.n_total_nodes, batch.n_edges
 
         @njit
@@ -202,8 +226,10 @@ class ChainEngine(Engine):
         return _closure_kernels(batch, n_labels, _forward_backward_features_graphs_from_numba,
                                 _forward_backward_features_from_numba, inputs)
 
-    def log_z_and_feature_marginals(self, batch, node_logpot, edge_features, edge_weights,
-                                    graph_weights=None):
+    def log_z_and_feature_marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                    edge_features: np.ndarray | spmatrix | sparray,
+                                    edge_weights: ArrayLike, graph_weights: ArrayLike | None = None
+                                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """``Engine.log_z_and_feature_marginals`` without the (E, K, K) tables: for dense edge
         features the lane kernel forms each block's tables from the features and adds the
         expected edge features up as it goes (sparse ones take the generic version)."""
@@ -215,7 +241,9 @@ class ChainEngine(Engine):
                                            graph_weights, True)
         return log_z, gn, gW.reshape(-1, K, K)
 
-    def feature_log_partition(self, batch, node_logpot, edge_features, edge_weights):
+    def feature_log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
+                              edge_features: np.ndarray | spmatrix | sparray,
+                              edge_weights: ArrayLike) -> np.ndarray:
         """``Engine.feature_log_partition`` by the lane kernel's forward pass alone (sparse
         features take the generic version)."""
         if is_sparse(edge_features):
@@ -233,9 +261,14 @@ class ChainEngine(Engine):
         return forward_backward_features(node, Xe, We, batch.node_offsets, batch.edge_offsets,
                                           want_marginals, gw)
 
-    def log_z_and_weighted_marginals(self, batch, node_logpot, edge_logpot, graph_weights):
+    def log_z_and_weighted_marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
+                                     edge_logpot: ArrayLike,
+                                     graph_weights: ArrayLike) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """log Z and the marginals of graph g times ``graph_weights[g]`` (the VJP of log Z),
-        one pass."""
+        one pass.
+
+        See :meth:`Engine.log_z_and_weighted_marginals` for the parameters.
+        """
         node, edge = self._check(batch, node_logpot, edge_logpot)
         gw = np.ascontiguousarray(graph_weights, dtype=np.float64)
         return forward_backward(node, edge, batch.node_offsets, batch.edge_offsets, True, gw)
