@@ -90,14 +90,7 @@ class MRFSpec:
     flatten = CRFSpec.flatten
     unflatten = CRFSpec.unflatten
     engine = CRFSpec.engine
-
-    def param_names(self) -> list[str]:
-        """``"b[0]"``-style names of the flat weight entries (``"w"`` for a 0-d weight)."""
-        names = []
-        for w in self.weights:
-            names += [f"{w.name}[{', '.join(map(str, idx))}]" if idx else str(w.name)
-                      for idx in np.ndindex(*w.shape)]
-        return names
+    param_names = CRFSpec.param_names
 
 
 def _observed(model: pm.Model, rv) -> np.ndarray:

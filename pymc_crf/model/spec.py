@@ -118,10 +118,12 @@ class CRFSpec:
         return np.concatenate([np.asarray(values[w.name]).reshape(-1) for w in self.weights])
 
     def param_names(self) -> list[str]:
-        """``"W[0, 1]"``-style names of the flat weight entries, in flat order."""
+        """``"W[0, 1]"``-style names of the flat weight entries, in flat order (``"w"`` for a
+        0-d weight, an MRF's shared coupling)."""
         names = []
         for w in self.weights:
-            names += [f"{w.name}[{', '.join(map(str, idx))}]" for idx in np.ndindex(*w.shape)]
+            names += [f"{w.name}[{', '.join(map(str, idx))}]" if idx else str(w.name)
+                      for idx in np.ndindex(*w.shape)]
         return names
 
 
