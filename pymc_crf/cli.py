@@ -98,8 +98,8 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
     reference = "nuts" if "nuts" in results else None
     say("comparing on the test graphs ...")
     with warnings.catch_warnings():
-        # the table's loo_warning column says where a Pareto k is too large
-        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto",
+        # the table's loo_warning column (explained below it) says where a Pareto k is too large
+        warnings.filterwarnings("ignore", message="compare: the PSIS-LOO of",
                                 category=UserWarning)
         table = pmc.compare(results, reference=reference, test=test, model=model)
     # The plug-in (BPE) error beside the model-averaged one.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
@@ -266,14 +267,25 @@ def _loo_columns(results: Mapping[str, xr.DataTree], models: Mapping[str, pm.Mod
                 or post.sizes.get("chain", 1) * post.sizes.get("draw", 1) < 2):
             continue
         try:
-            elpds[name] = loo(res, models[name])
+            with warnings.catch_warnings():
+                # ArviZ's long Pareto-k warning, once per result: the loo_warning column (and
+                # the one warning below) say it for the table
+                warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+                elpds[name] = loo(res, models[name])
         except ValueError as err:
             warn_at_caller(f"compare: no LOO for {name!r}: {err}", UserWarning)
     if not elpds:
         return None
-    cmp = az.compare(elpds, round_to="none")
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+        cmp = az.compare(elpds, round_to="none")
     out = pd.DataFrame({"elpd_loo": cmp["elpd"].astype(float), "elpd_loo_se": cmp["se"].astype(float),
                         "p_loo": cmp["p"].astype(float),
                         "loo_warning": cmp["diag_elpd"].astype(str) != ""}, index=cmp.index)
     out.index.name = "method"
+    flagged = [str(k) for k in out.index[out["loo_warning"]]]
+    if flagged:
+        warn_at_caller(f"compare: the PSIS-LOO of {flagged} has Pareto k above its reliable "
+                       "level (good_k) for some graphs (loo_warning): their elpd_loo is "
+                       "unreliable (pmc.loo(result) shows the values of k)", UserWarning)
     return out

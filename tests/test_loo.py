@@ -1,6 +1,7 @@
 """``pmc.loo``: PSIS-LOO corrected for Gaussian approximations, plain for MCMC, refused for MAP;
 and the LOO columns of ``pmc.compare``."""
 
+import importlib
 import warnings
 
 import arviz as az
@@ -168,7 +169,7 @@ def test_refusals(map_fit, bl_fit):
         pmc.loo(plain)
 
 
-def test_compare_has_loo_columns(bl_fit, map_fit, loop_model):
+def test_compare_has_loo_columns(bl_fit, map_fit, loop_model, monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         table = pmc.compare({"bl": bl_fit, "map": map_fit}, model=loop_model)
@@ -179,6 +180,26 @@ def test_compare_has_loo_columns(bl_fit, map_fit, loop_model):
     assert bool(table.loc["bl", "loo_warning"]) == bool(
         (expected.pareto_k > expected.good_k).any())
     assert np.isnan(table.loc["map", "elpd_loo"])
+    # ArviZ's long Pareto warning is replaced by one line naming the flagged results (the LOO
+    # of bl_fit given large k, with the warning ArviZ gives then)
+    compare_module = importlib.import_module("pymc_crf.compare")
+
+    def bad_k_loo(result, model=None):
+        elpd = pmc.loo(result, model)
+        elpd.pareto_k = elpd.pareto_k * 0.0 + 1.5
+        warnings.warn("Estimated shape parameter of Pareto distribution is greater than 0.70",
+                      UserWarning, stacklevel=2)
+        return elpd
+
+    monkeypatch.setattr(compare_module, "loo", bad_k_loo)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        flagged = pmc.compare({"bl": bl_fit, "map": map_fit}, model=loop_model)
+    monkeypatch.undo()
+    messages = [str(w.message) for w in caught]
+    assert bool(flagged.loc["bl", "loo_warning"]), messages
+    assert not any("Estimated shape parameter of Pareto" in m for m in messages), messages
+    assert sum("PSIS-LOO of ['bl'] has Pareto k above" in m for m in messages) == 1, messages
     # without the model a Gaussian approximation has no LOO: NaN and a warning
     with pytest.warns(UserWarning, match="no LOO for 'bl'"):
         bare = pmc.compare({"bl": bl_fit, "map": map_fit})
