@@ -94,12 +94,22 @@ _SAMPLER_DOCS = {
         ``"initial_point"``) say what was used. The Laplace fit's time is part of
         ``wall_time``.""",
     "sampler_raises": """
+        Raises
+        ------
         TypeError
             When a keyword is neither an option of the fitter nor of its step method.
         ValueError
             When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
             of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
             is not one the step method samples.""",
+    # Returns and Raises of the fitters that return nothing more
+    "sampler_sections": """
+        Returns
+        -------
+        xarray.DataTree
+            %(sampler_result)s
+
+        %(sampler_raises)s""",
 }
 _sampler_doc = fill_doc(_SAMPLER_DOCS)
 
@@ -192,14 +202,7 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
         ``adapt_window``, ``damping``, ``tol``, ``max_iter``, ``schedule``,
         ``compile_kwargs``.
 
-    Returns
-    -------
-    xarray.DataTree
-        %(sampler_result)s
-
-    Raises
-    ------
-    %(sampler_raises)s
+    %(sampler_sections)s
     """
     return _sample_with("BetheMH", "bethe_mh", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
@@ -225,14 +228,7 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int | None = 10
         Options of :class:`~pymc_crf.step_methods.LangevinCD`: ``cd_steps``, ``step_size``,
         ``target_accept``, ``adapt_window``, ``max_energy_error``, ``compile_kwargs``.
 
-    Returns
-    -------
-    xarray.DataTree
-        %(sampler_result)s
-
-    Raises
-    ------
-    %(sampler_raises)s
+    %(sampler_sections)s
     """
     return _sample_with("LangevinCD", "langevin_cd", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
@@ -265,8 +261,6 @@ def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
         %(sampler_result)s
         ``attrs["exact_auxiliary"]`` (0 or 1) says whether the auxiliary draws were exact.
 
-    Raises
-    ------
     %(sampler_raises)s
     """
     return _sample_with("Exchange", "exchange", model, draws, tune, chains, cores, random_seed,
