@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.junction_tree import (
     HEURISTICS,
     JunctionTreeStructure,
@@ -30,6 +31,17 @@ from pymc_crf.validation import class_indices, whole_number
 __all__ = ["GraphBatch", "GraphStructureError", "as_graph_batch"]
 
 T = TypeVar("T")
+
+# the parameter of the methods that take a list of graphs (subset, node_index, edge_index, and the
+# data sets' subset), worded once (``fill_doc``)
+GRAPHS_DOCS = {
+    "graphs_parameters": """
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids, each in 0..G-1.""",
+}
+graphs_doc = fill_doc(GRAPHS_DOCS)
 
 CHAIN, TREE, LOOPY = "chain", "tree", "loopy"
 
@@ -371,13 +383,11 @@ class GraphBatch:
         G.add_edges_from(map(tuple, self.local_edges(g).tolist()))
         return G
 
+    @graphs_doc
     def subset(self, graphs: Sequence[int] | np.ndarray) -> GraphBatch:
         """A new batch made of the listed graphs, in that order.
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------
@@ -392,13 +402,11 @@ class GraphBatch:
                 sub._cache[key] = value
         return sub
 
+    @graphs_doc
     def node_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """Global node ids of the listed graphs (to slice node arrays consistently with `subset`).
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------
@@ -409,13 +417,11 @@ class GraphBatch:
         return np.concatenate([np.arange(self.node_offsets[g], self.node_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
 
+    @graphs_doc
     def edge_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """Global edge ids of the listed graphs (to slice edge arrays consistently with `subset`).
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------
