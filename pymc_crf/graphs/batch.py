@@ -32,9 +32,14 @@ __all__ = ["GraphBatch", "GraphStructureError", "as_graph_batch"]
 
 T = TypeVar("T")
 
-# the parameter of the methods that take a list of graphs (subset, node_index, edge_index, and the
-# data sets' subset), worded once (``fill_doc``)
+# the parameter of the methods that take one graph (local_edges, to_networkx) or a list of graphs
+# (subset, node_index, edge_index, and the data sets' subset), worded once (``fill_doc``)
 GRAPHS_DOCS = {
+    "graph_parameters": """
+        Parameters
+        ----------
+        g : int
+            The graph id.""",
     "graphs_parameters": """
         Parameters
         ----------
@@ -349,13 +354,11 @@ class GraphBatch:
             raise GraphStructureError(f"graph id {int(bad[0])} is outside 0..{self.n_graphs - 1}")
         return ids
 
+    @graphs_doc
     def local_edges(self, g: int) -> np.ndarray:
         """Edges of graph ``g`` in local node ids.
 
-        Parameters
-        ----------
-        g : int
-            The graph id.
+        %(graph_parameters)s
 
         Returns
         -------
@@ -365,13 +368,11 @@ class GraphBatch:
         lo, hi = self.edge_offsets[g], self.edge_offsets[g + 1]
         return self.edges[lo:hi] - self.node_offsets[g]
 
+    @graphs_doc
     def to_networkx(self, g: int) -> nx.Graph:
         """Graph ``g`` as a networkx graph on local node ids 0..n-1.
 
-        Parameters
-        ----------
-        g : int
-            The graph id.
+        %(graph_parameters)s
 
         Returns
         -------
