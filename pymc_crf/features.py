@@ -94,7 +94,8 @@ def _check_user_bias(value: float, where: tuple[int, int]) -> None:
                          "to keep it as an ordinary feature")
 
 
-# what fit and transform take and refuse, worded once (``fill_doc``)
+# what fit and transform take and refuse, and the refusals of the count groupings, worded once
+# (``fill_doc``)
 _VECTORIZER_DOCS = {
     "sentences": """
         sentences : iterable of sentences
@@ -108,6 +109,14 @@ _VECTORIZER_DOCS = {
             it would share column 0 with the built-in constant. A user ``"bias": 1.0`` (the
             sklearn-crfsuite tutorial's feature, and what :meth:`inverse_transform` gives back)
             is the built-in bias and is accepted.""",
+    # count_buckets and template_count_groups
+    "features_raises": """
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the vectorizer is not fitted.
+        ValueError
+            When ``features`` has another number of columns than the vectorizer.""",
 }
 
 
@@ -285,6 +294,7 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         self.template_index_ = np.asarray(index, dtype=np.int64)
         return self
 
+    @fill_doc(_VECTORIZER_DOCS)
     def count_buckets(self, features: scipy.sparse.spmatrix | np.ndarray) -> np.ndarray:
         """The bucket of each column by how many rows of ``features`` it is non-zero in.
 
@@ -299,12 +309,7 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
             An index into :data:`COUNT_BUCKETS` (1, 2-3, 4-15, 16 or more; a column that is
             never non-zero there falls in the first) per column.
 
-        Raises
-        ------
-        sklearn.exceptions.NotFittedError
-            If the vectorizer is not fitted.
-        ValueError
-            When ``features`` has another number of columns than the vectorizer.
+        %(features_raises)s
         """
         self._check_fitted()
         X = scipy.sparse.csr_matrix(features)
@@ -314,6 +319,7 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         count = np.asarray((X != 0).sum(axis=0)).ravel()
         return np.digitize(count, COUNT_EDGES)
 
+    @fill_doc(_VECTORIZER_DOCS)
     def template_count_groups(self, features: scipy.sparse.spmatrix | np.ndarray) -> list[str]:
         """Each column's group, its template crossed with its training-count bucket.
 
@@ -331,12 +337,7 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         list of str
             One group name per column, ``"template (count 2-3)"``.
 
-        Raises
-        ------
-        sklearn.exceptions.NotFittedError
-            If the vectorizer is not fitted.
-        ValueError
-            When ``features`` has another number of columns than the vectorizer.
+        %(features_raises)s
         """
         bucket = self.count_buckets(features)
         return [f"{self.templates_[t]} (count {COUNT_BUCKETS[b]})"

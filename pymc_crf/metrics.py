@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.validation import whole_number
 
 __all__ = ["ChunkScore", "Reliability", "SelectiveCurve", "bio_chunks", "chunk_f1",
@@ -182,6 +183,20 @@ class Reliability:
 #: up to ~1e-8 above 1
 ROUNDING = 1e-6
 
+# what the reliability functions take and return, worded once (``fill_doc``)
+_RELIABILITY_DOCS = {
+    "n_bins": """
+        n_bins : int, default 10
+            Number of equal-width confidence bins (an integer >= 1).""",
+    "reliability_returns": """
+        Returns
+        -------
+        Reliability
+            Per-bin mean confidence, accuracy and count; its ``ece`` is the expected calibration
+            error.""",
+}
+_reliability_doc = fill_doc(_RELIABILITY_DOCS)
+
 
 def checked_marginals(marginals, labels, what: str, missing_ok: bool = False
                       ) -> tuple[np.ndarray, np.ndarray]:
@@ -219,6 +234,7 @@ def checked_marginals(marginals, labels, what: str, missing_ok: bool = False
     return np.clip(marginals, 0.0, 1.0), labels
 
 
+@_reliability_doc
 def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> Reliability:
     """Reliability curve of (N, K) predicted marginals against true labels (N,) in 0..K-1.
 
@@ -233,14 +249,9 @@ def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 1
         after a rounding tolerance of ``ROUNDING``).
     labels : ndarray (N,) int
         True labels in 0..K-1.
-    n_bins : int, default 10
-        Number of equal-width confidence bins (an integer >= 1).
+    %(n_bins)s
 
-    Returns
-    -------
-    Reliability
-        Per-bin mean confidence, accuracy and count; its ``ece`` is the expected calibration
-        error.
+    %(reliability_returns)s
 
     Raises
     ------
@@ -269,6 +280,7 @@ def _binned(conf: np.ndarray, correct: np.ndarray, n_bins: int) -> Reliability:
     return Reliability(edges, mean_conf, acc, count)
 
 
+@_reliability_doc
 def expected_calibration_error(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 10) -> float:
     """ECE of (N, K) marginals against labels (N,) over ``n_bins`` equal confidence bins.
 
@@ -278,8 +290,7 @@ def expected_calibration_error(marginals: np.ndarray, labels: np.ndarray, n_bins
         Predicted marginals, each row probabilities summing to 1.
     labels : ndarray (N,) int
         True labels in 0..K-1 (drop missing labels, -1, first).
-    n_bins : int, default 10
-        Number of equal-width confidence bins.
+    %(n_bins)s
 
     Returns
     -------
@@ -310,6 +321,7 @@ def _confidence_outcome(confidence, correct, what: str) -> tuple[np.ndarray, np.
     return np.clip(conf, 0.0, 1.0), ok.astype(np.float64)
 
 
+@_reliability_doc
 def confidence_reliability(confidence: np.ndarray, correct: np.ndarray,
                            n_bins: int = 10) -> Reliability:
     """Reliability curve of confidences (n,) in [0, 1] against outcomes ``correct`` (n,) bool.
@@ -323,14 +335,9 @@ def confidence_reliability(confidence: np.ndarray, correct: np.ndarray,
         Probability of each event, in [0, 1].
     correct : ndarray (n,) bool
         Whether each event happened (booleans, or 0 / 1).
-    n_bins : int, default 10
-        Number of equal-width confidence bins (an integer >= 1).
+    %(n_bins)s
 
-    Returns
-    -------
-    Reliability
-        Per-bin mean confidence, accuracy and count; its ``ece`` is the expected calibration
-        error.
+    %(reliability_returns)s
 
     Raises
     ------

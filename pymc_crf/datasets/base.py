@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pymc_crf.distributions.crf import pad_labels
-from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
+from pymc_crf.graphs.batch import GraphBatch, as_graph_batch, graphs_doc
 from pymc_crf.potentials import check_potential
 from pymc_crf.validation import whole_number
 
@@ -82,13 +82,11 @@ class CRFData:
         """Labels as the (G, L) matrix a ``pmc.CRF`` variable holds (-1 past each graph's end)."""
         return pad_labels(self.graphs, self.labels, self.n_labels)
 
+    @graphs_doc
     def subset(self, graphs: Sequence[int] | np.ndarray) -> CRFData:
         """The listed graphs as a new data set.
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------

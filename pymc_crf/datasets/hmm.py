@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pymc_crf.distributions.hcrf import check_class_labels
-from pymc_crf.graphs.batch import GraphBatch
+from pymc_crf.graphs.batch import GraphBatch, graphs_doc
 from pymc_crf.validation import generator, whole_number
 
 __all__ = ["SequenceData", "hmm_classes", "HMM_EMISSION_MEAN", "HMM_EMISSION_VAR",
@@ -104,13 +104,11 @@ class SequenceData:
     def n_graphs(self) -> int:
         return self.graphs.n_graphs
 
+    @graphs_doc
     def subset(self, graphs: Sequence[int] | np.ndarray) -> SequenceData:
         """The listed sequences, in that order.
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------

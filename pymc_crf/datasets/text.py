@@ -21,6 +21,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.text_files import sentence_rows
 
 __all__ = ["data_dir", "mark_sentence_ends", "read_conll2000", "read_ptb_sample", "token_features",
@@ -70,6 +71,17 @@ def _read_gzip_columns(path: Path, sep: str) -> list[list[list[str]]]:
     return list(sentence_rows(path, sep, skip_docstart=False, gzip_only=True))
 
 
+# what both corpus readers return, worded once (``fill_doc``)
+_READER_DOCS = {
+    "words_pos": """
+        words : list of list of str
+            The words of each sentence.
+        pos : list of list of str
+            Their POS tags.""",
+}
+
+
+@fill_doc(_READER_DOCS)
 def read_conll2000(split: str = "train", root: Path | None = None
                    ) -> tuple[list[list[str]], list[list[str]], list[list[str]]]:
     """Words, POS tags and chunk tags (one list per sentence) of a CoNLL-2000 split.
@@ -83,10 +95,7 @@ def read_conll2000(split: str = "train", root: Path | None = None
 
     Returns
     -------
-    words : list of list of str
-        The words of each sentence.
-    pos : list of list of str
-        Their POS tags.
+    %(words_pos)s
     chunks : list of list of str
         Their BIO chunk tags.
 
@@ -107,6 +116,7 @@ def read_conll2000(split: str = "train", root: Path | None = None
             [[r[2] for r in s] for s in rows])
 
 
+@fill_doc(_READER_DOCS)
 def read_ptb_sample(root: Path | None = None) -> tuple[list[list[str]], list[list[str]]]:
     """Words and POS tags (one list per sentence) of the Penn Treebank WSJ sample, in file order.
 
@@ -119,10 +129,7 @@ def read_ptb_sample(root: Path | None = None) -> tuple[list[list[str]], list[lis
 
     Returns
     -------
-    words : list of list of str
-        The words of each sentence.
-    pos : list of list of str
-        Their POS tags.
+    %(words_pos)s
 
     Raises
     ------

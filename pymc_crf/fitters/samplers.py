@@ -31,6 +31,7 @@ import pymc as pm
 from xarray import DataTree
 
 import pymc_crf.step_methods as step_methods
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.fitters.laplace_proposal import LaplaceInit, laplace_init
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import warn_at_caller
@@ -48,6 +49,69 @@ __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 _AUTO = ("auto", "laplace")
 _FITTER_OPTIONS = ("draws", "tune", "chains", "cores", "random_seed", "progressbar", "initvals",
                    "S", "start")
+
+# the options and results of the three sampler fitters, worded once (``fill_doc``)
+_SAMPLER_DOCS = {
+    "sampler_parameters": """
+        model : pm.Model
+            A model with a ``pmc.CRF`` or ``pmc.MRF`` likelihood, every label observed
+            (``pm.Data`` included) and free, untransformed, distinct weight variables; the step
+            method samples the weights, any other free variables get PyMC's default steps (e.g.
+            NUTS) in a compound step.
+        draws : int, default 1000
+            Draws per chain (``pm.sample``'s).
+        tune : int or None, default 1000
+            Tuning steps per chain (``pm.sample``'s); None: ``pm.sample``'s default.
+        chains : int or None, default 2
+            Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
+        cores : int or None, default 1
+            Chains run in parallel (``pm.sample``'s).
+        random_seed : int, sequence of int, Generator or None, default None
+            As ``pm.sample``; the Laplace starts are drawn from it (from its first seed when it
+            is a per-chain sequence).
+        progressbar : bool, default True
+            As ``pm.sample``.
+        initvals : dict or sequence of dict, optional
+            As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
+        S : {"auto", "laplace"}, ndarray or None, default "auto"
+            The starting proposal of the step (its ``S``). ``"auto"`` is the Bethe-Laplace
+            posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
+            Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal
+            weight priors, nothing else free or observed), and unit standard deviations
+            otherwise (with a warning); ``"laplace"`` insists on it; an array or None is passed
+            on.
+        start : {"auto", "laplace"} or None, default "auto"
+            ``"laplace"`` starts each chain at its own draw from that Bethe-Laplace Gaussian
+            (near the MAP, apart from the other chains), ``"auto"`` does so whenever the
+            Laplace fit is available, None starts at the model's initial point; ``initvals``
+            overrides it.""",
+    "sampler_result": """
+        The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
+        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
+        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
+        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
+        ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
+        ``"initial_point"``) say what was used. The Laplace fit's time is part of
+        ``wall_time``.""",
+    "sampler_raises": """
+        Raises
+        ------
+        TypeError
+            When a keyword is neither an option of the fitter nor of its step method.
+        ValueError
+            When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
+            of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
+            is not one the step method samples.""",
+    # Returns and Raises of the fitters that return nothing more
+    "sampler_sections": """
+        Returns
+        -------
+        xarray.DataTree
+            %(sampler_result)s
+
+        %(sampler_raises)s""",
+}
+_sampler_doc = fill_doc(_SAMPLER_DOCS)
 
 
 def _laplace(field: RandomFieldTerm, S, start) -> LaplaceInit | None:
@@ -118,6 +182,7 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
 
 
 @register("bethe_mh")
+@_sampler_doc
 def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
                  chains: int | None = 2, cores: int | None = 1,
                  random_seed: RandomGenerator = None, progressbar: bool = True,
@@ -131,68 +196,20 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
 
     Parameters
     ----------
-    model : pm.Model
-        A model with a ``pmc.CRF`` or ``pmc.MRF`` likelihood, every label observed
-        (``pm.Data`` included) and free, untransformed, distinct weight variables; the step
-        method samples the weights, any other free variables get PyMC's default steps (e.g.
-        NUTS) in a compound step.
-    draws : int, default 1000
-        Draws per chain (``pm.sample``'s).
-    tune : int or None, default 1000
-        Tuning steps per chain (``pm.sample``'s); None: ``pm.sample``'s default.
-    chains : int or None, default 2
-        Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
-    cores : int or None, default 1
-        Chains run in parallel (``pm.sample``'s).
-    random_seed : int, sequence of int, Generator or None, default None
-        As ``pm.sample``; the Laplace starts are drawn from it (from its first seed when it
-        is a per-chain sequence).
-    progressbar : bool, default True
-        As ``pm.sample``.
-    initvals : dict or sequence of dict, optional
-        As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
-    S : {"auto", "laplace"}, ndarray or None, default "auto"
-        The starting proposal of the step (its ``S``). ``"auto"`` is the Bethe-Laplace
-        posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
-        Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal
-        weight priors, nothing else free or observed), and unit standard deviations
-        otherwise (with a warning); ``"laplace"`` insists on it; an array or None is passed
-        on.
-    start : {"auto", "laplace"} or None, default "auto"
-        ``"laplace"`` starts each chain at its own draw from that Bethe-Laplace Gaussian
-        (near the MAP, apart from the other chains), ``"auto"`` does so whenever the
-        Laplace fit is available, None starts at the model's initial point; ``initvals``
-        overrides it.
+    %(sampler_parameters)s
     **step_kwargs
         Options of :class:`~pymc_crf.step_methods.BetheMH`: ``scaling``, ``target_accept``,
         ``adapt_window``, ``damping``, ``tol``, ``max_iter``, ``schedule``,
         ``compile_kwargs``.
 
-    Returns
-    -------
-    xarray.DataTree
-        The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
-        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
-        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
-        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
-        ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
-        ``"initial_point"``) say what was used. The Laplace fit's time is part of
-        ``wall_time``.
-
-    Raises
-    ------
-    TypeError
-        When a keyword is neither an option of the fitter nor of its step method.
-    ValueError
-        When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
-        of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
-        is not one the step method samples.
+    %(sampler_sections)s
     """
     return _sample_with("BetheMH", "bethe_mh", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
 
 
 @register("langevin_cd")
+@_sampler_doc
 def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
                     chains: int | None = 2, cores: int | None = 1,
                     random_seed: RandomGenerator = None, progressbar: bool = True,
@@ -206,67 +223,19 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int | None = 10
 
     Parameters
     ----------
-    model : pm.Model
-        A model with a ``pmc.CRF`` or ``pmc.MRF`` likelihood, every label observed
-        (``pm.Data`` included) and free, untransformed, distinct weight variables; the step
-        method samples the weights, any other free variables get PyMC's default steps (e.g.
-        NUTS) in a compound step.
-    draws : int, default 1000
-        Draws per chain (``pm.sample``'s).
-    tune : int or None, default 1000
-        Tuning steps per chain (``pm.sample``'s); None: ``pm.sample``'s default.
-    chains : int or None, default 2
-        Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
-    cores : int or None, default 1
-        Chains run in parallel (``pm.sample``'s).
-    random_seed : int, sequence of int, Generator or None, default None
-        As ``pm.sample``; the Laplace starts are drawn from it (from its first seed when it
-        is a per-chain sequence).
-    progressbar : bool, default True
-        As ``pm.sample``.
-    initvals : dict or sequence of dict, optional
-        As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
-    S : {"auto", "laplace"}, ndarray or None, default "auto"
-        The starting proposal of the step (its ``S``). ``"auto"`` is the Bethe-Laplace
-        posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
-        Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal
-        weight priors, nothing else free or observed), and unit standard deviations
-        otherwise (with a warning); ``"laplace"`` insists on it; an array or None is passed
-        on.
-    start : {"auto", "laplace"} or None, default "auto"
-        ``"laplace"`` starts each chain at its own draw from that Bethe-Laplace Gaussian
-        (near the MAP, apart from the other chains), ``"auto"`` does so whenever the
-        Laplace fit is available, None starts at the model's initial point; ``initvals``
-        overrides it.
+    %(sampler_parameters)s
     **step_kwargs
         Options of :class:`~pymc_crf.step_methods.LangevinCD`: ``cd_steps``, ``step_size``,
         ``target_accept``, ``adapt_window``, ``max_energy_error``, ``compile_kwargs``.
 
-    Returns
-    -------
-    xarray.DataTree
-        The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
-        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
-        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
-        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
-        ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
-        ``"initial_point"``) say what was used. The Laplace fit's time is part of
-        ``wall_time``.
-
-    Raises
-    ------
-    TypeError
-        When a keyword is neither an option of the fitter nor of its step method.
-    ValueError
-        When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
-        of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
-        is not one the step method samples.
+    %(sampler_sections)s
     """
     return _sample_with("LangevinCD", "langevin_cd", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)
 
 
 @register("exchange")
+@_sampler_doc
 def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
                  chains: int | None = 2, cores: int | None = 1,
                  random_seed: RandomGenerator = None, progressbar: bool = True,
@@ -280,38 +249,7 @@ def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
 
     Parameters
     ----------
-    model : pm.Model
-        A model with a ``pmc.CRF`` or ``pmc.MRF`` likelihood, every label observed
-        (``pm.Data`` included) and free, untransformed, distinct weight variables; the step
-        method samples the weights, any other free variables get PyMC's default steps (e.g.
-        NUTS) in a compound step.
-    draws : int, default 1000
-        Draws per chain (``pm.sample``'s).
-    tune : int or None, default 1000
-        Tuning steps per chain (``pm.sample``'s); None: ``pm.sample``'s default.
-    chains : int or None, default 2
-        Number of chains; None: ``pm.sample``'s default (``max(2, cores)``).
-    cores : int or None, default 1
-        Chains run in parallel (``pm.sample``'s).
-    random_seed : int, sequence of int, Generator or None, default None
-        As ``pm.sample``; the Laplace starts are drawn from it (from its first seed when it
-        is a per-chain sequence).
-    progressbar : bool, default True
-        As ``pm.sample``.
-    initvals : dict or sequence of dict, optional
-        As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
-    S : {"auto", "laplace"}, ndarray or None, default "auto"
-        The starting proposal of the step (its ``S``). ``"auto"`` is the Bethe-Laplace
-        posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
-        Welling & Parise 2006, eq. (7)) wherever that approximation applies (fixed Normal
-        weight priors, nothing else free or observed), and unit standard deviations
-        otherwise (with a warning); ``"laplace"`` insists on it; an array or None is passed
-        on.
-    start : {"auto", "laplace"} or None, default "auto"
-        ``"laplace"`` starts each chain at its own draw from that Bethe-Laplace Gaussian
-        (near the MAP, apart from the other chains), ``"auto"`` does so whenever the
-        Laplace fit is available, None starts at the model's initial point; ``initvals``
-        overrides it.
+    %(sampler_parameters)s
     **step_kwargs
         Options of :class:`~pymc_crf.step_methods.Exchange`: ``sampler``, ``aux_sweeps``,
         ``scaling``, ``target_accept``, ``adapt_window``, ``max_treewidth``,
@@ -320,23 +258,10 @@ def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
     Returns
     -------
     xarray.DataTree
-        The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
-        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
-        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
-        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
-        ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
-        ``"initial_point"``) say what was used. The Laplace fit's time is part of
-        ``wall_time``.
+        %(sampler_result)s
         ``attrs["exact_auxiliary"]`` (0 or 1) says whether the auxiliary draws were exact.
 
-    Raises
-    ------
-    TypeError
-        When a keyword is neither an option of the fitter nor of its step method.
-    ValueError
-        When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
-        of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
-        is not one the step method samples.
+    %(sampler_raises)s
     """
     return _sample_with("Exchange", "exchange", model, draws, tune, chains, cores, random_seed,
                         progressbar, initvals, S, start, step_kwargs)

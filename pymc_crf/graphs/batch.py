@@ -19,6 +19,7 @@ import networkx as nx
 import numpy as np
 import scipy.sparse
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.junction_tree import (
     HEURISTICS,
     JunctionTreeStructure,
@@ -30,6 +31,22 @@ from pymc_crf.validation import class_indices, whole_number
 __all__ = ["GraphBatch", "GraphStructureError", "as_graph_batch"]
 
 T = TypeVar("T")
+
+# the parameter of the methods that take one graph (local_edges, to_networkx) or a list of graphs
+# (subset, node_index, edge_index, and the data sets' subset), worded once (``fill_doc``)
+GRAPHS_DOCS = {
+    "graph_parameters": """
+        Parameters
+        ----------
+        g : int
+            The graph id.""",
+    "graphs_parameters": """
+        Parameters
+        ----------
+        graphs : sequence of int or ndarray
+            Graph ids, each in 0..G-1.""",
+}
+graphs_doc = fill_doc(GRAPHS_DOCS)
 
 CHAIN, TREE, LOOPY = "chain", "tree", "loopy"
 
@@ -337,13 +354,11 @@ class GraphBatch:
             raise GraphStructureError(f"graph id {int(bad[0])} is outside 0..{self.n_graphs - 1}")
         return ids
 
+    @graphs_doc
     def local_edges(self, g: int) -> np.ndarray:
         """Edges of graph ``g`` in local node ids.
 
-        Parameters
-        ----------
-        g : int
-            The graph id.
+        %(graph_parameters)s
 
         Returns
         -------
@@ -353,13 +368,11 @@ class GraphBatch:
         lo, hi = self.edge_offsets[g], self.edge_offsets[g + 1]
         return self.edges[lo:hi] - self.node_offsets[g]
 
+    @graphs_doc
     def to_networkx(self, g: int) -> nx.Graph:
         """Graph ``g`` as a networkx graph on local node ids 0..n-1.
 
-        Parameters
-        ----------
-        g : int
-            The graph id.
+        %(graph_parameters)s
 
         Returns
         -------
@@ -371,13 +384,11 @@ class GraphBatch:
         G.add_edges_from(map(tuple, self.local_edges(g).tolist()))
         return G
 
+    @graphs_doc
     def subset(self, graphs: Sequence[int] | np.ndarray) -> GraphBatch:
         """A new batch made of the listed graphs, in that order.
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------
@@ -392,13 +403,11 @@ class GraphBatch:
                 sub._cache[key] = value
         return sub
 
+    @graphs_doc
     def node_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """Global node ids of the listed graphs (to slice node arrays consistently with `subset`).
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------
@@ -409,13 +418,11 @@ class GraphBatch:
         return np.concatenate([np.arange(self.node_offsets[g], self.node_offsets[g + 1])
                                for g in graphs]) if len(graphs) else np.zeros(0, np.int64)
 
+    @graphs_doc
     def edge_index(self, graphs: Sequence[int] | np.ndarray) -> np.ndarray:
         """Global edge ids of the listed graphs (to slice edge arrays consistently with `subset`).
 
-        Parameters
-        ----------
-        graphs : sequence of int or ndarray
-            Graph ids, each in 0..G-1.
+        %(graphs_parameters)s
 
         Returns
         -------

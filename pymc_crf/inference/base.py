@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from scipy.sparse import issparse
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.feature_products import features_dot, features_tdot
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.kernels import writeable
@@ -42,6 +43,50 @@ __all__ = ["ApproximateInferenceWarning", "ConvergenceWarning", "Engine", "Loopy
            "check_feature_tables", "check_potentials", "convergence_report",
            "forms_feature_tables", "decode", "labelling_score",
            "warn_at_caller", "warn_unconverged"]
+
+
+# the parameters the engine methods share, worded once (filled into the docstrings of Engine and
+# the engines by ``fill_doc``; the engines' modules import ``engine_doc``)
+ENGINE_DOCS = {
+    "batch": """
+        batch : GraphBatch
+            The graphs.""",
+    "node_logpot": """
+        node_logpot : array_like (N, K)
+            Node log-potentials, one row per node of the batch.""",
+    "edge_logpot": """
+        edge_logpot : array_like (E, K, K) or (1, K, K)
+            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
+            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.""",
+    # the three every engine method takes
+    "tables": "%(batch)s\n%(node_logpot)s\n%(edge_logpot)s",
+    # the section of the methods that take nothing else
+    "tables_parameters": "Parameters\n----------\n%(tables)s",
+    "batch_node": "%(batch)s\n%(node_logpot)s",
+    # the tables as check_potentials returns them (the loopy engines' helpers)
+    "checked_tables": """
+        %(batch)s
+        node : ndarray (N, K)
+            The checked node log-potentials.
+        edge : ndarray (E, K, K) or (1, K, K)
+            The checked edge log-potentials.""",
+    "n_labels": """
+        n_labels : int
+            Labels per node (K).""",
+    # numba_kernels and feature_numba_kernels
+    "kernel_sections": """
+        Parameters
+        ----------
+        %(batch)s
+        n_labels : int or None, optional
+            Labels per node (K), where the compiled graph knows it.
+
+        Returns
+        -------
+        tuple of (callable, callable) or None
+            ``(log_z, vjp)``, or None (this base version).""",
+}
+engine_doc = fill_doc(ENGINE_DOCS)
 
 
 class ConvergenceWarning(UserWarning):
@@ -362,13 +407,13 @@ class Engine(ABC):
     has_log_z: bool = True
     approximation: str = "exact"
 
+    @engine_doc
     def supports(self, batch: GraphBatch) -> bool:
         """Whether this engine can run on every graph of ``batch``.
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
+        %(batch)s
 
         Returns
         -------
@@ -377,16 +422,15 @@ class Engine(ABC):
         """
         return True
 
+    @engine_doc
     def check_size(self, batch: GraphBatch, n_labels: int) -> None:
         """Raise a ValueError when the engine cannot run on ``batch`` with ``n_labels`` labels
         (a model's build calls it where the labels are known; by default every size runs).
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        n_labels : int
-            Labels per node (K).
+        %(batch)s
+        %(n_labels)s
 
         Raises
         ------
@@ -395,14 +439,14 @@ class Engine(ABC):
         """
         return None
 
+    @engine_doc
     def check_supported(self, batch: GraphBatch) -> None:
         """Raise a ValueError saying why the engine cannot run on ``batch`` (engines override this
         to name the offending graph).
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
+        %(batch)s
 
         Raises
         ------
@@ -416,19 +460,12 @@ class Engine(ABC):
                              "use inference='auto'")
 
     @abstractmethod
+    @engine_doc
     def log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
                       edge_logpot: ArrayLike) -> np.ndarray:
         """log Z per graph, shape (G,).
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
-            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        %(tables_parameters)s
 
         Returns
         -------
@@ -438,19 +475,12 @@ class Engine(ABC):
         """
 
     @abstractmethod
+    @engine_doc
     def marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
                   edge_logpot: ArrayLike) -> Marginals:
         """log Z and node / edge marginals (the gradient of log Z w.r.t. the tables).
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
-            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        %(tables_parameters)s
 
         Returns
         -------
@@ -461,19 +491,12 @@ class Engine(ABC):
         """
 
     @abstractmethod
+    @engine_doc
     def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike,
                        edge_logpot: ArrayLike) -> MapResult:
         """Most probable labelling of every graph.
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
-            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        %(tables_parameters)s
 
         Returns
         -------
@@ -482,19 +505,14 @@ class Engine(ABC):
         """
 
     @abstractmethod
+    @engine_doc
     def sample(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
                n_samples: int, rng: np.random.Generator | int | None = None) -> np.ndarray:
         """``n_samples`` labellings of every graph, shape (n_samples, N), int64.
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
-            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        %(tables)s
         n_samples : int
             Labellings to draw.
         rng : Generator, int or None, optional
@@ -506,6 +524,7 @@ class Engine(ABC):
             One labelling of the whole batch per row.
         """
 
+    @engine_doc
     def weighted_marginals(self, batch: GraphBatch, node_logpot: ArrayLike,
                            edge_logpot: ArrayLike, graph_weights: ArrayLike
                            ) -> tuple[np.ndarray, np.ndarray]:
@@ -517,13 +536,7 @@ class Engine(ABC):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
-            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        %(tables)s
         graph_weights : array_like (G,)
             The output gradient, one weight per graph.
 
@@ -610,6 +623,7 @@ class Engine(ABC):
         log_z, gn, ge = self.log_z_and_weighted_marginals(batch, node, edge, gw)
         return log_z, gn, features_tdot(Xe, ge.reshape(batch.n_edges, K * K)).reshape(-1, K, K)
 
+    @engine_doc
     def numba_kernels(self, batch: GraphBatch, n_labels: int | None = None
                       ) -> tuple[Callable, Callable] | None:
         """Optional njit closures ``(log_z(node, edge), vjp(node, edge, g))`` for compiled models,
@@ -620,20 +634,11 @@ class Engine(ABC):
 
         None means the PyTensor Ops call this engine from numba's object mode.
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        n_labels : int or None, optional
-            Labels per node (K), where the compiled graph knows it.
-
-        Returns
-        -------
-        tuple of (callable, callable) or None
-            ``(log_z, vjp)``, or None (this base version).
+        %(kernel_sections)s
         """
         return None
 
+    @engine_doc
     def feature_log_partition(self, batch: GraphBatch, node_logpot: ArrayLike,
                               edge_features: np.ndarray | spmatrix | sparray,
                               edge_weights: ArrayLike) -> np.ndarray:
@@ -643,10 +648,7 @@ class Engine(ABC):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
+        %(batch_node)s
         edge_features : ndarray or scipy.sparse matrix (E, Fe)
             Finite (as ``GraphBatch.check_features`` returns them).
         edge_weights : array_like (Fe, K, K)
@@ -661,6 +663,7 @@ class Engine(ABC):
         K = node.shape[1]
         return self.log_partition(batch, node, features_dot(Xe, We).reshape(batch.n_edges, K, K))
 
+    @engine_doc
     def feature_numba_kernels(self, batch: GraphBatch, n_labels: int | None = None
                               ) -> tuple[Callable, Callable] | None:
         """Optional njit closures ``(log_z(node, x, w), vjp(node, x, w, g))`` of
@@ -669,20 +672,11 @@ class Engine(ABC):
         (Fe, K^2))``; layouts and ``n_labels`` as in :meth:`numba_kernels`. None means the PyTensor Ops call
         this engine from numba's object mode.
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        n_labels : int or None, optional
-            Labels per node (K), where the compiled graph knows it.
-
-        Returns
-        -------
-        tuple of (callable, callable) or None
-            ``(log_z, vjp)``, or None (this base version).
+        %(kernel_sections)s
         """
         return None
 
+    @engine_doc
     def covariance_vector_product(self, batch: GraphBatch, node_logpot: ArrayLike,
                                   edge_logpot: ArrayLike, v_node: ArrayLike, v_edge: ArrayLike
                                   ) -> tuple[np.ndarray, np.ndarray]:
@@ -692,13 +686,7 @@ class Engine(ABC):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
-            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        %(tables)s
         v_node : array_like (N, K)
             The direction's node part.
         v_edge : array_like (E, K, K), or (1, K, K) for a shared table
@@ -718,6 +706,7 @@ class Engine(ABC):
         """
         raise NotImplementedError(f"engine {self.name!r} has no covariance-vector product")
 
+    @engine_doc
     def feature_covariance(self, batch: GraphBatch, node_logpot: ArrayLike,
                            edge_logpot: ArrayLike, graph: int = 0) -> np.ndarray:
         """Dense covariance of the sufficient statistics of one graph.
@@ -729,13 +718,7 @@ class Engine(ABC):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials (``edge_logpot[e, a, b]`` scores label ``a`` at ``edges[e, 0]``
-            and ``b`` at ``edges[e, 1]``), or one table shared by every edge.
+        %(tables)s
         graph : int, default 0
             The graph's index in ``batch``.
 

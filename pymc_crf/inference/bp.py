@@ -27,6 +27,7 @@ from pymc_crf.inference.base import (
     ConvergenceWarning,
     LoopyResult,
     check_potentials,
+    engine_doc,
     labelling_score,
 )
 from pymc_crf.inference.bethe import (
@@ -447,6 +448,7 @@ class BeliefPropagation(LoopyEngine):
             batch.n_graphs)
         return lbn, lbe, log_z
 
+    @engine_doc
     def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
             max_product: bool = False, messages: np.ndarray | None = None) -> LoopyResult:
         """Run BP to convergence (or ``max_iter``) and return messages, beliefs and report.
@@ -469,12 +471,7 @@ class BeliefPropagation(LoopyEngine):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials, or one table shared by every edge.
+        %(tables)s
         max_product : bool, default False
             Max-product BP (the beliefs :meth:`decoding_run` decodes) instead of sum-product.
         messages : ndarray (2E, K), optional

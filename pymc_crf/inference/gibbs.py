@@ -18,9 +18,11 @@ from typing import TYPE_CHECKING, NamedTuple
 import numpy as np
 from numba import njit
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import (
+    ENGINE_DOCS,
     ConvergenceWarning,
     Engine,
     MapResult,
@@ -39,6 +41,18 @@ __all__ = ["Gibbs", "GibbsChain", "colour_order", "independent_draws"]
 
 # The colour classes are graph structure (also used by mean field); this name stays importable.
 colour_order = colour_classes
+
+
+# the engine parameters and the random source of the Gibbs runs, worded once (``fill_doc``)
+_GIBBS_DOCS = {
+    **ENGINE_DOCS,
+    "gibbs_rng": """
+        rng : Generator, int or None, optional
+            The random source; None: the engine's ``seed``.""",
+    # marginals and map_assignment
+    "gibbs_parameters": "Parameters\n----------\n%(tables)s\n%(gibbs_rng)s",
+}
+_gibbs_doc = fill_doc(_GIBBS_DOCS)
 
 
 class GibbsChain(NamedTuple):
@@ -131,6 +145,7 @@ class Gibbs(Engine):
         generator(seed, "seed")  # refuse a bad seed here, not at the first run
         self.seed = seed
 
+    @_gibbs_doc
     def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike, n_samples: int,
             rng: np.random.Generator | int | None = None,
             init: np.ndarray | None = None) -> GibbsChain:
@@ -144,16 +159,10 @@ class Gibbs(Engine):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials, or one table shared by every edge.
+        %(tables)s
         n_samples : int
             Sweeps kept (after ``burn_in`` sweeps, every ``thin``-th).
-        rng : Generator, int or None, optional
-            The random source; None: the engine's ``seed``.
+        %(gibbs_rng)s
         init : ndarray (N,), optional
             The starting labelling.
 
@@ -212,22 +221,14 @@ class Gibbs(Engine):
             return np.empty((0, node.shape[0]), np.int64)
         return self.run(batch, node_logpot, edge_logpot, n_samples, rng).samples
 
+    @_gibbs_doc
     def marginals(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
                   rng: np.random.Generator | int | None = None) -> Marginals:
         """Monte Carlo marginals: Rao-Blackwellised node marginals, edge pair frequencies.
 
         ``log_z`` is NaN (Gibbs sampling gives no log Z estimate) and ``report`` is None.
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials, or one table shared by every edge.
-        rng : Generator, int or None, optional
-            The random source; None: the engine's ``seed``.
+        %(gibbs_parameters)s
 
         Returns
         -------
@@ -261,20 +262,12 @@ class Gibbs(Engine):
         raise NotImplementedError("the gibbs engine gives no log Z estimate; use 'bp', 'tree_ep', "
                                   "'mean_field' or an exact engine")
 
+    @_gibbs_doc
     def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
                        rng: np.random.Generator | int | None = None) -> MapResult:
         """Heuristic: the highest-scoring labelling visited by the chain, per graph.
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials, or one table shared by every edge.
-        rng : Generator, int or None, optional
-            The random source; None: the engine's ``seed``.
+        %(gibbs_parameters)s
 
         Returns
         -------

@@ -38,6 +38,7 @@ from pymc_crf.inference.base import (
     check_potentials,
     checked_draws,
     checked_map,
+    engine_doc,
 )
 from pymc_crf.validation import generator, whole_number
 
@@ -517,6 +518,7 @@ class JunctionTree(Engine):
                 f"{self.max_table_entries}")
         return _compile(jt, batch.local_edges(g), K)
 
+    @engine_doc
     def fits(self, batch: GraphBatch, n_labels: int, total_entries: float | None = None) -> bool:
         """Whether the engine runs on ``batch`` with ``n_labels`` labels: every treewidth within
         the limit and every graph's clique tables within ``max_table_entries`` (and, with
@@ -524,10 +526,8 @@ class JunctionTree(Engine):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        n_labels : int
-            Labels per node (K).
+        %(batch)s
+        %(n_labels)s
         total_entries : float, optional
             A bound on the clique-table entries of all distinct graph shapes together.
 
@@ -541,6 +541,7 @@ class JunctionTree(Engine):
         return self.supports(batch) and bool(self.fitting_graphs(batch, n_labels,
                                                                  total_entries).all())
 
+    @engine_doc
     def fitting_graphs(self, batch: GraphBatch, n_labels: int,
                        total_entries: float | None = None) -> np.ndarray:
         """Boolean mask (G,) of the graphs the engine takes: treewidth within the limit and
@@ -550,10 +551,8 @@ class JunctionTree(Engine):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        n_labels : int
-            Labels per node (K).
+        %(batch)s
+        %(n_labels)s
         total_entries : float, optional
             A bound on the clique-table entries of the taken graph shapes together.
 

@@ -33,9 +33,11 @@ from typing import TYPE_CHECKING
 import numpy as np
 from numba import njit
 
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import (
+    ENGINE_DOCS,
     ApproximateInferenceWarning,
     Engine,
     LoopyResult,
@@ -200,6 +202,14 @@ def bound_slack(bound: np.ndarray) -> np.ndarray:
         return 1e-9 * np.maximum(1.0, np.abs(np.where(np.isfinite(bound), bound, 0.0)))
 
 
+# the engine parameters and the options of the bound check's warning, worded once (``fill_doc``)
+_loopy_doc = fill_doc({**ENGINE_DOCS, "warning_options": """
+        method : str, optional
+            The algorithm's name in the warning (default: the class's ``method``).
+        note : str, default ""
+            Added to the warning."""})
+
+
 class LoopyEngine(Engine):
     """Base class of the iterative approximate engines (see the module docstring).
 
@@ -229,17 +239,11 @@ class LoopyEngine(Engine):
                                 "thin": 10}
 
     @abstractmethod
+    @_loopy_doc
     def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike) -> LoopyResult:
         """Iterate to convergence (or ``max_iter``); beliefs, log Z estimate and report.
 
-        Parameters
-        ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials, or one table shared by every edge.
+        %(tables_parameters)s
 
         Returns
         -------
@@ -279,6 +283,7 @@ class LoopyEngine(Engine):
                              stacklevel=4)
         return rep
 
+    @_loopy_doc
     def check_bound(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray,
                     result: LoopyResult, method: str | None = None, note: str = "") -> LoopyResult:
         """``result`` with the bound check in its report: ``bound`` (G,) the score of a good
@@ -289,18 +294,10 @@ class LoopyEngine(Engine):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node : ndarray (N, K)
-            The checked node log-potentials.
-        edge : ndarray (E, K, K) or (1, K, K)
-            The checked edge log-potentials.
+        %(checked_tables)s
         result : LoopyResult
             The run to check (its beliefs and its report's ``converged`` are read).
-        method : str, optional
-            The algorithm's name in the warning (default: the class's ``method``).
-        note : str, default ""
-            Added to the warning.
+        %(warning_options)s
 
         Returns
         -------
@@ -311,6 +308,7 @@ class LoopyEngine(Engine):
                                 unsettled=~result.report["converged"]).score
         return self.with_bound(result, bound, method, note)
 
+    @_loopy_doc
     def with_bound(self, result: LoopyResult, bound: np.ndarray, method: str | None = None,
                    note: str = "") -> LoopyResult:
         """``result`` with ``bound`` / ``bound_ok`` in its report (see :meth:`check_bound`).
@@ -321,10 +319,7 @@ class LoopyEngine(Engine):
             The run.
         bound : ndarray (G,)
             A lower bound on each graph's log Z.
-        method : str, optional
-            The algorithm's name in the warning (default: the class's ``method``).
-        note : str, default ""
-            Added to the warning.
+        %(warning_options)s
 
         Returns
         -------
@@ -364,17 +359,13 @@ class LoopyEngine(Engine):
         """
         return self.run(batch, node_logpot, edge_logpot).marginals(np.shape(edge_logpot)[0] == 1)
 
+    @_loopy_doc
     def decoding_run(self, batch: GraphBatch, node: np.ndarray, edge: np.ndarray) -> LoopyResult:
         """The run whose node beliefs ``map_assignment`` decodes (by default the plain run).
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node : ndarray (N, K)
-            The checked node log-potentials.
-        edge : ndarray (E, K, K) or (1, K, K)
-            The checked edge log-potentials.
+        %(checked_tables)s
 
         Returns
         -------

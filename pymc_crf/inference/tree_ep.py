@@ -38,7 +38,7 @@ from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import minimum_spanning_tree
 
 from pymc_crf.graphs.batch import GraphBatch
-from pymc_crf.inference.base import LoopyResult, check_potentials
+from pymc_crf.inference.base import LoopyResult, check_potentials, engine_doc
 from pymc_crf.inference.bethe import beliefs, bethe_log_z, cavity
 from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
 from pymc_crf.inference.loopy import LoopyEngine
@@ -484,6 +484,7 @@ class TreeEP(LoopyEngine):
                  warn: bool = True):
         super().__init__(tol, max_iter, damping, warn)
 
+    @engine_doc
     def run(self, batch: GraphBatch, node_logpot: ArrayLike, edge_logpot: ArrayLike,
             tree_mask: np.ndarray | None = None) -> LoopyResult:
         """Run TreeEP: beliefs (q on tree edges, the tilted distribution on off-tree edges), the
@@ -493,12 +494,7 @@ class TreeEP(LoopyEngine):
 
         Parameters
         ----------
-        batch : GraphBatch
-            The graphs.
-        node_logpot : array_like (N, K)
-            Node log-potentials, one row per node of the batch.
-        edge_logpot : array_like (E, K, K) or (1, K, K)
-            Edge log-potentials, or one table shared by every edge.
+        %(tables)s
         tree_mask : ndarray (E,) bool, optional
             The spanning tree's edges; default: chosen by mutual information.
 

@@ -32,6 +32,7 @@ from pymc_crf.model.spec import (
     WeightSpec,
     check_observed_labels,
     extract_crf,
+    model_doc,
     observes,
     single_observed,
     weight_specs,
@@ -101,13 +102,11 @@ def _observed(model: pm.Model, rv) -> np.ndarray:
     return np.asarray(obs.data if hasattr(obs, "data") else obs.eval())
 
 
+@model_doc
 def extract_mrf(model: pm.Model | None = None) -> MRFSpec:
     """The single MRF likelihood of ``model`` and its weights (raises if there is none or several).
 
-    Parameters
-    ----------
-    model : pm.Model, optional
-        The model; default the model of the current context (``pm.modelcontext``).
+    %(model_parameters)s
 
     Returns
     -------
@@ -262,13 +261,11 @@ class MRFLogLikelihood(_WeightSpaceLikelihood):
         return value, grad
 
 
+@model_doc
 def extract_random_field(model: pm.Model | None = None) -> CRFSpec | MRFSpec:
     """The model's single ``pmc.CRF`` (a ``CRFSpec``) or ``pmc.MRF`` (an ``MRFSpec``) likelihood.
 
-    Parameters
-    ----------
-    model : pm.Model, optional
-        The model; default the model of the current context (``pm.modelcontext``).
+    %(model_parameters)s
 
     Returns
     -------

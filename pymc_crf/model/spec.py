@@ -21,6 +21,7 @@ from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.crf import CRFRV, CRFInfo, is_cast, refuse_inf_labels, unpad_labels
 from pymc_crf.distributions.hcrf import HCRFRV, find_hcrf
+from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.validation import refusal
 
@@ -31,6 +32,18 @@ __all__ = ["CRFSpec", "ScaleVariable", "WeightSpec", "check_observed_labels", "e
            "free_scales", "observed_labels", "observes", "other_model_terms", "refuse_free_scales",
            "require_all_labels", "require_gaussian_prior", "require_learnable_scales",
            "require_sole_likelihood", "single_observed", "with_scales"]
+
+
+# the parameter of the model readers (extract_crf, and extract_mrf / extract_random_field in
+# random_field.py), worded once (``fill_doc``)
+MODEL_DOCS = {
+    "model_parameters": """
+        Parameters
+        ----------
+        model : pm.Model, optional
+            The model; default the model of the current context (``pm.modelcontext``).""",
+}
+model_doc = fill_doc(MODEL_DOCS)
 
 
 @dataclass(frozen=True)
@@ -330,13 +343,11 @@ def check_observed_labels(model: pm.Model) -> None:
             find_hcrf(model)  # checks the class labels
 
 
+@model_doc
 def extract_crf(model: pm.Model | None = None) -> CRFSpec:
     """The single CRF likelihood of ``model`` and its weights (raises if there is none or several).
 
-    Parameters
-    ----------
-    model : pm.Model, optional
-        The model; default the model of the current context (``pm.modelcontext``).
+    %(model_parameters)s
 
     Returns
     -------
