@@ -17,7 +17,12 @@ time and the final type-II MAP objective ``F`` (log evidence + log hyperprior) o
 ratios against the reference, and how many scales end at the lower bound. The MAP kernels are
 compiled beforehand by a small warm-up fit.
 
-Run:  .venv/bin/python bench/bench_learned_scales.py [--train 60 300]
+``--refine N``: the exact-gradient ascent that ``refine=None`` adds on small dense models, on the
+sketch of docs/bethe_laplace.md (the first N sentences, three templates: ``bias``, ``postag``,
+``-1:postag``; 1,118 weights and 3 scales at N = 40): the default fit against the same fit with
+the ascent's tolerances tightened to ``gtol`` 1e-7, ``ftol`` 1e-13 and against ``refine=False``.
+
+Run:  .venv/bin/python bench/bench_learned_scales.py [--train 60 300] [--refine 40]
 (needs ../shared/data/conll2000)
 """
 
@@ -53,7 +58,46 @@ def _model(n: int) -> pm.Model:
     return model
 
 
-def _fit(model: pm.Model) -> dict:
+def _sketch_model(n: int) -> pm.Model:
+    """docs/bethe_laplace.md's learned-scale sketch on three templates of n sentences."""
+    words, pos, chunks = read_conll2000("train")
+    keep = ("bias", "postag", "-1:postag")
+    sents = [[{k: v for k, v in t.items() if k in keep} for t in token_features(a, b)]
+             for a, b in zip(words[:n], pos[:n], strict=True)]
+    vec = pmc.FeatureVectorizer()
+    X = vec.fit_transform(sents)
+    y, classes = encode_tags(chunks[:n])
+    with pm.Model(coords={"feature": vec.feature_names_, "label": classes}) as model:
+        s = pm.HalfNormal("s", 1.0, shape=len(vec.templates_))
+        w = pm.Normal("w", 0.0, s[vec.template_index_][:, None], dims=("feature", "label"))
+        t = pm.Normal("t", 0.0, 1.0, shape=(len(classes), len(classes)))
+        pmc.CRF("y", graphs=sequence_batch(vec.lengths_), node_features=X, node_weights=w,
+                edge_weights=t, observed=y)
+    return model
+
+
+def _refine_table(n: int) -> None:
+    model = _sketch_model(n)
+    print("| sentences | fit | Laplace evaluations | wall (s) | F | scales |")
+    print("|---|---|---|---|---|---|")
+    tols = S.REFINE_GTOL, S.REFINE_FTOL
+    rows = {}
+    for name, refine, (gtol, ftol) in (("default", None, tols),
+                                       ("ascent to gtol 1e-7, ftol 1e-13", None, (1e-7, 1e-13)),
+                                       ("refine=False", False, tols)):
+        S.REFINE_GTOL, S.REFINE_FTOL = gtol, ftol
+        try:
+            rows[name] = r = _fit(model, refine=refine)
+        finally:
+            S.REFINE_GTOL, S.REFINE_FTOL = tols
+        print(f"| {n} | {name} | {r['evaluations']} | {r['wall']:.1f} | {r['F']:.6f} | "
+              f"{np.array2string(r['scales'], precision=4)} |", flush=True)
+    a, b = rows["default"], rows["ascent to gtol 1e-7, ftol 1e-13"]
+    print(f"| {n} | default: {b['wall'] / a['wall']:.2f}x faster than the tighter ascent, "
+          f"F {a['F'] - b['F']:+.2e} | | | | |")
+
+
+def _fit(model: pm.Model, refine: bool | None = None) -> dict:
     calls = [0]
     point = S.laplace_point
 
@@ -65,7 +109,7 @@ def _fit(model: pm.Model) -> dict:
     try:
         t0 = time.perf_counter()
         res = pmc.fit(model, method="laplace", draws=5, random_seed=0, progressbar=False,
-                      log_likelihood=False)
+                      log_likelihood=False, refine=refine)
         wall = time.perf_counter() - t0
     finally:
         S.laplace_point = point
@@ -73,18 +117,25 @@ def _fit(model: pm.Model) -> dict:
     scales = res["fit"]["scales"].values
     return {"iterations": d.sizes["outer_iteration"], "evaluations": calls[0], "wall": wall,
             "F": float(d["scale_objective"].values[-1]),
-            "at bound": int(np.sum(scales <= 1.0001 * S.SCALE_BOUNDS[0])), "n": scales.size}
+            "at bound": int(np.sum(scales <= 1.0001 * S.SCALE_BOUNDS[0])), "n": scales.size,
+            "scales": scales}
 
 
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--train", type=int, nargs="+", default=[60, 300])
+    ap.add_argument("--train", type=int, nargs="*", default=[60, 300])
+    ap.add_argument("--refine", type=int, default=None, metavar="N",
+                    help="time the exact evidence ascent on the docs' sketch of N sentences")
     args = ap.parse_args(argv)
     if not data_dir("conll2000").exists():
         print(f"skipped: {data_dir('conll2000')} not found")
         return
     warnings.filterwarnings("ignore", category=FutureWarning)
     _fit(_model(10))  # compile the MAP kernels
+    if args.refine is not None:
+        _refine_table(args.refine)
+    if not args.train:
+        return
     print("| sentences | steps | outer iterations | Laplace evaluations | wall (s) | F | "
           "scales at the bound |")
     print("|---|---|---|---|---|---|---|")
