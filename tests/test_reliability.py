@@ -244,6 +244,20 @@ def test_mrf_missing_label_marker_points_to_the_crf():
               "missing labels are supported by pmc.CRF")
 
 
+@pytest.mark.parametrize("parameterization", ["ising", "table"])
+def test_mrf_spin_labels_are_named_as_spins_not_missing_labels(parameterization):
+    """Labels of only -1 and +1 are spins, not labels with a missing marker: the message says
+    how to turn them into label indices and does not point to pmc.CRF for missing labels."""
+    spins = np.array([[1, -1, 1], [-1, -1, 1]])
+    with pm.Model(), pytest.raises(ValueError) as exc:
+        w = pm.Normal("w", 0.0, 1.0, shape=() if parameterization == "ising" else (2, 2))
+        pmc.MRF("x", graphs=pmc.GraphBatch.chains([3]), edge_weights=w,
+                parameterization=parameterization, observed=spins)
+    _one_line(exc, "label -1 at row 0, node 1 is outside 0..1", "look like spins -1 / +1",
+              "label = (s + 1) // 2")
+    assert "missing labels" not in str(exc.value)
+
+
 def _draws_result(model, n_draws):
     """A result of ``n_draws`` prior draws of ``w``, built as every fitter builds its result
     (the per-graph log-likelihood from the engine)."""

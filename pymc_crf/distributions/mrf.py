@@ -230,10 +230,16 @@ def check_mrf_labels(batch: GraphBatch, labels: Any, n_labels: int | None,
                         "pmc.CRF)")
     if n_labels is not None and (arr.min() < 0 or arr.max() >= n_labels):
         r, i = (int(k[0]) for k in np.nonzero((arr < 0) | (arr >= n_labels)))
-        hint = (" (spins are given as label indices: s = 2 * label - 1)"
-                if parameterization == "ising" else "")
-        if arr[r, i] == -1:
-            hint += ": the MRF needs whole labellings (missing labels are supported by pmc.CRF)"
+        if n_labels == 2 and np.isin(arr, (-1, 1)).all():
+            # spins -1 / +1 given as labels: -1 is a spin here, not a missing-label marker
+            hint = (": these look like spins -1 / +1; give label indices 0 / 1 "
+                    "(label = (s + 1) // 2, s = 2 * label - 1)")
+        else:
+            hint = (" (spins are given as label indices: s = 2 * label - 1)"
+                    if parameterization == "ising" else "")
+            if arr[r, i] == -1:
+                hint += (": the MRF needs whole labellings (missing labels are supported by "
+                         "pmc.CRF)")
         raise ValueError(f"label {int(arr[r, i])} at row {r}, node {i} is outside "
                          f"0..{n_labels - 1}{hint}")
     return arr
