@@ -33,7 +33,9 @@ def class_indices(values, what: str, locate=None, hint: str = "") -> np.ndarray:
     floats that are whole numbers (``1.0``); NaN, inf, fractions and other dtypes are refused
     with a ValueError naming ``what``, the first offending entry and its value. ``locate`` turns
     that entry's index (a tuple) into words (default ``"entry i, j"``); ``hint`` ends the
-    message. The label range is the caller's check: its message names what a label indexes."""
+    message on a NaN or inf (a missing-label marker, where the caller may say what to use
+    instead), not on a fraction or another dtype. The label range is the caller's check: its
+    message names what a label indexes."""
     arr = np.asarray(values)
     if arr.dtype.kind == "f":
         bad = ~np.isfinite(arr)
@@ -44,10 +46,9 @@ def class_indices(values, what: str, locate=None, hint: str = "") -> np.ndarray:
             v = float(arr[idx])
             if not np.isfinite(v):
                 raise ValueError(f"{what} contain {'NaN' if np.isnan(v) else v} at {where}{hint}")
-            raise ValueError(f"{what} must be whole numbers; {where} is {v!r} (class indices)"
-                             f"{hint}")
+            raise ValueError(f"{what} must be whole numbers; {where} is {v!r} (class indices)")
     elif arr.dtype.kind not in "iub":
-        raise ValueError(f"{what} must be integers (class indices); got dtype {arr.dtype}{hint}")
+        raise ValueError(f"{what} must be integers (class indices); got dtype {arr.dtype}")
     return arr.astype(np.int64)
 
 

@@ -212,6 +212,11 @@ def test_class_indices_name_the_first_bad_entry():
             class_indices(bad, "y")
     with pytest.raises(ValueError, match="y contain -inf at row 1: use -1"):
         class_indices(np.array([1.0, -np.inf]), "y", lambda i: f"row {i[0]}", ": use -1")
+    # the hint is about missing-label markers: a fraction or a string is not one
+    for bad in (np.array([1.0, 0.5]), np.array(["a"])):
+        with pytest.raises(ValueError) as exc:
+            class_indices(bad, "y", lambda i: f"row {i[0]}", ": use -1")
+        assert "use -1" not in str(exc.value)
 
 
 def test_flag_options():
