@@ -473,11 +473,13 @@ def _run_evaluate(args, parser: argparse.ArgumentParser) -> int:
         parser.error(f"{args.input} has no tag column to evaluate against (it has the model's "
                      "feature columns only)")
     flat_gold = [t for s in gold for t in s]
-    unseen = sorted(set(flat_gold) - set(tagger.classes_))
+    unseen_set = set(flat_gold) - set(tagger.classes_)
+    unseen = sorted(unseen_set)
     if unseen:
         # counted as errors, rightly, but a 0 % accuracy from a file whose "tags" are features
-        # (an attribute file without its label field) or another tag set looked like a result
-        n = sum(t in unseen for t in flat_gold)
+        # (an attribute file without its label field) or another tag set looked like a result;
+        # counted against the set: that file has as many unseen "tags" as words
+        n = sum(t in unseen_set for t in flat_gold)
         hint = (" (tags with '=': is the first tab-separated field, the label, missing?)"
                 if any("=" in t for t in unseen) else "")
         _say(f"warning: {n} of {len(flat_gold)} gold tags are not among the model's "
