@@ -118,6 +118,10 @@ def run_demo(kind: str = "chain", n_train: int = 30, n_test: int = 1000, seed: i
         "test_error_bpe": "error rate of the marginals at the posterior mean",
         "min_ess": "smallest effective sample size over the weights (MCMC)",
         "max_rhat": "largest R-hat over the weights (MCMC)",
+        "converged": "loopy BP converged on every graph (at the MAP, or in every draw)",
+        "bound_ok": "BP's Bethe log Z nowhere below the score of a single labelling",
+        "log_marginal_likelihood": "the method's estimate of the log evidence of the "
+                                   "training data (NaN: the method gives none)",
         "elpd_loo": "PSIS-LOO over graphs, elpd_loo_se its standard error, p_loo the "
                     "effective number of parameters (NaN: one-point fit)",
         "loo_warning": "True: some graph's Pareto k is too large, do not trust elpd_loo",

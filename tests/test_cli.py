@@ -20,6 +20,18 @@ def test_cli_demo_runs_map(capsys):
     assert all(col in out for col in table.columns)
 
 
+def test_demo_legend_explains_every_column(capsys):
+    """Each column of the printed table has a line under 'columns:' (elpd_loo's line covers
+    elpd_loo_se and p_loo), including the Laplace fit's BP checks and evidence."""
+    table, _ = run_demo("loop", n_train=30, n_test=20, seed=0, methods=("map", "laplace"),
+                        progressbar=False)
+    legend = capsys.readouterr().out.split("columns:")[1]
+    assert {"converged", "bound_ok", "log_marginal_likelihood"} <= set(table.columns)
+    missing = [c for c in table.columns
+               if f"  {c}: " not in legend and c not in ("elpd_loo_se", "p_loo")]
+    assert not missing, legend
+
+
 def test_demo_reports_a_method_that_refuses_its_model_and_goes_on(capsys):
     """The demo's model has probit potentials, which the randomized MAP refuses: the demo (and
     ``--methods all``) prints the fitter's reason and compares the methods that fit."""
