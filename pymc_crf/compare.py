@@ -261,23 +261,21 @@ def _loo_columns(results: Mapping[str, xr.DataTree], models: Mapping[str, pm.Mod
     """``elpd_loo``, ``elpd_loo_se``, ``p_loo``, ``loo_warning`` by result, from
     ``arviz.compare`` of :func:`pymc_crf.loo` (None when no result has LOO)."""
     elpds = {}
-    for name, res in results.items():
-        post = res["posterior"]
-        if ("log_likelihood" not in res.children
-                or post.sizes.get("chain", 1) * post.sizes.get("draw", 1) < 2):
-            continue
-        try:
-            with warnings.catch_warnings():
-                # ArviZ's long Pareto-k warning, once per result: the loo_warning column (and
-                # the one warning below) say it for the table
-                warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
-                elpds[name] = loo(res, models[name])
-        except ValueError as err:
-            warn_at_caller(f"compare: no LOO for {name!r}: {err}", UserWarning)
-    if not elpds:
-        return None
     with warnings.catch_warnings():
+        # ArviZ's long Pareto-k warning, once per result: the loo_warning column (and the one
+        # warning below) say it for the table
         warnings.filterwarnings("ignore", message="Estimated shape parameter of Pareto")
+        for name, res in results.items():
+            post = res["posterior"]
+            if ("log_likelihood" not in res.children
+                    or post.sizes.get("chain", 1) * post.sizes.get("draw", 1) < 2):
+                continue
+            try:
+                elpds[name] = loo(res, models[name])
+            except ValueError as err:
+                warn_at_caller(f"compare: no LOO for {name!r}: {err}", UserWarning)
+        if not elpds:
+            return None
         cmp = az.compare(elpds, round_to="none")
     out = pd.DataFrame({"elpd_loo": cmp["elpd"].astype(float), "elpd_loo_se": cmp["se"].astype(float),
                         "p_loo": cmp["p"].astype(float),
