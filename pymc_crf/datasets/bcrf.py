@@ -105,7 +105,7 @@ def bcrf_synthetic(kind: str = "loop", n_train: int = 10, n_test: int = 1000, se
     return train, test
 
 
-def bcrf_model(data: CRFData, prior_sd: float = 5**0.5) -> pm.Model:
+def bcrf_model(data: CRFData, prior_sd: float | None = 5**0.5) -> pm.Model:
     """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1, on data from :func:`bcrf_synthetic`.
 
     The data's potential (probit edge potentials) on its edge features, weights ``w ~ N(0,
@@ -115,9 +115,10 @@ def bcrf_model(data: CRFData, prior_sd: float = 5**0.5) -> pm.Model:
     ----------
     data : CRFData
         Data from :func:`bcrf_synthetic`.
-    prior_sd : float, default sqrt(5)
+    prior_sd : float or None, default sqrt(5)
         Prior standard deviation of the weights (the paper's prior variance 5 by default); must
-        be positive.
+        be positive. None gives the weights a flat prior (``pm.Flat``): ``method="map"`` is then
+        the maximum-likelihood CRF (the thesis's ML-CRF), and the posterior is improper.
 
     Returns
     -------
@@ -128,9 +129,12 @@ def bcrf_model(data: CRFData, prior_sd: float = 5**0.5) -> pm.Model:
 
     from pymc_crf.distributions import CRF
 
-    prior_sd = positive_number(prior_sd, "prior_sd")
+    dims = ("edge_feature", "label_i", "label_j")
+    if prior_sd is not None:
+        prior_sd = positive_number(prior_sd, "prior_sd (None for a flat prior)")
     with pm.Model(coords=data.coords) as model:
-        w = pm.Normal("w", 0.0, prior_sd, dims=("edge_feature", "label_i", "label_j"))
+        w = (pm.Flat("w", dims=dims) if prior_sd is None
+             else pm.Normal("w", 0.0, prior_sd, dims=dims))
         CRF("t", graphs=data.graphs, edge_features=data.edge_features, edge_weights=w,
             potential=data.potential, epsilon=data.epsilon, observed=data.padded_labels,
             dims=("graph", "position"))

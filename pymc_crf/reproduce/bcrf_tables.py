@@ -5,15 +5,17 @@ from a probit CRF with 24 weights (6 edge features x 2 x 2 labels) with
 ``pmc.datasets.bcrf_synthetic`` (seed ``1000 * n_train + trial``) and measures the test error (all
 test nodes, maximum-marginal labels) of
 
-* ML-CRF / MAP-CRF -- maximum likelihood / MAP with the prior N(0, 5 I) by L-BFGS on the exact
-  likelihood (brute-force enumeration of the 8 labellings), exact marginals at the estimate;
+* ML-CRF / MAP-CRF -- maximum likelihood (a flat prior) / MAP with the prior N(0, 5 I) of
+  ``pmc.datasets.bcrf_model``, by ``pmc.fit(method="map")`` to scipy's strict tolerances (at most
+  500 L-BFGS iterations: the ML weights of a separable training set grow without bound) on the
+  exact likelihood, exact marginals at the estimate;
 * BPE-CRF-PEP -- exact marginals at the power-EP posterior mean (thesis sec. 5.4.1);
 * BCRF-PEP / BCRF-TEP -- EP + approximate model averaging (Qi, Szummer & Minka 2005, eqs.
   (57)-(63): q-averaged potential tables, then exact marginals of the averaged tables);
 * true w -- the generating weights (an oracle, for scale);
 
 * NUTS (gold) -- Monte Carlo model averaging of the exact node marginals over NUTS draws from the
-  exact posterior of the ``pmc.CRF`` model (its own trial, ``method="nuts"``; ``nuts_sampler``
+  exact posterior of ``pmc.datasets.bcrf_model`` (``pmc.predict(method="average")``) (its own trial, ``method="nuts"``; ``nuts_sampler``
   is PyMC's ``pm.sample`` option: nutpie compiles for about a minute and then samples fast,
   PyMC's NUTS starts at once and suits short runs).
 
@@ -25,15 +27,12 @@ its tolerance.
 
 from __future__ import annotations
 
-import itertools
 import time
 import warnings
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from scipy.optimize import minimize
-from scipy.special import log_ndtr, logsumexp
 from scipy.stats import ttest_rel
 
 from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
@@ -41,8 +40,7 @@ from pymc_crf.reproduce.report import markdown_table, mean_se, new_figure
 
 __all__ = ["PAPER_TABLES", "run_trial"]
 
-K, FE, N_NODES, PRIOR_VAR = 2, 6, 3, 5.0
-CFGS = np.array(list(itertools.product(range(K), repeat=N_NODES)))
+K, FE, PRIOR_VAR = 2, 6, 5.0
 
 # Qi 2005 (PhD thesis), table 5.1 (loops) and table 5.2 (chains): test error %, mean of 10 runs
 # of 1000 test graphs, for 10 / 30 / 100 training graphs. The paper has no NUTS or oracle row.
@@ -59,99 +57,63 @@ ROWS = ("true w (oracle)", "ML-CRF", "MAP-CRF", "BPE-CRF-TEP", "BPE-CRF-PEP", "B
         "BCRF-PEP", "NUTS (gold)")
 
 
-def _local_edges(kind: str) -> list[tuple[int, int]]:
-    return [(0, 1), (1, 2)] + ([(2, 0)] if kind == "loop" else [])
+def _marginals(data, mean: np.ndarray, cov: np.ndarray | None = None) -> np.ndarray:
+    """Exact node marginals (N, K) of ``data``'s graphs: of the CRF at the weights ``mean``, or
+    with ``cov`` of the q-averaged CRF (Qi, Szummer & Minka 2005, eqs. (57)-(63))."""
+    from pymc_crf.fitters.ep.average import averaged_node_marginals
 
-
-def _config_scores(kind: str, Xe: np.ndarray, W: np.ndarray) -> np.ndarray:
-    """(S, G, 8) unnormalised log-probabilities of every labelling of every graph."""
-    lp = log_ndtr(np.einsum("ef,sfab->seab", Xe, W))  # (S, E, K, K)
-    ne = len(_local_edges(kind))
-    lp = lp.reshape(lp.shape[0], -1, ne, K, K)
-    return sum(lp[:, :, i][:, :, CFGS[:, a], CFGS[:, b]]
-               for i, (a, b) in enumerate(_local_edges(kind)))
-
-
-def _config_probs(kind: str, Xe: np.ndarray, W: np.ndarray) -> np.ndarray:
-    sc = _config_scores(kind, Xe, W)
-    return np.exp(sc - logsumexp(sc, axis=2, keepdims=True))
-
-
-def _node_marginals(p: np.ndarray) -> np.ndarray:
-    """(G, 8) labelling probabilities -> (G, 3, K) node marginals."""
-    return np.stack([np.stack([p[:, CFGS[:, i] == a].sum(1) for a in range(K)], -1)
-                     for i in range(N_NODES)], 1)
+    mean = np.ravel(mean)
+    cov = np.zeros((mean.size, mean.size)) if cov is None else cov
+    return averaged_node_marginals(mean, cov, K, data.graphs, edge_features=data.edge_features,
+                                   potential="probit")
 
 
 def _error(marg: np.ndarray, labels: np.ndarray) -> float:
-    return float(np.mean(marg.reshape(-1, K).argmax(1) != labels))
+    return float(np.mean(marg.argmax(1) != labels))
 
 
-def _point_estimate(kind: str, n_graphs: int, Xe: np.ndarray, labels: np.ndarray,
-                    prior_var: float | None) -> np.ndarray:
-    """ML (``prior_var`` None) or MAP by L-BFGS with the exact gradient (brute-force marginals)."""
-    G = n_graphs
-    obs = (labels.reshape(G, N_NODES) * [K * K, K, 1]).sum(1)  # index into CFGS
-    edges = _local_edges(kind)
+def _point_estimate(train, prior_var: float | None) -> np.ndarray:
+    """ML (``prior_var`` None: a flat prior) or MAP, by ``pmc.fit(method="map")`` to scipy's
+    strict tolerances (the exact likelihood: the junction tree or chain engine)."""
+    from pymc_crf.datasets import bcrf_model
+    from pymc_crf.fitters import fit
 
-    def f(wf):
-        W = wf.reshape(1, FE, K, K)
-        s = np.einsum("ef,fab->eab", Xe, W[0])
-        sc = _config_scores(kind, Xe, W)[0]
-        lz = logsumexp(sc, axis=1)
-        p = np.exp(sc - lz[:, None])
-        ll = sc[np.arange(G), obs].sum() - lz.sum()
-        # d ll / d s[e, a, b] = (observed indicator - marginal) * d log Phi(s) / ds
-        dlog = np.exp(-0.5 * s**2 - 0.5 * np.log(2 * np.pi) - log_ndtr(s))
-        ind = np.zeros((G, len(edges), K, K))
-        marg = np.zeros((G, len(edges), K, K))
-        for i, (a, b) in enumerate(edges):
-            np.add.at(ind[:, i], (np.arange(G), CFGS[obs, a], CFGS[obs, b]), 1.0)
-            for c in range(len(CFGS)):
-                marg[:, i, CFGS[c, a], CFGS[c, b]] += p[:, c]
-        gs = (ind - marg).reshape(-1, K, K) * dlog
-        grad = np.einsum("ef,eab->fab", Xe, gs).ravel()
-        if prior_var is not None:
-            ll -= 0.5 * wf @ wf / prior_var
-            grad -= wf / prior_var
-        return -ll, -grad
-
-    res = minimize(f, np.zeros(FE * K * K), jac=True, method="L-BFGS-B",
-                   options={"maxiter": 500})
-    return res.x.reshape(FE, K, K)
+    model = bcrf_model(train, None if prior_var is None else prior_var**0.5)
+    with warnings.catch_warnings():
+        # the ML weights of a separable training set grow without bound; L-BFGS stops on its
+        # iteration limit there, as the thesis's ML-CRF does
+        warnings.simplefilter("ignore")
+        res = fit(model, method="map", gtol=1e-5, maxiter=500, progressbar=False,
+                  log_likelihood=False)
+    return res.posterior["w"].values.reshape(-1, FE * K * K)[0]
 
 
-def _nuts_draws(train, draws: int, tune: int, chains: int, sampler: str, seed: int
-                ) -> np.ndarray:
+def _nuts_marginals(train, test, draws: int, tune: int, chains: int, sampler: str, seed: int
+                    ) -> np.ndarray:
+    """Node marginals of ``test`` averaged over every NUTS draw of the exact posterior."""
     import pymc as pm
 
-    from pymc_crf.distributions import CRF
+    from pymc_crf.datasets import bcrf_model
+    from pymc_crf.predict import predict
 
-    with pm.Model(), warnings.catch_warnings():
+    model = bcrf_model(train, PRIOR_VAR**0.5)
+    with model, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        w = pm.Normal("w", 0.0, PRIOR_VAR**0.5, shape=(FE, K, K))
-        CRF("t", graphs=train.graphs, edge_features=train.edge_features, edge_weights=w,
-            potential="probit", observed=train.labels)
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=1, random_seed=seed,
                           progressbar=False, compute_convergence_checks=False,
                           nuts_sampler=sampler)
-    return idata.posterior["w"].values.reshape(-1, FE, K, K)
+    return predict(idata, test, method="average", draws=None, model=model).marginals
 
 
-def _ep_trial(kind: str, train, test, w_true: np.ndarray, step_size: float) -> dict[str, float]:
-    from pymc_crf.fitters.ep.average import averaged_log_potentials
+def _ep_trial(train, test, w_true: np.ndarray, step_size: float) -> dict[str, float]:
     from pymc_crf.fitters.ep.core import run_ep
     from pymc_crf.fitters.ep.terms import build_terms
 
-    te_x, te_t = test.edge_features, test.labels
-    row = {"true w (oracle)": _error(_node_marginals(_config_probs(kind, te_x, w_true[None])[0]),
-                                     te_t)}
+    row = {"true w (oracle)": _error(_marginals(test, w_true), test.labels)}
     for name, pv in (("ML-CRF", None), ("MAP-CRF", PRIOR_VAR)):
-        W = _point_estimate(kind, train.graphs.n_graphs, train.edge_features, train.labels, pv)
-        row[name] = _error(_node_marginals(_config_probs(kind, te_x, W[None])[0]), te_t)
+        row[name] = _error(_marginals(test, _point_estimate(train, pv)), test.labels)
     terms = build_terms(train.graphs, K, train.labels, None, train.edge_features,
                         use_node=False, use_edge=True)
-    edges = _local_edges(kind)
     for variant, transform in (("PEP", 1.0), ("TEP", 0.0)):
         t0 = time.perf_counter()
         try:
@@ -171,15 +133,9 @@ def _ep_trial(kind: str, train, test, w_true: np.ndarray, step_size: float) -> d
         row[f"{variant} failed"] = 0.0
         row[f"{variant} converged"] = float(ep.converged)
         row[f"{variant} skipped per sweep"] = float(ep.skips.sum() / ep.iterations)
-        p = _config_probs(kind, te_x, ep.mean.reshape(1, FE, K, K))[0]
-        row[f"BPE-CRF-{variant}"] = _error(_node_marginals(p), te_t)
-        # approximate model averaging: q-averaged tables, exact marginals of those tables
-        _, edge = averaged_log_potentials(ep.mean, ep.cov, K, test.graphs.n_total_nodes, None,
-                                          te_x, "probit", 0.0)
-        lp = edge.reshape(-1, len(edges), K, K)
-        sc = sum(lp[:, i][:, CFGS[:, a], CFGS[:, b]] for i, (a, b) in enumerate(edges))
-        p = np.exp(sc - logsumexp(sc, axis=1, keepdims=True))
-        row[f"BCRF-{variant}"] = _error(_node_marginals(p), te_t)
+        row[f"BPE-CRF-{variant}"] = _error(_marginals(test, ep.mean), test.labels)
+        # approximate model averaging: exact marginals of the q-averaged tables
+        row[f"BCRF-{variant}"] = _error(_marginals(test, ep.mean, ep.cov), test.labels)
     return row
 
 
@@ -192,13 +148,10 @@ def run_trial(settings: dict[str, Any], seed: int) -> dict[str, float]:
     train, test = bcrf_synthetic(kind, n_train=settings["n_train"], n_test=settings["n_test"],
                                  seed=seed)
     if settings["method"] == "point_ep":
-        return _ep_trial(kind, train, test, train.true_weights["w"], settings["step_size"])
+        return _ep_trial(train, test, train.true_weights["w"], settings["step_size"])
     t0 = time.perf_counter()
-    Wd = _nuts_draws(train, settings["nuts_draws"], settings["nuts_tune"],
-                     settings["nuts_chains"], settings["nuts_sampler"], seed)
-    marg = np.zeros((test.graphs.n_graphs, N_NODES, K))
-    for s in range(0, len(Wd), 100):
-        marg += _node_marginals(_config_probs(kind, test.edge_features, Wd[s:s + 100]).sum(0))
+    marg = _nuts_marginals(train, test, settings["nuts_draws"], settings["nuts_tune"],
+                           settings["nuts_chains"], settings["nuts_sampler"], seed)
     return {"NUTS (gold)": _error(marg, test.labels), "time NUTS": time.perf_counter() - t0}
 
 

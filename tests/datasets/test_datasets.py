@@ -16,6 +16,40 @@ def test_dataset_is_deterministic_and_documented_shape():
         pmc.datasets.bcrf_synthetic("grid")
 
 
+def test_bcrf_model_without_a_prior_sd_is_the_likelihood_alone():
+    """``bcrf_model(data, None)`` puts a flat prior on the weights (``map`` is then the ML-CRF of
+    thesis tables 5.1 / 5.2): the model's log density is the log-likelihood by enumeration of the
+    8 labellings of each 3-node loop, at random weights."""
+    from scipy.special import logsumexp
+
+    from pymc_crf.potentials import log_potential_tables
+
+    train, _ = pmc.datasets.bcrf_synthetic("loop", n_train=20, n_test=0, seed=3)
+    g = train.graphs
+    configs = np.indices((2, 2, 2)).reshape(3, -1).T  # (8, 3)
+    local = (g.edges - np.repeat(g.node_offsets[:-1], 3)[:, None]).reshape(-1, 3, 2)
+    assert np.all(g.n_nodes == 3) and np.all(local == local[0])
+    y = train.labels.reshape(-1, 3)
+
+    def log_likelihood(w):
+        _, edge, _, _ = log_potential_tables("probit", 0.0, g.n_total_nodes, 2, None, None,
+                                             train.edge_features, w)
+        edge = edge.reshape(-1, 3, 2, 2)
+        score = sum(edge[:, e][:, configs[:, i], configs[:, j]]
+                    for e, (i, j) in enumerate(local[0]))  # (G, 8)
+        seen = sum(edge[np.arange(len(y)), e, y[:, i], y[:, j]]
+                   for e, (i, j) in enumerate(local[0]))
+        return seen.sum() - logsumexp(score, axis=1).sum()
+
+    model = pmc.datasets.bcrf_model(train, None)
+    assert type(model["w"].owner.op).__name__ == "FlatRV"
+    logp = model.compile_logp()
+    for w in np.random.default_rng(0).normal(0.0, 2.0, (2, 6, 2, 2)):
+        np.testing.assert_allclose(logp({"w": w}), log_likelihood(w), rtol=1e-12)
+    with pytest.raises(ValueError, match="prior_sd"):
+        pmc.datasets.bcrf_model(train, 0.0)
+
+
 def test_generators_do_not_hide_their_modules():
     from pymc_crf.datasets import bcrf, hmm
 
