@@ -221,7 +221,10 @@ def _scaled_weight_spec(model: pm.Model, tensor, mu, sigma, shape, dims) -> Weig
     size = int(np.prod(s_shape))
     try:
         marks = np.arange(1.0, size + 1.0).reshape(s_shape)
-        probe = np.random.default_rng(0).uniform(0.5, 2.0, size).reshape(s_shape)
+        # in the scale's dtype (float32 under floatX="float32"), so that an indexing gives the
+        # probe back exactly rather than rounded to the scale's precision
+        probe = np.random.default_rng(0).uniform(0.5, 2.0, size).astype(scale.dtype).reshape(
+            s_shape)
         got = [np.broadcast_to(np.asarray(_evaluate_unrewritten(
             clone_replace(sigma, {scale: pt.constant(v, dtype=scale.dtype)})),
             dtype=np.float64), shape) for v in (marks, probe)]

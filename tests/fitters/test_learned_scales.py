@@ -10,6 +10,7 @@ weights and s; NUTS on the full hierarchical model (slow).
 
 import numpy as np
 import pymc as pm
+import pytensor
 import pytest
 from scipy.integrate import simpson
 
@@ -279,6 +280,26 @@ def test_map_ep_and_fixed_prior_evidence_refuse_free_scales():
     with pytest.raises(ValueError, match="laplace"):
         pmc.log_marginal_likelihood(m, "laplace_exact")
     refuse_free_scales(pm.Model(), "map")  # no random field: the fitter says so itself
+
+
+def test_float32_scales_are_read_refused_by_map_and_learned_as_in_float64():
+    """Under PyTensor's floatX="float32" the scale is a float32 variable: it is still read as a
+    learned scale (map refuses it rather than collapsing it to 0), and the Laplace and Gibbs
+    fits, which feed it float64 values, learn it as in float64."""
+    with pytensor.config.change_flags(floatX="float32"):
+        m = _two_weight_model()
+        assert m["s"].dtype == "float32"
+        assert extract_crf(m).node_weights.prior == "normal_scaled"
+        with pytest.raises(ValueError, match=r"method='map'.*s -> 0"):
+            pmc.fit(m, method="map")
+        s32 = float(pmc.fit(m, method="laplace", draws=5, random_seed=0,
+                            progressbar=False)["fit"]["scales"].values[0])
+        gibbs = pmc.fit(m, method="randomized_map", draws=3, tune=2, chains=1, random_seed=0,
+                        progressbar=False)
+        assert np.isfinite(gibbs["posterior"]["s"].values).all()
+    s64 = float(pmc.fit(_two_weight_model(), method="laplace", draws=5, random_seed=0,
+                        progressbar=False)["fit"]["scales"].values[0])
+    assert s32 == pytest.approx(s64, rel=1e-5)
 
 
 def _refused(build, match):

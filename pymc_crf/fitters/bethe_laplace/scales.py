@@ -116,7 +116,10 @@ class ScaleHyperprior:
         logp = model.logp(vars=rvs, jacobian=False, sum=True)
         grads = pytensor.grad(logp, values)
         mode = pytensor.compile.mode.Mode(linker="py", optimizer="fast_compile")
-        self._fn = pytensor.function(values, [logp, *grads], mode=mode, on_unused_input="ignore")
+        # float64 log s into the scales' own dtype (float32 under floatX="float32"), as
+        # PyMC's compile_fn allows
+        self._fn = pytensor.function(values, [logp, *grads], mode=mode, on_unused_input="ignore",
+                                     allow_input_downcast=True)
 
     def __call__(self, log_s: np.ndarray) -> tuple[float, np.ndarray]:
         parts = [np.asarray(log_s[v.offset:v.offset + v.size]).reshape(v.shape)

@@ -71,8 +71,10 @@ class ScaleDensity:
         total = sum(t.sum() for t in terms)
         grads = pytensor.grad(total, values)
         mode = pytensor.compile.mode.Mode(linker="py", optimizer="fast_compile")
+        # float64 u into the scales' own dtype (float32 under floatX="float32"), as PyMC's
+        # compile_fn allows
         self._fn = pytensor.function(values, [*terms, *grads], mode=mode,
-                                     on_unused_input="ignore")
+                                     on_unused_input="ignore", allow_input_downcast=True)
         self._k = len(scales)
         out = self._fn(*self._parts(np.zeros(sum(v.size for v in scales))))
         for t, v in zip(out[:self._k], scales, strict=True):
