@@ -165,10 +165,12 @@ def fitting(method: str) -> Iterator[None]:
 def refusal(needs: str, found: str, alternatives: Iterable[str] = ("map", "nuts")) -> str:
     """A one-line refusal: ``pmc.fit(method='ep') needs {needs}; {found}. method='map' and
     'nuts' ...`` naming the running fit's method (:func:`fitting_method`) and the
-    ``alternatives`` (other than it) that take any PyMC model."""
+    ``alternatives`` (other than it) that take any PyMC model. Outside a fit (``pmc.predict``,
+    the queries, ``pmc.impute``) the caller is not choosing a fitter, so no alternative is
+    named."""
     method = fitting_method()
     who = f"pmc.fit(method={method!r})" if method else "this function"
-    others = [a for a in alternatives if a != method]
+    others = [a for a in alternatives if a != method] if method else []
     tail = ""
     if others:
         names = " and ".join(repr(a) for a in others)

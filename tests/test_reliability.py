@@ -204,6 +204,23 @@ def test_refusal_outside_a_fit_does_not_claim_a_method():
     with pytest.raises(ValueError) as exc:
         extract_crf(_mrf_model())
     _one_line(exc, "this function needs a model with an observed pmc.CRF likelihood")
+    assert "pmc.fit" not in str(exc.value)
+
+
+def test_predict_from_a_model_with_two_crfs_does_not_suggest_refitting():
+    """Predicting needs the one CRF whose graphs the new data are; with two the refusal names
+    them and does not point to fitting methods (the fit itself succeeded)."""
+    with pm.Model() as two:
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("t", graphs=BATCH, edge_weights=w, observed=LABELS)
+        pmc.CRF("u", graphs=BATCH, edge_weights=w, observed=LABELS)
+    result = pmc.fit(two, method="map", progressbar=False)
+    with pytest.raises(ValueError) as exc:
+        pmc.predict(result, pmc.CRFData(BATCH, np.array([0, 1, 1, 1, 0])), method="bpe",
+                    model=two)
+    _one_line(exc, "needs a model with exactly one pmc.CRF likelihood",
+              "this model has 2 (['t', 'u'])")
+    assert "pmc.fit" not in str(exc.value) and "any PyMC model" not in str(exc.value)
 
 
 @pytest.mark.parametrize("value", [np.inf, -np.inf])
