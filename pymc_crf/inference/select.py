@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import warnings
-
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
-from pymc_crf.inference.base import ApproximateInferenceWarning, Engine
+from pymc_crf.inference.base import ApproximateInferenceWarning, Engine, warn_at_caller
 from pymc_crf.inference.bp import BeliefPropagation
 from pymc_crf.inference.brute_force import BruteForce
 from pymc_crf.inference.chain import ChainEngine
@@ -89,8 +87,8 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
             require_log_z(engine, inference)
         engine.check_supported(batch)
         if not engine.exact and warn and engine.has_log_z:
-            warnings.warn(f"inference={inference!r}: log Z is {engine.approximation}, so the "
-                          "likelihood is approximate", ApproximateInferenceWarning, stacklevel=3)
+            warn_at_caller(f"inference={inference!r}: log Z is {engine.approximation}, so the "
+                           "likelihood is approximate", ApproximateInferenceWarning)
         return engine
     if batch.is_chain:
         return _make("chain", max_treewidth)
@@ -99,7 +97,7 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
         return jt
     bp = _make("bp", max_treewidth)
     if warn:
-        warnings.warn(f"inference='auto': some graphs have treewidth above {max_treewidth}; "
-                      f"falling back to loopy BP, so log Z is {bp.approximation}",
-                      ApproximateInferenceWarning, stacklevel=3)
+        warn_at_caller(f"inference='auto': some graphs have treewidth above {max_treewidth}; "
+                       f"falling back to loopy BP, so log Z is {bp.approximation}",
+                       ApproximateInferenceWarning)
     return bp

@@ -50,6 +50,19 @@ def test_approximate_engines_warn_with_the_name_of_their_approximation(name, cls
     assert not any(a in text for a in absent)
 
 
+def test_the_approximation_warning_points_at_the_users_model_line():
+    # pmc.CRF / pmc.MRF reach the engine through PyMC's Distribution.__new__: the warning named
+    # that PyMC line, which a user cannot act on
+    with pytest.warns(ApproximateInferenceWarning) as rec, pm.Model():
+        pmc.CRF("y", graphs=LOOPY, edge_weights=np.zeros((2, 2)), observed=np.zeros(9, int),
+                inference="bp")
+        pmc.CRF("z", graphs=GraphBatch.grid(4, 4), edge_weights=np.zeros((2, 2)),
+                observed=np.zeros(16, int), max_treewidth=2)
+        pmc.MRF("x", graphs=LOOPY, edge_weights=np.zeros(12), parameterization="ising",
+                observed=np.zeros((3, 9), int), inference="tree_ep")
+    assert [r.filename for r in rec] == [__file__] * 3
+
+
 def test_engines_without_log_z_are_refused_for_likelihoods_only():
     assert "gibbs" in ENGINE_NAMES and "gibbs" not in LOG_Z_ENGINE_NAMES
     with warnings.catch_warnings():
