@@ -612,11 +612,22 @@ class GraphBatch:
         Raises
         ------
         ValueError
-            When the labels do not give one per node, are not class indices (integers,
+            When the labels do not give one per node (a per-graph sequence that is not 1-d
+            included: an image's mask must be flattened in the graph's node order), are not
+            class indices (integers,
             booleans or whole-valued floats: NaN, inf and fractions are refused), or one is
             outside 0..n_labels-1.
         """
-        if isinstance(labels, list | tuple) and len(labels) and np.ndim(labels[0]) == 1:
+        if isinstance(labels, list | tuple) and len(labels) and np.ndim(labels[0]) >= 1:
+            for g, x in enumerate(labels):
+                if np.ndim(x) != 1:
+                    # an image's (rows, cols) mask: numpy's "inhomogeneous shape" error for
+                    # images of different sizes, or a row count read as a label count, would
+                    # not say that the node order is the caller's to give
+                    raise ValueError(
+                        f"labels: graph {g}'s labels have shape {np.shape(x)}; give one flat "
+                        "sequence per graph in its node order (for GraphBatch.grid and "
+                        "networkx.grid_2d_graph, row-major: mask.ravel())")
             lens = np.array([len(x) for x in labels])
             if len(labels) != self.n_graphs or not np.array_equal(lens, self.n_nodes):
                 bad = next((g for g in range(min(len(labels), self.n_graphs))

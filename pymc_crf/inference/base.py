@@ -20,6 +20,7 @@ table, edge marginals and edge directions are summed/broadcast over edges accord
 from __future__ import annotations
 
 import os
+import sys
 import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Callable
@@ -99,12 +100,22 @@ class ApproximateInferenceWarning(UserWarning):
 
 
 _PACKAGE_DIR = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+#: libraries whose frames stand between a user's call and the package: ``pmc.CRF(...)`` in a
+#: model reaches its engine through PyMC's ``Distribution.__new__``, a logp through PyTensor's
+#: compiled function
+_CALLER_LIBRARIES = ("pymc", "pytensor")
 
 
 def warn_at_caller(message: str, category: type[Warning]) -> None:
-    """``warnings.warn`` attributed to the first frame outside the package (the user's
-    ``pmc.fit`` line), however deep inside the package the warning is raised."""
-    warnings.warn(message, category, skip_file_prefixes=(_PACKAGE_DIR,))
+    """``warnings.warn`` attributed to the first frame outside the package, PyMC and PyTensor
+    (the user's ``pmc.fit`` or ``pmc.CRF`` line), however deep inside them the warning is
+    raised."""
+    # a library's frames can be on the stack only once it is imported, so sys.modules suffices
+    # (and importing PyMC here would slow down ``import pymc_crf``)
+    skip = [_PACKAGE_DIR] + [os.path.dirname(os.path.abspath(sys.modules[name].__file__))
+                             for name in _CALLER_LIBRARIES
+                             if getattr(sys.modules.get(name), "__file__", None)]
+    warnings.warn(message, category, skip_file_prefixes=tuple(skip))
 
 
 class Marginals(NamedTuple):

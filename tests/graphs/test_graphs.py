@@ -134,6 +134,16 @@ def test_label_and_feature_checks():
         b.check_features([[0.0], [1.0, 2.0], [0.0]], "edge")
 
 
+def test_per_graph_image_masks_are_refused_with_the_node_order_to_use():
+    # images of different sizes: numpy's "inhomogeneous shape" error said nothing of the layout
+    b = GraphBatch.from_networkx([nx.grid_2d_graph(3, 3), nx.grid_2d_graph(3, 4)])
+    masks = [np.eye(3, dtype=int), np.ones((3, 4), int)]
+    for labels in (masks, [masks[0].ravel(), masks[1]]):
+        with pytest.raises(ValueError, match=r"graph \d's labels have shape \(3, \d\).*ravel"):
+            b.check_labels(labels, 2)
+    assert b.check_labels([m.ravel() for m in masks], 2).tolist() == [1, 0, 0, 0, 1, 0, 0, 0, 1] + [1] * 12
+
+
 def test_cached_computes_once_per_key():
     b = GraphBatch.grid(2, 2)
     calls = []

@@ -30,9 +30,21 @@ def test_auto_picks_chain_then_junction_tree_then_bp():
         warnings.simplefilter("error")
         assert isinstance(get_engine("auto", GraphBatch.chains([3, 4])), ChainEngine)
         assert isinstance(get_engine("auto", LOOPY), JunctionTree)
-    with pytest.warns(ApproximateInferenceWarning, match="treewidth above 2.*Bethe"):
+    with pytest.warns(ApproximateInferenceWarning, match="width above max_treewidth=2.*Bethe"):
         eng = get_engine("auto", GraphBatch.grid(4, 4), max_treewidth=2)
     assert isinstance(eng, BeliefPropagation)
+
+
+def test_auto_fallback_names_the_triangulation_width_and_the_way_to_exact_inference():
+    # min-fill triangulates an 8 x 20 grid (treewidth 8) with width 11: "some graphs have
+    # treewidth above 10" was false, and did not say that max_treewidth=11 makes it exact
+    strip = GraphBatch.grid(8, 20, n_graphs=2)
+    with pytest.warns(ApproximateInferenceWarning) as rec:
+        get_engine("auto", strip)
+    text = str(rec[0].message)
+    assert "min_fill triangulation of 2 of 2 graphs has width above max_treewidth=10" in text
+    assert "(graph 0: at least 11)" in text and "a larger max_treewidth" in text
+    assert isinstance(get_engine("auto", strip, max_treewidth=11), JunctionTree)
 
 
 @pytest.mark.parametrize(("name", "cls", "what", "absent"), [
@@ -48,6 +60,19 @@ def test_approximate_engines_warn_with_the_name_of_their_approximation(name, cls
     text = str(rec[0].message)
     assert len(rec) == 1 and f"log Z is {what}" in text
     assert not any(a in text for a in absent)
+
+
+def test_the_approximation_warning_points_at_the_users_model_line():
+    # pmc.CRF / pmc.MRF reach the engine through PyMC's Distribution.__new__: the warning named
+    # that PyMC line, which a user cannot act on
+    with pytest.warns(ApproximateInferenceWarning) as rec, pm.Model():
+        pmc.CRF("y", graphs=LOOPY, edge_weights=np.zeros((2, 2)), observed=np.zeros(9, int),
+                inference="bp")
+        pmc.CRF("z", graphs=GraphBatch.grid(4, 4), edge_weights=np.zeros((2, 2)),
+                observed=np.zeros(16, int), max_treewidth=2)
+        pmc.MRF("x", graphs=LOOPY, edge_weights=np.zeros(12), parameterization="ising",
+                observed=np.zeros((3, 9), int), inference="tree_ep")
+    assert [r.filename for r in rec] == [__file__] * 3
 
 
 def test_engines_without_log_z_are_refused_for_likelihoods_only():
