@@ -111,8 +111,9 @@ def warn_at_caller(message: str, category: type[Warning]) -> None:
     (the user's ``pmc.fit`` or ``pmc.CRF`` line), however deep inside them the warning is
     raised."""
     # a library's frames can be on the stack only once it is imported, so sys.modules suffices
-    # (and importing PyMC here would slow down ``import pymc_crf``)
-    skip = [_PACKAGE_DIR] + [os.path.dirname(os.path.abspath(sys.modules[name].__file__))
+    # (and importing PyMC here would slow down ``import pymc_crf``); each directory ends in a
+    # separator, so that "pymc" does not also cover a sibling such as "pymc_extras"
+    skip = [_PACKAGE_DIR] + [os.path.dirname(os.path.abspath(sys.modules[name].__file__)) + os.sep
                              for name in _CALLER_LIBRARIES
                              if getattr(sys.modules.get(name), "__file__", None)]
     warnings.warn(message, category, skip_file_prefixes=tuple(skip))
