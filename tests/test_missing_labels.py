@@ -342,3 +342,24 @@ def test_hcrf_and_mrf_refuse_masked_labels(rng):
     with pm.Model(), pytest.raises(ValueError, match="cannot be missing"):
         pmc.MRF("x", graphs=g, edge_weights=np.zeros((2, 2)),
                 observed=np.ma.masked_array(np.zeros((2, 3), int), mask=[[0, 1, 0], [0, 0, 0]]))
+
+
+def test_labels_given_as_spins_warn_that_minus_one_is_missing():
+    """A binary mask written as -1 / +1: every -1 would be left out as missing without a word.
+    Warned, naming the fix; NaN or masked missing entries beside labels 1 are not warned."""
+    b = pmc.GraphBatch.grid(3, 3)
+    spins = np.array([1, -1, 1, -1, -1, 1, 1, 1, -1])
+    with pm.Model():
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        with pytest.warns(UserWarning, match=r"-1 and 1 only.*\(labels \+ 1\) // 2") as rec:
+            pmc.CRF("y", graphs=b, edge_weights=w, observed=spins)
+    assert rec[0].filename == __file__  # the user's pmc.CRF line
+    with pm.Model(), warnings.catch_warnings():
+        warnings.simplefilter("error")
+        w = pm.Normal("w", 0.0, 1.0, shape=(2, 2))
+        pmc.CRF("a", graphs=b, edge_weights=w, observed=(spins + 1) // 2)
+        pmc.CRF("b", graphs=b, edge_weights=w, observed=np.where(spins < 0, np.nan, 1.0))
+        pmc.CRF("c", graphs=b, edge_weights=w,
+                observed=np.ma.masked_array(np.ones(9, int), spins < 0))
+        pmc.CRF("d", graphs=b, edge_weights=pm.Normal("v", 0.0, 1.0, shape=(3, 3)),
+                observed=np.where(spins < 0, -1, 2))

@@ -33,7 +33,7 @@ from pytensor.tensor.random.op import RandomVariable
 
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
-from pymc_crf.inference.base import Engine
+from pymc_crf.inference.base import Engine, warn_at_caller
 from pymc_crf.inference.clamp import ObservedLabels
 from pymc_crf.inference.select import get_engine
 from pymc_crf.ops.log_partition import (
@@ -552,7 +552,25 @@ def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:
                 K = _static_last_dim(pt.as_tensor_variable(w))
                 if K is not None:
                     break
-    return pad_labels(graphs, observed, K, missing=True)
+    padded = pad_labels(graphs, observed, K, missing=True)
+    if K in (None, 2) and _look_like_spins(graphs, observed, padded):
+        warn_at_caller("pmc.CRF: the observed labels are -1 and 1 only, and -1 marks a missing "
+                       "label, so every -1 is left out of the likelihood; if these are spins or "
+                       "a +-1 mask, give label indices 0 / 1 ((labels + 1) // 2)", UserWarning)
+    return padded
+
+
+def _look_like_spins(graphs: GraphBatch, observed, padded: np.ndarray) -> bool:
+    """Labels written as -1 / +1 (a binary mask in spin form): only -1 and 1 inside the graphs,
+    with -1 given as a number rather than as NaN or a masked entry (those say "missing" on
+    purpose)."""
+    inside = padded[np.arange(padded.shape[1])[None, :] < graphs.n_nodes[:, None]]
+    if set(np.unique(inside).tolist()) != {-1, 1}:
+        return False
+    parts = observed if isinstance(observed, list | tuple) else [observed]
+    if any(np.ma.isMaskedArray(x) for x in parts):
+        return False
+    return not any(np.isnan(np.asarray(x, dtype=np.float64)).any() for x in parts)
 
 
 def _label_layout(batch: GraphBatch) -> str:
