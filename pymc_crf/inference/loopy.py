@@ -46,7 +46,6 @@ from pymc_crf.inference.base import (
     check_iteration_settings,
     check_potentials,
     convergence_report,
-    decode,
     labelling_score,
     warn_at_caller,
     warn_unconverged,
@@ -376,10 +375,14 @@ class LoopyEngine(Engine):
 
     def map_assignment(self, batch: GraphBatch, node_logpot: ArrayLike,
                        edge_logpot: ArrayLike) -> MapResult:
-        """Argmax of the node beliefs of :meth:`decoding_run`, with the exact unnormalised log
-        score of that labelling. For BP's max-product beliefs it is the MAP on trees without ties
-        (a heuristic on loopy graphs); for sum-product or mean-field beliefs (TreeEP, mean field)
-        it is the per-node most probable label, which need not be the MAP even on a chain.
+        """Argmax of the node beliefs of :meth:`decoding_run`, improved by iterated conditional
+        modes with pair moves (:func:`icm`, which never lowers the score), with the exact
+        unnormalised log score of the labelling. For BP's max-product beliefs the argmax is the
+        MAP on trees without ties, which local moves leave as it is; on loopy graphs it is a
+        heuristic, and where max-product BP does not converge (common on image grids with strong
+        couplings) local search raises its score. For sum-product or mean-field beliefs (TreeEP,
+        mean field) the argmax is the per-node most probable label, which need not be the MAP
+        even on a chain, and local search moves it towards a mode.
 
         Under hard constraints (-inf potentials) the beliefs' argmax can be a labelling of
         probability zero: on such graphs the labelling is replaced by the best of iterated
@@ -391,7 +394,8 @@ class LoopyEngine(Engine):
         """
         node, edge = check_potentials(batch, node_logpot, edge_logpot)
         log_node = self.decoding_run(batch, node, edge).log_node
-        res = decode(batch, node, edge, log_node)
+        labels = icm(batch, node, edge, np.argmax(log_node, axis=1))
+        res = MapResult(labels, labelling_score(batch, node, edge, labels))
         zero = res.score == -np.inf
         if not zero.any():
             return res
