@@ -88,7 +88,10 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
         if need_log_z:
             require_log_z(engine, inference)
         engine.check_supported(batch)
-        if not engine.exact and warn and engine.has_log_z:
+        # BP and TreeEP are exact on forests (their fixed point is the tree's exact marginals),
+        # so a forest-only batch gets no warning that its likelihood is approximate
+        exact_here = isinstance(engine, BeliefPropagation | TreeEP) and batch.is_forest
+        if not engine.exact and warn and engine.has_log_z and not exact_here:
             warn_at_caller(f"inference={inference!r}: log Z is {engine.approximation}, so the "
                            "likelihood is approximate", ApproximateInferenceWarning)
         return engine

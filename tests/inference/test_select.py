@@ -62,6 +62,20 @@ def test_approximate_engines_warn_with_the_name_of_their_approximation(name, cls
     assert not any(a in text for a in absent)
 
 
+def test_bp_and_tree_ep_on_forests_do_not_warn_that_log_z_is_approximate():
+    """On a forest BP and TreeEP are exact (checked against brute force in their own tests), so
+    naming them gives no approximation warning; mean field still warns."""
+    forest = GraphBatch.from_edges([[(1, 0), (2, 1)], [(0, 1), (0, 2), (0, 3)], []], [3, 4, 2])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for name in ("bp", "bethe", "tree_ep"):
+            get_engine(name, forest)
+    with pytest.warns(ApproximateInferenceWarning, match="mean-field"):
+        get_engine("mean_field", forest)
+    with pytest.warns(ApproximateInferenceWarning, match="Bethe"):
+        get_engine("bp", LOOPY)
+
+
 def test_the_approximation_warning_points_at_the_users_model_line():
     # pmc.CRF / pmc.MRF reach the engine through PyMC's Distribution.__new__: the warning named
     # that PyMC line, which a user cannot act on
