@@ -223,6 +223,25 @@ def test_a_dense_covariance_larger_than_the_memory_is_refused_before_the_work(mo
             pmc.fit(m, method=method, covariance=cov, progressbar=False)
 
 
+def test_default_draws_are_cut_to_the_draw_memory_with_a_warning(monkeypatch):
+    """1000 draws of a text CRF's millions of weights would not fit in memory: by default the
+    posterior holds as many as fit in DRAW_MEMORY (here made 60 draws' worth), said in a
+    warning; draws given explicitly are kept."""
+    from pymc_crf.fitters.bethe_laplace import fitter
+
+    m = _crf("loglinear", True)
+    d = sum(int(v.size.eval()) for v in m.free_RVs)
+    monkeypatch.setattr(fitter, "DRAW_MEMORY", 8 * d * 60)
+    for method in ("laplace", "bethe_laplace"):
+        with pytest.warns(UserWarning, match=rf"1000 draws of {d} weights .* holds 60 "):
+            res = pmc.fit(m, method=method, progressbar=False, log_likelihood=False)
+        assert res.posterior.sizes["draw"] == 60
+        with warnings.catch_warnings():
+            warnings.simplefilter("error", UserWarning)
+            res = pmc.fit(m, method=method, draws=200, progressbar=False, log_likelihood=False)
+        assert res.posterior.sizes["draw"] == 200
+
+
 @pytest.mark.slow
 def test_bl_mp_against_nuts_on_a_small_grid():
     """BL-MP against NUTS on the exact posterior (3 x 3 grid, N = 200): means within 0.2
