@@ -55,7 +55,8 @@ def get_engine(inference: str | Engine, batch: GraphBatch,
     when every graph's treewidth is at most ``max_treewidth``, else loopy BP with its Bethe
     approximation of log Z (with an :class:`ApproximateInferenceWarning`). A named engine that
     cannot handle the batch raises a ValueError saying why; a named approximate engine warns with
-    the name of its approximation (Bethe, TreeEP, mean field).
+    the name of its approximation (Bethe, TreeEP, mean field), except BP and TreeEP on a batch
+    of forests, where they are exact.
 
     Parameters
     ----------
