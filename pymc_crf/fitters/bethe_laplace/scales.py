@@ -399,8 +399,9 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
     integrate_scales : {None, "grid"}
         ``"grid"``: integrate the scales out on a grid (needs ``hyperprior``; at most 3 scale
         entries), spacing ``grid_step`` standard deviations of ``log s``, out to
-        ``grid_radius`` of them, dropping points whose log density is more than
-        ``grid_threshold`` below the mode's.
+        ``grid_radius`` of them along each axis and further (up to twice as far) while the
+        density on the axis is within ``grid_threshold`` of the mode's, dropping points whose
+        log density is more than ``grid_threshold`` below the mode's.
     finish : bool
         With the search of one shared implicit-covariance scale (``_search_one_scale``):
         refine the MAP at the chosen scale to ``gtol`` and build its implicit Gaussian (for
@@ -643,23 +644,42 @@ def _grid(problem, out: LearnedScales, at, theta, step, radius, threshold) -> No
                          "a proper, peaked posterior of the scales (a proper hyperprior)")
     root = vecs / np.sqrt(vals)  # theta = theta* + root @ z
     n = int(np.floor(radius / step))
-    ticks = step * np.arange(-n, n + 1)
-    points, logs = [], []
     mode = out.point.objective
-    for z in itertools.product(ticks, repeat=theta.size):
-        z = np.asarray(z)
-        if not np.any(z):
-            pt = out.point
-        else:
-            th = theta + root @ z
-            if np.any(th < np.log(SCALE_BOUNDS[0])) or np.any(th > np.log(SCALE_BOUNDS[1])):
-                continue
-            pt = at(th, out.point)
-        lv = pt.objective
-        if lv < mode - threshold:
+    cache = {(0.0,) * theta.size: out.point}
+
+    def point(z: tuple) -> ScalePoint | None:
+        if z not in cache:
+            th = theta + root @ np.asarray(z)
+            inside = (np.all(th >= np.log(SCALE_BOUNDS[0]))
+                      and np.all(th <= np.log(SCALE_BOUNDS[1])))
+            cache[z] = at(th, out.point) if inside else None
+        return cache[z]
+
+    # each axis out to ``radius``, and further (up to twice as far) while the density on the
+    # axis stays within ``threshold`` of the mode: the posterior of a log scale is skewed, with
+    # a long tail towards 0 where the evidence is flat, which a symmetric grid cuts off (Rue,
+    # Martino & Chopin 2009, sec. 3.1, explore each axis until the density has fallen)
+    axes = []
+    for i in range(theta.size):
+        sides = []
+        for sign in (-1.0, 1.0):
+            j = 0
+            while j < 2 * n:
+                z = np.zeros(theta.size)
+                z[i] = sign * step * (j + 1)
+                pt = point(tuple(z))
+                if j >= n and (pt is None or pt.objective < mode - threshold):
+                    break
+                j += 1
+            sides.append(j)
+        axes.append(step * np.arange(-sides[0], sides[1] + 1))
+    points, logs = [], []
+    for z in itertools.product(*axes):
+        pt = point(tuple(float(v) for v in z))
+        if pt is None or pt.objective < mode - threshold:
             continue
         points.append(pt)
-        logs.append(lv)
+        logs.append(pt.objective)
     logs = np.asarray(logs)
     top = logs.max()
     w = np.exp(logs - top)
