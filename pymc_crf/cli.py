@@ -534,8 +534,10 @@ def _add_file_arguments(train, tag, evaluate) -> None:
     train.add_argument("--no-progressbar", action="store_true", help="no progress bar")
     for p in (tag, evaluate):
         p.add_argument("model", help="model file written by pymc-crf train")
-        p.add_argument("input", help="file to tag, in the model's format (with or without the "
-                       "tag column); plain or gzip; - for standard input")
+    tag.add_argument("input", help="file to tag, in the model's format (with or without the "
+                     "tag column); plain or gzip; - for standard input")
+    evaluate.add_argument("input", help="tagged file, in the model's format with the tag column; "
+                          "plain or gzip; - for standard input")
     tag.add_argument("-o", "--output", default="-", help="output file (default standard output; "
                      ".gz: gzip)")
     tag.add_argument("--marginals", action="store_true",

@@ -381,3 +381,16 @@ def test_conll2000_cli_equals_python_api(tmp_path, capsys):
     cli_tags = [b.split() for b in (tmp_path / "tags.txt").read_text().strip().split("\n\n")]
     assert cli_tags == pred
     assert score.f1 > 85.0
+
+
+def test_help_of_evaluate_asks_for_the_tag_column(capsys):
+    """``tag`` takes files without the tag column, ``evaluate`` refuses them: its help says so
+    (it used to share tag's 'with or without the tag column')."""
+    helps = {}
+    for command in ("tag", "evaluate"):
+        with pytest.raises(SystemExit):
+            main([command, "--help"])
+        helps[command] = " ".join(capsys.readouterr().out.split())
+    assert "with or without the tag column" in helps["tag"]
+    assert "without the tag column" not in helps["evaluate"]
+    assert "with the tag column" in helps["evaluate"]

@@ -51,7 +51,7 @@ def check_chain_batch(batch: GraphBatch, what: str) -> None:
     if not batch.is_chain:
         bad = int(np.flatnonzero(batch.kinds != "chain")[0])
         raise ValueError(f"{what} are implemented for chain CRFs; graph {bad} is a "
-                         f"{batch.kinds[bad]} (every graph must be a canonical chain, as "
+                         f"{batch.kinds[bad]} graph (every graph must be a canonical chain, as "
                          "GraphBatch.chains builds them)")
 
 

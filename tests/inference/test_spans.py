@@ -11,6 +11,7 @@ from pymc_crf.inference.spans import (
     ChunkScheme,
     Spans,
     chain_log_messages,
+    check_chain_batch,
     span_log_probabilities,
 )
 from pymc_crf.metrics import bio_chunks
@@ -133,3 +134,10 @@ def test_bad_input_is_refused():
     with pytest.raises(ValueError, match="chain CRFs; graph 0 is a tree"):
         span_log_probabilities(tree, node, np.zeros((2, 5, 5)), Spans.of_labelling(
             batch, [1, 2, 0], sch), sch)
+
+
+def test_refusal_names_the_kind_of_graph():
+    """The message reads 'graph 1 is a loopy graph', not 'is a loopy'."""
+    batch = GraphBatch.from_edges([np.array([[0, 1]]), np.array([[0, 1], [1, 2], [2, 0]])], [2, 3])
+    with pytest.raises(ValueError, match="graph 1 is a loopy graph "):
+        check_chain_batch(batch, "span probabilities")
