@@ -15,9 +15,10 @@ test nodes, maximum-marginal labels) of
 * true w -- the generating weights (an oracle, for scale);
 
 * NUTS (gold) -- Monte Carlo model averaging of the exact node marginals over NUTS draws from the
-  exact posterior of ``pmc.datasets.bcrf_model`` (``pmc.predict(method="average")``) (its own trial, ``method="nuts"``; ``nuts_sampler``
-  is PyMC's ``pm.sample`` option: nutpie compiles for about a minute and then samples fast,
-  PyMC's NUTS starts at once and suits short runs).
+  exact posterior of ``pmc.datasets.bcrf_model`` by ``pmc.predict(method="average")``, in its
+  own trial (``method="nuts"``; ``nuts_sampler`` is PyMC's ``pm.sample`` option: nutpie
+  compiles for about a minute and then samples fast, PyMC's NUTS starts at once and suits short
+  runs).
 
 EP starts at the paper's step size (``step_size``, 0.8) with ``run_ep``'s step back-off schedule
 (a site's step is halved when its update would leave q or its cavity not positive definite, all
