@@ -435,9 +435,8 @@ def _tag_file(args, parser):
     finally:
         if tmp is not None:
             tmp.unlink()
-    pred = tagger.predict(X)
-    marg = (tagger.predict_marginals(X, average=not args.no_average)
-            if getattr(args, "marginals", False) else None)
+    pred, marg = tagger._tag(X, getattr(args, "marginals", False),
+                             average=not getattr(args, "no_average", False))
     return tagger, X, gold, pred, marg, tokens
 
 

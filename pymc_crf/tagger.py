@@ -477,15 +477,22 @@ class CRFTagger(BaseEstimator):
         -------
         list of list of str
         """
-        from pymc_crf.inference.select import get_engine
-
         self._check_fitted()
         X = _check_sentences(X, "X")
         if not any(len(s) for s in X):
             return [[] for _ in X]
-        data, node, edge = self.log_potentials(X)
+        data, keep = self._data(X)
+        return self._viterbi(data, X, keep)
+
+    def _viterbi(self, data, X: list, keep: list[int]) -> list[list[str]]:
+        """:meth:`predict` of ``X`` from its vectorised ``data`` (``_data``)."""
+        from pymc_crf.inference.select import get_engine
+        from pymc_crf.model.predictors import log_potentials_for
+
+        w = self._weights()
+        node, edge = log_potentials_for(data, w["info"], w["mean"].get("node_weights"),
+                                        w["mean"].get("edge_weights"))
         labels = get_engine("auto", data.graphs).map_assignment(data.graphs, node, edge).labels
-        keep = [i for i, s in enumerate(X) if len(s)]
         return self._split([self.classes_[k] for k in labels], X, keep)
 
     def marginals_array(self, X: Sentences, average: bool = True, *, client: Any = None,
@@ -503,11 +510,16 @@ class CRFTagger(BaseEstimator):
             One row per token of the non-empty sentences, its columns in the order of
             ``classes_``.
         """
-        import pymc_crf as pmc
-
         self._check_fitted()
         X = _check_sentences(X, "X")
         data, _ = self._data(X)
+        return self._marginals(data, average, client, n_partitions)
+
+    def _marginals(self, data, average: bool, client: Any, n_partitions: int | None
+                   ) -> np.ndarray:
+        """:meth:`marginals_array` from the vectorised ``data`` (``_data``)."""
+        import pymc_crf as pmc
+
         if data is None:
             return np.zeros((0, len(self.classes_)))
         average = flag(average, "average")
@@ -553,8 +565,26 @@ class CRFTagger(BaseEstimator):
         X = _check_sentences(X, "X")
         marg = self.marginals_array(X, average, client=client, n_partitions=n_partitions)
         keep = [i for i, s in enumerate(X) if len(s)]
+        return self._marginal_dicts(marg, X, keep)
+
+    def _marginal_dicts(self, marg: np.ndarray, X: list, keep: list[int]
+                        ) -> list[list[dict[str, float]]]:
         rows = [dict(zip(self.classes_, map(float, r), strict=True)) for r in marg]
         return self._split(rows, X, keep)
+
+    def _tag(self, X: Sentences, marginals: bool, average: bool = True
+             ) -> tuple[list[list[str]], list[list[dict[str, float]]] | None]:
+        """:meth:`predict` and (with ``marginals``) :meth:`predict_marginals` of ``X`` from one
+        vectorisation of it (``pymc-crf tag``)."""
+        self._check_fitted()
+        X = _check_sentences(X, "X")
+        if not any(len(s) for s in X):
+            return [[] for _ in X], ([[] for _ in X] if marginals else None)
+        data, keep = self._data(X)
+        pred = self._viterbi(data, X, keep)
+        if not marginals:
+            return pred, None
+        return pred, self._marginal_dicts(self._marginals(data, average, None, None), X, keep)
 
     def predict_single(self, xseq: Sequence[Mapping[str, Any]]) -> list[str]:
         """:meth:`predict` of one sentence.

@@ -180,6 +180,17 @@ def test_train_tag_evaluate(files, capsys, monkeypatch):
     probs = dict(p.rsplit(":", 1) for p in first[2:])
     assert list(probs) == tagger.classes_
     assert sum(map(float, probs.values())) == pytest.approx(1.0, abs=1e-3)
+    # tags and marginals from one vectorisation of the file, equal to the API's
+    calls = []
+    transform = type(tagger.vectorizer_).transform
+    monkeypatch.setattr(type(tagger.vectorizer_), "transform",
+                        lambda self, X: calls.append(len(X)) or transform(self, X))
+    assert main(["tag", str(model), str(test), "--marginals", "--digits", "6"]) == 0
+    assert calls == [len(X)]
+    first = capsys.readouterr().out.splitlines()[0].split("\t")
+    want = tagger.predict_marginals(X)[0][0]
+    assert {k: float(v) for k, v in (p.rsplit(":", 1) for p in first[1:])} == pytest.approx(
+        want, abs=1e-6)
     # standard input, read twice for --with-tokens
     monkeypatch.setattr("sys.stdin", io.StringIO(TEST))
     assert main(["tag", str(model), "-", "--with-tokens"]) == 0
