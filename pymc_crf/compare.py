@@ -136,6 +136,9 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     ``predict(..., method=predict_method, draws=draws)`` when ``test`` is given (``draws``
     defaults to ``predict``'s).
 
+    Results fitted to different observed data (their ``observed_data`` groups differ) are
+    refused.
+
     LOO columns, for results with more than one draw and a ``log_likelihood`` group: ``elpd_loo``,
     ``elpd_loo_se``, ``p_loo`` and ``loo_warning`` (True when some graph's Pareto k exceeds
     ArviZ's ``good_k``: the estimate cannot be trusted), from ``arviz.compare`` of
@@ -176,6 +179,7 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
         the columns above that apply.
     """
     check_results(results, "compare")
+    _check_same_data(results)
     models = _models_by_result(model, results)
     var_names = name_list(var_names, "compare: var_names")
     if var_names == []:
@@ -233,6 +237,31 @@ def compare(results: Mapping[str, xr.DataTree], reference: str | None = None,
     if loo_table is not None:
         table = table.join(loo_table)
     return table
+
+
+def _check_same_data(results: Mapping[str, xr.DataTree]) -> None:
+    """Refuse results fitted to different observed data: their posteriors, evidence and
+    ``elpd_loo`` answer different questions, and ``arviz.compare`` would rank them all the same.
+    Results of different models on the same labels (feature sets compared) pass; results
+    without an ``observed_data`` group are not checked."""
+    first = None
+    for name, res in results.items():
+        if "observed_data" not in res.children:
+            continue
+        obs = res["observed_data"].to_dataset()
+        values = [np.asarray(obs[v].values) for v in sorted(obs.data_vars)]
+        if first is None:
+            first = name, values
+            continue
+        same = len(values) == len(first[1]) and all(
+            a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"
+                                                  and b.dtype.kind in "fc")
+            for a, b in zip(values, first[1], strict=True))
+        if not same:
+            raise ValueError(f"compare: results {first[0]!r} and {name!r} were fitted to "
+                             "different observed data (their observed_data groups differ): "
+                             "their posteriors, evidence and elpd_loo cannot be compared in one "
+                             "table; compare the fits of each data set separately")
 
 
 def _models_by_result(model, results: Mapping[str, xr.DataTree]) -> dict:

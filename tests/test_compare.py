@@ -134,6 +134,26 @@ def test_parameters_are_matched_by_name_whatever_order_each_result_stores():
         pmc.compare({"ref": _result(a, 1.0), "wide": _result(rng3, 1.0)}, reference="ref")
 
 
+def test_compare_refuses_results_fitted_to_different_data():
+    # two fits to other labels: their evidence and elpd_loo would be ranked in one table
+    rng = np.random.default_rng(3)
+
+    def fitted(labels):
+        res = _result(rng.normal(size=(2, 50, 2)), 1.0)
+        res["observed_data"] = xr.Dataset({"t": (("graph", "position"), np.asarray(labels))})
+        return res
+
+    labels = np.array([[0, 1, -1], [1, 1, 0]])
+    other = labels.copy()
+    other[1, 2] = 1
+    same = {"nuts": fitted(labels), "ep": fitted(labels.copy()), "bare": _result(np.zeros((1, 5, 2)), 1.0)}
+    assert list(pmc.compare(same, reference="nuts").index) == ["nuts", "ep", "bare"]
+    with pytest.raises(ValueError, match="results 'nuts' and 'ep' were fitted to different observed data"):
+        pmc.compare({"nuts": fitted(labels), "ep": fitted(other)}, reference="nuts")
+    with pytest.raises(ValueError, match="'nuts' and 'few' were fitted to different observed data"):
+        pmc.compare({"nuts": fitted(labels), "few": fitted(labels[:1])})
+
+
 def test_compare_refuses_no_results_and_results_that_are_not_fits():
     with pytest.raises(ValueError, match="compare needs at least one result"):
         pmc.compare({})
