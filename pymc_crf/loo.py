@@ -34,7 +34,12 @@ from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.model.objective import GaussianLogPrior
 from pymc_crf.model.predictors import check_result, result_gaussian
 from pymc_crf.model.random_field import extract_random_field
-from pymc_crf.model.spec import free_scales, require_gaussian_prior, with_scales
+from pymc_crf.model.spec import (
+    free_scales,
+    prior_fingerprint,
+    require_gaussian_prior,
+    with_scales,
+)
 
 if TYPE_CHECKING:
     from arviz_stats.utils import ELPDData
@@ -102,6 +107,13 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
                          "needs the model, for the exact log posterior of each draw: pass "
                          "model= or call it inside the model's context") from err
     spec = extract_random_field(model)  # a pmc.CRF or pmc.MRF likelihood
+    fitted_prior = result.attrs.get("weight_prior")
+    if fitted_prior is not None and fitted_prior != prior_fingerprint(spec):
+        # log_p below is this model's prior density: another prior gives another answer
+        raise ValueError("pmc.loo: the model's weight prior (its means, sds or scale grouping) "
+                         "is not the one the result was fitted with, and the correction "
+                         "computes each draw's log posterior under the model's: pass the model "
+                         "the result was fitted to")
     scales, _ = free_scales(spec)
     if scales:  # learned by the evidence: the posterior the Gaussian approximates is at them
         spec = with_scales(spec, _point_scales(result, scales))

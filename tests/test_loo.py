@@ -137,6 +137,18 @@ def test_a_learned_scale_laplace_result_is_corrected_at_its_scales():
         pmc.loo(grid, model)
 
 
+def test_a_model_with_another_prior_is_refused(bl_fit, loop_data):
+    """The correction computes each draw's log posterior under the model it is given: a model of
+    the same data and weights but another prior sd would give another elpd, so it is refused;
+    the model the result was fitted with (rebuilt) is accepted."""
+    from pymc_crf.datasets import bcrf_model
+
+    with pytest.raises(ValueError, match="not the one the result was fitted with"):
+        pmc.loo(bl_fit, bcrf_model(loop_data[0], prior_sd=10.0))
+    log_p, _ = loo_log_densities(bl_fit, bcrf_model(loop_data[0]))
+    assert np.isfinite(log_p.values).all()
+
+
 def test_mcmc_results_get_plain_loo(bl_fit):
     # a result without a Gaussian fit group is read as draws from the posterior
     plain = xr.DataTree.from_dict({k: bl_fit[k].to_dataset() for k in bl_fit.children

@@ -23,7 +23,7 @@ from pymc_crf.model.random_field import (
     extract_mrf,
     random_field_pointwise_log_likelihood,
 )
-from pymc_crf.model.spec import CRFSpec, extract_crf
+from pymc_crf.model.spec import CRFSpec, extract_crf, prior_fingerprint
 
 __all__ = ["attach_log_likelihood", "build_result", "draws_from_gaussian", "gaussian_fit_group", "json_text",
            "record_crf_layout"]
@@ -45,20 +45,25 @@ def _record_hcrf_layout(idata: xr.DataTree, model: pm.Model) -> None:
 
 def _record_mrf_log_z(idata: xr.DataTree, model: pm.Model) -> None:
     try:
-        info = extract_mrf(model).info
+        spec = extract_mrf(model)
     except ValueError:
         return
+    info = spec.info
     idata.attrs["log_z"] = "exact" if info.exact else f"approximate ({info.engine_name})"
+    idata.attrs["weight_prior"] = prior_fingerprint(spec)
 
 
 def record_crf_layout(idata: xr.DataTree, model: pm.Model,
                       spec: CRFSpec | MRFSpec | None = None) -> None:
-    """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model.
+    """Store how the weights map to potentials (``attrs["crf"]``) so ``predict`` needs no model,
+    and the digest of the weights' priors (``attrs["weight_prior"]``, :func:`~pymc_crf.model.
+    spec.prior_fingerprint`) so that consumers given the model beside the result can check it.
 
     ``spec``: the model's random field as the fitter read it (else it is read here)."""
     if isinstance(spec, MRFSpec):
         idata.attrs["log_z"] = ("exact" if spec.info.exact
                                 else f"approximate ({spec.info.engine_name})")
+        idata.attrs["weight_prior"] = prior_fingerprint(spec)
         return
     if spec is None:
         try:
@@ -68,6 +73,7 @@ def record_crf_layout(idata: xr.DataTree, model: pm.Model,
             _record_mrf_log_z(idata, model)
             return
     idata.attrs["crf"] = crf_attrs(spec)
+    idata.attrs["weight_prior"] = prior_fingerprint(spec)
     # Bethe / loopy-BP likelihoods make the whole posterior approximate: say so on the result.
     idata.attrs["log_z"] = "exact" if spec.exact else f"approximate ({spec.info.engine_name})"
 

@@ -7,6 +7,7 @@ weight tensors) and from the model's ``rvs_to_values``, so a model rebuilt by ``
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,8 @@ if TYPE_CHECKING:
     from pymc_crf.model.random_field import MRFSpec
 
 __all__ = ["CRFSpec", "ScaleVariable", "WeightSpec", "check_observed_labels", "extract_crf",
-           "free_scales", "observed_labels", "observes", "other_model_terms", "refuse_free_scales",
+           "free_scales", "observed_labels", "observes", "other_model_terms", "prior_fingerprint",
+           "refuse_free_scales",
            "require_all_labels", "require_gaussian_prior", "require_learnable_scales",
            "require_sole_likelihood", "single_observed", "with_scales"]
 
@@ -397,6 +399,28 @@ def _check_weight_shapes(info: CRFInfo, nw: WeightSpec | None, ew: WeightSpec | 
         raise ValueError(f"the CRF's {key} {w.name!r} have shape {tuple(w.shape)}; the data and "
                          f"n_labels={K} need {want[key]} {what}: check the coords of its dims "
                          "against the features' columns and the labels")
+
+
+def prior_fingerprint(spec: CRFSpec | MRFSpec) -> str:
+    """A digest of the weights' priors as ``spec`` reads them: each weight's name, shape and
+    prior kind, its Normal mean, and its fixed sd or the name of its learned scale.
+
+    Fitters store it on their results (``attrs["weight_prior"]``) so that consumers which take
+    the model beside a result (``pmc.loo``'s log posterior of each draw) can refuse a model whose
+    prior is not the one the result was fitted with, instead of computing with it.
+    """
+    digest = hashlib.sha1()
+    for w in spec.weights:
+        digest.update(f"{w.name}|{tuple(w.shape)}|{w.prior}|".encode())
+        if w.prior_mean is not None:
+            digest.update(np.ascontiguousarray(w.prior_mean, dtype=np.float64).tobytes())
+        if w.prior == "normal" and w.prior_sd is not None:
+            digest.update(np.ascontiguousarray(w.prior_sd, dtype=np.float64).tobytes())
+        elif w.prior == "normal_scaled":
+            digest.update(f"|{w.scale_name}|".encode())
+            if w.scale_index is not None:
+                digest.update(np.ascontiguousarray(w.scale_index, dtype=np.int64).tobytes())
+    return digest.hexdigest()
 
 
 def require_gaussian_prior(spec: CRFSpec | MRFSpec, method: str) -> None:
