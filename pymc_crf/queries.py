@@ -745,8 +745,16 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
             else:
                 _check_model_coords(model, dim, size, name, post)
     if np.any(var <= 0):
-        raise ValueError("the fit group's covariance has a variance <= 0 at "
-                         f"{names[int(np.argmin(var))]!r}")
+        at = names[int(np.argmin(var))]
+        if result.attrs.get("method") == "predictive_ard" and np.all(var >= 0):
+            # ARD's removed features have weights fixed at exactly 0, which no Normal prior of a
+            # free weight expresses
+            raise ValueError(f"the fit group's covariance has a variance of 0 at {at!r}: "
+                             "predictive_ard removed its feature (its weights are exactly 0), "
+                             "and prior_from takes only results whose weights all have a "
+                             "variance > 0; fit with method='ep' (no pruning) to continue "
+                             "training")
+        raise ValueError(f"the fit group's covariance has a variance <= 0 at {at!r}")
     diagonal = cov is None or covariance == "diagonal" or (
         covariance == "auto" and np.all(cov[~np.eye(d, dtype=bool)] == 0.0))
     out, i = {}, 0
