@@ -656,18 +656,43 @@ def _layout(names: list[str], result: xr.DataTree) -> list[tuple[str, tuple, tup
     return out
 
 
+def _check_model_coords(model: pm.Model, dim: str, size: int, name: str, post) -> None:
+    """Refuse coords of the new model that are not the result's along a weight's dim: the prior
+    of each entry is the posterior of the result's entry at the same position, so other or
+    reordered features or labels would each get another one's posterior, and a dim of another
+    length a variable whose dims do not match its shape."""
+    values = model.coords[dim]
+    length = len(values) if values is not None else int(model.dim_lengths[dim].eval())
+    if length != size:
+        raise ValueError(f"the new model's dim {dim!r} has {length} coords; the result's {name!r} "
+                         f"has {size} entries along it (a model with other features or labels "
+                         "cannot take this result's posterior as its prior)")
+    if values is None or post is None or dim not in post.coords:
+        return
+    theirs = [str(v) for v in post.coords[dim].values]
+    ours = [str(v) for v in values]
+    if ours != theirs:
+        i = next(i for i, (a, b) in enumerate(zip(ours, theirs, strict=True)) if a != b)
+        raise ValueError(f"the new model's coords of {dim!r} are not the result's: position {i} "
+                         f"is {ours[i]!r} in the model and {theirs[i]!r} in the result. "
+                         "prior_from gives each entry the posterior of the result's entry at the "
+                         "same position, so the coords must be the same, in the same order (or "
+                         "leave the dim out of the new model's coords to take the result's)")
+
+
 def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model | None = None,
                flat_name: str | None = None) -> dict:
     """The Gaussian posterior of ``result`` as the prior of the weights of a new model.
 
     Call inside a new ``pm.Model`` (or pass ``model=``); it creates the weight variables of the
     result's CRF with their names, shapes and dims (coords copied from the result's posterior
-    where the model has none), distributed as the result's Gaussian approximation
-    ``N(mean_vector, covariance_matrix)`` (its ``fit`` group, from ``laplace``,
-    ``bethe_laplace``, ``ep``, ``predictive_ard``; a result that keeps only the marginal sds,
-    ``sd_vector``, as ``laplace`` / ``bethe_laplace`` with a diagonal or implicit covariance do,
-    gives the diagonal prior). Then ``pmc.CRF(..., node_weights=w["W"], ...)`` on new data and any fit
-    is the sequential Bayesian update ``p(w | D1, D2) ∝ p(D2 | w) N(w; m1, V1)``.
+    where the model has none; coords it has must be the result's, in the same order),
+    distributed as the result's Gaussian approximation ``N(mean_vector, covariance_matrix)``
+    (its ``fit`` group, from ``laplace``, ``bethe_laplace``, ``ep``, ``predictive_ard``; a
+    result that keeps only the marginal sds, ``sd_vector``, as ``laplace`` / ``bethe_laplace``
+    with a diagonal or implicit covariance do, gives the diagonal prior). Then
+    ``pmc.CRF(..., node_weights=w["W"], ...)`` on new data and any fit is the sequential
+    Bayesian update ``p(w | D1, D2) ∝ p(D2 | w) N(w; m1, V1)``.
 
     Parameters
     ----------
@@ -710,16 +735,26 @@ def prior_from(result: xr.DataTree, *, covariance: str = "auto", model: pm.Model
         raise ValueError("prior_from creates variables in a model: call it inside a pm.Model "
                          "context or pass model=") from err
     post = result["posterior"] if "posterior" in result.children else None
-    for _, _, dims in layout:
-        for dim in dims or ():
+    for name, shape, dims in layout:
+        for dim, size in zip(dims, shape, strict=True) if dims else ():
             if dim not in model.coords:
                 if post is None or dim not in post.coords:
                     raise ValueError(f"the new model has no coords for the dim {dim!r} of the "
                                      "result's weights; pass them in pm.Model(coords=...)")
                 model.add_coord(dim, post.coords[dim].values)
+            else:
+                _check_model_coords(model, dim, size, name, post)
     if np.any(var <= 0):
-        raise ValueError("the fit group's covariance has a variance <= 0 at "
-                         f"{names[int(np.argmin(var))]!r}")
+        at = names[int(np.argmin(var))]
+        if result.attrs.get("method") == "predictive_ard" and np.all(var >= 0):
+            # ARD's removed features have weights fixed at exactly 0, which no Normal prior of a
+            # free weight expresses
+            raise ValueError(f"the fit group's covariance has a variance of 0 at {at!r}: "
+                             "predictive_ard removed its feature (its weights are exactly 0), "
+                             "and prior_from takes only results whose weights all have a "
+                             "variance > 0; fit with method='ep' (no pruning) to continue "
+                             "training")
+        raise ValueError(f"the fit group's covariance has a variance <= 0 at {at!r}")
     diagonal = cov is None or covariance == "diagonal" or (
         covariance == "auto" and np.all(cov[~np.eye(d, dtype=bool)] == 0.0))
     out, i = {}, 0

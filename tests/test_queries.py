@@ -403,6 +403,36 @@ def test_prior_from_bad_input():
             pmc.queries.kbest(not_a_result, _data(0, 2), 2)
 
 
+def test_prior_from_refuses_model_coords_that_are_not_the_results():
+    """Each entry's prior is the posterior of the result's entry at its position: a new model
+    whose coords name other (or reordered) features would give each feature another one's
+    posterior, one of another length a variable whose dims do not match its shape."""
+    result = _tree(xr.Dataset({"a": (("chain", "draw", "feature"), np.zeros((1, 1, 3)))},
+                              coords={"feature": ["w=the", "w=cat", "len"]}),
+                   np.array([1.0, 2.0, 3.0]), np.eye(3), ["a[0]", "a[1]", "a[2]"])
+    with pytest.raises(ValueError, match="coords of 'feature' are not the result's: position 0 "
+                                         "is 'len' in the model and 'w=the' in the result"):
+        with pm.Model(coords={"feature": ["len", "w=cat", "w=the"]}):
+            pmc.prior_from(result)
+    with pytest.raises(ValueError, match="dim 'feature' has 4 coords; the result's 'a' has 3"):
+        with pm.Model(coords={"feature": ["w=the", "w=cat", "len", "w=a"]}):
+            pmc.prior_from(result)
+    with pm.Model(coords={"feature": ["w=the", "w=cat", "len"]}) as m:  # the same coords
+        pmc.prior_from(result)
+    np.testing.assert_array_equal(m.initial_point()["a"], [1.0, 2.0, 3.0])
+
+
+def test_prior_from_refuses_a_predictive_ard_result_that_removed_a_feature():
+    """ARD's removed features have weights exactly 0 and variance 0 in the fit group (the
+    fitter's own output on a chain CRF with irrelevant features): refused naming the cause."""
+    result = _tree(xr.Dataset({"a": (("chain", "draw", "a_dim_0"), np.zeros((1, 1, 2)))}),
+                   np.array([0.7, 0.0]), np.diag([0.3, 0.0]), ["a[0]", "a[1]"])
+    result.attrs["method"] = "predictive_ard"
+    with pytest.raises(ValueError, match="variance of 0 at 'a\\[1\\]': predictive_ard removed"):
+        with pm.Model():
+            pmc.prior_from(result)
+
+
 def test_prior_from_a_result_with_marginal_sds_only(fits):
     """laplace / bethe_laplace with a diagonal or implicit covariance keep sd_vector only: their
     prior is the diagonal one, with those sds; a full one is refused by name."""
