@@ -44,10 +44,12 @@ def _is_field_weight(var) -> bool:
     return rv.name is not None and rv.name in {w.name for w in spec.weights if w.name}
 
 
-#: the stats every random-walk Metropolis step on the weights reports (BetheMH, Exchange)
+#: the stats every random-walk Metropolis step on the weights reports (BetheMH, Exchange).
+#: ``accepted`` (1.0 or 0.0) has the dtype of ``pm.Metropolis``'s stat of that name: PyMC's trace
+#: refuses a compound step whose samplers declare one stat name with two dtypes.
 METROPOLIS_STATS = {
     "tune": (bool, []),
-    "accepted": (bool, []),
+    "accepted": (np.float64, []),
     "accept_rate": (np.float64, []),
     "scaling": (np.float64, []),
 }

@@ -66,8 +66,8 @@ class BetheMH(RandomFieldStep):
 
     Notes
     -----
-    Stats: ``tune``, ``accepted``, ``accept_rate`` (min(1, MH ratio)), ``scaling``, ``log_z``
-    (Bethe log Z at the current state, summed over graphs), ``bp_iterations`` (sweeps of the
+    Stats: ``tune``, ``accepted`` (1.0 or 0.0), ``accept_rate`` (min(1, MH ratio)), ``scaling``,
+    ``log_z`` (Bethe log Z at the current state, summed over graphs), ``bp_iterations`` (sweeps of the
     proposal's BP run), ``bp_nonconverged`` (graphs whose BP run stopped before ``tol``; their
     Bethe value is still used), ``bp_bound_violations`` (graphs whose Bethe log Z at the
     proposal is below the score of a single labelling, BP's bound check: far off there).
@@ -139,6 +139,6 @@ class BetheMH(RandomFieldStep):
             self._cache = (q1.copy(), ll1, msg1, lz1)
         q = q1 if accepted else q0
         self.adaptation.update(q, accept_rate, tune)
-        return q, {"accepted": accepted, "accept_rate": accept_rate, "scaling": scale,
+        return q, {"accepted": float(accepted), "accept_rate": accept_rate, "scaling": scale,
                    "log_z": self._cache[3], "bp_iterations": iters, "bp_nonconverged": bad,
                    "bp_bound_violations": low}

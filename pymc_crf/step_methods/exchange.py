@@ -140,5 +140,5 @@ class Exchange(RandomFieldStep):
             self._cache = (q1.copy(), t1, s1)
         q = q1 if accepted else q0
         self.adaptation.update(q, accept_rate, tune)
-        return q, {"accepted": accepted, "accept_rate": accept_rate, "scaling": scale,
+        return q, {"accepted": float(accepted), "accept_rate": accept_rate, "scaling": scale,
                    "exact_auxiliary": self.exact_auxiliary}

@@ -96,7 +96,7 @@ class LangevinCD(RandomFieldStep):
         "tune": (bool, []),
         "step_size": (np.float64, []),
         "accept_rate": (np.float64, []),
-        "accepted": (bool, []),
+        "accepted": (np.float64, []),  # pm.Metropolis's dtype (see METROPOLIS_STATS)
         "diverging": (bool, []),
         "grad_norm": (np.float64, []),
     }
@@ -188,6 +188,6 @@ class LangevinCD(RandomFieldStep):
             self._cache = (q1.copy(), g_ll1)
         q = q1 if accepted else q0
         self.adaptation.update(q, accept_rate, tune)
-        return q, {"step_size": eps, "accept_rate": accept_rate, "accepted": bool(accepted),
+        return q, {"step_size": eps, "accept_rate": accept_rate, "accepted": float(accepted),
                    "diverging": diverging,
                    "grad_norm": float(np.linalg.norm(g1 if accepted else g0))}

@@ -200,6 +200,20 @@ def test_compound_step_with_nuts_for_the_other_variables():
     assert np.all(s > 0) and np.unique(s).size > 10
 
 
+@pytest.mark.parametrize("cls", [BetheMH, Exchange, LangevinCD])
+def test_compound_step_with_pymc_metropolis_for_the_other_variables(cls):
+    # pm.Metropolis also reports "accepted": PyMC's trace refuses a stat name declared with two
+    # dtypes ("Sampler statistic accepted appears with different types")
+    m = hierarchical_model()
+    with m:
+        idata = pm.sample(draws=30, tune=20, chains=1, step=[cls([m["W"], m["T"]]),
+                                                             pm.Metropolis([m["s"]])],
+                          random_seed=2, progressbar=False, compute_convergence_checks=False)
+    accepted = idata["sample_stats"]["accepted"].values
+    assert accepted.dtype == np.float64 and set(np.unique(accepted)) <= {0.0, 1.0}
+    assert np.unique(idata["posterior"]["s"].values).size > 1
+
+
 def test_multiprocess_sampling():
     m = tree_model()
     with m:
