@@ -44,7 +44,7 @@ from pymc_crf.columns import count_sentences, read_conll_range
 from pymc_crf.datasets.base import CRFData
 from pymc_crf.datasets.text import token_features
 from pymc_crf.features import FeatureVectorizer, encode_tags, sequence_batch
-from pymc_crf.fitters.covariance import inverse_pd
+from pymc_crf.fitters.covariance import DenseGaussian, inverse_pd
 from pymc_crf.fitters.map import negative_log_posterior, weight_start
 from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
 from pymc_crf.inference.chain.dispatch import batch_tier, pinned_tier
@@ -95,7 +95,14 @@ def connected(client: Client | str) -> Iterator[Client]:
     distributed.Client
         ``client`` itself, or a new client of the scheduler at that address, closed on exit.
     """
+    if client is None:
+        raise TypeError("pmc.distributed needs a distributed.Client or a scheduler's address "
+                        "(\"tcp://host:8786\"); got None (pmc.predict and pmc.fit run in this "
+                        "process)")
     if not isinstance(client, str):
+        if getattr(client, "status", None) in ("closing", "closed"):
+            raise ValueError(f"the Dask client is {client.status}: pass an open "
+                             "distributed.Client or a scheduler's address")
         yield client
         return
     from distributed import Client
@@ -726,7 +733,6 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
         ``covariance_matrix``, draws, per-graph ``log_likelihood``) whose ``attrs["method"]`` is
         ``"laplace"``; ``pmc.loo`` corrects its LOO for the approximation.
     """
-    from pymc_crf.model.results import draws_from_gaussian
     from pymc_crf.validation import generator
 
     t0 = time.perf_counter()
@@ -734,6 +740,13 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
     chains = whole_number(chains, "chains")
     rng = generator(random_seed, "random_seed")
     spec = extract_crf(model)
+    n_missing = int((np.asarray(spec.labels) < 0).sum())
+    if n_missing:
+        # the curvature J^T C J is the Fisher information of fully observed labels; with labels
+        # summed out the Hessian also has the clamped covariance, so the covariance would be off
+        raise ValueError(f"pmc.distributed.fit_laplace needs every label observed; this model "
+                         f"has {n_missing} missing (masked / -1) labels. "
+                         "pmc.distributed.fit_map sums missing labels out of the likelihood.")
     with connected(client) as c:
         mode = fit_map(model, c, n_shards, polish_gtol=polish_gtol, log_likelihood=False,
                        **map_options)
@@ -741,7 +754,10 @@ def fit_laplace(model: pm.Model, client: Client | str, n_shards: int | None = No
         with ShardedLogLikelihood(c, spec, n_shards) as lik:
             A = lik.negative_hessian(w) + np.diag(1.0 / GaussianLogPrior(spec).sd ** 2)
             cov = inverse_pd(A, "; in pmc.distributed.fit_laplace")
-            sample = draws_from_gaussian(w, cov, draws, chains, rng)
+            # drawn from the precision's Cholesky factor as the single-process exact Laplace
+            # draws, so the same seed gives the same draws
+            sample = DenseGaussian(w, A, "; in pmc.distributed.fit_laplace").sample(
+                chains * draws, rng).reshape(chains, draws, -1)
             pointwise = lik.pointwise(sample.reshape(-1, w.size))
             n_used = lik.n_shards
     settings = {"draws": draws, "chains": chains, "random_seed": random_seed,

@@ -534,8 +534,9 @@ class CRFTagger(BaseEstimator):
         from pymc_crf.distributed import predict, shard_ranges
 
         n = whole_number(4 if n_partitions is None else n_partitions, "n_partitions", minimum=1)
-        parts = [data.subset(np.arange(a, b)) for a, b in shard_ranges(data.graphs.n_graphs, n)
-                 if b > a]
+        # at most one partition per non-empty sentence: a partition holds at least one graph
+        n = min(n, data.graphs.n_graphs)
+        parts = [data.subset(np.arange(a, b)) for a, b in shard_ranges(data.graphs.n_graphs, n)]
         return predict(self.result_, parts, method, client=client, **options).marginals
 
     def predict_marginals(self, X: Sentences, average: bool = True, *, client: Any = None,
@@ -552,8 +553,8 @@ class CRFTagger(BaseEstimator):
             or a one-point fit (``map``): the marginals at the posterior mean.
         client : distributed.Client or str, optional
             Compute on a Dask cluster (``pmc.distributed.predict``: the fit broadcast once, the
-            sentences in ``n_partitions`` partitions, default 4); the result is the local one,
-            bit for bit.
+            sentences in ``n_partitions`` partitions, default 4, at most one per non-empty
+            sentence); the result is the local one, bit for bit.
         n_partitions : int, optional
             Partitions of the sentences for ``client``.
 

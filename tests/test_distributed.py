@@ -158,6 +158,9 @@ def test_data_parallel_laplace_is_the_exact_laplace(client, loop_model):
     whole = pd_._negative_hessian(objective.CRFLogLikelihood(spec), m1)
     with pd_.ShardedLogLikelihood(client, spec, n_shards=3) as lik:
         np.testing.assert_allclose(lik.negative_hessian(m1), whole, rtol=0, atol=1e-10)
+    # the same seed gives the single-process draws (both from the precision's Cholesky factor)
+    np.testing.assert_allclose(dist["posterior"]["w"].values, single["posterior"]["w"].values,
+                               rtol=0, atol=1e-4)
     assert dist["log_likelihood"]["t"].shape == (1, 50, 8)
     spec_ll = objective.CRFLogLikelihood(spec)
     w0 = dist["posterior"]["w"].values[0, 7].ravel()
@@ -299,3 +302,40 @@ def test_tagger_marginals_on_the_cluster_equal_the_local_ones(client):
         far = tagger.marginals_array(test, client=client, n_partitions=3)
         np.testing.assert_array_equal(far, local)
         assert tagger.predict_marginals(test, client=client)[10] == []
+
+
+def test_tagger_on_the_cluster_with_fewer_sentences_than_partitions(client):
+    """Two non-empty sentences with the default 4 partitions: one partition per sentence."""
+    X = [[{"w": "a"}, {"w": "b"}], [{"w": "b"}], [{"w": "a"}]]
+    y = [["B", "I"], ["I"], ["B"]]
+    tagger = pmc.CRFTagger(method="map", random_state=0).fit(X, y)
+    test = [X[0], [], X[1]]
+    np.testing.assert_array_equal(tagger.marginals_array(test, client=client),
+                                  tagger.marginals_array(test))
+    assert tagger.predict_marginals([[], X[2]], client=client, n_partitions=3)[0] == []
+
+
+def test_fit_laplace_refuses_missing_labels(client):
+    """The shards' curvature is the Fisher information of fully observed labels; with labels
+    summed out it is not the Hessian, as the single-process method='laplace' refuses too."""
+    data, _ = pmc.datasets.bcrf_synthetic("loop", n_train=4, n_test=1, seed=0)
+    labels = np.array(data.labels, copy=True)
+    labels[[0, 3]] = -1
+    with pm.Model() as model:
+        w = pm.Normal("w", 0.0, 1.0, shape=(6, 2, 2))
+        pmc.CRF("t", graphs=data.graphs, edge_features=data.edge_features, edge_weights=w,
+                observed=labels)
+    with pytest.raises(ValueError, match="fit_laplace needs every label observed; this model "
+                                         "has 2 missing"):
+        pd_.fit_laplace(model, client, draws=5)
+
+
+def test_a_missing_or_closed_client_is_named(client, loop_data, loop_fit, loop_model):
+    with pytest.raises(TypeError, match="needs a distributed.Client or a scheduler's address"):
+        pd_.predict(loop_fit, [loop_data[1]], "bpe", client=None)
+    closed = distributed.Client(client.scheduler.address)
+    closed.close()
+    with pytest.raises(ValueError, match="the Dask client is closed"):
+        pd_.predict(loop_fit, [loop_data[1]], "bpe", client=closed)
+    with pytest.raises(ValueError, match="the Dask client is closed"):
+        pd_.fit_map(loop_model, closed)

@@ -196,6 +196,22 @@ def test_draws_are_the_same_on_dask_workers():
     np.testing.assert_array_equal(_flat(here), _flat(there))
 
 
+def test_dask_arguments_get_fresh_keys():
+    """Equal arguments scattered twice (the same centre at unchanged scales) get distinct keys:
+    a key hashed from the content would be that of a future just released, whose data the
+    scheduler can lose while the new scatter waits on it."""
+    distributed = pytest.importorskip("distributed")
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, processes=False,
+                                  dashboard_address=None) as cluster, \
+            distributed.Client(cluster) as client:
+        runner = DrawRunner(np.zeros(3), data_perturbation=True, rule="delta", gtol=1e-5,
+                            maxiter=10, refine=0, client=client)
+        value = np.arange(4.0)
+        first, second = runner.share(value, broadcast=True), runner.share(value.copy())
+        assert first.key != second.key
+        np.testing.assert_array_equal(second.result(), value)
+
+
 def _poor_data(rng, n, W, T, V, K):
     """Chains of 3-5 tokens, one word each (Zipf-distributed over ``V``) plus a bias feature,
     labels drawn exactly from the CRF with weights ``W``, ``T``."""

@@ -184,7 +184,7 @@ class DrawRunner:
             from distributed import Client
 
             self.client = Client(client) if self._own else client
-            self._lik = self.client.scatter(lik, broadcast=True)
+            self._lik = self.client.scatter(lik, broadcast=True, hash=False)
 
     def centre(self, mu: np.ndarray, sd: np.ndarray, w_map: np.ndarray) -> Centre:
         """The :class:`Centre` of draws at the MAP ``w_map`` of the prior ``N(mu, sd^2)``,
@@ -197,7 +197,10 @@ class DrawRunner:
         (once, to every worker with ``broadcast``) on a Dask client."""
         if self.client is None:
             return value
-        return self.client.scatter(value, broadcast=broadcast)
+        # a fresh key for every call: with keys hashed from the content, an equal value (the
+        # same centre at unchanged scales) reuses the key of a future just released, and the
+        # scheduler loses its data ("Could not find data") or the scatter never returns
+        return self.client.scatter(value, broadcast=broadcast, hash=False)
 
     def map(self, fn, calls: list[tuple], *, label: str, progressbar: bool = True) -> list:
         """``fn(lik, *args)`` for every ``args`` of ``calls``, in this process or as Dask tasks
