@@ -49,7 +49,7 @@ from pymc_crf.fitters.map import negative_log_posterior, weight_start
 from pymc_crf.fitters.optimise import STRICT_FTOL, STRICT_GTOL, OptimiserDiagnostics, find_map
 from pymc_crf.inference.chain.dispatch import batch_tier, pinned_tier
 from pymc_crf.model.objective import CRFLogLikelihood, GaussianLogPrior
-from pymc_crf.model.predictors import prediction
+from pymc_crf.model.predictors import check_feature_columns, prediction
 from pymc_crf.model.results import build_result
 from pymc_crf.model.spec import (
     CRFSpec,
@@ -368,6 +368,19 @@ def _build_shard(layout: CRFSpec, engine, shard: ShardData | CRFData) -> CRFLogL
     """The shard's log-likelihood object (runs on the worker that keeps it)."""
     if isinstance(shard, CRFData):
         shard = ShardData.from_crf_data(shard)
+    # a shard built on the worker is checked only here: a wrong width would otherwise fail in
+    # the first feature product ("shapes (12,3) and (6,4) not aligned"). The layout holds no
+    # data, so a (K, K) edge weight (ndim 2) tells the shared table from per-edge (Fe, K, K) ones.
+    wanted = [("node", shard.node_features, layout.node_weights)]
+    if layout.edge_weights is not None and len(layout.edge_weights.shape) == 3:
+        wanted.append(("edge", shard.edge_features, layout.edge_weights))
+    for what, x, w in wanted:
+        if w is None:
+            continue
+        if x is None:
+            raise ValueError(f"the shard has no {what} features; the model's {what} weights "
+                             f"need {w.shape[0]} columns")
+        check_feature_columns(what, x, w.shape[0])
     spec = replace(layout, batch=shard.graphs, labels=np.asarray(shard.labels),
                    node_features=shard.node_features, edge_features=shard.edge_features)
     return CRFLogLikelihood(spec, engine=engine)

@@ -339,3 +339,20 @@ def test_a_missing_or_closed_client_is_named(client, loop_data, loop_fit, loop_m
         pd_.predict(loop_fit, [loop_data[1]], "bpe", client=closed)
     with pytest.raises(ValueError, match="the Dask client is closed"):
         pd_.fit_map(loop_model, closed)
+
+
+def test_a_shard_with_the_wrong_feature_width_is_named(loop_model, loop_data):
+    """A shard's features are checked against the model's weights where the worker builds its
+    likelihood, as local prediction checks them (not a shape error in a feature product)."""
+    from dataclasses import replace
+
+    spec = pmc.fitters.extract_crf(loop_model)
+    layout = pd_._layout(spec)
+    good = pd_.ShardData.from_crf_data(loop_data[0])
+    assert pd_._build_shard(layout, spec.engine, good).batch.n_graphs == loop_data[0].graphs.n_graphs
+    narrow = replace(good, edge_features=good.edge_features[:, :-1])
+    with pytest.raises(ValueError, match="edge features have 5 columns; the model's edge "
+                                         "weights expect 6"):
+        pd_._build_shard(layout, spec.engine, narrow)
+    with pytest.raises(ValueError, match="shard has no edge features"):
+        pd_._build_shard(layout, spec.engine, replace(good, edge_features=None))
