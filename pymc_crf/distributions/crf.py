@@ -564,6 +564,11 @@ def _feature_input(x):
 def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:
     """Pad and check observed labels against the batch and K before PyMC sees them."""
     if hasattr(observed, "type"):  # a PyTensor variable (pm.Data): checked by logp at run time
+        # and here at its current shape, which PyMC gives the variable as its shape: flat
+        # labels would otherwise be refused as a shape of the variable, not named as labels
+        got = current_shape_tuple([observed.shape[i] for i in range(observed.ndim)])
+        if got is not None and got != (graphs.n_graphs, int(graphs.n_nodes.max())):
+            raise ValueError(f"{_label_layout(graphs)}; got shape {got}")
         return observed
     K = kwargs.get("n_labels")
     if K is None:

@@ -110,6 +110,10 @@ def test_dims_of_another_length_are_refused_when_the_model_is_built():
     with pm.Model(coords={"graph": range(2), "position": range(3)}):
         T = pm.Normal("T", 0, 1, shape=(2, 2))
         pmc.CRF("y", graphs=b, edge_weights=T, observed=y, dims=("graph", "position"))
+        # labels in pm.Data give the variable their shape: flat ones are named as labels
+        with pytest.raises(ValueError, match=r"CRF labels must be the \(2, 3\) .*pmc.pad_labels"
+                                             r".*got shape \(4,\)"):
+            pmc.CRF("z", graphs=b, edge_weights=T, observed=pm.Data("flat", np.zeros(4, int)))
 
 def test_unpad_labels_checks_the_batch_layout():
     """Padded labels must end in the batch's (graphs, max nodes): another batch's matrix,
