@@ -24,6 +24,7 @@ import scipy.sparse
 from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
+from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Constant, Variable
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.raise_op import CheckAndRaise
@@ -303,8 +304,9 @@ def current_shape_tuple(shape):
     if static is not None:
         return static
     try:
+        # the Python linker: no C module to build on a new machine for a few integers
         values = pytensor.function([], [pt.as_tensor_variable(s) for s in shape],
-                                   mode="FAST_COMPILE")()
+                                   mode=Mode(linker="py", optimizer="fast_compile"))()
     except Exception:  # noqa: BLE001 - depends on inputs: not checkable when the model is built
         return None
     return tuple(int(v) for v in values)
