@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import pytensor
 import pytensor.sparse as ps
 import pytensor.tensor as pt
 import scipy.sparse
 from pymc.distributions.dist_math import check_parameters
 from pymc.distributions.distribution import Distribution, _support_point
 from pymc.logprob.abstract import _logprob
+from pytensor.compile.mode import Mode
 from pytensor.graph.basic import Constant, Variable
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.raise_op import CheckAndRaise
@@ -273,12 +275,17 @@ def crf_log_potentials(batch: GraphBatch, node_features=None, node_weights=None,
 def refuse_other_shapes(kwargs: dict, expected: tuple, what: str, layout: str) -> None:
     """Pop ``size`` and ``shape`` from a distribution's ``kwargs``, refusing any that is not
     ``expected``: the shape is the data's layout, and a size would batch the draws but not the
-    likelihood. Symbolic shapes (coords that may change) pass."""
+    likelihood. A shape from ``dims`` is checked at its coords' current lengths: the batch is
+    fixed, so coords of other lengths can never fit it (PyMC would build the model and fail
+    in ArviZ after sampling). A shape that needs inputs passes."""
     shape = kwargs.pop("shape", None)
-    if kwargs.pop("size", None) is not None or (
-            shape is not None and static_shape_tuple(shape) not in (expected, None)):
+    if kwargs.pop("size", None) is not None:
         raise ValueError(f"{what} has shape {expected} ({layout}); it takes no other size or "
                          "shape")
+    got = None if shape is None else current_shape_tuple(shape)
+    if got not in (expected, None):
+        raise ValueError(f"{what} has shape {expected} ({layout}); it takes no other size or "
+                         f"shape; its shape or dims give {got}")
 
 
 def static_shape_tuple(shape):
@@ -287,6 +294,22 @@ def static_shape_tuple(shape):
                      else int(s) for s in shape)
     except Exception:  # noqa: BLE001 - symbolic shape (from coords that may change): not checkable
         return None
+
+
+def current_shape_tuple(shape):
+    """The shape's values now: constant entries as they are, symbolic ones (the lengths of
+    ``dims``, which PyMC keeps as shared variables) evaluated; None when an entry needs
+    inputs."""
+    static = static_shape_tuple(shape)
+    if static is not None:
+        return static
+    try:
+        # the Python linker: no C module to build on a new machine for a few integers
+        values = pytensor.function([], [pt.as_tensor_variable(s) for s in shape],
+                                   mode=Mode(linker="py", optimizer="fast_compile"))()
+    except Exception:  # noqa: BLE001 - depends on inputs: not checkable when the model is built
+        return None
+    return tuple(int(v) for v in values)
 
 
 def _check_static(w, shape, name):
@@ -543,6 +566,11 @@ def _feature_input(x):
 def _validated_observed(graphs: GraphBatch, observed, kwargs) -> np.ndarray:
     """Pad and check observed labels against the batch and K before PyMC sees them."""
     if hasattr(observed, "type"):  # a PyTensor variable (pm.Data): checked by logp at run time
+        # and here at its current shape, which PyMC gives the variable as its shape: flat
+        # labels would otherwise be refused as a shape of the variable, not named as labels
+        got = current_shape_tuple([observed.shape[i] for i in range(observed.ndim)])
+        if got is not None and got != (graphs.n_graphs, int(graphs.n_nodes.max())):
+            raise ValueError(f"{_label_layout(graphs)}; got shape {got}")
         return observed
     K = kwargs.get("n_labels")
     if K is None:

@@ -28,7 +28,13 @@ from pymc.logprob.abstract import _logprob
 from pytensor.link.numba.dispatch.random import numba_core_rv_funcify
 from pytensor.tensor.random.op import RandomVariable
 
-from pymc_crf.distributions.crf import data_check, integer_labels, shape_check, static_shape_tuple
+from pymc_crf.distributions.crf import (
+    current_shape_tuple,
+    data_check,
+    integer_labels,
+    shape_check,
+    static_shape_tuple,
+)
 from pymc_crf.distributions.numba_draws import objmode_random_fn
 from pymc_crf.graphs.batch import GraphBatch, as_graph_batch
 from pymc_crf.inference.base import Engine
@@ -512,6 +518,12 @@ class MRF(Distribution):
                     raise ValueError(f"n_samples={n_samples} but the MRF's shape (its dims or "
                                      f"observed data) has {current} rows")
                 n_samples = rows
+        nodes = None if shape is None else current_shape_tuple(shape[1:])
+        if nodes is not None and nodes != (n,):
+            # the graph is fixed, so a node dim of another length never fits it (PyMC would
+            # build the model and fail in ArviZ after sampling)
+            raise ValueError(f"this MRF has shape (N, {n}) (samples, nodes); it takes no other "
+                             f"shape; its shape or dims give {nodes[0]} nodes")
         Wn, We = _as_tensor(node_weights), _as_tensor(edge_weights)
         param = mrf_parameterization(graphs, parameterization, Wn, We, n_labels)
         engine = get_engine(inference, graphs, max_treewidth=max_treewidth, need_log_z=True)

@@ -95,6 +95,26 @@ def test_prior_and_posterior_predictive_and_loo(rng):
     assert res["log_likelihood"]["y"].dims == ("chain", "draw", "graph")
 
 
+
+def test_dims_of_another_length_are_refused_when_the_model_is_built():
+    """PyMC keeps dim lengths symbolic, so a coord of the wrong length passed the static shape
+    check; the model then sampled and failed in ArviZ ("conflicting sizes for dimension")."""
+    b = pmc.GraphBatch.chains([1, 3])
+    y = [np.array([0]), np.array([1, 0, 1])]
+    with pm.Model(coords={"graph": range(2), "position": range(4)}):
+        T = pm.Normal("T", 0, 1, shape=(2, 2))
+        with pytest.raises(ValueError, match=r"has shape \(2, 3\) .*dims give \(2, 4\)"):
+            pmc.CRF("y", graphs=b, edge_weights=T, observed=y, dims=("graph", "position"))
+        with pytest.raises(ValueError, match=r"has shape \(2, 3\) .*dims give \(2, 4\)"):
+            pmc.CRF("z", graphs=b, edge_weights=T, dims=("graph", "position"))
+    with pm.Model(coords={"graph": range(2), "position": range(3)}):
+        T = pm.Normal("T", 0, 1, shape=(2, 2))
+        pmc.CRF("y", graphs=b, edge_weights=T, observed=y, dims=("graph", "position"))
+        # labels in pm.Data give the variable their shape: flat ones are named as labels
+        with pytest.raises(ValueError, match=r"CRF labels must be the \(2, 3\) .*pmc.pad_labels"
+                                             r".*got shape \(4,\)"):
+            pmc.CRF("z", graphs=b, edge_weights=T, observed=pm.Data("flat", np.zeros(4, int)))
+
 def test_unpad_labels_checks_the_batch_layout():
     """Padded labels must end in the batch's (graphs, max nodes): another batch's matrix,
     larger or smaller, is refused by name rather than read in part."""

@@ -150,6 +150,19 @@ def test_weights_with_dims_are_checked_against_n_states_and_n_classes():
     assert np.isfinite(good.compile_logp(mode=FAST)(good.initial_point()))
 
 
+
+def test_a_graph_dim_of_another_length_is_refused_when_the_model_is_built():
+    """A dim's length is symbolic in PyMC: a "graph" coord of the wrong length built a model
+    that sampled and then failed in ArviZ ("conflicting sizes for dimension 'graph'")."""
+    rng = np.random.default_rng(0)
+    batch, X, tx, ty, te = random_problem(rng, [2, 3], S=2, C=3)
+    kw = dict(graphs=batch, node_features=X, theta_x=tx, theta_y=ty, theta_e=te)
+    with pm.Model(coords={"graph": range(3)}):
+        with pytest.raises(ValueError, match=r"has shape \(2,\) .*dims give \(3,\)"):
+            HCRF("y", **kw, observed=np.array([0, 1]), dims="graph")
+    with pm.Model(coords={"graph": range(2)}):
+        HCRF("y", **kw, observed=np.array([0, 1]), dims="graph")
+
 @pytest.mark.parametrize("bad", [-1, 3])
 def test_data_labels_out_of_range_raise(bad):
     """Class labels in pm.Data can change after the model is built: the compiled logp and the
