@@ -55,7 +55,7 @@ _CENTRE, _SCALE = 24.0, 15.0
 
 @dataclass
 class SequenceData:
-    """A batch of labelled sequences for sequence classification (HCRF input).
+    """A batch of sequences for sequence classification (HCRF input), labelled or not.
 
     Attributes
     ----------
@@ -63,8 +63,9 @@ class SequenceData:
         One chain per sequence.
     node_features : ndarray, shape (N, F)
         Features of every frame, sequences concatenated in graph order.
-    labels : ndarray of int64, shape (G,)
-        Class of each sequence, ``0 .. n_classes - 1``.
+    labels : ndarray of int64, shape (G,), or None
+        Class of each sequence, ``0 .. n_classes - 1``; None for new sequences to classify
+        (``pmc.predict`` then reports no error rate).
     n_classes : int
     coords : dict
         PyMC coords: ``"feature"``, ``"class"``, ``"graph"``.
@@ -76,7 +77,7 @@ class SequenceData:
 
     graphs: GraphBatch
     node_features: np.ndarray
-    labels: np.ndarray
+    labels: np.ndarray | None
     n_classes: int
     coords: dict = field(default_factory=dict)
     raw: np.ndarray | None = None
@@ -87,8 +88,12 @@ class SequenceData:
             raise TypeError(f"SequenceData: graphs must be a GraphBatch (one chain per sequence); "
                             f"got {type(self.graphs).__name__}")
         self.n_classes = whole_number(self.n_classes, "SequenceData: n_classes")
-        # the HCRF's own check: one whole class index per sequence, within 0..n_classes-1
-        self.labels = check_class_labels(self.labels, self.graphs.n_graphs, self.n_classes)
+        # the HCRF's own check: one whole class index per sequence, within 0..n_classes-1.
+        # None is allowed, as for CRFData: new sequences to classify have no labels, and
+        # check_class_labels refused them with "labels must have one class per graph ... got
+        # shape ()", so pmc.predict could not be given them
+        if self.labels is not None:
+            self.labels = check_class_labels(self.labels, self.graphs.n_graphs, self.n_classes)
         try:
             self.node_features = self.graphs.check_features(self.node_features, "node")
         except ValueError as err:
@@ -120,7 +125,8 @@ class SequenceData:
         coords["graph"] = np.arange(len(graphs))
         return SequenceData(
             graphs=self.graphs.subset(graphs), node_features=self.node_features[idx],
-            labels=self.labels[graphs], n_classes=self.n_classes, coords=coords,
+            labels=None if self.labels is None else self.labels[graphs],
+            n_classes=self.n_classes, coords=coords,
             raw=None if self.raw is None else self.raw[idx],
             hidden_states=None if self.hidden_states is None else self.hidden_states[idx])
 

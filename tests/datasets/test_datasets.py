@@ -61,6 +61,31 @@ def test_generators_do_not_hide_their_modules():
     assert test.node_features.shape == (3 * 4, 2)
 
 
+def test_sequence_data_without_labels_can_be_classified():
+    """New sequences to classify have no labels: SequenceData takes labels=None, as CRFData
+    does (it raised "labels must have one class per graph ... got shape ()"), and pmc.predict
+    gives the same class probabilities as with labels, without an error rate."""
+    import pymc as pm
+
+    rng = np.random.default_rng(0)
+    b = pmc.GraphBatch.chains([3, 2, 4])
+    X = rng.normal(size=(9, 2))
+    new = pmc.datasets.SequenceData(b, X, None, 2)
+    assert new.labels is None
+    part = new.subset([2, 0])
+    assert part.labels is None and part.graphs.n_nodes.tolist() == [4, 3]
+    with pm.Model() as m:
+        pmc.HCRF("y", graphs=b, node_features=X,
+                 theta_x=pm.Normal("theta_x", 0, 1, shape=(2, 2)),
+                 theta_y=pm.Normal("theta_y", 0, 1, shape=(2, 2)),
+                 theta_e=pm.Normal("theta_e", 0, 1, shape=(2, 2, 2)), observed=[0, 1, 1])
+    res = pmc.fit(m, method="map", jitter=0.1, random_seed=0, progressbar=False)
+    labelled = pmc.predict(res, pmc.datasets.SequenceData(b, X, np.array([0, 1, 1]), 2))
+    unlabelled = pmc.predict(res, new)
+    assert unlabelled.error_rate is None and labelled.error_rate is not None
+    np.testing.assert_allclose(unlabelled.marginals, labelled.marginals)
+
+
 def test_japanese_vowels_shapes_and_labels():
     """The shipped Japanese Vowels split: the published sizes and class counts (README of the
     source), speakers 0..8, standardised with the training frames' statistics."""
