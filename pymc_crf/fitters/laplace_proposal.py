@@ -32,7 +32,19 @@ __all__ = ["LaplaceInit", "laplace_init"]
 @dataclass
 class LaplaceInit:
     """Mean (the MAP) and covariance of the Bethe-Laplace posterior in the flat weight order of
-    the model's random-field likelihood, and the MAP mode that found them."""
+    the model's random-field likelihood, and the MAP mode that found them.
+
+    Attributes
+    ----------
+    mean : ndarray (d,)
+        The MAP.
+    covariance : ndarray (d, d)
+        The Bethe-Laplace posterior covariance.
+    map : {"bp", "exact"}
+        How the MAP was found (:func:`laplace_init`'s ``map``).
+    spec : CRFSpec or MRFSpec
+        The random field the flat order belongs to (``spec.unflatten`` names the weights).
+    """
 
     mean: np.ndarray
     covariance: np.ndarray

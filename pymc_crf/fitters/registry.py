@@ -107,9 +107,11 @@ def fit(model: pm.Model | None = None, method: str = "map", **options: Any) -> D
     Returns
     -------
     xarray.DataTree
-        Groups ``posterior``, ``log_likelihood`` (one value per graph), ``observed_data``,
-        ``constant_data``, and method-specific ones (``fit``, ``optimizer_result``,
-        ``diagnostics``, ``sample_stats``); attrs ``method``, ``settings`` and ``wall_time``.
+        Groups ``posterior``, ``log_likelihood`` (one value per graph, per row for a
+        ``pmc.MRF``; left out with ``log_likelihood=False``), ``observed_data``,
+        ``constant_data`` (when the model has constant data, e.g. ``pm.Data``), and
+        method-specific ones (``fit``, ``optimizer_result``, ``diagnostics``, ``sample_stats``);
+        attrs ``method``, ``settings`` and ``wall_time``.
     """
     model = pm.modelcontext(model)
     load_builtin()

@@ -4,7 +4,7 @@ e.g. NUTS, in a compound step), returning the fit contract's DataTree: ``posteri
 ``sample_stats`` (the step's statistics), the per-graph ``log_likelihood``, ``observed_data``.
 
 Options of every sampler fitter: ``draws``, ``tune``, ``chains``, ``cores``, ``random_seed``,
-``progressbar``, ``initvals`` (as ``pm.sample``), and
+``progressbar``, ``initvals`` (as ``pm.sample``), ``log_likelihood`` (as every fitter), and
 
 - ``S`` (default ``"auto"``): the starting proposal of the step (its ``S``). ``"auto"`` is the
   Bethe-Laplace posterior covariance (BL-BP: MAP by BP gradients, linear-response covariance;
@@ -48,7 +48,7 @@ __all__ = ["fit_bethe_mh", "fit_exchange", "fit_langevin_cd"]
 
 _AUTO = ("auto", "laplace")
 _FITTER_OPTIONS = ("draws", "tune", "chains", "cores", "random_seed", "progressbar", "initvals",
-                   "S", "start")
+                   "S", "start", "log_likelihood")
 
 # the options and results of the three sampler fitters, worded once (``fill_doc``)
 _SAMPLER_DOCS = {
@@ -71,6 +71,8 @@ _SAMPLER_DOCS = {
             is a per-chain sequence).
         progressbar : bool, default True
             As ``pm.sample``.
+        log_likelihood : bool, default True
+            Add the per-graph (per-row for ``pmc.MRF``) ``log_likelihood`` group.
         initvals : dict or sequence of dict, optional
             As ``pm.sample`` (one start, or one per chain); it overrides ``start``.
         S : {"auto", "laplace"}, ndarray or None, default "auto"
@@ -87,9 +89,9 @@ _SAMPLER_DOCS = {
             overrides it.""",
     "sampler_result": """
         The fit contract's result: ``posterior``, ``sample_stats`` (the step's statistics),
-        the per-graph ``log_likelihood``, ``observed_data``; ``attrs["settings"]`` records
-        ``draws``, ``tune``, ``chains``, ``cores`` and the step options that are numbers,
-        strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
+        the per-graph ``log_likelihood`` (unless ``log_likelihood=False``), ``observed_data``;
+        ``attrs["settings"]`` records ``draws``, ``tune``, ``chains``, ``cores`` and the step
+        options that are numbers, strings or booleans; ``attrs["proposal"]`` (``"laplace"``, ``"unit"`` or
         ``"user"``) and ``attrs["start"]`` (``"laplace"``, ``"initvals"`` or
         ``"initial_point"``) say what was used. The Laplace fit's time is part of
         ``wall_time``.""",
@@ -135,7 +137,7 @@ def _laplace(field: RandomFieldTerm, S, start) -> LaplaceInit | None:
 
 def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune: int, chains: int,
                  cores: int, random_seed, progressbar: bool, initvals, S, start,
-                 step_kwargs: dict) -> DataTree:
+                 step_kwargs: dict, log_likelihood: bool = True) -> DataTree:
     step_cls = getattr(step_methods, step_name)
     t0 = time.perf_counter()
     draws = whole_number(draws, f"{method}: draws")
@@ -178,7 +180,7 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     if isinstance(step, step_methods.Exchange):
         attrs["exact_auxiliary"] = int(step.exact_auxiliary)
     return build_result(model, idata, method, settings, time.perf_counter() - t0, attrs=attrs,
-                        spec=field.spec)
+                        log_likelihood=log_likelihood, spec=field.spec)
 
 
 @register("bethe_mh")
@@ -186,6 +188,7 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
 def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
                  chains: int | None = 2, cores: int | None = 1,
                  random_seed: RandomGenerator = None, progressbar: bool = True,
+                 log_likelihood: bool = True,
                  initvals: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                  S: str | np.ndarray | None = "auto", start: str | None = "auto",
                  **step_kwargs: Any) -> DataTree:
@@ -205,7 +208,7 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
     %(sampler_sections)s
     """
     return _sample_with("BetheMH", "bethe_mh", model, draws, tune, chains, cores, random_seed,
-                        progressbar, initvals, S, start, step_kwargs)
+                        progressbar, initvals, S, start, step_kwargs, log_likelihood)
 
 
 @register("langevin_cd")
@@ -213,6 +216,7 @@ def fit_bethe_mh(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
 def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
                     chains: int | None = 2, cores: int | None = 1,
                     random_seed: RandomGenerator = None, progressbar: bool = True,
+                    log_likelihood: bool = True,
                     initvals: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                     S: str | np.ndarray | None = "auto", start: str | None = "auto",
                     **step_kwargs: Any) -> DataTree:
@@ -231,7 +235,7 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int | None = 10
     %(sampler_sections)s
     """
     return _sample_with("LangevinCD", "langevin_cd", model, draws, tune, chains, cores, random_seed,
-                        progressbar, initvals, S, start, step_kwargs)
+                        progressbar, initvals, S, start, step_kwargs, log_likelihood)
 
 
 @register("exchange")
@@ -239,6 +243,7 @@ def fit_langevin_cd(model: pm.Model, *, draws: int = 1000, tune: int | None = 10
 def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
                  chains: int | None = 2, cores: int | None = 1,
                  random_seed: RandomGenerator = None, progressbar: bool = True,
+                 log_likelihood: bool = True,
                  initvals: dict[str, Any] | Sequence[dict[str, Any]] | None = None,
                  S: str | np.ndarray | None = "auto", start: str | None = "auto",
                  **step_kwargs: Any) -> DataTree:
@@ -264,4 +269,4 @@ def fit_exchange(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
     %(sampler_raises)s
     """
     return _sample_with("Exchange", "exchange", model, draws, tune, chains, cores, random_seed,
-                        progressbar, initvals, S, start, step_kwargs)
+                        progressbar, initvals, S, start, step_kwargs, log_likelihood)

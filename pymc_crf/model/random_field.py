@@ -52,6 +52,17 @@ class MRFSpec:
     ``potential`` = ``"loglinear"``, ``free_vars``, ``observed_name``, ``model``, ``engine``),
     with ``labels`` the ``(n_samples, n_nodes)`` rows. The flat weight vector is
     ``concat(node_weights.ravel(), edge_weights.ravel())``.
+
+    Attributes
+    ----------
+    model, observed_name, batch, n_labels, node_weights, edge_weights, free_vars
+        As for ``CRFSpec`` (``observed_name`` the ``pmc.MRF`` variable's, ``batch`` its one graph).
+    labels : ndarray (n_samples, n_nodes) int
+        The observed labellings, one row each (``pmc.MRF`` refuses missing labels).
+    parameterization : {"table", "ising", "boltzmann", "potts"}
+        How the weights map to potential tables (``pmc.MRF``'s ``parameterization``).
+    info : MRFInfo
+        How the MRF variable is built, read back from its node.
     """
 
     model: pm.Model

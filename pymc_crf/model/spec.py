@@ -58,6 +58,26 @@ class WeightSpec:
     (``sigma = s``, ``s[idx]``, ``s[idx][:, None]``, ...): then ``prior_mean`` is set,
     ``scale_name`` names the scale variable and ``scale_index`` (int, the weight's shape) gives the
     entry of the flattened scale each weight uses; else ``"other"`` (``reason`` says why).
+
+    Attributes
+    ----------
+    name : str or None
+        The weight variable's name in the model.
+    shape : tuple of int
+        Its shape (``()`` for a 0-d weight).
+    dims : tuple of str or None
+        Its dims in the model, if it has any.
+    prior : {"normal", "normal_scaled", "other"}
+        The kind of prior, as above.
+    prior_mean, prior_sd : ndarray or None
+        The Normal prior's mean and sd, arrays of the weight's shape (``prior_sd`` is None for
+        ``"normal_scaled"``, whose sd is the scale variable).
+    reason : str
+        Why the prior is ``"other"`` (empty otherwise).
+    scale_name : str or None
+        ``"normal_scaled"``: the free scale variable's name.
+    scale_index : ndarray of int or None
+        ``"normal_scaled"``: the entry of the flattened scale each weight uses.
     """
 
     name: str | None
@@ -80,6 +100,31 @@ class CRFSpec:
     """Everything a weight-space fitter needs about one CRF likelihood in a model.
 
     The flat weight vector is ``concat(node_weights.ravel(), edge_weights.ravel())``.
+
+    Attributes
+    ----------
+    model : pm.Model
+        The model it was read from.
+    observed_name : str
+        The name of the observed ``pmc.CRF`` variable.
+    batch : GraphBatch
+        Its graphs.
+    labels : ndarray (N,) int
+        The observed labels in the batch's node order, -1 where a label is missing.
+    n_labels : int
+        K, the number of labels.
+    potential : {"loglinear", "probit"}
+        The potential of the weights' scores.
+    epsilon : float
+        Label-noise level of the robust probit (0 for log-linear potentials).
+    node_features, edge_features : ndarray, scipy.sparse matrix or None
+        The features (N, F) and (E, Fe); None when the CRF has none (a shared edge table).
+    node_weights, edge_weights : WeightSpec or None
+        The weight tensors and their priors (None where the CRF has no such weights).
+    free_vars : tuple of str
+        The model's free variables other than the weights (e.g. learned prior scales).
+    info : CRFInfo
+        How the CRF variable is built, read back from its node.
     """
 
     model: pm.Model

@@ -41,6 +41,15 @@ def test_fit_mrf_and_exchange_flag():
 
 
 @pytest.mark.parametrize("method", METHODS)
+def test_log_likelihood_false_leaves_the_group_out(method):
+    # the option every fitter takes (nuts's docstring): the samplers refused it as unknown
+    res = pmc.fit(mrf_model(n_rows=10), method=method, draws=5, tune=5, chains=1, random_seed=0,
+                  log_likelihood=False, progressbar=False)
+    assert "log_likelihood" not in res.children
+    assert {"posterior", "sample_stats", "observed_data"} <= set(res.children)
+
+
+@pytest.mark.parametrize("method", METHODS)
 def test_mrf_labels_changed_in_pm_data_are_checked(method):
     import pymc as pm
     from helpers.models import TREE

@@ -126,7 +126,8 @@ def fit_bethe_laplace(model: pm.Model, *, map: str = "exact", covariance: str = 
     scale_init, scale_tol, scale_maxiter, refine
         Learned scales: start (one value or one per scale entry), MacKay iterations' tolerance
         on ``log s`` and cap, and the final exact-gradient ascent of the Laplace evidence
-        (default: with dense exact curvature, up to 2000 weights and 50 scales).
+        (default: with dense exact curvature, up to 2000 weights and 50 scales, and with
+        ``covariance="implicit"`` and one scale entry).
 
     Notes
     -----
@@ -256,8 +257,9 @@ def fit_laplace(model: pm.Model, *, covariance: str = "auto", maxiter: int = 200
         (:class:`~pymc_crf.fitters.covariance.ImplicitGaussian`; log-linear potentials; its
         sds in ``fit.sd_vector`` are Monte Carlo estimates from 16 draws); ``"auto"``:
         ``"exact"`` up to 3000 weights (``DENSE_LIMIT``), ``"diagonal"`` above.
-    maxiter, gtol, draws, chains, random_seed, log_likelihood, progressbar, hyperprior,
-    integrate_scales, scale_init, scale_tol, scale_maxiter, refine
+    maxiter, gtol, draws, chains, random_seed, log_likelihood, progressbar
+        As for ``bethe_laplace``.
+    hyperprior, integrate_scales, scale_init, scale_tol, scale_maxiter, refine
         As for ``bethe_laplace``.
     """
     t0 = time.perf_counter()
