@@ -89,9 +89,8 @@ class SequenceData:
                             f"got {type(self.graphs).__name__}")
         self.n_classes = whole_number(self.n_classes, "SequenceData: n_classes")
         # the HCRF's own check: one whole class index per sequence, within 0..n_classes-1.
-        # None is allowed, as for CRFData: new sequences to classify have no labels, and
-        # check_class_labels refused them with "labels must have one class per graph ... got
-        # shape ()", so pmc.predict could not be given them
+        # None is allowed, as for CRFData: new sequences to classify have no labels (pmc.predict
+        # then reports no error rate)
         if self.labels is not None:
             self.labels = check_class_labels(self.labels, self.graphs.n_graphs, self.n_classes)
         try:

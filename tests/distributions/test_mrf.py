@@ -261,8 +261,8 @@ def test_bad_graphs_and_sizes():
     with pytest.raises(ValueError, match=r"shape \(3, 4\)"):
         pmc.MRF.dist(graphs=LOOP, edge_weights=0.5, parameterization="ising", n_samples=3,
                      shape=(3, 5))
-    # a dim's length is symbolic in PyMC: a node coord of the wrong length built a model that
-    # sampled and then failed in ArviZ ("conflicting sizes for dimension 'node'")
+    # a dim's length is symbolic in PyMC: a node coord of the wrong length is refused when the
+    # model is built, not by ArviZ after sampling ("conflicting sizes for dimension 'node'")
     with (pm.Model(coords={"row": range(3), "node": range(5)}),
           pytest.raises(ValueError, match=r"shape \(N, 4\) .*dims give 5 nodes")):
         pmc.MRF("x", graphs=LOOP, edge_weights=0.5, parameterization="ising",

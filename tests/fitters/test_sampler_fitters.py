@@ -42,7 +42,7 @@ def test_fit_mrf_and_exchange_flag():
 
 @pytest.mark.parametrize("method", METHODS)
 def test_log_likelihood_false_leaves_the_group_out(method):
-    # the option every fitter takes (nuts's docstring): the samplers refused it as unknown
+    # the option every fitter takes (nuts's docstring), the sampler fitters included
     res = pmc.fit(mrf_model(n_rows=10), method=method, draws=5, tune=5, chains=1, random_seed=0,
                   log_likelihood=False, progressbar=False)
     assert "log_likelihood" not in res.children
