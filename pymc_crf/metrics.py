@@ -60,8 +60,11 @@ def bio_chunks(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     Raises
     ------
     ValueError
-        When a tag is not BIO (``O``, ``B-TYPE`` or ``I-TYPE``).
+        When a tag is not BIO (``O``, ``B-TYPE`` or ``I-TYPE``), or ``tags`` is one str.
     """
+    if isinstance(tags, str):  # a str is a sequence of str: its characters were read as tags
+        raise ValueError(f"bio_chunks takes a sequence of tags, not one str ({tags!r}): pass "
+                         "[tag, ...] (tags.split() for space-separated tags)")
     chunks = set()
     start, kind = None, ""
     for i, tag in enumerate([*tags, "O"]):  # a final O closes the last chunk
