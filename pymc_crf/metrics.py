@@ -61,6 +61,8 @@ def bio_chunks(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     ------
     ValueError
         When a tag is not BIO (``O``, ``B-TYPE`` or ``I-TYPE``), or ``tags`` is one str.
+    TypeError
+        When a tag is not a str (label indices: map them to their tags first).
     """
     if isinstance(tags, str):  # a str is a sequence of str: its characters were read as tags
         raise ValueError(f"bio_chunks takes a sequence of tags, not one str ({tags!r}): pass "
@@ -131,6 +133,8 @@ def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) 
         When ``gold`` or ``predicted`` is a list of str (one sentence's tags rather than a list
         of sentences), when they hold different numbers of sentences or a sentence has different
         numbers of gold and predicted tags, or when a tag is not BIO.
+    TypeError
+        When a tag is not a str (label indices: map them to their tags first).
     """
     gold, predicted = list(gold), list(predicted)
     for name, seqs in (("gold", gold), ("predicted", predicted)):
