@@ -17,7 +17,7 @@ import numpy as np
 import xarray as xr
 from scipy.optimize import minimize_scalar
 
-from pymc_crf.metrics import checked_marginals
+from pymc_crf.metrics import as_array, checked_marginals
 from pymc_crf.validation import positive_number
 
 if TYPE_CHECKING:
@@ -34,7 +34,8 @@ def token_log_loss(marginals: np.ndarray, labels: np.ndarray) -> float:
     marginals : ndarray (N, K)
         Predicted marginals, each row probabilities summing to 1.
     labels : ndarray (N,) int
-        True labels in 0..K-1, or -1 (missing); flattened (``ravel``) first.
+        True labels in 0..K-1, or -1 (missing); flattened (``ravel``) first. The masked
+        entries of a masked array are missing too.
 
     Returns
     -------
@@ -49,8 +50,8 @@ def token_log_loss(marginals: np.ndarray, labels: np.ndarray) -> float:
         that is not probabilities summing to 1, a label is not an integer in -1..K-1, or every
         label is missing.
     """
-    marginals, labels = checked_marginals(marginals, np.asarray(labels).ravel(),
-                                          "token_log_loss", missing_ok=True)
+    labels = as_array(labels, "labels", "token_log_loss", missing=-1).ravel()
+    marginals, labels = checked_marginals(marginals, labels, "token_log_loss", missing_ok=True)
     keep = labels >= 0
     p = marginals[np.flatnonzero(keep), labels[keep]]
     return float(-np.mean(np.log(np.clip(p, 1e-300, None))))

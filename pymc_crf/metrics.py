@@ -60,8 +60,13 @@ def bio_chunks(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     Raises
     ------
     ValueError
-        When a tag is not BIO (``O``, ``B-TYPE`` or ``I-TYPE``).
+        When a tag is not BIO (``O``, ``B-TYPE`` or ``I-TYPE``), or ``tags`` is one str.
+    TypeError
+        When a tag is not a str (label indices: map them to their tags first).
     """
+    if isinstance(tags, str):  # a str is a sequence of str: its characters were read as tags
+        raise ValueError(f"bio_chunks takes a sequence of tags, not one str ({tags!r}): pass "
+                         "[tag, ...] (tags.split() for space-separated tags)")
     chunks = set()
     start, kind = None, ""
     for i, tag in enumerate([*tags, "O"]):  # a final O closes the last chunk
@@ -128,6 +133,8 @@ def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) 
         When ``gold`` or ``predicted`` is a list of str (one sentence's tags rather than a list
         of sentences), when they hold different numbers of sentences or a sentence has different
         numbers of gold and predicted tags, or when a tag is not BIO.
+    TypeError
+        When a tag is not a str (label indices: map them to their tags first).
     """
     gold, predicted = list(gold), list(predicted)
     for name, seqs in (("gold", gold), ("predicted", predicted)):
@@ -198,14 +205,42 @@ _RELIABILITY_DOCS = {
 _reliability_doc = fill_doc(_RELIABILITY_DOCS)
 
 
+def as_array(values, name: str, what: str, dtype=None, missing=None) -> np.ndarray:
+    """``np.asarray(values, dtype)``, or an error naming ``what`` and ``name``.
+
+    A masked array's masked entries are not dropped by ``np.asarray``, which reads the values
+    under the mask: they become ``missing`` (the missing-label marker, where the caller has
+    one), or are refused. Ragged input (per-sentence arrays of different lengths) and entries
+    that are not numbers are refused with the reason rather than numpy's message, which names
+    neither the function nor the argument.
+    """
+    if np.ma.isMaskedArray(values):
+        mask = np.ma.getmaskarray(values)
+        if mask.any():
+            if missing is None:
+                raise ValueError(f"{what}: {name} is a masked array with {int(mask.sum())} "
+                                 "masked entries, whose hidden values would be read: drop "
+                                 "those positions first")
+            if values.dtype.kind == "u":  # an unsigned array cannot hold the marker -1
+                values = values.astype(np.int64)
+            values = values.filled(missing)
+        else:
+            values = values.data
+    try:
+        return np.asarray(values, dtype=dtype)
+    except (ValueError, TypeError) as err:
+        raise type(err)(f"{what}: {name} must be one array of numbers ({err}); per-sentence "
+                        "arrays of different lengths are joined with np.concatenate") from err
+
+
 def checked_marginals(marginals, labels, what: str, missing_ok: bool = False
                       ) -> tuple[np.ndarray, np.ndarray]:
     """``(marginals, labels)`` as (N, K) float and (N,) int arrays, or a ValueError naming the
     problem: the rows must be probability vectors (entries in [0, 1] summing to 1: scores or
     log-probabilities would give an ECE above 1 or a wrong log loss), the labels integers in
     0..K-1 (-1, missing, as well with ``missing_ok``)."""
-    marginals = np.asarray(marginals, dtype=np.float64)
-    labels = np.asarray(labels)
+    marginals = as_array(marginals, "marginals", what, np.float64)
+    labels = as_array(labels, "labels", what, missing=-1 if missing_ok else None)
     if marginals.ndim != 2 or labels.shape != (marginals.shape[0],):
         raise ValueError(f"{what}: marginals must be (N, K) and labels (N,); got "
                          f"{marginals.shape} and {labels.shape}")
@@ -256,9 +291,10 @@ def reliability_curve(marginals: np.ndarray, labels: np.ndarray, n_bins: int = 1
     Raises
     ------
     ValueError
-        When ``n_bins`` is not an integer >= 1, the shapes are not (N, K) and (N,), N is 0, the
-        marginals hold NaN or inf or a row that is not probabilities summing to 1, or a label is
-        not an integer in 0..K-1 (a missing label, -1, included).
+        When ``n_bins`` is not an integer >= 1, the shapes are not (N, K) and (N,) (ragged
+        per-sentence arrays included), N is 0, the marginals hold NaN or inf or a row that is
+        not probabilities summing to 1, a label is not an integer in 0..K-1 (a missing label,
+        -1, included), or an input is a masked array with masked entries.
     """
     n_bins = whole_number(n_bins, "n_bins")
     marginals, labels = checked_marginals(marginals, labels, "reliability_curve")
@@ -306,8 +342,8 @@ def expected_calibration_error(marginals: np.ndarray, labels: np.ndarray, n_bins
 
 
 def _confidence_outcome(confidence, correct, what: str) -> tuple[np.ndarray, np.ndarray]:
-    conf = np.asarray(confidence, dtype=np.float64)
-    ok = np.asarray(correct)
+    conf = as_array(confidence, "confidence", what, np.float64)
+    ok = as_array(correct, "correct", what)
     if conf.ndim != 1 or ok.shape != conf.shape:
         raise ValueError(f"{what}: confidence and correct must be 1-d arrays of one length; got "
                          f"{conf.shape} and {ok.shape}")
@@ -343,8 +379,9 @@ def confidence_reliability(confidence: np.ndarray, correct: np.ndarray,
     ------
     ValueError
         When ``n_bins`` is not an integer >= 1, ``confidence`` and ``correct`` are not 1-d arrays
-        of one length, they are empty, a confidence is not a probability in [0, 1], or
-        ``correct`` is not booleans (or 0 / 1).
+        of one length (ragged per-sentence arrays included), they are empty, a confidence is not
+        a probability in [0, 1], ``correct`` is not booleans (or 0 / 1), or an input is a masked
+        array with masked entries.
     """
     n_bins = whole_number(n_bins, "n_bins")
     conf, ok = _confidence_outcome(confidence, correct, "confidence_reliability")

@@ -75,6 +75,16 @@ def test_bad_input(chain_fit):
         fit_temperature(fit, data, bounds=(2.0, 1.0))
 
 
+def test_token_log_loss_reads_masked_labels_as_missing():
+    """np.asarray drops a masked array's mask: the masked position was scored (0.877 instead of
+    the 0.164 of the others). Masked labels are missing, as -1 is."""
+    marg = np.array([[0.9, 0.1], [0.9, 0.1], [0.2, 0.8]])
+    masked = np.ma.masked_array(np.array([0, 1, 1], dtype=np.uint8), mask=[False, True, False])
+    expected = -np.mean(np.log([0.9, 0.8]))
+    assert token_log_loss(marg, masked) == pytest.approx(expected)
+    assert token_log_loss(marg, np.array([0, -1, 1])) == pytest.approx(expected)
+
+
 @pytest.fixture(scope="module")
 def laplace_fit(chain_fit):
     """The chain data's Laplace posterior (a Gaussian ``fit`` group, draws, log-likelihood and
