@@ -11,6 +11,7 @@ of a Bayesian fit are the alternative this baseline is compared with (examples/c
 from __future__ import annotations
 
 import json
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -146,7 +147,8 @@ def fit_temperature(result: xr.DataTree, data: CRFData, *, method: str = "bpe",
     Returns
     -------
     float
-        The temperature; ``tempered(result, T)`` applies it.
+        The temperature; ``tempered(result, T)`` applies it. A ``RuntimeWarning`` says when it
+        lies at a bound of ``bounds``.
 
     Raises
     ------
@@ -172,4 +174,13 @@ def fit_temperature(result: xr.DataTree, data: CRFData, *, method: str = "bpe",
 
     best = minimize_scalar(loss, bounds=(np.log(lo), np.log(hi)), method="bounded",
                            options={"xatol": 1e-3})
-    return float(np.exp(best.x))
+    t = float(np.exp(best.x))
+    # Brent's bounded search returns a point within about xatol of a bound when the loss still
+    # falls there (a tiny or all-correct dev set): the value is the bound, not a minimiser.
+    for bound, side in ((lo, "lower"), (hi, "upper")):
+        if abs(best.x - np.log(bound)) < 5e-3:
+            warnings.warn(f"fit_temperature: the held-out log loss is smallest at the {side} "
+                          f"bound T={bound:g} of the search; the minimiser may lie beyond it "
+                          "(widen `bounds`, or use a larger dev set)", RuntimeWarning,
+                          stacklevel=2)
+    return t

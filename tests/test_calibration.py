@@ -50,6 +50,16 @@ def test_fit_temperature_minimises_the_held_out_log_loss(chain_fit):
     assert 0.05 < t_star < 20.0 and not np.isclose(t_star, 1.0)
 
 
+def test_fit_temperature_warns_at_a_bound(chain_fit):
+    fit, data = chain_fit
+    t_star = fit_temperature(fit, data)
+    with pytest.warns(RuntimeWarning, match="upper bound"):
+        t = fit_temperature(fit, data, bounds=(0.5 * t_star, 0.9 * t_star))
+    assert t == pytest.approx(0.9 * t_star, rel=1e-2)
+    with pytest.warns(RuntimeWarning, match="lower bound"):
+        fit_temperature(fit, data, bounds=(1.1 * t_star, 2.0 * t_star))
+
+
 def test_bad_input(chain_fit):
     fit, data = chain_fit
     with pytest.raises(ValueError, match="temperature"):
