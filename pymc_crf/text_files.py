@@ -2,9 +2,11 @@
 
 A file is read as gzip when its first bytes are gzip's magic number (or always, with
 ``gzip_only``), else as plain UTF-8 text, ``-`` being standard input; it is written as gzip when
-its name ends in ``.gz``. A sentence is the run of lines between blank lines (lines of only
-whitespace), whatever the line endings (``\\n``, ``\\r\\n`` or ``\\r``); a last sentence needs no
-blank line or newline after it.
+its name ends in ``.gz``. A UTF-8 byte order mark at the start of a file (as Windows editors
+write) is dropped on reading, so it does not become part of the first token, label or template
+line. A sentence is the run of lines between blank lines (lines of only whitespace), whatever
+the line endings (``\\n``, ``\\r\\n`` or ``\\r``); a last sentence needs no blank line or newline
+after it.
 
 :mod:`pymc_crf.columns` (the files of ``pymc-crf train / tag / evaluate``), the data set readers
 ``pmc.datasets.read_conll2000`` / ``read_ptb_sample`` and ``pmc.distributed``'s CoNLL sentence
@@ -37,8 +39,9 @@ def open_text(path: str | Path, mode: str = "r", *, gzip_only: bool = False
     if mode == "r":
         with open(path, "rb") as fh:
             magic = fh.read(2)
-        fh = (gzip.open(path, "rt", encoding="utf-8") if gzip_only or magic == b"\x1f\x8b"
-              else open(path, encoding="utf-8"))
+        # utf-8-sig: UTF-8 that drops a byte order mark at the start, if there is one
+        fh = (gzip.open(path, "rt", encoding="utf-8-sig") if gzip_only or magic == b"\x1f\x8b"
+              else open(path, encoding="utf-8-sig"))
     elif mode == "w":
         fh = (gzip.open(path, "wt", encoding="utf-8") if path.suffix == ".gz"
               else open(path, "w", encoding="utf-8"))
@@ -57,6 +60,8 @@ def sentence_blocks(path: str | Path, *, gzip_only: bool = False
         try:
             for lineno, line in enumerate(fh, start=1):
                 line = line.rstrip("\r\n")
+                if lineno == 1:  # standard input is not opened as utf-8-sig: its mark goes here
+                    line = line.removeprefix("\ufeff")
                 if not line.strip():
                     if current:
                         yield current

@@ -1,0 +1,31 @@
+"""pymc_crf.text_files: how text files are opened and split into sentences."""
+
+import gzip
+import io
+import sys
+
+from pymc_crf.columns import Template, read_attribute_file, read_column_file
+from pymc_crf.text_files import sentence_blocks
+
+BOM = "\ufeff"
+
+
+def test_byte_order_mark_is_not_part_of_the_first_token(tmp_path, monkeypatch):
+    # Windows editors save UTF-8 with a byte order mark: it must not become part of the first
+    # token (a word feature no other file has), label (a tag of its own) or template line
+    column = tmp_path / "c.txt"
+    column.write_text(BOM + "The DT B-NP\ncat NN I-NP\n", encoding="utf-8")
+    assert read_column_file(column).rows == [[["The", "DT", "B-NP"], ["cat", "NN", "I-NP"]]]
+    packed = tmp_path / "c.txt.gz"
+    with gzip.open(packed, "wt", encoding="utf-8") as fh:
+        fh.write(BOM + "The DT B-NP\n")
+    assert read_column_file(packed).rows == [[["The", "DT", "B-NP"]]]
+    attributes = tmp_path / "a.txt"
+    attributes.write_text(BOM + "B-NP\tw=The\nI-NP\tw=cat\n", encoding="utf-8")
+    assert read_attribute_file(attributes)[1] == [["B-NP", "I-NP"]]
+    template = tmp_path / "t.txt"
+    template.write_text(BOM + "w[0]\n", encoding="utf-8")
+    assert Template.read(template).features[0][0] == "w[0]"
+    # standard input, which is not opened by name
+    monkeypatch.setattr(sys, "stdin", io.StringIO(BOM + "The DT B-NP\n"))
+    assert list(sentence_blocks("-")) == [[(1, "The DT B-NP")]]
