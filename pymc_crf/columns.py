@@ -22,7 +22,8 @@ and relative token offsets:
   by index). The feature is the indicator ``"w[-1]|w[0]=The|cat"``;
 * CRF++ style, columns by index: ``U01:%x[-1,0]/%x[0,0]`` (the feature is ``"U01=The/cat"``);
   ``B`` lines (CRF++'s transition template) are accepted and skipped, since the CRF always has
-  a weight for every tag pair;
+  a weight for every tag pair. A name is one feature: two lines of one name that read other
+  columns or offsets (``U01:%x[0,0]`` and ``U01:%x[0,1]``) are refused;
 * ``#`` starts a comment line.
 
 A feature whose offsets reach past the sentence is left out (as crfsuite's templates do), and
@@ -276,6 +277,18 @@ class Template:
         columns = tuple(columns)
         index = {c: j for j, c in enumerate(columns)}
         feats = []
+        # a feature's name is its key in the token's feature dict: two lines of one name (CRF++
+        # ids copied without renumbering, U01:%x[0,0] and U01:%x[0,1]) would write one key, the
+        # later value replacing the earlier
+        named: dict[str, tuple[tuple, int]] = {}
+
+        def add(name: str, items: tuple, sep: str, where: str, lineno: int) -> None:
+            if name in named and named[name][0] != items:
+                raise ValueError(f"{where}: the feature name {name!r} is already that of line "
+                                 f"{named[name][1]}, which reads other columns or offsets; "
+                                 "give each template line its own name (U01, U02, ...)")
+            named.setdefault(name, (items, lineno))
+            feats.append((name, items, sep))
         for lineno, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -290,7 +303,7 @@ class Template:
                 if not items or rest.strip("/ "):
                     raise ValueError(f"{where}: cannot read the CRF++ template {line!r} (write "
                                      "e.g. U01:%x[-1,0]/%x[0,0])")
-                feats.append((name, items, "/"))
+                add(name, items, "/", where, lineno)
                 continue
             if line == "B" or re.fullmatch(r"B\d*", line):  # CRF++ bigram: always on
                 continue
@@ -310,7 +323,7 @@ class Template:
                 items.append((index[col] if col in index else int(numbered.group(1)),
                               int(m.group(2))))
             name = "|".join(f"{_column_name(columns, c)}[{o}]" for c, o in items)
-            feats.append((name, tuple(items), "|"))
+            add(name, tuple(items), "|", where, lineno)
         if not feats:
             raise ValueError(f"{source}: the template has no feature lines")
         return cls(tuple(feats), text, columns)

@@ -1,0 +1,18 @@
+"""pymc_crf.columns: column and attribute files and feature templates."""
+
+import pytest
+
+from pymc_crf.columns import Template
+
+
+def test_template_lines_of_one_name_reading_different_items_are_refused():
+    # one name is one key of the token's feature dict: U01:%x[0,0] and U01:%x[0,1] would keep
+    # only the POS and lose the word feature without a word said
+    with pytest.raises(ValueError, match=r"<template>:2: the feature name 'U01' is already that "
+                                         r"of line 1"):
+        Template.parse("U01:%x[0,0]\nU01:%x[0,1]\n")
+    with pytest.raises(ValueError, match=r"<template>:3: the feature name 'U00'"):
+        Template.parse("U00:%x[0,0]\n# the previous word\nU00:%x[-1,0]\n")
+    # the same line twice reads the same values: harmless, accepted
+    t = Template.parse("w[0]\nc0[0]\nU01:%x[0,1]\nU01:%x[0,1]\n")
+    assert t.apply([["The", "DT"]]) == [{"w[0]": "The", "U01": "DT", "BOS": True, "EOS": True}]
