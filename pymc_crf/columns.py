@@ -3,7 +3,8 @@
 Two file formats, both plain text or gzip (recognised by its magic bytes when read, by a ``.gz``
 suffix when written), ``-`` for standard input / output:
 
-* **Column files** (CoNLL): one token a line, its columns separated by whitespace, the last
+* **Column files** (CoNLL): one token a line, its columns separated by runs of spaces and tabs
+  (ASCII whitespace: a no-break space or another Unicode space is part of its token), the last
   column the tag (in training and evaluation files), a blank line between sentences. Every token
   line of a file has the same number of columns; a line that does not is refused with the file
   name and line number. Lines starting with ``-DOCSTART-`` are skipped, as the CoNLL readers do.
@@ -41,7 +42,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pymc_crf.text_files import open_text, sentence_blocks, sentence_rows
+from pymc_crf.text_files import open_text, sentence_blocks, sentence_rows, split_columns
 
 __all__ = ["ColumnFile", "FeatureSpec", "Template", "count_sentences", "open_text",
            "read_attribute_file", "read_column_file", "read_conll_range", "sentence_blocks",
@@ -150,7 +151,7 @@ def read_column_file(path: str | Path, n_columns: int | Sequence[int] | None = N
         for lineno, line in block:
             if line.startswith("-DOCSTART-"):
                 continue
-            cols = line.split()
+            cols = split_columns(line)
             if allowed is None:
                 allowed, first = {len(cols)}, lineno
             if len(cols) < min_columns:

@@ -18,12 +18,27 @@ from __future__ import annotations
 
 import gzip
 import io
+import re
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["open_text", "sentence_blocks", "sentence_rows"]
+__all__ = ["open_text", "sentence_blocks", "sentence_rows", "split_columns"]
+
+# The columns of a column file are separated by runs of ASCII whitespace, not by str.split()'s
+# Unicode whitespace, which would cut a token holding a no-break space (French "10\u00a0000",
+# web text) or another Unicode space in two, shifting its tag into a feature column. conlleval
+# and crfsuite's example scripts split at the ASCII space too.
+_ASCII_SPACE = " \t\n\r\x0b\x0c"
+_COLUMN_SEPARATOR = re.compile(f"[{re.escape(_ASCII_SPACE)}]+")
+
+
+def split_columns(line: str) -> list[str]:
+    """The columns of a line of a column file: the text between runs of ASCII whitespace
+    (spaces, tabs); other Unicode spaces (U+00A0 and the like) belong to their token."""
+    line = line.strip(_ASCII_SPACE)
+    return _COLUMN_SEPARATOR.split(line) if line else []
 
 
 @contextmanager
@@ -84,9 +99,10 @@ def sentence_rows(path: str | Path, sep: str | None = None, *, skip_docstart: bo
     path : str or Path
         The file (gzip, told by its first bytes, or plain; ``-``: standard input).
     sep : str, optional
-        The column separator, as ``str.split``: None (any run of whitespace, as ``pymc-crf
-        train`` reads) or one string (``" "``, ``"\\t"``: every occurrence splits, so a token
-        may hold other whitespace and two separators in a row make an empty column).
+        The column separator: None (any run of ASCII whitespace, :func:`split_columns`, as
+        ``pymc-crf train`` reads) or one string, as ``str.split`` (``" "``, ``"\\t"``: every
+        occurrence splits, so a token may hold other whitespace and two separators in a row
+        make an empty column).
     skip_docstart : bool
         Leave out the lines starting with ``-DOCSTART-`` (a sentence of only such lines is then
         no sentence); False keeps them as token rows.
@@ -94,7 +110,7 @@ def sentence_rows(path: str | Path, sep: str | None = None, *, skip_docstart: bo
         Read the file as gzip whatever its first bytes (:func:`open_text`).
     """
     for block in sentence_blocks(path, gzip_only=gzip_only):
-        rows = [line.split(sep) for _, line in block
+        rows = [split_columns(line) if sep is None else line.split(sep) for _, line in block
                 if not (skip_docstart and line.startswith("-DOCSTART-"))]
         if rows:
             yield rows

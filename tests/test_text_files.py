@@ -5,7 +5,7 @@ import io
 import sys
 
 from pymc_crf.columns import Template, read_attribute_file, read_column_file
-from pymc_crf.text_files import sentence_blocks
+from pymc_crf.text_files import sentence_blocks, sentence_rows, split_columns
 
 BOM = "\ufeff"
 
@@ -29,3 +29,19 @@ def test_byte_order_mark_is_not_part_of_the_first_token(tmp_path, monkeypatch):
     # standard input, which is not opened by name
     monkeypatch.setattr(sys, "stdin", io.StringIO(BOM + "The DT B-NP\n"))
     assert list(sentence_blocks("-")) == [[(1, "The DT B-NP")]]
+
+
+def test_columns_split_at_ascii_whitespace_only(tmp_path):
+    # a token holding a no-break space (French "10 000") or another Unicode space is one token,
+    # as conlleval and crfsuite's scripts read it: str.split() cut it in two, so an untagged
+    # "10\u00a0000 CD" line passed for a tagged one (token "10", POS "000", tag "CD")
+    path = tmp_path / "c.txt"
+    path.write_text("10\u00a0000 CD B-NP\nballoons\tNNS  I-NP \n\u3000 SYM\u2009x O\n",
+                    encoding="utf-8")
+    assert read_column_file(path).rows == [[["10\u00a0000", "CD", "B-NP"],
+                                            ["balloons", "NNS", "I-NP"],
+                                            ["\u3000", "SYM\u2009x", "O"]]]
+    path.write_text("10\u00a0000 CD\n", encoding="utf-8")
+    assert read_column_file(path, n_columns=(2, 3)).rows == [[["10\u00a0000", "CD"]]]
+    assert split_columns(" a\tb  c \r") == ["a", "b", "c"] and split_columns(" \t") == []
+    assert list(sentence_rows(path)) == [[["10\u00a0000", "CD"]]]
