@@ -20,6 +20,7 @@ import gzip
 import io
 import re
 import sys
+import zlib
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -46,7 +47,8 @@ def open_text(path: str | Path, mode: str = "r", *, gzip_only: bool = False
               ) -> Iterator[io.TextIOBase]:
     """A text file for reading (``"r"``: gzip recognised by its magic bytes, or always gzip with
     ``gzip_only``, so that a file that is not raises ``gzip.BadGzipFile``) or writing (``"w"``:
-    gzip when the name ends in ``.gz``); ``-`` is standard input / output."""
+    gzip when the name ends in ``.gz``); ``-`` is standard input / output. Gzip data that is
+    damaged or cut short raises ``gzip.BadGzipFile`` naming the file, while it is read."""
     if str(path) == "-":
         yield sys.stdin if mode == "r" else sys.stdout
         return
@@ -55,13 +57,26 @@ def open_text(path: str | Path, mode: str = "r", *, gzip_only: bool = False
         with open(path, "rb") as fh:
             magic = fh.read(2)
         # utf-8-sig: UTF-8 that drops a byte order mark at the start, if there is one
-        fh = (gzip.open(path, "rt", encoding="utf-8-sig") if gzip_only or magic == b"\x1f\x8b"
+        packed = gzip_only or magic == b"\x1f\x8b"
+        fh = (gzip.open(path, "rt", encoding="utf-8-sig") if packed
               else open(path, encoding="utf-8-sig"))
-    elif mode == "w":
-        fh = (gzip.open(path, "wt", encoding="utf-8") if path.suffix == ".gz"
-              else open(path, "w", encoding="utf-8"))
-    else:
+        with fh:
+            try:
+                yield fh
+            except (EOFError, zlib.error, gzip.BadGzipFile) as err:
+                # raised by the gzip reader deep in the caller's loop (EOFError for a file cut
+                # short, as by an interrupted download; zlib.error for damaged data), with no
+                # file name: one error type, an OSError, that names the file
+                if not packed:
+                    raise
+                what = ("ends before the end of its gzip data (a truncated file?)"
+                        if isinstance(err, EOFError) else f"is not readable gzip data ({err})")
+                raise gzip.BadGzipFile(f"{path} {what}") from None
+        return
+    if mode != "w":
         raise ValueError(f"mode must be 'r' or 'w'; got {mode!r}")
+    fh = (gzip.open(path, "wt", encoding="utf-8") if path.suffix == ".gz"
+          else open(path, "w", encoding="utf-8"))
     with fh:
         yield fh
 

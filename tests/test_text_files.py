@@ -4,6 +4,8 @@ import gzip
 import io
 import sys
 
+import pytest
+
 from pymc_crf.columns import Template, read_attribute_file, read_column_file
 from pymc_crf.text_files import sentence_blocks, sentence_rows, split_columns
 
@@ -45,3 +47,18 @@ def test_columns_split_at_ascii_whitespace_only(tmp_path):
     assert read_column_file(path, n_columns=(2, 3)).rows == [[["10\u00a0000", "CD"]]]
     assert split_columns(" a\tb  c \r") == ["a", "b", "c"] and split_columns(" \t") == []
     assert list(sentence_rows(path)) == [[["10\u00a0000", "CD"]]]
+
+
+def test_damaged_or_truncated_gzip_names_the_file(tmp_path):
+    # a download cut short: the gzip reader's EOFError came from deep in the caller's loop, a
+    # traceback past pymc-crf's error handling with no file name in it
+    data = gzip.compress("".join(f"w{i} NN O\n" for i in range(2000)).encode())
+    cut = tmp_path / "cut.txt.gz"
+    cut.write_bytes(data[:len(data) // 2])
+    with pytest.raises(gzip.BadGzipFile, match=r"cut.txt.gz ends before the end of its gzip "
+                                               r"data \(a truncated file\?\)"):
+        read_column_file(cut)
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"\x1f\x8bnot gzip at all")
+    with pytest.raises(gzip.BadGzipFile, match=r"bad.txt is not readable gzip data"):
+        read_attribute_file(bad)
