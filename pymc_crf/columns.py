@@ -276,6 +276,15 @@ class Template:
               source: str = "<template>") -> Template:
         """Parse template text; errors name ``source`` and the line number."""
         columns = tuple(columns)
+        # a name given twice would read the last column of that name, and a name c<j> given to
+        # another column than j would make c<j> in a template mean either: both refused
+        for j, c in enumerate(columns):
+            numbered = re.fullmatch(r"c(\d+)", c)
+            if c in columns[:j] or (numbered is not None and int(numbered.group(1)) != j):
+                problem = ("is given twice" if c in columns[:j] else
+                           f"names column {numbered.group(1)} by index, not column {j}")
+                raise ValueError(f"{source}: the column name {c!r} {problem} in the columns "
+                                 f"{', '.join(columns)} (--columns)")
         index = {c: j for j, c in enumerate(columns)}
         feats = []
         # a feature's name is its key in the token's feature dict: two lines of one name (CRF++

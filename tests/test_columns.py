@@ -16,3 +16,14 @@ def test_template_lines_of_one_name_reading_different_items_are_refused():
     # the same line twice reads the same values: harmless, accepted
     t = Template.parse("w[0]\nc0[0]\nU01:%x[0,1]\nU01:%x[0,1]\n")
     assert t.apply([["The", "DT"]]) == [{"w[0]": "The", "U01": "DT", "BOS": True, "EOS": True}]
+
+
+def test_column_names_must_be_distinct_and_c_names_their_own_index():
+    # --columns w,pos,pos (chunk meant for the last): pos[0] read the third column, the tag
+    with pytest.raises(ValueError, match=r"the column name 'pos' is given twice in the columns "
+                                         r"w, pos, pos"):
+        Template.parse("pos[0]", columns=("w", "pos", "pos"))
+    with pytest.raises(ValueError, match=r"'c2' names column 2 by index, not column 0"):
+        Template.parse("c2[0]", columns=("c2", "w"))
+    t = Template.parse("c1[0]|w[0]", columns=("w", "c1"))
+    assert t.features[0][1] == ((1, 0), (0, 0))
