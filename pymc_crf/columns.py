@@ -12,7 +12,8 @@ suffix when written), ``-`` for standard input / output:
   :func:`sentence_rows`), as are the CoNLL data sets (``pmc.datasets.read_conll2000``,
   :func:`read_conll_range`).
 * **Attribute files** (crfsuite's ``crfsuite learn`` format): one token a line,
-  ``label<TAB>attr1<TAB>attr2:weight...``, a blank line between sentences; an attribute without
+  ``label<TAB>attr1<TAB>attr2:weight...``, a blank line between sentences (a line of a lone tab
+  is a token without label or attributes, as ``crfsuite tag`` reads it); an attribute without
   ``:weight`` has weight 1; ``\\:`` and ``\\\\`` escape a colon and a backslash in a name.
 
 Features of column files come from a :class:`Template`, one feature a line, over the columns
@@ -219,7 +220,8 @@ def read_attribute_file(path: str | Path) -> tuple[list[list[dict[str, float]]],
         Naming the file and line number of a malformed attribute.
     """
     X, y, lines = [], [], []
-    for block in sentence_blocks(path):
+    # a line of a lone tab is a token (no label, no attributes), not a sentence break
+    for block in sentence_blocks(path, tab_fields=True):
         xs, ys, ls = [], [], []
         for lineno, line in block:
             fields = line.split("\t")

@@ -81,10 +81,12 @@ def open_text(path: str | Path, mode: str = "r", *, gzip_only: bool = False
         yield fh
 
 
-def sentence_blocks(path: str | Path, *, gzip_only: bool = False
+def sentence_blocks(path: str | Path, *, gzip_only: bool = False, tab_fields: bool = False
                     ) -> Iterator[list[tuple[int, str]]]:
     """Sentences of a text file: lists of ``(line number, line)`` between blank lines (lines of
-    only whitespace); ``gzip_only``: as :func:`open_text`."""
+    only whitespace); ``gzip_only``: as :func:`open_text`. ``tab_fields``: a line holding a tab
+    is not blank (crfsuite's attribute files, whose fields a tab separates: a lone tab is a
+    token with an empty label and no attributes, as ``crfsuite tag`` reads it)."""
     current: list[tuple[int, str]] = []
     with open_text(path, gzip_only=gzip_only) as fh:
         try:
@@ -92,7 +94,7 @@ def sentence_blocks(path: str | Path, *, gzip_only: bool = False
                 line = line.rstrip("\r\n")
                 if lineno == 1:  # standard input is not opened as utf-8-sig: its mark goes here
                     line = line.removeprefix("\ufeff")
-                if not line.strip():
+                if not line.strip() and not (tab_fields and "\t" in line):
                     if current:
                         yield current
                         current = []

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pymc_crf.columns import Template
+from pymc_crf.columns import Template, read_attribute_file
 
 
 def test_template_lines_of_one_name_reading_different_items_are_refused():
@@ -27,3 +27,14 @@ def test_column_names_must_be_distinct_and_c_names_their_own_index():
         Template.parse("c2[0]", columns=("c2", "w"))
     t = Template.parse("c1[0]|w[0]", columns=("w", "c1"))
     assert t.features[0][1] == ((1, 0), (0, 0))
+
+
+def test_a_lone_tab_in_an_attribute_file_is_a_token(tmp_path):
+    # a token without label or attributes (an untagged file whose extractor found no feature)
+    # is a lone tab; read as a blank line it split its sentence and lost the token, so the
+    # tagged output had a line too few
+    path = tmp_path / "a.txt"
+    path.write_text("\tw=a\n\t\n\tw=b\n\nO\tw=c\n  \nO\tw=d\n")
+    X, y, lines = read_attribute_file(path)
+    assert X == [[{"w=a": 1.0}, {}, {"w=b": 1.0}], [{"w=c": 1.0}], [{"w=d": 1.0}]]
+    assert y == [["", "", ""], ["O"], ["O"]] and lines == [[1, 2, 3], [5], [7]]
