@@ -369,7 +369,7 @@ def _run_train(args, parser: argparse.ArgumentParser) -> int:
         _writable(args.model, "model file")
         spec = _feature_spec(args)
         X, y, _ = spec.read(args.train, training=True)
-        dev = spec.read(args.dev, training=False) if args.dev else None
+        dev = spec.read(args.dev, training=False, labelled=True) if args.dev else None
     except (ValueError, OSError) as err:
         parser.error(str(err))
     if dev is not None and dev[1] is None:
@@ -428,7 +428,8 @@ def _tag_file(args, parser):
             fh.write(sys.stdin.read())
         path = tmp = Path(fh.name)
     try:
-        X, gold, _ = spec.read(path, training=False)
+        # evaluate needs the labels: an attribute file missing some is refused with the line
+        X, gold, _ = spec.read(path, training=False, labelled=args.command == "evaluate")
         tokens = spec.tokens(path) if getattr(args, "with_tokens", False) else None
     except (ValueError, OSError) as err:
         parser.error(str(err).replace(str(tmp), "<stdin>") if tmp else str(err))

@@ -402,23 +402,28 @@ class FeatureSpec:
         return None if self.template is None else Template.parse(self.template, self.columns,
                                                                  "<saved template>")
 
-    def read(self, path: str | Path, *, training: bool
+    def read(self, path: str | Path, *, training: bool, labelled: bool = False
              ) -> tuple[list[list[dict]], list[list[str]] | None, list[list[int]]]:
         """Token features, tags (None when the file has no tag column) and line numbers.
 
         ``training``: the file must have tags, and fixes ``n_features`` (its columns less the
         tag). Otherwise a column file has ``n_features`` columns (no tags) or one more (tags).
+        ``labelled``: the labels are needed (a file to evaluate, a dev file): an attribute
+        file with some of them missing is refused naming the first line without one (the tags
+        would otherwise be None, as for a file without any).
         """
         if self.format == "attributes":
             X, y, lines = read_attribute_file(path)
-            if training:
-                for s, ts in enumerate(y):
-                    for t, tag in enumerate(ts):
-                        if not tag:
-                            raise ValueError(f"{path}:{lines[s][t]}: no label (the first "
-                                             "tab-separated field) on a training line")
-            has_tags = all(t for ts in y for t in ts)
-            return X, (y if has_tags else None), lines
+            unlabelled = [(lines[s][t], sum(not tag for ts in y for tag in ts))
+                          for s, ts in enumerate(y) for t, tag in enumerate(ts) if not tag][:1]
+            n_all = sum(map(len, y))
+            if unlabelled and (training or (labelled and unlabelled[0][1] < n_all)):
+                line, n = unlabelled[0]
+                what = ("on a training line" if training else
+                        "on a line of a file whose other lines have labels")
+                raise ValueError(f"{path}:{line}: no label (the first tab-separated field) "
+                                 f"{what} ({n} of {n_all} token lines have none)")
+            return X, (None if unlabelled else y), lines
         if self.format != "columns":
             raise ValueError(f"unknown feature format {self.format!r}; 'columns' or 'attributes'")
         template = self._template()

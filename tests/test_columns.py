@@ -2,7 +2,7 @@
 
 import pytest
 
-from pymc_crf.columns import Template, read_attribute_file
+from pymc_crf.columns import FeatureSpec, Template, read_attribute_file
 
 
 def test_template_lines_of_one_name_reading_different_items_are_refused():
@@ -38,3 +38,20 @@ def test_a_lone_tab_in_an_attribute_file_is_a_token(tmp_path):
     X, y, lines = read_attribute_file(path)
     assert X == [[{"w=a": 1.0}, {}, {"w=b": 1.0}], [{"w=c": 1.0}], [{"w=d": 1.0}]]
     assert y == [["", "", ""], ["O"], ["O"]] and lines == [[1, 2, 3], [5], [7]]
+
+
+def test_a_labelled_attribute_file_missing_one_label_names_its_line(tmp_path):
+    # evaluate and --dev need the labels: one label missing in 3 made the whole file "have no
+    # tag column", naming no line
+    path = tmp_path / "a.txt"
+    path.write_text("B-NP\tw=The\n\tw=cat\nO\tw=.\n")
+    spec = FeatureSpec("attributes")
+    with pytest.raises(ValueError, match=r"a.txt:2: no label \(the first tab-separated field\) "
+                                         r"on a line of a file whose other lines have labels "
+                                         r"\(1 of 3 token lines have none\)"):
+        spec.read(path, training=False, labelled=True)
+    with pytest.raises(ValueError, match=r"a.txt:2: no label .* on a training line"):
+        spec.read(path, training=True)
+    assert spec.read(path, training=False)[1] is None  # to tag: the labels are not needed
+    path.write_text("\tw=The\n\tw=cat\n")  # no labels at all: the caller's "no tag column"
+    assert spec.read(path, training=False, labelled=True)[1] is None
