@@ -93,11 +93,28 @@ def read_conll_range(path: str | Path, start: int, stop: int
         The last column.
     """
     words, pos, tags = [], [], []
-    for rows in itertools.islice(sentence_rows(path), start, stop):
-        words.append([r[0] for r in rows])
-        pos.append([r[1] for r in rows])
-        tags.append([r[-1] for r in rows])
+    for block in itertools.islice(_conll_sentences(path), start, stop):
+        for lineno, line, cols in block:
+            # fewer columns failed on a list index (on a Dask worker, naming no file) or, with
+            # two, read the tag as the POS column too
+            if len(cols) < 3:
+                raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in {line!r}; a "
+                                 "CoNLL-2000 line is word, POS ... chunk tag (3 columns or "
+                                 "more)")
+        words.append([cols[0] for _, _, cols in block])
+        pos.append([cols[1] for _, _, cols in block])
+        tags.append([cols[-1] for _, _, cols in block])
     return words, pos, tags
+
+
+def _conll_sentences(path: str | Path):
+    """The sentences of :func:`sentence_rows` (``-DOCSTART-`` lines skipped, a sentence of only
+    those no sentence), each token as ``(line number, line, columns)``."""
+    for block in sentence_blocks(path):
+        rows = [(n, line, split_columns(line)) for n, line in block
+                if not line.startswith("-DOCSTART-")]
+        if rows:
+            yield rows
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
 import pytest
 
-from pymc_crf.columns import FeatureSpec, Template, read_attribute_file
+from pymc_crf.columns import FeatureSpec, Template, read_attribute_file, read_conll_range
 
 
 def test_template_lines_of_one_name_reading_different_items_are_refused():
@@ -55,3 +55,17 @@ def test_a_labelled_attribute_file_missing_one_label_names_its_line(tmp_path):
     assert spec.read(path, training=False)[1] is None  # to tag: the labels are not needed
     path.write_text("\tw=The\n\tw=cat\n")  # no labels at all: the caller's "no tag column"
     assert spec.read(path, training=False, labelled=True)[1] is None
+
+
+def test_read_conll_range_names_a_line_of_too_few_columns(tmp_path):
+    # the Dask CoNLL readers' line: one column failed with IndexError naming no file, and two
+    # (word tag) gave the tag as the POS too
+    path = tmp_path / "c.txt"
+    path.write_text("-DOCSTART- -X- O\n\nThe DT B-NP\ncat NN I-NP\n\nA DT B-NP\ndog\n")
+    assert read_conll_range(path, 0, 1) == ([["The", "cat"]], [["DT", "NN"]], [["B-NP", "I-NP"]])
+    with pytest.raises(ValueError, match=r"c.txt:7: 1 column\(s\) in 'dog'; a CoNLL-2000 line "
+                                         r"is word, POS ... chunk tag \(3 columns or more\)"):
+        read_conll_range(path, 0, 2)
+    path.write_text("The B-NP\ncat I-NP\n")
+    with pytest.raises(ValueError, match=r"c.txt:1: 2 column\(s\) in 'The B-NP'"):
+        read_conll_range(path, 0, 1)
