@@ -512,8 +512,8 @@ def _add_file_arguments(train, tag, evaluate) -> None:
                        help="model file to write (.nc: netCDF; else joblib)")
     train.add_argument("--format", choices=("columns", "attributes"), default="columns",
                        help="input format (default columns)")
-    train.add_argument("--template", help="feature template file (default: CRFsuite's chunking "
-                       "template of the word and POS columns)")
+    train.add_argument("--template", help="feature template file (default: token_features of the word "
+                       "and POS columns, sklearn-crfsuite's tutorial features)")
     train.add_argument("--columns", type=_column_names, default=("w", "pos"),
                        help="names of the feature columns the template uses (default 'w,pos')")
     train.add_argument("--c2", type=_c2, default=None,

@@ -31,7 +31,9 @@ and relative token offsets:
 A feature whose offsets reach past the sentence is left out (as crfsuite's templates do), and
 the first and last tokens get the boolean features ``BOS`` / ``EOS``. Without a template the
 features are :func:`pymc_crf.datasets.token_features` of the first column (the word) and the
-second (the POS tag), when the file has one besides the tag: CRFsuite's chunking template.
+second (the POS tag), when the file has one besides the tag: sklearn-crfsuite's tutorial
+features over a +-2 window (not CRFsuite's example chunking template of word and POS n-grams,
+which a template file writes).
 """
 
 from __future__ import annotations
@@ -396,8 +398,8 @@ class FeatureSpec:
     (``CRFTagger.metadata_["features"]``) so that ``tag`` and ``evaluate`` read files as
     ``train`` did.
 
-    ``format``: ``"columns"`` or ``"attributes"``; ``template``: template text (None: CRFsuite's
-    chunking template, :func:`pymc_crf.datasets.token_features`); ``columns``: the column names;
+    ``format``: ``"columns"`` or ``"attributes"``; ``template``: template text (None:
+    :func:`pymc_crf.datasets.token_features`); ``columns``: the column names;
     ``n_features``: the feature columns of a training line (all but the tag).
     """
 
