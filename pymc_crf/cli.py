@@ -424,8 +424,13 @@ def _tag_file(args, parser):
     if str(path) == "-":  # read twice (features, tokens): keep standard input in a file
         import tempfile
 
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
-            fh.write(sys.stdin.read())
+        # its bytes, not its text: gzip data (told by its magic bytes when the file is read)
+        # is no text in the locale's encoding, and a plain file is then read as UTF-8, as any
+        # named file is
+        stdin = getattr(sys.stdin, "buffer", None)
+        data = stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8")
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as fh:
+            fh.write(data)
         path = tmp = Path(fh.name)
     try:
         # evaluate needs the labels: an attribute file missing some is refused with the line
