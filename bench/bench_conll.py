@@ -3,7 +3,7 @@
 Run:  nice -n 5 .venv/bin/python bench/bench_conll.py [--c2 1.0] [--ftol 1e-6] [--sentences N]
       [--user-blas]
 
-Both learners get exactly the same features: CRFsuite's chunking template (``token_features``,
+Both learners get exactly the same features: sklearn-crfsuite's tutorial features (``token_features``,
 +-2 window) mapped by ``pmc.FeatureVectorizer(min_freq=1)``; CRFsuite reads them back through
 ``FeatureVectorizer.inverse_transform``, so its attributes are our columns. The objective is the same
 L2-penalised log-likelihood: CRFsuite minimises ``-log L + c2 ||w||^2`` with every attribute x label

@@ -13,7 +13,7 @@ each label has 5 likely successors); the pixels of a position are its label's pr
 (the nearest prototype alone mislabels about 30 % of positions). Seeded: every process builds
 the same data.
 ``--data conll2000``: the CoNLL-2000 chunking corpus (8,936 training, 2,012 test sentences) with
-CRFsuite's chunking template (``pmc.datasets.token_features``) through ``pmc.FeatureVectorizer``;
+sklearn-crfsuite's tutorial features (``pmc.datasets.token_features``) through ``pmc.FeatureVectorizer``;
 ``--data ptb``: the Penn Treebank WSJ sample (POS tags; section 00 trains, the rest tests, as
 ``examples/ptb_pos.py``), same template without POS columns. Both read ``../shared/data``.
 CRFsuite gets exactly the vectorizer's columns (``features.crfsuite_fit_predict``).

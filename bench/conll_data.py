@@ -45,8 +45,8 @@ class Chunking:
 
 
 def tagger_split(n_train: int, n_test: int) -> tuple[list, list, list, list]:
-    """``(X, y, X_test, y_test)`` for ``pmc.CRFTagger``: per-token feature dicts (CRFsuite's
-    chunking template, ``token_features``) and chunk tags of the first ``n_train`` training and
+    """``(X, y, X_test, y_test)`` for ``pmc.CRFTagger``: per-token feature dicts (sklearn-crfsuite's
+    tutorial features, ``token_features``) and chunk tags of the first ``n_train`` training and
     ``n_test`` test sentences."""
     words, pos, chunks = (a[:n_train] for a in read_conll2000("train"))
     twords, tpos, tchunks = (a[:n_test] for a in read_conll2000("test"))

@@ -15,7 +15,7 @@
 # # CoNLL-2000 chunking: a text CRF with sparse features, and calibrated marginals
 #
 # Shallow parsing of Wall Street Journal text (Tjong Kim Sang & Buchholz 2000): every token gets one
-# of 23 BIO chunk tags. The features are CRFsuite's standard chunking template (word, lower case,
+# of 23 BIO chunk tags. The features are sklearn-crfsuite's tutorial features (word, lower case,
 # suffixes, shape, POS and its prefix, over a +-2 window), given per token as dicts the way
 # sklearn-crfsuite users write them, and mapped by `pmc.FeatureVectorizer` to a sparse CSR matrix
 # (about 10^5 indicator features; never densified). The model is a linear-chain CRF with a Gaussian

@@ -369,7 +369,7 @@ def _run_train(args, parser: argparse.ArgumentParser) -> int:
         _writable(args.model, "model file")
         spec = _feature_spec(args)
         X, y, _ = spec.read(args.train, training=True)
-        dev = spec.read(args.dev, training=False) if args.dev else None
+        dev = spec.read(args.dev, training=False, labelled=True) if args.dev else None
     except (ValueError, OSError) as err:
         parser.error(str(err))
     if dev is not None and dev[1] is None:
@@ -424,11 +424,17 @@ def _tag_file(args, parser):
     if str(path) == "-":  # read twice (features, tokens): keep standard input in a file
         import tempfile
 
-        with tempfile.NamedTemporaryFile("w", suffix=".txt", delete=False) as fh:
-            fh.write(sys.stdin.read())
+        # its bytes, not its text: gzip data (told by its magic bytes when the file is read)
+        # is no text in the locale's encoding, and a plain file is then read as UTF-8, as any
+        # named file is
+        stdin = getattr(sys.stdin, "buffer", None)
+        data = stdin.read() if stdin is not None else sys.stdin.read().encode("utf-8")
+        with tempfile.NamedTemporaryFile("wb", suffix=".txt", delete=False) as fh:
+            fh.write(data)
         path = tmp = Path(fh.name)
     try:
-        X, gold, _ = spec.read(path, training=False)
+        # evaluate needs the labels: an attribute file missing some is refused with the line
+        X, gold, _ = spec.read(path, training=False, labelled=args.command == "evaluate")
         tokens = spec.tokens(path) if getattr(args, "with_tokens", False) else None
     except (ValueError, OSError) as err:
         parser.error(str(err).replace(str(tmp), "<stdin>") if tmp else str(err))
@@ -511,8 +517,8 @@ def _add_file_arguments(train, tag, evaluate) -> None:
                        help="model file to write (.nc: netCDF; else joblib)")
     train.add_argument("--format", choices=("columns", "attributes"), default="columns",
                        help="input format (default columns)")
-    train.add_argument("--template", help="feature template file (default: CRFsuite's chunking "
-                       "template of the word and POS columns)")
+    train.add_argument("--template", help="feature template file (default: token_features of the word "
+                       "and POS columns, sklearn-crfsuite's tutorial features)")
     train.add_argument("--columns", type=_column_names, default=("w", "pos"),
                        help="names of the feature columns the template uses (default 'w,pos')")
     train.add_argument("--c2", type=_c2, default=None,

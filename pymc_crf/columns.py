@@ -3,7 +3,8 @@
 Two file formats, both plain text or gzip (recognised by its magic bytes when read, by a ``.gz``
 suffix when written), ``-`` for standard input / output:
 
-* **Column files** (CoNLL): one token a line, its columns separated by whitespace, the last
+* **Column files** (CoNLL): one token a line, its columns separated by runs of spaces and tabs
+  (ASCII whitespace: a no-break space or another Unicode space is part of its token), the last
   column the tag (in training and evaluation files), a blank line between sentences. Every token
   line of a file has the same number of columns; a line that does not is refused with the file
   name and line number. Lines starting with ``-DOCSTART-`` are skipped, as the CoNLL readers do.
@@ -11,7 +12,8 @@ suffix when written), ``-`` for standard input / output:
   :func:`sentence_rows`), as are the CoNLL data sets (``pmc.datasets.read_conll2000``,
   :func:`read_conll_range`).
 * **Attribute files** (crfsuite's ``crfsuite learn`` format): one token a line,
-  ``label<TAB>attr1<TAB>attr2:weight...``, a blank line between sentences; an attribute without
+  ``label<TAB>attr1<TAB>attr2:weight...``, a blank line between sentences (a line of a lone tab
+  is a token without label or attributes, as ``crfsuite tag`` reads it); an attribute without
   ``:weight`` has weight 1; ``\\:`` and ``\\\\`` escape a colon and a backslash in a name.
 
 Features of column files come from a :class:`Template`, one feature a line, over the columns
@@ -22,13 +24,16 @@ and relative token offsets:
   by index). The feature is the indicator ``"w[-1]|w[0]=The|cat"``;
 * CRF++ style, columns by index: ``U01:%x[-1,0]/%x[0,0]`` (the feature is ``"U01=The/cat"``);
   ``B`` lines (CRF++'s transition template) are accepted and skipped, since the CRF always has
-  a weight for every tag pair;
+  a weight for every tag pair. A name is one feature: two lines of one name that read other
+  columns or offsets (``U01:%x[0,0]`` and ``U01:%x[0,1]``) are refused;
 * ``#`` starts a comment line.
 
 A feature whose offsets reach past the sentence is left out (as crfsuite's templates do), and
 the first and last tokens get the boolean features ``BOS`` / ``EOS``. Without a template the
 features are :func:`pymc_crf.datasets.token_features` of the first column (the word) and the
-second (the POS tag), when the file has one besides the tag: CRFsuite's chunking template.
+second (the POS tag), when the file has one besides the tag: sklearn-crfsuite's tutorial
+features over a +-2 window (not CRFsuite's example chunking template of word and POS n-grams,
+which a template file writes).
 """
 
 from __future__ import annotations
@@ -40,7 +45,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pymc_crf.text_files import open_text, sentence_blocks, sentence_rows
+from pymc_crf.text_files import open_text, sentence_blocks, sentence_rows, split_columns
 
 __all__ = ["ColumnFile", "FeatureSpec", "Template", "count_sentences", "open_text",
            "read_attribute_file", "read_column_file", "read_conll_range", "sentence_blocks",
@@ -90,11 +95,28 @@ def read_conll_range(path: str | Path, start: int, stop: int
         The last column.
     """
     words, pos, tags = [], [], []
-    for rows in itertools.islice(sentence_rows(path), start, stop):
-        words.append([r[0] for r in rows])
-        pos.append([r[1] for r in rows])
-        tags.append([r[-1] for r in rows])
+    for block in itertools.islice(_conll_sentences(path), start, stop):
+        for lineno, line, cols in block:
+            # fewer columns failed on a list index (on a Dask worker, naming no file) or, with
+            # two, read the tag as the POS column too
+            if len(cols) < 3:
+                raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in {line!r}; a "
+                                 "CoNLL-2000 line is word, POS ... chunk tag (3 columns or "
+                                 "more)")
+        words.append([cols[0] for _, _, cols in block])
+        pos.append([cols[1] for _, _, cols in block])
+        tags.append([cols[-1] for _, _, cols in block])
     return words, pos, tags
+
+
+def _conll_sentences(path: str | Path):
+    """The sentences of :func:`sentence_rows` (``-DOCSTART-`` lines skipped, a sentence of only
+    those no sentence), each token as ``(line number, line, columns)``."""
+    for block in sentence_blocks(path):
+        rows = [(n, line, split_columns(line)) for n, line in block
+                if not line.startswith("-DOCSTART-")]
+        if rows:
+            yield rows
 
 
 @dataclass
@@ -149,7 +171,7 @@ def read_column_file(path: str | Path, n_columns: int | Sequence[int] | None = N
         for lineno, line in block:
             if line.startswith("-DOCSTART-"):
                 continue
-            cols = line.split()
+            cols = split_columns(line)
             if allowed is None:
                 allowed, first = {len(cols)}, lineno
             if len(cols) < min_columns:
@@ -217,7 +239,8 @@ def read_attribute_file(path: str | Path) -> tuple[list[list[dict[str, float]]],
         Naming the file and line number of a malformed attribute.
     """
     X, y, lines = [], [], []
-    for block in sentence_blocks(path):
+    # a line of a lone tab is a token (no label, no attributes), not a sentence break
+    for block in sentence_blocks(path, tab_fields=True):
         xs, ys, ls = [], [], []
         for lineno, line in block:
             fields = line.split("\t")
@@ -274,8 +297,29 @@ class Template:
               source: str = "<template>") -> Template:
         """Parse template text; errors name ``source`` and the line number."""
         columns = tuple(columns)
+        # a name given twice would read the last column of that name, and a name c<j> given to
+        # another column than j would make c<j> in a template mean either: both refused
+        for j, c in enumerate(columns):
+            numbered = re.fullmatch(r"c(\d+)", c)
+            if c in columns[:j] or (numbered is not None and int(numbered.group(1)) != j):
+                problem = ("is given twice" if c in columns[:j] else
+                           f"names column {numbered.group(1)} by index, not column {j}")
+                raise ValueError(f"{source}: the column name {c!r} {problem} in the columns "
+                                 f"{', '.join(columns)} (--columns)")
         index = {c: j for j, c in enumerate(columns)}
         feats = []
+        # a feature's name is its key in the token's feature dict: two lines of one name (CRF++
+        # ids copied without renumbering, U01:%x[0,0] and U01:%x[0,1]) would write one key, the
+        # later value replacing the earlier
+        named: dict[str, tuple[tuple, int]] = {}
+
+        def add(name: str, items: tuple, sep: str, where: str, lineno: int) -> None:
+            if name in named and named[name][0] != items:
+                raise ValueError(f"{where}: the feature name {name!r} is already that of line "
+                                 f"{named[name][1]}, which reads other columns or offsets; "
+                                 "give each template line its own name (U01, U02, ...)")
+            named.setdefault(name, (items, lineno))
+            feats.append((name, items, sep))
         for lineno, raw in enumerate(text.splitlines(), start=1):
             line = raw.strip()
             if not line or line.startswith("#"):
@@ -290,7 +334,7 @@ class Template:
                 if not items or rest.strip("/ "):
                     raise ValueError(f"{where}: cannot read the CRF++ template {line!r} (write "
                                      "e.g. U01:%x[-1,0]/%x[0,0])")
-                feats.append((name, items, "/"))
+                add(name, items, "/", where, lineno)
                 continue
             if line == "B" or re.fullmatch(r"B\d*", line):  # CRF++ bigram: always on
                 continue
@@ -310,7 +354,7 @@ class Template:
                 items.append((index[col] if col in index else int(numbered.group(1)),
                               int(m.group(2))))
             name = "|".join(f"{_column_name(columns, c)}[{o}]" for c, o in items)
-            feats.append((name, tuple(items), "|"))
+            add(name, tuple(items), "|", where, lineno)
         if not feats:
             raise ValueError(f"{source}: the template has no feature lines")
         return cls(tuple(feats), text, columns)
@@ -354,8 +398,8 @@ class FeatureSpec:
     (``CRFTagger.metadata_["features"]``) so that ``tag`` and ``evaluate`` read files as
     ``train`` did.
 
-    ``format``: ``"columns"`` or ``"attributes"``; ``template``: template text (None: CRFsuite's
-    chunking template, :func:`pymc_crf.datasets.token_features`); ``columns``: the column names;
+    ``format``: ``"columns"`` or ``"attributes"``; ``template``: template text (None:
+    :func:`pymc_crf.datasets.token_features`); ``columns``: the column names;
     ``n_features``: the feature columns of a training line (all but the tag).
     """
 
@@ -377,23 +421,28 @@ class FeatureSpec:
         return None if self.template is None else Template.parse(self.template, self.columns,
                                                                  "<saved template>")
 
-    def read(self, path: str | Path, *, training: bool
+    def read(self, path: str | Path, *, training: bool, labelled: bool = False
              ) -> tuple[list[list[dict]], list[list[str]] | None, list[list[int]]]:
         """Token features, tags (None when the file has no tag column) and line numbers.
 
         ``training``: the file must have tags, and fixes ``n_features`` (its columns less the
         tag). Otherwise a column file has ``n_features`` columns (no tags) or one more (tags).
+        ``labelled``: the labels are needed (a file to evaluate, a dev file): an attribute
+        file with some of them missing is refused naming the first line without one (the tags
+        would otherwise be None, as for a file without any).
         """
         if self.format == "attributes":
             X, y, lines = read_attribute_file(path)
-            if training:
-                for s, ts in enumerate(y):
-                    for t, tag in enumerate(ts):
-                        if not tag:
-                            raise ValueError(f"{path}:{lines[s][t]}: no label (the first "
-                                             "tab-separated field) on a training line")
-            has_tags = all(t for ts in y for t in ts)
-            return X, (y if has_tags else None), lines
+            unlabelled = [(lines[s][t], sum(not tag for ts in y for tag in ts))
+                          for s, ts in enumerate(y) for t, tag in enumerate(ts) if not tag][:1]
+            n_all = sum(map(len, y))
+            if unlabelled and (training or (labelled and unlabelled[0][1] < n_all)):
+                line, n = unlabelled[0]
+                what = ("on a training line" if training else
+                        "on a line of a file whose other lines have labels")
+                raise ValueError(f"{path}:{line}: no label (the first tab-separated field) "
+                                 f"{what} ({n} of {n_all} token lines have none)")
+            return X, (None if unlabelled else y), lines
         if self.format != "columns":
             raise ValueError(f"unknown feature format {self.format!r}; 'columns' or 'attributes'")
         template = self._template()

@@ -437,10 +437,22 @@ class FeatureVectorizer(TransformerMixin, BaseEstimator):
         -------
         list of dict of str to float
             One dict per row, of its stored entries.
+
+        Raises
+        ------
+        sklearn.exceptions.NotFittedError
+            If the vectorizer is not fitted.
+        ValueError
+            When ``X`` has another number of columns than the vectorizer.
         """
+        self._check_fitted()
         X = scipy.sparse.csr_matrix(X, copy=True)  # duplicate entries are summed in place below
-        X.sum_duplicates()
         names = self.feature_names_
+        # a narrower matrix would name its columns after the first ones of the vocabulary, and
+        # a wider one fail on a list index
+        if X.shape[1] != len(names):
+            raise ValueError(f"X has {X.shape[1]} columns; this vectorizer has {len(names)}")
+        X.sum_duplicates()
         return [{names[j]: float(v) for j, v in zip(X.indices[X.indptr[i]:X.indptr[i + 1]],
                                                      X.data[X.indptr[i]:X.indptr[i + 1]],
                                                      strict=True)}

@@ -29,6 +29,7 @@ thread alone, so concurrent callers (nutpie's chains) do not oversubscribe the c
 
 from __future__ import annotations
 
+import numbers
 import os
 import threading
 from collections.abc import Callable
@@ -93,7 +94,8 @@ if hasattr(os, "register_at_fork"):
 
 
 def _positive(n: object, what: str) -> int:
-    if isinstance(n, bool) or not isinstance(n, int | str):
+    # numbers.Integral: numpy's integers too (a count computed with numpy is no Python int)
+    if isinstance(n, bool) or not isinstance(n, numbers.Integral | str):
         raise TypeError(f"{what} must be a whole number >= 1, got {n!r}")
     try:
         v = int(n)

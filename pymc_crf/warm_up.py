@@ -10,6 +10,7 @@ mean field), and one small CRF model's log-density and gradient are compiled by 
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections.abc import Callable
@@ -99,13 +100,23 @@ def warm_up(out: TextIO | None = None) -> dict[str, float]:
     dict
         Seconds per step.
     """
+    from pymc_crf.compile_notice import logger
+
     out = sys.stdout if out is None else out
     rng = np.random.default_rng(0)
     times = {}
-    for what, step in STEPS.items():
-        print(f"warm-up: {what} ...", end="", file=out, flush=True)
-        t0 = time.perf_counter()
-        step(rng)
-        times[what] = time.perf_counter() - t0
-        print(f" {times[what]:.1f} s", file=out, flush=True)
+    # the kernels' first-use notices ("compiling ...; `pymc-crf warm-up` compiles every kernel
+    # ahead of time") would tell the user to run what is running, on standard error in the
+    # middle of a step's line: the steps' own lines say what compiles
+    level = logger.level
+    logger.setLevel(logging.WARNING)
+    try:
+        for what, step in STEPS.items():
+            print(f"warm-up: {what} ...", end="", file=out, flush=True)
+            t0 = time.perf_counter()
+            step(rng)
+            times[what] = time.perf_counter() - t0
+            print(f" {times[what]:.1f} s", file=out, flush=True)
+    finally:
+        logger.setLevel(level)
     return times

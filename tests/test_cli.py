@@ -156,3 +156,29 @@ def test_plugin_subcommand_registers_when_its_package_exists(monkeypatch, capsys
     with pytest.raises(SystemExit) as exc:
         main(["fakeplugin", "--table", "5.1"])
     assert exc.value.code == 2
+
+
+class _FakeTagger:
+    """What ``pymc-crf tag`` needs of a model: its feature format and ``_tag`` (every token
+    tagged ``X``), so that reading the input is tested without fitting one."""
+
+    metadata_ = {"features": {"format": "columns", "template": "w[0]", "columns": ["w"],
+                              "n_features": 1}}
+
+    def _tag(self, X, marginals, average=True):
+        return [["X"] * len(s) for s in X], None
+
+
+def test_tag_reads_gzip_from_standard_input(monkeypatch, capsys):
+    # the help says plain or gzip, '-' for standard input: gzip bytes on standard input were
+    # decoded as text and ended in a UnicodeEncodeError traceback
+    import gzip
+    import io
+
+    monkeypatch.setattr(cli, "load_model", lambda path: _FakeTagger())
+    for data in (gzip.compress(b"The\ncat\n\ndog\n"), "\ufeffThe\ncat\n\ndog\n".encode()):
+        # as Python opens standard input (UTF-8 locale): undecodable bytes as surrogates
+        stdin = io.TextIOWrapper(io.BytesIO(data), encoding="utf-8", errors="surrogateescape")
+        monkeypatch.setattr(sys, "stdin", stdin)
+        assert main(["tag", "model.joblib", "-", "--with-tokens"]) == 0
+        assert capsys.readouterr().out == "The\tX\ncat\tX\n\ndog\tX\n\n"

@@ -363,7 +363,7 @@ def test_tag_into_a_closed_pipe_ends_quietly(files, tmp_path):
                     "repository, or $PYMC_CRF_DATA) is not here")
 def test_conll2000_cli_equals_python_api(tmp_path, capsys):
     """train -> tag -> evaluate on the first 300 / 200 sentences of CoNLL-2000 gives the chunk F1
-    of the Python API on the same features (CRFsuite's chunking template) and prior."""
+    of the Python API on the same features (token_features) and prior."""
     from pymc_crf import CRFTagger
     from pymc_crf.datasets import read_conll2000, token_features
     from pymc_crf.metrics import chunk_f1

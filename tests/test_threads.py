@@ -38,7 +38,13 @@ def test_setting_environment_and_default(monkeypatch):
         pmc.get_num_threads()
 
 
-@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "x"])
+def test_numpy_integers_are_thread_counts():
+    # a count computed with numpy (np.int64) is a whole number as much as a Python int
+    pmc.set_num_threads(np.int64(2))
+    assert pmc.get_num_threads() == 2 and type(pmc.get_num_threads()) is int
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5, True, "x", np.int64(0), np.bool_(True)])
 def test_bad_thread_counts_are_refused(bad):
     with pytest.raises((TypeError, ValueError), match="number of threads"):
         pmc.set_num_threads(bad)

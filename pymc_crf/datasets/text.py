@@ -166,7 +166,9 @@ def mark_sentence_ends(features: list[dict]) -> list[dict]:
 
 def token_features(words: Sequence[str], pos: Sequence[str] | None = None,
                    window: int = 2) -> list[dict]:
-    """CRFsuite's chunking template for one sentence: one dict per token.
+    """sklearn-crfsuite's tutorial features over a +-``window`` window, for one sentence: one
+    dict per token (not CRFsuite's example chunking template, whose features are word and POS
+    n-grams).
 
     Word identity, lower case, suffixes of 2 and 3 characters, shape and ``isupper`` /
     ``istitle`` / ``isdigit``, the POS tag and its first two characters (when ``pos`` is given);
