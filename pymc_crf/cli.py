@@ -595,7 +595,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
                          "tag a line, a blank line between sentences.")
     evaluate = sub.add_parser("evaluate", help="token accuracy and chunk F1 of a model on a "
                               "tagged file", description="Tag a tagged file with a model and "
-                              "print token accuracy and chunk F1 (conlleval rules).")
+                              "print token accuracy and chunk F1 (conlleval rules, BIO or BIOES tags).")
     _add_file_arguments(train, tag, evaluate)
     train.set_defaults(run=lambda args: _run_train(args, train))
     tag.set_defaults(run=lambda args: _run_tag(args, tag))

@@ -4,7 +4,10 @@
   sequences with the rules of the CoNLL-2000 ``conlleval`` script (Tjong Kim Sang & Buchholz 2000):
   a chunk is a maximal run ``B-X I-X ... I-X``; an ``I-X`` after ``O`` or after a tag of another type
   starts a new chunk of type ``X``; a predicted chunk is correct only when its type, first and last
-  token all equal a gold chunk's.
+  token all equal a gold chunk's. BIOES tags (also ``E-X``, ``S-X``) are read by the same rule
+  (:class:`pymc_crf.inference.spans.ChunkScheme`, which span probabilities use): an ``E-X``
+  continues a ``B-X`` or ``I-X`` and ends its chunk, an ``S-X`` is a chunk of one token; as in
+  conlleval, an ``I-X`` or ``E-X`` that continues nothing opens a chunk.
 * :func:`reliability_curve` / :func:`expected_calibration_error`: how well the confidence of a
   prediction (the largest marginal) matches its accuracy, over equal-width confidence bins
   ``((m - 1) / M, m / M]`` (Guo et al. 2017, sec. 2; a confidence of exactly 0 goes to the first
@@ -23,6 +26,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from pymc_crf.docstrings import fill_doc
+from pymc_crf.inference.spans import _PREFIXES, ChunkScheme
 from pymc_crf.validation import whole_number
 
 __all__ = ["ChunkScore", "Reliability", "SelectiveCurve", "bio_chunks", "chunk_f1",
@@ -30,27 +34,60 @@ __all__ = ["ChunkScore", "Reliability", "SelectiveCurve", "bio_chunks", "chunk_f
            "selective_curve"]
 
 
-def _split(tag: str) -> tuple[str, str]:
-    """``("B", "NP")`` from ``"B-NP"``; ``("O", "")`` for ``"O"``."""
+def _check_tag(tag: str, scheme: str) -> None:
+    """Raise when ``tag`` is not ``O`` or ``PREFIX-TYPE`` with a prefix of ``scheme``."""
     if not isinstance(tag, str):  # label indices (ints) failed with "has no attribute 'partition'"
         raise TypeError(f"tag {tag!r} is a {type(tag).__name__}; chunk tags are str (O, B-TYPE "
                         "or I-TYPE): map label indices to their tags first")
     if tag == "O":
-        return "O", ""
+        return
     prefix, _, kind = tag.partition("-")
-    if prefix not in ("B", "I") or not kind:
-        raise ValueError(f"tag {tag!r} is not BIO (O, B-TYPE or I-TYPE)")
-    return prefix, kind
+    if prefix not in _PREFIXES[scheme] or not kind:
+        allowed = ", ".join(f"{p}-TYPE" for p in _PREFIXES[scheme])
+        raise ValueError(f"tag {tag!r} is not {scheme} (O, {allowed})")
 
 
-def bio_chunks(tags: Sequence[str]) -> set[tuple[str, int, int]]:
-    """Chunks ``(type, first, last)`` (inclusive token positions) of one BIO tag sequence.
+def _scheme(scheme: str | None, *tag_lists: Iterable[str]) -> str:
+    """``scheme``, checked; None: ``"BIOES"`` when a tag is ``E-X`` or ``S-X``, else ``"BIO"``
+    (conlleval reads both kinds of tags)."""
+    if scheme is None:
+        return "BIOES" if any(isinstance(t, str) and t[:2] in ("E-", "S-")
+                              for tags in tag_lists for t in tags) else "BIO"
+    if scheme not in _PREFIXES:
+        raise ValueError(f"scheme must be 'BIO', 'BIOES' or None; got {scheme!r}")
+    return scheme
+
+
+class _Chunker:
+    """The chunks of tag sequences over one tag set, by :class:`ChunkScheme`'s rule (one
+    reading of chunks for span probabilities and for chunk scores)."""
+
+    def __init__(self, tags: Iterable[str], scheme: str):
+        tags = list(tags)
+        for t in tags:
+            _check_tag(t, scheme)
+        # ChunkScheme needs two distinct tags: "B-_" pads a set of only "O"
+        names = list(dict.fromkeys(["O", *tags, "B-_"]))
+        self.index = {t: k for k, t in enumerate(names)}
+        self.scheme = ChunkScheme(names, scheme)
+
+    def chunks(self, tags: Sequence[str]) -> set[tuple[str, int, int]]:
+        labels = np.fromiter((self.index[t] for t in tags), np.int64, len(tags))
+        types = self.scheme.types
+        return {(types[k], a, b) for k, a, b in self.scheme.chunks(labels)}
+
+
+def bio_chunks(tags: Sequence[str], scheme: str | None = "BIO") -> set[tuple[str, int, int]]:
+    """Chunks ``(type, first, last)`` (inclusive token positions) of one BIO or BIOES tag sequence.
 
     Parameters
     ----------
     tags : sequence of str
         The tags of one sentence, each ``O``, ``B-TYPE`` or ``I-TYPE`` (conlleval's chunk rules,
-        module docstring).
+        module docstring), or also ``E-TYPE`` and ``S-TYPE`` with ``scheme="BIOES"``.
+    scheme : {"BIO", "BIOES"} or None, default "BIO"
+        The tag scheme; None reads the tags as BIOES when one of them is ``E-TYPE`` or
+        ``S-TYPE``, else as BIO.
 
     Returns
     -------
@@ -60,24 +97,16 @@ def bio_chunks(tags: Sequence[str]) -> set[tuple[str, int, int]]:
     Raises
     ------
     ValueError
-        When a tag is not BIO (``O``, ``B-TYPE`` or ``I-TYPE``), or ``tags`` is one str.
+        When a tag is not of the scheme (BIO: ``O``, ``B-TYPE`` or ``I-TYPE``), ``scheme`` is
+        not one of the above, or ``tags`` is one str.
     TypeError
         When a tag is not a str (label indices: map them to their tags first).
     """
     if isinstance(tags, str):  # a str is a sequence of str: its characters were read as tags
         raise ValueError(f"bio_chunks takes a sequence of tags, not one str ({tags!r}): pass "
                          "[tag, ...] (tags.split() for space-separated tags)")
-    chunks = set()
-    start, kind = None, ""
-    for i, tag in enumerate([*tags, "O"]):  # a final O closes the last chunk
-        prefix, k = _split(tag)
-        begins = prefix == "B" or (prefix == "I" and (start is None or k != kind))
-        if start is not None and (prefix != "I" or begins):
-            chunks.add((kind, start, i - 1))
-            start = None
-        if begins:
-            start, kind = i, k
-    return chunks
+    tags = list(tags)
+    return _Chunker(tags, _scheme(scheme, tags)).chunks(tags)
 
 
 @dataclass(frozen=True)
@@ -112,15 +141,19 @@ class ChunkScore:
         return 2 * p * r / (p + r) if p + r else 0.0
 
 
-def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) -> ChunkScore:
-    """Chunk precision / recall / F1 over sentences of gold and predicted BIO tags.
+def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]],
+             scheme: str | None = None) -> ChunkScore:
+    """Chunk precision / recall / F1 over sentences of gold and predicted BIO or BIOES tags.
 
     Parameters
     ----------
     gold : iterable of sequence of str
-        The gold BIO tags, one sequence per sentence (for one sentence pass ``[tags]``).
+        The gold tags, one sequence per sentence (for one sentence pass ``[tags]``).
     predicted : iterable of sequence of str
-        The predicted BIO tags, one sequence per sentence, in the order of ``gold``.
+        The predicted tags, one sequence per sentence, in the order of ``gold``.
+    scheme : {"BIO", "BIOES"} or None, default None
+        The tag scheme (:func:`bio_chunks`); None: BIOES when a gold or predicted tag is
+        ``E-TYPE`` or ``S-TYPE`` (as conlleval scores both kinds of tags), else BIO.
 
     Returns
     -------
@@ -132,7 +165,8 @@ def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) 
     ValueError
         When ``gold`` or ``predicted`` is a list of str (one sentence's tags rather than a list
         of sentences), when they hold different numbers of sentences or a sentence has different
-        numbers of gold and predicted tags, or when a tag is not BIO.
+        numbers of gold and predicted tags, when a tag is not of the scheme, or when
+        ``scheme`` is not one of the above.
     TypeError
         When a tag is not a str (label indices: map them to their tags first).
     """
@@ -144,11 +178,15 @@ def chunk_f1(gold: Iterable[Sequence[str]], predicted: Iterable[Sequence[str]]) 
                              "pass [tags]")
     if len(gold) != len(predicted):
         raise ValueError(f"chunk_f1: {len(gold)} gold sentences but {len(predicted)} predicted")
+    gold = [g if isinstance(g, list) else list(g) for g in gold]
+    predicted = [p if isinstance(p, list) else list(p) for p in predicted]
+    every = {t for seqs in (gold, predicted) for tags in seqs for t in tags}
+    chunker = _Chunker(sorted(every, key=str), _scheme(scheme, every))
     n_gold = n_pred = n_correct = 0
     for s, (g, p) in enumerate(zip(gold, predicted, strict=True)):
         if len(g) != len(p):
             raise ValueError(f"sentence {s}: {len(g)} gold tags but {len(p)} predicted")
-        cg, cp = bio_chunks(g), bio_chunks(p)
+        cg, cp = chunker.chunks(g), chunker.chunks(p)
         n_gold += len(cg)
         n_pred += len(cp)
         n_correct += len(cg & cp)
