@@ -21,7 +21,14 @@ from typing import Any
 
 import numpy as np
 
-from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
+from pymc_crf.reproduce.registry import (
+    Experiment,
+    Report,
+    Trial,
+    TrialResult,
+    bad_parameter,
+    register,
+)
 from pymc_crf.reproduce.report import markdown_table, new_figure
 
 __all__ = ["METHODS", "PAPER_SEC_4_4", "run_trial"]
@@ -153,6 +160,15 @@ def _report(results: Sequence[TrialResult], p: dict[str, Any]) -> Report:
     return Report(text, timings, fig)
 
 
+def _check(p: dict[str, Any]) -> None:
+    """``kinds`` are ``bcrf_synthetic``'s graph kinds (another name ended in a traceback inside
+    the first trial)."""
+    for kind in p["kinds"]:
+        if kind not in ("chain", "loop"):
+            raise bad_parameter("thesis-ch4-ard", "kinds", 'takes "chain" and / or "loop"',
+                                kind)
+
+
 register(Experiment(
     name="thesis-ch4-ard",
     description="Qi 2005 ch. 4: predictive ARD vs evidence-ARD by EP vs fixed-prior EP and MAP, "
@@ -161,4 +177,5 @@ register(Experiment(
                     "n_irrelevant": 14, "max_steps": None},
            "quick": {"kinds": ["chain"], "seeds": 1, "n_train": 6, "n_test": 20,
                      "n_irrelevant": 2, "max_steps": 3}},
-    trials=_trials, run_trial=run_trial, report=_report, zero_ok=("n_irrelevant",)))
+    trials=_trials, run_trial=run_trial, report=_report, zero_ok=("n_irrelevant",),
+    check=_check))

@@ -17,7 +17,12 @@ from typing import Any
 from pymc_crf.reproduce.cache import TrialCache
 from pymc_crf.reproduce.registry import Trial, TrialResult, get
 
-__all__ = ["RunStats", "execute_trial", "run_trials"]
+__all__ = ["RunStats", "SchedulerUnreachable", "execute_trial", "run_trials"]
+
+
+class SchedulerUnreachable(ConnectionError):
+    """No Dask scheduler answers at the ``scheduler`` address given (a stopped scheduler, a
+    wrong port, an address that is not one)."""
 
 
 @dataclass
@@ -82,7 +87,14 @@ def _run_dask(experiment: str, todo: list[tuple[int, Trial]], store: Callable,
                                processes=True, dashboard_address=None)
         client = Client(cluster)
     else:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler)
+        except (OSError, ValueError, TypeError) as err:
+            # distributed's own errors (a connect timeout after its 30 s, "missing port
+            # number") surface with a traceback through its comm layer; this names the option
+            raise SchedulerUnreachable(
+                f"cannot reach a Dask scheduler at --scheduler {scheduler!r} ({err}); start one "
+                "with `dask scheduler`, or drop --scheduler to run on a LocalCluster") from err
     try:
         if warm_up:
             client.register_plugin(WarmUp(experiment))

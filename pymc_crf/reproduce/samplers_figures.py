@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from pymc_crf.reproduce import samplers_models as sf
-from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
+from pymc_crf.reproduce.registry import (
+    Experiment,
+    Report,
+    Trial,
+    TrialResult,
+    bad_parameter,
+    register,
+)
 from pymc_crf.reproduce.report import label_axes, markdown_table, new_figure
 
 __all__ = ["PAPER_CLAIMS", "run_trial"]
@@ -145,10 +152,24 @@ _WHAT = {"fig2": "CVM vs N on 5x5 Boltzmann-machine grids",
          "fig4": "CVM vs coupling strength, biases 0", "fig5": "CVM vs coupling strength, biases 1",
          "fig6": "CVM vs number of chains, chain CRFs"}
 
+def _check(name: str):
+    """``check`` of the experiment ``name``: a prior sd > 0 and coupling strengths ``d`` >= 0
+    (a prior sd <= 0 failed inside NUTS, with "All initialization points failed")."""
+    def check(p: dict[str, Any]) -> None:
+        if "prior_sd" in p and not (p["prior_sd"] > 0 and np.isfinite(p["prior_sd"])):
+            raise bad_parameter(name, "prior_sd", "takes a prior sd > 0", p["prior_sd"])
+        for d in p.get("d", []):
+            if not (d >= 0 and np.isfinite(d)):
+                raise bad_parameter(name, "d", "takes coupling strengths >= 0 (in quarters)",
+                                    p["d"])
+    return check
+
+
 for _fig in ("fig2", "fig4", "fig5", "fig6"):
     register(Experiment(
         name=f"welling-parise-{_fig}",
         description=f"Welling & Parise 2006 fig. {_fig[3:]}: {_METHODS[_fig]} against NUTS, "
                     f"{_WHAT[_fig]}",
         sizes=_SIZES[_fig], trials=_trials(_fig), run_trial=run_trial, report=_report(_fig),
+        check=_check(f"welling-parise-{_fig}"),
     ))

@@ -57,6 +57,84 @@ def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
     assert main(["reproduce"]) == 2
 
 
+@pytest.mark.parametrize("name, bad, message", [
+    # values of the presets' types that the trials cannot use: each ran trials (for minutes, at
+    # full size) and then ended in a traceback inside a trial or the report, or ran silently
+    # with something else
+    ("thesis-ch3-treeep", 'graphs=["grid 9x9"]', "names graphs from 'complete K4'"),
+    ("thesis-ch3-treeep", 'strengths={"complete K4": [1.0]}',
+     "needs a list of coupling sds for 'grid 5x5'"),
+    ("thesis-ch3-treeep", 'strengths={"complete K4": [-1], "grid 5x5": [1], "grid 8x8": [1]}',
+     "distinct coupling sds >= 0; got [-1]"),
+    ("thesis-table-5.1", "nuts_sampler=foo", "takes one of 'pymc', 'nutpie'"),
+    ("thesis-table-5.1", "step_size=0", "takes an EP step size in (0, 1]; got 0"),
+    ("thesis-table-5.2", "step_size=1.5", "takes an EP step size in (0, 1]; got 1.5"),
+    ("thesis-ch4-ard", 'kinds=["tree"]', "got 'tree'"),
+    ("luo-table-v", 'methods=["foo"]', "takes 'bp_hcrf_vi' and / or 'map_hcrf'; got 'foo'"),
+    ("japanese-vowels", 'methods=["map"]', "got 'map'"),
+    ("parise-welling-fig2", "edges=some", 'takes "all" or a list of edge counts from 1 to 10'),
+    ("parise-welling-fig2", "edges=[11]", "edge counts from 1 to 10; got [11]"),
+    ("parise-welling-fig3", "d=-1", "takes coupling strengths > 0; got -1"),
+    ("parise-welling-fig4", "d=[0.1, 0]", "coupling strengths > 0; got [0.1, 0]"),
+    ("welling-parise-fig4", "prior_sd=-1", "takes a prior sd > 0; got -1"),
+    ("welling-parise-fig5", "d=[-1]", "coupling strengths >= 0 (in quarters); got [-1]"),
+    # a repeated grid entry ran its trials twice and counted them twice in the means
+    ("thesis-table-5.1", "train=[10, 10]", "parameter train of 'thesis-table-5.1' lists 10 "
+                                           "more than once"),
+    ("luo-table-v", 'methods=["map_hcrf", "map_hcrf"]', 'lists "map_hcrf" more than once'),
+])
+def test_values_the_trials_cannot_use_are_one_line_errors(name, bad, message, capsys):
+    assert main(["reproduce", name, "--quick", "--set", bad, "--show-params"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pymc-crf reproduce: parameter ") and message in err
+    assert "Traceback" not in err
+
+
+def test_nuts_sampler_without_its_package_is_an_error(capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "numpyro" else real(name, *a))
+    assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "nuts_sampler=numpyro",
+                 "--show-params"]) == 2
+    assert "needs the package numpyro installed" in capsys.readouterr().err
+    # without NUTS trials the sampler is never used
+    assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "nuts_sampler=numpyro",
+                 "--set", "nuts_trials=0", "--show-params"]) == 0
+
+
+def test_unwritable_out_fails_before_any_trial(tmp_path, capsys, monkeypatch):
+    # --out through a file: the cache write after the first trial (or, with --no-cache, the
+    # report after the last one) raised NotADirectoryError from pathlib
+    import pymc_crf.reproduce.runner as runner
+
+    calls = []
+    monkeypatch.setattr(runner, "execute_trial", lambda *a: calls.append(a) or {})
+    (tmp_path / "file").write_text("")
+    for extra in ([], ["--no-cache"]):
+        assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--serial",
+                     "--out", str(tmp_path / "file" / "out"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pymc-crf reproduce: cannot write to --out: ") and "Traceback" \
+            not in err
+    assert calls == []
+
+
+@pytest.mark.parametrize("address", ["not-an-address", "tcp://127.0.0.1:9"])
+def test_unreachable_scheduler_is_a_one_line_error(address, capsys, tmp_path):
+    # distributed raised "missing port number" / a connect timeout from deep in its comm layer
+    pytest.importorskip("distributed")
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--scheduler", address,
+                     "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pymc-crf reproduce: cannot reach a Dask scheduler at --scheduler "
+                          f"'{address}'")
+
+
 def test_show_params_applies_overrides(capsys):
     assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "train=[10, 30]",
                  "--set", "trials=3", "--show-params"]) == 0
