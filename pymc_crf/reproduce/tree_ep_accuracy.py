@@ -149,9 +149,10 @@ def _check(p: dict[str, Any]) -> None:
         if ss is None:
             raise bad_parameter(name, "strengths", f"needs a list of coupling sds for {g!r} "
                                 "(a graph of 'graphs')", p["strengths"])
-        ok = (isinstance(ss, list) and ss and len(set(ss)) == len(ss)
+        ok = (isinstance(ss, list) and ss
               and all(isinstance(s, int | float) and not isinstance(s, bool)
-                      and np.isfinite(s) and s >= 0 for s in ss))
+                      and np.isfinite(s) and s >= 0 for s in ss)
+              and len(set(ss)) == len(ss))
         if not ok:
             raise bad_parameter(name, "strengths", f"takes for {g!r} a non-empty list of "
                                 "distinct coupling sds >= 0", ss)
