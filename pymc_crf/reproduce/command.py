@@ -14,7 +14,12 @@ from typing import Any
 from pymc_crf.reproduce.cache import TrialCache, code_fingerprint, environment_fingerprint
 from pymc_crf.reproduce.registry import Report, TrialResult, available, get
 from pymc_crf.reproduce.report import write_report
-from pymc_crf.reproduce.runner import RunStats, SchedulerUnreachable, run_trials
+from pymc_crf.reproduce.runner import (
+    DaskUnavailable,
+    RunStats,
+    SchedulerUnreachable,
+    run_trials,
+)
 from pymc_crf.validation import int_at_least
 
 __all__ = ["OutputError", "ReproduceRun", "add_arguments", "parse_overrides", "run",
@@ -105,6 +110,8 @@ def run_experiment(name: str, *, quick: bool = False, overrides: dict[str, Any] 
         ``out`` cannot be written (checked before any trial runs).
     pymc_crf.reproduce.runner.SchedulerUnreachable
         No scheduler answers at ``scheduler``.
+    pymc_crf.reproduce.runner.DaskUnavailable
+        A run on Dask without ``dask[distributed]`` installed.
     """
     import pymc_crf
 
@@ -179,7 +186,8 @@ def run(args: argparse.Namespace) -> int:
         res = run_experiment(args.name, quick=args.quick, overrides=overrides, out=args.out,
                              scheduler=args.scheduler, n_workers=args.workers,
                              serial=args.serial, cache=not args.no_cache)
-    except (OutputError, SchedulerUnreachable) as err:
+    except (OutputError, SchedulerUnreachable, DaskUnavailable) as err:
+        # raised before any trial runs; the message names the option to change
         print(f"pymc-crf reproduce: {err}", file=sys.stderr)
         return 2
     if res.skipped is not None:

@@ -17,7 +17,11 @@ from typing import Any
 from pymc_crf.reproduce.cache import TrialCache
 from pymc_crf.reproduce.registry import Trial, TrialResult, get
 
-__all__ = ["RunStats", "SchedulerUnreachable", "execute_trial", "run_trials"]
+__all__ = ["DaskUnavailable", "RunStats", "SchedulerUnreachable", "execute_trial", "run_trials"]
+
+
+class DaskUnavailable(ImportError):
+    """A run on Dask without ``dask[distributed]`` installed (``--serial`` needs none)."""
 
 
 class SchedulerUnreachable(ConnectionError):
@@ -72,9 +76,9 @@ def _run_dask(experiment: str, todo: list[tuple[int, Trial]], store: Callable,
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError as err:
-        raise ImportError("running trials on Dask needs dask[distributed] (pip install "
-                          "'pymc_crf[reproduce]'); pass serial=True / --serial to run them "
-                          "in-process") from err
+        raise DaskUnavailable("running trials on Dask needs dask[distributed] (pip install "
+                              "'pymc_crf[reproduce]'); pass serial=True / --serial to run them "
+                              "in-process") from err
 
     from pymc_crf.reproduce.warm_up import WarmUp
 

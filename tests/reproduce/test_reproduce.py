@@ -139,6 +139,16 @@ def test_unreachable_scheduler_is_a_one_line_error(address, capsys, tmp_path):
                           f"'{address}'")
 
 
+def test_dask_run_without_distributed_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pymc-crf reproduce: running trials on Dask needs dask[distributed]")
+    assert "--serial" in err
+
+
 def test_show_params_applies_overrides(capsys):
     assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "train=[10, 30]",
                  "--set", "trials=3", "--show-params"]) == 0
