@@ -366,3 +366,27 @@ def test_library_versions_are_part_of_the_cache_key(monkeypatch):
     monkeypatch.setattr(metadata, "version",
                         lambda dist: "0.0.1" if dist == "pymc" else real(dist))
     assert environment_fingerprint() != before
+
+
+def test_a_mode_object_gives_the_same_cache_key_in_every_process():
+    # str() of a PyTensor Mode object holds memory addresses (and sets in hash order), so with
+    # config.mode set to one (as the test suite does) every process had its own environment
+    # fingerprint and a rerun recomputed every cached trial; two equal Mode objects stand for
+    # two processes here
+    import pytensor
+    from pytensor.compile.mode import Mode
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+    from pytensor.link.vm import VMLinker
+
+    from pymc_crf.reproduce.cache import environment_fingerprint
+
+    def vm_mode(c_thunks=False):
+        return Mode(VMLinker(use_cloop=False, c_thunks=c_thunks),
+                    RewriteDatabaseQuery(include=["fast_run"], exclude=["cxx_only"]))
+
+    prints = []
+    for mode in (vm_mode(), vm_mode(), vm_mode(c_thunks=True), "NUMBA"):
+        with pytensor.config.change_flags(mode=mode):
+            prints.append(environment_fingerprint())
+    assert prints[0] == prints[1]
+    assert len({prints[1], prints[2], prints[3]}) == 3  # other settings, another backend
