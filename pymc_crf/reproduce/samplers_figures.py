@@ -109,8 +109,11 @@ def _report(figure: str):
         table = markdown_table([label] + [f"CVM {m}" for m in methods],
                                [[x] + [f"{mean[x][f'cvm {m}']:.4g}" for m in methods]
                                 for x in xs])
-        text = (f"CVM distance to NUTS draws (Welling & Parise 2006, eq. (23), summed over the "
-                f"weights), mean over {p.get('models', 1)} model(s); {p['draws']} draws after "
+        # pmc.compare divides eq. (23)'s sum by the number of pooled draws (normalize=True), so
+        # the numbers are mean squared CDF differences, not the paper's raw sums
+        text = (f"CVM distance to NUTS draws (Welling & Parise 2006, eq. (23) divided by the "
+                f"number of pooled draws, summed over the weights), mean over "
+                f"{p.get('models', 1)} model(s); {p['draws']} draws after "
                 f"{p['tune']} tuning steps x {p['chains']} chains, NUTS {p['nuts_draws']} draws."
                 f"\n\n{table}\n\nPaper (Welling & Parise 2006, fig. {figure[3:]}; a plot, no "
                 f"printed numbers): {PAPER_CLAIMS[figure]}")

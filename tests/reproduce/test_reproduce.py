@@ -390,3 +390,19 @@ def test_a_mode_object_gives_the_same_cache_key_in_every_process():
             prints.append(environment_fingerprint())
     assert prints[0] == prints[1]
     assert len({prints[1], prints[2], prints[3]}) == 3  # other settings, another backend
+
+
+def test_welling_parise_reports_say_the_cvm_is_normalised():
+    # the scores are pmc.compare's CVM, eq. (23)'s sum divided by N1 + N2; the report called
+    # them eq. (23) itself, which is that many times larger
+    from pymc_crf.compare import cvm_score
+    from pymc_crf.reproduce.registry import TrialResult
+
+    a, b = np.linspace(0, 1, 30), np.linspace(0.2, 1.2, 50)
+    assert cvm_score(a, b, normalize=True) * 80 == pytest.approx(cvm_score(a, b))
+    exp = reproduce.get("welling-parise-fig6")
+    params = exp.params("quick")
+    results = [TrialResult(t.settings, t.seed, {"cvm bl_mp": 0.1, "time bl_mp": 1.0,
+                                                "time nuts": 1.0}) for t in exp.trials(params)]
+    report = exp.report(results, params)
+    assert "eq. (23) divided by the number of pooled draws" in report.tables
