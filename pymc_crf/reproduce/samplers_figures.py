@@ -156,9 +156,12 @@ _WHAT = {"fig2": "CVM vs N on 5x5 Boltzmann-machine grids",
          "fig6": "CVM vs number of chains, chain CRFs"}
 
 def _check(name: str):
-    """``check`` of the experiment ``name``: a prior sd > 0 and coupling strengths ``d`` >= 0
-    (a prior sd <= 0 failed inside NUTS, with "All initialization points failed")."""
+    """``check`` of the experiment ``name``: grids of at least 2 x 2 nodes (``rows=1`` has no
+    edges to weigh), a prior sd > 0 and coupling strengths ``d`` >= 0 (a prior sd <= 0 failed
+    inside NUTS, with "All initialization points failed")."""
     def check(p: dict[str, Any]) -> None:
+        if p.get("rows", 2) < 2:
+            raise bad_parameter(name, "rows", "takes grids of at least 2 rows", p["rows"])
         if "prior_sd" in p and not (p["prior_sd"] > 0 and np.isfinite(p["prior_sd"])):
             raise bad_parameter(name, "prior_sd", "takes a prior sd > 0", p["prior_sd"])
         for d in p.get("d", []):

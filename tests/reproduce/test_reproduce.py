@@ -81,6 +81,7 @@ def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
     ("parise-welling-fig3", "d=-1", "takes coupling strengths > 0; got -1"),
     ("parise-welling-fig4", "d=[0.1, 0]", "coupling strengths > 0; got [0.1, 0]"),
     ("welling-parise-fig4", "prior_sd=-1", "takes a prior sd > 0; got -1"),
+    ("welling-parise-fig2", "rows=1", "takes grids of at least 2 rows; got 1"),
     ("welling-parise-fig5", "d=[-1]", "coupling strengths >= 0 (in quarters); got [-1]"),
     # a repeated grid entry ran its trials twice and counted them twice in the means
     ("thesis-table-5.1", "train=[10, 10]", "parameter train of 'thesis-table-5.1' lists 10 "
