@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +100,11 @@ def _run_dask(experiment: str, todo: list[tuple[int, Trial]], store: Callable,
             raise SchedulerUnreachable(
                 f"cannot reach a Dask scheduler at --scheduler {scheduler!r} ({err}); start one "
                 "with `dask scheduler`, or drop --scheduler to run on a LocalCluster") from err
+        if not client.scheduler_info().get("workers"):
+            # the trials wait for a worker to join; without this line the command sits silent
+            print(f"pymc-crf reproduce: the scheduler at {scheduler} has no workers yet; the "
+                  f"trials wait until one joins (`dask worker {scheduler} --nthreads 1`)",
+                  file=sys.stderr, flush=True)
     try:
         if warm_up:
             client.register_plugin(WarmUp(experiment))

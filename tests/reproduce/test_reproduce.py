@@ -311,6 +311,21 @@ def test_changed_code_is_a_different_trial(flaky_experiment, tmp_path):
     assert flaky_experiment["calls"] == [0, 1, 2, 3]
 
 
+def test_scheduler_without_workers_says_the_trials_wait(flaky_experiment, tmp_path, capsys):
+    # the command sat silent until a worker joined (for ever, if none was started)
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    flaky_experiment["fail"] = False
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        threading.Timer(1.0, cluster.scale, [1]).start()  # a worker joins a second later
+        run = reproduce.run_experiment("test-flaky", scheduler=cluster.scheduler_address,
+                                       out=tmp_path, warm_up=False)
+    assert run.report.tables == "[0.0, 0.5, 1.0, 1.5]"
+    err = capsys.readouterr().err
+    assert f"the scheduler at {cluster.scheduler_address} has no workers yet" in err
+
+
 def test_serial_run_warms_up_with_the_first_quick_trial(flaky_experiment, tmp_path):
     flaky_experiment["fail"] = False
     run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path)
