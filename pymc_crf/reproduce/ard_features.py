@@ -161,7 +161,7 @@ def _report(results: Sequence[TrialResult], p: dict[str, Any]) -> Report:
 
 
 def _check(p: dict[str, Any]) -> None:
-    """``kinds`` are ``bcrf_synthetic``'s graph kinds (another name ended in a traceback inside
+    """``kinds`` are ``bcrf_synthetic``'s graph kinds (it rejects another name, but only inside
     the first trial)."""
     for kind in p["kinds"]:
         if kind not in ("chain", "loop"):

@@ -175,8 +175,8 @@ def _report(task: str):
 
 
 def _check(name: str):
-    """``check`` of the experiment ``name``: ``methods`` are the two fitters (any other name
-    was fitted as ``"map_hcrf"`` and then ended the run in a KeyError in the report)."""
+    """``check`` of the experiment ``name``: ``methods`` are the two fitters (``fit_trial`` fits
+    any other name as ``"map_hcrf"``, and the report has no label for it)."""
     def check(p: dict[str, Any]) -> None:
         for m in p["methods"]:
             if m not in LABELS:

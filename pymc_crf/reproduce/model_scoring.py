@@ -174,7 +174,7 @@ N_PAIRS = 5 * 4 // 2  # parise_welling_random_structure's default 5 nodes
 def _check(name: str):
     """``check`` of the experiment ``name``: coupling strengths ``d`` > 0 and finite (the data
     sets' ``U{[-d, -d + eps] u [d, d + eps]}``) and, for fig. 2, ``edges`` ``"all"`` or model
-    sizes from 1 to the 10 node pairs; anything else ended in a traceback inside a trial."""
+    sizes from 1 to the 10 node pairs; anything else raises only inside a trial."""
     def check(p: dict[str, Any]) -> None:
         for d in p["d"] if isinstance(p["d"], list) else [p["d"]]:
             if not (d > 0 and np.isfinite(d)):

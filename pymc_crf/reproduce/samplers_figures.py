@@ -157,8 +157,8 @@ _WHAT = {"fig2": "CVM vs N on 5x5 Boltzmann-machine grids",
 
 def _check(name: str):
     """``check`` of the experiment ``name``: grids of at least 2 x 2 nodes (``rows=1`` has no
-    edges to weigh), a prior sd > 0 and coupling strengths ``d`` >= 0 (a prior sd <= 0 failed
-    inside NUTS, with "All initialization points failed")."""
+    edges to weigh), a prior sd > 0 and coupling strengths ``d`` >= 0 (with a prior sd <= 0
+    NUTS fails inside the trial, with "All initialization points failed")."""
     def check(p: dict[str, Any]) -> None:
         if p.get("rows", 2) < 2:
             raise bad_parameter(name, "rows", "takes grids of at least 2 rows", p["rows"])

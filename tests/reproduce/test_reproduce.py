@@ -58,9 +58,9 @@ def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
 
 
 @pytest.mark.parametrize("name, bad, message", [
-    # values of the presets' types that the trials cannot use: each ran trials (for minutes, at
-    # full size) and then ended in a traceback inside a trial or the report, or ran silently
-    # with something else
+    # values of the presets' types that the trials cannot use: without the experiments' checks
+    # each runs trials (for minutes, at full size) before a traceback from inside a trial or
+    # the report, or runs something else silently
     ("thesis-ch3-treeep", 'graphs=["grid 9x9"]', "names graphs from 'complete K4'"),
     ("thesis-ch3-treeep", 'strengths={"complete K4": [1.0]}',
      "needs a list of coupling sds for 'grid 5x5'"),
@@ -83,7 +83,7 @@ def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
     ("welling-parise-fig4", "prior_sd=-1", "takes a prior sd > 0; got -1"),
     ("welling-parise-fig2", "rows=1", "takes grids of at least 2 rows; got 1"),
     ("welling-parise-fig5", "d=[-1]", "coupling strengths >= 0 (in quarters); got [-1]"),
-    # a repeated grid entry ran its trials twice and counted them twice in the means
+    # a repeated grid entry would run its trials twice and count them twice in the means
     ("thesis-table-5.1", "train=[10, 10]", "parameter train of 'thesis-table-5.1' lists 10 "
                                            "more than once"),
     ("luo-table-v", 'methods=["map_hcrf", "map_hcrf"]', 'lists "map_hcrf" more than once'),
@@ -110,8 +110,8 @@ def test_nuts_sampler_without_its_package_is_an_error(capsys, monkeypatch):
 
 
 def test_unwritable_out_fails_before_any_trial(tmp_path, capsys, monkeypatch):
-    # --out through a file: the cache write after the first trial (or, with --no-cache, the
-    # report after the last one) raised NotADirectoryError from pathlib
+    # --out through a file: unchecked, the cache write after the first trial (or, with
+    # --no-cache, the report after the last one) raises NotADirectoryError from pathlib
     import pymc_crf.reproduce.runner as runner
 
     calls = []
@@ -128,7 +128,8 @@ def test_unwritable_out_fails_before_any_trial(tmp_path, capsys, monkeypatch):
 
 @pytest.mark.parametrize("address", ["not-an-address", "tcp://127.0.0.1:9"])
 def test_unreachable_scheduler_is_a_one_line_error(address, capsys, tmp_path):
-    # distributed raised "missing port number" / a connect timeout from deep in its comm layer
+    # distributed's own errors ("missing port number", a connect timeout) come from deep in its
+    # comm layer; the command names the option instead
     pytest.importorskip("distributed")
     import dask
 
@@ -312,7 +313,7 @@ def test_changed_code_is_a_different_trial(flaky_experiment, tmp_path):
 
 
 def test_scheduler_without_workers_says_the_trials_wait(flaky_experiment, tmp_path, capsys):
-    # the command sat silent until a worker joined (for ever, if none was started)
+    # the trials wait for a worker; the command says so rather than sitting silent
     distributed = pytest.importorskip("distributed")
     import threading
 
@@ -385,9 +386,9 @@ def test_library_versions_are_part_of_the_cache_key(monkeypatch):
 
 
 def test_a_mode_object_gives_the_same_cache_key_in_every_process():
-    # str() of a PyTensor Mode object holds memory addresses (and sets in hash order), so with
-    # config.mode set to one (as the test suite does) every process had its own environment
-    # fingerprint and a rerun recomputed every cached trial; two equal Mode objects stand for
+    # str() of a PyTensor Mode object holds memory addresses (and sets in hash order), so a key
+    # built from it differs between processes with config.mode set to one (as the test suite
+    # does), and a rerun would recompute every cached trial; two equal Mode objects stand for
     # two processes here
     import pytensor
     from pytensor.compile.mode import Mode
@@ -409,8 +410,8 @@ def test_a_mode_object_gives_the_same_cache_key_in_every_process():
 
 
 def test_welling_parise_reports_say_the_cvm_is_normalised():
-    # the scores are pmc.compare's CVM, eq. (23)'s sum divided by N1 + N2; the report called
-    # them eq. (23) itself, which is that many times larger
+    # the scores are pmc.compare's CVM, eq. (23)'s sum divided by N1 + N2, so the report must
+    # not call them eq. (23) itself, which is that many times larger
     from pymc_crf.compare import cvm_score
     from pymc_crf.reproduce.registry import TrialResult
 
