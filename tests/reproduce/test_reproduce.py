@@ -423,3 +423,15 @@ def test_welling_parise_reports_say_the_cvm_is_normalised():
                                                 "time nuts": 1.0}) for t in exp.trials(params)]
     report = exp.report(results, params)
     assert "eq. (23) divided by the number of pooled draws" in report.tables
+
+
+def test_ard_trial_leaves_the_warning_filters_alone():
+    # a serial run executes trials in the caller's process: a trial's "ignore" filter must not
+    # silence the caller's warnings after it
+    import warnings
+
+    exp = reproduce.get("thesis-ch4-ard")
+    trial = exp.trials(exp.params("quick", {"n_test": 5}))[0]
+    before = list(warnings.filters)
+    reproduce.execute_trial("thesis-ch4-ard", trial.settings, trial.seed)
+    assert warnings.filters == before
