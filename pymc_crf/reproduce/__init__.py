@@ -7,6 +7,7 @@ a markdown table with the paper's numbers beside ours and a figure to ``--out`` 
 """
 
 from pymc_crf.reproduce.command import (
+    OutputError,
     ReproduceRun,
     add_arguments,
     parse_overrides,
@@ -22,13 +23,22 @@ from pymc_crf.reproduce.registry import (
     get,
     register,
 )
-from pymc_crf.reproduce.runner import RunStats, execute_trial, run_trials
+from pymc_crf.reproduce.runner import (
+    DaskUnavailable,
+    RunStats,
+    SchedulerUnreachable,
+    execute_trial,
+    run_trials,
+)
 
 __all__ = [
+    "DaskUnavailable",
     "Experiment",
+    "OutputError",
     "Report",
     "ReproduceRun",
     "RunStats",
+    "SchedulerUnreachable",
     "Trial",
     "TrialResult",
     "add_arguments",

@@ -36,7 +36,14 @@ from typing import Any
 import numpy as np
 from scipy.stats import ttest_rel
 
-from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
+from pymc_crf.reproduce.registry import (
+    Experiment,
+    Report,
+    Trial,
+    TrialResult,
+    bad_parameter,
+    register,
+)
 from pymc_crf.reproduce.report import markdown_table, mean_se, new_figure
 
 __all__ = ["PAPER_TABLES", "run_trial"]
@@ -244,6 +251,31 @@ _SIZES = {
               "nuts_sampler": "pymc"},
 }
 
+#: ``pm.sample``'s ``nuts_sampler`` values; those but "pymc" need their package installed
+NUTS_SAMPLERS = ("pymc", "nutpie", "numpyro", "blackjax")
+
+
+def _check(name: str):
+    """``check`` of the experiment ``name``: an EP step size in (0, 1] (``run_ep`` rejects any
+    other, but only after a trial's ML and MAP fits) and a ``nuts_sampler`` that ``pm.sample``
+    knows and can import (otherwise the NUTS trials, which run after the EP ones, fail)."""
+    def check(p: dict[str, Any]) -> None:
+        import importlib.util
+
+        if not 0 < p["step_size"] <= 1:
+            raise bad_parameter(name, "step_size", "takes an EP step size in (0, 1]",
+                                p["step_size"])
+        sampler = p["nuts_sampler"]
+        if sampler not in NUTS_SAMPLERS:
+            raise bad_parameter(name, "nuts_sampler",
+                                f"takes one of {', '.join(map(repr, NUTS_SAMPLERS))}", sampler)
+        runs_nuts = min(p["nuts_trials"], p["trials"]) and set(p["nuts_train"]) & set(p["train"])
+        if runs_nuts and sampler != "pymc" and importlib.util.find_spec(sampler) is None:
+            raise bad_parameter(name, "nuts_sampler", f"needs the package {sampler} installed "
+                                '(or "pymc", which needs nothing more)', sampler)
+    return check
+
+
 for _kind, _name, _what in (("loop", "thesis-table-5.1", "3-node loops"),
                             ("chain", "thesis-table-5.2", "3-node chains")):
     register(Experiment(
@@ -251,4 +283,4 @@ for _kind, _name, _what in (("loop", "thesis-table-5.1", "3-node loops"),
         description=f"Qi 2005 table {_name[-3:]}: ML, MAP, BCRF-PEP/TEP and NUTS test error on "
                     f"{_what} (10/30/100 training graphs)",
         sizes=_SIZES, trials=_trials(_kind), run_trial=run_trial, report=_report(_kind),
-        zero_ok=("nuts_trials",)))
+        zero_ok=("nuts_trials",), check=_check(_name)))

@@ -45,13 +45,42 @@ def environment_fingerprint() -> str:
 
     import pytensor
 
-    parts = [platform.python_version(), str(pytensor.config.linker), str(pytensor.config.mode)]
+    parts = [platform.python_version(), str(pytensor.config.linker),
+             _describe_mode(pytensor.config.mode)]
     for dist in ("numpy", "scipy", "numba", "pytensor", "pymc", "arviz", "nutpie"):
         try:
             parts.append(f"{dist}={metadata.version(dist)}")
         except metadata.PackageNotFoundError:
             parts.append(f"{dist}=absent")
     return hashlib.sha256("|".join(parts).encode()).hexdigest()
+
+
+def _describe_mode(mode: Any) -> str:
+    """A text for PyTensor's ``config.mode`` that is the same in every process for the same mode.
+
+    ``config.mode`` is a name (``"Mode"``, ``"NUMBA"``, ``"FAST_RUN"``) or a ``Mode`` object;
+    ``str`` of the object prints memory addresses and the rewrite database's set of names in
+    hash order, so it differs from process to process, and a cache keyed on it is never read
+    again. The object is described by its class, its linker's class and plain settings
+    (``use_cloop``, ``c_thunks``, ...) and its rewrite query's included, required and excluded
+    tags.
+    """
+    if isinstance(mode, str):
+        return mode
+    plain = (bool, int, float, str, type(None))
+    parts = [type(mode).__name__]
+    linker = getattr(mode, "linker", None)
+    if linker is not None:
+        parts.append(type(linker).__name__ + "(" + ", ".join(
+            f"{k}={v!r}" for k, v in sorted(vars(linker).items()) if isinstance(v, plain)) + ")")
+    query = getattr(mode, "provided_optimizer", None)
+    if isinstance(query, str):
+        parts.append(query)
+    elif query is not None:
+        parts.append(type(query).__name__ + "(" + ", ".join(
+            f"{k}={sorted(map(str, getattr(query, k, ())))}"
+            for k in ("include", "require", "exclude")) + ")")
+    return "|".join(parts)
 
 
 def trial_key(experiment: str, settings: dict[str, Any], seed: int, version: str) -> str:

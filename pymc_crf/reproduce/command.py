@@ -14,10 +14,37 @@ from typing import Any
 from pymc_crf.reproduce.cache import TrialCache, code_fingerprint, environment_fingerprint
 from pymc_crf.reproduce.registry import Report, TrialResult, available, get
 from pymc_crf.reproduce.report import write_report
-from pymc_crf.reproduce.runner import RunStats, run_trials
+from pymc_crf.reproduce.runner import (
+    DaskUnavailable,
+    RunStats,
+    SchedulerUnreachable,
+    run_trials,
+)
 from pymc_crf.validation import int_at_least
 
-__all__ = ["ReproduceRun", "add_arguments", "parse_overrides", "run", "run_experiment"]
+__all__ = ["OutputError", "ReproduceRun", "add_arguments", "parse_overrides", "run",
+           "run_experiment"]
+
+
+class OutputError(OSError):
+    """The ``out`` folder cannot hold the report or the trial cache (a path through a file, a
+    folder without write permission)."""
+
+
+def _check_writable(*folders: Path) -> None:
+    """Create ``folders`` and write a probe file in each, so an output folder that cannot be
+    written fails before any trial runs (the cache is written after the first trial, the
+    report after the last)."""
+    import tempfile
+
+    for folder in folders:
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=folder):
+                pass
+        except OSError as err:
+            raise OutputError(f"cannot write to --out: {folder}: "
+                              f"{err.strerror or err}") from err
 
 
 @dataclass
@@ -76,6 +103,15 @@ def run_experiment(name: str, *, quick: bool = False, overrides: dict[str, Any] 
     Returns
     -------
     ReproduceRun
+
+    Raises
+    ------
+    OutputError
+        ``out`` cannot be written (checked before any trial runs).
+    pymc_crf.reproduce.runner.SchedulerUnreachable
+        No scheduler answers at ``scheduler``.
+    pymc_crf.reproduce.runner.DaskUnavailable
+        A run on Dask without ``dask[distributed]`` installed.
     """
     import pymc_crf
 
@@ -84,6 +120,7 @@ def run_experiment(name: str, *, quick: bool = False, overrides: dict[str, Any] 
     reason = exp.unavailable()
     if reason is not None:
         return ReproduceRun([], None, {}, RunStats(), params, skipped=reason)
+    _check_writable(Path(out) / name, *([Path(out) / "cache" / name] if cache else []))
     trial_cache = None
     if cache:
         version = (f"{pymc_crf.__version__}+{code_fingerprint(exp.sources)[:16]}"
@@ -145,9 +182,14 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(params, indent=1, sort_keys=True), file=out)
         return 0
     t0 = time.perf_counter()
-    res = run_experiment(args.name, quick=args.quick, overrides=overrides, out=args.out,
-                         scheduler=args.scheduler, n_workers=args.workers, serial=args.serial,
-                         cache=not args.no_cache)
+    try:
+        res = run_experiment(args.name, quick=args.quick, overrides=overrides, out=args.out,
+                             scheduler=args.scheduler, n_workers=args.workers,
+                             serial=args.serial, cache=not args.no_cache)
+    except (OutputError, SchedulerUnreachable, DaskUnavailable) as err:
+        # raised before any trial runs; the message names the option to change
+        print(f"pymc-crf reproduce: {err}", file=sys.stderr)
+        return 2
     if res.skipped is not None:
         print(f"{args.name}: SKIPPED, {res.skipped}", file=out)
         return 0

@@ -16,7 +16,14 @@ from typing import Any
 
 import numpy as np
 
-from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
+from pymc_crf.reproduce.registry import (
+    Experiment,
+    Report,
+    Trial,
+    TrialResult,
+    bad_parameter,
+    register,
+)
 from pymc_crf.reproduce.report import markdown_table, mean_se, new_figure
 
 __all__ = ["PAPER_TABLE_V", "fit_trial", "run_trial", "score_trial", "vowels_data"]
@@ -167,6 +174,17 @@ def _report(task: str):
     return report
 
 
+def _check(name: str):
+    """``check`` of the experiment ``name``: ``methods`` are the two fitters (``fit_trial`` fits
+    any other name as ``"map_hcrf"``, and the report has no label for it)."""
+    def check(p: dict[str, Any]) -> None:
+        for m in p["methods"]:
+            if m not in LABELS:
+                raise bad_parameter(name, "methods",
+                                    f"takes {' and / or '.join(map(repr, LABELS))}", m)
+    return check
+
+
 _FIT_FULL = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 10, "rounds": 4,
              "restarts": 8, "max_iter": 20, "map_states": 10, "map_maxiter": 500}
 _FIT_QUICK = {"methods": ["bp_hcrf_vi", "map_hcrf"], "truncation": 2, "rounds": 1,
@@ -180,7 +198,8 @@ register(Experiment(
                     "T": 100},
            "quick": {**_FIT_QUICK, "splits": 1, "n_train_per_class": 2, "n_test_per_class": 3,
                      "T": 10}},
-    trials=_trials("hmm"), run_trial=run_trial, report=_report("hmm")))
+    trials=_trials("hmm"), run_trial=run_trial, report=_report("hmm"),
+    check=_check("luo-table-v")))
 
 register(Experiment(
     name="japanese-vowels",
@@ -188,4 +207,5 @@ register(Experiment(
                 "(data shipped with the package)",
     sizes={"full": {**_FIT_FULL, "splits": 1, "every": 1},
            "quick": {**_FIT_QUICK, "splits": 1, "every": 30}},
-    trials=_trials("vowels"), run_trial=run_trial, report=_report("vowels")))
+    trials=_trials("vowels"), run_trial=run_trial, report=_report("vowels"),
+    check=_check("japanese-vowels")))

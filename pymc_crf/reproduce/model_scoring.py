@@ -26,7 +26,14 @@ from typing import Any
 
 import numpy as np
 
-from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
+from pymc_crf.reproduce.registry import (
+    Experiment,
+    Report,
+    Trial,
+    TrialResult,
+    bad_parameter,
+    register,
+)
 from pymc_crf.reproduce.report import label_axes, markdown_table, new_figure
 
 __all__ = ["METHODS", "PAPER_CLAIMS", "run_trial"]
@@ -161,9 +168,27 @@ def _report(axis: str, figure: str):
     return report
 
 
+N_PAIRS = 5 * 4 // 2  # parise_welling_random_structure's default 5 nodes
+
+
+def _check(name: str):
+    """``check`` of the experiment ``name``: coupling strengths ``d`` > 0 and finite (the data
+    sets' ``U{[-d, -d + eps] u [d, d + eps]}``) and, for fig. 2, ``edges`` ``"all"`` or model
+    sizes from 1 to the 10 node pairs; anything else raises only inside a trial."""
+    def check(p: dict[str, Any]) -> None:
+        for d in p["d"] if isinstance(p["d"], list) else [p["d"]]:
+            if not (d > 0 and np.isfinite(d)):
+                raise bad_parameter(name, "d", "takes coupling strengths > 0", p["d"])
+        edges = p.get("edges", "all")
+        if edges != "all" and not (isinstance(edges, list)
+                                   and all(1 <= k <= N_PAIRS for k in edges)):
+            raise bad_parameter(name, "edges", f'takes "all" or a list of edge counts from 1 to '
+                                f"{N_PAIRS}", edges)
+    return check
+
+
 def _sequence_trials(p: dict[str, Any]) -> list[Trial]:
-    n_pairs = 5 * 4 // 2  # parise_welling_random_structure's default 5 nodes
-    ks = range(1, n_pairs + 1) if p["edges"] == "all" else p["edges"]
+    ks = range(1, N_PAIRS + 1) if p["edges"] == "all" else p["edges"]
     return [Trial({"n": n, "d": p["d"], "n_samples": max(p["n"]), "n_temps": p["n_temps"],
                    "n_runs": p["n_runs"], "edges": int(k)}, seed)
             for n in p["n"] for k in ks for seed in range(p["datasets"])]
@@ -222,7 +247,8 @@ register(Experiment(
                     "n_temps": 1000, "n_runs": 10},
            "quick": {"n": [50], "edges": [1, 10], "d": 0.5 / 4, "datasets": 1, "n_temps": 50,
                      "n_runs": 2}},
-    trials=_sequence_trials, run_trial=run_trial, report=_sequence_report))
+    trials=_sequence_trials, run_trial=run_trial, report=_sequence_report,
+    check=_check("parise-welling-fig2")))
 
 register(Experiment(
     name="parise-welling-fig3",
@@ -231,7 +257,8 @@ register(Experiment(
     sizes={"full": {"n": [10, 30, 100, 300, 1000, 3000, 10000], "d": 0.5 / 4, "datasets": 50,
                     "n_temps": 1000, "n_runs": 10},
            "quick": {"n": [10, 100], "d": 0.5 / 4, "datasets": 1, "n_temps": 50, "n_runs": 2}},
-    trials=_trials("n"), run_trial=run_trial, report=_report("n", "fig3")))
+    trials=_trials("n"), run_trial=run_trial, report=_report("n", "fig3"),
+    check=_check("parise-welling-fig3")))
 
 register(Experiment(
     name="parise-welling-fig4",
@@ -241,4 +268,5 @@ register(Experiment(
                     "datasets": 50, "n_temps": 1000, "n_runs": 10},
            "quick": {"d": [0.5 / 4, 2.0 / 4], "n": 100, "datasets": 1, "n_temps": 50,
                      "n_runs": 2}},
-    trials=_trials("d"), run_trial=run_trial, report=_report("d", "fig4")))
+    trials=_trials("d"), run_trial=run_trial, report=_report("d", "fig4"),
+    check=_check("parise-welling-fig4")))

@@ -14,7 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Experiment", "Report", "Trial", "TrialResult", "available", "get", "register"]
+__all__ = ["Experiment", "Report", "Trial", "TrialResult", "available", "bad_parameter", "get",
+           "register"]
 
 
 @dataclass(frozen=True)
@@ -74,6 +75,11 @@ class Experiment:
     zero_ok : tuple of str
         Integer parameters that may be 0 (every other integer parameter is a count >= 1, unless
         a preset gives it 0).
+    check : callable, optional
+        ``check(params) -> None``: raises a ValueError naming the parameter when the values,
+        though of the presets' types, mean nothing to the trials (an unknown graph or method, a
+        step size outside (0, 1], a prior scale <= 0), so a bad ``--set`` is a one-line error
+        before any trial runs rather than a traceback from inside one.
     """
 
     name: str
@@ -85,6 +91,7 @@ class Experiment:
     unavailable: Callable[[], str | None] = field(default=lambda: None)
     sources: tuple[str, ...] = ()
     zero_ok: tuple[str, ...] = ()
+    check: Callable[[dict[str, Any]], None] = field(default=lambda params: None)
 
     def params(self, size: str = "full", overrides: dict[str, Any] | None = None
                ) -> dict[str, Any]:
@@ -99,13 +106,15 @@ class Experiment:
                              f"{', '.join(sorted(unknown))} (parameters: {', '.join(params)})")
         for key, value in (overrides or {}).items():
             params[key] = self._check_value(key, value)
+        self.check(params)
         return params
 
     def _check_value(self, key: str, value: Any) -> Any:
         """``value`` as the override of ``key`` (a whole float such as ``3.0`` where the presets
         give an integer becomes ``3``), or a ValueError when none of the presets' JSON types fits
-        (``trials="abc"``, ``trials=1.5``, ``Infinity``, a list for a dict) or a count is below
-        its minimum."""
+        (``trials="abc"``, ``trials=1.5``, ``Infinity``, a list for a dict), a count is below
+        its minimum or a list repeats an entry (every list parameter is an axis of the grid: a
+        repeated entry would run its trials twice and count them twice in the means)."""
         presets = [p[key] for p in self.sizes.values() if key in p]
         unfit = object()
 
@@ -145,6 +154,10 @@ class Experiment:
                     if not fitted:
                         return unfit
                     out.append(fitted[0])
+                repeated = sorted({json.dumps(x) for x in out if out.count(x) > 1})
+                if repeated:
+                    raise ValueError(f"parameter {name} of {self.name!r} lists "
+                                     f"{', '.join(repeated)} more than once; got {v!r}")
                 return out
             if kp == "object":
                 return v if k == "object" else unfit
@@ -160,6 +173,12 @@ class Experiment:
         raise ValueError(f"parameter {key} of {self.name!r} takes "
                          f"{'an' if shown[0] in 'aeiou' else 'a'} {shown} like {example}; "
                          f"got {value!r}")
+
+
+def bad_parameter(experiment: str, key: str, what: str, value: Any) -> ValueError:
+    """The ValueError an :attr:`Experiment.check` raises: ``parameter KEY of 'NAME' WHAT; got
+    VALUE``."""
+    return ValueError(f"parameter {key} of {experiment!r} {what}; got {value!r}")
 
 
 _REGISTRY: dict[str, Experiment] = {}

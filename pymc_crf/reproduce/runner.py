@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -17,7 +18,16 @@ from typing import Any
 from pymc_crf.reproduce.cache import TrialCache
 from pymc_crf.reproduce.registry import Trial, TrialResult, get
 
-__all__ = ["RunStats", "execute_trial", "run_trials"]
+__all__ = ["DaskUnavailable", "RunStats", "SchedulerUnreachable", "execute_trial", "run_trials"]
+
+
+class DaskUnavailable(ImportError):
+    """A run on Dask without ``dask[distributed]`` installed (``--serial`` needs none)."""
+
+
+class SchedulerUnreachable(ConnectionError):
+    """No Dask scheduler answers at the ``scheduler`` address given (a stopped scheduler, a
+    wrong port, an address that is not one)."""
 
 
 @dataclass
@@ -67,9 +77,9 @@ def _run_dask(experiment: str, todo: list[tuple[int, Trial]], store: Callable,
     try:
         from distributed import Client, LocalCluster, as_completed
     except ImportError as err:
-        raise ImportError("running trials on Dask needs dask[distributed] (pip install "
-                          "'pymc_crf[reproduce]'); pass serial=True / --serial to run them "
-                          "in-process") from err
+        raise DaskUnavailable("running trials on Dask needs dask[distributed] (pip install "
+                              "'pymc_crf[reproduce]'); pass serial=True / --serial to run them "
+                              "in-process") from err
 
     from pymc_crf.reproduce.warm_up import WarmUp
 
@@ -82,7 +92,19 @@ def _run_dask(experiment: str, todo: list[tuple[int, Trial]], store: Callable,
                                processes=True, dashboard_address=None)
         client = Client(cluster)
     else:
-        client = Client(scheduler)
+        try:
+            client = Client(scheduler)
+        except (OSError, ValueError, TypeError) as err:
+            # distributed's own errors (a connect timeout after its 30 s, "missing port
+            # number") surface with a traceback through its comm layer; this names the option
+            raise SchedulerUnreachable(
+                f"cannot reach a Dask scheduler at --scheduler {scheduler!r} ({err}); start one "
+                "with `dask scheduler`, or drop --scheduler to run on a LocalCluster") from err
+        if not client.scheduler_info().get("workers"):
+            # the trials wait for a worker to join; without this line the command sits silent
+            print(f"pymc-crf reproduce: the scheduler at {scheduler} has no workers yet; the "
+                  f"trials wait until one joins (`dask worker {scheduler} --nthreads 1`)",
+                  file=sys.stderr, flush=True)
     try:
         if warm_up:
             client.register_plugin(WarmUp(experiment))

@@ -20,7 +20,14 @@ from typing import Any
 import numpy as np
 
 from pymc_crf.reproduce import samplers_models as sf
-from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
+from pymc_crf.reproduce.registry import (
+    Experiment,
+    Report,
+    Trial,
+    TrialResult,
+    bad_parameter,
+    register,
+)
 from pymc_crf.reproduce.report import label_axes, markdown_table, new_figure
 
 __all__ = ["PAPER_CLAIMS", "run_trial"]
@@ -102,8 +109,11 @@ def _report(figure: str):
         table = markdown_table([label] + [f"CVM {m}" for m in methods],
                                [[x] + [f"{mean[x][f'cvm {m}']:.4g}" for m in methods]
                                 for x in xs])
-        text = (f"CVM distance to NUTS draws (Welling & Parise 2006, eq. (23), summed over the "
-                f"weights), mean over {p.get('models', 1)} model(s); {p['draws']} draws after "
+        # pmc.compare divides eq. (23)'s sum by the number of pooled draws (normalize=True), so
+        # the numbers are mean squared CDF differences, not the paper's raw sums
+        text = (f"CVM distance to NUTS draws (Welling & Parise 2006, eq. (23) divided by the "
+                f"number of pooled draws, summed over the weights), mean over "
+                f"{p.get('models', 1)} model(s); {p['draws']} draws after "
                 f"{p['tune']} tuning steps x {p['chains']} chains, NUTS {p['nuts_draws']} draws."
                 f"\n\n{table}\n\nPaper (Welling & Parise 2006, fig. {figure[3:]}; a plot, no "
                 f"printed numbers): {PAPER_CLAIMS[figure]}")
@@ -145,10 +155,27 @@ _WHAT = {"fig2": "CVM vs N on 5x5 Boltzmann-machine grids",
          "fig4": "CVM vs coupling strength, biases 0", "fig5": "CVM vs coupling strength, biases 1",
          "fig6": "CVM vs number of chains, chain CRFs"}
 
+def _check(name: str):
+    """``check`` of the experiment ``name``: grids of at least 2 x 2 nodes (``rows=1`` has no
+    edges to weigh), a prior sd > 0 and coupling strengths ``d`` >= 0 (with a prior sd <= 0
+    NUTS fails inside the trial, with "All initialization points failed")."""
+    def check(p: dict[str, Any]) -> None:
+        if p.get("rows", 2) < 2:
+            raise bad_parameter(name, "rows", "takes grids of at least 2 rows", p["rows"])
+        if "prior_sd" in p and not (p["prior_sd"] > 0 and np.isfinite(p["prior_sd"])):
+            raise bad_parameter(name, "prior_sd", "takes a prior sd > 0", p["prior_sd"])
+        for d in p.get("d", []):
+            if not (d >= 0 and np.isfinite(d)):
+                raise bad_parameter(name, "d", "takes coupling strengths >= 0 (in quarters)",
+                                    p["d"])
+    return check
+
+
 for _fig in ("fig2", "fig4", "fig5", "fig6"):
     register(Experiment(
         name=f"welling-parise-{_fig}",
         description=f"Welling & Parise 2006 fig. {_fig[3:]}: {_METHODS[_fig]} against NUTS, "
                     f"{_WHAT[_fig]}",
         sizes=_SIZES[_fig], trials=_trials(_fig), run_trial=run_trial, report=_report(_fig),
+        check=_check(f"welling-parise-{_fig}"),
     ))

@@ -17,7 +17,14 @@ from typing import Any
 
 import numpy as np
 
-from pymc_crf.reproduce.registry import Experiment, Report, Trial, TrialResult, register
+from pymc_crf.reproduce.registry import (
+    Experiment,
+    Report,
+    Trial,
+    TrialResult,
+    bad_parameter,
+    register,
+)
 from pymc_crf.reproduce.report import markdown_table, new_figure
 
 __all__ = ["GRAPHS", "PAPER_TABLE_3_1", "run_trial"]
@@ -127,6 +134,30 @@ def _report(results: Sequence[TrialResult], p: dict[str, Any]) -> Report:
     return Report(text, timings, fig)
 
 
+def _check(p: dict[str, Any]) -> None:
+    """Every graph is one of :data:`GRAPHS` with a non-empty list of distinct coupling sds >= 0
+    in ``strengths`` (a graph without one, or an unknown name, would end the run in a KeyError
+    inside a trial or the report)."""
+    name = "thesis-ch3-treeep"
+    unknown = [g for g in [*p["graphs"], *p["strengths"]] if g not in GRAPHS]
+    if unknown:
+        key = "graphs" if unknown[0] in p["graphs"] else "strengths"
+        raise bad_parameter(name, key, f"names graphs from {', '.join(map(repr, GRAPHS))}",
+                            unknown[0])
+    for g in p["graphs"]:
+        ss = p["strengths"].get(g)
+        if ss is None:
+            raise bad_parameter(name, "strengths", f"needs a list of coupling sds for {g!r} "
+                                "(a graph of 'graphs')", p["strengths"])
+        ok = (isinstance(ss, list) and ss
+              and all(isinstance(s, int | float) and not isinstance(s, bool)
+                      and np.isfinite(s) and s >= 0 for s in ss)
+              and len(set(ss)) == len(ss))
+        if not ok:
+            raise bad_parameter(name, "strengths", f"takes for {g!r} a non-empty list of "
+                                "distinct coupling sds >= 0", ss)
+
+
 _STRENGTHS = {"complete K4": [0.5, 1.0, 3 / np.sqrt(3), 3.0], "grid 5x5": [0.25, 0.5, 1.0, 2.0],
               "grid 8x8": [0.25, 0.5, 1.0, 2.0]}
 
@@ -137,4 +168,4 @@ register(Experiment(
     sizes={"full": {"graphs": list(GRAPHS), "strengths": _STRENGTHS, "trials": 10},
            "quick": {"graphs": ["complete K4", "grid 5x5"],
                      "strengths": {"complete K4": [1.0], "grid 5x5": [1.0]}, "trials": 2}},
-    trials=_trials, run_trial=run_trial, report=_report))
+    trials=_trials, run_trial=run_trial, report=_report, check=_check))

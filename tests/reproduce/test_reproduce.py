@@ -57,6 +57,100 @@ def test_bad_names_and_parameters_are_one_line_errors(capsys, tmp_path):
     assert main(["reproduce"]) == 2
 
 
+@pytest.mark.parametrize("name, bad, message", [
+    # values of the presets' types that the trials cannot use: without the experiments' checks
+    # each runs trials (for minutes, at full size) before a traceback from inside a trial or
+    # the report, or runs something else silently
+    ("thesis-ch3-treeep", 'graphs=["grid 9x9"]', "names graphs from 'complete K4'"),
+    ("thesis-ch3-treeep", 'strengths={"complete K4": [1.0]}',
+     "needs a list of coupling sds for 'grid 5x5'"),
+    ("thesis-ch3-treeep", 'strengths={"complete K4": [-1], "grid 5x5": [1], "grid 8x8": [1]}',
+     "distinct coupling sds >= 0; got [-1]"),
+    ("thesis-ch3-treeep", 'strengths={"complete K4": [[1]], "grid 5x5": [1], "grid 8x8": [1]}',
+     "distinct coupling sds >= 0; got [[1]]"),
+    ("thesis-ch3-treeep", 'strengths={"complete K4": [1, 1.0], "grid 5x5": [1], "grid 8x8": [1]}',
+     "distinct coupling sds >= 0; got [1, 1.0]"),
+    ("thesis-table-5.1", "nuts_sampler=foo", "takes one of 'pymc', 'nutpie'"),
+    ("thesis-table-5.1", "step_size=0", "takes an EP step size in (0, 1]; got 0"),
+    ("thesis-table-5.2", "step_size=1.5", "takes an EP step size in (0, 1]; got 1.5"),
+    ("thesis-ch4-ard", 'kinds=["tree"]', "got 'tree'"),
+    ("luo-table-v", 'methods=["foo"]', "takes 'bp_hcrf_vi' and / or 'map_hcrf'; got 'foo'"),
+    ("japanese-vowels", 'methods=["map"]', "got 'map'"),
+    ("parise-welling-fig2", "edges=some", 'takes "all" or a list of edge counts from 1 to 10'),
+    ("parise-welling-fig2", "edges=[11]", "edge counts from 1 to 10; got [11]"),
+    ("parise-welling-fig3", "d=-1", "takes coupling strengths > 0; got -1"),
+    ("parise-welling-fig4", "d=[0.1, 0]", "coupling strengths > 0; got [0.1, 0]"),
+    ("welling-parise-fig4", "prior_sd=-1", "takes a prior sd > 0; got -1"),
+    ("welling-parise-fig2", "rows=1", "takes grids of at least 2 rows; got 1"),
+    ("welling-parise-fig5", "d=[-1]", "coupling strengths >= 0 (in quarters); got [-1]"),
+    # a repeated grid entry would run its trials twice and count them twice in the means
+    ("thesis-table-5.1", "train=[10, 10]", "parameter train of 'thesis-table-5.1' lists 10 "
+                                           "more than once"),
+    ("luo-table-v", 'methods=["map_hcrf", "map_hcrf"]', 'lists "map_hcrf" more than once'),
+])
+def test_values_the_trials_cannot_use_are_one_line_errors(name, bad, message, capsys):
+    assert main(["reproduce", name, "--quick", "--set", bad, "--show-params"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pymc-crf reproduce: parameter ") and message in err
+    assert "Traceback" not in err
+
+
+def test_nuts_sampler_without_its_package_is_an_error(capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "numpyro" else real(name, *a))
+    assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "nuts_sampler=numpyro",
+                 "--show-params"]) == 2
+    assert "needs the package numpyro installed" in capsys.readouterr().err
+    # without NUTS trials the sampler is never used
+    assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "nuts_sampler=numpyro",
+                 "--set", "nuts_trials=0", "--show-params"]) == 0
+
+
+def test_unwritable_out_fails_before_any_trial(tmp_path, capsys, monkeypatch):
+    # --out through a file: unchecked, the cache write after the first trial (or, with
+    # --no-cache, the report after the last one) raises NotADirectoryError from pathlib
+    import pymc_crf.reproduce.runner as runner
+
+    calls = []
+    monkeypatch.setattr(runner, "execute_trial", lambda *a: calls.append(a) or {})
+    (tmp_path / "file").write_text("")
+    for extra in ([], ["--no-cache"]):
+        assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--serial",
+                     "--out", str(tmp_path / "file" / "out"), *extra]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("pymc-crf reproduce: cannot write to --out: ") and "Traceback" \
+            not in err
+    assert calls == []
+
+
+@pytest.mark.parametrize("address", ["not-an-address", "tcp://127.0.0.1:9"])
+def test_unreachable_scheduler_is_a_one_line_error(address, capsys, tmp_path):
+    # distributed's own errors ("missing port number", a connect timeout) come from deep in its
+    # comm layer; the command names the option instead
+    pytest.importorskip("distributed")
+    import dask
+
+    with dask.config.set({"distributed.comm.timeouts.connect": "1s"}):
+        assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--scheduler", address,
+                     "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"pymc-crf reproduce: cannot reach a Dask scheduler at --scheduler "
+                          f"'{address}'")
+
+
+def test_dask_run_without_distributed_is_a_one_line_error(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "distributed", None)  # as if not installed
+    assert main(["reproduce", "thesis-ch3-treeep", "--quick", "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("pymc-crf reproduce: running trials on Dask needs dask[distributed]")
+    assert "--serial" in err
+
+
 def test_show_params_applies_overrides(capsys):
     assert main(["reproduce", "thesis-table-5.1", "--quick", "--set", "train=[10, 30]",
                  "--set", "trials=3", "--show-params"]) == 0
@@ -218,6 +312,21 @@ def test_changed_code_is_a_different_trial(flaky_experiment, tmp_path):
     assert flaky_experiment["calls"] == [0, 1, 2, 3]
 
 
+def test_scheduler_without_workers_says_the_trials_wait(flaky_experiment, tmp_path, capsys):
+    # the trials wait for a worker; the command says so rather than sitting silent
+    distributed = pytest.importorskip("distributed")
+    import threading
+
+    flaky_experiment["fail"] = False
+    with distributed.LocalCluster(n_workers=0, processes=False, dashboard_address=None) as cluster:
+        threading.Timer(1.0, cluster.scale, [1]).start()  # a worker joins a second later
+        run = reproduce.run_experiment("test-flaky", scheduler=cluster.scheduler_address,
+                                       out=tmp_path, warm_up=False)
+    assert run.report.tables == "[0.0, 0.5, 1.0, 1.5]"
+    err = capsys.readouterr().err
+    assert f"the scheduler at {cluster.scheduler_address} has no workers yet" in err
+
+
 def test_serial_run_warms_up_with_the_first_quick_trial(flaky_experiment, tmp_path):
     flaky_experiment["fail"] = False
     run = reproduce.run_experiment("test-flaky", serial=True, out=tmp_path)
@@ -274,3 +383,55 @@ def test_library_versions_are_part_of_the_cache_key(monkeypatch):
     monkeypatch.setattr(metadata, "version",
                         lambda dist: "0.0.1" if dist == "pymc" else real(dist))
     assert environment_fingerprint() != before
+
+
+def test_a_mode_object_gives_the_same_cache_key_in_every_process():
+    # str() of a PyTensor Mode object holds memory addresses (and sets in hash order), so a key
+    # built from it differs between processes with config.mode set to one (as the test suite
+    # does), and a rerun would recompute every cached trial; two equal Mode objects stand for
+    # two processes here
+    import pytensor
+    from pytensor.compile.mode import Mode
+    from pytensor.graph.rewriting.db import RewriteDatabaseQuery
+    from pytensor.link.vm import VMLinker
+
+    from pymc_crf.reproduce.cache import environment_fingerprint
+
+    def vm_mode(c_thunks=False):
+        return Mode(VMLinker(use_cloop=False, c_thunks=c_thunks),
+                    RewriteDatabaseQuery(include=["fast_run"], exclude=["cxx_only"]))
+
+    prints = []
+    for mode in (vm_mode(), vm_mode(), vm_mode(c_thunks=True), "NUMBA"):
+        with pytensor.config.change_flags(mode=mode):
+            prints.append(environment_fingerprint())
+    assert prints[0] == prints[1]
+    assert len({prints[1], prints[2], prints[3]}) == 3  # other settings, another backend
+
+
+def test_welling_parise_reports_say_the_cvm_is_normalised():
+    # the scores are pmc.compare's CVM, eq. (23)'s sum divided by N1 + N2, so the report must
+    # not call them eq. (23) itself, which is that many times larger
+    from pymc_crf.compare import cvm_score
+    from pymc_crf.reproduce.registry import TrialResult
+
+    a, b = np.linspace(0, 1, 30), np.linspace(0.2, 1.2, 50)
+    assert cvm_score(a, b, normalize=True) * 80 == pytest.approx(cvm_score(a, b))
+    exp = reproduce.get("welling-parise-fig6")
+    params = exp.params("quick")
+    results = [TrialResult(t.settings, t.seed, {"cvm bl_mp": 0.1, "time bl_mp": 1.0,
+                                                "time nuts": 1.0}) for t in exp.trials(params)]
+    report = exp.report(results, params)
+    assert "eq. (23) divided by the number of pooled draws" in report.tables
+
+
+def test_ard_trial_leaves_the_warning_filters_alone():
+    # a serial run executes trials in the caller's process: a trial's "ignore" filter must not
+    # silence the caller's warnings after it
+    import warnings
+
+    exp = reproduce.get("thesis-ch4-ard")
+    trial = exp.trials(exp.params("quick", {"n_test": 5}))[0]
+    before = list(warnings.filters)
+    reproduce.execute_trial("thesis-ch4-ard", trial.settings, trial.seed)
+    assert warnings.filters == before
