@@ -654,9 +654,55 @@ def test_fixed_point_with_many_skipped_terms_is_flagged():
     from pymc_crf.datasets import bcrf_model
 
     train, _ = pmc.datasets.bcrf_synthetic("chain", n_train=30, n_test=0, seed=0)
-    with pytest.warns(ConvergenceWarning, match="skipped .* of 120 term updates"):
-        pmc.fit(bcrf_model(train), method="ep", step_size=0.8, backoff=False,
-                random_seed=0, draws=10, log_likelihood=False)
+    with pytest.warns(ConvergenceWarning, match="did not converge: .* skipped .* of 120 term updates"):
+        res = pmc.fit(bcrf_model(train), method="ep", step_size=0.8, backoff=False,
+                      random_seed=0, draws=10, log_likelihood=False)
+    # the change per sweep is below tol only because the skipped terms do not move q
+    assert res["diagnostics"]["change_mean"].values[-1] < 1e-4
+    assert not bool(res["diagnostics"]["converged"])
+
+
+def _vowel_chains(n_per_speaker, n_speakers, first):
+    """Chains of the shipped Japanese Vowels training utterances ``first, first + 1, ...`` of
+    each of the first ``n_speakers`` speakers, every frame labelled with its speaker: real,
+    standardised dense node features (12 LPC coefficients) and a shared edge table."""
+    import pymc_crf as pmc
+
+    train, _ = pmc.datasets.japanese_vowels()
+    off = train.graphs.node_offsets
+    sel = np.concatenate([np.flatnonzero(train.labels == s)[first:first + n_per_speaker]
+                          for s in range(n_speakers)])
+    X = np.concatenate([train.node_features[off[g]:off[g + 1]] for g in sel])
+    y = np.concatenate([np.full(off[g + 1] - off[g], train.labels[g]) for g in sel])
+    batch = GraphBatch.chains([off[g + 1] - off[g] for g in sel])
+    return build_terms(batch, n_speakers, y, X, np.ones((batch.n_edges, 1)), True, True)
+
+
+def test_adaptive_schedule_damps_a_factors_two_sites_with_one_step():
+    """Japanese Vowels, 2 utterances of each of 3 speakers (101 frames, d = 45, N(0, 1) prior):
+    with a separate step per site the numerator sites of the node factors were halved while their
+    1/Z sites grew, the nearly cancelling pairs took precision out of q, and the run ended
+    unconverged after 300 sweeps with a variance of 4.3e5 and every node factor skipped. With one
+    step per factor it converges in 59 sweeps, skipping nothing, with every variance below the
+    prior's."""
+    terms = _vowel_chains(2, 3, first=2)
+    ep = run_ep(terms, np.zeros(terms.d), np.ones(terms.d), step_size=0.5, schedule="adaptive",
+                max_iter=300)
+    assert ep.converged and ep.skips[-1].sum() == 0
+    assert np.diag(ep.cov).max() < 1.0
+    assert np.abs(ep.mean).max() < 5.0
+
+
+def test_a_run_that_stops_by_skipping_terms_is_not_converged():
+    """Japanese Vowels, 4 utterances of each of 2 speakers: PEP's last sweep skips 299 of the 616
+    term updates and q's largest variance is hundreds of times the prior's. The change per sweep
+    is then below tol only because the skipped terms leave q alone: not convergence."""
+    terms = _vowel_chains(4, 2, first=0)
+    ep = run_ep(terms, np.zeros(terms.d), np.ones(terms.d), step_size=0.5, schedule="adaptive",
+                max_iter=400)
+    assert ep.change_mean[-1] < 1e-4
+    assert ep.skips[-1].sum() > 0.1 * 616
+    assert not ep.converged
 
 
 def _loop_terms(seed, n_train=10):

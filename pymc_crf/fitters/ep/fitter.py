@@ -16,7 +16,7 @@ import pymc as pm
 
 from pymc_crf.distributions.crf import CRFRV
 from pymc_crf.feature_products import dense_features
-from pymc_crf.fitters.ep.core import SKIP_NAMES, run_ep, variant_transform
+from pymc_crf.fitters.ep.core import MAX_SKIPPED_SHARE, SKIP_NAMES, run_ep, variant_transform
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
@@ -124,9 +124,10 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         sets (bench/bench_ep_convergence.py; the back-off schedule took up to 1424).
     schedule : {"adaptive", "backoff", "fixed"}, optional
         Step schedule (:func:`pymc_crf.fitters.ep.core.run_ep`). Default ``"adaptive"``: every
-        site has its own lambda, halved when its update reverses direction between sweeps and
-        grown by 1.2 per sweep up to ``max_step`` otherwise, and halved when its update would not
-        be positive definite; each factor's label messages use xi = lambda; from sweep 10 on a
+        factor has its own lambda for both of its sites, halved when a site's update reverses
+        direction between sweeps and grown by 1.2 per sweep up to ``max_step`` otherwise, and
+        halved when an update would not be positive definite; each factor's label messages use
+        xi = lambda; from sweep 10 on a
         factor whose numerator cavity is improper is skipped whole (docs/ep.md).
         ``"backoff"``: a global back-off (every lambda and xi halved when the sweep's
         change grows). ``"fixed"``: the thesis's fixed step.
@@ -180,20 +181,22 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
                  transform=m_k, step_size=step_size, damping=damping, tol=tol,
                  max_iter=max_iter, backoff=flag(backoff, "backoff"), min_step=min_step,
                  schedule=schedule, max_step=max_step, progressbar=progressbar)
-    if not run.converged:
+    # A fixed point reached by skipping many terms has dropped that much of the data: the Gaussian
+    # is then not an approximation of this posterior, and run_ep reports it unconverged.
+    n_terms = 2 * ((xe is not None) * spec.batch.n_edges + (xn is not None) * spec.batch.n_total_nodes)
+    last_skipped = int(run.skips[-1].sum()) if len(run.skips) else 0
+    if n_terms and last_skipped > MAX_SKIPPED_SHARE * n_terms:
+        warn_at_caller(f"EP did not converge: its last sweep (of {run.iterations}) skipped "
+                       f"{last_skipped} of {n_terms} term updates (their cavity or update was not "
+                       "positive definite), so the result ignores that much of the data (largest "
+                       f"variance {np.diag(run.cov).max():.3g}, the prior's at most "
+                       f"{prior_var.max():.3g}); try a smaller step_size, variant='tep' or a "
+                       "smaller prior sd", ConvergenceWarning)
+    elif not run.converged:
         warn_at_caller(f"EP did not converge in {run.iterations} sweeps (last change of the mean "
                        f"{run.change_mean[-1]:.3g}, tol {tol}); power EP can oscillate (thesis "
                        f"figs. 5-6, 5-7): try a smaller step_size (e.g. 0.3), variant='tep', or "
                        f"more max_iter", ConvergenceWarning)
-    # A fixed point reached by skipping many terms has dropped that much of the data: the Gaussian
-    # is then not an approximation of this posterior, so say so.
-    n_terms = 2 * ((xe is not None) * spec.batch.n_edges + (xn is not None) * spec.batch.n_total_nodes)
-    last_skipped = int(run.skips[-1].sum()) if len(run.skips) else 0
-    if n_terms and last_skipped > 0.1 * n_terms:
-        warn_at_caller(f"EP's last sweep skipped {last_skipped} of {n_terms} term updates (their "
-                       "cavity or update was not positive definite), so the result ignores that "
-                       "much of the data; try a smaller step_size or variant='tep'",
-                       ConvergenceWarning)
     if m_k < 1.0 and _label_beliefs_locked(run, spec.labels, prior_var):
         warn_at_caller("transformed EP stopped where its label beliefs equal the observed labels at "
                        "every node, so the 1/Z sites cancel the data terms and q(w) is the prior "
