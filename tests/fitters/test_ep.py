@@ -820,3 +820,34 @@ def test_schedule_options_are_checked():
         run(batch, Xe, labels, 2, schedule="adaptive", max_step=1.5)
     with pytest.raises(ValueError, match="grow"):
         run(batch, Xe, labels, 2, schedule="adaptive", grow=0.5)
+
+
+def test_ep_refuses_a_model_whose_dense_arrays_exceed_its_memory_bound(monkeypatch):
+    """Sparse one-hot text features make d large: EP's dense (d, d) covariance and per-factor
+    rows (10 CoNLL-2000 sentences: d = 18150, 8.3 GiB) would exhaust memory or run for hours,
+    so the fitters refuse such a model up front, naming d and the bound. Here the bound is lowered
+    so that a small sparse model (F = 300 one-hot features, K = 4, d = 1216) crosses it."""
+    import pymc as pm
+    import scipy.sparse
+
+    import pymc_crf as pmc
+    from pymc_crf.fitters.ep import fitter
+
+    rng = np.random.default_rng(0)
+    batch = GraphBatch.chains([5, 4, 6])
+    n = batch.n_total_nodes
+    X = scipy.sparse.csr_matrix((np.ones(n), (np.arange(n), rng.integers(0, 300, n))),
+                                shape=(n, 300))
+    data = pmc.CRFData(batch, rng.integers(0, 4, n), X, n_labels=4)
+    with pm.Model(coords=data.coords) as model:
+        W = pm.Normal("W", 0, 1, dims=("node_feature", "node_label"))
+        T = pm.Normal("T", 0, 1, dims=("label_i", "label_j"))
+        pmc.CRF("t", graphs=data.graphs, node_features=X, node_weights=W, edge_weights=T,
+                potential="probit", observed=data.labels)
+    d, need = fitter.ep_memory(fitter._spec_for_ep(model))
+    assert d == 300 * 4 + 16
+    monkeypatch.setattr(fitter, "MAX_EP_BYTES", need // 2)
+    for method in ("ep", "predictive_ard"):
+        with pytest.raises(ValueError, match=rf"method='{method}' keeps a dense covariance of the "
+                                             r"1216 weights.*GiB.*few features"):
+            pmc.fit(model, method=method, max_iter=2, progressbar=False, log_likelihood=False)

@@ -36,7 +36,7 @@ if TYPE_CHECKING:
     from pymc.util import RandomGenerator
     from xarray import DataTree
 
-__all__ = ["fit_ep", "ep_inputs"]
+__all__ = ["MAX_EP_BYTES", "fit_ep", "ep_inputs", "ep_memory"]
 
 
 def _check_unit_interval(name: str, value) -> float:
@@ -71,6 +71,41 @@ def _label_beliefs_locked(run, labels: np.ndarray, prior_var: np.ndarray) -> boo
     q = np.exp(run.state.logq[np.arange(labels.size), labels])
     free = prior_var > 0
     return bool(q.min() > 0.999 and (np.diag(run.cov)[free] > 0.99 * prior_var[free]).all())
+
+
+#: largest memory EP's arrays may take: the dense (d, d) covariance, held three times during a sweep
+#: (q's, the sweep's starting copy and the Cholesky check), the factor arrays of :mod:`.terms`
+#: (n_factors x K^2 x max(F, Fe) indices) and the densified features. A larger model is refused
+#: before anything is allocated.
+MAX_EP_BYTES = 4 * 2**30
+
+
+def ep_memory(spec: CRFSpec) -> tuple[int, int]:
+    """``(d, bytes)``: the number of weights of ``spec`` and the memory EP's arrays take for it
+    (:data:`MAX_EP_BYTES`)."""
+    K, N, E = spec.n_labels, spec.batch.n_total_nodes, spec.batch.n_edges
+    F = spec.node_features.shape[1] if spec.node_weights is not None else 0
+    Fe = 0
+    if spec.edge_weights is not None:
+        Fe = 1 if spec.shared_edge_table else spec.edge_features.shape[1]
+    d = F * K + Fe * K * K
+    n_fac = (N if F else 0) + (E if Fe else 0)
+    return d, 8 * (3 * d * d + n_fac * (K * K + 1) * max(F, Fe, 1) + N * F + E * Fe)
+
+
+def _check_ep_memory(spec: CRFSpec, method: str) -> None:
+    # EP keeps a dense (d, d) covariance and densifies the features; each term update costs
+    # O(d^2 n_c) (Qi, Szummer & Minka 2005, eqs. (55)-(56)). With sparse text features d is in the
+    # tens of thousands: 10 CoNLL-2000 sentences give d = 18150 and 8.3 GiB of arrays, and even one
+    # sentence (d = 3280) takes 36 s a sweep.
+    d, need = ep_memory(spec)
+    if need > MAX_EP_BYTES:
+        raise ValueError(f"method={method!r} keeps a dense covariance of the {d} weights and dense "
+                         f"per-factor feature rows: {need / 2**30:.1f} GiB for this model, above "
+                         f"pymc_crf.fitters.ep.fitter.MAX_EP_BYTES ({MAX_EP_BYTES / 2**30:.0f} "
+                         "GiB), and O(d^2) time per factor per sweep. EP is for models with few "
+                         "features; use method='map', 'laplace' or 'randomized_map' for sparse "
+                         "text features, or fewer features")
 
 
 def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: int | None = None):
@@ -172,6 +207,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
         variant = "pep" if m_k == 1.0 else ("tep" if m_k == 0.0 else "tpep")
     draws, chains = whole_number(draws, "draws"), whole_number(chains, "chains")
     spec = _spec_for_ep(model)
+    _check_ep_memory(spec, "ep")
     xn, xe = ep_inputs(spec)
     terms = build_terms(spec.batch, spec.n_labels, spec.labels, xn, xe,
                         use_node=xn is not None, use_edge=xe is not None)
