@@ -323,7 +323,7 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
            step_size: float = 0.8, damping: float | None = None, tol: float = 1e-4,
            max_iter: int = 2000, min_iter: int = 2, denominators: bool = True,
            backoff: bool = True, min_step: float = 0.05, progressbar: bool = False,
-           init: EPState | None = None, schedule: str | None = None, max_step: float = 1.0,
+           init: EPState | None = None, schedule: str | None = None, max_step: float = 0.5,
            grow: float = 1.2) -> EPRun:
     """Run flattened (transformed) power EP to convergence.
 
@@ -372,7 +372,8 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
         on a factor whose numerator cavity is improper skipped whole (docs/ep.md, "Adaptive
         per-site damping"). None: ``"backoff"`` if ``backoff`` else ``"fixed"``.
     max_step, grow : float
-        Ceiling of the adaptive lambda and its growth factor per sweep.
+        Ceiling of the adaptive lambda (raised to ``step_size`` when that is larger) and its
+        growth factor per sweep.
     progressbar : bool
         Show a progress bar of the sweeps (up to ``max_iter``).
     init : EPState, optional
