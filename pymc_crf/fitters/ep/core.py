@@ -439,8 +439,9 @@ def run_ep(terms: EPTerms, prior_mean: np.ndarray, prior_var: np.ndarray, *,
     # The adaptive schedule damps a factor's numerator and 1/Z sites with one step: the two
     # sites of a factor whose labels the data determine nearly cancel (g~_k / f~_k is close to
     # flat), so steps that differ (numerator halved, 1/Z grown) move f~_k further than g~_k and
-    # take precision out of q sweep after sweep. Damping the net site g~_k / f~_k as one
-    # term is the damping of Minka's power EP (Minka 2004, "Power EP", sec. 6); on Japanese
+    # take precision out of q sweep after sweep. One step damps the net site g~_k / f~_k as
+    # one term, as the thesis's single lambda for every site does (Qi 2005, thesis eqs.
+    # (5.57)-(5.58)), while each factor keeps its own step; on Japanese
     # Vowels (3 speakers, 12 utterances) separate steps drove q's variances from the prior's 1
     # to 1.6e5 by sweep 8, and the run then stopped by skipping every node factor.
     lam_den = lam_num if adapt else np.full(n_fac, float(step_size))
