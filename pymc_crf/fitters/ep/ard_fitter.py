@@ -17,7 +17,12 @@ import xarray as xr
 
 from pymc_crf.fitters.ep.ard import CRITERIA, feature_groups, run_ard
 from pymc_crf.fitters.ep.core import variant_transform
-from pymc_crf.fitters.ep.fitter import _check_unit_interval, _spec_for_ep, ep_inputs
+from pymc_crf.fitters.ep.fitter import (
+    _check_ep_memory,
+    _check_unit_interval,
+    _spec_for_ep,
+    ep_inputs,
+)
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.progress import fit_progress
 from pymc_crf.fitters.registry import register
@@ -127,6 +132,7 @@ def fit_predictive_ard(model: pm.Model, *, criterion: str = "loo", tol: float = 
     draws, chains = whole_number(draws, "draws"), whole_number(chains, "chains")
     m_k = variant_transform(variant)
     spec = _spec_for_ep(model, "predictive_ard")
+    _check_ep_memory(spec, "predictive_ard")
     xn, xe = ep_inputs(spec)
     K = spec.n_labels
     F = 0 if xn is None else xn.shape[1]
