@@ -45,7 +45,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pymc_crf.text_files import open_text, sentence_blocks, sentence_rows, split_columns
+from pymc_crf.text_files import (
+    numbered_rows,
+    open_text,
+    sentence_blocks,
+    sentence_rows,
+    split_columns,
+)
 
 __all__ = ["ColumnFile", "FeatureSpec", "Template", "count_sentences", "open_text",
            "read_attribute_file", "read_column_file", "read_conll_range", "sentence_blocks",
@@ -95,10 +101,10 @@ def read_conll_range(path: str | Path, start: int, stop: int
         The last column.
     """
     words, pos, tags = [], [], []
-    for block in itertools.islice(_conll_sentences(path), start, stop):
+    for block in itertools.islice(numbered_rows(path), start, stop):
         for lineno, line, cols in block:
-            # fewer columns failed on a list index (on a Dask worker, naming no file) or, with
-            # two, read the tag as the POS column too
+            # a line of fewer columns has no POS column (with two, its tag would be read as the
+            # POS too): refused here, naming the file and line, not on a Dask worker
             if len(cols) < 3:
                 raise ValueError(f"{path}:{lineno}: {len(cols)} column(s) in {line!r}; a "
                                  "CoNLL-2000 line is word, POS ... chunk tag (3 columns or "
@@ -107,16 +113,6 @@ def read_conll_range(path: str | Path, start: int, stop: int
         pos.append([cols[1] for _, _, cols in block])
         tags.append([cols[-1] for _, _, cols in block])
     return words, pos, tags
-
-
-def _conll_sentences(path: str | Path):
-    """The sentences of :func:`sentence_rows` (``-DOCSTART-`` lines skipped, a sentence of only
-    those no sentence), each token as ``(line number, line, columns)``."""
-    for block in sentence_blocks(path):
-        rows = [(n, line, split_columns(line)) for n, line in block
-                if not line.startswith("-DOCSTART-")]
-        if rows:
-            yield rows
 
 
 @dataclass

@@ -36,7 +36,7 @@ __all__ = ["ChunkScore", "Reliability", "SelectiveCurve", "bio_chunks", "chunk_f
 
 def _check_tag(tag: str, scheme: str) -> None:
     """Raise when ``tag`` is not ``O`` or ``PREFIX-TYPE`` with a prefix of ``scheme``."""
-    if not isinstance(tag, str):  # label indices (ints) failed with "has no attribute 'partition'"
+    if not isinstance(tag, str):  # label indices (ints): named here, not by str.partition
         raise TypeError(f"tag {tag!r} is a {type(tag).__name__}; chunk tags are str (O, B-TYPE "
                         "or I-TYPE): map label indices to their tags first")
     if tag == "O":
@@ -102,7 +102,7 @@ def bio_chunks(tags: Sequence[str], scheme: str | None = "BIO") -> set[tuple[str
     TypeError
         When a tag is not a str (label indices: map them to their tags first).
     """
-    if isinstance(tags, str):  # a str is a sequence of str: its characters were read as tags
+    if isinstance(tags, str):  # a str is a sequence of str: its characters would be read as tags
         raise ValueError(f"bio_chunks takes a sequence of tags, not one str ({tags!r}): pass "
                          "[tag, ...] (tags.split() for space-separated tags)")
     tags = list(tags)

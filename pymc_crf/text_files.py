@@ -25,7 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-__all__ = ["open_text", "sentence_blocks", "sentence_rows", "split_columns"]
+__all__ = ["numbered_rows", "open_text", "sentence_blocks", "sentence_rows", "split_columns"]
 
 # The columns of a column file are separated by runs of ASCII whitespace, not by str.split()'s
 # Unicode whitespace, which would cut a token holding a no-break space (French "10\u00a0000",
@@ -126,8 +126,16 @@ def sentence_rows(path: str | Path, sep: str | None = None, *, skip_docstart: bo
     gzip_only : bool
         Read the file as gzip whatever its first bytes (:func:`open_text`).
     """
+    for rows in numbered_rows(path, sep, skip_docstart=skip_docstart, gzip_only=gzip_only):
+        yield [cols for _, _, cols in rows]
+
+
+def numbered_rows(path: str | Path, sep: str | None = None, *, skip_docstart: bool = True,
+                  gzip_only: bool = False) -> Iterator[list[tuple[int, str, list[str]]]]:
+    """:func:`sentence_rows` with each token row as ``(line number, line, columns)``, for
+    readers that name the line of a row they refuse (same parameters)."""
     for block in sentence_blocks(path, gzip_only=gzip_only):
-        rows = [split_columns(line) if sep is None else line.split(sep) for _, line in block
-                if not (skip_docstart and line.startswith("-DOCSTART-"))]
+        rows = [(n, line, split_columns(line) if sep is None else line.split(sep))
+                for n, line in block if not (skip_docstart and line.startswith("-DOCSTART-"))]
         if rows:
             yield rows

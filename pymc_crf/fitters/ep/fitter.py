@@ -16,7 +16,13 @@ import pymc as pm
 
 from pymc_crf.distributions.crf import CRFRV
 from pymc_crf.feature_products import dense_features
-from pymc_crf.fitters.ep.core import MAX_SKIPPED_SHARE, SKIP_NAMES, run_ep, variant_transform
+from pymc_crf.fitters.ep.core import (
+    DEFAULT_MAX_STEP,
+    MAX_SKIPPED_SHARE,
+    SKIP_NAMES,
+    run_ep,
+    variant_transform,
+)
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import ConvergenceWarning, warn_at_caller
@@ -108,15 +114,6 @@ def _check_ep_memory(spec: CRFSpec, method: str) -> None:
                          "text features, or fewer features")
 
 
-#: default ceiling of the adaptive schedule's step (``max_step``). The site updates of real data
-#: overshoot at steps near 1: with a ceiling of 1.0 PEP diverged on the shipped Japanese Vowels
-#: data (3 speakers x 10 utterances, and 2 x 2, 2 x 4: variances up to 6e6 against the prior's 1,
-#: with every schedule; the back-off one too) and on a 10 x 10 Weizmann horses grid (3 images:
-#: |m| 1.3e4), where a ceiling of 0.5 converges in 74-121 and 118 sweeps with every variance below
-#: the prior's. On ``bcrf_synthetic`` (8 seeds each of 10 loops, 10 and 30 chains) the test errors
-#: are the same (0.2632 / 0.3292 / 0.2673 against 0.2638 / 0.3293 / 0.2669 with 1.0) in about 1.7
-#: times the sweeps (median 71 / 40 / 85 against 46 / 22 / 48).
-DEFAULT_MAX_STEP = 0.5
 
 
 def ep_inputs(spec: CRFSpec, node_features=None, edge_features=None, n_edges: int | None = None):
@@ -233,7 +230,7 @@ def fit_ep(model: pm.Model, *, variant: str = "pep", transform: float | None = N
                  schedule=schedule, max_step=max_step, progressbar=progressbar)
     # A fixed point reached by skipping many terms has dropped that much of the data: the Gaussian
     # is then not an approximation of this posterior, and run_ep reports it unconverged.
-    n_terms = 2 * ((xe is not None) * spec.batch.n_edges + (xn is not None) * spec.batch.n_total_nodes)
+    n_terms = run.n_terms
     last_skipped = int(run.skips[-1].sum()) if len(run.skips) else 0
     if n_terms and last_skipped > MAX_SKIPPED_SHARE * n_terms:
         warn_at_caller(f"EP did not converge: its last sweep (of {run.iterations}) skipped "
