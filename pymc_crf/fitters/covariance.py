@@ -396,12 +396,18 @@ class ImplicitGaussian:
         return self.mean + delta
 
     def variance_estimate(self, probes: int = 16, rng=0) -> np.ndarray:
-        """Unbiased estimate of ``diag(Sigma)`` (d,) by Hutchinson's diagonal estimator
-        (Bekas, Kokiopoulou & Saad 2007) on ``Sigma = S (I - A~^{-1} S H S) S``: with Rademacher
-        ``z``, ``Sigma_ii = sd_i^2 (1 - E[z_i (A~^{-1} S H S z)_i])``. Its error is small where
-        the data say little (``H`` small: the estimate is then ``sd_i^2`` nearly exactly),
-        unlike the draws' second moments, whose relative error is ``sqrt(2 / probes)``
-        everywhere. One block of ``probes`` products and one conjugate-gradient solve."""
+        """Estimate of ``diag(Sigma)`` (d,) by Hutchinson's diagonal estimator (Bekas,
+        Kokiopoulou & Saad 2007) on ``Sigma = S (I - A~^{-1} S H S) S``: with Rademacher ``z``,
+        ``Sigma_ii = sd_i^2 (1 - E[z_i (A~^{-1} S H S z)_i])``. Its error is small where the
+        data say little (``H`` small: the estimate is then ``sd_i^2`` nearly exactly), unlike
+        the draws' second moments, whose relative error is ``sqrt(2 / probes)`` everywhere.
+        Each estimate of ``(A~^{-1} S H S)_ii`` is clipped to [0, 1], where that diagonal
+        lies (``H`` is positive semi-definite, so ``A~^{-1} S H S = I - A~^{-1}`` has
+        eigenvalues in [0, 1)): ``Sigma_ii`` in ``(0, sd_i^2]``. Unclipped, the estimate of a
+        weight whose prior sd is far below what the data could pin can fall outside it by
+        its noise alone, and the learned scales' fixed-point steps read a group with no
+        well-determined parameter as one with a negative number of them. One block of
+        ``probes`` products and one conjugate-gradient solve."""
         probes = whole_number(probes, "probes", minimum=1)
         Z = generator(rng, "rng").choice([-1.0, 1.0], size=(self.size, probes))
         s = self.sd[:, None]
@@ -409,7 +415,7 @@ class ImplicitGaussian:
         X, it, _ = conjugate_gradient(self._whitened_matmat, SHSz, self._precond, tol=self.tol,
                                       maxiter=self.maxiter)
         self.iterations.append(it)
-        return self.sd**2 * (1.0 - np.mean(Z * X, axis=1))
+        return self.sd**2 * (1.0 - np.clip(np.mean(Z * X, axis=1), 0.0, 1.0))
 
     def logdet(self, probes: int = 16, steps: int = 60, rng=0) -> float:
         """``log det Sigma = -log det A`` by stochastic Lanczos quadrature

@@ -306,6 +306,19 @@ def test_implicit_covariance_against_the_dense_exact_laplace():
     s_e, s_i = exact["fit"]["scales"].values, implicit["fit"]["scales"].values
     assert abs(np.log(s_i[1] / s_e[1])) < 0.1
     assert s_i[[0, 2]].max() < 1e-2
+    # the pruned groups' steps settle at the lower bound (Hutchinson's estimates kept in their
+    # range), rather than cycling until scale_maxiter
+    d = implicit["diagnostics"]
+    assert bool(d["scales_converged"]) and d.sizes["outer_iteration"] < 30
+
+
+@pytest.mark.parametrize("method", ["laplace", "bethe_laplace"])
+def test_scales_stopped_by_scale_maxiter_are_flagged_and_warned(method):
+    with pytest.warns(RuntimeWarning, match=rf"method='{method}'.*did not converge in "
+                                            r"scale_maxiter=1 steps.*scales_converged"):
+        res = pmc.fit(_two_weight_model(), method=method, scale_maxiter=1, draws=10,
+                      progressbar=False)
+    assert not bool(res["diagnostics"]["scales_converged"])
 
 
 def test_map_ep_and_fixed_prior_evidence_refuse_free_scales():

@@ -310,9 +310,14 @@ def test_bad_input():
 def test_learned_scales_result():
     """A model with a learned scale: the scales in ``posterior`` (the same in every draw) and
     ``fit``, their iterations in ``diagnostics``, the first ``scale_draws`` draws those of the
-    last iteration, and the HMC acceptance rate with ``refine``."""
-    res = pmc.fit(_hierarchical(), method="randomized_map", scale_method="em", draws=6,
-                  scale_draws=4, refine=2, scale_maxiter=3, random_seed=0, progressbar=False)
+    last iteration, and the HMC acceptance rate with ``refine``; three EM steps do not reach
+    the fixed point, which the result flags and a warning says."""
+    with pytest.warns(RuntimeWarning, match=r"'randomized_map'.*did not converge in "
+                                            r"scale_maxiter=3"):
+        res = pmc.fit(_hierarchical(), method="randomized_map", scale_method="em", draws=6,
+                      scale_draws=4, refine=2, scale_maxiter=3, random_seed=0,
+                      progressbar=False)
+    assert not bool(res["diagnostics"]["scales_converged"])
     s = res["fit"]["scales"].values
     assert s.shape == (1,) and s[0] > 0
     assert np.all(res["posterior"]["s"].values == s[0])

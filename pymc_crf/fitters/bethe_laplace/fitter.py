@@ -26,7 +26,12 @@ from pymc_crf.fitters.bethe_laplace.laplace import (
     laplace_log_evidence,
 )
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
-from pymc_crf.fitters.bethe_laplace.scales import LearnedScales, laplace_point, learn_scales
+from pymc_crf.fitters.bethe_laplace.scales import (
+    LearnedScales,
+    laplace_point,
+    learn_scales,
+    warn_unconverged_scales,
+)
 from pymc_crf.fitters.progress import progress_flag
 from pymc_crf.fitters.registry import register
 from pymc_crf.inference.base import warn_at_caller
@@ -300,6 +305,8 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
                                gtol=gtol, hyperprior=hyperprior, scale_init=scale_init,
                                scale_tol=scale_tol, scale_maxiter=scale_maxiter, refine=refine,
                                integrate_scales=integrate_scales, progressbar=progressbar)
+        if not learned.converged:
+            warn_unconverged_scales(method, scale_maxiter)
     else:
         if integrate_scales is not None:
             raise ValueError("integrate_scales needs learned prior scales; this model's weight "

@@ -72,6 +72,7 @@ from pymc_crf.fitters.bethe_laplace.problem import WeightProblem, exact_engine
 from pymc_crf.fitters.covariance import ImplicitGaussian, lanczos_quadrature
 from pymc_crf.fitters.diagonal_laplace import diagonal_laplace_sd, search_gtol, search_scale
 from pymc_crf.fitters.progress import fit_progress, track
+from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.validation import positive_number, whole_number
 
 __all__ = ["ScaleHyperprior", "ScalePoint", "LearnedScales", "learn_scales", "INTEGRATE_MODES",
@@ -176,6 +177,15 @@ class LearnedScales:
     weights: np.ndarray | None = None
     log_marginal_likelihood: float | None = None
     hessian: np.ndarray | None = None
+
+
+def warn_unconverged_scales(method: str, scale_maxiter: int) -> None:
+    """The warning of a fit whose learned scales stopped at ``scale_maxiter`` steps: they are
+    the last step's, not the evidence's (or Monte Carlo EM's) fixed point."""
+    warn_at_caller(f"pmc.fit(method={method!r}): the learned prior scales did not converge in "
+                   f"scale_maxiter={scale_maxiter} steps; the result holds the last step's "
+                   "scales (diagnostics.scales_converged is False, diagnostics.scale_trace "
+                   "shows their path). Raise scale_maxiter (or scale_tol)", RuntimeWarning)
 
 
 def initial_scales(scale_init, n_scales: int) -> np.ndarray:

@@ -11,7 +11,7 @@ import xarray as xr
 
 from pymc_crf.fitters.bethe_laplace.batched import pointwise_log_likelihood
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
-from pymc_crf.fitters.bethe_laplace.scales import initial_scales
+from pymc_crf.fitters.bethe_laplace.scales import initial_scales, warn_unconverged_scales
 from pymc_crf.fitters.optimise import STRICT_GTOL
 from pymc_crf.fitters.randomized_map.draws import (
     RULES,
@@ -198,6 +198,8 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                 problem, runner, jobs[:n_scale], hyperprior=hyperprior, scale_init=init,
                 scale_tol=scale_tol, scale_maxiter=scale_maxiter, rule=rule, gtol=gtol,
                 maxiter=maxiter, progressbar=progressbar)
+            if not learned.converged:
+                warn_unconverged_scales("randomized_map", scale_maxiter)
             centre, map_diag = learned.centre, learned.map_diagnostics
             done = list(zip(learned.draws, learned.iterations, learned.success, learned.rates,
                             strict=True))
