@@ -323,9 +323,11 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
     one value per iteration. Changes per iteration (names containing ``"change"``) share one panel
     on a log scale with the fitter's tolerance (``settings["tol"]``) as a dashed line; every other
     trace (the VI bound, the MAP objective, skipped updates, step sizes) gets its own panel. Timings
-    (names ending in ``"time"``) are left out. The x-axis counts iterations, or, where a text
-    variable names each entry of the trace (the VI bound after each of its ``step`` updates,
-    several per iteration), those entries, labelled by that variable.
+    (names ending in ``"time"``) and, unless named in ``var_names``, empty traces are left out.
+    The x-axis counts the entries along the trace's dim and is labelled by it (``iteration``,
+    ``outer_iteration`` of a learned prior scale's search), or, where a text variable names each
+    entry (the VI bound after each of its ``step`` updates, several per iteration), by that
+    variable.
 
     Parameters
     ----------
@@ -359,6 +361,10 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
         if missing:
             raise ValueError(f"no per-iteration trace named {missing}; available: {traces}")
         traces = var_names
+    else:
+        # an empty trace (the MAP at learned prior scales, started at its optimum: 0 iterations)
+        # has nothing to draw
+        traces = [v for v in traces if ds[v].size] or traces
     if not traces:
         per_draw = [str(v) for v in ds.data_vars if {"chain", "draw"} <= set(ds[v].dims)]
         raise ValueError("the diagnostics have no per-iteration traces to plot" + (
@@ -378,7 +384,9 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
             a.plot(np.arange(1, y.size + 1), y, marker="." if y.size < 60 else None, label=str(v))
         named = entry_names.get(ds[panel[0]].dims[0])
         if named is None:
-            a.set_xlabel("iteration")
+            # the trace's own dim: "iteration", or "outer iteration" of the prior-scale search
+            # beside the L-BFGS objective of a Laplace fit with learned scales
+            a.set_xlabel(str(ds[panel[0]].dims[0]).replace("_", " "))
         else:
             kinds = "/".join(dict.fromkeys(str(n) for n in ds[named].values))
             a.set_xlabel(f"{named} ({kinds})")

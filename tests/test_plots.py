@@ -233,6 +233,20 @@ def test_convergence_axis_of_named_steps():
     np.testing.assert_array_equal(ax.lines[0].get_xdata(), np.arange(1, 10))
 
 
+def test_convergence_axis_named_by_the_trace_dim_and_empty_traces_left_out():
+    """Laplace with learned prior scales: the final MAP started at its optimum has an empty
+    objective trace (no panel unless asked for), and the scale search's traces run over
+    ``outer_iteration``, which labels their x-axis."""
+    ds = xr.Dataset({"objective_trace": ("iteration", np.zeros(0)),
+                     "log_evidence": ("outer_iteration", [-13.4, -12.2, -8.5]),
+                     "n_iterations": ((), 0)})
+    (ax,) = plots.plot_convergence(ds)
+    assert ax.get_title() == "log_evidence" and ax.get_xlabel() == "outer iteration"
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [-13.4, -12.2, -8.5])
+    (empty,) = plots.plot_convergence(ds, var_names=["objective_trace"])
+    assert empty.get_xlabel() == "iteration" and empty.lines[0].get_xdata().size == 0
+
+
 def test_marginals_chain_image_and_markers(fits):
     test = fits["test"]
     pred = pmc.predict(fits["map"], test, method="bpe")
