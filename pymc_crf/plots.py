@@ -85,13 +85,19 @@ def _param_names(result: xr.DataTree, var_names: Sequence[str] | None) -> list[s
 
 
 def _gaussian_marginals(result: xr.DataTree, names: list[str]) -> tuple[np.ndarray, np.ndarray] | None:
-    """Means and sds of a Gaussian fit's marginals for ``names`` (None if the result has no
-    Gaussian, e.g. MCMC or randomized MAP draws)."""
+    """Means and sds of a Gaussian fit's marginals for ``names``, NaN for names the Gaussian does
+    not cover (a learned prior scale beside the weights' Gaussian); None if the result has no
+    Gaussian (e.g. MCMC or randomized MAP draws) or it covers none of ``names``."""
     gauss = result_gaussian(result)
-    if gauss is None or not set(names) <= set(gauss.names):
+    if gauss is None:
         return None
-    pos = [gauss.names.index(n) for n in names]
-    return gauss.mean[pos], np.sqrt(np.clip(gauss.var[pos], 0.0, None))
+    index = {n: i for i, n in enumerate(gauss.names)}
+    pos = np.array([index.get(n, -1) for n in names])
+    if not np.any(pos >= 0):
+        return None
+    mean = np.where(pos >= 0, gauss.mean[pos], np.nan)
+    sd = np.where(pos >= 0, np.sqrt(np.clip(gauss.var[pos], 0.0, None)), np.nan)
+    return mean, sd
 
 
 def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequence[str] | None = None,
@@ -104,7 +110,10 @@ def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequ
     In the style of Welling & Parise 2006, figs. 3, 7 and 8: the reference posterior (usually NUTS)
     as a filled histogram, the other methods as outlines on top of it. A method with a Gaussian
     ``fit`` group (EP, Bethe-Laplace) is drawn as its exact Gaussian marginal density when
-    ``gaussian`` is true; a point estimate (one draw, e.g. MAP) as a vertical line.
+    ``gaussian`` is true (filled when it is the reference; a histogram of its draws for variables
+    the Gaussian does not cover, such as a learned prior scale; a solid vertical line where the
+    marginal is a point mass, a weight predictive ARD pruned); a point estimate (one draw, e.g.
+    MAP) as a dashed vertical line.
 
     Parameters
     ----------
@@ -194,13 +203,19 @@ def plot_posterior_marginals(results: Mapping[str, xr.DataTree], var_names: Sequ
         edges = np.linspace(lo, hi, bins + 1)
         for key, x in cols.items():
             color = styles[key]
+            mu, sd = (np.nan, np.nan) if gauss[key] is None else (gauss[key][0][j], gauss[key][1][j])
             if x.size == 1:
                 a.axvline(x[0], color=color, lw=1.5, ls="--", label=key)
-            elif gauss[key] is not None:
-                mu, sd = gauss[key][0][j], gauss[key][1][j]
+            elif sd == 0.0:
+                # a point mass (a weight predictive ARD pruned): no density to draw
+                a.axvline(mu, color=color, lw=1.5, label=key)
+            elif np.isfinite(sd):
                 grid = np.linspace(lo, hi, 200)
-                a.plot(grid, np.exp(-0.5 * ((grid - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi)),
-                       color=color, lw=1.5, label=key)
+                density = np.exp(-0.5 * ((grid - mu) / sd) ** 2) / (sd * np.sqrt(2 * np.pi))
+                if key == reference:
+                    a.fill_between(grid, density, color=color, alpha=0.6, lw=0, label=key)
+                else:
+                    a.plot(grid, density, color=color, lw=1.5, label=key)
             elif key == reference:
                 a.hist(x, bins=edges, density=True, color=color, alpha=0.6, label=key)
             else:
@@ -271,7 +286,10 @@ def plot_compare(table: pd.DataFrame, columns: Sequence[str] | None = None, *,
                color="C0", capsize=3)
         for yi, v in zip(y, vals, strict=True):
             if np.isnan(v):
-                a.text(0, yi, " n/a", va="center", fontsize="small", color="0.4")
+                # x in axes coordinates: data x = 0 is off a log scale and at the right edge
+                # of negative scores (elpd_loo)
+                a.text(0.01, yi, "n/a", va="center", fontsize="small", color="0.4",
+                       transform=a.get_yaxis_transform())
         a.set_yticks(y, methods)
         a.invert_yaxis()
         a.set_title(col, fontsize="small")
@@ -305,7 +323,11 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
     one value per iteration. Changes per iteration (names containing ``"change"``) share one panel
     on a log scale with the fitter's tolerance (``settings["tol"]``) as a dashed line; every other
     trace (the VI bound, the MAP objective, skipped updates, step sizes) gets its own panel. Timings
-    (names ending in ``"time"``) are left out.
+    (names ending in ``"time"``) and, unless named in ``var_names``, empty traces are left out.
+    The x-axis counts the entries along the trace's dim and is labelled by it (``iteration``,
+    ``outer_iteration`` of a learned prior scale's search), or, where a text variable names each
+    entry (the VI bound after each of its ``step`` updates, several per iteration), by that
+    variable.
 
     Parameters
     ----------
@@ -339,6 +361,10 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
         if missing:
             raise ValueError(f"no per-iteration trace named {missing}; available: {traces}")
         traces = var_names
+    else:
+        # an empty trace (the MAP at learned prior scales, started at its optimum: 0 iterations)
+        # has nothing to draw
+        traces = [v for v in traces if ds[v].size] or traces
     if not traces:
         per_draw = [str(v) for v in ds.data_vars if {"chain", "draw"} <= set(ds[v].dims)]
         raise ValueError("the diagnostics have no per-iteration traces to plot" + (
@@ -346,12 +372,24 @@ def plot_convergence(result: xr.DataTree | xr.Dataset, var_names: Sequence[str] 
             "than one iterative fit" if per_draw else ""))
     changes = [v for v in traces if "change" in str(v)]
     panels: list[list[str]] = ([changes] if changes else []) + [[v] for v in traces if v not in changes]
+    # A text variable along a trace's dim names what each entry records (bp_hcrf_vi's ``step``:
+    # one bound after each of init, pi, z, bp and theta, several entries per iteration), so the
+    # x-axis counts those entries rather than iterations.
+    entry_names = {ds[v].dims[0]: str(v) for v in ds.data_vars
+                   if ds[v].ndim == 1 and ds[v].dtype.kind in "USO"}
     axes = _axes_grid(len(panels), ax, ncols=len(panels), panel_size=(3.6, 2.6))
     for a, panel in zip(axes, panels, strict=True):
         for v in panel:
             y = np.asarray(ds[v].values, dtype=float)
             a.plot(np.arange(1, y.size + 1), y, marker="." if y.size < 60 else None, label=str(v))
-        a.set_xlabel("iteration")
+        named = entry_names.get(ds[panel[0]].dims[0])
+        if named is None:
+            # the trace's own dim: "iteration", or "outer iteration" of the prior-scale search
+            # beside the L-BFGS objective of a Laplace fit with learned scales
+            a.set_xlabel(str(ds[panel[0]].dims[0]).replace("_", " "))
+        else:
+            kinds = "/".join(dict.fromkeys(str(n) for n in ds[named].values))
+            a.set_xlabel(f"{named} ({kinds})")
         if panel is changes:
             a.set_yscale("log")
             if "tol" in settings and settings["tol"] is not None:

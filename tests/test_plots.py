@@ -105,6 +105,51 @@ def test_posterior_marginals_of_a_diagonal_gaussian_and_of_a_fit_group_without_o
     np.testing.assert_allclose(y, _gauss(x, mean[0], sd[0]), rtol=1e-10)
 
 
+def test_posterior_marginals_point_mass_is_a_vertical_line(fits):
+    """A zero-variance Gaussian marginal (a weight predictive ARD pruned: its draws are all the
+    mean) is a vertical line at the mean, not a density of 0 / 0."""
+    ard = fits["ep"].copy()
+    cov = ard["fit"]["covariance_matrix"].values.copy()
+    cov[0, :] = cov[:, 0] = 0.0
+    ard["fit"] = ard["fit"].to_dataset().assign(covariance_matrix=(("rows", "columns"), cov))
+    w = ard["posterior"]["w"].values.copy()
+    w[..., 0, 0, 0] = ard["fit"]["mean_vector"].values[0]
+    ard["posterior"] = ard["posterior"].to_dataset().assign(w=(ard["posterior"]["w"].dims, w))
+    with np.errstate(all="raise"):
+        (ax,) = plots.plot_posterior_marginals({"ard": ard}, sort=None, max_panels=1)
+    (line,) = ax.lines
+    np.testing.assert_array_equal(line.get_xdata(), [w[0, 0, 0, 0, 0]] * 2)
+
+
+def test_posterior_marginals_gaussian_beside_variables_it_does_not_cover(fits):
+    """A learned prior scale ``s`` beside the weights' Gaussian (laplace with free scales):
+    the weights keep their Gaussian density, ``s`` (not in the fit group) is a histogram."""
+    lap = fits["ep"].copy()
+    post = lap["posterior"].to_dataset()
+    lap["posterior"] = post.assign(s=(("chain", "draw"), np.linspace(0.5, 1.5, post.sizes["draw"])[None]))
+    axes = plots.plot_posterior_marginals({"lap": lap}, sort=None, max_panels=None)
+    assert [a.get_title() for a in axes[[0, -1]]] == ["w[0, 0, 0]", "s"]
+    mean = lap["fit"]["mean_vector"].values
+    sd = np.sqrt(np.diag(lap["fit"]["covariance_matrix"].values))
+    x, y = axes[0].lines[0].get_data()
+    np.testing.assert_allclose(y, _gauss(x, mean[0], sd[0]), rtol=1e-10)
+    assert not axes[-1].lines and len(axes[-1].patches) == 1  # a step histogram
+
+
+def test_posterior_marginals_gaussian_reference_is_filled(fits):
+    """A reference with a Gaussian fit group is drawn filled, like a reference histogram."""
+    res = {"ep": fits["ep"], "ref": fits["ref"]}
+    (ax,) = plots.plot_posterior_marginals(res, reference="ep", sort=None, max_panels=1)
+    (fill,) = ax.collections
+    assert fill.get_label() == "ep"
+    mean = fits["ep"]["fit"]["mean_vector"].values[0]
+    sd = np.sqrt(fits["ep"]["fit"]["covariance_matrix"].values[0, 0])
+    top = fill.get_paths()[0].vertices
+    top = top[top[:, 1] > 0]
+    np.testing.assert_allclose(top[:, 1], _gauss(top[:, 0], mean, sd), rtol=1e-10)
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["ep", "ref"]
+
+
 def test_posterior_marginals_bad_input(fits):
     with pytest.raises(ValueError, match="reference 'nuts'"):
         plots.plot_posterior_marginals({"ep": fits["ep"]}, reference="nuts")
@@ -125,13 +170,27 @@ def test_compare_bars_and_standard_errors():
     np.testing.assert_allclose(widths[0], [0.3, 0.0])
     np.testing.assert_allclose(widths[1], [0.3, 0.45])
     assert [t.get_text() for t in axes[0].get_yticklabels()] == ["ep", "map"]
-    assert any(t.get_text().strip() == "n/a" for t in axes[0].texts)
+    assert any(t.get_text() == "n/a" for t in axes[0].texts)
     # error bar of ep's test error: one standard error of (0.35, 0.25)
     (bars,) = (c for c in axes[1].containers if isinstance(c, ErrorbarContainer))
     seg = bars.lines[2][0].get_segments()[0]
     assert seg[1, 0] - seg[0, 0] == pytest.approx(2 * np.std([0.35, 0.25], ddof=1) / np.sqrt(2))
     with pytest.raises(ValueError, match="not in the table"):
         plots.plot_compare(t1, columns=["elpd"])
+
+
+def test_compare_missing_values_labelled_inside_the_axes():
+    """"n/a" stays in view on a log scale (wall times) and beside negative scores (elpd_loo)."""
+    t = pd.DataFrame({"wall_time": [np.nan, 0.5, 30.0], "elpd_loo": [np.nan, -12.0, -8.0]},
+                     index=pd.Index(["pm.sample", "map", "ep"], name="method"))
+    axes = plots.plot_compare(t, columns=["wall_time", "elpd_loo"])
+    assert axes[0].get_xscale() == "log"
+    axes[0].figure.canvas.draw()
+    for ax in axes:
+        (text,) = ax.texts
+        assert text.get_text() == "n/a"
+        x = text.get_transform().transform(text.get_position())[0]
+        assert ax.bbox.x0 <= x < ax.bbox.x0 + 0.1 * ax.bbox.width
 
 
 def test_compare_from_pmc_compare(fits):
@@ -161,6 +220,31 @@ def test_convergence_traces_match_diagnostics(fits):
     per_draw = xr.Dataset({"draw_iterations": (("chain", "draw"), np.ones((1, 3)))})
     with pytest.raises(ValueError, match=r"per draw \(\['draw_iterations'\]\)"):
         plots.plot_convergence(per_draw)
+
+
+def test_convergence_axis_of_named_steps():
+    """A trace recorded after every named update (the VI bound after init, pi, z, bp, theta)
+    counts those updates on the x-axis, named by the text variable, not iterations."""
+    steps = ["init"] + ["pi", "z", "bp", "theta"] * 2
+    ds = xr.Dataset({"bound": ("iteration", np.linspace(-9.0, -4.0, len(steps))),
+                     "step": ("iteration", steps), "n_iterations": ((), 2)})
+    (ax,) = plots.plot_convergence(ds)
+    assert ax.get_xlabel() == "step (init/pi/z/bp/theta)"
+    np.testing.assert_array_equal(ax.lines[0].get_xdata(), np.arange(1, 10))
+
+
+def test_convergence_axis_named_by_the_trace_dim_and_empty_traces_left_out():
+    """Laplace with learned prior scales: the final MAP started at its optimum has an empty
+    objective trace (no panel unless asked for), and the scale search's traces run over
+    ``outer_iteration``, which labels their x-axis."""
+    ds = xr.Dataset({"objective_trace": ("iteration", np.zeros(0)),
+                     "log_evidence": ("outer_iteration", [-13.4, -12.2, -8.5]),
+                     "n_iterations": ((), 0)})
+    (ax,) = plots.plot_convergence(ds)
+    assert ax.get_title() == "log_evidence" and ax.get_xlabel() == "outer iteration"
+    np.testing.assert_array_equal(ax.lines[0].get_ydata(), [-13.4, -12.2, -8.5])
+    (empty,) = plots.plot_convergence(ds, var_names=["objective_trace"])
+    assert empty.get_xlabel() == "iteration" and empty.lines[0].get_xdata().size == 0
 
 
 def test_marginals_chain_image_and_markers(fits):

@@ -226,7 +226,7 @@ def test_readers(tmp_path):
     with gzip.open(tmp_path / "wsj_sample.tsv.gz", "wt") as fh:
         fh.write("Pierre\tNNP\n,\t,\n\nMr.\tNNP\n")
     assert read_ptb_sample(root=tmp_path) == ([["Pierre", ","], ["Mr."]], [["NNP", ","], ["NNP"]])
-    with pytest.raises(FileNotFoundError, match="shared data folder"):
+    with pytest.raises(FileNotFoundError, match="not found in the folder given as root"):
         read_conll2000("test", root=tmp_path / "conll")
 
 

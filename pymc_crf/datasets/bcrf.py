@@ -109,7 +109,7 @@ def bcrf_model(data: CRFData, prior_sd: float | None = 5**0.5) -> pm.Model:
     """The BCRF model of Qi, Szummer & Minka 2005, sec. 8.1, on data from :func:`bcrf_synthetic`.
 
     The data's potential (probit edge potentials) on its edge features, weights ``w ~ N(0,
-    prior_sd^2 I)`` (24 weights).
+    prior_sd^2 I)`` (4 per edge feature: 24 for the paper's six, more with ``n_irrelevant``).
 
     Parameters
     ----------

@@ -58,10 +58,20 @@ def absent_data(source: str) -> list[str]:
     return [n for n in dict.fromkeys(names) if not data_dir(n).exists()]
 
 
-def _require(path: Path) -> Path:
+def _require(path: Path, root_given: bool) -> Path:
+    """``path``, or a FileNotFoundError that says where the folder looked in came from (the
+    caller's ``root``, ``$PYMC_CRF_DATA`` or the default beside the repository)."""
     if not path.exists():
-        raise FileNotFoundError(f"{path} not found: the shared data folder is ../shared/data "
-                                "beside the repository (or set PYMC_CRF_DATA)")
+        if root_given:
+            where = "the folder given as root"
+        elif os.environ.get("PYMC_CRF_DATA"):
+            where = (f"the shared data folder, {os.environ['PYMC_CRF_DATA']} as PYMC_CRF_DATA "
+                     "names it")
+        else:
+            where = ("the shared data folder, ../shared/data beside the repository (set "
+                     "PYMC_CRF_DATA to read it from elsewhere)")
+        raise FileNotFoundError(f"{path} not found in {where}; the data set does not ship with "
+                                "pymc_crf")
     return path
 
 
@@ -111,7 +121,7 @@ def read_conll2000(split: str = "train", root: Path | None = None
     if split not in ("train", "test"):
         raise ValueError(f"split must be 'train' or 'test'; got {split!r}")
     folder = Path(root) if root is not None else data_dir("conll2000")
-    rows = _read_gzip_columns(_require(folder / f"{split}.txt.gz"), " ")
+    rows = _read_gzip_columns(_require(folder / f"{split}.txt.gz", root is not None), " ")
     return ([[r[0] for r in s] for s in rows], [[r[1] for r in s] for s in rows],
             [[r[2] for r in s] for s in rows])
 
@@ -141,7 +151,7 @@ def read_ptb_sample(root: Path | None = None) -> tuple[list[list[str]], list[lis
         When the file is not gzip.
     """
     folder = Path(root) if root is not None else data_dir("ptb_sample_pos")
-    rows = _read_gzip_columns(_require(folder / "wsj_sample.tsv.gz"), "\t")
+    rows = _read_gzip_columns(_require(folder / "wsj_sample.tsv.gz", root is not None), "\t")
     return [[r[0] for r in s] for s in rows], [[r[1] for r in s] for s in rows]
 
 

@@ -1,5 +1,7 @@
 """Built-in data sets: deterministic in their seed, documented shapes, reachable modules."""
 
+import re
+
 import numpy as np
 import pytest
 
@@ -146,3 +148,20 @@ def test_crf_data_takes_networkx_graphs_and_names_other_graphs():
     for bad in (None, np.zeros((2, 2))):
         with pytest.raises(TypeError, match="graphs must be a GraphBatch, a networkx graph"):
             pmc.CRFData(bad, None, X, n_labels=2)
+
+
+def test_readers_name_the_data_folder_they_looked_in(tmp_path, monkeypatch):
+    """Without the file, the error says which folder was read: the one PYMC_CRF_DATA names
+    (not "set PYMC_CRF_DATA", which is set), or the default beside the repository."""
+    monkeypatch.setenv("PYMC_CRF_DATA", str(tmp_path))
+    named = f"{re.escape(str(tmp_path))} as PYMC_CRF_DATA names it"
+    with pytest.raises(FileNotFoundError, match=named) as err:
+        pmc.datasets.read_conll2000("train")
+    assert "set PYMC_CRF_DATA" not in str(err.value)
+    with pytest.raises(FileNotFoundError, match="PYMC_CRF_DATA names it"):
+        pmc.datasets.read_ptb_sample()
+    monkeypatch.setenv("PYMC_CRF_DATA", "")
+    monkeypatch.setattr("pymc_crf.datasets.text.data_dir", lambda name="": tmp_path / name)
+    with pytest.raises(FileNotFoundError, match=r"\.\./shared/data beside the repository \(set "
+                                                "PYMC_CRF_DATA"):
+        pmc.datasets.read_conll2000("train")
