@@ -11,7 +11,7 @@ import xarray as xr
 
 from pymc_crf.fitters.bethe_laplace.batched import pointwise_log_likelihood
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
-from pymc_crf.fitters.bethe_laplace.scales import initial_scales
+from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS, initial_scales
 from pymc_crf.fitters.optimise import STRICT_GTOL
 from pymc_crf.fitters.randomized_map.draws import (
     RULES,
@@ -94,7 +94,8 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         ``scale_method="gibbs"``: sweeps per chain before the ``draws`` kept (the chains start
         at ``scale_init`` and the MAP there).
     scale_init : float or array
-        Learned scales: the starting scales (one value, or one per scale entry).
+        Learned scales: the starting scales (one value, or one per scale entry), moved into
+        the scales' range ``[1e-5, 1e3]`` (``SCALE_BOUNDS``).
     scale_draws : int
         Learned scales, ``"em"``: the draws whose squared weights estimate each group's ``E[R_g]``
         (:mod:`~pymc_crf.fitters.randomized_map.scales`); the same seeds at every iteration, and
@@ -148,8 +149,13 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         raise ValueError(f"scale_method must be 'gibbs' (the scales integrated over) or 'em' "
                          f"(one value of the scales, Monte Carlo EM); got {scale_method!r}")
     gibbs = bool(G) and scale_method == "gibbs"
+    if G:
+        # the scales live in SCALE_BOUNDS (as for method="laplace"): from a start outside, the
+        # Gibbs chains' centred step has zero density and cannot move, and EM's first step to
+        # the bound spans a gradient change so large that its secant curvature stops the
+        # iterations there as converged
+        init = np.clip(initial_scales(scale_init, G), *SCALE_BOUNDS)
     if gibbs:
-        init = initial_scales(scale_init, G)
         n_tune = whole_number(tune, "tune", minimum=0)
         if antithetic:
             raise ValueError("scale_method='gibbs' (the default with learned scales) draws "
@@ -162,7 +168,6 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                              "hyperprior=False (type-II maximum likelihood) is a point "
                              "estimate: use scale_method='em'")
     elif G:
-        init = initial_scales(scale_init, G)
         n_scale = min(whole_number(scale_draws, "scale_draws"), total)
         if n_scale < 2:
             raise ValueError(f"scale_draws must be at least 2 (the variance across draws sets "
