@@ -7,6 +7,7 @@ Gaussian (slow); for learned scales, the exact log evidence of a model whose lik
 separates over its features (one quadrature per feature), maximised on a fine grid (slow).
 """
 
+import json
 import warnings
 
 import numpy as np
@@ -260,6 +261,22 @@ def test_averaged_marginals_against_nuts_where_the_posterior_is_not_gaussian():
     err_lap = np.abs(pmc.predict(lap, test, "average", draws=None).marginals - ref).mean()
     assert err_rml < 0.012
     assert err_rml < 0.5 * err_lap
+
+
+def test_gtol_selects_the_strict_rule_as_for_map():
+    """``gtol`` is the strict rule's tolerance, as for ``method="map"``: given alone it selects
+    that rule (it changed nothing under the default delta rule, while ``settings`` recorded it),
+    and with ``rule="delta"`` it is refused."""
+    model = tree_model(4)
+    loose = pmc.fit(model, method="randomized_map", draws=2, gtol=0.5, random_seed=0,
+                    progressbar=False)
+    delta = pmc.fit(model, method="randomized_map", draws=2, random_seed=0, progressbar=False)
+    assert json.loads(loose.attrs["settings"])["rule"] == "strict"
+    assert json.loads(delta.attrs["settings"])["rule"] == "delta"
+    assert np.all(loose["diagnostics"]["draw_iterations"].values
+                  < delta["diagnostics"]["draw_iterations"].values)
+    with pytest.raises(ValueError, match="gtol belongs to rule='strict'"):
+        pmc.fit(model, method="randomized_map", rule="delta", gtol=1e-3, progressbar=False)
 
 
 def _hierarchical():

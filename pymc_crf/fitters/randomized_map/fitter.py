@@ -36,7 +36,8 @@ __all__ = ["fit_randomized_map"]
 @register("randomized_map")
 def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chains: int = 1,
                        random_seed: RandomGenerator = None, data_perturbation: bool = True,
-                       antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
+                       antithetic: bool = False, rule: str | None = None,
+                       gtol: float | None = None,
                        maxiter: int = 2000, refine: int = 0,
                        client: Client | str | None = None, hyperprior: bool = True,
                        scale_method: str = "gibbs", tune: int = 50,
@@ -65,10 +66,12 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         Draw in pairs ``(eps, delta)`` and ``(2 mu - eps, -delta)``, whose errors cancel to first
         order in the averages over draws (``draws`` and ``scale_draws`` must then be even).
     rule, gtol, maxiter
-        The stopping rule of every MAP (:func:`~pymc_crf.fitters.optimise.find_map`):
-        ``"delta"`` (CRFsuite's, the default of ``method="map"``) or ``"strict"`` with ``gtol``,
-        the largest gradient entry in prior-whitened coordinates ``(w - mu) / s`` (whatever
-        coordinates the search runs in: ``diagonal_laplace.search_gtol``).
+        The stopping rule of every MAP (:func:`~pymc_crf.fitters.optimise.find_map`), as for
+        ``method="map"``: ``"delta"`` (CRFsuite's, the default) or ``"strict"`` with ``gtol``
+        (default ``STRICT_GTOL``), the largest gradient entry in prior-whitened coordinates
+        ``(w - mu) / s`` (whatever coordinates the search runs in:
+        ``diagonal_laplace.search_gtol``). Giving ``gtol`` without a rule selects
+        ``"strict"``; ``gtol`` with ``rule="delta"`` is refused (that rule does not read it).
     refine : int
         HMC transitions on the exact posterior (at the scales) from each randomized MAP
         (:mod:`~pymc_crf.fitters.randomized_map.refine`): their Metropolis correction moves the
@@ -138,9 +141,15 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
     hyperprior = flag(hyperprior, "hyperprior")
     if antithetic and n_draws % 2:
         raise ValueError(f"antithetic=True draws in pairs: draws must be even; got {n_draws}")
+    if rule is None:
+        rule = "delta" if gtol is None else "strict"
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
-    gtol = positive_number(gtol, "gtol")
+    if rule == "delta" and gtol is not None:
+        # the delta rule stops on the objective's progress alone: a gtol would be ignored
+        raise ValueError("gtol belongs to rule='strict'; rule='delta' stops on the objective's "
+                         "relative progress (give rule='strict' with gtol, or leave out gtol)")
+    gtol = positive_number(STRICT_GTOL if gtol is None else gtol, "gtol")
     maxiter = whole_number(maxiter, "maxiter")
     refine = whole_number(refine, "refine (HMC transitions per draw)", minimum=0)
     total = n_chains * n_draws
