@@ -118,7 +118,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--draws", type=int, default=100)
     ap.add_argument("--antithetic", action="store_true")
     ap.add_argument("--rule", choices=["delta", "strict"], default="delta")
-    ap.add_argument("--gtol", type=float, default=1e-3)
+    ap.add_argument("--gtol", type=float, default=1e-3, help="with --rule strict")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--save-draws", default=None)
     ap.add_argument("--workers", type=int, default=0,
@@ -212,7 +212,8 @@ def main(argv: list[str] | None = None) -> None:
     with warnings.catch_warnings(), _client(args.workers) as client:
         warnings.simplefilter("ignore")
         res = pmc.fit(model, method="randomized_map", draws=args.draws, random_seed=args.seed,
-                      antithetic=args.antithetic, rule=args.rule, gtol=args.gtol,
+                      antithetic=args.antithetic, rule=args.rule,
+                      gtol=args.gtol if args.rule == "strict" else None,
                       client=client, log_likelihood=False, progressbar=args.progress,
                       scale_draws=args.scale_draws, refine=args.refine, scale_init=init,
                       scale_maxiter=args.scale_maxiter, chains=args.chains,

@@ -7,6 +7,7 @@ Gaussian (slow); for learned scales, the exact log evidence of a model whose lik
 separates over its features (one quadrature per feature), maximised on a fine grid (slow).
 """
 
+import json
 import warnings
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 
 import pymc_crf as pmc
 from pymc_crf.fitters.bethe_laplace import weight_problem
+from pymc_crf.fitters.bethe_laplace.scales import SCALE_BOUNDS
 from pymc_crf.fitters.randomized_map import score_perturbation
 from pymc_crf.fitters.randomized_map.draws import (
     DrawRunner,
@@ -261,6 +263,22 @@ def test_averaged_marginals_against_nuts_where_the_posterior_is_not_gaussian():
     assert err_rml < 0.5 * err_lap
 
 
+def test_gtol_selects_the_strict_rule_as_for_map():
+    """``gtol`` is the strict rule's tolerance, as for ``method="map"``: given alone it selects
+    that rule (it changed nothing under the default delta rule, while ``settings`` recorded it),
+    and with ``rule="delta"`` it is refused."""
+    model = tree_model(4)
+    loose = pmc.fit(model, method="randomized_map", draws=2, gtol=0.5, random_seed=0,
+                    progressbar=False)
+    delta = pmc.fit(model, method="randomized_map", draws=2, random_seed=0, progressbar=False)
+    assert json.loads(loose.attrs["settings"])["rule"] == "strict"
+    assert json.loads(delta.attrs["settings"])["rule"] == "delta"
+    assert np.all(loose["diagnostics"]["draw_iterations"].values
+                  < delta["diagnostics"]["draw_iterations"].values)
+    with pytest.raises(ValueError, match="gtol belongs to rule='strict'"):
+        pmc.fit(model, method="randomized_map", rule="delta", gtol=1e-3, progressbar=False)
+
+
 def _hierarchical():
     batch = pmc.GraphBatch.chains([3, 3])
     with pm.Model() as m:
@@ -327,6 +345,24 @@ def test_learned_scales_result():
     assert d["scale_trace"].values[-1, 0] == pytest.approx(s[0])
     assert d["draw_acceptance"].shape == (1, 6)
     assert res.attrs["method"] == "randomized_map"
+
+
+@pytest.mark.parametrize("scale_method", ["em", "gibbs"])
+def test_scale_init_outside_the_scale_range_starts_at_its_bound(scale_method):
+    """A start above the scales' range begins at its upper bound: from s = 1e5, EM's first
+    step to the bound (gradient -1e10 there, -1e6 at the bound) gave a secant curvature that
+    made the next step 5e-4 and stopped the iterations at s = 1000 as converged, and the Gibbs
+    chains' centred step, whose density is zero outside the range, kept s near 1e5."""
+    kw = {"scale_draws": 4, "draws": 4, "scale_maxiter": 2} if scale_method == "em" else {
+        "tune": 1, "draws": 1}
+    res = pmc.fit(_hierarchical(), method="randomized_map", scale_method=scale_method,
+                  scale_init=1e5, random_seed=0, progressbar=False, **kw)
+    trace = res["diagnostics"]["scale_trace"].values.ravel()
+    assert trace[0] <= SCALE_BOUNDS[1]
+    if scale_method == "em":
+        assert trace[0] == pytest.approx(SCALE_BOUNDS[1])
+        assert not bool(res["diagnostics"]["scales_converged"])
+        assert trace[-1] < 0.7 * SCALE_BOUNDS[1]
 
 
 def _separable(seed=0, n_features=60):

@@ -11,7 +11,11 @@ import xarray as xr
 
 from pymc_crf.fitters.bethe_laplace.batched import pointwise_log_likelihood
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
-from pymc_crf.fitters.bethe_laplace.scales import initial_scales, warn_unconverged_scales
+from pymc_crf.fitters.bethe_laplace.scales import (
+    SCALE_BOUNDS,
+    initial_scales,
+    warn_unconverged_scales,
+)
 from pymc_crf.fitters.optimise import STRICT_GTOL
 from pymc_crf.fitters.randomized_map.draws import (
     RULES,
@@ -36,7 +40,8 @@ __all__ = ["fit_randomized_map"]
 @register("randomized_map")
 def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chains: int = 1,
                        random_seed: RandomGenerator = None, data_perturbation: bool = True,
-                       antithetic: bool = False, rule: str = "delta", gtol: float = STRICT_GTOL,
+                       antithetic: bool = False, rule: str | None = None,
+                       gtol: float | None = None,
                        maxiter: int = 2000, refine: int = 0,
                        client: Client | str | None = None, hyperprior: bool = True,
                        scale_method: str = "gibbs", tune: int = 50,
@@ -65,10 +70,12 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         Draw in pairs ``(eps, delta)`` and ``(2 mu - eps, -delta)``, whose errors cancel to first
         order in the averages over draws (``draws`` and ``scale_draws`` must then be even).
     rule, gtol, maxiter
-        The stopping rule of every MAP (:func:`~pymc_crf.fitters.optimise.find_map`):
-        ``"delta"`` (CRFsuite's, the default of ``method="map"``) or ``"strict"`` with ``gtol``,
-        the largest gradient entry in prior-whitened coordinates ``(w - mu) / s`` (whatever
-        coordinates the search runs in: ``diagonal_laplace.search_gtol``).
+        The stopping rule of every MAP (:func:`~pymc_crf.fitters.optimise.find_map`), as for
+        ``method="map"``: ``"delta"`` (CRFsuite's, the default) or ``"strict"`` with ``gtol``
+        (default ``STRICT_GTOL``), the largest gradient entry in prior-whitened coordinates
+        ``(w - mu) / s`` (whatever coordinates the search runs in:
+        ``diagonal_laplace.search_gtol``). Giving ``gtol`` without a rule selects
+        ``"strict"``; ``gtol`` with ``rule="delta"`` is refused (that rule does not read it).
     refine : int
         HMC transitions on the exact posterior (at the scales) from each randomized MAP
         (:mod:`~pymc_crf.fitters.randomized_map.refine`): their Metropolis correction moves the
@@ -94,7 +101,8 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         ``scale_method="gibbs"``: sweeps per chain before the ``draws`` kept (the chains start
         at ``scale_init`` and the MAP there).
     scale_init : float or array
-        Learned scales: the starting scales (one value, or one per scale entry).
+        Learned scales: the starting scales (one value, or one per scale entry), moved into
+        the scales' range ``[1e-5, 1e3]`` (``SCALE_BOUNDS``).
     scale_draws : int
         Learned scales, ``"em"``: the draws whose squared weights estimate each group's ``E[R_g]``
         (:mod:`~pymc_crf.fitters.randomized_map.scales`); the same seeds at every iteration, and
@@ -137,9 +145,15 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
     hyperprior = flag(hyperprior, "hyperprior")
     if antithetic and n_draws % 2:
         raise ValueError(f"antithetic=True draws in pairs: draws must be even; got {n_draws}")
+    if rule is None:
+        rule = "delta" if gtol is None else "strict"
     if rule not in RULES:
         raise ValueError(f"rule must be one of {RULES}; got {rule!r}")
-    gtol = positive_number(gtol, "gtol")
+    if rule == "delta" and gtol is not None:
+        # the delta rule stops on the objective's progress alone: a gtol would be ignored
+        raise ValueError("gtol belongs to rule='strict'; rule='delta' stops on the objective's "
+                         "relative progress (give rule='strict' with gtol, or leave out gtol)")
+    gtol = positive_number(STRICT_GTOL if gtol is None else gtol, "gtol")
     maxiter = whole_number(maxiter, "maxiter")
     refine = whole_number(refine, "refine (HMC transitions per draw)", minimum=0)
     total = n_chains * n_draws
@@ -148,8 +162,13 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
         raise ValueError(f"scale_method must be 'gibbs' (the scales integrated over) or 'em' "
                          f"(one value of the scales, Monte Carlo EM); got {scale_method!r}")
     gibbs = bool(G) and scale_method == "gibbs"
+    if G:
+        # the scales live in SCALE_BOUNDS (as for method="laplace"): from a start outside, the
+        # Gibbs chains' centred step has zero density and cannot move, and EM's first step to
+        # the bound spans a gradient change so large that its secant curvature stops the
+        # iterations there as converged
+        init = np.clip(initial_scales(scale_init, G), *SCALE_BOUNDS)
     if gibbs:
-        init = initial_scales(scale_init, G)
         n_tune = whole_number(tune, "tune", minimum=0)
         if antithetic:
             raise ValueError("scale_method='gibbs' (the default with learned scales) draws "
@@ -162,7 +181,6 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                              "hyperprior=False (type-II maximum likelihood) is a point "
                              "estimate: use scale_method='em'")
     elif G:
-        init = initial_scales(scale_init, G)
         n_scale = min(whole_number(scale_draws, "scale_draws"), total)
         if n_scale < 2:
             raise ValueError(f"scale_draws must be at least 2 (the variance across draws sets "
