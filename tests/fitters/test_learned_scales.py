@@ -425,9 +425,16 @@ def test_bad_options_name_themselves():
                       ({"integrate_scales": "grid", "hyperprior": False}, "hyperprior=True"),
                       ({"scale_init": -1.0}, "scale_init must be"),
                       ({"covariance": "bp"}, "covariance must be 'auto'"),
-                      ({"scale_tol": 0.0}, "scale_tol")):
+                      ({"scale_tol": 0.0}, "scale_tol"),
+                      ({"refine": 7}, "refine must be True or False")):
         with pytest.raises(ValueError, match=match):
             pmc.fit(m, method="laplace", progressbar=False, **kw)
+    # on a model without learned scales too, which does not read them
+    fixed = _template_model(learned=False)
+    for kw, match in (({"refine": 7}, "refine must be True or False"),
+                      ({"hyperprior": "yes"}, "hyperprior must be True or False")):
+        with pytest.raises(ValueError, match=match):
+            pmc.fit(fixed, method="laplace", progressbar=False, **kw)
 
 
 def test_grid_integration_refuses_an_improper_scale_prior():

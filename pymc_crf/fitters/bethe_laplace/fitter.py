@@ -169,6 +169,9 @@ def _fit(problem, method: str, t0: float, *, map, covariance, bp, maxiter, gtol,
     fixed priors to one Laplace fit here."""
     if map not in MAP_MODES:
         raise ValueError(f"map must be one of {MAP_MODES}; got {map!r}")
+    # checked here, where every model passes: a fixed-prior model does not read them
+    hyperprior = flag(hyperprior, "hyperprior")
+    refine = None if refine is None else flag(refine, "refine")
     if covariance not in (*COVARIANCE_MODES, *LARGE_COVARIANCES):
         raise ValueError(f"covariance must be one of {(*COVARIANCE_MODES, *LARGE_COVARIANCES)}; "
                          f"got {covariance!r}")
