@@ -101,9 +101,10 @@ _SAMPLER_DOCS = {
         TypeError
             When a keyword is neither an option of the fitter nor of its step method.
         ValueError
-            When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
-            of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
-            is not one the step method samples.""",
+            When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when
+            ``start`` is neither such a string nor None (starting values are ``initvals``), when
+            one of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the
+            model is not one the step method samples.""",
     # Returns and Raises of the fitters that return nothing more
     "sampler_sections": """
         Returns
@@ -119,6 +120,12 @@ _sampler_doc = fill_doc(_SAMPLER_DOCS)
 def _laplace(field: RandomFieldTerm, S, start) -> LaplaceInit | None:
     """The Bethe-Laplace fit of the random field ``field`` read when ``S`` or ``start`` asks for
     it (None where ``"auto"`` finds it does not apply; an error where ``"laplace"`` insists)."""
+    if start is not None and not isinstance(start, str):
+        # any other value (a dict of starting values, as method="map" takes) would be read as
+        # "auto" and the chains would start at the Laplace draws instead
+        raise ValueError(f"start takes 'auto', 'laplace' or None; got {type(start).__name__} "
+                         f"{start!r}: give starting values as initvals= (one dict, or one per "
+                         "chain)")
     wanted = [o for o in (S, start) if isinstance(o, str)]
     for o in wanted:
         if o not in _AUTO:

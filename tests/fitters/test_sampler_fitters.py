@@ -114,6 +114,14 @@ def test_sampler_options_and_unsupported_models_are_refused_by_name(method):
             pmc.fit(model, method=method, draws=5, tune=5, chains=1)
 
 
+@pytest.mark.parametrize("start", [{"b": np.zeros(5), "w": np.zeros(4)}, True, 0])
+def test_start_other_than_auto_laplace_or_none_is_refused(start):
+    # a dict of starting values (what method="map" takes as start) was read as "auto": the chains
+    # started at the Laplace draws and attrs["start"] said "laplace"
+    with pytest.raises(ValueError, match="start takes 'auto', 'laplace' or None; .*initvals="):
+        pmc.fit(mrf_model(), method="exchange", draws=5, tune=5, chains=1, start=start)
+
+
 # ------------------------------------------------------------------ slow: against NUTS
 def _agreement(res, ref, names):
     """Largest |mean difference| in units of the combined MCSE, and the CVM score."""
