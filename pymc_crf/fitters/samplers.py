@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pymc as pm
+from pymc.sampling.mcmc import _cpu_count
 from xarray import DataTree
 
 import pymc_crf.step_methods as step_methods
@@ -173,6 +174,10 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
         if start is not None and init is not None:
             rng = generator(random_seed[0] if np.ndim(random_seed) > 0 else random_seed,
                             "random_seed")  # a per-chain sequence starts from its first seed
+            if chains is None:
+                # one start per chain, so the number pm.sample would choose: max(2, cores),
+                # cores defaulting to min(4, CPUs)
+                chains = max(2, cores if cores is not None else min(4, _cpu_count()))
             initvals, starting = init.starts(chains, rng), "laplace"
         else:
             starting = "initial_point"

@@ -122,6 +122,15 @@ def test_start_other_than_auto_laplace_or_none_is_refused(start):
         pmc.fit(mrf_model(), method="exchange", draws=5, tune=5, chains=1, start=start)
 
 
+def test_chains_none_takes_pm_samples_default_with_the_laplace_starts():
+    # chains=None (documented: pm.sample's default, max(2, cores)) failed with "int() argument
+    # must be ... not 'NoneType'" where the Bethe-Laplace starts are drawn, one per chain
+    res = pmc.fit(mrf_model(), method="exchange", draws=5, tune=5, chains=None, random_seed=0,
+                  progressbar=False)
+    assert res.attrs["start"] == "laplace"
+    assert res["posterior"]["b"].shape[:2] == (2, 5)
+
+
 # ------------------------------------------------------------------ slow: against NUTS
 def _agreement(res, ref, names):
     """Largest |mean difference| in units of the combined MCSE, and the CVM score."""
