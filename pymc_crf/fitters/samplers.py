@@ -186,8 +186,10 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step,
                           random_seed=random_seed, progressbar=progressbar, initvals=initvals,
                           compute_convergence_checks=False)
+    # numpy scalars (np.int64(2), np.float32(0.3)) as their Python values, which JSON takes
+    plain = {k: v.item() if isinstance(v, np.generic) else v for k, v in step_kwargs.items()}
     settings = {"draws": draws, "tune": tune, "chains": chains, "cores": cores,
-                **{k: v for k, v in step_kwargs.items() if isinstance(v, int | float | str | bool)}}
+                **{k: v for k, v in plain.items() if isinstance(v, int | float | str | bool)}}
     attrs = {"proposal": proposal, "start": starting}
     if isinstance(step, step_methods.Exchange):
         attrs["exact_auxiliary"] = int(step.exact_auxiliary)

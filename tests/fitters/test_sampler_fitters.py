@@ -131,6 +131,15 @@ def test_chains_none_takes_pm_samples_default_with_the_laplace_starts():
     assert res["posterior"]["b"].shape[:2] == (2, 5)
 
 
+def test_numpy_scalar_step_options_are_recorded_in_the_settings():
+    # step options given as numpy scalars were left out of attrs["settings"] (isinstance(np.int64,
+    # int) is False), though the settings record the step options that are numbers
+    res = pmc.fit(mrf_model(), method="langevin_cd", draws=5, tune=5, chains=1, S=None,
+                  start=None, cd_steps=np.int64(2), step_size=np.float32(0.25), progressbar=False)
+    settings = json.loads(res.attrs["settings"])
+    assert settings["cd_steps"] == 2 and settings["step_size"] == 0.25
+
+
 # ------------------------------------------------------------------ slow: against NUTS
 def _agreement(res, ref, names):
     """Largest |mean difference| in units of the combined MCSE, and the CVM score."""
