@@ -436,7 +436,12 @@ class HCRF(Distribution):
         for nm, sh, nd in (("theta_x", sx, 2), ("theta_y", sy, 2), ("theta_e", se, 3)):
             if sh is not None and len(sh) != nd:
                 raise ValueError(f"HCRF: {nm} must be {nd}-d; got shape {sh}")
-        S = n_states if n_states is not None else (sy[0] if sy else (sx[1] if sx else None))
+        # the size most of the weights' state axes agree on (theta_y's first on a tie), so the
+        # error below names the weight whose shape is the odd one out, not one that is right
+        votes = (((sy[0],) if sy else ()) + ((sx[1],) if sx else ())
+                 + ((se[0], se[1]) if se else ()))
+        S = (n_states if n_states is not None else
+             max(votes, key=votes.count) if votes else None)
         C = n_classes if n_classes is not None else (sy[1] if sy else (se[2] if se else None))
         if S is None or C is None:
             raise ValueError("HCRF: cannot infer n_states / n_classes from the weights' shapes; "

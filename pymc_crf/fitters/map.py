@@ -136,7 +136,9 @@ def fit_map(model: pm.Model, *, rule: str | None = None, maxiter: int = 2000,
         return _fit_map_engine(spec, t0, settings, start=start, log_likelihood=log_likelihood,
                                progressbar=progressbar)
     _check_start(start)
-    point = model.initial_point() if start is None else {**model.initial_point(), **start}
+    initial = model.initial_point()
+    _check_start_names(model, initial, start)
+    point = initial if start is None else {**initial, **start}
     if jitter == 0:
         _warn_symmetric_hcrf_start(model, point)
     value_vars = model.value_vars
@@ -233,6 +235,30 @@ def _check_start(start: dict | None) -> None:
             raise ValueError(f"start[{name!r}] is not finite{entry} (value "
                              f"{arr[tuple(where)] if arr.ndim else float(arr)}): every start "
                              "value must be a finite number")
+
+
+def _check_start_names(model: pm.Model, initial: dict, start: dict | None) -> None:
+    """Every name in ``start`` is a value variable of ``model`` with that variable's shape (the
+    compiled objective reads the value variables alone: an unknown name made the final
+    evaluation fail with PyTensor's "Too many parameter passed to pytensor function", after the
+    whole optimisation, and a wrong shape with "Wrong number of dimensions" naming no variable)."""
+    if not start:
+        return
+    names = [v.name for v in model.value_vars]
+    unknown = sorted(set(start) - set(names))
+    if unknown:
+        # a transformed variable's value variable has its own name (``s_log__`` for ``s``)
+        renamed = {model.values_to_rvs[v].name: v.name for v in model.value_vars
+                   if model.values_to_rvs[v].name != v.name}
+        hints = [f"{n!r} is given as {renamed[n]!r} (its value in the transformed space)"
+                 for n in unknown if n in renamed]
+        raise ValueError(f"start names unknown variables {unknown}; the free variables are "
+                         f"{names}" + (f"; {', '.join(hints)}" if hints else ""))
+    for name, value in start.items():
+        want = np.shape(initial[name])
+        if np.shape(value) != want:
+            raise ValueError(f"start[{name!r}] has shape {np.shape(value)}; the variable has "
+                             f"shape {want}")
 
 
 def _warn_symmetric_hcrf_start(model: pm.Model, point: dict) -> None:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pymc as pm
+from pymc.sampling.mcmc import _cpu_count
 from xarray import DataTree
 
 import pymc_crf.step_methods as step_methods
@@ -101,9 +102,10 @@ _SAMPLER_DOCS = {
         TypeError
             When a keyword is neither an option of the fitter nor of its step method.
         ValueError
-            When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when one
-            of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the model
-            is not one the step method samples.""",
+            When ``S`` or ``start`` is a string other than ``"auto"`` or ``"laplace"``, when
+            ``start`` is neither such a string nor None (starting values are ``initvals``), when
+            one of them is ``"laplace"`` and the Bethe-Laplace fit does not apply, or when the
+            model is not one the step method samples.""",
     # Returns and Raises of the fitters that return nothing more
     "sampler_sections": """
         Returns
@@ -119,6 +121,12 @@ _sampler_doc = fill_doc(_SAMPLER_DOCS)
 def _laplace(field: RandomFieldTerm, S, start) -> LaplaceInit | None:
     """The Bethe-Laplace fit of the random field ``field`` read when ``S`` or ``start`` asks for
     it (None where ``"auto"`` finds it does not apply; an error where ``"laplace"`` insists)."""
+    if start is not None and not isinstance(start, str):
+        # any other value (a dict of starting values, as method="map" takes) would be read as
+        # "auto" and the chains would start at the Laplace draws instead
+        raise ValueError(f"start takes 'auto', 'laplace' or None; got {type(start).__name__} "
+                         f"{start!r}: give starting values as initvals= (one dict, or one per "
+                         "chain)")
     wanted = [o for o in (S, start) if isinstance(o, str)]
     for o in wanted:
         if o not in _AUTO:
@@ -166,6 +174,10 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
         if start is not None and init is not None:
             rng = generator(random_seed[0] if np.ndim(random_seed) > 0 else random_seed,
                             "random_seed")  # a per-chain sequence starts from its first seed
+            if chains is None:
+                # one start per chain, so the number pm.sample would choose: max(2, cores),
+                # cores defaulting to min(4, CPUs)
+                chains = max(2, cores if cores is not None else min(4, _cpu_count()))
             initvals, starting = init.starts(chains, rng), "laplace"
         else:
             starting = "initial_point"
@@ -174,8 +186,10 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, cores=cores, step=step,
                           random_seed=random_seed, progressbar=progressbar, initvals=initvals,
                           compute_convergence_checks=False)
+    # numpy scalars (np.int64(2), np.float32(0.3)) as their Python values, which JSON takes
+    plain = {k: v.item() if isinstance(v, np.generic) else v for k, v in step_kwargs.items()}
     settings = {"draws": draws, "tune": tune, "chains": chains, "cores": cores,
-                **{k: v for k, v in step_kwargs.items() if isinstance(v, int | float | str | bool)}}
+                **{k: v for k, v in plain.items() if isinstance(v, int | float | str | bool)}}
     attrs = {"proposal": proposal, "start": starting}
     if isinstance(step, step_methods.Exchange):
         attrs["exact_auxiliary"] = int(step.exact_auxiliary)

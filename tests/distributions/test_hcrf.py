@@ -100,6 +100,11 @@ def test_bad_input_errors():
         HCRF("y", observed=np.array([0, 1]), **(kw | {"theta_x": np.zeros((3, 2))}))
     with pm.Model(), pytest.raises(ValueError, match="node features must have shape"):
         HCRF("y", observed=np.array([0, 1]), **(kw | {"node_features": X[:-1]}))
+    # theta_y with a wrong number of states is named, against the 2 states theta_x and theta_e
+    # agree on (the number of states was read from theta_y alone, and theta_x was blamed)
+    with pm.Model(), pytest.raises(ValueError, match=r"theta_y must have shape \(2, 3\) "
+                                                     r"\(features=2, n_states=2, .*got \(3, 3\)"):
+        HCRF("y", observed=np.array([0, 1]), **(kw | {"theta_y": np.zeros((3, 3))}))
     with pm.Model(), pytest.raises(TypeError, match="HCRF: node_features must be a dense array; "
                                                     "got a scipy.sparse matrix"):
         HCRF("y", observed=np.array([0, 1]), **(kw | {"node_features": sparse.csr_array(X)}))

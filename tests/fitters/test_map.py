@@ -119,6 +119,34 @@ def test_a_start_value_that_is_not_finite_is_refused_by_name(loop_model):
                     progressbar=False)
 
 
+def test_a_start_with_an_unknown_name_or_a_wrong_shape_is_refused_by_name():
+    """On the compiled objective (an HCRF, a transformed scale) the start's names and shapes are
+    checked before L-BFGS runs: an unknown name failed after the optimisation with PyTensor's
+    "Too many parameter passed to pytensor function", a wrong shape with "Wrong number of
+    dimensions" naming no variable."""
+    import pymc as pm
+
+    from pymc_crf.distributions.hcrf import from_sequences
+
+    rng = np.random.default_rng(0)
+    graphs, X = from_sequences([rng.normal(size=(t, 2)) for t in (3, 4)])
+    with pm.Model() as model:
+        s = pm.HalfNormal("s", 1.0)
+        tx = pm.Normal("theta_x", 0, s, shape=(2, 2))
+        ty = pm.Normal("theta_y", 0, 1, shape=(2, 2))
+        te = pm.Normal("theta_e", 0, 1, shape=(2, 2, 2))
+        pmc.HCRF("y", graphs=graphs, node_features=X, theta_x=tx, theta_y=ty, theta_e=te,
+                 observed=np.array([0, 1]))
+    with pytest.raises(ValueError, match=r"start names unknown variables \['zz'\]; the free "
+                                         r"variables are \['s_log__', 'theta_x'"):
+        pmc.fit(model, method="map", start={"zz": 1.0}, progressbar=False)
+    with pytest.raises(ValueError, match=r"'s' is given as 's_log__'"):
+        pmc.fit(model, method="map", start={"s": 1.0}, progressbar=False)
+    with pytest.raises(ValueError, match=r"start\['theta_x'\] has shape \(2,\); the variable "
+                                         r"has shape \(2, 2\)"):
+        pmc.fit(model, method="map", start={"theta_x": np.zeros(2)}, progressbar=False)
+
+
 def test_the_stopping_rule_and_its_options():
     """``rule=None`` is the delta rule, or the strict one when gtol / ftol is given; each rule
     refuses the other's tolerances; the settings record the rule and its parameters."""

@@ -114,6 +114,32 @@ def test_sampler_options_and_unsupported_models_are_refused_by_name(method):
             pmc.fit(model, method=method, draws=5, tune=5, chains=1)
 
 
+@pytest.mark.parametrize("start", [{"b": np.zeros(5), "w": np.zeros(4)}, True, 0])
+def test_start_other_than_auto_laplace_or_none_is_refused(start):
+    # a dict of starting values (what method="map" takes as start) was read as "auto": the chains
+    # started at the Laplace draws and attrs["start"] said "laplace"
+    with pytest.raises(ValueError, match="start takes 'auto', 'laplace' or None; .*initvals="):
+        pmc.fit(mrf_model(), method="exchange", draws=5, tune=5, chains=1, start=start)
+
+
+def test_chains_none_takes_pm_samples_default_with_the_laplace_starts():
+    # chains=None (documented: pm.sample's default, max(2, cores)) failed with "int() argument
+    # must be ... not 'NoneType'" where the Bethe-Laplace starts are drawn, one per chain
+    res = pmc.fit(mrf_model(), method="exchange", draws=5, tune=5, chains=None, random_seed=0,
+                  progressbar=False)
+    assert res.attrs["start"] == "laplace"
+    assert res["posterior"]["b"].shape[:2] == (2, 5)
+
+
+def test_numpy_scalar_step_options_are_recorded_in_the_settings():
+    # step options given as numpy scalars were left out of attrs["settings"] (isinstance(np.int64,
+    # int) is False), though the settings record the step options that are numbers
+    res = pmc.fit(mrf_model(), method="langevin_cd", draws=5, tune=5, chains=1, S=None,
+                  start=None, cd_steps=np.int64(2), step_size=np.float32(0.25), progressbar=False)
+    settings = json.loads(res.attrs["settings"])
+    assert settings["cd_steps"] == 2 and settings["step_size"] == 0.25
+
+
 # ------------------------------------------------------------------ slow: against NUTS
 def _agreement(res, ref, names):
     """Largest |mean difference| in units of the combined MCSE, and the CVM score."""
