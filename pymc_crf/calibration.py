@@ -19,6 +19,7 @@ import xarray as xr
 from scipy.optimize import minimize_scalar
 
 from pymc_crf.metrics import as_array, checked_marginals
+from pymc_crf.model.predictors import tagger_hint
 from pymc_crf.validation import positive_number
 
 if TYPE_CHECKING:
@@ -61,7 +62,7 @@ def token_log_loss(marginals: np.ndarray, labels: np.ndarray) -> float:
 def _layout(result: xr.DataTree) -> dict:
     if not isinstance(result, xr.DataTree) or "crf" not in result.attrs:
         raise ValueError("tempered / fit_temperature take a fitted CRF result (pmc.fit of a model "
-                         "with a pmc.CRF likelihood)")
+                         f"with a pmc.CRF likelihood){tagger_hint(result)}")
     info = json.loads(result.attrs["crf"])
     if info.get("potential") != "loglinear":
         raise ValueError(f"temperature scaling divides the weights by T, which tempers the "

@@ -397,6 +397,9 @@ def _run_train(args, parser: argparse.ArgumentParser) -> int:
         parser.error(str(err))
     _say(f"  {len(tagger.vectorizer_.feature_names_)} features, {len(tagger.classes_)} tags; "
          f"fitted in {time.perf_counter() - t1:.1f} s")
+    if sd == "evidence":  # the choice is the step's outcome; the model file keeps it as c2_
+        _say(f"  c2 chosen by the evidence: {tagger.c2_:.4g} (prior sd "
+             f"{(2.0 * tagger.c2_) ** -0.5:.4g})")
     if dev is not None:
         _say(f"  dev token accuracy {100 * tagger.dev_score_:.2f} % ({args.dev})")
     try:

@@ -85,6 +85,23 @@ def test_bad_input(chain_fit):
         fit_temperature(fit, data, bounds=(2.0, 1.0))
 
 
+def test_a_tagger_passed_for_its_result_is_told_to_pass_result_():
+    """tempered / fit_temperature of a CRFTagger itself name its ``result_`` (the DataTree they
+    take) instead of only saying that a fitted CRF result is needed."""
+    X = [[{"w": "a"}, {"w": "b"}], [{"w": "b"}, {"w": "a"}, {"w": "b"}]]
+    y = [["B-A", "I-A"], ["O", "B-A", "I-A"]]
+    tagger = pmc.CRFTagger().fit(X, y)
+    data = tagger.log_potentials(X)[0]
+    data = pmc.CRFData(data.graphs, np.array([1, 2, 0, 1, 2]), node_features=data.node_features,
+                       n_labels=3)
+    hint = r"fitted CRF result .*: a CRFTagger's fit is its result_ attribute; pass tagger\.result_"
+    with pytest.raises(ValueError, match=hint):
+        tempered(tagger, 2.0)
+    with pytest.raises(ValueError, match=hint):
+        fit_temperature(tagger, data)
+    assert tempered(tagger.result_, 2.0).attrs["temperature"] == 2.0
+
+
 def test_token_log_loss_reads_masked_labels_as_missing():
     """np.asarray drops a masked array's mask: the masked position was scored (0.877 instead of
     the 0.164 of the others). Masked labels are missing, as -1 is."""

@@ -218,6 +218,17 @@ def test_template_and_netcdf_model(files, capsys):
     assert "chunk F1" in capsys.readouterr().out
 
 
+def test_evidence_c2_is_printed(files, capsys):
+    """``--c2 evidence``: the chosen c2 is the outcome of the fit step, so train prints it (the
+    user could otherwise see it only by loading the model and reading ``c2_``)."""
+    folder, train, _ = files
+    model = folder / "evidence.joblib"
+    assert main(["train", str(train), "-m", str(model), "--c2", "evidence",
+                 "--no-progressbar"]) == 0
+    c2 = load_model(model).c2_
+    assert f"c2 chosen by the evidence: {c2:.4g}" in capsys.readouterr().out
+
+
 def test_learned_prior_scales(files, capsys):
     """``--c2 learned``: prior sds per template and count bucket, integrated over by the Gibbs
     sweeps whose options ``--scale-option`` sets; saved with the model."""

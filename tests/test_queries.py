@@ -467,3 +467,26 @@ def test_prior_from_ep_on_a_loopy_probit_crf(loop_model):
     np.testing.assert_allclose(cov, r["fit"]["covariance_matrix"].values, rtol=1e-12, atol=1e-15)
     v = np.arange(mu.size, dtype=float)
     np.testing.assert_allclose(w["w"].eval({flat: v}), v.reshape(6, 2, 2))
+
+
+def test_a_tagger_passed_for_its_result_is_told_to_pass_result_():
+    """A CRFTagger user naturally hands the tagger itself to the queries; the error names its
+    ``result_`` and the ``log_potentials`` that give the data, instead of only the type."""
+    X = [[{"w": "a"}, {"w": "b"}], [{"w": "b"}, {"w": "a"}, {"w": "b"}]]
+    tagger = pmc.CRFTagger().fit(X, [["B-A", "I-A"], ["O", "B-A", "I-A"]])
+    data = tagger.log_potentials(X)[0]
+    hint = r"pass tagger\.result_ .*tagger\.log_potentials\(X\)\[0\]"
+    calls = [lambda: pmc.queries.span_probabilities(tagger, data, tagger.classes_),
+             lambda: pmc.queries.kbest(tagger, data, 2),
+             lambda: pmc.queries.sample_labellings(tagger, data, 2),
+             lambda: pmc.queries.uncertainty(tagger, data),
+             lambda: pmc.queries.select_for_labelling(tagger, data, 1, "entropy"),
+             lambda: pmc.predict(tagger, data)]
+    for call in calls:
+        with pytest.raises(TypeError, match="got CRFTagger: a CRFTagger's fit is its result_ .*"
+                           + hint):
+            call()
+    with pytest.raises(TypeError, match=hint):
+        with pm.Model():
+            pmc.prior_from(tagger)
+    assert pmc.queries.kbest(tagger.result_, data, 2).labels.shape == (2, 5)

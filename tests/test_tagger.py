@@ -352,6 +352,20 @@ def test_bethe_laplace_averages_over_draws(corpus):
     np.testing.assert_array_equal(t.marginals_array(X[40:]), avg)  # seeded: reproducible
 
 
+def test_laplace_is_the_diagonal_laplace_above_the_dense_limit():
+    """docs/tagger.md: the diagonal Laplace of real_data.md is ``method="laplace"`` (its
+    covariance "auto" is diagonal above 3,000 weights), and predict_marginals averages over its
+    draws."""
+    rng = np.random.default_rng(0)
+    X = [[{"w": f"w{int(i)}"} for i in rng.integers(0, 1100, size=8)] for _ in range(400)]
+    y = [[["O", "B-A", "I-A"][int(k)] for k in rng.integers(0, 3, size=8)] for _ in X]
+    t = CRFTagger(method="laplace", method_options={"draws": 5}, random_state=0).fit(X, y)
+    assert len(t.vectorizer_.feature_names_) * 3 > 3000
+    assert "sd_vector" in t.result_["fit"] and "covariance_matrix" not in t.result_["fit"]
+    avg, point = t.marginals_array(X[:5]), t.marginals_array(X[:5], average=False)
+    assert t.result_.posterior.sizes["draw"] == 5 and np.abs(avg - point).max() > 1e-4
+
+
 #: checks of sklearn's check_estimator that do not feed the estimator a numeric 2-d X: they apply
 APPLICABLE_CHECKS = {
     "check_estimator_cloneable", "check_estimator_tags_renamed", "check_valid_tag_types",

@@ -165,12 +165,22 @@ def crf_attrs(spec) -> str:
     return json.dumps(crf_layout(spec))
 
 
+def tagger_hint(result) -> str:
+    """How to pass a fitted ``CRFTagger`` where a fit result is wanted (empty for anything
+    else): its fit is the ``result_`` DataTree, and the CRFData of sentences comes from its
+    ``log_potentials``."""
+    if isinstance(getattr(result, "result_", None), xr.DataTree):
+        return (": a CRFTagger's fit is its result_ attribute; pass tagger.result_ (and, as "
+                "data, tagger.log_potentials(X)[0] for sentences X)")
+    return ""
+
+
 def check_result(result, what: str = "result", posterior: bool = True) -> None:
     """Raise a clear error unless ``result`` is a fit result: an ``xarray.DataTree`` (with a
     ``posterior`` group, unless ``posterior=False``: a registered predictor may read others)."""
     if not isinstance(result, xr.DataTree):
         raise TypeError(f"{what} must be a fitted DataTree (from pmc.fit or pm.sample); got "
-                        f"{type(result).__name__}")
+                        f"{type(result).__name__}{tagger_hint(result)}")
     if posterior and "posterior" not in result.children:
         raise ValueError(f"{what} has no 'posterior' group (it has {list(result.children)})")
 
