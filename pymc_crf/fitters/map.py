@@ -239,9 +239,10 @@ def _check_start(start: dict | None) -> None:
 
 def _check_start_names(model: pm.Model, initial: dict, start: dict | None) -> None:
     """Every name in ``start`` is a value variable of ``model`` with that variable's shape (the
-    compiled objective reads the value variables alone: an unknown name made the final
-    evaluation fail with PyTensor's "Too many parameter passed to pytensor function", after the
-    whole optimisation, and a wrong shape with "Wrong number of dimensions" naming no variable)."""
+    compiled objective reads the value variables alone: unchecked, an unknown name fails only at
+    the final evaluation, after the whole optimisation, with PyTensor's "Too many parameter
+    passed to pytensor function", and a wrong shape with "Wrong number of dimensions" naming no
+    variable)."""
     if not start:
         return
     names = [v.name for v in model.value_vars]
