@@ -299,7 +299,6 @@ def _fit_learned_scales(problem, method: str, t0: float, *, map, covariance, bp,
     if covariance == "implicit" and problem.potential != "loglinear":
         raise ValueError("covariance='implicit' takes log-linear potentials (its curvature is "
                          "the covariance of the sufficient statistics); use covariance='exact'")
-    hyperprior = flag(hyperprior, "hyperprior")
     progressbar = progress_flag(progressbar)
     rng = generator(seed, "random_seed")
     spec = problem.spec

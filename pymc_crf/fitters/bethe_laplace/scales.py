@@ -189,14 +189,17 @@ def warn_unconverged_scales(method: str, scale_maxiter: int) -> None:
 
 
 def initial_scales(scale_init, n_scales: int) -> np.ndarray:
-    """The flat starting scales from ``scale_init`` (one number, or one per scale entry), with a
-    clear error for anything else."""
+    """The flat starting scales from ``scale_init`` (one number, or one per scale entry), moved
+    into ``SCALE_BOUNDS``, where every fitter keeps the scales, with a clear error for anything
+    else. (From a start outside, randomized MAP's Gibbs chains have zero density and cannot move,
+    and its EM's first step to the bound spans a gradient change so large that its secant
+    curvature stops the iterations there as converged.)"""
     init = np.broadcast_to(np.asarray(scale_init, dtype=np.float64), (n_scales,)).copy() \
         if np.ndim(scale_init) == 0 else np.asarray(scale_init, dtype=np.float64).reshape(-1)
     if init.shape != (n_scales,) or not np.all(np.isfinite(init) & (init > 0)):
         raise ValueError(f"scale_init must be a number > 0 or {n_scales} of them (one per scale "
                          f"entry); got {scale_init!r}")
-    return init
+    return np.clip(init, *SCALE_BOUNDS)
 
 
 def group_sums(index: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
@@ -467,7 +470,7 @@ def learn_scales(problem: WeightProblem, *, map: str = "exact", covariance: str 
                              bp=bp, maxiter=maxiter, gtol=tol, hyperprior=prior_fn,
                              evidence=evidence)
 
-    theta = np.clip(np.log(init), lo, hi)
+    theta = np.log(init)
     if implicit and refine:  # one scale (checked above)
         theta, pt, trace = _search_one_scale(problem, at, theta, lo, hi, prior_fn, maxiter,
                                              finish and integrate_scales is None)

@@ -12,7 +12,6 @@ import xarray as xr
 from pymc_crf.fitters.bethe_laplace.batched import pointwise_log_likelihood
 from pymc_crf.fitters.bethe_laplace.problem import exact_engine, weight_problem
 from pymc_crf.fitters.bethe_laplace.scales import (
-    SCALE_BOUNDS,
     initial_scales,
     warn_unconverged_scales,
 )
@@ -163,11 +162,7 @@ def fit_randomized_map(model: pm.Model | None = None, *, draws: int = 100, chain
                          f"(one value of the scales, Monte Carlo EM); got {scale_method!r}")
     gibbs = bool(G) and scale_method == "gibbs"
     if G:
-        # the scales live in SCALE_BOUNDS (as for method="laplace"): from a start outside, the
-        # Gibbs chains' centred step has zero density and cannot move, and EM's first step to
-        # the bound spans a gradient change so large that its secant curvature stops the
-        # iterations there as converged
-        init = np.clip(initial_scales(scale_init, G), *SCALE_BOUNDS)
+        init = initial_scales(scale_init, G)  # moved into SCALE_BOUNDS
     if gibbs:
         n_tune = whole_number(tune, "tune", minimum=0)
         if antithetic:
