@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import arviz as az
 import numpy as np
@@ -17,9 +18,13 @@ from pymc_crf.model.spec import extract_crf
 
 # Every case runs in one child process, so a segmentation fault (the MRF's label columns were
 # indexed without bounds checks) fails this test instead of killing pytest; the child prints
-# each case's exception type and message as JSON.
+# each case's exception type and message as JSON. It compiles the logp as the test process does
+# (helpers/linker.py): the numba kernels, where the crash was, in the NUMBA pass.
 _SET_DATA_CASES = textwrap.dedent('''
-    import json, warnings
+    import json, sys, warnings
+    sys.path.insert(0, TESTS_DIR)
+    from helpers.linker import use_test_linker
+    use_test_linker()
     import numpy as np, pymc as pm, pymc_crf as pmc
     warnings.simplefilter("ignore")
     out = {}
@@ -79,8 +84,8 @@ _SET_DATA_CASES = textwrap.dedent('''
 
 @pytest.fixture(scope="module")
 def set_data_cases():
-    proc = subprocess.run([sys.executable, "-c", _SET_DATA_CASES], capture_output=True, text=True,
-                          timeout=900)
+    code = f"TESTS_DIR = {str(Path(__file__).parent)!r}\n" + _SET_DATA_CASES
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, (f"the child process ended with {proc.returncode} "
                                   f"(-11: segmentation fault):\n{proc.stderr[-3000:]}")
     out = {}

@@ -45,7 +45,13 @@ from scipy.special import log_ndtr as sp_log_ndtr
 from scipy.special import logsumexp
 
 from pymc_crf.fitters.ep.core import run_ep
-from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
+from pymc_crf.fitters.ep.gaussian import (
+    _solve_eye_plus,
+    low_rank_update,
+    low_rank_y,
+    project,
+    site_from_moments,
+)
 from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import build_terms
 from pymc_crf.graphs.batch import GraphBatch
@@ -184,6 +190,18 @@ def test_low_rank_update_matches_dense_inverse():
         np.testing.assert_allclose(m2, m_ref, atol=1e-9)
         np.testing.assert_allclose(S_new, A.T @ V_ref @ A, atol=1e-9)
         np.testing.assert_allclose(my_new, A.T @ m_ref, atol=1e-9)
+
+
+def test_small_solve_equals_lapack_with_and_without_pivoting():
+    rng = np.random.default_rng(4)
+    for n in (1, 2, 4, 9):
+        B, S, R = rng.normal(size=(3, n, n))
+        np.testing.assert_allclose(_solve_eye_plus(B, S, R), np.linalg.solve(np.eye(n) + B @ S, R),
+                                   rtol=1e-10, atol=1e-12)
+    # I + B S = [[0, 1], [1, 0]]: a zero first pivot, solved by exchanging the rows
+    B = np.array([[-1.0, 1.0], [1.0, -1.0]])
+    R = np.array([[1.0, 2.0], [3.0, 4.0]])
+    np.testing.assert_array_equal(_solve_eye_plus(B, np.eye(2), R), R[::-1])
 
 
 @pytest.mark.parametrize("potential,eps", [(PROBIT, 0.0), (PROBIT, 0.1), (LOGLINEAR, 0.0)])

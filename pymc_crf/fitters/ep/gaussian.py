@@ -71,6 +71,43 @@ def _pd_after(S, B):
 
 
 @njit(cache=True)
+def _solve_eye_plus(B, S, R):
+    """``(I + B S)^{-1} R`` for small square matrices, by Gaussian elimination with partial
+    pivoting (the algorithm of LAPACK's ``gesv``) written as loops: numba's ``np.linalg.solve``
+    takes about 8 s to compile on first use, this about 1 s, and the matrices are n_c x n_c."""
+    n = S.shape[0]
+    LU = np.eye(n) + B @ S
+    X = R.copy()
+    m = X.shape[1]
+    for k in range(n):
+        p = k
+        best = abs(LU[k, k])
+        for i in range(k + 1, n):
+            if abs(LU[i, k]) > best:
+                best = abs(LU[i, k])
+                p = i
+        if p != k:
+            for j in range(n):
+                LU[k, j], LU[p, j] = LU[p, j], LU[k, j]
+            for j in range(m):
+                X[k, j], X[p, j] = X[p, j], X[k, j]
+        for i in range(k + 1, n):
+            f = LU[i, k] / LU[k, k]
+            LU[i, k] = f
+            for j in range(k + 1, n):
+                LU[i, j] -= f * LU[k, j]
+            for j in range(m):
+                X[i, j] -= f * X[k, j]
+    for k in range(n - 1, -1, -1):
+        for j in range(m):
+            acc = X[k, j]
+            for i in range(k + 1, n):
+                acc -= LU[k, i] * X[i, j]
+            X[k, j] = acc / LU[k, k]
+    return X
+
+
+@njit(cache=True)
 def low_rank_y(S, my, B, b):
     """The y-space view of the update ``V^{-1} += A B A^T, V^{-1} m += A b``.
 
@@ -79,10 +116,9 @@ def low_rank_y(S, my, B, b):
     ``V_new = V - (V A) K (V A)^T``. ``ok`` is False when the new precision would not be positive
     definite (then the other outputs are meaningless).
     """
-    n = S.shape[0]
     if not _pd_after(S, B):
         return False, S, my, B
-    K = np.linalg.solve(np.eye(n) + B @ S, B)
+    K = _solve_eye_plus(B, S, B)
     K = 0.5 * (K + K.T)
     S_new = S - S @ K @ S
     S_new = 0.5 * (S_new + S_new.T)
@@ -117,10 +153,9 @@ def site_from_moments(S_cav, my_cav, g, M):
     if the
     tilted covariance is not positive definite (round-off) or anything is not finite.
     """
-    n = S_cav.shape[0]
     if not _pd_after(S_cav, M):
         return False, M, g
-    h = -np.linalg.solve(np.eye(n) + M @ S_cav, M)
+    h = -_solve_eye_plus(M, S_cav, M)
     h = 0.5 * (h + h.T)
     y_tilted = my_cav + S_cav @ g
     mu = g + h @ y_tilted
