@@ -10,8 +10,8 @@ from contextvars import ContextVar
 
 import numpy as np
 
-__all__ = ["class_indices", "fitting", "fitting_method", "flag", "generator", "int_at_least",
-           "name_list", "positive_number", "real_number", "refusal", "whole_number"]
+__all__ = ["check_initvals", "class_indices", "fitting", "fitting_method", "flag", "generator",
+           "int_at_least", "name_list", "positive_number", "real_number", "refusal", "whole_number"]
 
 
 def whole_number(value, name: str, minimum: int = 1) -> int:
@@ -177,3 +177,22 @@ def refusal(needs: str, found: str, alternatives: Iterable[str] = ("map", "nuts"
         tail = (f". method={names} take{'s' if len(others) == 1 else ''} any PyMC model "
                 "(pmc.fit(model, method=...))")
     return f"{who} needs {needs}; {found}{tail}"
+
+
+def check_initvals(model, initvals, where: str) -> None:
+    """Refuse ``initvals`` (``pm.sample``'s: a dict, or one per chain) that name no variable of
+    ``model``: PyMC fails on them with a bare ``KeyError``."""
+    if initvals is None:
+        return
+    chains = [initvals] if isinstance(initvals, dict) else list(initvals)
+    free = [rv.name for rv in model.free_RVs]
+    for start in chains:
+        if start is None:
+            continue
+        if not isinstance(start, dict):
+            raise TypeError(f"{where}: initvals must be a dict of starting values (or one per "
+                            f"chain); got {type(start).__name__}")
+        for key in start:
+            if isinstance(key, str) and key not in model.named_vars:
+                raise ValueError(f"{where}: initvals names {key!r}, which is not a variable of "
+                                 f"the model; its free variables are {free}")

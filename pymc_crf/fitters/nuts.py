@@ -13,7 +13,7 @@ from pymc_crf.fitters.registry import register
 from pymc_crf.model.options import RENAMED
 from pymc_crf.model.random_field import find_random_field
 from pymc_crf.model.results import build_result
-from pymc_crf.validation import flag, real_number, whole_number
+from pymc_crf.validation import check_initvals, flag, real_number, whole_number
 
 if TYPE_CHECKING:
     from pymc.util import RandomState
@@ -94,6 +94,7 @@ def fit_nuts(model: pm.Model, *, draws: int = 1000, tune: int | None = 1000,
             ta = real_number(value, f"method='nuts': {where}")
             if not 0.0 < ta < 1.0:
                 raise ValueError(f"method='nuts': {where} must lie in (0, 1); got {ta}")
+    check_initvals(model, sample_kwargs.get("initvals"), "method='nuts'")
     field = find_random_field(model)  # read once (labels checked), for the result's layout
     with model:
         idata = pm.sample(draws=draws, tune=tune, chains=chains, random_seed=random_seed,

@@ -39,7 +39,7 @@ from pymc_crf.inference.base import warn_at_caller
 from pymc_crf.model.options import check_step_options
 from pymc_crf.model.results import build_result
 from pymc_crf.step_methods.field import RandomFieldTerm
-from pymc_crf.validation import generator, whole_number
+from pymc_crf.validation import check_initvals, generator, whole_number
 
 if TYPE_CHECKING:
     from pymc.util import RandomGenerator
@@ -162,6 +162,7 @@ def _sample_with(step_name: str, method: str, model: pm.Model, draws: int, tune:
     # the step and the result
     check_step_options(step_cls, step_kwargs, f"method={method!r}", _FITTER_OPTIONS,
                        managed=("S", "spec", "model", "rng", "initial_point", "tune", "blocked"))
+    check_initvals(model, initvals, f"method={method!r}")
     field = RandomFieldTerm(model, method)
     init = _laplace(field, S, start)
     proposal = "user"

@@ -122,6 +122,18 @@ def test_start_other_than_auto_laplace_or_none_is_refused(start):
         pmc.fit(mrf_model(), method="exchange", draws=5, tune=5, chains=1, start=start)
 
 
+
+@pytest.mark.parametrize("method", ["exchange", "nuts"])
+@pytest.mark.parametrize("initvals", [{"zz": 1.0}, [{"b": np.zeros(5)}, {"zz": 1.0}]])
+def test_initvals_naming_no_variable_are_refused_by_name(method, initvals):
+    # PyMC fails on these with a bare KeyError('zz')
+    with pytest.raises(ValueError, match=r"initvals names 'zz', which is not a variable of the "
+                                         r"model; its free variables are \['b', 'w'\]"):
+        pmc.fit(mrf_model(), method=method, draws=5, tune=5, chains=2, initvals=initvals,
+                progressbar=False)
+    with pytest.raises(TypeError, match="initvals must be a dict"):
+        pmc.fit(mrf_model(), method=method, draws=5, tune=5, chains=1, initvals=[0.5])
+
 def test_chains_none_takes_pm_samples_default_with_the_laplace_starts():
     # chains=None (documented: pm.sample's default, max(2, cores)) failed with "int() argument
     # must be ... not 'NoneType'" where the Bethe-Laplace starts are drawn, one per chain
