@@ -73,6 +73,19 @@ def gaussian_log_density(w: np.ndarray, mean: np.ndarray, cov: np.ndarray) -> np
     return -0.5 * np.sum(z * z, axis=1) - 0.5 * float(np.sum(np.log(2.0 * np.pi * vals)))
 
 
+# The fewest draws ArviZ's PSIS takes: below 225 draws its tail is a fifth of them, and a
+# Pareto fit needs 5 (the tail size of Vehtari et al. 2024).
+_MIN_DRAWS = 25
+
+
+def _draws_first(da: xr.DataArray) -> np.ndarray:
+    """``da``'s values with its chain and draw axes first. By axis position: xarray's
+    ``transpose("chain", "draw", ...)`` refuses a variable whose dims repeat a name
+    (``dims=("lab", "lab")`` for a K x K transition table)."""
+    dims = list(da.dims)
+    return np.moveaxis(da.values, [dims.index("chain"), dims.index("draw")], [0, 1])
+
+
 def _weight_matrix(result: xr.DataTree, spec) -> np.ndarray:
     """The posterior draws as (S, d) in the flat order of ``spec`` (the ``fit`` group's rows)."""
     post = result["posterior"]
@@ -82,11 +95,11 @@ def _weight_matrix(result: xr.DataTree, spec) -> np.ndarray:
                          "pass the model the result was fitted to")
     cols = []
     for w in spec.weights:
-        da = post[w.name].transpose("chain", "draw", ...)
-        if tuple(da.shape[2:]) != tuple(w.shape):
-            raise ValueError(f"posterior {w.name!r} has shape {da.shape[2:]}, the model's "
+        vals = _draws_first(post[w.name])
+        if tuple(vals.shape[2:]) != tuple(w.shape):
+            raise ValueError(f"posterior {w.name!r} has shape {vals.shape[2:]}, the model's "
                              f"{w.shape}: pass the model the result was fitted to")
-        cols.append(da.values.reshape(da.shape[0] * da.shape[1], -1))
+        cols.append(vals.reshape(vals.shape[0] * vals.shape[1], -1))
     return np.concatenate(cols, axis=1)
 
 
@@ -130,9 +143,10 @@ def loo_log_densities(result: xr.DataTree, model: pm.Model | None = None,
         raise ValueError("the result's fit group names other parameters than the model's "
                          "weights: pass the model the result was fitted to")
     w = _weight_matrix(result, spec)
-    ll = result["log_likelihood"][var_name or spec.observed_name].transpose("chain", "draw", ...)
-    n_chains, n_draws = ll.shape[:2]
-    log_lik = ll.values.reshape(n_chains * n_draws, -1).sum(axis=1)
+    ll = result["log_likelihood"][var_name or spec.observed_name]
+    ll_values = _draws_first(ll)
+    n_chains, n_draws = ll_values.shape[:2]
+    log_lik = ll_values.reshape(n_chains * n_draws, -1).sum(axis=1)
     prior = GaussianLogPrior(spec)
     log_prior = np.array([prior(row)[0] for row in w])
     dims = ("chain", "draw")
@@ -156,8 +170,8 @@ def _point_scales(result: xr.DataTree, scales) -> np.ndarray:
         if v.name not in post.data_vars:
             raise ValueError(f"the result's posterior has no {v.name!r}, the model's prior "
                              "scale: pass the model the result was fitted to")
-        da = post[v.name].transpose("chain", "draw", ...)
-        parts.append(da.values.reshape(da.shape[0] * da.shape[1], -1))
+        vals = _draws_first(post[v.name])
+        parts.append(vals.reshape(vals.shape[0] * vals.shape[1], -1))
     flat = np.concatenate(parts, axis=1)
     if not np.all(flat == flat[0]):
         raise ValueError("pmc.loo: this result's draws carry different prior scales (scales "
@@ -197,7 +211,8 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
     Raises
     ------
     ValueError
-        For one-draw results (``map``): LOO needs posterior draws; for results without a
+        For one-draw results (``map``): LOO needs posterior draws (at least 25: PSIS fits a
+        Pareto tail to the largest fifth of the ratios); for results without a
         ``log_likelihood`` group; for a Gaussian approximation without its model; for
         ``bp_hcrf_vi`` results (variational draws without a density); for learned scales
         integrated over on a grid (``integrate_scales="grid"``: a mixture of Gaussians).
@@ -214,6 +229,10 @@ def loo(result: xr.DataTree, model: pm.Model | None = None, *, pointwise: bool =
                          "estimate): fit with method='nuts', 'ep' or 'bethe_laplace' (whose "
                          "Gaussian draws pmc.loo corrects), or compare point estimates on "
                          "held-out data with pmc.compare(results, test=...)")
+    if n < _MIN_DRAWS:  # ArviZ fails deep inside with "n_draws_tail must be at least 5"
+        raise ValueError(f"pmc.loo needs at least {_MIN_DRAWS} posterior draws (PSIS fits a "
+                         "Pareto tail to the largest fifth of the importance ratios, at least "
+                         f"5 of them); this result has {n}: fit with more draws")
     if result.attrs.get("method") == "bp_hcrf_vi":
         raise ValueError("pmc.loo: the draws of method='bp_hcrf_vi' come from its variational "
                          "posterior, which PSIS-LOO would take for the posterior (no exact "

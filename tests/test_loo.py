@@ -137,6 +137,26 @@ def test_a_learned_scale_laplace_result_is_corrected_at_its_scales():
         pmc.loo(grid, model)
 
 
+def test_weights_whose_dims_repeat_a_name_are_read():
+    # a K x K transition table with dims=("lab", "lab"): xarray's transpose("chain", "draw", ...)
+    # refuses repeated dims ("Cannot use ellipsis with repeated dims")
+    b = pmc.GraphBatch.chains([3, 2, 4])
+    X = np.random.default_rng(0).normal(size=(9, 2))
+    y = np.array([0, 1, 0, 1, 1, 0, 0, 1, 1])
+    fits = []
+    for dims in (("lab", "lab"), ("lab_from", "lab_to")):
+        with pm.Model(coords={"lab": [0, 1], "lab_from": [0, 1], "lab_to": [0, 1],
+                              "f": [0, 1]}) as m:
+            W = pm.Normal("W", 0, 1, dims=("f", "lab"))
+            E = pm.Normal("E", 0, 1, dims=dims)
+            pmc.CRF("y", graphs=b, node_features=X, node_weights=W, edge_weights=E, observed=y)
+        res = pmc.fit(m, method="bethe_laplace", draws=100, random_seed=0, progressbar=False)
+        with warnings.catch_warnings():  # ArviZ's Pareto k warning: 3 graphs
+            warnings.simplefilter("ignore", UserWarning)
+            fits.append(pmc.loo(res, m))
+    assert fits[0]["elpd"] == fits[1]["elpd"]
+    np.testing.assert_array_equal(fits[0].pareto_k, fits[1].pareto_k)
+
 def test_a_model_with_another_prior_is_refused(bl_fit, loop_data):
     """The correction computes each draw's log posterior under the model it is given: a model of
     the same data and weights but another prior sd would give another elpd, so it is refused;
@@ -151,6 +171,9 @@ def test_a_model_with_another_prior_is_refused(bl_fit, loop_data):
 
 def test_mcmc_results_get_plain_loo(bl_fit):
     # a result without a Gaussian fit group is read as draws from the posterior
+    few = bl_fit.isel(draw=slice(0, 24))  # ArviZ: "n_draws_tail must be at least 5"
+    with pytest.raises(ValueError, match="needs at least 25 posterior draws .* has 24"):
+        pmc.loo(few)
     plain = xr.DataTree.from_dict({k: bl_fit[k].to_dataset() for k in bl_fit.children
                                    if k != "fit"})
     with warnings.catch_warnings():
@@ -174,6 +197,9 @@ def test_refusals(map_fit, bl_fit):
     vi.attrs = {**bl_fit.attrs, "method": "bp_hcrf_vi"}  # variational draws, no density
     with pytest.raises(ValueError, match="bp_hcrf_vi' come from its variational posterior"):
         pmc.loo(vi)
+    few = bl_fit.isel(draw=slice(0, 24))  # ArviZ: "n_draws_tail must be at least 5"
+    with pytest.raises(ValueError, match="needs at least 25 posterior draws .* has 24"):
+        pmc.loo(few)
     plain = xr.DataTree.from_dict({k: bl_fit[k].to_dataset() for k in bl_fit.children
                                    if k != "fit"})
     plain.attrs = {**bl_fit.attrs, "method": "randomized_map"}  # draws without a density
