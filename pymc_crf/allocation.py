@@ -21,9 +21,11 @@ import sys
 
 import numpy as np
 from llvmlite import ir
-from numba import njit, types
+from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
+
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["advise_huge_pages", "empty_pages", "zeros_pages"]
 

@@ -27,10 +27,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pytensor.tensor as pt
-from numba import njit
 from scipy.special import log_ndtr as _log_ndtr_np
 
 from pymc_crf.feature_products import features_dot, features_dot_pt
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["POTENTIALS", "LogLinear", "Potential", "Probit", "check_potential", "constant_row",
            "gaussian_moments", "get_potential", "hcrf_pair_tables", "linear_scores", "log_ndtr",

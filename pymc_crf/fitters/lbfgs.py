@@ -28,7 +28,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
+
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["LBFGSResult", "lbfgs", "polish"]
 

@@ -37,12 +37,12 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse as sp
-from numba import njit
 from scipy.sparse.linalg import LinearOperator, gmres, splu
 
 from pymc_crf.graphs.adjacency import message_layout
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_direction, check_potentials
+from pymc_crf.kernel_cache import njit
 from pymc_crf.validation import flag, positive_number, whole_number
 
 __all__ = ["beliefs", "bethe_covariance_matrix", "bethe_covariance_products",

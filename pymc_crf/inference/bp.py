@@ -19,7 +19,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads, prange
 
 from pymc_crf.graphs.adjacency import MessageLayout, message_layout
 from pymc_crf.graphs.batch import LOOPY, GraphBatch
@@ -41,6 +41,7 @@ from pymc_crf.inference.bethe import (
 )
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine, bound_slack, labelling_bound
+from pymc_crf.kernel_cache import njit
 from pymc_crf.validation import flag, whole_number
 
 if TYPE_CHECKING:

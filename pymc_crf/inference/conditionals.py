@@ -9,7 +9,8 @@ probabilities the same way.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["exp_normalise", "keep_least_forbidden", "slot_entry"]
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
@@ -32,6 +31,7 @@ from pymc_crf.inference.base import (
     warn_at_caller,
 )
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
+from pymc_crf.kernel_cache import njit
 from pymc_crf.validation import generator, whole_number
 
 if TYPE_CHECKING:

@@ -26,7 +26,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.graphs.junction_tree import HEURISTICS, JunctionTreeStructure
@@ -40,6 +39,7 @@ from pymc_crf.inference.base import (
     checked_map,
     engine_doc,
 )
+from pymc_crf.kernel_cache import njit
 from pymc_crf.validation import generator, whole_number
 
 if TYPE_CHECKING:

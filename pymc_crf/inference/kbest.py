@@ -20,12 +20,12 @@ from __future__ import annotations
 from typing import NamedTuple
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import check_potentials
 from pymc_crf.inference.chain import ChainEngine
 from pymc_crf.inference.spans import check_chain_batch
+from pymc_crf.kernel_cache import njit
 from pymc_crf.validation import whole_number
 
 __all__ = ["KBest", "kbest_labellings"]

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["MAX", "SUM", "TANGENT", "log_backward", "log_forward", "log_message", "logsumexp_1d",
            "record_sweep", "unused_arrays", "writeable"]

@@ -31,7 +31,6 @@ from functools import partial
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.docstrings import fill_doc
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
@@ -53,6 +52,7 @@ from pymc_crf.inference.base import (
 from pymc_crf.inference.conditionals import slot_entry
 from pymc_crf.inference.gibbs import independent_draws
 from pymc_crf.inference.junction_tree import JunctionTree
+from pymc_crf.kernel_cache import njit
 from pymc_crf.validation import flag, generator, positive_number, whole_number
 
 if TYPE_CHECKING:

@@ -13,7 +13,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.graphs.adjacency import colour_classes, message_layout
 from pymc_crf.graphs.batch import GraphBatch
@@ -21,6 +20,7 @@ from pymc_crf.inference.base import ConvergenceWarning, LoopyResult, check_poten
 from pymc_crf.inference.conditionals import exp_normalise, keep_least_forbidden, slot_entry
 from pymc_crf.inference.kernels import record_sweep
 from pymc_crf.inference.loopy import LoopyEngine, bound_slack, labelling_bound
+from pymc_crf.kernel_cache import njit
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike

@@ -33,11 +33,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import check_potentials
 from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["ChunkScheme", "Spans", "chain_log_messages", "check_chain_batch",
            "span_log_probabilities"]

@@ -33,7 +33,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 from scipy.sparse import coo_matrix
 from scipy.sparse.csgraph import minimum_spanning_tree
 
@@ -42,6 +41,7 @@ from pymc_crf.inference.base import LoopyResult, check_potentials, engine_doc
 from pymc_crf.inference.bethe import beliefs, bethe_log_z, cavity
 from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
 from pymc_crf.inference.loopy import LoopyEngine
+from pymc_crf.kernel_cache import njit
 
 if TYPE_CHECKING:
     from numpy.typing import ArrayLike

@@ -23,10 +23,10 @@ sequence for all C classes.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.inference.chain.scaling import _exp_nonpos
 from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["pair_chain_terms"]
 

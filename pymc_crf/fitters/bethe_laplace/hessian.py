@@ -42,7 +42,6 @@ from __future__ import annotations
 
 import numpy as np
 import scipy.sparse
-from numba import njit
 
 from pymc_crf.feature_products import features_dot, features_tdot, is_sparse
 from pymc_crf.fitters.bethe_laplace.chain_fisher import (
@@ -53,6 +52,7 @@ from pymc_crf.fitters.bethe_laplace.chain_fisher import (
 )
 from pymc_crf.inference.base import Engine
 from pymc_crf.inference.chain import ChainEngine
+from pymc_crf.kernel_cache import njit
 from pymc_crf.model.objective import CRFLogLikelihood
 from pymc_crf.potentials import constant_row, get_potential
 

@@ -29,12 +29,12 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, site_from_moments
 from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import EPTerms
 from pymc_crf.fitters.progress import track
+from pymc_crf.kernel_cache import njit
 from pymc_crf.potentials import get_potential
 from pymc_crf.validation import positive_number, real_number, whole_number
 

@@ -20,7 +20,8 @@ non-positive-definite covariance.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from pymc_crf.kernel_cache import njit
 
 __all__ = ["project", "sqrt_psd", "low_rank_y", "low_rank_update", "site_from_moments", "PD_TOL"]
 

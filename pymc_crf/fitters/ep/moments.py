@@ -23,8 +23,8 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
+from pymc_crf.kernel_cache import njit
 from pymc_crf.potentials import gaussian_moments
 
 __all__ = ["mixture_moments"]

@@ -9,10 +9,10 @@ block buffers, and lanes that fail the exactness test, are left to the per-graph
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.allocation import empty_pages
 from pymc_crf.inference.chain.lanes import _BLOCK_ELEMS, _TABLE_ELEMS, LANES, _fb_lane_block
+from pymc_crf.kernel_cache import njit
 
 
 @njit(cache=True)

@@ -13,7 +13,7 @@ import contextvars
 from collections.abc import Iterator
 
 import numpy as np
-from numba import njit, objmode
+from numba import objmode
 
 from pymc_crf.compile_notice import first_use_notice
 from pymc_crf.inference.chain.features import _OVERFLOW, _forward_backward_features_graphs
@@ -29,6 +29,7 @@ from pymc_crf.inference.chain.small import (
     is_small,
 )
 from pymc_crf.inference.kernels import writeable
+from pymc_crf.kernel_cache import njit
 
 # Batches with less forward-backward work than this (positions x K^2) run graph by graph
 # (``_forward_backward_graphs``): they never compile the lane-block kernels, whose compilation

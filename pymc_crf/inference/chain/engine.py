@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.feature_products import is_sparse
 from pymc_crf.graphs.batch import GraphBatch
@@ -29,6 +28,7 @@ from pymc_crf.inference.chain.dispatch import (
 )
 from pymc_crf.inference.chain.log_space import _covariance_vector_product
 from pymc_crf.inference.chain.sampling import _ffbs, _log_forward_messages, _viterbi
+from pymc_crf.kernel_cache import njit
 from pymc_crf.validation import generator, whole_number
 
 if TYPE_CHECKING:

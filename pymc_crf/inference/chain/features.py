@@ -10,12 +10,12 @@ only by overflow, which every path refuses (``_check_finite_tables``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.allocation import empty_pages, zeros_pages
 from pymc_crf.inference.chain.log_space import _fb_log_one
 from pymc_crf.inference.chain.per_graph import _fb_graphs
 from pymc_crf.inference.chain.scaling import _edge_tables
+from pymc_crf.kernel_cache import njit
 
 _OVERFLOW = ("log Z: the edge log-potentials Xe @ We are not finite (the product of the edge "
              "features and weights overflows)")

@@ -10,7 +10,6 @@ of tables or marginals is made.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.inference.chain.features import _check_finite_tables
 from pymc_crf.inference.chain.scaling import (
@@ -21,6 +20,7 @@ from pymc_crf.inference.chain.scaling import (
     _shift_range,
     _threshold,
 )
+from pymc_crf.kernel_cache import njit
 
 # Chains are processed LANES at a time in lockstep over positions, with the lane (graph) index
 # innermost in every buffer: the K x K products of one step are then independent across lanes and

@@ -9,7 +9,6 @@ products (Hessian-vector products of log Z). Both run the shared recursions ``lo
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.allocation import zeros_pages
 from pymc_crf.inference.kernels import (
@@ -20,6 +19,7 @@ from pymc_crf.inference.kernels import (
     logsumexp_1d,
     unused_arrays,
 )
+from pymc_crf.kernel_cache import njit
 
 
 @njit(cache=True, inline="always")

@@ -7,7 +7,6 @@ lane-block kernels (``lanes``); the lane tier runs here the chains too long for 
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.allocation import empty_pages, zeros_pages
 from pymc_crf.compile_notice import first_use_notice
@@ -21,6 +20,7 @@ from pymc_crf.inference.chain.scaling import (
     _tables_into,
     _threshold,
 )
+from pymc_crf.kernel_cache import njit
 
 
 @njit(cache=True, fastmath=_FAST)

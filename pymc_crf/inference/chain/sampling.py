@@ -4,10 +4,10 @@ in log space through the shared recursion ``log_forward`` (max-product and sum-p
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
 
 from pymc_crf.inference.chain.log_space import _eidx
 from pymc_crf.inference.kernels import MAX, SUM, log_forward, unused_arrays
+from pymc_crf.kernel_cache import njit
 
 
 @njit(cache=True)

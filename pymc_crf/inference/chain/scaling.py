@@ -10,7 +10,8 @@ fails the check is recomputed in log space (``log_space``).
 from __future__ import annotations
 
 import numpy as np
-from numba import njit
+
+from pymc_crf.kernel_cache import njit
 
 # exp of non-positive arguments, vectorisable (numba may lack SVML, and libm's scalar exp keeps
 # the loop from vectorising): Cody-Waite reduction x = n ln2 + r, |r| <= ln2/2, a degree-13 Taylor polynomial
