@@ -184,7 +184,7 @@ def check_initvals(model, initvals, where: str) -> None:
     ``model``: PyMC fails on them with a bare ``KeyError``."""
     if initvals is None:
         return
-    chains = [initvals] if isinstance(initvals, dict) else list(initvals)
+    chains = list(initvals) if isinstance(initvals, list | tuple) else [initvals]
     free = [rv.name for rv in model.free_RVs]
     for start in chains:
         if start is None:

@@ -131,8 +131,9 @@ def test_initvals_naming_no_variable_are_refused_by_name(method, initvals):
                                          r"model; its free variables are \['b', 'w'\]"):
         pmc.fit(mrf_model(), method=method, draws=5, tune=5, chains=2, initvals=initvals,
                 progressbar=False)
-    with pytest.raises(TypeError, match="initvals must be a dict"):
-        pmc.fit(mrf_model(), method=method, draws=5, tune=5, chains=1, initvals=[0.5])
+    for bad in ([0.5], 0.5):
+        with pytest.raises(TypeError, match="initvals must be a dict .*; got float"):
+            pmc.fit(mrf_model(), method=method, draws=5, tune=5, chains=1, initvals=bad)
 
 def test_chains_none_takes_pm_samples_default_with_the_laplace_starts():
     # chains=None (documented: pm.sample's default, max(2, cores)) failed with "int() argument
