@@ -129,7 +129,11 @@ def json_settings(result):
     return json.loads(result.attrs["settings"])
 
 
-def test_sharded_objective_equals_the_whole(client, loop_model):
+@pytest.mark.parametrize("embed_bytes", [1 << 20, 0], ids=["weights-in-tasks", "scattered"])
+def test_sharded_objective_equals_the_whole(client, loop_model, monkeypatch, embed_bytes):
+    # weights larger than _EMBED_BYTES are scattered to the workers and the workers' sums added
+    # on a worker; smaller ones go in the tasks and the sums are added on the client
+    monkeypatch.setattr(pd_, "_EMBED_BYTES", embed_bytes)
     spec = pmc.fitters.extract_crf(loop_model)
     whole = objective.CRFLogLikelihood(spec)
     w = np.random.default_rng(0).normal(size=spec.flat_size)
@@ -137,7 +141,11 @@ def test_sharded_objective_equals_the_whole(client, loop_model):
         value, grad = lik(w)
         assert lik.n_graphs == [3, 2, 3] and sorted(set(lik.workers)) == sorted(
             client.scheduler_info()["workers"])
+        # shards 0 and 2 share a worker, whose one task sums them
+        assert sorted(len(v) for v in lik._by_worker.values()) == [1, 2]
         pointwise = lik.pointwise(w)
+        assert lik.n_evaluations == 1
+    assert lik._by_worker == {}  # closed: no futures kept
     v0, g0 = whole(w)
     assert abs(value - v0) < 1e-10 and np.max(np.abs(grad - g0)) < 1e-10
     np.testing.assert_allclose(pointwise, whole.pointwise(w), rtol=0, atol=1e-12)
