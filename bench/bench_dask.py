@@ -39,6 +39,7 @@ import logging  # noqa: E402
 import resource  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
+import warnings  # noqa: E402
 from contextlib import contextmanager  # noqa: E402
 
 import numpy as np  # noqa: E402
@@ -139,8 +140,11 @@ def main() -> None:
         warm_ranges = dist.sentence_ranges(40, args.workers)
         wvec, wcls = dist.conll_vocabulary(client, train_path, warm_ranges)
         wshards = dist.conll_shards(client, train_path, warm_ranges, wvec, wcls)
-        wfit = dist.fit_map(template_model(train_path, wvec, wcls, sigma), client, shards=wshards,
-                            maxiter=5, **{k: v for k, v in opts.items() if k != "ftol"})
+        with warnings.catch_warnings():  # 5 iterations do not converge, by design
+            warnings.simplefilter("ignore", pmc.ConvergenceWarning)
+            wfit = dist.fit_map(template_model(train_path, wvec, wcls, sigma), client,
+                                shards=wshards, maxiter=5,
+                                **{k: v for k, v in opts.items() if k != "ftol"})
         dist.predict(wfit, wshards, "map", client=client)
         del wshards
 
@@ -178,7 +182,7 @@ def main() -> None:
             yt, _ = encode_tags(tchunks, classes)
         with measured("local: model + pmc.fit(map)", rows):
             model = chain_model(X, y, [len(s) for s in words], len(classes), sigma)
-            fit_l = pmc.fit(model, method="map", **opts)
+            fit_l = pmc.fit(model, method="map", **opts)  # ftol, gtol: the strict rule
         test = pmc.CRFData(sequence_batch(twords), yt, Xt, n_labels=len(classes))
         with measured("local: pmc.predict", rows):
             pred_l = pmc.predict(fit_l, test, "map")
