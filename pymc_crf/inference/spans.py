@@ -192,8 +192,12 @@ def _messages_kernel(node, edge, node_off, edge_off):
             la[0, j] = node[lo, j]
         log_forward(node, lo, n, edge, edge_off[g], shared, SUM, la, noi, no2, no3, no2)
         log_backward(node, lo, n, edge, edge_off[g], shared, SUM, lb, no2, no3, no2)
-        alpha[lo:lo + n] = la
-        beta[lo:lo + n] = lb
+        # element by element: numba's check of a 2-D slice assignment compiles its error
+        # message's formatting, about 2.5 s on first use in a process
+        for t in range(n):
+            for j in range(K):
+                alpha[lo + t, j] = la[t, j]
+                beta[lo + t, j] = lb[t, j]
         log_z[g] = logsumexp_1d(la[n - 1])
     return alpha, beta, log_z
 
@@ -263,7 +267,8 @@ def _spans_kernel(node, edge, node_off, edge_off, alpha, beta, log_z, graph, sta
                     col[i] = v[i] + edge[et, i, j] if allowed else -np.inf
                 w[j] = logsumexp_1d(col) + node[lo + t, j]
             if t > a:
-                v[:] = w
+                for j in range(K):  # not v[:] = w: see _messages_kernel
+                    v[j] = w[j]
         for j in range(K):
             col[j] = v[j] + beta[lo + b, j]
         out[x] = logsumexp_1d(col) - log_z[g]

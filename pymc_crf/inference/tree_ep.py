@@ -282,8 +282,12 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
             bw[L, x] = edge_tab[e_off, a, x]
         log_forward(phi, 0, L + 1, C, 0, False, SUM, fw, noi, no2, no3, no2)
         log_backward(phi, 0, L + 1, C, 0, False, SUM, bw, no2, no3, no2)
-        al[:L + 1, a] = fw
-        be[:L + 1, a] = bw
+        # element by element: numba's check of a 2-D slice assignment compiles its error
+        # message's formatting, about 2.5 s on first use in a process
+        for k in range(L + 1):
+            for x in range(K):
+                al[k, a, x] = fw[k, x]
+                be[k, a, x] = bw[k, x]
     for a in range(K):
         tmp[a] = phi[0, a] + be[0, a, a]
     lzt = logsumexp_1d(tmp)
@@ -294,7 +298,8 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
     log_forward(phi, 0, L + 1, C, 0, False, SUM, ac, noi, no2, no3, no2)
     log_backward(phi, 0, L + 1, C, 0, False, SUM, bc, no2, no3, no2)
     lzc = logsumexp_1d(ac[L])
-    fw[0] = phi[0]
+    for x in range(K):
+        fw[0, x] = phi[0, x]
     log_forward(phi, 0, L + 1, Cq, 0, False, SUM, fw, noi, no2, no3, no2)
     lzq = logsumexp_1d(fw[L])
     return lzt, lzc, lzq
