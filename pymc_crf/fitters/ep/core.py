@@ -127,6 +127,14 @@ def _damped_site(S, my, h_old, mu_old, hh, mh, lam_site, k, lam_min, sign):
         lam_site[k] = max(0.5 * lam_site[k], lam_min)
 
 
+@njit(cache=True, inline="always")
+def _copy_into(dst, src):
+    """``dst[:] = src`` for 1-D arrays, element by element: numba's check of a slice assignment
+    from an array compiles its error message's formatting (1-2.5 s on first use in a process)."""
+    for a in range(src.shape[0]):
+        dst[a] = src[a]
+
+
 @njit(cache=True)
 def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_mu, den_h, den_mu,
              logmsg, logq, K, code, eps, lam_num, lam_den, lam_min, xi, c_del, denominators,
@@ -237,8 +245,10 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
             skips[3] += 1
             continue
         low_rank_update(m, V, P, S, my, Kmat, b)
-        den_h[k, :n, :n] = h_new
-        den_mu[k, :n] = mu_new
+        for a in range(n):
+            den_mu[k, a] = mu_new[a]
+            for bb in range(n):
+                den_h[k, a, bb] = h_new[a, bb]
         # label beliefs: new pair belief r (Qi, Szummer & Minka 2005, eq. (49)), marginals (eq. (50)), damped
         # messages
         # f~_k(t) = fhat^xi f~_old^(1-xi) (thesis eqs. (5.61)-(5.63))
@@ -251,16 +261,20 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
                     qi[a] += r[a * K + bb]
                     qj[bb] += r[a * K + bb]
         else:
-            qi[:] = r
+            _copy_into(qi, r)
         msg = xk * (np.log(np.maximum(qi, 1e-300)) - lci) + (1.0 - xk) * logmsg[k, 0]
-        logmsg[k, 0] = msg - msg.max()
-        logq[i] = _log_normalise(lci + logmsg[k, 0])
+        _copy_into(logmsg[k, 0], msg - msg.max())
+        _copy_into(logq[i], _log_normalise(lci + logmsg[k, 0]))
         if j >= 0:
             msg = xk * (np.log(np.maximum(qj, 1e-300)) - lcj) + (1.0 - xk) * logmsg[k, 1]
-            logmsg[k, 1] = msg - msg.max()
-            logq[j] = _log_normalise(lcj + logmsg[k, 1])
+            _copy_into(logmsg[k, 1], msg - msg.max())
+            _copy_into(logq[j], _log_normalise(lcj + logmsg[k, 1]))
     # keep V exactly symmetric against round-off drift (O(d^2) once per sweep)
-    V[:, :] = 0.5 * (V + V.T)
+    for a in range(V.shape[0]):
+        for bb in range(a + 1, V.shape[0]):
+            v = 0.5 * (V[a, bb] + V[bb, a])
+            V[a, bb] = v
+            V[bb, a] = v
 
 
 @dataclass

@@ -40,14 +40,17 @@ def project(V, m, feat, idx, n_c, L):
             j = idx[c, l]
             x = feat[l]
             if x != 0.0:
-                P[:, c] += x * V[:, j]
+                for r in range(d):  # not P[:, c] += ...: see core._copy_into
+                    P[r, c] += x * V[r, j]
                 my[c] += x * m[j]
     S = np.zeros((n_c, n_c))
     for c in range(n_c):
         for l in range(L):
             x = feat[l]
             if x != 0.0:
-                S[:, c] += x * P[idx[c, l], :]
+                row = idx[c, l]
+                for r in range(n_c):
+                    S[r, c] += x * P[row, r]
     S = 0.5 * (S + S.T)
     return P, S, my
 
