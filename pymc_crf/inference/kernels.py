@@ -6,7 +6,7 @@ import numpy as np
 
 from pymc_crf.kernel_cache import njit
 
-__all__ = ["MAX", "SUM", "TANGENT", "log_backward", "log_forward", "log_message", "logsumexp_1d",
+__all__ = ["MAX", "SUM", "TANGENT", "copy_into", "log_backward", "log_forward", "log_message", "logsumexp_1d",
            "record_sweep", "unused_arrays", "writeable"]
 
 
@@ -21,6 +21,19 @@ def writeable(a: np.ndarray) -> np.ndarray:
     its result writeable, but hands a read-only buffer to object mode as it came.)
     """
     return a if a.flags.writeable else a.copy()
+
+
+@njit(cache=True, inline="always")
+def copy_into(dst, src):
+    """``dst[:] = src`` for 1-d arrays, element by element.
+
+    numba checks a slice assignment from an array against the source's shape, and the check's
+    error message (``raise_with_shape_context``) is formatted by string code that numba compiles
+    on the first such assignment in a process: 1-2.5 s for a 1-d, 2-3 s for a 2-d assignment. The
+    kernels copy arrays element by element (with this, or with loops for 2-d blocks) instead.
+    """
+    for a in range(src.shape[0]):
+        dst[a] = src[a]
 
 
 @njit(cache=True)

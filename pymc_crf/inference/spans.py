@@ -36,7 +36,7 @@ import numpy as np
 
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import check_potentials
-from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
+from pymc_crf.inference.kernels import SUM, copy_into, log_backward, log_forward, logsumexp_1d, unused_arrays
 from pymc_crf.kernel_cache import njit
 
 __all__ = ["ChunkScheme", "Spans", "chain_log_messages", "check_chain_batch",
@@ -192,8 +192,7 @@ def _messages_kernel(node, edge, node_off, edge_off):
             la[0, j] = node[lo, j]
         log_forward(node, lo, n, edge, edge_off[g], shared, SUM, la, noi, no2, no3, no2)
         log_backward(node, lo, n, edge, edge_off[g], shared, SUM, lb, no2, no3, no2)
-        # element by element: numba's check of a 2-D slice assignment compiles its error
-        # message's formatting, about 2.5 s on first use in a process
+        # element by element, not alpha[lo:lo + n] = la: see kernels.copy_into
         for t in range(n):
             for j in range(K):
                 alpha[lo + t, j] = la[t, j]
@@ -267,8 +266,7 @@ def _spans_kernel(node, edge, node_off, edge_off, alpha, beta, log_z, graph, sta
                     col[i] = v[i] + edge[et, i, j] if allowed else -np.inf
                 w[j] = logsumexp_1d(col) + node[lo + t, j]
             if t > a:
-                for j in range(K):  # not v[:] = w: see _messages_kernel
-                    v[j] = w[j]
+                copy_into(v, w)
         for j in range(K):
             col[j] = v[j] + beta[lo + b, j]
         out[x] = logsumexp_1d(col) - log_z[g]

@@ -39,7 +39,7 @@ from scipy.sparse.csgraph import minimum_spanning_tree
 from pymc_crf.graphs.batch import GraphBatch
 from pymc_crf.inference.base import LoopyResult, check_potentials, engine_doc
 from pymc_crf.inference.bethe import beliefs, bethe_log_z, cavity
-from pymc_crf.inference.kernels import SUM, log_backward, log_forward, logsumexp_1d, unused_arrays
+from pymc_crf.inference.kernels import SUM, copy_into, log_backward, log_forward, logsumexp_1d, unused_arrays
 from pymc_crf.inference.loopy import LoopyEngine
 from pymc_crf.kernel_cache import njit
 
@@ -282,8 +282,7 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
             bw[L, x] = edge_tab[e_off, a, x]
         log_forward(phi, 0, L + 1, C, 0, False, SUM, fw, noi, no2, no3, no2)
         log_backward(phi, 0, L + 1, C, 0, False, SUM, bw, no2, no3, no2)
-        # element by element: numba's check of a 2-D slice assignment compiles its error
-        # message's formatting, about 2.5 s on first use in a process
+        # element by element, not al[:L + 1, a] = fw: see kernels.copy_into
         for k in range(L + 1):
             for x in range(K):
                 al[k, a, x] = fw[k, x]
@@ -298,8 +297,7 @@ def _chain_pass(o, e_off, edge_tab, pn, pe, n0, e0, L, node, Psi, tu, adj_ptr, a
     log_forward(phi, 0, L + 1, C, 0, False, SUM, ac, noi, no2, no3, no2)
     log_backward(phi, 0, L + 1, C, 0, False, SUM, bc, no2, no3, no2)
     lzc = logsumexp_1d(ac[L])
-    for x in range(K):
-        fw[0, x] = phi[0, x]
+    copy_into(fw[0], phi[0])
     log_forward(phi, 0, L + 1, Cq, 0, False, SUM, fw, noi, no2, no3, no2)
     lzq = logsumexp_1d(fw[L])
     return lzt, lzc, lzq

@@ -34,6 +34,7 @@ from pymc_crf.fitters.ep.gaussian import low_rank_update, low_rank_y, project, s
 from pymc_crf.fitters.ep.moments import mixture_moments
 from pymc_crf.fitters.ep.terms import EPTerms
 from pymc_crf.fitters.progress import track
+from pymc_crf.inference.kernels import copy_into
 from pymc_crf.kernel_cache import njit
 from pymc_crf.potentials import get_potential
 from pymc_crf.validation import positive_number, real_number, whole_number
@@ -125,14 +126,6 @@ def _damped_site(S, my, h_old, mu_old, hh, mh, lam_site, k, lam_min, sign):
         if ok or lam_site[k] <= lam_min:
             return ok, h_new, mu_new, b, Kmat
         lam_site[k] = max(0.5 * lam_site[k], lam_min)
-
-
-@njit(cache=True, inline="always")
-def _copy_into(dst, src):
-    """``dst[:] = src`` for 1-D arrays, element by element: numba's check of a slice assignment
-    from an array compiles its error message's formatting (1-2.5 s on first use in a process)."""
-    for a in range(src.shape[0]):
-        dst[a] = src[a]
 
 
 @njit(cache=True)
@@ -261,14 +254,14 @@ def ep_sweep(m, V, order, nodes, n_cfg, n_feat, feat, idx, obs_cfg, num_h, num_m
                     qi[a] += r[a * K + bb]
                     qj[bb] += r[a * K + bb]
         else:
-            _copy_into(qi, r)
+            copy_into(qi, r)
         msg = xk * (np.log(np.maximum(qi, 1e-300)) - lci) + (1.0 - xk) * logmsg[k, 0]
-        _copy_into(logmsg[k, 0], msg - msg.max())
-        _copy_into(logq[i], _log_normalise(lci + logmsg[k, 0]))
+        copy_into(logmsg[k, 0], msg - msg.max())
+        copy_into(logq[i], _log_normalise(lci + logmsg[k, 0]))
         if j >= 0:
             msg = xk * (np.log(np.maximum(qj, 1e-300)) - lcj) + (1.0 - xk) * logmsg[k, 1]
-            _copy_into(logmsg[k, 1], msg - msg.max())
-            _copy_into(logq[j], _log_normalise(lcj + logmsg[k, 1]))
+            copy_into(logmsg[k, 1], msg - msg.max())
+            copy_into(logq[j], _log_normalise(lcj + logmsg[k, 1]))
     # keep V exactly symmetric against round-off drift (O(d^2) once per sweep)
     for a in range(V.shape[0]):
         for bb in range(a + 1, V.shape[0]):

@@ -40,7 +40,7 @@ def project(V, m, feat, idx, n_c, L):
             j = idx[c, l]
             x = feat[l]
             if x != 0.0:
-                for r in range(d):  # not P[:, c] += ...: see core._copy_into
+                for r in range(d):  # not P[:, c] += ...: see inference.kernels.copy_into
                     P[r, c] += x * V[r, j]
                 my[c] += x * m[j]
     S = np.zeros((n_c, n_c))
